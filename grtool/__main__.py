@@ -1,0 +1,3 @@
+from grtool.cli.main import run
+
+run()

@@ -1,0 +1,77 @@
+"""The `grtool` command: one Typer sub-app per stage, registered here; the commands live beside this file."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from grtool import __version__
+from grtool.errors import GrtoolError
+from grtool.log import configure, console
+
+app = typer.Typer(
+    name="grtool",
+    help="Build the data and indexes for chain-of-thought generative retrieval.\n\n"
+    "Example: grtool corpus ingest hotpot_dev_distractor_v1.json --out out/hotpot",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"grtool {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log output (stderr).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors; no progress bars.")] = False,
+) -> None:
+    configure(verbose=verbose, quiet=quiet)
+
+
+def _register() -> None:
+    # Imported here so that `grtool --help` stays fast and each stage's imports stay in its own module.
+    from grtool.cli import chains, corpus, evaluate, export, filters, index, pipeline, stage_tools, triples
+
+    stage_tools.register(app)
+    for module in (corpus, triples, chains, filters, index, export, evaluate, pipeline):
+        if module.app.registered_commands or module.app.registered_groups:
+            app.add_typer(module.app)
+
+
+_register()
+
+
+def run() -> None:
+    """Entry point: user-facing errors print one clear line on stderr and exit with their code."""
+    try:
+        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except GrtoolError as e:
+        console.print(f"[bold red]error:[/] {e}", highlight=False)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        console.print("[red]aborted[/]")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        sys.exit(130)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(2)
+        raise

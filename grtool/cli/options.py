@@ -1,0 +1,22 @@
+"""Options shared by stage commands, so every stage spells them the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output stage directory ('-' = JSON Lines on stdout).")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete existing output and start over (default: resume).")]
+NumShards = Annotated[
+    Optional[int],
+    typer.Option("--num-shards", help="Split the work into N tasks (default: $SLURM_ARRAY_TASK_COUNT or 1).", min=1),
+]
+ShardIndex = Annotated[
+    Optional[int],
+    typer.Option("--shard-index", help="Which task this is, 0-based (default: $SLURM_ARRAY_TASK_ID or 0).", min=0),
+]
+Strict = Annotated[bool, typer.Option("--strict", help="Fail on the first bad record instead of rejecting it.")]
+Json = Annotated[bool, typer.Option("--json", help="Print a JSON object on stdout instead of tables.")]
+Plot = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG chart to this file.")]

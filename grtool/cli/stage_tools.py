@@ -1,0 +1,74 @@
+"""`grtool status` and `grtool validate`, which work on any stage directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.table import Table
+
+from grtool.cli.options import Json
+from grtool.errors import EXIT_DATA, InputError
+from grtool.log import console
+from grtool.store.validate import find_stage_dirs, status, validate_tree
+
+
+def status_cmd(
+    directory: Annotated[Path, typer.Argument(help="A stage directory, or a run directory holding several.")],
+    json: Json = False,
+) -> None:
+    """Shards done and pending, rows, and rejects by reason.
+
+    Example: grtool status out/demo/triples
+    """
+    dirs = find_stage_dirs(directory)
+    if not dirs:
+        raise InputError(f"{directory}: no stage directory here")
+    results = [status(d) for d in dirs]
+    if json:
+        typer.echo(orjson.dumps(results[0] if len(results) == 1 else results).decode())
+        return
+    t = Table(title="stage status")
+    for col in ("stage", "table", "parts done", "pending", "rows", "rejected", "complete"):
+        t.add_column(col)
+    for s in results:
+        rej = s["counters"]["rejected"]
+        rej_text = ", ".join(f"{k}: {v}" for k, v in rej.items()) or "0"
+        planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
+        t.add_row(s["path"], s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]), rej_text, "yes" if s["complete"] else "no")
+    console.print(t)
+
+
+def validate_cmd(
+    directory: Annotated[Path, typer.Argument(help="A stage directory, or a run directory: every stage under it is checked.")],
+    json: Json = False,
+) -> None:
+    """Check schema, checksums, accounting (in = out + merged + rejected), keys and cross-table references.
+
+    Exit 0 when clean, 1 with the list of problems otherwise.
+
+    Example: grtool validate out/demo
+    """
+    if not Path(directory).exists():
+        raise InputError(f"{directory}: no such directory")
+    reports = validate_tree(directory)
+    if not reports:
+        raise InputError(f"{directory}: no stage directory here")
+    bad = [r for r in reports if not r.ok]
+    if json:
+        typer.echo(orjson.dumps({"ok": not bad, "stages": [r.__dict__ for r in reports]}).decode())
+    else:
+        for r in reports:
+            mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
+            console.print(f"{mark} {r.path} ({r.table}, {r.checked.get('shards', 0)} shards, {r.checked.get('rows', 0)} rows)")
+            for p in r.problems:
+                console.print(f"    - {p}", highlight=False)
+    if bad:
+        raise typer.Exit(EXIT_DATA)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status_cmd)
+    app.command("validate")(validate_cmd)

@@ -1,0 +1,33 @@
+"""Errors that the CLI turns into a clear message and an exit code."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_DATA = 1  # the data has problems (validation failed, a guard tripped)
+EXIT_USAGE = 2  # usage or input error
+
+
+class GrtoolError(Exception):
+    """An error meant for the user: the message says what is wrong and where."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class InputError(GrtoolError):
+    """Bad input: a file that cannot be read, an unknown schema, a malformed record under --strict."""
+
+
+class DataProblem(GrtoolError):
+    """The run finished but the data failed a check (exit 1)."""
+
+    exit_code = EXIT_DATA
+
+
+def where(path: object, position: object | None = None) -> str:
+    """'file' or 'file, record N' for error messages."""
+    return f"{path}" if position is None else f"{path}, {position}"

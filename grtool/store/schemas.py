@@ -1,0 +1,90 @@
+"""Arrow schemas of the tables stages exchange (DESIGN §3), with their keys."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+STR = pa.string()
+STR_LIST = pa.list_(pa.string())
+
+DOCUMENTS = pa.schema(
+    [
+        ("doc_id", STR),
+        ("title", STR),
+        ("text", STR),
+        ("datasets", STR_LIST),
+    ]
+)
+
+QUESTIONS = pa.schema(
+    [
+        ("qid", STR),
+        ("dataset", STR),
+        ("split", STR),
+        ("question", STR),
+        ("answer", STR),
+        ("answer_aliases", STR_LIST),
+        ("gold_doc_ids", STR_LIST),  # hop order where the dataset gives it
+        ("type", STR),
+        ("answerable", pa.bool_()),
+        ("meta", STR),  # JSON text of dataset-specific fields
+    ]
+)
+
+TRIPLES = pa.schema(
+    [
+        ("doc_id", STR),
+        ("idx", pa.int32()),
+        ("head", STR),
+        ("relation", STR),
+        ("tail", STR),
+        ("docid", STR),  # rendered "<docid_start>head, relation, tail<docid_end>"
+    ]
+)
+
+LLM_CALLS = pa.schema(
+    [
+        ("request_hash", STR),
+        ("row_key", STR),  # the doc_id / qid the call was made for
+        ("model", STR),
+        ("prompt", STR),  # JSON text of the chat messages
+        ("sampling", STR),  # JSON text of every sampling parameter
+        ("output", STR),
+        ("finish_reason", STR),
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("logprobs_summary", STR),  # JSON text (mean logprob, tokens with logprobs) or null
+        ("cached", pa.bool_()),
+    ]
+)
+
+CHAINS = pa.schema(
+    [
+        ("qid", STR),
+        ("candidate", pa.int32()),
+        ("text", STR),
+        ("docids", STR_LIST),  # in order of retrieval, normalized to the docid markers
+        ("flipped", pa.list_(pa.bool_())),  # per docid: written tail-to-head against the stored triple
+        ("selected", pa.bool_()),
+        ("score", pa.float64()),
+        ("model", STR),
+        ("temperature", pa.float64()),
+        ("finish_reason", STR),
+    ]
+)
+
+TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
+    "documents": (DOCUMENTS, ("doc_id",)),
+    "questions": (QUESTIONS, ("qid",)),
+    "triples": (TRIPLES, ("doc_id", "idx")),
+    "llm_calls": (LLM_CALLS, ("request_hash", "row_key")),
+    "chains": (CHAINS, ("qid", "candidate")),
+}
+
+
+def schema_of(table: str) -> pa.Schema:
+    return TABLES[table][0]
+
+
+def key_of(table: str) -> tuple[str, ...]:
+    return TABLES[table][1]

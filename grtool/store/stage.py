@@ -1,0 +1,511 @@
+"""Stage directories: the contract between grtool commands (DESIGN §2).
+
+A stage directory holds one table as zstd Parquet shards plus bookkeeping:
+
+    part-00000.parquet ...     the rows; a shard is visible only once complete (tmp, fsync, rename)
+    _rejects/part-00000.jsonl  every dropped record with its reason, written with its shard
+    _shards/part-00000.json    the shard's completion record (rows, bytes, sha256, counters): the commit point
+    _manifest.json             what made this (command, version, inputs, parameters) and the merged shard records
+
+Each shard owns its own completion record, so several processes (a Slurm array) can fill one directory at
+once; the manifest is re-merged from the records under a file lock when a task finishes.
+
+Accounting per shard: ``in == out + merged + sum(rejected.values())``, where ``merged`` counts input rows
+folded into another row (deduplication), never dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from filelock import FileLock
+
+from grtool import __version__
+from grtool.errors import GrtoolError, InputError
+
+MANIFEST = "_manifest.json"
+SHARDS_DIR = "_shards"
+REJECTS_DIR = "_rejects"
+LOCK = "_manifest.lock"
+TMP_SUFFIX = ".tmp"
+MAX_ROWS_PER_SHARD = 100_000
+PARQUET_COMPRESSION = "zstd"
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either nothing or the whole file."""
+    tmp = path.with_name(path.name + f".{os.getpid()}" + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def commit_file(tmp: Path, final: Path) -> None:
+    """fsync a finished temporary file and rename it into place."""
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+# ------------------------------------------------------------------------------------- fingerprints
+
+
+def fingerprint(path: str | Path) -> dict[str, Any]:
+    """A cheap, stable fingerprint of an input: a file, a stage directory or a tree of files.
+
+    Files: size plus a hash of the first and last MiB (hashing a multi-GB dump in full on every run is too
+    slow, and a changed release file changes its size or its ends). Stage directories: the shards' sha256.
+    """
+    p = Path(path)
+    if str(path) == "-":
+        return {"path": "-", "kind": "stdin"}
+    if not p.exists():
+        raise InputError(f"{p}: no such file or directory")
+    if p.is_file():
+        return {"path": str(p), "kind": "file", "size": p.stat().st_size, "sample_blake2b": _sample_hash(p)}
+    if (p / MANIFEST).exists():
+        records = sorted(load_shard_records(p).items())
+        h = hashlib.blake2b(digest_size=16)
+        for name, rec in records:
+            h.update(f"{name}:{rec.get('sha256')}\n".encode())
+        return {"path": str(p), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
+    h = hashlib.blake2b(digest_size=16)
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    for f in files:
+        h.update(f"{f.relative_to(p)}:{f.stat().st_size}:{_sample_hash(f)}\n".encode())
+    return {"path": str(p), "kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
+
+
+def _sample_hash(path: Path, span: int = 1 << 20) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        h.update(f.read(span))
+        if size > 2 * span:
+            f.seek(size - span)
+        h.update(f.read(span))
+    return h.hexdigest()
+
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """The command line as recorded in manifests: values of secret-looking options are replaced.
+
+    ``--api-key-env NAME`` names an environment variable and is kept; its value is never on the command line.
+    """
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if arg.startswith("--") and any(w in arg.lower() for w in _SECRET_WORDS) and not arg.endswith("-env"):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        if arg.startswith("sk-") or arg.lower().startswith("bearer "):
+            out.append("***")
+            continue
+        out.append(arg)
+    return out
+
+
+# ----------------------------------------------------------------------------------------- sharding
+
+
+def resolve_sharding(num_shards: int | None, shard_index: int | None) -> tuple[int, int]:
+    """``--num-shards/--shard-index``, defaulting to the Slurm array variables, else one task."""
+    if num_shards is None:
+        num_shards = int(os.environ.get("SLURM_ARRAY_TASK_COUNT", "1"))
+    if shard_index is None:
+        task_id = os.environ.get("SLURM_ARRAY_TASK_ID")
+        # Slurm array ids may start at an offset; SLURM_ARRAY_TASK_MIN tells where.
+        offset = int(os.environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+        shard_index = int(task_id) - offset if task_id is not None else 0
+    if num_shards < 1:
+        raise GrtoolError(f"--num-shards must be at least 1, got {num_shards}")
+    if not 0 <= shard_index < num_shards:
+        raise GrtoolError(f"--shard-index must be in [0, {num_shards}), got {shard_index}")
+    return num_shards, shard_index
+
+
+def parts_for_task(num_parts: int, num_shards: int, shard_index: int) -> list[int]:
+    """The output parts one task owns: round-robin, so every task gets a similar share."""
+    return [p for p in range(num_parts) if p % num_shards == shard_index]
+
+
+# -------------------------------------------------------------------------------------------- reads
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    p = Path(path) / MANIFEST
+    try:
+        return json.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise InputError(f"{Path(path)}: not a stage directory (no {MANIFEST})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{p}: manifest is not valid JSON ({e})") from None
+
+
+def load_shard_records(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Completion records of the committed shards, by part name."""
+    d = Path(path) / SHARDS_DIR
+    records: dict[str, dict[str, Any]] = {}
+    if d.is_dir():
+        for f in sorted(d.glob("part-*.json")):
+            try:
+                records[f.stem] = json.loads(f.read_bytes())
+            except json.JSONDecodeError as e:
+                raise InputError(f"{f}: shard record is not valid JSON ({e})") from None
+    return records
+
+
+def is_stage_dir(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def resolve_stage(path: str | Path, table: str) -> Path:
+    """Accept a stage directory of ``table`` or a run directory holding ``<table>/``."""
+    p = Path(path)
+    for candidate in (p, p / table):
+        if is_stage_dir(candidate):
+            got = load_manifest(candidate).get("table")
+            if got == table:
+                return candidate
+            if candidate == p and not (p / table).exists():
+                raise InputError(f"{p}: a stage directory of table {got!r}, expected {table!r}")
+    raise InputError(f"{p}: no {table!r} stage directory here or in {p / table}")
+
+
+def shard_paths(path: str | Path) -> list[Path]:
+    """Committed shard files in part order."""
+    p = Path(path)
+    return [p / f"{name}.parquet" for name in sorted(load_shard_records(p))]
+
+
+def iter_batches(path: str | Path, columns: list[str] | None = None, batch_size: int = 65_536) -> Iterator[pa.RecordBatch]:
+    """Stream a stage directory's rows as Arrow record batches, shard by shard (bounded memory)."""
+    for shard in shard_paths(path):
+        pf = pq.ParquetFile(shard)
+        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+
+
+def iter_rows(path: str | Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    for batch in iter_batches(path, columns):
+        yield from batch.to_pylist()
+
+
+def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    shards = shard_paths(path)
+    if not shards:
+        return pa.table({})
+    return pa.concat_tables(pq.read_table(s, columns=columns) for s in shards)
+
+
+# ------------------------------------------------------------------------------------------- writes
+
+
+def merge_counters(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {"in": 0, "out": 0, "merged": 0, "rejected": {}}
+    rejected: Counter[str] = Counter()
+    extra: Counter[str] = Counter()
+    for c in items:
+        total["in"] += c.get("in", 0)
+        total["out"] += c.get("out", 0)
+        total["merged"] += c.get("merged", 0)
+        rejected.update(c.get("rejected", {}))
+        extra.update(c.get("extra", {}))
+    total["rejected"] = dict(sorted(rejected.items()))
+    if extra:
+        total["extra"] = dict(sorted(extra.items()))
+    return total
+
+
+@dataclass
+class StageSpec:
+    """What a stage run is: compared against an existing manifest to refuse silent mixes."""
+
+    table: str
+    schema: pa.Schema
+    params: dict[str, Any] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    command: list[str] | None = None
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "params": json.loads(dumps(self.params)),
+            "inputs": [fingerprint(i) for i in self.inputs],
+        }
+
+
+class ShardWriter:
+    """Writes one shard: rows to Parquet, dropped records to the rejects file, counters to the record.
+
+    Use as a context manager; the shard becomes visible only when the block ends without an exception.
+    """
+
+    def __init__(self, stage: "StageWriter", index: int):
+        self.stage = stage
+        self.index = index
+        self.name = part_name(index)
+        self.final = stage.path / f"{self.name}.parquet"
+        self.tmp = stage.path / f"{self.name}.parquet{TMP_SUFFIX}"
+        self.rejects_final = stage.path / REJECTS_DIR / f"{self.name}.jsonl"
+        self.rejects_tmp = stage.path / REJECTS_DIR / f"{self.name}.jsonl{TMP_SUFFIX}"
+        self._writer: pq.ParquetWriter | None = None
+        self._rejects_file = None
+        self.rows_in = 0
+        self.rows_out = 0
+        self.merged = 0
+        self.rejected: Counter[str] = Counter()
+        self.extra: Counter[str] = Counter()
+
+    # -- writing
+    def count_in(self, n: int = 1) -> None:
+        self.rows_in += n
+
+    def count_merged(self, n: int = 1) -> None:
+        self.merged += n
+
+    def count(self, key: str, n: int = 1) -> None:
+        """A stage-specific counter (empty documents, truncated outputs, ...), merged into the manifest."""
+        self.extra[key] += n
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.write_table(pa.Table.from_pylist(rows, schema=self.stage.spec.schema))
+
+    def write_table(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        table = table.select(self.stage.spec.schema.names).cast(self.stage.spec.schema)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+        self._writer.write_table(table)
+        self.rows_out += table.num_rows
+
+    def reject(self, record: Any, reason: str, *, source: str | None = None, position: Any = None, detail: str | None = None) -> None:
+        """Drop a record, keeping it with why it was dropped."""
+        if self._rejects_file is None:
+            self.rejects_tmp.parent.mkdir(parents=True, exist_ok=True)
+            self._rejects_file = open(self.rejects_tmp, "wb")
+        entry = {"reason": reason, "source": source, "position": position, "detail": detail, "record": record}
+        self._rejects_file.write(orjson.dumps(entry, default=str) + b"\n")
+        self.rejected[reason] += 1
+
+    # -- commit
+    def counters(self) -> dict[str, Any]:
+        c: dict[str, Any] = {"in": self.rows_in, "out": self.rows_out, "merged": self.merged, "rejected": dict(self.rejected)}
+        if self.extra:
+            c["extra"] = dict(self.extra)
+        return c
+
+    def commit(self) -> dict[str, Any]:
+        if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
+            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+        self._writer.close()
+        commit_file(self.tmp, self.final)
+        n_rejects = sum(self.rejected.values())
+        if self._rejects_file is not None:
+            self._rejects_file.close()
+            commit_file(self.rejects_tmp, self.rejects_final)
+        record = {
+            "part": self.name,
+            "file": self.final.name,
+            "rows": self.rows_out,
+            "bytes": self.final.stat().st_size,
+            "sha256": sha256_file(self.final),
+            "rejects_file": f"{REJECTS_DIR}/{self.name}.jsonl" if n_rejects else None,
+            "counters": self.counters(),
+            "finished": _now(),
+        }
+        atomic_write_bytes(self.stage.path / SHARDS_DIR / f"{self.name}.json", dumps(record))
+        return record
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._rejects_file is not None:
+            self._rejects_file.close()
+        for f in (self.tmp, self.rejects_tmp):
+            f.unlink(missing_ok=True)
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.stage.records[self.name] = self.commit()
+        else:
+            self.abort()
+
+
+class StageWriter:
+    """Opens (or resumes) a stage directory for writing.
+
+    - a new directory gets a manifest describing the run;
+    - an existing one is resumed when its identity (table, parameters, input fingerprints) matches, and
+      refused otherwise (``--overwrite`` starts over);
+    - ``done(i)`` tells whether part ``i`` is already committed; ``shard(i)`` writes it.
+    """
+
+    def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None):
+        self.path = Path(path)
+        self.spec = spec
+        self.num_parts = num_parts
+        self.identity = spec.identity()
+        if overwrite and self.path.exists():
+            if self.path.is_dir() and not (is_stage_dir(self.path) or not any(self.path.iterdir())):
+                raise GrtoolError(f"{self.path}: exists and is not a stage directory; refusing to delete it")
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / SHARDS_DIR).mkdir(exist_ok=True)
+        with self._lock():
+            self._open_manifest()
+            self._clean_stale_tmp()
+        self.records = load_shard_records(self.path)
+
+    def _lock(self) -> FileLock:
+        return FileLock(str(self.path / LOCK))
+
+    def _open_manifest(self) -> None:
+        mpath = self.path / MANIFEST
+        if mpath.exists():
+            old = load_manifest(self.path)
+            old_identity = {k: old.get(k) for k in ("table", "params", "inputs")}
+            if old_identity != self.identity:
+                raise GrtoolError(
+                    f"{self.path}: exists with different {_identity_diff(old_identity, self.identity)}; "
+                    "resume needs the same command, use --overwrite to start over"
+                )
+            if self.num_parts is not None and old.get("num_parts") not in (None, self.num_parts):
+                raise GrtoolError(f"{self.path}: planned {old.get('num_parts')} parts before, {self.num_parts} now; use --overwrite")
+            return
+        manifest = {
+            **self.identity,
+            "grtool_version": __version__,
+            "command": redact_argv(self.spec.command if self.spec.command is not None else _argv()),
+            "created": _now(),
+            "schema": [{"name": f.name, "type": str(f.type)} for f in self.spec.schema],
+            "num_parts": self.num_parts,
+            "shards": {},
+            "counters": merge_counters([]),
+            "complete": False,
+        }
+        atomic_write_bytes(mpath, dumps(manifest))
+
+    def _clean_stale_tmp(self) -> None:
+        # Temporary files belong to a run that died; only parts nobody has committed are redone.
+        for f in list(self.path.glob(f"*{TMP_SUFFIX}")) + list((self.path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
+            part = f.name.split(".", 1)[0]
+            if not (self.path / SHARDS_DIR / f"{part}.json").exists() and _stale(f):
+                f.unlink(missing_ok=True)
+
+    def done(self, index: int) -> bool:
+        name = part_name(index)
+        return name in self.records and (self.path / f"{name}.parquet").exists()
+
+    def shard(self, index: int) -> ShardWriter:
+        return ShardWriter(self, index)
+
+    def finish(self, **extra: Any) -> dict[str, Any]:
+        """Merge every committed shard record into the manifest (under the lock) and return it."""
+        with self._lock():
+            manifest = load_manifest(self.path)
+            records = load_shard_records(self.path)
+            manifest["shards"] = {name: {k: v for k, v in rec.items() if k != "part"} for name, rec in records.items()}
+            manifest["counters"] = merge_counters(r["counters"] for r in records.values())
+            manifest["rows"] = sum(r["rows"] for r in records.values())
+            n = manifest.get("num_parts")
+            manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
+            manifest.update(extra)
+            atomic_write_bytes(self.path / MANIFEST, dumps(manifest))
+        self.records = records
+        return manifest
+
+
+def _identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    diffs = []
+    if old.get("table") != new.get("table"):
+        diffs.append(f"table ({old.get('table')!r} vs {new.get('table')!r})")
+    op, np_ = old.get("params") or {}, new.get("params") or {}
+    for k in sorted(set(op) | set(np_)):
+        if op.get(k) != np_.get(k):
+            diffs.append(f"parameter {k} ({op.get(k)!r} before, {np_.get(k)!r} now)")
+    if old.get("inputs") != new.get("inputs"):
+        diffs.append("inputs (paths or contents changed)")
+    return ", ".join(diffs) or "identity"
+
+
+def _stale(f: Path) -> bool:
+    # A tmp file from a live concurrent writer carries that writer's pid (atomic_write_bytes) or is the
+    # shard another array task is writing right now; those are left alone for a minute.
+    try:
+        import time
+
+        return time.time() - f.stat().st_mtime > 60
+    except FileNotFoundError:
+        return False
+
+
+def _argv() -> list[str]:
+    import sys
+
+    return ["grtool", *sys.argv[1:]]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
