@@ -40,7 +40,9 @@ def main(
 
 def _register() -> None:
     # Imported here so that `grtool --help` stays fast and each stage's imports stay in its own module.
-    from grtool.cli import chains, corpus, evaluate, export, filters, index, pipeline, stage_tools, triples
+    from grtool.cli import chains, corpus, corpus_overlap, evaluate, export, filters, index, pipeline, stage_tools, triples
+
+    del corpus_overlap  # it only attaches commands to `corpus`
 
     stage_tools.register(app)
     for module in (corpus, triples, chains, filters, index, export, evaluate, pipeline):
