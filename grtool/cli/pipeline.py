@@ -2,6 +2,65 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
 import typer
+from rich.table import Table
+
+from grtool.log import console, log
+from grtool.pipeline.config import load_pipeline
+from grtool.pipeline.runner import mark_done, plan, run_stage, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
+
+_STATE_STYLE = {"done": "green", "partial": "yellow", "to run": "cyan", "changed": "magenta"}
+
+
+@app.command("run")
+def run(
+    config: Annotated[Path, typer.Argument(help="Pipeline TOML file (see examples/demo.toml).")],
+    until: Annotated[Optional[str], typer.Option("--until", help="Stop after this stage.")] = None,
+    start: Annotated[Optional[str], typer.Option("--from", help="Start at this stage.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (state and exact command of each stage) and exit.")] = False,
+    overrides: Annotated[
+        Optional[list[str]], typer.Option("--set", help="Override an option: stage.key=value (repeatable).")
+    ] = None,
+    summary_json: Annotated[Optional[Path], typer.Option("--summary-json", help="Also write the summary as JSON here.")] = None,
+) -> None:
+    """Run the stages of a pipeline file in order; finished stages and shards are skipped.
+
+    Example: grtool pipeline run examples/demo.toml --until triples --set triples.limit=20
+    """
+    pipeline = load_pipeline(config, overrides)
+    stages = pipeline.select(start, until)
+    states = plan(pipeline, stages)
+    if dry_run:
+        table = Table(title=f"plan for {config}")
+        for col in ("stage", "state", "outputs", "command"):
+            table.add_column(col, overflow="fold")
+        for s in states:
+            style = _STATE_STYLE[s.state]
+            state = f"[{style}]{s.state}[/]" + (f" ({s.detail})" if s.detail else "")
+            table.add_row(s.stage.name, state, "\n".join(s.stage.outputs), s.stage.command_line())
+        console.print(table)
+        return
+    for s in states:
+        if s.state == "done":
+            log.info("stage %s: done, skipped", s.stage.name)
+            continue
+        log.info("stage %s: %s", s.stage.name, s.stage.command_line())
+        seconds = run_stage(s.stage)
+        mark_done(pipeline, s.stage, seconds)
+    rows = summarize(stages)
+    if summary_json:
+        summary_json.parent.mkdir(parents=True, exist_ok=True)
+        summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+    table = Table(title="pipeline summary")
+    for col in ("stage", "rows", "rejected", "outputs"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        rejected = ", ".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
+        table.add_row(r["stage"], str(r["rows"]), rejected, "\n".join(r["outputs"]))
+    console.print(table)
