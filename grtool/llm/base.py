@@ -79,3 +79,33 @@ def request_hash(model: str, messages: Messages, sampling: Sampling) -> str:
     """The cache key: model + messages + every sampling parameter (parsing is deliberately outside it)."""
     payload = orjson.dumps({"model": model, "messages": messages, "sampling": sampling.as_dict()}, option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(payload).hexdigest()
+
+
+def require_logprobs(backend: str, generations: list[Generation], sampling: Sampling) -> None:
+    """Fail clearly when logprobs were asked for and a backend or server silently left them out."""
+    if not sampling.logprobs:
+        return
+    for g in generations:
+        if g.completion_tokens and not g.logprobs:
+            from grtool.errors import GrtoolError
+
+            raise GrtoolError(
+                f"the {backend} backend returned no logprobs although logprobs={sampling.logprobs} was requested "
+                "(does the server support 'logprobs'/'top_logprobs'? vLLM servers may need --max-logprobs)"
+            )
+
+
+def logprobs_summary(generation: Generation) -> dict[str, Any] | None:
+    """What the llm_calls table keeps of the logprobs: enough to audit confidence, not the whole list."""
+    lps = generation.logprobs
+    if not lps:
+        return None
+    values = [t.logprob for t in lps]
+    return {"tokens": len(values), "mean_logprob": sum(values) / len(values), "min_logprob": min(values)}
+
+
+def chunks(items: list, size: int):
+    """Consecutive slices of at most ``size`` items."""
+    size = max(1, int(size))
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

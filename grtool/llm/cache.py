@@ -1,0 +1,163 @@
+"""A persistent request cache in front of any backend, and the audit rows of the ``llm_calls`` table.
+
+The key is :func:`~grtool.llm.base.request_hash` (model + messages + every sampling parameter, max tokens and
+JSON schema included); what a stage makes of the text (parsing) is outside the key, so fixing a parser and
+re-running re-parses without generating again. Answers are committed to SQLite chunk by chunk as they arrive,
+so a crashed run loses at most the chunk in flight. Nothing about the transport (URLs, keys, headers) is stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.llm.base import Backend, Generation, Messages, Sampling, chunks, logprobs_summary, request_hash, require_logprobs
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    request_hash TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    generation BLOB NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+class RequestCache:
+    """SQLite file: request hash → the serialized :class:`Generation`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def get_many(self, hashes: list[str]) -> dict[str, Generation]:
+        found: dict[str, Generation] = {}
+        unique = list(dict.fromkeys(hashes))
+        for batch in chunks(unique, 500):  # SQLite's bound-parameter limit
+            marks = ",".join("?" * len(batch))
+            for key, blob in self._db.execute(f"SELECT request_hash, generation FROM generations WHERE request_hash IN ({marks})", batch):
+                found[key] = Generation.from_json(blob)
+        return found
+
+    def put_many(self, items: list[tuple[str, str, Generation]]) -> None:
+        now = time.time()
+        rows = []
+        for key, model, gen in items:
+            stored = Generation(**{**gen.__dict__, "cached": False})
+            rows.append((key, model, stored.to_json(), now))
+        with self._db:  # one transaction per chunk
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR REPLACE INTO generations VALUES (?, ?, ?, ?)", rows)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class CachedLLM:
+    """A backend behind the request cache (``cache_path=None``: no cache, every prompt is generated).
+
+    ``generate`` answers hits from the cache (``Generation.cached=True``) and sends the misses to the backend in
+    chunks of ``chunk_size`` (default: the backend's own preference), storing each chunk before the next, and
+    calling ``on_progress(finished_generations)`` as hits and chunks complete.
+    """
+
+    def __init__(self, backend: Backend, cache_path: Path | None, *, chunk_size: int | None = None):
+        self.backend = backend
+        self.cache = RequestCache(cache_path) if cache_path is not None else None
+        self.chunk_size = chunk_size or getattr(backend, "chunk_size", 256)
+        self.stats = CacheStats()
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def key(self, messages: Messages, sampling: Sampling) -> str:
+        return request_hash(self.model, messages, sampling)
+
+    def generate(
+        self,
+        prompts: list[Messages],
+        sampling: Sampling,
+        *,
+        on_progress: Callable[[list[Generation]], None] | None = None,
+    ) -> list[Generation]:
+        keys = [self.key(p, sampling) for p in prompts]
+        results: list[Generation | None] = [None] * len(prompts)
+        cached = self.cache.get_many(keys) if self.cache is not None else {}
+        todo: dict[str, list[int]] = {}  # identical requests in one call are generated once
+        for i, key in enumerate(keys):
+            hit = cached.get(key)
+            if hit is not None and not (sampling.logprobs and hit.completion_tokens and not hit.logprobs):
+                hit.cached = True
+                results[i] = hit
+            else:
+                todo.setdefault(key, []).append(i)
+        hits = [g for g in results if g is not None]
+        self.stats.hits += len(hits)
+        if hits and on_progress:
+            on_progress(hits)
+
+        pending = list(todo)
+        for batch in chunks(pending, self.chunk_size):
+            gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling)
+            if len(gens) != len(batch):
+                raise RuntimeError(f"{self.backend.name} backend returned {len(gens)} generations for {len(batch)} prompts")
+            require_logprobs(self.backend.name, gens, sampling)
+            if self.cache is not None:
+                self.cache.put_many([(k, self.model, g) for k, g in zip(batch, gens)])
+            done = []
+            for k, g in zip(batch, gens):
+                g.cached = False
+                for n, i in enumerate(todo[k]):
+                    results[i] = g if n == 0 else Generation(**{**g.__dict__, "cached": True})
+                    done.append(results[i])
+            self.stats.misses += len(batch)
+            self.stats.hits += len(done) - len(batch)
+            if on_progress:
+                on_progress(done)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+def call_row(key: str, row_key: str, model: str, messages: Messages, sampling: Sampling, gen: Generation) -> dict[str, Any]:
+    """One row of the ``llm_calls`` audit table (schema ``LLM_CALLS``)."""
+    summary = logprobs_summary(gen)
+    return {
+        "request_hash": key,
+        "row_key": row_key,
+        "model": model,
+        "prompt": orjson.dumps(messages).decode(),
+        "sampling": orjson.dumps(sampling.as_dict(), option=orjson.OPT_SORT_KEYS).decode(),
+        "output": gen.text,
+        "finish_reason": gen.finish_reason,
+        "prompt_tokens": gen.prompt_tokens,
+        "completion_tokens": gen.completion_tokens,
+        "logprobs_summary": orjson.dumps(summary).decode() if summary is not None else None,
+        "cached": gen.cached,
+    }

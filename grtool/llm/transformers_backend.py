@@ -1,0 +1,130 @@
+"""Local generation with Hugging Face transformers (CPU or one GPU), batched, with the tokenizer's chat template.
+
+The default model is the embedded SmolLM2-135M-Instruct (see :mod:`grtool.llm.models`). There is no
+constrained decoding here: a JSON schema in :class:`Sampling` is part of the cache key and is left to the prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grtool.errors import GrtoolError
+from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.llm.models import resolve_model
+from grtool.log import log
+
+
+class TransformersBackend:
+    name = "transformers"
+    OPTIONS = ("batch_size", "device", "dtype")
+
+    def __init__(self, model: str | None = None, *, batch_size: int = 8, device: str | None = None, dtype: str = "auto"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # grtool draws its own progress on stderr
+        ref = resolve_model(model)
+        self.model = ref.name
+        self.batch_size = self.chunk_size = max(1, batch_size)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(ref.path)
+            self.lm = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype).to(self.device).eval()
+        except OSError as e:
+            raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
+        if self.tokenizer.chat_template is None:
+            raise GrtoolError(f"model {ref.name!r}: its tokenizer has no chat template")
+        self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._warned_schema = False
+
+    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+        if sampling.json_schema is not None and not self._warned_schema:
+            log.warning("the transformers backend cannot constrain output to a JSON schema; relying on the prompt")
+            self._warned_schema = True
+        texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        # Similar lengths in one batch waste less padding; results go back in the callers' order.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        results: list[Generation | None] = [None] * len(texts)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            for i, g in zip(idx, self._generate_batch([texts[i] for i in idx], sampling)):
+                results[i] = g
+        return results  # type: ignore[return-value]
+
+    def _generate_batch(self, texts: list[str], sampling: Sampling) -> list[Generation]:
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "return_dict_in_generate": True,
+            "output_logits": bool(sampling.logprobs),
+        }
+        if sampling.temperature > 0:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        torch.manual_seed(sampling.seed)
+        with torch.inference_mode():
+            out = self.lm.generate(**enc, **kwargs)
+        prompt_len = enc["input_ids"].shape[1]
+        new_tokens = out.sequences[:, prompt_len:]
+        eos = _eos_ids(self.lm, self.tokenizer)
+        gens = []
+        for row in range(len(texts)):
+            ids = new_tokens[row].tolist()
+            n, hit_eos = len(ids), False
+            for j, t in enumerate(ids):
+                if t in eos:
+                    n, hit_eos = j + 1, True
+                    break
+            content_ids = ids[: n - 1] if hit_eos else ids[:n]
+            text = self.tokenizer.decode(content_ids, skip_special_tokens=True)
+            finish = "stop" if hit_eos or n < sampling.max_tokens else "length"
+            text, stopped = _cut_at_stop(text, sampling.stop)
+            if stopped:
+                finish = "stop"
+            gen = Generation(
+                text=text,
+                finish_reason=finish,
+                prompt_tokens=int(enc["attention_mask"][row].sum()),
+                completion_tokens=n,
+            )
+            if sampling.logprobs:
+                gen.logprobs = self._token_logprobs(out.logits, row, ids[:n], sampling.logprobs)
+            gens.append(gen)
+        return gens
+
+    def _token_logprobs(self, logits: tuple, row: int, ids: list[int], k: int) -> list[TokenLogprobs]:
+        """Log-softmax of the raw logits at every step (what vLLM and OpenAI servers report), with the top k."""
+        import torch
+
+        out = []
+        for step, token_id in enumerate(ids):
+            lp = torch.log_softmax(logits[step][row].float(), dim=-1)
+            values, alt_ids = torch.topk(lp, k)
+            top: dict[str, float] = {}
+            for v, a in zip(values.tolist(), alt_ids.tolist()):
+                top.setdefault(self.tokenizer.decode([a]), v)
+            out.append(TokenLogprobs(self.tokenizer.decode([token_id]), float(lp[token_id]), top))
+        return out
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """Stop strings end the text without being part of it (as on vLLM and OpenAI servers)."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)

