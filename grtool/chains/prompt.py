@@ -1,0 +1,121 @@
+"""The chain prompt: instructions, worked examples as earlier chat turns, then the question with its triples.
+
+The triples a question is offered are its gold documents' triples plus ``distractors`` triples from other
+documents, numbered after a shuffle seeded by (seed, qid): the same run always offers the same list, and the
+gold triples do not sit in a telltale block at the top.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from grtool.chains.docids import Triple
+from grtool.errors import InputError
+from grtool.llm.base import Messages
+
+PROMPTS = Path(__file__).parent / "prompts"
+DEFAULT_SYSTEM = PROMPTS / "system.txt"
+DEFAULT_FEW_SHOT = PROMPTS / "few_shot.jsonl"
+
+
+@dataclass(frozen=True)
+class FewShot:
+    question: str
+    triples: tuple[tuple[str, str, str], ...]
+    chain: str
+
+
+@dataclass(frozen=True)
+class ChainPrompt:
+    """Instructions and examples, loaded once; :meth:`messages` builds one question's chat."""
+
+    system: str
+    examples: tuple[FewShot, ...]
+
+    @classmethod
+    def load(cls, prompt_file: Path | None = None, few_shot_file: Path | None = None) -> "ChainPrompt":
+        system_path = prompt_file or DEFAULT_SYSTEM
+        try:
+            system = system_path.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise InputError(f"{system_path}: cannot read the prompt ({e.strerror})") from None
+        if not system:
+            raise InputError(f"{system_path}: the prompt file is empty")
+        return cls(system, tuple(load_few_shot(few_shot_file or DEFAULT_FEW_SHOT)))
+
+    def sha256(self) -> str:
+        """Recorded in the manifest: a changed prompt or example set is a different run."""
+        payload = orjson.dumps({"system": self.system, "examples": [[e.question, e.triples, e.chain] for e in self.examples]})
+        return hashlib.sha256(payload).hexdigest()
+
+    def messages(self, question: str, triples: Sequence[tuple[str, str, str]]) -> Messages:
+        msgs: Messages = [{"role": "system", "content": self.system}]
+        for ex in self.examples:
+            msgs.append({"role": "user", "content": user_turn(ex.question, ex.triples)})
+            msgs.append({"role": "assistant", "content": ex.chain})
+        msgs.append({"role": "user", "content": user_turn(question, triples)})
+        return msgs
+
+
+def user_turn(question: str, triples: Sequence[tuple[str, str, str]]) -> str:
+    lines = [f"Question: {question.strip()}", "", "Triples:"]
+    lines += [f"{i}. [{h}, {r}, {t}]" for i, (h, r, t) in enumerate(triples, 1)]
+    lines += ["", "Write the reasoning chain."]
+    return "\n".join(lines)
+
+
+def load_few_shot(path: Path) -> list[FewShot]:
+    """JSON Lines of {"question", "triples": [[head, relation, tail], ...], "chain"}; an empty file means zero-shot."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the few-shot file ({e.strerror})") from None
+    examples = []
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {lineno}"
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise InputError(f"{where}: not JSON ({e})") from None
+        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip() for k in ("question", "chain")):
+            raise InputError(f"{where}: expected an object with non-empty strings 'question' and 'chain'")
+        triples = obj.get("triples")
+        if not isinstance(triples, list) or not triples or not all(
+            isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t) for t in triples
+        ):
+            raise InputError(f"{where}: 'triples' must be a non-empty list of [head, relation, tail] strings")
+        examples.append(FewShot(obj["question"], tuple(tuple(t) for t in triples), obj["chain"]))
+    return examples
+
+
+def offer_triples(qid: str, gold: Sequence[Triple], pool: Sequence[Triple], distractors: int, seed: int) -> list[Triple]:
+    """Gold triples plus up to ``distractors`` pool triples from other documents, in a seeded shuffle.
+
+    Pool triples from the question's gold documents, or spelled like a gold triple, are never distractors.
+    """
+    rng = random.Random(f"{seed}:{qid}")
+    offered = list(gold)
+    if distractors > 0 and pool:
+        gold_docs = {t.doc_id for t in gold}
+        seen = {t.text().casefold() for t in gold}
+        # Rejection sampling over random positions: the pool is large and mostly non-gold, so this
+        # needs about `distractors` draws; the cap only matters for a pool made of gold documents.
+        for _ in range(distractors * 20):
+            t = pool[rng.randrange(len(pool))]
+            key = t.text().casefold()
+            if t.doc_id in gold_docs or key in seen:
+                continue
+            seen.add(key)
+            offered.append(t)
+            if len(offered) - len(gold) == distractors:
+                break
+    rng.shuffle(offered)
+    return offered

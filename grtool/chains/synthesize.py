@@ -1,0 +1,311 @@
+"""`chains synthesize`: for every answerable question, candidate reasoning chains over its gold triples.
+
+One output part per questions input part (resume and Slurm sharding work per part). Within a part,
+questions go in batches: the triples of the batch's gold documents are looked up together, every candidate
+of every question is generated (candidate 0 greedy, the others sampled with their own seed so that each is
+a distinct cached request), the citations are normalized, and one candidate per question is selected.
+
+Accounting: a question that gets chains accounts for its ``candidates`` rows; a question that cannot get
+any (no gold documents, not answerable, gold documents without triples, malformed) is one rejected record.
+So ``in == out + rejected`` holds per part; the ``questions_*`` counters give the per-question view.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from grtool.chains.docids import Markers, OfferedTriples, Triple, citation_pattern, normalize_chain
+from grtool.chains.entropy import EntropyScorer, pick_lowest
+from grtool.chains.prompt import ChainPrompt, offer_triples
+from grtool.chains.triples import TripleStore
+from grtool.errors import GrtoolError
+from grtool.llm.base import Generation, Messages, Sampling
+
+SELECT_METHODS = ("entropy", "first")
+_CANNOT_ANSWER = re.compile(r"not enough to answer|cannot (?:be )?answer|can't answer|unable to answer", re.IGNORECASE)
+
+
+class LLM(Protocol):
+    """What the stage needs of :class:`grtool.llm.cache.CachedLLM`."""
+
+    model: str
+
+    def generate(
+        self, prompts: list[Messages], sampling: Sampling, *, on_progress: Callable[[list[Generation]], None] | None = None
+    ) -> list[Generation]: ...
+
+
+@dataclass(frozen=True)
+class ChainSettings:
+    """Everything that changes the chains; all of it goes into the manifest's parameters."""
+
+    candidates: int = 4
+    temperature: float = 0.7  # of candidates 1..N-1; candidate 0 is greedy
+    top_p: float = 1.0
+    max_tokens: int = 512
+    select: str = "entropy"
+    top_logprobs: int = 5
+    distractors: int = 0
+    seed: int = 0
+    markers: Markers = field(default_factory=Markers)
+
+    def __post_init__(self) -> None:
+        if self.candidates < 1:
+            raise GrtoolError(f"--candidates must be at least 1, got {self.candidates}")
+        if self.select not in SELECT_METHODS:
+            raise GrtoolError(f"--select must be one of {', '.join(SELECT_METHODS)}, got {self.select!r}")
+        if self.distractors < 0:
+            raise GrtoolError(f"--distractors must be at least 0, got {self.distractors}")
+        if self.select == "entropy" and self.top_logprobs < 1:
+            raise GrtoolError("--top-logprobs must be at least 1 for --select entropy")
+
+    def sampling(self, candidate: int) -> Sampling:
+        return Sampling(
+            temperature=0.0 if candidate == 0 else self.temperature,
+            top_p=1.0 if candidate == 0 else self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed + candidate,
+            logprobs=self.top_logprobs if self.select == "entropy" else None,
+        )
+
+    def params(self) -> dict[str, Any]:
+        p = asdict(self)
+        p["markers"] = [self.markers.start, self.markers.end]
+        if self.select != "entropy":
+            p.pop("top_logprobs")
+        return p
+
+
+@dataclass
+class Question:
+    qid: str
+    question: str
+    gold_doc_ids: list[str]
+
+
+def check_question(row: dict[str, Any]) -> tuple[Question | None, str | None, str | None]:
+    """A question ready for a prompt, or (None, reason, detail) saying why it cannot have a chain."""
+    qid, text = row.get("qid"), row.get("question")
+    if not isinstance(qid, str) or not qid:
+        return None, "malformed question", "no qid"
+    if not isinstance(text, str) or not text.strip():
+        return None, "malformed question", f"{qid}: empty question text"
+    if row.get("answerable") is False:
+        return None, "not answerable", None
+    gold = [g for g in (row.get("gold_doc_ids") or []) if g]
+    if not gold:
+        return None, "no gold documents", None
+    return Question(qid, text, list(dict.fromkeys(gold))), None, None
+
+
+def gold_triples(question: Question, by_doc: dict[str, list[Triple]]) -> tuple[list[Triple], list[str]]:
+    """The question's gold triples in gold-document order (a triple found in two gold documents once),
+    and the gold documents that have none."""
+    triples, seen, missing = [], set(), []
+    for doc_id in question.gold_doc_ids:
+        found = by_doc.get(doc_id)
+        if not found:
+            missing.append(doc_id)
+            continue
+        for t in found:
+            key = t.text().casefold()
+            if key not in seen:
+                seen.add(key)
+                triples.append(t)
+    return triples, missing
+
+
+@dataclass
+class PreparedQuestion:
+    question: Question
+    messages: Messages
+    offered: OfferedTriples
+
+
+class ChainSynthesizer:
+    """Turns batches of question rows into chain rows, writing rejects and counters to a shard."""
+
+    def __init__(
+        self,
+        llm: LLM,
+        triples: TripleStore,
+        settings: ChainSettings,
+        prompt: ChainPrompt,
+        *,
+        scorer: EntropyScorer | None = None,
+    ):
+        self.llm = llm
+        self.triples = triples
+        self.settings = settings
+        self.prompt = prompt
+        self.pattern = citation_pattern(settings.markers)
+        self._pool: list[Triple] | None = None
+        self._scorer = scorer
+
+    @property
+    def scorer(self) -> EntropyScorer:
+        if self._scorer is None:
+            self._scorer = EntropyScorer()
+        return self._scorer
+
+    @property
+    def pool(self) -> list[Triple]:
+        if self._pool is None:
+            self._pool = self.triples.distractor_pool(self.settings.seed) if self.settings.distractors else []
+        return self._pool
+
+    # -- preparing prompts
+    def prepare(self, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int) -> list[PreparedQuestion]:
+        n = self.settings.candidates
+        checked: list[tuple[int, dict[str, Any], Question]] = []
+        for offset, row in enumerate(rows):
+            shard.count("questions")
+            q, reason, detail = check_question(row)
+            if q is None:
+                shard.count_in(1)
+                shard.reject(row, reason, source=source, position=first_position + offset, detail=detail)
+                continue
+            checked.append((first_position + offset, row, q))
+        by_doc = self.triples.for_docs(g for _, _, q in checked for g in q.gold_doc_ids)
+        prepared = []
+        for position, row, q in checked:
+            gold, missing = gold_triples(q, by_doc)
+            if missing:
+                shard.count_in(1)
+                shard.reject(
+                    row, "gold documents without triples", source=source, position=position,
+                    detail=f"{len(missing)} of {len(q.gold_doc_ids)} gold documents have no triples: {', '.join(missing[:5])}",
+                )
+                continue
+            shard.count_in(n)
+            offered = offer_triples(q.qid, gold, self.pool, self.settings.distractors, self.settings.seed)
+            if len(offered) - len(gold) < self.settings.distractors:
+                shard.count("questions_short_of_distractors")
+            msgs = self.prompt.messages(q.question, [(t.head, t.relation, t.tail) for t in offered])
+            prepared.append(PreparedQuestion(q, msgs, OfferedTriples.of(offered)))
+        return prepared
+
+    # -- generating
+    def generate(self, prepared: Sequence[PreparedQuestion], advance: Callable[[int], None]) -> list[list[Generation]]:
+        """Every candidate of every question: ``result[q][c]`` (the LLM layer chunks and caches)."""
+        messages = [p.messages for p in prepared]
+        per_candidate = []
+        for c in range(self.settings.candidates):
+            gens = self.llm.generate(messages, self.settings.sampling(c), on_progress=lambda done: advance(len(done)))
+            if len(gens) != len(messages):
+                raise GrtoolError(f"the LLM returned {len(gens)} generations for {len(messages)} prompts")
+            per_candidate.append(gens)
+        return [list(gens) for gens in zip(*per_candidate)]
+
+    # -- rows
+    def rows(self, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any) -> list[dict[str, Any]]:
+        s = self.settings
+        if s.select == "entropy":
+            flat = [(g.text, g.logprobs) for gens in generations for g in gens]
+            flat_scores = self.scorer.score(flat)
+            scores = [flat_scores[i * s.candidates : (i + 1) * s.candidates] for i in range(len(generations))]
+        else:
+            scores = [[None] * s.candidates for _ in generations]
+        rows = []
+        for p, gens, cand_scores in zip(prepared, generations, scores):
+            chosen = pick_lowest(cand_scores) if s.select == "entropy" else 0
+            shard.count("questions_chained")
+            for c, (g, score) in enumerate(zip(gens, cand_scores)):
+                chain = normalize_chain(g.text, p.offered, s.markers, self.pattern)
+                shard.count("docids", len(chain.docids))
+                shard.count("docids_flipped", sum(chain.flipped))
+                shard.count("docids_not_offered", chain.unmatched)
+                if not chain.docids:
+                    shard.count("candidates_without_docids")
+                if g.finish_reason == "length":
+                    shard.count("candidates_truncated")
+                if c == chosen and _CANNOT_ANSWER.search(g.text):
+                    shard.count("selected_cannot_answer")
+                rows.append(
+                    {
+                        "qid": p.question.qid,
+                        "candidate": c,
+                        "text": chain.text,
+                        "docids": chain.docids,
+                        "flipped": chain.flipped,
+                        "selected": c == chosen,
+                        "score": score,
+                        "model": self.llm.model,
+                        "temperature": s.sampling(c).temperature,
+                        "finish_reason": g.finish_reason,
+                    }
+                )
+        return rows
+
+    def run_batch(self, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int, advance: Callable[[int], None]) -> None:
+        prepared = self.prepare(rows, shard, source, first_position)
+        advance((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
+        if prepared:
+            shard.write_rows(self.rows(prepared, self.generate(prepared, advance), shard))
+
+
+def question_batches(batches: Iterator[list[dict[str, Any]]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """Re-chunk a part's row batches to ``size`` questions, with the position of each chunk's first row."""
+    buf: list[dict[str, Any]] = []
+    position = 0
+    for batch in batches:
+        buf.extend(batch)
+        while len(buf) >= size:
+            yield position, buf[:size]
+            position += size
+            buf = buf[size:]
+    if buf:
+        yield position, buf
+
+
+QUESTION_BATCH = 2048  # questions whose gold triples are looked up together (memory: their triples only)
+
+
+def synthesize(
+    corpus: str,
+    triples: str,
+    out: str,
+    llm: LLM,
+    settings: ChainSettings,
+    prompt: ChainPrompt,
+    *,
+    backend: str,
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+) -> dict[str, Any]:
+    """Run the stage over this task's parts and return the output manifest (or the stdout summary)."""
+    from grtool.log import progress
+    from grtool.store.io import InputTable, open_output
+    from grtool.store.schemas import CHAINS
+    from grtool.store.stage import StageSpec, parts_for_task, resolve_sharding
+
+    questions = InputTable.open(corpus, "questions")
+    store = TripleStore(triples)
+    n_shards, index = resolve_sharding(num_shards, shard_index)
+    params = {**settings.params(), "backend": backend, "model": llm.model, "prompt_sha256": prompt.sha256()}
+    spec = StageSpec("chains", CHAINS, params, inputs=[questions.source, str(store.path)])
+    writer = open_output(out, spec, overwrite=overwrite, num_parts=questions.num_parts)
+    synth = ChainSynthesizer(llm, store, settings, prompt)
+
+    todo = [i for i in parts_for_task(questions.num_parts, n_shards, index) if not writer.done(i)]
+    total = _planned_rows(questions, todo, settings.candidates)
+    with progress() as bar:
+        task = bar.add_task("chains", total=total)
+        for i in todo:
+            source = f"{questions.source}:{questions.parts[i].name if questions.parts[i] else 'stdin'}"
+            with writer.shard(i) as shard:
+                for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
+                    synth.run_batch(rows, shard, source, position, lambda n: bar.advance(task, n))
+    return writer.finish()
+
+
+def _planned_rows(questions: Any, parts: list[int], candidates: int) -> int | None:
+    import pyarrow.parquet as pq
+
+    if any(questions.parts[i] is None for i in parts):
+        return None
+    return sum(pq.ParquetFile(questions.parts[i]).metadata.num_rows for i in parts) * candidates
