@@ -1,0 +1,193 @@
+"""`grtool corpus overlap`: the fast n-gram overlap against a plain NLTK computation of the definition."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+from nltk.tokenize import RegexpTokenizer
+from nltk.util import ngrams
+
+from grtool.corpus.overlap import document_text, overlap_counts, overlap_of_rows, parse_ns, word_regex
+from grtool.errors import InputError
+from grtool.store.io import InputTable
+
+NS = list(range(4, 13))
+_TOKENIZER = RegexpTokenizer(r"\w+")
+
+
+def reference_overlap(question: str, gold_docs: list[tuple[str, str]], n: int) -> tuple[int, int]:
+    """The definition, spelled out with NLTK: (shared distinct n-grams, distinct question n-grams)."""
+    q_grams = set(ngrams(_TOKENIZER.tokenize(question.lower()), n))
+    d_grams: set = set()
+    for title, text in gold_docs:
+        tokens = _TOKENIZER.tokenize(title.lower()) + _TOKENIZER.tokenize(text.lower())
+        d_grams |= set(ngrams(tokens, n))
+    return len(q_grams & d_grams), len(q_grams)
+
+
+def reference_means(corpus_rows: list[dict], documents: dict[str, tuple[str, str]]) -> dict[str, dict[str, float]]:
+    sums: dict[str, dict[int, list[float]]] = {}
+    for q in corpus_rows:
+        docs = [documents[d] for d in q["gold_doc_ids"]]
+        if not docs:
+            continue
+        for n in NS:
+            shared, total = reference_overlap(q["question"], docs, n)
+            if total:
+                sums.setdefault(q["dataset"], {}).setdefault(n, []).append(shared / total)
+    return {ds: {str(n): sum(v) / len(v) for n, v in per_n.items()} for ds, per_n in sums.items()}
+
+
+def ingest(cli, tmp_path, *files) -> tuple:
+    out = tmp_path / "corpus"
+    hand_ingest(files, out)
+    questions = list(InputTable.open(out, "questions").iter_rows())
+    documents = {d["doc_id"]: (d["title"], d["text"]) for d in InputTable.open(out, "documents").iter_rows()}
+    return out, questions, documents
+
+
+def hand_ingest(files, out) -> None:
+    """Stand-in for `grtool corpus ingest` (not merged yet): HotpotQA and MuSiQue gold paragraphs as stages."""
+    import hashlib
+
+    from grtool.store.schemas import DOCUMENTS, QUESTIONS
+    from grtool.store.stage import StageSpec, StageWriter
+
+    docs: dict[str, dict] = {}
+    questions = []
+    for f in files:
+        raw = f.read_text()
+        records = json.loads(raw) if raw.lstrip().startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
+        for r in records:
+            if "paragraphs" in r:  # MuSiQue
+                dataset, qid, paras = "musique", r["id"], [(p["title"], p["paragraph_text"], p["is_supporting"]) for p in r["paragraphs"]]
+            else:  # HotpotQA
+                titles = {t for t, _ in r["supporting_facts"]}
+                dataset, qid, paras = "hotpotqa", r["_id"], [(t, "".join(s), t in titles) for t, s in r["context"]]
+            gold = []
+            for title, text, supporting in paras:
+                doc_id = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()
+                docs[doc_id] = {"doc_id": doc_id, "title": title, "text": text, "datasets": [dataset]}
+                if supporting:
+                    gold.append(doc_id)
+            questions.append({"qid": qid, "dataset": dataset, "split": "dev", "question": r["question"], "answer": r["answer"],
+                              "answer_aliases": [], "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"})
+    for table, schema, rows in (("documents", DOCUMENTS, list(docs.values())), ("questions", QUESTIONS, questions)):
+        stage = StageWriter(out / table, StageSpec(table, schema), num_parts=1)
+        with stage.shard(0) as sh:
+            sh.count_in(len(rows))
+            sh.write_rows(rows)
+        stage.finish()
+
+
+def test_word_regex_matches_python_word_class_on_every_code_point():
+    """polars splits exactly where NLTK splits, for every character."""
+    import polars as pl
+
+    chars = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    spaced = " ".join(chars)  # every character alone between spaces: a token iff it is a word character
+    assert pl.Series([spaced]).str.extract_all(word_regex())[0].to_list() == _TOKENIZER.tokenize(spaced)
+
+
+def test_counts_equal_reference_on_tricky_text():
+    questions = [
+        "What is the capital of the Second Polish Republic's successor?",
+        "Who wrote İstanbul's ΟΔΟΣ x² ½ caf\u0065\u0301 notes, and when did the Nobel committee?",
+        "too short",
+        "a b c d a b c d a b c d",  # repeated n-grams count once
+        "",
+    ]
+    docs = [
+        ("Second Polish Republic", "The capital of the Second Polish Republic was Warsaw."),
+        ("İstanbul", "ΟΔΟΣ x² ½ café notes were written by someone; the Nobel committee met."),
+        ("Letters", "a b c d a b c d"),
+    ]
+    gold = [[0], [1, 0], [2], [2], [0]]
+    found, distinct = overlap_counts(questions, gold, [document_text(t, x) for t, x in docs], NS)
+    for i, q in enumerate(questions):
+        for k, n in enumerate(NS):
+            assert (found[i, k], distinct[i, k]) == reference_overlap(q, [docs[j] for j in gold[i]], n), (i, n)
+    assert found[0, 0] > 0 and distinct[2].sum() == 0
+
+
+def test_title_and_text_do_not_merge_into_one_token():
+    # "Paris" + "France ..." must stay two tokens: the 4-gram "paris france is a" exists only across them.
+    found, distinct = overlap_counts(["paris france is a country"], [[0]], [document_text("Paris", "France is a country.")], [4])
+    assert (found[0, 0], distinct[0, 0]) == reference_overlap("paris france is a country", [("Paris", "France is a country.")], 4) == (2, 2)
+
+
+def test_random_corpus_equals_reference():
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(40)] + ["É", "straße", "x²", "ß"]
+    docs = [(" ".join(rng.choices(vocab, k=3)), " ".join(rng.choices(vocab, k=rng.randint(0, 60)))) for _ in range(30)]
+    rows = []
+    for _ in range(300):
+        gold = rng.sample(range(len(docs)), rng.randint(1, 3))
+        src = docs[gold[0]][1].split()
+        start = rng.randint(0, max(len(src) - 1, 0))
+        q = " ".join(src[start : start + rng.randint(0, 14)] + rng.choices(vocab, k=rng.randint(0, 8)))
+        rows.append(("ds", q.upper() if rng.random() < 0.2 else q, gold))
+    found, distinct = overlap_counts([q for _, q, _ in rows], [g for _, _, g in rows], [document_text(*d) for d in docs], NS)
+    for i, (_, q, g) in enumerate(rows):
+        for k, n in enumerate(NS):
+            assert (found[i, k], distinct[i, k]) == reference_overlap(q, [docs[j] for j in g], n)
+    # Chunking changes nothing: the same numbers with tiny chunks.
+    small = overlap_of_rows(rows, [document_text(*d) for d in docs], NS, chunk=7)
+    whole = overlap_of_rows(rows, [document_text(*d) for d in docs], NS)
+    for n in NS:
+        assert small.mean["ds"][n] == pytest.approx(whole.mean["ds"][n], abs=1e-12)
+        assert small.share_any["ds"][n] == whole.share_any["ds"][n] and small.counted == whole.counted
+
+
+def test_parse_ns():
+    assert parse_ns("4-12") == NS
+    assert parse_ns("4,6, 8") == [4, 6, 8]
+    assert parse_ns("5") == [5]
+    for bad in ("x", "12-4", "0-3", ""):
+        with pytest.raises(InputError):
+            parse_ns(bad)
+
+
+def test_real_hotpotqa_and_musique_equal_independent_computation(cli, tmp_path, shared_data):
+    out, questions, documents = ingest(
+        cli,
+        tmp_path,
+        shared_data / "hotpotqa" / "hotpot_dev_distractor_v1.sample.json",
+        shared_data / "hotpotqa" / "hotpot_train_v1.1.sample.json",
+        shared_data / "musique" / "musique_ans_v1.0_dev.sample.jsonl",
+        shared_data / "musique" / "musique_ans_v1.0_train.sample.jsonl",
+    )
+    plot = tmp_path / "overlap.png"
+    got = json.loads(cli("corpus", "overlap", out, "--json", "--plot", plot).stdout)
+    want = reference_means(questions, documents)
+    assert set(want) == {"hotpotqa", "musique"}
+    for ds in want:
+        assert list(got[ds]) == [str(n) for n in NS]  # exactly the n keys, in order
+        for n in NS:
+            if str(n) in want[ds]:
+                assert got[ds][str(n)] == pytest.approx(want[ds][str(n)], abs=1e-12), (ds, n)
+            else:
+                assert got[ds][str(n)] is None
+            assert got[ds][str(n)] is None or 0.0 <= got[ds][str(n)] <= 1.0
+    # The paper's observation: HotpotQA questions copy far more of their gold documents than MuSiQue's.
+    # On these small samples no question shares an 11-gram, so the comparison is strict where HotpotQA has any.
+    for n in NS:
+        hotpot, musique = got["hotpotqa"][str(n)], got["musique"][str(n)]
+        assert hotpot > musique or hotpot == musique == 0.0, n
+    assert got["hotpotqa"]["4"] > 2 * got["musique"]["4"]
+    details = got["_details"]
+    assert details["questions"]["hotpotqa"] == 30 and details["questions"]["musique"] == 41
+    assert 0 < details["share_with_overlap"]["hotpotqa"]["4"] <= 1
+    assert plot.stat().st_size > 10_000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    table = cli("corpus", "overlap", out, "--n", "4,8").stderr
+    assert "hotpotqa" in table and "n=8" in table and "n=5" not in table
+
+
+def test_missing_corpus_is_an_input_error(cli, tmp_path):
+    proc = cli("corpus", "overlap", tmp_path / "nope", check=2)
+    assert "nope" in proc.stderr
+    proc = cli("corpus", "overlap", tmp_path, "--n", "z", check=2)
