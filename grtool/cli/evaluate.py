@@ -2,6 +2,67 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+import orjson
 import typer
+from rich.table import Table
+
+from grtool.cli.options import Json
+from grtool.errors import DataProblem
+from grtool.log import console
 
 app = typer.Typer(name="eval", help="Score model responses (retrieval recall).", no_args_is_help=True)
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+@app.command("recall")
+def recall_cmd(
+    responses: Annotated[Path, typer.Argument(help='JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
+    triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
+    json: Json = False,
+) -> None:
+    """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
+
+    Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed.
+
+    Example: grtool eval recall samples.jsonl --corpus out/corpus --triples out/triples --json
+    """
+    from grtool.export.lookup import DocidIndex, QuestionIndex
+    from grtool.export.recall import evaluate_recall
+
+    report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
+    if json:
+        typer.echo(orjson.dumps(report).decode())
+    else:
+        table = Table(title="retrieval recall")
+        for col in ("dataset", "responses", "recall", "exact", "docs/response", "hallucinated", "flipped", "malformed"):
+            table.add_column(col, justify="left" if col == "dataset" else "right")
+        rows = [*report["per_dataset"].items(), ("all", report)]
+        for name, r in rows:
+            table.add_row(
+                name,
+                str(r["responses"]),
+                _fmt(r["recall"]),
+                _fmt(r["exact_match_share"]),
+                _fmt(r["docs_per_response"], 2),
+                f"{r['hallucinated']}/{r['docids']} ({_fmt(r['hallucinated_share'], 3)})",
+                str(r["flipped"]),
+                str(r["malformed"]),
+                style="bold" if name == "all" else None,
+            )
+        console.print(table)
+    if report["unknown_qid"] or report["no_gold"]:
+        examples = f" (e.g. {', '.join(report['unknown_qid_examples'])})" if report["unknown_qid_examples"] else ""
+        console.print(
+            f"[yellow]not scored:[/] {report['unknown_qid']} responses with an unknown qid{examples}, "
+            f"{report['no_gold']} for questions without gold documents",
+            highlight=False,
+        )
+    if report["responses"] == 0:
+        raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")

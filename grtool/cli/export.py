@@ -2,6 +2,158 @@
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
 import typer
+from rich.table import Table
+
+from grtool.cli.options import Json
+from grtool.errors import DataProblem
+from grtool.log import console
 
 app = typer.Typer(name="export", help="Export training data for SFT, KTO and GMR-style trainers.", no_args_is_help=True)
+
+
+class SftFormat(str, Enum):
+    alpaca = "llamafactory-alpaca"
+    sharegpt = "llamafactory-sharegpt"
+    trl = "trl-messages"
+
+
+class KtoFormat(str, Enum):
+    llamafactory = "llamafactory"
+    trl = "trl"
+
+
+class Markers(str, Enum):
+    special = "special"
+    brackets = "brackets"
+
+
+OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file ('-' = JSON Lines on stdout).")]
+Corpus = Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")]
+Triples = Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")]
+System = Annotated[Optional[str], typer.Option("--system", help="System prompt added to every example.")]
+MarkersOpt = Annotated[
+    Markers, typer.Option("--markers", help="Docid markers in prompt and chain: the special tokens, or square brackets for models without them.")
+]
+
+
+@app.command("sft")
+def sft_cmd(
+    filtered: Annotated[Path, typer.Argument(help="Filtered chains stage directory ('-' = JSON Lines on stdin).")],
+    corpus: Corpus,
+    out: OutFile,
+    fmt: Annotated[SftFormat, typer.Option("--format", help="Trainer format.")] = SftFormat.sharegpt,
+    system: System = None,
+    markers: MarkersOpt = Markers.special,
+    max_per_dataset: Annotated[Optional[int], typer.Option("--max-per-dataset", min=0, help="At most N training examples per dataset (a seeded random sample).")] = None,
+    dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
+    all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Export every chain, not only each question's selected one.")] = False,
+    json: Json = False,
+) -> None:
+    """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.
+
+    LLaMA-Factory formats write a JSON array and add its entry to dataset_info.json beside it; trl-messages writes JSON Lines of {"messages": ...}. Train/dev are split by a hash of the qid, rows shuffled by --seed, training rows capped per dataset. Counts per dataset go to stderr.
+
+    Example: grtool export sft out/filtered --corpus out/corpus --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
+    """
+    from grtool.export.sft import SftOptions, export_sft
+
+    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates)
+    result = export_sft(filtered, corpus, out, opts)
+    table = Table(title="SFT export")
+    for col in ("dataset", "chains", "train", "dev", "capped"):
+        table.add_column(col, justify="left" if col == "dataset" else "right")
+    for name, c in sorted(result.per_dataset.items()):
+        table.add_row(name, str(c.chains), str(c.train), str(c.dev), str(c.capped))
+    console.print(table)
+    skipped = f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.unknown_qid} unknown qid, {result.empty_chain} empty"
+    console.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
+    for split, path in result.files.items():
+        if path != "-":
+            console.print(f"{split}: {path}", highlight=False)
+    if result.dataset_info:
+        console.print(f"dataset_info: {result.dataset_info}", highlight=False)
+    if json and str(out) != "-":
+        typer.echo(orjson.dumps(result.as_dict()).decode())
+
+
+@app.command("kto")
+def kto_cmd(
+    responses: Annotated[Path, typer.Argument(help='JSON Lines of {"qid": ..., "response": ...} ("-" = stdin).')],
+    corpus: Corpus,
+    triples: Triples,
+    out: OutFile,
+    tau: Annotated[float, typer.Option("--tau", help="Responses with recall below tau are undesirable.")] = 0.5,
+    fmt: Annotated[KtoFormat, typer.Option("--format", help="Trainer format.")] = KtoFormat.llamafactory,
+    system: System = None,
+    markers: MarkersOpt = Markers.special,
+    json: Json = False,
+) -> None:
+    """Label sampled responses for KTO by the documents they retrieve.
+
+    Desirable when a response retrieves exactly the gold documents, undesirable when its recall is below tau, dropped in between (recall exactly tau is dropped). Prints the class counts and the desirable_weight / undesirable_weight (TRL KTOConfig) that balance them; exits 1 when either class is empty.
+
+    Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --tau 0.5 --out data/thinkgr_kto.json
+    """
+    from grtool.export.kto import export_kto
+
+    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value)
+    summary = result.as_dict()
+    table = Table(title=f"KTO labels (tau = {tau})")
+    for col in ("dataset", "desirable", "undesirable", "dropped"):
+        table.add_column(col, justify="left" if col == "dataset" else "right")
+    for name, c in summary["per_dataset"].items():
+        table.add_row(name, str(c["desirable"]), str(c["undesirable"]), str(c["dropped"]))
+    table.add_row("all", str(result.desirable), str(result.undesirable), str(result.dropped), style="bold")
+    console.print(table)
+    console.print(
+        f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
+        f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold"
+        + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else ""),
+        highlight=False,
+    )
+    if result.dataset_info:
+        console.print(f"dataset_info: {result.dataset_info}", highlight=False)
+    if json and str(out) != "-":
+        typer.echo(orjson.dumps(summary).decode())
+    empty = [name for name, n in (("desirable", result.desirable), ("undesirable", result.undesirable)) if n == 0]
+    if empty:
+        raise DataProblem(f"no {' and no '.join(empty)} responses: KTO needs both classes (tau = {tau})")
+
+
+@app.command("gmr")
+def gmr_cmd(
+    corpus: Annotated[Path, typer.Argument(help="Corpus run directory holding questions/ and documents/.")],
+    out: OutFile,
+    memorization: Annotated[bool, typer.Option("--memorization", help="Also write corpus-memorization pairs (first 70% of a document's words → the rest).")] = False,
+    chunk_questions: Annotated[int, typer.Option("--chunk-questions", min=1, help="Questions whose gold documents are held in memory at once.")] = 50_000,
+    json: Json = False,
+) -> None:
+    """Write step-wise multi-hop retrieval pairs (GMR style) as JSON Lines.
+
+    Per question, in hop order: <QUESTION> q </QUESTION> plus the <EVIDENCE> blocks retrieved so far → the next gold document, and a final DONE. With --memorization, also the first 70% of each document's words → the rest.
+
+    Example: grtool export gmr out/corpus --out data/gmr_pairs.jsonl --memorization
+    """
+    from grtool.export.formats import open_rows
+    from grtool.export.gmr import GmrResult, iter_gmr
+
+    result = GmrResult()
+    with open_rows(out, json_array=False) as writer:
+        for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions):
+            writer.write(pair)
+    console.print(
+        f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
+        f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"
+        + (f" (e.g. {', '.join(result.missing_examples)})" if result.missing_examples else "")
+        + (f", {result.too_short} documents too short to memorize" if memorization else ""),
+        highlight=False,
+    )
+    if json and str(out) != "-":
+        typer.echo(orjson.dumps(result.as_dict()).decode())

@@ -1,0 +1,170 @@
+"""Trainer-facing formats: the instruction template, rows for LLaMA-Factory and TRL, and their files.
+
+LLaMA-Factory (``data/README.md`` of hiyouga/LLaMA-Factory): a JSON array per dataset, registered in the
+``dataset_info.json`` of the dataset directory with ``file_name``, ``formatting`` (alpaca or sharegpt),
+``columns`` (which row field plays which part) and, for sharegpt, ``tags`` (the role and content keys and the
+user/assistant role values). KTO data is sharegpt plus a boolean ``kto_tag`` column.
+
+TRL (dataset formats of the TRL docs): conversational language modeling rows ``{"messages": [...]}`` for SFT,
+and unpaired-preference rows ``{"prompt": [...], "completion": [...], "label": bool}`` for KTO, as JSON Lines.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from grtool.errors import InputError
+from grtool.export.docids import BRACKET_END, BRACKET_START, SPECIAL_END, SPECIAL_START
+from grtool.store.stage import atomic_write_bytes, commit_file
+
+MARKERS = {"special": (SPECIAL_START, SPECIAL_END), "brackets": (BRACKET_START, BRACKET_END)}
+
+INSTRUCTION_TEMPLATE = (
+    "Work out which documents answer the question below. Reason in short steps. Whenever a step needs a fact, "
+    "retrieve it as a knowledge triple written {start}head, relation, tail{end}, and bring a new entity into "
+    "your reasoning only through a triple you retrieved. If the retrieved triples are not enough, say that "
+    "the question cannot be answered.\n\nQuestion: {question}"
+)
+
+
+def instruction(question: str, markers: str = "special") -> str:
+    """The user turn for one question (shared by SFT and KTO so both see the same prompt)."""
+    start, end = MARKERS[markers]
+    return INSTRUCTION_TEMPLATE.format(start=start, end=end, question=question.strip())
+
+
+def with_markers(chain: str, markers: str) -> str:
+    """A chain stored with special-token docids, rewritten to the wanted markers."""
+    if markers == "special":
+        return chain
+    start, end = MARKERS[markers]
+    return chain.replace(SPECIAL_START, start).replace(SPECIAL_END, end)
+
+
+# ------------------------------------------------------------------------------------------------ rows
+
+SFT_FORMATS = ("llamafactory-alpaca", "llamafactory-sharegpt", "trl-messages")
+KTO_FORMATS = ("llamafactory", "trl")
+
+_SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt"}
+
+
+def sft_row(fmt: str, prompt: str, response: str, system: str | None) -> dict[str, Any]:
+    if fmt == "llamafactory-alpaca":
+        row: dict[str, Any] = {"instruction": prompt, "input": "", "output": response}
+        if system:
+            row["system"] = system
+        return row
+    if fmt == "llamafactory-sharegpt":
+        row = {"conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": response}]}
+        if system:
+            row["system"] = system
+        return row
+    if fmt == "trl-messages":
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+        return {"messages": messages}
+    raise ValueError(f"unknown SFT format {fmt!r}")
+
+
+def kto_row(fmt: str, prompt: str, response: str, desirable: bool, system: str | None) -> dict[str, Any]:
+    if fmt == "llamafactory":
+        row: dict[str, Any] = {"conversations": [{"from": "human", "value": prompt}, {"from": "gpt", "value": response}], "kto_tag": desirable}
+        if system:
+            row["system"] = system
+        return row
+    if fmt == "trl":
+        messages = [{"role": "system", "content": system}] if system else []
+        return {
+            "prompt": [*messages, {"role": "user", "content": prompt}],
+            "completion": [{"role": "assistant", "content": response}],
+            "label": desirable,
+        }
+    raise ValueError(f"unknown KTO format {fmt!r}")
+
+
+def dataset_info_stanza(fmt: str, file_name: str, system: bool, kto: bool = False) -> dict[str, Any]:
+    """The ``dataset_info.json`` entry LLaMA-Factory needs to load a file written here."""
+    if fmt == "llamafactory-alpaca":
+        columns = {"prompt": "instruction", "query": "input", "response": "output"}
+        if system:
+            columns["system"] = "system"
+        return {"file_name": file_name, "formatting": "alpaca", "columns": columns}
+    columns = {"messages": "conversations"}
+    if system:
+        columns["system"] = "system"
+    if kto:
+        columns["kto_tag"] = "kto_tag"
+    return {"file_name": file_name, "formatting": "sharegpt", "columns": columns, "tags": dict(_SHAREGPT_TAGS)}
+
+
+def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
+    """Add or replace our entries in ``directory/dataset_info.json``, keeping every other dataset there."""
+    path = directory / "dataset_info.json"
+    info: dict[str, Any] = {}
+    if path.exists():
+        try:
+            info = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+        if not isinstance(info, dict):
+            raise InputError(f"{path}: expected a JSON object of dataset entries")
+    info.update(entries)
+    atomic_write_bytes(path, orjson.dumps(info, option=orjson.OPT_INDENT_2) + b"\n")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- files
+
+
+class RowWriter:
+    """Writes rows as one JSON array (``json_array``) or as JSON Lines, counting them."""
+
+    def __init__(self, handle: BinaryIO, json_array: bool):
+        self.handle = handle
+        self.json_array = json_array
+        self.rows = 0
+        if json_array:
+            handle.write(b"[")
+
+    def write(self, row: dict[str, Any]) -> None:
+        data = orjson.dumps(row)
+        if self.json_array:
+            data = (b",\n" if self.rows else b"\n") + data
+        else:
+            data += b"\n"
+        self.handle.write(data)
+        self.rows += 1
+
+    def close(self) -> None:
+        if self.json_array:
+            self.handle.write(b"\n]\n" if self.rows else b"]\n")
+        self.handle.flush()
+
+
+@contextmanager
+def open_rows(out: str | Path, json_array: bool) -> Iterator[RowWriter]:
+    """Rows to a file, made visible only when complete (tmp, fsync, rename), or JSON Lines on stdout for ``-``."""
+    if str(out) == "-":
+        writer = RowWriter(sys.stdout.buffer, json_array=False)
+        yield writer
+        writer.close()
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            writer = RowWriter(handle, json_array)
+            yield writer
+            writer.close()
+        commit_file(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,139 @@
+"""`grtool export gmr`: training pairs for generative multi-hop retrieval (GMR/GRLS style).
+
+Retrieval pairs, per question with gold documents, in hop order: step k's input is the question followed
+by the k gold documents already retrieved, its target is gold document k+1; the last step's target is
+``DONE``. A question with n gold documents gives n + 1 pairs::
+
+    <QUESTION> q </QUESTION>                                        → d1
+    <QUESTION> q </QUESTION> <EVIDENCE> d1 </EVIDENCE>              → d2
+    <QUESTION> q </QUESTION> <EVIDENCE> d1 </EVIDENCE> <EVIDENCE> d2 </EVIDENCE> → DONE
+
+A document is written as ``title: text``, the same string as target and as evidence. Memorization pairs
+(``--memorization``) split each corpus document's words at 70%: the first part → the rest.
+
+Memory: questions are read in chunks; for each chunk one pass over the documents keeps only that chunk's
+gold documents, so memory is bounded by the chunk, not by the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from grtool.store.stage import iter_batches, resolve_stage
+
+DONE = "DONE"
+MEMORIZATION_SHARE = 0.7
+
+
+def render_document(title: str | None, text: str | None) -> str:
+    title, text = (title or "").strip(), (text or "").strip()
+    return f"{title}: {text}" if title else text
+
+
+def step_input(question: str, evidence: list[str]) -> str:
+    parts = [f"<QUESTION> {question.strip()} </QUESTION>"]
+    parts += [f"<EVIDENCE> {doc} </EVIDENCE>" for doc in evidence]
+    return " ".join(parts)
+
+
+def retrieval_pairs(qid: str, question: str, gold_docs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The n + 1 step pairs of one question; ``gold_docs`` = [(doc_id, rendered document)] in hop order."""
+    pairs = []
+    for step in range(len(gold_docs) + 1):
+        evidence = [doc for _, doc in gold_docs[:step]]
+        done = step == len(gold_docs)
+        pairs.append(
+            {
+                "kind": "retrieval",
+                "qid": qid,
+                "step": step,
+                "input": step_input(question, evidence),
+                "target": DONE if done else gold_docs[step][1],
+                "doc_id": None if done else gold_docs[step][0],
+            }
+        )
+    return pairs
+
+
+def memorization_pair(doc_id: str, document: str, share: float = MEMORIZATION_SHARE) -> dict[str, Any] | None:
+    """First ``share`` of the words → the rest; None for a document of fewer than two words."""
+    words = document.split()
+    if len(words) < 2:
+        return None
+    cut = min(max(int(len(words) * share), 1), len(words) - 1)
+    return {"kind": "memorization", "doc_id": doc_id, "input": " ".join(words[:cut]), "target": " ".join(words[cut:])}
+
+
+@dataclass
+class GmrResult:
+    questions: int = 0
+    retrieval_pairs: int = 0
+    no_gold: int = 0  # unanswerable or without gold documents
+    missing_gold_document: int = 0  # a gold doc id absent from the documents table: question skipped
+    missing_examples: list[str] = field(default_factory=list)
+    memorization_pairs: int = 0
+    too_short: int = 0  # documents of fewer than two words: no memorization pair
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def _documents_by_id(documents: Path, wanted: set[str]) -> dict[str, str]:
+    """One pass over the documents table keeping only ``wanted`` (rendered)."""
+    found: dict[str, str] = {}
+    value_set = pa.array(sorted(wanted), type=pa.string())
+    for batch in iter_batches(documents, columns=["doc_id", "title", "text"]):
+        mask = pc.is_in(batch.column("doc_id"), value_set=value_set)
+        if not pc.any(mask).as_py():
+            continue
+        for row in batch.filter(mask).to_pylist():
+            found[row["doc_id"]] = render_document(row["title"], row["text"])
+    return found
+
+
+def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = False, chunk_questions: int = 50_000) -> Iterator[dict[str, Any]]:
+    questions = resolve_stage(corpus, "questions")
+    documents = resolve_stage(corpus, "documents")
+    chunk: list[dict[str, Any]] = []
+
+    def flush() -> Iterator[dict[str, Any]]:
+        docs = _documents_by_id(documents, {d for q in chunk for d in q["gold_doc_ids"]})
+        for q in chunk:
+            missing = [d for d in q["gold_doc_ids"] if d not in docs]
+            if missing:
+                result.missing_gold_document += 1
+                if len(result.missing_examples) < 5:
+                    result.missing_examples.append(f"{q['qid']}: {missing[0]}")
+                continue
+            pairs = retrieval_pairs(q["qid"], q["question"], [(d, docs[d]) for d in q["gold_doc_ids"]])
+            result.questions += 1
+            result.retrieval_pairs += len(pairs)
+            yield from pairs
+        chunk.clear()
+
+    for batch in iter_batches(questions, columns=["qid", "question", "gold_doc_ids", "answerable"]):
+        for q in batch.to_pylist():
+            if not q["gold_doc_ids"] or q["answerable"] is False:
+                result.no_gold += 1
+                continue
+            chunk.append(q)
+            if len(chunk) >= chunk_questions:
+                yield from flush()
+    if chunk:
+        yield from flush()
+
+    if memorization:
+        for batch in iter_batches(documents, columns=["doc_id", "title", "text"]):
+            for row in batch.to_pylist():
+                pair = memorization_pair(row["doc_id"], render_document(row["title"], row["text"]))
+                if pair is None:
+                    result.too_short += 1
+                    continue
+                result.memorization_pairs += 1
+                yield pair

@@ -1,0 +1,112 @@
+"""`grtool export kto`: sampled responses → KTO data labelled by retrieval.
+
+A response is desirable when the documents it retrieves are exactly the gold set, undesirable when its
+recall is below ``tau``, and dropped in between (recall exactly ``tau`` is dropped; so is recall ≥ tau with
+a missing or an extra document). An extra document includes one pulled in by a colliding triple: the
+retrieved set is what the response would hand to a reader.
+
+The prompt is rebuilt from the question with the same template, markers and system prompt as
+`export sft`, so the KTO prompt is the one the SFT model was trained on. Rows are written in input order
+(trainers shuffle), one response at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import GrtoolError
+from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
+from grtool.export.lookup import DocidIndex, QuestionIndex
+from grtool.export.recall import Score, Skipped, iter_scores
+from grtool.store.io import is_stdio
+
+
+def kto_label(score: Score, tau: float) -> bool | None:
+    """True (desirable), False (undesirable) or None (dropped)."""
+    if score.exact:
+        return True
+    if score.recall < tau:
+        return False
+    return None
+
+
+def balancing_weights(desirable: int, undesirable: int) -> tuple[float, float]:
+    """(desirable_weight, undesirable_weight) for TRL's KTOConfig that make weight × count equal for both
+    classes (TRL advises keeping desirable_weight·n_desirable : undesirable_weight·n_undesirable within
+    1:1 … 4:3): the rarer class is up-weighted, the commoner one keeps 1."""
+    if desirable == 0 or undesirable == 0:
+        return 1.0, 1.0
+    if desirable < undesirable:
+        return undesirable / desirable, 1.0
+    return 1.0, desirable / undesirable
+
+
+@dataclass
+class KtoResult:
+    desirable: int = 0
+    undesirable: int = 0
+    dropped: int = 0
+    skipped: Skipped = field(default_factory=Skipped)
+    per_dataset: dict[str, dict[str, int]] = field(default_factory=dict)
+    file: str | None = None
+    dataset_info: str | None = None
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        return balancing_weights(self.desirable, self.undesirable)
+
+    def as_dict(self) -> dict[str, Any]:
+        dw, uw = self.weights
+        return {
+            "desirable": self.desirable,
+            "undesirable": self.undesirable,
+            "dropped": self.dropped,
+            "unknown_qid": self.skipped.unknown_qid,
+            "no_gold": self.skipped.no_gold,
+            "desirable_weight": round(dw, 4),
+            "undesirable_weight": round(uw, 4),
+            "per_dataset": dict(sorted(self.per_dataset.items())),
+            "file": self.file,
+            "dataset_info": self.dataset_info,
+        }
+
+
+def export_kto(
+    responses: str | Path,
+    corpus: str | Path,
+    triples: str | Path,
+    out: str | Path,
+    *,
+    tau: float = 0.5,
+    fmt: str = "llamafactory",
+    system: str | None = None,
+    markers: str = "special",
+) -> KtoResult:
+    if fmt not in KTO_FORMATS:
+        raise GrtoolError(f"--format must be one of {', '.join(KTO_FORMATS)}, got {fmt!r}")
+    if not 0.0 < tau <= 1.0:
+        raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
+    questions = QuestionIndex.build(corpus)
+    index = DocidIndex.build(triples)
+    result = KtoResult()
+    with open_rows(out, json_array=fmt == "llamafactory") as writer:
+        for score in iter_scores(responses, questions, index, result.skipped):
+            label = kto_label(score, tau)
+            counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
+            if label is None:
+                result.dropped += 1
+                counts["dropped"] += 1
+                continue
+            prompt = instruction(score.question.question, markers)
+            writer.write(kto_row(fmt, prompt, score.response.text, label, system))
+            key = "desirable" if label else "undesirable"
+            setattr(result, key, getattr(result, key) + 1)
+            counts[key] += 1
+    if not is_stdio(out):
+        result.file = str(out)
+        if fmt == "llamafactory":
+            stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
+            result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
+    return result

@@ -1,0 +1,166 @@
+"""Lookups the export and evaluation commands share: questions by qid, documents by docid, responses by line.
+
+Both lookups are static marisa tries (``marisa_trie.BytesTrie``) built once by streaming a stage directory:
+keys share their prefixes and nothing is held as Python objects, so a few million triples or a few hundred
+thousand questions cost tens of megabytes instead of the gigabytes a ``dict`` of strings would (measured
+in ``bench/export.py``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import marisa_trie
+import orjson
+
+from grtool.errors import InputError
+from grtool.export.docids import normalize_docid
+from grtool.store.stage import iter_batches, resolve_stage
+
+# A docid whose text holds more separators than this is not tried in flipped orders (the number of
+# candidate splits grows quadratically with the separators).
+MAX_SEPARATORS_FOR_FLIP = 8
+
+
+@dataclass(frozen=True)
+class Question:
+    qid: str
+    dataset: str
+    question: str
+    gold: tuple[str, ...]  # gold doc ids, hop order where the dataset gives it
+    answerable: bool
+
+
+class QuestionIndex:
+    """qid → :class:`Question`, from the ``questions`` stage of a corpus run directory."""
+
+    def __init__(self, trie: marisa_trie.BytesTrie, size: int):
+        self._trie = trie
+        self.size = size
+
+    @classmethod
+    def build(cls, corpus: str | Path) -> "QuestionIndex":
+        stage = resolve_stage(corpus, "questions")
+        size = 0
+
+        def entries() -> Iterator[tuple[str, bytes]]:
+            nonlocal size
+            columns = ["qid", "dataset", "question", "gold_doc_ids", "answerable"]
+            for batch in iter_batches(stage, columns=columns):
+                for row in batch.to_pylist():
+                    size += 1
+                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False]
+                    yield row["qid"], orjson.dumps(value)
+
+        return cls(marisa_trie.BytesTrie(entries()), size)
+
+    def get(self, qid: str) -> Question | None:
+        values = self._trie.get(qid)
+        if not values:
+            return None
+        dataset, question, gold, answerable = orjson.loads(values[0])
+        return Question(qid, dataset, question, tuple(gold), answerable)
+
+
+def triple_key(head: str, relation: str, tail: str) -> str:
+    """The lookup form of a stored triple, the same as :func:`~grtool.export.docids.normalize_docid` of its docid."""
+    return normalize_docid(f"{head}, {relation}, {tail}")
+
+
+class DocidIndex:
+    """Triple text → every document holding that triple, from a ``triples`` stage directory.
+
+    A triple found in several documents (a collision) retrieves all of them. A docid written tail-first
+    (``tail, relation, head``) is found too, as the filters' docid-exists rule accepts it: chains that pass
+    the filters teach the model to flip triples, so a flipped docid is a retrieval, not a hallucination.
+    """
+
+    def __init__(self, trie: marisa_trie.BytesTrie, triples: int):
+        self._trie = trie
+        self.triples = triples
+
+    @classmethod
+    def build(cls, triples: str | Path) -> "DocidIndex":
+        stage = resolve_stage(triples, "triples")
+        count = 0
+
+        def entries() -> Iterator[tuple[str, bytes]]:
+            nonlocal count
+            for batch in iter_batches(stage, columns=["doc_id", "head", "relation", "tail"]):
+                columns = [batch.column(name).to_pylist() for name in ("doc_id", "head", "relation", "tail")]
+                count += batch.num_rows
+                for doc_id, head, relation, tail in zip(*columns):
+                    if doc_id is not None and head is not None and relation is not None and tail is not None:
+                        yield triple_key(head, relation, tail), doc_id.encode()
+
+        return cls(marisa_trie.BytesTrie(entries()), count)
+
+    def documents(self, key: str) -> frozenset[str]:
+        """Documents holding exactly this triple text (empty when none)."""
+        values = self._trie.get(key)
+        return frozenset(v.decode() for v in values) if values else frozenset()
+
+    def resolve(self, key: str) -> tuple[frozenset[str], bool]:
+        """(documents, flipped) for a parsed docid: exact text first, then every tail-first reading.
+
+        The tail and head may hold commas themselves, so each pair of commas is tried as the two
+        boundaries of ``tail, relation, head``.
+        """
+        docs = self.documents(key)
+        if docs:
+            return docs, False
+        seps = [i for i, ch in enumerate(key) if ch == ","]
+        if len(seps) > MAX_SEPARATORS_FOR_FLIP:
+            return frozenset(), False
+        for i, j in combinations(seps, 2):
+            tail, relation, head = key[:i], key[i + 1 : j], key[j + 1 :]
+            docs = self.documents(f"{head},{relation},{tail}")
+            if docs:
+                return docs, True
+        return frozenset(), False
+
+
+@dataclass(frozen=True)
+class Response:
+    line: int
+    qid: str
+    text: str
+
+
+def iter_responses(path: str | Path) -> Iterator[Response]:
+    """Stream ``{"qid": …, "response": …}`` lines from a JSONL file (plain or .gz) or ``-`` (stdin).
+
+    Blank lines are skipped; anything else that is not such an object stops the run with the file and line.
+    """
+    name = "<stdin>" if str(path) == "-" else str(path)
+    if str(path) == "-":
+        handle = sys.stdin.buffer
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file")
+        handle = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
+    try:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise InputError(f"{name}, line {lineno}: not a JSON object ({e})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{name}, line {lineno}: expected a JSON object with 'qid' and 'response'")
+            qid, text = row.get("qid"), row.get("response")
+            if qid is None or isinstance(qid, (dict, list, bool)):
+                raise InputError(f"{name}, line {lineno}: missing or invalid 'qid'")
+            if not isinstance(text, str):
+                raise InputError(f"{name}, line {lineno}: 'response' must be a string, got {type(text).__name__}")
+            yield Response(lineno, str(qid), text)
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()

@@ -1,0 +1,134 @@
+"""Retrieval recall of model responses (`grtool eval recall`), also the scorer behind the KTO labels.
+
+Per response: the docids are parsed (special tokens or brackets), each is looked up in the triples
+(collisions retrieve every document holding the triple, a tail-first docid counts, see
+:class:`~grtool.export.lookup.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
+found nowhere in the corpus is a hallucination; spans that are not docids are malformed (see
+:mod:`grtool.export.docids`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.export.docids import parse_docids
+from grtool.export.lookup import DocidIndex, Question, QuestionIndex, Response, iter_responses
+
+
+@dataclass
+class Score:
+    question: Question
+    response: Response
+    retrieved: frozenset[str]
+    docids: int  # well-formed docids in the response
+    hallucinated: int  # of those, found nowhere in the corpus
+    flipped: int  # of those, found only when read tail-first
+    malformed: int
+
+    @property
+    def gold_hits(self) -> int:
+        return len(self.retrieved.intersection(self.question.gold))
+
+    @property
+    def recall(self) -> float:
+        return self.gold_hits / len(set(self.question.gold))
+
+    @property
+    def exact(self) -> bool:
+        """Retrieved documents are exactly the gold set (the recipe's 'accuracy 1')."""
+        return self.retrieved == frozenset(self.question.gold)
+
+
+def score_response(response: Response, question: Question, index: DocidIndex) -> Score:
+    parsed = parse_docids(response.text)
+    retrieved: set[str] = set()
+    hallucinated = flipped = 0
+    for key in parsed.docids:
+        docs, was_flipped = index.resolve(key)
+        if not docs:
+            hallucinated += 1
+            continue
+        flipped += was_flipped
+        retrieved.update(docs)
+    return Score(question, response, frozenset(retrieved), len(parsed.docids), hallucinated, flipped, parsed.malformed)
+
+
+@dataclass
+class Skipped:
+    unknown_qid: int = 0  # no such question in the corpus
+    no_gold: int = 0  # unanswerable or without gold documents: recall is undefined
+    unknown_examples: list[str] = field(default_factory=list)
+
+
+def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidIndex, skipped: Skipped) -> Iterator[Score]:
+    """Score every response line; lines that cannot be scored are counted in ``skipped``."""
+    for response in iter_responses(responses):
+        question = questions.get(response.qid)
+        if question is None:
+            skipped.unknown_qid += 1
+            if len(skipped.unknown_examples) < 5:
+                skipped.unknown_examples.append(f"line {response.line}: {response.qid}")
+            continue
+        if not question.gold or not question.answerable:
+            skipped.no_gold += 1
+            continue
+        yield score_response(response, question, index)
+
+
+@dataclass
+class Tally:
+    responses: int = 0
+    recall_sum: float = 0.0
+    retrieved_sum: int = 0
+    exact: int = 0
+    docids: int = 0
+    hallucinated: int = 0
+    flipped: int = 0
+    malformed: int = 0
+    with_malformed: int = 0
+
+    def add(self, s: Score) -> None:
+        self.responses += 1
+        self.recall_sum += s.recall
+        self.retrieved_sum += len(s.retrieved)
+        self.exact += s.exact
+        self.docids += s.docids
+        self.hallucinated += s.hallucinated
+        self.flipped += s.flipped
+        self.malformed += s.malformed
+        self.with_malformed += s.malformed > 0
+
+    def summary(self) -> dict[str, Any]:
+        n = self.responses
+        return {
+            "responses": n,
+            "recall": self.recall_sum / n if n else None,
+            "exact_match_share": self.exact / n if n else None,
+            "docs_per_response": self.retrieved_sum / n if n else None,
+            "docids": self.docids,
+            "hallucinated": self.hallucinated,
+            "hallucinated_share": self.hallucinated / self.docids if self.docids else 0.0,
+            "flipped": self.flipped,
+            "malformed": self.malformed,
+            "responses_with_malformed": self.with_malformed,
+        }
+
+
+def evaluate_recall(responses: str | Path, questions: QuestionIndex, index: DocidIndex) -> dict[str, Any]:
+    """The report of `grtool eval recall`: overall figures, ``per_dataset`` and what was skipped."""
+    overall = Tally()
+    per_dataset: dict[str, Tally] = {}
+    skipped = Skipped()
+    for s in iter_scores(responses, questions, index, skipped):
+        overall.add(s)
+        per_dataset.setdefault(s.question.dataset, Tally()).add(s)
+    return {
+        **overall.summary(),
+        "per_dataset": {name: t.summary() for name, t in sorted(per_dataset.items())},
+        "unknown_qid": skipped.unknown_qid,
+        "unknown_qid_examples": skipped.unknown_examples,
+        "no_gold": skipped.no_gold,
+    }

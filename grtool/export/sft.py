@@ -1,0 +1,135 @@
+"""`grtool export sft`: filtered chains → an SFT dataset for LLaMA-Factory or TRL.
+
+Each kept chain becomes one example: the user turn is the question inside :data:`INSTRUCTION_TEMPLATE`, the
+assistant turn is the chain. Rows are shuffled by seed in bounded memory (:mod:`grtool.export.shuffle`),
+split into train/dev by a hash of the qid (all candidates of a question land on the same side, and the dev
+set does not move when the seed changes), and the training side is capped per dataset (the first N in
+shuffled order, i.e. a random sample). Dev examples are not capped.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import GrtoolError
+from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
+from grtool.export.lookup import QuestionIndex
+from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
+from grtool.store.io import InputTable, is_stdio
+
+
+@dataclass
+class SftOptions:
+    fmt: str = "llamafactory-sharegpt"
+    system: str | None = None
+    markers: str = "special"
+    max_per_dataset: int | None = None
+    dev_share: float = 0.0
+    seed: int = 0
+    all_candidates: bool = False  # export every chain of the stage, not only each question's selected one
+
+    def check(self, out: str | Path) -> None:
+        if self.fmt not in SFT_FORMATS:
+            raise GrtoolError(f"--format must be one of {', '.join(SFT_FORMATS)}, got {self.fmt!r}")
+        if not 0.0 <= self.dev_share < 1.0:
+            raise GrtoolError(f"--dev-share must be in [0, 1), got {self.dev_share}")
+        if self.dev_share > 0 and is_stdio(out):
+            raise GrtoolError("--dev-share needs a file for --out (stdout carries one split only)")
+        if self.max_per_dataset is not None and self.max_per_dataset < 0:
+            raise GrtoolError(f"--max-per-dataset must be ≥ 0, got {self.max_per_dataset}")
+
+
+@dataclass
+class DatasetCounts:
+    chains: int = 0
+    train: int = 0
+    dev: int = 0
+    capped: int = 0  # training examples beyond --max-per-dataset
+
+
+@dataclass
+class SftResult:
+    per_dataset: dict[str, DatasetCounts] = field(default_factory=dict)
+    rows_in: int = 0
+    not_selected: int = 0
+    unknown_qid: int = 0
+    empty_chain: int = 0
+    unknown_examples: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # split → path
+    dataset_info: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows_in": self.rows_in,
+            "not_selected": self.not_selected,
+            "unknown_qid": self.unknown_qid,
+            "empty_chain": self.empty_chain,
+            "train": sum(c.train for c in self.per_dataset.values()),
+            "dev": sum(c.dev for c in self.per_dataset.values()),
+            "capped": sum(c.capped for c in self.per_dataset.values()),
+            "per_dataset": {k: vars(v) for k, v in sorted(self.per_dataset.items())},
+            "files": self.files,
+            "dataset_info": self.dataset_info,
+        }
+
+
+def dev_path(out: Path) -> Path:
+    return out.with_name(f"{out.stem}_dev{out.suffix}")
+
+
+def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions) -> SftResult:
+    opts.check(out)
+    questions = QuestionIndex.build(corpus)
+    chains = InputTable.open(filtered, "chains")
+    result = SftResult()
+    spill_dir = None if is_stdio(out) else Path(out).parent
+    if spill_dir is not None:
+        spill_dir.mkdir(parents=True, exist_ok=True)
+    with KeyedSpill(spill_dir) as spill:
+        for row in chains.iter_rows(columns=["qid", "candidate", "text", "selected"]):
+            result.rows_in += 1
+            if not opts.all_candidates and not row.get("selected"):
+                result.not_selected += 1
+                continue
+            question = questions.get(row["qid"])
+            if question is None:
+                result.unknown_qid += 1
+                if len(result.unknown_examples) < 5:
+                    result.unknown_examples.append(str(row["qid"]))
+                continue
+            if not (row.get("text") or "").strip():
+                result.empty_chain += 1
+                continue
+            counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
+            counts.chains += 1
+            example = sft_row(opts.fmt, instruction(question.question, opts.markers), with_markers(row["text"], opts.markers), opts.system)
+            split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
+            spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), [question.dataset, split, example])
+        _write_splits(spill, out, opts, result)
+    if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
+        entries = {}
+        for split, path in result.files.items():
+            name = Path(path).stem
+            entries[name] = dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system))
+        result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
+    return result
+
+
+def _write_splits(spill: KeyedSpill, out: str | Path, opts: SftOptions, result: SftResult) -> None:
+    json_array = opts.fmt.startswith("llamafactory")
+    targets = {"train": out}
+    if opts.dev_share > 0:
+        targets["dev"] = dev_path(Path(out))
+    with ExitStack() as stack:
+        writers = {split: stack.enter_context(open_rows(path, json_array)) for split, path in targets.items()}
+        for _key, (dataset, split, example) in spill:
+            counts = result.per_dataset[dataset]
+            if split == "train" and opts.max_per_dataset is not None and counts.train >= opts.max_per_dataset:
+                counts.capped += 1
+                continue
+            writers[split].write(example)
+            setattr(counts, split, getattr(counts, split) + 1)
+    result.files = {split: str(path) for split, path in targets.items()}

@@ -1,0 +1,393 @@
+"""`grtool export sft / kto / gmr` on real 2WikiMultihopQA and MuSiQue samples, with hand-checked values.
+
+The corpus (documents + questions stages) is built from the real records in ../shared/data; the triples
+stage holds 2Wiki's own `evidences` triples plus triples written by hand from the paragraph texts, among
+them one real collision: three Al Thani paragraphs all say that Moza bint Nasser is Hamad bin Khalifa Al
+Thani's second wife.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from grtool.export.formats import instruction
+from grtool.export.gmr import render_document
+from grtool.export.shuffle import unit_hash
+from grtool.store.schemas import CHAINS, DOCUMENTS, QUESTIONS, TRIPLES
+from grtool.store.stage import StageSpec, StageWriter
+
+WIKI = "2wikimultihopqa"
+MUSIQUE = "musique"
+
+# Real question ids of the samples used in hand-checked cases.
+Q_MOZA = "20aa14f60bdc11eba7f7acde48001122"  # Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?
+Q_ANA = "a643672c0bda11eba7f7acde48001122"  # What is the place of birth of the director of film Ana, Mon Amour?
+Q_WALTZ = "917222f308c911ebbd92ac1f6bf848b6"  # bridge_comparison, four gold documents
+Q_FAIR_LADY = "2hop__82713_84616"  # MuSiQue: What did the actress in My Fair Lady win a Tony for?
+
+# Triples read off the paragraph texts by hand (title of the paragraph → triples).
+HAND_TRIPLES = {
+    "Mohammed bin Hamad bin Khalifa Al Thani": [
+        ("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser"),
+        ("Mohammed bin Hamad bin Khalifa Al Thani", "date of birth", "18 April 1988"),
+    ],
+    "Moza bint Nasser": [("Moza bint Nasser", "date of birth", "January 15, 1959")],
+    "Joaan bin Hamad bin Khalifa Al Thani": [
+        ("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser"),
+        ("Joaan bin Hamad bin Khalifa Al Thani", "date of birth", "23 July 1986"),
+    ],
+    "Jassim bin Hamad bin Khalifa Al Thani": [("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser")],
+    "My Fair Lady (film)": [("My Fair Lady (film)", "stars", "Audrey Hepburn")],
+    "List of awards and honours received by Audrey Hepburn": [
+        ("Audrey Hepburn", "won Tony Award for", "Best Performance by a Leading Actress in a Play in Ondine")
+    ],
+}
+
+
+def doc_id(title: str, text: str) -> str:
+    return hashlib.blake2b(f"{' '.join(title.split())}\n{' '.join(text.split())}".encode(), digest_size=16).hexdigest()
+
+
+def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
+    stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
+    with stage.shard(0) as shard:
+        shard.count_in(len(rows))
+        shard.write_rows(rows)
+    stage.finish()
+
+
+def build_samples(shared_data: Path, root: Path) -> dict:
+    """Write documents/, questions/ and triples/ under ``root`` from the real samples.
+
+    Returns {"doc": {title: doc_id}, "gold": {qid: [title, ...]}, "question": {qid: text}} for the checks.
+    """
+    documents: dict[str, dict] = {}
+    questions: list[dict] = []
+    by_title: dict[str, str] = {}
+    gold_titles: dict[str, list[str]] = {}
+    question_text: dict[str, str] = {}
+    triples: list[tuple[str, str, str, str]] = []  # (doc_id, head, relation, tail)
+
+    def add_doc(title: str, text: str, dataset: str) -> str:
+        did = doc_id(title, text)
+        documents.setdefault(did, {"doc_id": did, "title": title, "text": text, "datasets": [dataset]})
+        by_title.setdefault(title, did)
+        return did
+
+    wiki = json.loads((shared_data / WIKI / "data_ids_dev.sample.json").read_text())
+    wiki += json.loads((shared_data / WIKI / "dev.sample.json").read_text())
+    for rec in wiki:
+        ids = {title: add_doc(title, " ".join(sents), WIKI) for title, sents in reversed(rec["context"])}
+        titles = list(dict.fromkeys(t for t, _ in rec["supporting_facts"]))  # hop order = supporting-fact order
+        gold_titles[rec["_id"]] = titles
+        question_text[rec["_id"]] = rec["question"]
+        questions.append(_question(rec["_id"], WIKI, rec["question"], rec["answer"], [ids[t] for t in titles], rec["type"]))
+        for head, relation, tail in rec["evidences"]:
+            if head in ids:  # 2Wiki evidence triples are about the paragraph titled by their head
+                triples.append((ids[head], head, relation, tail))
+
+    for line in (shared_data / MUSIQUE / "musique_ans_v1.0_dev.sample.jsonl").read_text().splitlines()[:3]:
+        rec = json.loads(line)
+        ids = {p["idx"]: add_doc(p["title"], p["paragraph_text"], MUSIQUE) for p in rec["paragraphs"]}
+        hops = [step["paragraph_support_idx"] for step in rec["question_decomposition"]]
+        gold_titles[rec["id"]] = [next(p["title"] for p in rec["paragraphs"] if p["idx"] == i) for i in hops]
+        question_text[rec["id"]] = rec["question"]
+        questions.append(_question(rec["id"], MUSIQUE, rec["question"], rec["answer"], [ids[i] for i in hops], None))
+
+    for title, extra in HAND_TRIPLES.items():
+        triples += [(by_title[title], *t) for t in extra]
+
+    _write_stage(root / "documents", "documents", DOCUMENTS, list(documents.values()))
+    _write_stage(root / "questions", "questions", QUESTIONS, questions)
+    idx: dict[str, int] = {}
+    rows = []
+    for did, head, relation, tail in triples:
+        idx[did] = idx.get(did, -1) + 1
+        rows.append({"doc_id": did, "idx": idx[did], "head": head, "relation": relation, "tail": tail, "docid": f"<docid_start>{head}, {relation}, {tail}<docid_end>"})
+    _write_stage(root / "triples", "triples", TRIPLES, rows)
+    return {"doc": by_title, "gold": gold_titles, "question": question_text, "documents": documents}
+
+
+def _question(qid: str, dataset: str, question: str, answer: str, gold: list[str], qtype: str | None) -> dict:
+    return {
+        "qid": qid, "dataset": dataset, "split": "dev", "question": question, "answer": answer, "answer_aliases": [],
+        "gold_doc_ids": gold, "type": qtype, "answerable": True, "meta": "{}",
+    }
+
+
+@pytest.fixture
+def samples(shared_data, tmp_path) -> dict:
+    info = build_samples(shared_data, tmp_path / "corpus")
+    info["root"] = tmp_path / "corpus"
+    return info
+
+
+def D(start: str = "<docid_start>", end: str = "<docid_end>"):
+    return lambda h, r, t: f"{start}{h}, {r}, {t}{end}"
+
+
+SPECIAL = D()
+
+# ------------------------------------------------------------------------------------------------- KTO
+
+# Responses as a sampled SFT model might write them, with their recall worked out by hand.
+MOZA_EXACT = (
+    f"The mother: {SPECIAL('Mohammed bin Hamad bin Khalifa Al Thani', 'mother', 'Moza bint Nasser')} Her birthplace: "
+    f"{SPECIAL('Moza bint Nasser', 'place of birth', 'Al Khor')} So the answer is Al Khor."
+)  # {M, Z} = gold: recall 1, exact → desirable
+MOZA_COLLIDING = (
+    "[Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser] [Moza bint Nasser, place of birth, Al Khor] Al Khor."
+)  # the collision retrieves M, Joaan and Jassim: recall 1 but not exact → dropped at any tau
+MOZA_FLIPPED_AND_HALLUCINATED = (
+    f"{SPECIAL('Al Khor', 'place of birth', 'Moza bint Nasser')} {SPECIAL('Moza bint Nasser', 'mother of', 'Mohammed bin Hamad')}"
+)  # flipped Z triple + one hallucinated docid: recall 0.5
+MOZA_MALFORMED = (
+    f"{SPECIAL('Mohammed bin Hamad bin Khalifa Al Thani', 'mother', 'Moza bint Nasser')} then <docid_start><docid_end> "
+    "and [Moza bint Nasser] and <docid_start>Moza bint Nasser, place of birth"
+)  # one docid (M), three malformed spans: recall 0.5
+MOZA_NOTHING = "I cannot answer this question from what I know."  # recall 0 → undesirable
+ANA_BRACKETS = "[Ana, mon amour, director, Călin Peter Netzer] He was born somewhere."  # comma in the head: recall 0.5
+ANA_FLIPPED_EXACT = (
+    f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
+)  # first docid flipped (and commas in the flipped head): {A, C} = gold, exact → desirable
+WALTZ_ONE_OF_FOUR = "[Two Hearts in Waltz Time, director, Géza von Bolváry]"  # recall 0.25
+FAIR_LADY_HALF = "[My Fair Lady (film), stars, Audrey Hepburn]"  # MuSiQue, recall 0.5
+
+RESPONSES = [
+    (Q_MOZA, MOZA_EXACT),
+    (Q_MOZA, MOZA_COLLIDING),
+    (Q_MOZA, MOZA_FLIPPED_AND_HALLUCINATED),
+    (Q_MOZA, MOZA_MALFORMED),
+    (Q_ANA, ANA_BRACKETS),
+    (Q_ANA, ANA_FLIPPED_EXACT),
+    (Q_FAIR_LADY, FAIR_LADY_HALF),
+    (Q_MOZA, MOZA_NOTHING),
+    (Q_WALTZ, WALTZ_ONE_OF_FOUR),
+    ("no-such-question", MOZA_EXACT),
+]
+
+
+def write_responses(path: Path, responses=RESPONSES) -> Path:
+    path.write_text("".join(json.dumps({"qid": q, "response": r}, ensure_ascii=False) + "\n" for q, r in responses))
+    return path
+
+
+@pytest.mark.parametrize(
+    "tau, desirable, undesirable, dropped, weights",
+    [
+        # 0.5: exact ones desirable; MOZA_NOTHING (0) and WALTZ (0.25) below; the four at exactly 0.5 dropped,
+        # and MOZA_COLLIDING (recall 1, extra documents) dropped.
+        (0.5, [MOZA_EXACT, ANA_FLIPPED_EXACT], [MOZA_NOTHING, WALTZ_ONE_OF_FOUR], 5, (1.0, 1.0)),
+        # 0.25: WALTZ's recall is exactly tau → dropped; 2 desirable vs 1 undesirable → up-weight the undesirable.
+        (0.25, [MOZA_EXACT, ANA_FLIPPED_EXACT], [MOZA_NOTHING], 6, (1.0, 2.0)),
+        # 1.0: everything short of full recall is undesirable; full recall with an extra document is still dropped.
+        (
+            1.0,
+            [MOZA_EXACT, ANA_FLIPPED_EXACT],
+            [MOZA_FLIPPED_AND_HALLUCINATED, MOZA_MALFORMED, ANA_BRACKETS, FAIR_LADY_HALF, MOZA_NOTHING, WALTZ_ONE_OF_FOUR],
+            1,
+            (3.0, 1.0),
+        ),
+    ],
+)
+def test_kto_labels_at_the_tau_boundary(cli, samples, tmp_path, tau, desirable, undesirable, dropped, weights):
+    root = samples["root"]
+    responses = write_responses(tmp_path / "samples.jsonl")
+    out = tmp_path / "data" / "thinkgr_kto.jsonl"
+    proc = cli("export", "kto", responses, "--corpus", root, "--triples", root / "triples", "--tau", str(tau), "--format", "trl", "--out", out, "--json")
+    summary = json.loads(proc.stdout)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    got_desirable = [r["completion"][0]["content"] for r in rows if r["label"] is True]
+    got_undesirable = [r["completion"][0]["content"] for r in rows if r["label"] is False]
+    assert got_desirable == desirable
+    assert got_undesirable == undesirable
+    assert (summary["desirable"], summary["undesirable"], summary["dropped"]) == (len(desirable), len(undesirable), dropped)
+    assert (summary["desirable_weight"], summary["undesirable_weight"]) == weights
+    assert summary["unknown_qid"] == 1
+    assert "no-such-question" in proc.stderr
+    # TRL unpaired-preference rows: conversational prompt (the SFT instruction) / completion / bool label.
+    first = rows[0]
+    assert set(first) == {"prompt", "completion", "label"}
+    assert first["prompt"] == [{"role": "user", "content": instruction(samples["question"][Q_MOZA])}]
+    assert first["completion"] == [{"role": "assistant", "content": MOZA_EXACT}]
+    assert not (out.parent / "dataset_info.json").exists()  # TRL needs no registry
+
+
+def test_kto_llamafactory_rows_and_stanza(cli, samples, tmp_path):
+    root = samples["root"]
+    responses = write_responses(tmp_path / "samples.jsonl")
+    out = tmp_path / "data" / "thinkgr_kto.json"
+    cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", out, "--system", "You retrieve.")
+    rows = json.loads(out.read_text())  # one JSON array, as LLaMA-Factory's examples
+    assert [r["kto_tag"] for r in rows] == [True, True, False, False]
+    assert rows[0] == {
+        "conversations": [{"from": "human", "value": instruction(samples["question"][Q_MOZA])}, {"from": "gpt", "value": MOZA_EXACT}],
+        "kto_tag": True,
+        "system": "You retrieve.",
+    }
+    info = json.loads((out.parent / "dataset_info.json").read_text())
+    assert info == {
+        "thinkgr_kto": {
+            "file_name": "thinkgr_kto.json",
+            "formatting": "sharegpt",
+            "columns": {"messages": "conversations", "system": "system", "kto_tag": "kto_tag"},
+            "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt"},
+        }
+    }
+
+
+def test_kto_exits_1_when_a_class_is_empty(cli, samples, tmp_path):
+    root = samples["root"]
+    responses = write_responses(tmp_path / "only_good.jsonl", [(Q_MOZA, MOZA_EXACT), (Q_ANA, ANA_FLIPPED_EXACT)])
+    proc = cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", tmp_path / "k.json", check=1)
+    assert "no undesirable responses" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------- SFT
+
+LLAMAFACTORY_SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt"}
+
+
+def _chain_for(title_gold: list[str], question: str) -> str:
+    return f"To answer '{question}' I retrieve " + " then ".join(SPECIAL(t, "is about", "something") for t in title_gold) + "."
+
+
+def write_chains(samples: dict, path: Path) -> dict[str, str]:
+    """A filtered-chains stage: one selected chain per sample question, plus a non-selected one and an unknown qid."""
+    rows, chains = [], {}
+    for qid, titles in samples["gold"].items():
+        text = _chain_for(titles, samples["question"][qid])
+        chains[qid] = text
+        rows.append({"qid": qid, "candidate": 0, "text": text, "docids": [], "flipped": [], "selected": True, "score": 0.1, "model": "m", "temperature": 0.0, "finish_reason": "stop"})
+    rows.append({**rows[0], "candidate": 1, "text": "a second candidate", "selected": False})
+    rows.append({**rows[0], "qid": "ghost-question", "text": "orphan"})
+    _write_stage(path, "chains", CHAINS, rows)
+    return chains
+
+
+def test_sft_llamafactory_sharegpt_with_dataset_info(cli, samples, tmp_path):
+    chains = write_chains(samples, tmp_path / "filtered")
+    out = tmp_path / "data" / "thinkgr_sft.json"
+    (out.parent).mkdir()
+    (out.parent / "dataset_info.json").write_text(json.dumps({"alpaca_en_demo": {"file_name": "alpaca_en_demo.json"}}))
+    proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--system", "You are a retriever.", "--json")
+    summary = json.loads(proc.stdout)
+    rows = json.loads(out.read_text())
+    assert len(rows) == 20 == summary["train"]  # 17 2Wiki + 3 MuSiQue questions
+    assert summary["not_selected"] == 1 and summary["unknown_qid"] == 1
+    assert summary["per_dataset"] == {
+        MUSIQUE: {"chains": 3, "train": 3, "dev": 0, "capped": 0},
+        WIKI: {"chains": 17, "train": 17, "dev": 0, "capped": 0},
+    }
+    moza = next(r for r in rows if r["conversations"][1]["value"] == chains[Q_MOZA])
+    assert moza == {
+        "conversations": [
+            {"from": "human", "value": instruction("Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?")},
+            {"from": "gpt", "value": chains[Q_MOZA]},
+        ],
+        "system": "You are a retriever.",
+    }
+    assert moza["conversations"][0]["value"].endswith("Question: Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?")
+    info = json.loads((out.parent / "dataset_info.json").read_text())
+    assert info["alpaca_en_demo"] == {"file_name": "alpaca_en_demo.json"}  # other datasets are kept
+    assert info["thinkgr_sft"] == {
+        "file_name": "thinkgr_sft.json",
+        "formatting": "sharegpt",
+        "columns": {"messages": "conversations", "system": "system"},
+        "tags": LLAMAFACTORY_SHAREGPT_TAGS,
+    }
+    assert f"{WIKI}" in proc.stderr and "17" in proc.stderr  # counts per dataset on stderr
+
+
+def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
+    write_chains(samples, tmp_path / "filtered")
+    out = tmp_path / "lf" / "sft.json"
+
+    def export(to: Path, *extra: str):
+        return cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", to, "--format", "llamafactory-alpaca", "--markers", "brackets", *extra)
+
+    summary = json.loads(export(out, "--dev-share", "0.3", "--max-per-dataset", "5", "--seed", "7", "--json").stdout)
+    train, dev = json.loads(out.read_text()), json.loads((out.parent / "sft_dev.json").read_text())
+    # The dev side is exactly the questions whose qid hash falls below the share, capped or not.
+    expected_dev = {q for q in samples["gold"] if unit_hash(q) < 0.3}
+    dev_questions = {next(q for q, t in samples["question"].items() if r["instruction"].endswith(f"Question: {t}")) for r in dev}
+    assert dev_questions == expected_dev and 0 < len(dev) < 20
+    per = summary["per_dataset"]
+    for name, total in ((WIKI, 17), (MUSIQUE, 3)):
+        n_dev = sum(1 for q in expected_dev if (name == MUSIQUE) == q.startswith("2hop"))
+        assert per[name]["dev"] == n_dev
+        assert per[name]["train"] == min(5, total - n_dev)
+        assert per[name]["capped"] == total - n_dev - per[name]["train"]
+    assert len(train) == per[WIKI]["train"] + per[MUSIQUE]["train"]
+    row = train[0]
+    assert set(row) == {"instruction", "input", "output"} and row["input"] == ""
+    assert "<docid_start>" not in row["output"] and ", is about, something]" in row["output"]
+    assert "[head, relation, tail]" in row["instruction"]
+    info = json.loads((out.parent / "dataset_info.json").read_text())
+    alpaca_columns = {"prompt": "instruction", "query": "input", "response": "output"}
+    assert info == {
+        "sft": {"file_name": "sft.json", "formatting": "alpaca", "columns": alpaca_columns},
+        "sft_dev": {"file_name": "sft_dev.json", "formatting": "alpaca", "columns": alpaca_columns},
+    }
+    # Same seed → same file; another seed → another order of the same training rows.
+    export(tmp_path / "again.json", "--dev-share", "0.3", "--max-per-dataset", "5", "--seed", "7")
+    assert (tmp_path / "again.json").read_bytes() == out.read_bytes()
+    export(tmp_path / "s8.json", "--dev-share", "0.3", "--seed", "8")
+    export(tmp_path / "s9.json", "--dev-share", "0.3", "--seed", "9")
+    s8, s9 = (json.loads((tmp_path / f"s{n}.json").read_text()) for n in (8, 9))
+    assert len(s8) == 20 - len(dev) and sorted(map(str, s8)) == sorted(map(str, s9)) and s8 != s9
+
+
+def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
+    chains = write_chains(samples, tmp_path / "filtered")
+    proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--format", "trl-messages")
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout holds only the data
+    assert len(rows) == 20
+    moza = next(r for r in rows if r["messages"][-1]["content"] == chains[Q_MOZA])
+    assert moza == {
+        "messages": [
+            {"role": "user", "content": instruction(samples["question"][Q_MOZA])},
+            {"role": "assistant", "content": chains[Q_MOZA]},
+        ]
+    }
+    assert "chains read" in proc.stderr
+    cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--dev-share", "0.1", check=2)
+
+
+# ------------------------------------------------------------------------------------------------- GMR
+
+
+def test_gmr_pairs_follow_hop_order(cli, samples, tmp_path):
+    out = tmp_path / "gmr.jsonl"
+    summary = json.loads(cli("export", "gmr", samples["root"], "--out", out, "--memorization", "--json").stdout)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    docs = {d["doc_id"]: render_document(d["title"], d["text"]) for d in samples["documents"].values()}
+    moza = [r for r in rows if r.get("qid") == Q_MOZA]
+    m_doc = docs[samples["doc"]["Mohammed bin Hamad bin Khalifa Al Thani"]]
+    z_doc = docs[samples["doc"]["Moza bint Nasser"]]
+    assert m_doc.startswith("Mohammed bin Hamad bin Khalifa Al Thani: Sheikh Mohammed bin Hamad")
+    q = "<QUESTION> Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born? </QUESTION>"
+    assert [(r["step"], r["input"], r["target"]) for r in moza] == [
+        (0, q, m_doc),
+        (1, f"{q} <EVIDENCE> {m_doc} </EVIDENCE>", z_doc),
+        (2, f"{q} <EVIDENCE> {m_doc} </EVIDENCE> <EVIDENCE> {z_doc} </EVIDENCE>", "DONE"),
+    ]
+    # Four gold documents in supporting-fact order: films first, then their directors.
+    waltz = [r for r in rows if r.get("qid") == Q_WALTZ]
+    order = ["Two Hearts in Waltz Time", "Then I Sentenced Them All to Death", "Géza von Bolváry", "Sergiu Nicolaescu"]
+    assert [r["doc_id"] for r in waltz] == [samples["doc"][t] for t in order] + [None]
+    assert waltz[-1]["input"].count("<EVIDENCE>") == 4
+    # MuSiQue keeps the decomposition's order (paragraph 1, then 12).
+    fair = [r for r in rows if r.get("qid") == Q_FAIR_LADY]
+    assert [r["target"].split(":")[0] for r in fair] == ["My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn", "DONE"]
+    assert summary["questions"] == 20 and summary["retrieval_pairs"] == sum(len(g) + 1 for g in samples["gold"].values())
+    # Memorization: "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11
+    # November 1991 known as K.H.K.) is a Qatari royal." has 26 words → the first int(0.7 · 26) = 18, then 8.
+    mem = next(r for r in rows if r["kind"] == "memorization" and r["doc_id"] == samples["doc"]["Khalifa Bin Hamad Bin Khalifa Al Thani"])
+    assert mem["input"] == "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11 November"
+    assert mem["target"] == "1991 known as K.H.K.) is a Qatari royal."
+    assert summary["memorization_pairs"] == len(samples["documents"])
