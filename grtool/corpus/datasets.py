@@ -1,0 +1,357 @@
+"""One record of a release file → a question row and the documents it carries.
+
+Each dataset has a converter ``record -> Converted``; a record that does not fit (missing field, wrong type)
+raises :class:`BadRecord`, which the caller rejects (or, under ``--strict``, turns into an error).
+
+How each dataset's gold documents are read (``gold_doc_ids`` keeps hop order where the data has one):
+- HotpotQA (original and Hugging Face layout): the context paragraphs whose titles appear in
+  ``supporting_facts``, in supporting-fact order. In the fullwiki setting the gold paragraph may be absent
+  from the retrieved context; such titles are listed in ``meta.gold_titles_missing``.
+- 2WikiMultihopQA: the same, by ``supporting_facts`` titles (their order follows the evidence chain).
+- MuSiQue: paragraphs with ``is_supporting`` (titles repeat within a question, so paragraphs are matched
+  by ``idx``), ordered by ``question_decomposition[].paragraph_support_idx``. Unanswerable MuSiQue-full
+  records have ``answerable = false`` and no gold.
+- MoreHopQA: every context paragraph is gold (its context holds only the supporting paragraphs), ordered by
+  ``question_decomposition[].paragraph_support_title``.
+
+Paragraph text is the dataset's own: HotpotQA sentences are concatenated as given (each later sentence
+carries its leading space); 2Wiki sentences carry no leading space and are joined with one space; MuSiQue
+has one string per paragraph. MoreHopQA copies paragraphs from those datasets, so it joins them the way its
+source dataset does (the source is read from the question id); a paragraph given as one string is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from grtool.corpus.docid import doc_id
+
+HOTPOTQA = "hotpotqa"
+TWOWIKI = "2wikimultihopqa"
+MUSIQUE = "musique"
+MOREHOPQA = "morehopqa"
+HOTPOTQA_WIKI = "hotpotqa-wiki"
+DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA, HOTPOTQA_WIKI)
+
+# The corpus a dataset's documents belong to: the Wikipedia abstracts dump *is* HotpotQA's corpus.
+CORPUS_LABEL = {HOTPOTQA_WIKI: HOTPOTQA}
+
+# Sentence joins (see module docstring).
+JOIN = {HOTPOTQA: "", TWOWIKI: " ", MUSIQUE: " ", MOREHOPQA: " "}
+
+
+class BadRecord(Exception):
+    """A record that does not fit its dataset's schema; ``reason`` is short and countable."""
+
+    def __init__(self, reason: str, detail: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Converted:
+    question: dict[str, Any] | None  # None for corpus-only records (Wikipedia dump)
+    documents: list[tuple[str, str, str]] = field(default_factory=list)  # (doc_id, title, text)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def _field(rec: dict, key: str, kind: type | tuple[type, ...], *, optional: bool = False, default: Any = None) -> Any:
+    if key not in rec or rec[key] is None:
+        if optional:
+            return default
+        raise BadRecord(f"missing field '{key}'")
+    value = rec[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise BadRecord(f"field '{key}' has the wrong type", f"expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _str_list(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise BadRecord(f"field '{what}' has the wrong type", "expected a list of strings")
+    return value
+
+
+def _meta(rec: dict, used: set[str], **derived: Any) -> str:
+    """Every field not mapped to a column or to documents, plus derived facts, as JSON text."""
+    meta = {k: v for k, v in rec.items() if k not in used}
+    meta.update({k: v for k, v in derived.items() if v is not None})
+    return orjson.dumps(meta).decode()
+
+
+def _unique(ids: list[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+def _question(qid: str, dataset: str, split: str, rec: dict, *, answer: Any, aliases: list[str], gold: list[str],
+              type_: Any, answerable: bool, meta: str) -> dict[str, Any]:
+    if answer is not None and not isinstance(answer, str):
+        raise BadRecord("field 'answer' has the wrong type", f"expected str, got {type(answer).__name__}")
+    if type_ is not None and not isinstance(type_, str):
+        raise BadRecord("field 'type' has the wrong type", f"expected str, got {type(type_).__name__}")
+    question = _field(rec, "question", str)
+    return {
+        "qid": qid,
+        "dataset": dataset,
+        "split": split,
+        "question": question,
+        "answer": answer,
+        "answer_aliases": aliases,
+        "gold_doc_ids": gold,
+        "type": type_,
+        "answerable": answerable,
+        "meta": meta,
+    }
+
+
+def _titled_paragraphs(context: Any, join: str | Callable[[list[str]], str]) -> list[tuple[str, str, str]]:
+    """``[[title, sentences], ...]`` → ``(doc_id, title, text)`` in context order."""
+    if not isinstance(context, list):
+        raise BadRecord("field 'context' has the wrong type", "expected a list of [title, sentences]")
+    docs = []
+    for i, item in enumerate(context):
+        if not (isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str)):
+            raise BadRecord("field 'context' has the wrong type", f"context[{i}] is not [title, sentences]")
+        title, body = item
+        if isinstance(body, str):
+            text = body
+        else:
+            sentences = _str_list(body, "context")
+            text = join(sentences) if callable(join) else join.join(sentences)
+        docs.append((doc_id(title, text), title, text))
+    return docs
+
+
+def _gold_by_titles(docs: list[tuple[str, str, str]], supporting_facts: Any) -> tuple[list[str], list[str], list[str]]:
+    """Gold doc ids by supporting-fact titles, in supporting-fact order; also the titles and missing ones."""
+    if not isinstance(supporting_facts, list) or not all(
+        isinstance(sf, list | tuple) and len(sf) >= 1 and isinstance(sf[0], str) for sf in supporting_facts
+    ):
+        raise BadRecord("field 'supporting_facts' has the wrong type", "expected a list of [title, sentence index]")
+    titles = _unique([sf[0] for sf in supporting_facts])
+    by_title: dict[str, list[str]] = {}
+    for did, title, _ in docs:
+        by_title.setdefault(title, []).append(did)
+    gold = _unique([did for t in titles for did in by_title.get(t, [])])
+    missing = [t for t in titles if t not in by_title]
+    return gold, titles, missing
+
+
+# ------------------------------------------------------------------------------------------ HotpotQA
+
+
+def _hotpot_layout(rec: dict) -> tuple[str, list, list | None]:
+    """Context and supporting facts in the original layout, whichever layout the record uses."""
+    context = rec.get("context")
+    sf = rec.get("supporting_facts")
+    if isinstance(context, dict):  # Hugging Face datasets: dicts of parallel lists
+        titles, sentences = context.get("title"), context.get("sentences")
+        if not isinstance(titles, list) or not isinstance(sentences, list) or len(titles) != len(sentences):
+            raise BadRecord("field 'context' has the wrong type", "expected {title: [...], sentences: [[...]]} of equal length")
+        context = [list(pair) for pair in zip(titles, sentences)]
+        if isinstance(sf, dict):
+            st, si = sf.get("title"), sf.get("sent_id")
+            if not isinstance(st, list) or not isinstance(si, list) or len(st) != len(si):
+                raise BadRecord("field 'supporting_facts' has the wrong type", "expected {title: [...], sent_id: [...]} of equal length")
+            sf = [list(pair) for pair in zip(st, si)]
+        return "hf", context, sf
+    if context is None:
+        raise BadRecord("missing field 'context'")
+    return "original", context, sf
+
+
+def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Converted:
+    qid = rec.get("_id", rec.get("id"))
+    if not isinstance(qid, str) or not qid:
+        raise BadRecord("missing field '_id'")
+    layout, context, sf = _hotpot_layout(rec)
+    docs = _titled_paragraphs(context, JOIN[HOTPOTQA])
+    has_labels = sf is not None
+    gold, titles, missing = _gold_by_titles(docs, sf) if has_labels else ([], [], [])
+    meta = _meta(
+        rec,
+        {"_id", "id", "question", "answer", "type", "context", "supporting_facts"},
+        supporting_facts=sf,  # always in the original [title, sentence] layout
+        layout=layout,
+        setting=setting,
+        hops=len(titles) if has_labels else None,
+        gold_titles_missing=missing or None,
+    )
+    answer = rec.get("answer")
+    q = _question(qid, HOTPOTQA, split, rec, answer=answer, aliases=[], gold=gold, type_=rec.get("type"),
+                  answerable=True, meta=meta)
+    return Converted(q, docs)
+
+
+# ---------------------------------------------------------------------------------- 2WikiMultihopQA
+
+
+def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
+    qid = _field(rec, "_id", str)
+    docs = _titled_paragraphs(_field(rec, "context", list), JOIN[TWOWIKI])
+    sf = rec.get("supporting_facts")
+    evidences = rec.get("evidences")
+    if evidences is not None and not isinstance(evidences, list):
+        raise BadRecord("field 'evidences' has the wrong type", "expected a list of [subject, relation, object]")
+    gold, _, missing = _gold_by_titles(docs, sf) if sf is not None else ([], [], [])
+    meta = _meta(
+        rec,
+        {"_id", "question", "answer", "type", "context"},
+        hops=len(evidences) if evidences is not None else None,
+        gold_titles_missing=missing or None,
+    )
+    q = _question(qid, TWOWIKI, split, rec, answer=rec.get("answer"), aliases=[], gold=gold, type_=rec.get("type"),
+                  answerable=True, meta=meta)
+    return Converted(q, docs)
+
+
+# ------------------------------------------------------------------------------------------ MuSiQue
+
+_MUSIQUE_TYPE = re.compile(r"^(\d+hop\d*)__")
+
+
+def convert_musique(rec: dict, split: str, setting: str | None = None) -> Converted:
+    qid = _field(rec, "id", str)
+    paragraphs = _field(rec, "paragraphs", list)
+    decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])
+    answerable = _field(rec, "answerable", bool, optional=True, default=True)
+    aliases = _str_list(_field(rec, "answer_aliases", list, optional=True, default=[]), "answer_aliases")
+    docs = []
+    by_idx: dict[int, str] = {}
+    supporting: list[int] = []
+    for i, p in enumerate(paragraphs):
+        if not isinstance(p, dict):
+            raise BadRecord("field 'paragraphs' has the wrong type", f"paragraphs[{i}] is not an object")
+        title = p.get("title")
+        text = p.get("paragraph_text")
+        idx = p.get("idx", i)
+        if not isinstance(title, str) or not isinstance(text, str) or not isinstance(idx, int):
+            raise BadRecord("field 'paragraphs' has the wrong type", f"paragraphs[{i}] needs str title, str paragraph_text, int idx")
+        did = doc_id(title, text)
+        docs.append((did, title, text))
+        by_idx[idx] = did
+        if p.get("is_supporting"):
+            supporting.append(idx)
+    hop_order = []
+    for step in decomposition:
+        if isinstance(step, dict) and isinstance(step.get("paragraph_support_idx"), int):
+            hop_order.append(step["paragraph_support_idx"])
+    gold: list[str] = []
+    if answerable:
+        order = [i for i in hop_order if i in supporting] + [i for i in supporting if i not in hop_order]
+        gold = _unique([by_idx[i] for i in order])
+    m = _MUSIQUE_TYPE.match(qid)
+    meta = _meta(
+        rec,
+        {"id", "question", "answer", "answer_aliases", "answerable", "paragraphs"},
+        hops=len(decomposition),
+        supporting_idx=supporting,
+    )
+    q = _question(qid, MUSIQUE, split, rec, answer=rec.get("answer"), aliases=aliases, gold=gold,
+                  type_=m.group(1) if m else None, answerable=answerable, meta=meta)
+    return Converted(q, docs)
+
+
+# ---------------------------------------------------------------------------------------- MoreHopQA
+
+_HOTPOT_ID = re.compile(r"^[0-9a-f]{24}(_\d+)?$")
+_TWOWIKI_ID = re.compile(r"^[0-9a-f]{32}(_\d+)?$")
+_MUSIQUE_ID = re.compile(r"^\d+hop\d*__")
+
+
+def morehopqa_source(qid: str) -> str | None:
+    """The dataset a MoreHopQA question was built from, read from its id (original id + ``_N``)."""
+    if _HOTPOT_ID.match(qid):
+        return HOTPOTQA
+    if _TWOWIKI_ID.match(qid):
+        return TWOWIKI
+    if _MUSIQUE_ID.match(qid):
+        return MUSIQUE
+    return None
+
+
+def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Converted:
+    qid = _field(rec, "_id", str)
+    source = morehopqa_source(qid)
+    docs = _titled_paragraphs(_field(rec, "context", list), JOIN.get(source or MOREHOPQA, " "))
+    decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])
+    by_title: dict[str, list[str]] = {}
+    for did, title, _ in docs:
+        by_title.setdefault(title, []).append(did)
+    hop_titles = [s.get("paragraph_support_title") for s in decomposition if isinstance(s, dict)]
+    ordered = [did for t in hop_titles if t for did in by_title.get(t, [])]
+    gold = _unique(ordered + [did for did, _, _ in docs])
+    hops = rec.get("no_of_hops")
+    meta = _meta(rec, {"_id", "question", "answer", "context"}, source_dataset=source,
+                 hops=hops if isinstance(hops, int) else None)
+    q = _question(qid, MOREHOPQA, split, rec, answer=rec.get("answer"), aliases=[], gold=gold,
+                  type_=rec.get("reasoning_type"), answerable=True, meta=meta)
+    return Converted(q, docs)
+
+
+# ------------------------------------------------------------------------------ HotpotQA Wikipedia dump
+
+
+def convert_wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
+    title = _field(rec, "title", str)
+    body = _field(rec, "text", (list, str))
+    text = body if isinstance(body, str) else "".join(_str_list(body, "text"))
+    return Converted(None, [(doc_id(title, text), title, text)])
+
+
+CONVERTERS: dict[str, Callable[..., Converted]] = {
+    HOTPOTQA: convert_hotpotqa,
+    TWOWIKI: convert_2wiki,
+    MUSIQUE: convert_musique,
+    MOREHOPQA: convert_morehopqa,
+    HOTPOTQA_WIKI: convert_wiki,
+}
+
+
+def detect(rec: Any) -> str | None:
+    """The dataset a record belongs to, from its keys (None: unknown)."""
+    if not isinstance(rec, dict):
+        return None
+    keys = set(rec)
+    if "paragraphs" in keys and "question" in keys:
+        return MUSIQUE
+    if "question" in keys and "context" in keys:
+        if keys & {"previous_question", "no_of_hops", "reasoning_type", "ques_on_last_hop"}:
+            return MOREHOPQA
+        if "evidences" in keys or "entity_ids" in keys:
+            return TWOWIKI
+        if ("_id" in keys or "id" in keys) and ("level" in keys or "supporting_facts" in keys or isinstance(rec.get("context"), dict)):
+            return HOTPOTQA
+        if "_id" in keys:  # HotpotQA test files carry only _id, question, context
+            return HOTPOTQA
+    if "question" not in keys and "title" in keys and "text" in keys:
+        return HOTPOTQA_WIKI
+    return None
+
+
+_SPLIT = re.compile(r"(?<![a-z])(train|dev|test|validation|val)(?![a-z])")
+
+
+def split_from_name(name: str) -> str | None:
+    """``hotpot_dev_distractor_v1.json`` → ``dev``; ``validation`` counts as ``dev``."""
+    m = _SPLIT.search(name.lower())
+    if not m:
+        return None
+    return {"validation": "dev", "val": "dev"}.get(m.group(1), m.group(1))
+
+
+def setting_from_name(name: str) -> str | None:
+    low = name.lower()
+    for s in ("distractor", "fullwiki"):
+        if s in low:
+            return s
+    return None

@@ -1,0 +1,257 @@
+"""`grtool corpus ingest`: release files of the four datasets → ``documents`` and ``questions`` stage directories.
+
+Two phases (see :mod:`grtool.corpus.spill`): every input is read and checked to its end while rows are
+spilled to hash buckets in a work directory beside the output (``OUT/_ingest_work``); only then are the
+output shards written. A truncated or malformed file therefore fails the run before any shard exists. A run
+killed in phase 1 starts phase 1 again; a run killed in phase 2 reuses the finished spill and writes only
+the missing shards, which come out identical because everything is ordered by input sequence.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.corpus import datasets as ds
+from grtool.corpus.docid import DOC_ID_SCHEME
+from grtool.corpus.readers import Stream, input_files, iter_records, open_streams
+from grtool.corpus.spill import (
+    Spill,
+    buckets_for_bytes,
+    load_plan,
+    plan_parts,
+    question_duplicates,
+    write_documents,
+    write_questions,
+)
+from grtool.errors import GrtoolError, InputError
+from grtool.log import log, progress
+from grtool.store.io import is_stdio, open_output
+from grtool.store.schemas import DOCUMENTS, QUESTIONS
+from grtool.store.stage import MANIFEST, StageSpec, load_manifest
+
+WORK_DIR = "_ingest_work"
+COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets
+DEFAULT_SPLIT = {ds.MOREHOPQA: "test"}  # MoreHopQA is a test-only benchmark
+PROGRESS_EVERY = 2048  # records
+
+
+@dataclass
+class IngestReport:
+    out: str
+    questions: int = 0
+    documents: int = 0  # distinct
+    paragraphs: int = 0  # document occurrences read (before deduplication)
+    rejected: Counter = field(default_factory=Counter)  # "table: reason" -> n
+    questions_by_dataset: Counter = field(default_factory=Counter)
+    resumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "out": self.out,
+            "questions": self.questions,
+            "documents": self.documents,
+            "paragraphs": self.paragraphs,
+            "rejected": dict(self.rejected),
+            "questions_by_dataset": dict(self.questions_by_dataset),
+            "resumed": self.resumed,
+        }
+
+
+def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", split: str | None = None,
+           strict: bool = False, overwrite: bool = False) -> IngestReport:
+    """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``)."""
+    if dataset != "auto" and dataset not in ds.CONVERTERS:
+        raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
+    files = [f for i in inputs for f in input_files(i)]
+    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME}
+    names = [str(i) for i in inputs]
+    doc_spec = StageSpec("documents", DOCUMENTS, params, names)
+    q_spec = StageSpec("questions", QUESTIONS, params, names)
+    report = IngestReport(str(out))
+
+    if is_stdio(out):
+        work = Path(tempfile.mkdtemp(prefix="grtool-ingest-"))
+        try:
+            plan = read_inputs(files, work, dataset, split, strict, report, identity={})
+            write_outputs(work, plan, None, doc_spec, q_spec, strict)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return report
+
+    out = Path(out)
+    work = out / WORK_DIR
+    if overwrite:
+        shutil.rmtree(work, ignore_errors=True)
+    elif _already_complete(out, [doc_spec, q_spec]):
+        log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
+        report.resumed = True
+        return _read_back(out, report)
+    identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+    plan = None if overwrite else load_plan(work, identity)
+    if plan is None:
+        plan = read_inputs(files, work, dataset, split, strict, report, identity)
+    else:
+        report.resumed = True
+        log.info("%s: resuming: the inputs were read completely before, writing the missing shards", out)
+    write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
+    shutil.rmtree(work, ignore_errors=True)
+    return _read_back(out, report)
+
+
+# ------------------------------------------------------------------------------------------ phase 1
+
+
+def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, strict: bool, report: IngestReport,
+                identity: dict[str, Any]) -> dict[str, Any]:
+    """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
+    k = buckets_for_bytes(_estimated_bytes(files))
+    spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
+    total = sum(f.stat().st_size for f in files)
+    try:
+        with progress() as bar:
+            task = bar.add_task("reading inputs", total=total)
+            done = 0
+            for path in files:
+                for stream in open_streams(path):
+                    tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
+                    _read_stream(stream, dataset, split, strict, spill, report, tick)
+                done += path.stat().st_size
+                bar.update(task, completed=done)
+        return spill.close()
+    except BaseException:
+        spill.abort()
+        raise
+
+
+def _estimated_bytes(files: list[Path]) -> int:
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            head = fh.read(6)
+        compressed = head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ"))
+        total += f.stat().st_size * (COMPRESSED_RATIO if compressed else 1)
+    return total
+
+
+def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
+                 tick) -> None:
+    kind = None if dataset == "auto" else dataset
+    convert = ds.CONVERTERS[kind] if kind else None
+    setting = ds.setting_from_name(stream.name)
+    file_split = split
+    n = 0
+    for position, record in iter_records(stream):
+        n += 1
+        if n % PROGRESS_EVERY == 0:
+            tick()
+        if kind is None:  # auto: the first record decides the file's dataset
+            kind = ds.detect(record)
+            if kind is None:
+                keys = sorted(record)[:12] if isinstance(record, dict) else type(record).__name__
+                raise InputError(
+                    f"{stream.name}, {position}: unknown schema (keys {keys}); expected a record of HotpotQA, "
+                    "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
+                )
+            convert = ds.CONVERTERS[kind]
+            log.debug("%s: %s", stream.name, kind)
+        if file_split is None and kind != ds.HOTPOTQA_WIKI:
+            file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(kind)
+            if file_split is None:
+                log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
+                file_split = "unknown"
+        table = "documents" if kind == ds.HOTPOTQA_WIKI else "questions"
+        try:
+            if not isinstance(record, dict):
+                raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
+            converted = convert(record, file_split, setting)  # type: ignore[misc]
+        except ds.BadRecord as problem:
+            if strict:
+                detail = f" ({problem.detail})" if problem.detail else ""
+                raise InputError(f"{stream.name}, {position}: {problem.reason}{detail} [--strict]") from None
+            spill.reject(table, record, problem.reason, stream.name, position, problem.detail)
+            report.rejected[f"{table}: {problem.reason}"] += 1
+            continue
+        label = ds.CORPUS_LABEL.get(kind, kind)
+        for did, title, text in converted.documents:
+            spill.add_document(did, title, text, [label])
+        report.paragraphs += len(converted.documents)
+        if converted.question is not None:
+            spill.add_question(converted.question, stream.name, position)
+            report.questions_by_dataset[kind] += 1
+
+
+# ------------------------------------------------------------------------------------------ phase 2
+
+
+def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: StageSpec, q_spec: StageSpec,
+                  strict: bool, overwrite: bool = False) -> None:
+    """Phase 2: the shards of both tables (``out=None``: JSON Lines on stdout)."""
+    has_questions = bool(any(plan["questions"]["rows"]) or plan["questions"]["rejects"])
+    if strict and has_questions:
+        # a repeated qid is fatal under --strict: look for one before any shard is committed
+        for dup, first in question_duplicates(work, plan):
+            raise InputError(
+                f"{dup['source']}, {dup['position']}: duplicate qid {dup['qid']!r} "
+                f"(first seen in {first['source']}, {first['position']}) [--strict]"
+            )
+    doc_parts = plan_parts(plan["documents"]["rows"])
+    q_parts = plan_parts(plan["questions"]["rows"]) if has_questions else []
+    target = (lambda t: "-") if out is None else (lambda t: out / t)
+    docs_out = open_output(target("documents"), doc_spec, overwrite=overwrite, num_parts=len(doc_parts), tag="documents")
+    with progress() as bar:
+        task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
+        step = lambda: bar.advance(task)  # noqa: E731
+        write_documents(work, plan, docs_out, on_part=step)
+        docs_out.finish(has_questions=has_questions)
+        if has_questions:
+            q_out = open_output(target("questions"), q_spec, overwrite=overwrite, num_parts=len(q_parts), tag="questions")
+            write_questions(work, plan, q_out, on_part=step)
+            q_out.finish()
+
+
+# ------------------------------------------------------------------------------------------- resume
+
+
+def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
+    """True when a previous identical run finished; an output made differently is refused before any reading."""
+    complete = True
+    for spec in specs:
+        d = out / spec.table
+        if not (d / MANIFEST).exists():
+            complete = complete and spec.table == "questions" and _documents_say_no_questions(out)
+            continue
+        old = load_manifest(d)
+        if {k: old.get(k) for k in ("table", "params", "inputs")} != spec.identity():
+            raise GrtoolError(f"{d}: exists from a different ingest (parameters or inputs changed); use --overwrite to start over")
+        complete = complete and bool(old.get("complete"))
+    return complete
+
+
+def _documents_say_no_questions(out: Path) -> bool:
+    d = out / "documents"
+    return (d / MANIFEST).exists() and load_manifest(d).get("has_questions") is False
+
+
+def _read_back(out: Path, report: IngestReport) -> IngestReport:
+    """Final numbers from the manifests (true also for a resumed run)."""
+    report.rejected = Counter()
+    for table in ("documents", "questions"):
+        d = out / table
+        if not (d / MANIFEST).exists():
+            continue
+        m = load_manifest(d)
+        counters = m.get("counters", {})
+        rejected = counters.get("rejected", {})
+        for reason, n in rejected.items():
+            report.rejected[f"{table}: {reason}"] += n
+        if table == "documents":
+            report.documents = m.get("rows", 0)
+            report.paragraphs = counters.get("in", 0) - sum(rejected.values())
+        else:
+            report.questions = m.get("rows", 0)
+    return report

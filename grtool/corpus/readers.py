@@ -1,0 +1,200 @@
+"""Streaming readers for the release files: records one at a time, whatever the container.
+
+What a file is comes from its bytes, not its name:
+- compression by magic number: gzip, bzip2 (also multi-stream), xz, or none;
+- a tar archive (the HotpotQA Wikipedia dump ships as a ``.tar.bz2`` of ``.bz2`` files) is walked member by
+  member, each member sniffed again;
+- layout by the first non-blank byte: ``[`` is one JSON array (streamed item by item with ijson's C backend,
+  so a 540 MB array never sits in memory), ``{`` is JSON Lines.
+
+A file that cannot be read to its end (truncated, corrupt, not JSON) raises :class:`InputError` naming the
+file and the position; callers read every input fully before committing anything.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+import orjson
+
+from grtool.errors import InputError
+
+READ_BUFFER = 1 << 20
+_BOM = b"\xef\xbb\xbf"
+_DECOMPRESS_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError)
+
+try:  # the C backend parses several times faster than the pure-Python one; fall back if it is missing
+    _ijson = ijson.get_backend("yajl2_c")
+except Exception:  # pragma: no cover - depends on the installed wheel
+    _ijson = ijson
+
+
+def input_files(path: str | Path) -> list[Path]:
+    """A file, or every file below a directory (sorted; hidden and ``_``-prefixed entries skipped)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = [
+            f
+            for f in p.rglob("*")
+            if f.is_file() and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+        ]
+        if not files:
+            raise InputError(f"{p}: directory holds no input files")
+        return sorted(files)
+    raise InputError(f"{p}: no such file or directory")
+
+
+@dataclass
+class Stream:
+    """One decompressed stream of records: a file, or a member of a tar archive."""
+
+    name: str  # for messages: "path" or "path:member"
+    data: BinaryIO  # decompressed bytes
+    raw: BinaryIO  # the file on disk, for progress (tell() = compressed bytes consumed)
+
+
+def _sniff(buf: io.BufferedReader) -> str:
+    head = buf.peek(6)[:6]
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"BZh"):
+        return "bzip2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    return "none"
+
+
+def _decompressed(buf: io.BufferedReader) -> io.BufferedReader:
+    kind = _sniff(buf)
+    if kind == "gzip":
+        inner: BinaryIO = gzip.GzipFile(fileobj=buf, mode="rb")
+    elif kind == "bzip2":
+        inner = bz2.BZ2File(buf, mode="rb")
+    elif kind == "xz":
+        inner = lzma.LZMAFile(buf, mode="rb")
+    else:
+        return buf
+    return io.BufferedReader(inner, READ_BUFFER)  # type: ignore[arg-type]
+
+
+def _is_tar(buf: io.BufferedReader) -> bool:
+    head = buf.peek(512)
+    return len(head) >= 262 and head[257:262] == b"ustar"
+
+
+def open_streams(path: Path) -> Iterator[Stream]:
+    """The decompressed record streams of one input file (one, or one per tar member)."""
+    raw = open(path, "rb", buffering=0)
+    try:
+        buf = io.BufferedReader(raw, READ_BUFFER)
+        try:
+            data = _decompressed(buf)
+            tar = _is_tar(data)
+        except _DECOMPRESS_ERRORS as e:
+            raise InputError(f"{path}: cannot read the start of the file ({e})") from None
+        if not tar:
+            yield Stream(str(path), data, raw)
+            return
+        try:
+            with tarfile.open(fileobj=data, mode="r|") as archive:
+                for member in archive:
+                    if not member.isfile() or Path(member.name).name.startswith((".", "_")):
+                        continue
+                    fobj = archive.extractfile(member)
+                    assert fobj is not None
+                    inner = io.BufferedReader(fobj, READ_BUFFER)  # type: ignore[arg-type]
+                    yield Stream(f"{path}:{member.name}", _decompressed(inner), raw)
+        except _DECOMPRESS_ERRORS as e:
+            raise InputError(f"{path}: truncated or corrupt archive ({e})") from None
+    finally:
+        raw.close()
+
+
+class _Counting:
+    """File wrapper that counts bytes handed to the parser, for error positions."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        self.pos += len(b)
+        return b
+
+
+def iter_records(stream: Stream) -> Iterator[tuple[str, Any]]:
+    """``(position, record)`` pairs; position reads "record N" (JSON array) or "line N" (JSON Lines)."""
+    name, data = stream.name, stream.data
+    try:
+        head = data.peek(64)
+        if head.startswith(_BOM):
+            data.read(len(_BOM))
+            head = data.peek(64)
+        # skip leading whitespace to see the first real byte
+        while head and head[:1].isspace():
+            stripped = head.lstrip()
+            data.read(len(head) - len(stripped))
+            head = data.peek(64)
+    except _DECOMPRESS_ERRORS as e:
+        raise InputError(f"{name}: truncated or corrupt compressed data at the start ({e})") from None
+    if not head:
+        return
+    first = head[:1]
+    if first == b"[":
+        yield from _iter_array(name, data)
+    elif first == b"{":
+        yield from _iter_lines(name, data)
+    else:
+        raise InputError(f"{name}: not JSON: expected a JSON array or JSON Lines, the file starts with {head[:20]!r}")
+
+
+def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
+    counted = _Counting(data)
+    n = 0
+    items = _ijson.items(counted, "item", use_float=True)
+    while True:
+        try:
+            record = next(items)
+        except StopIteration:
+            return
+        except _DECOMPRESS_ERRORS as e:
+            raise InputError(f"{name}, record {n + 1}: truncated or corrupt compressed data after {n} complete records ({e})") from None
+        except ijson.JSONError as e:
+            kind = "truncated" if isinstance(e, ijson.IncompleteJSONError) and "premature EOF" in str(e) else "malformed"
+            raise InputError(
+                f"{name}, record {n + 1}: {kind} JSON array near byte {counted.pos} after {n} complete records ({e})"
+            ) from None
+        n += 1
+        yield f"record {n}", record
+
+
+def _iter_lines(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
+    lineno = 0
+    try:
+        for line in data:
+            lineno += 1
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
+                raise InputError(
+                    f"{name}, line {lineno}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array"
+                ) from None
+            yield f"line {lineno}", record
+    except _DECOMPRESS_ERRORS as e:
+        raise InputError(f"{name}, line {lineno + 1}: truncated or corrupt compressed data ({e})") from None

@@ -1,0 +1,307 @@
+"""Deduplication with bounded memory: spill rows to hash buckets, then write each bucket's distinct rows.
+
+Phase 1 (:class:`Spill`) streams every input once. Each document goes to the bucket ``crc32(doc_id) % K`` and
+each question to ``crc32(qid) % K`` (Arrow IPC files in a work directory), tagged with its input sequence
+number; records that do not fit go to a rejects file. Nothing is written to the output yet, so a bad input
+file stops the run with no shard visible.
+
+Phase 2 (:func:`write_documents`, :func:`write_questions`) plans the output parts from the bucket counts —
+consecutive small buckets are packed into one part of at most ``max_rows`` spilled rows, a bucket bigger than
+that is split over several parts — and then, one part at a time, loads its buckets, keeps the first
+occurrence (lowest sequence number) of each key and writes it. Memory is bounded by one part (or one big
+bucket), not by the input. All of it is deterministic, so a resumed run rebuilds exactly the parts that are
+missing.
+
+- documents: duplicates are folded into the first row (``datasets`` becomes the sorted union) and counted
+  as ``merged``;
+- questions: a qid seen before is rejected with reason ``duplicate qid`` (it is a different record claiming
+  the same key, not the same row).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from grtool.store.schemas import DOCUMENTS, QUESTIONS
+from grtool.store.stage import MAX_ROWS_PER_SHARD, atomic_write_bytes, dumps
+
+DOC_SPILL = pa.schema([("seq", pa.int64()), *DOCUMENTS])
+QUESTION_SPILL = pa.schema([("seq", pa.int64()), *QUESTIONS, ("source", pa.string()), ("position", pa.string())])
+PLAN = "plan.json"
+FLUSH_ROWS = 32_768
+MAX_BUCKETS = 256
+BUCKET_TARGET_BYTES = 32 << 20  # of (estimated, decompressed) input per bucket
+
+
+def buckets_for_bytes(estimated_bytes: int) -> int:
+    return max(1, min(MAX_BUCKETS, math.ceil(estimated_bytes / BUCKET_TARGET_BYTES)))
+
+
+def bucket_of(key: str, k: int) -> int:
+    return zlib.crc32(key.encode("utf-8")) % k
+
+
+class _BucketedTable:
+    """Rows of one table buffered column-wise, flushed into per-bucket Arrow IPC stream files."""
+
+    def __init__(self, root: Path, name: str, schema: pa.Schema, key: str, k: int):
+        self.dir = root / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.schema = schema
+        self.key = key
+        self.k = k
+        self.columns: dict[str, list] = {f.name: [] for f in schema}
+        self.bucket: list[int] = []
+        self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+        self.sinks: dict[int, Any] = {}
+        self.rows = [0] * k
+
+    def add(self, row: dict[str, Any]) -> None:
+        for name, col in self.columns.items():
+            col.append(row[name])
+        self.bucket.append(bucket_of(row[self.key], self.k))
+        if len(self.bucket) >= FLUSH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.bucket:
+            return
+        table = pa.table({name: pa.array(col, type=self.schema.field(name).type) for name, col in self.columns.items()})
+        buckets = np.asarray(self.bucket, dtype=np.int64)
+        order = np.argsort(buckets, kind="stable")
+        table = table.take(pa.array(order))
+        sorted_b = buckets[order]
+        starts = np.flatnonzero(np.r_[True, sorted_b[1:] != sorted_b[:-1]])
+        ends = np.r_[starts[1:], len(sorted_b)]
+        for s, e in zip(starts.tolist(), ends.tolist()):
+            b = int(sorted_b[s])
+            self._writer(b).write_table(table.slice(s, e - s))
+            self.rows[b] += e - s
+        for col in self.columns.values():
+            col.clear()
+        self.bucket.clear()
+
+    def _writer(self, b: int) -> pa.ipc.RecordBatchStreamWriter:
+        if b not in self.writers:
+            sink = pa.OSFile(str(self.dir / f"bucket-{b:04d}.arrow"), "wb")
+            self.sinks[b] = sink
+            self.writers[b] = pa.ipc.new_stream(sink, self.schema)
+        return self.writers[b]
+
+    def close(self) -> None:
+        self.flush()
+        for w in self.writers.values():
+            w.close()
+        for s in self.sinks.values():
+            s.close()
+
+
+class Spill:
+    """Phase 1 sink: documents, questions and rejects of a whole run, bucketed by key."""
+
+    def __init__(self, root: Path, doc_buckets: int, question_buckets: int, identity: dict[str, Any]):
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        self.root = root
+        self.identity = identity
+        self.seq = 0
+        self.docs = _BucketedTable(root, "documents", DOC_SPILL, "doc_id", doc_buckets)
+        self.questions = _BucketedTable(root, "questions", QUESTION_SPILL, "qid", question_buckets)
+        self.reject_files = {t: open(root / f"rejects-{t}.jsonl", "wb") for t in ("documents", "questions")}
+        self.reject_counts = {"documents": 0, "questions": 0}
+
+    def add_document(self, doc_id: str, title: str, text: str, datasets: list[str]) -> None:
+        self.seq += 1
+        self.docs.add({"seq": self.seq, "doc_id": doc_id, "title": title, "text": text, "datasets": datasets})
+
+    def add_question(self, row: dict[str, Any], source: str, position: str) -> None:
+        self.seq += 1
+        self.questions.add({**row, "seq": self.seq, "source": source, "position": position})
+
+    def reject(self, table: str, record: Any, reason: str, source: str | None, position: str | None, detail: str | None) -> None:
+        entry = {"record": record, "reason": reason, "source": source, "position": position, "detail": detail}
+        self.reject_files[table].write(orjson.dumps(entry, default=str) + b"\n")
+        self.reject_counts[table] += 1
+
+    def close(self) -> dict[str, Any]:
+        """Flush everything and write the plan: the spill is complete and reusable by a resumed run."""
+        self.docs.close()
+        self.questions.close()
+        for f in self.reject_files.values():
+            f.close()
+        plan = {
+            "identity": self.identity,
+            "documents": {"buckets": self.docs.k, "rows": self.docs.rows, "rejects": self.reject_counts["documents"]},
+            "questions": {"buckets": self.questions.k, "rows": self.questions.rows, "rejects": self.reject_counts["questions"]},
+        }
+        atomic_write_bytes(self.root / PLAN, dumps(plan))
+        return plan
+
+    def abort(self) -> None:
+        for f in self.reject_files.values():
+            f.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def load_plan(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan of a finished spill of the same run, or None (then phase 1 runs again)."""
+    p = root / PLAN
+    if not p.exists():
+        return None
+    plan = orjson.loads(p.read_bytes())
+    return plan if plan.get("identity") == orjson.loads(dumps(identity)) else None
+
+
+# ------------------------------------------------------------------------------------------ phase 2
+
+
+@dataclass(frozen=True)
+class Part:
+    """One output part: whole buckets ``buckets``, or chunk ``chunk`` of ``chunks`` of a single big bucket."""
+
+    index: int
+    buckets: tuple[int, ...]
+    chunk: int = 0
+    chunks: int = 1
+
+
+def plan_parts(rows: list[int], max_rows: int = MAX_ROWS_PER_SHARD) -> list[Part]:
+    """Pack consecutive buckets into parts of at most ``max_rows`` spilled rows; split bigger buckets."""
+    parts: list[Part] = []
+    group: list[int] = []
+    group_rows = 0
+
+    def close_group() -> None:
+        nonlocal group, group_rows
+        if group:
+            parts.append(Part(len(parts), tuple(group)))
+        group, group_rows = [], 0
+
+    for b, n in enumerate(rows):
+        if n == 0:
+            continue
+        if n > max_rows:
+            close_group()
+            k = math.ceil(n / max_rows)
+            parts.extend(Part(len(parts) + j, (b,), j, k) for j in range(k))
+            continue
+        if group_rows + n > max_rows:
+            close_group()
+        group.append(b)
+        group_rows += n
+    close_group()
+    if not parts:  # an empty table is still one (empty) part, which also carries the rejects
+        parts.append(Part(0, ()))
+    return parts
+
+
+def _load(root: Path, table: str, buckets: tuple[int, ...], schema: pa.Schema) -> pl.DataFrame:
+    tables = []
+    for b in buckets:
+        f = root / table / f"bucket-{b:04d}.arrow"
+        if f.exists():
+            with pa.memory_map(str(f)) as src:
+                tables.append(pa.ipc.open_stream(src).read_all())
+    t = pa.concat_tables(tables) if tables else schema.empty_table()
+    return pl.from_arrow(t).sort("seq")  # type: ignore[return-value]
+
+
+def _chunk(df: pl.DataFrame, part: Part) -> pl.DataFrame:
+    if part.chunks == 1:
+        return df
+    size = math.ceil(df.height / part.chunks)
+    return df.slice(part.chunk * size, size)
+
+
+def _iter_rejects(root: Path, table: str) -> Iterator[dict[str, Any]]:
+    f = root / f"rejects-{table}.jsonl"
+    if f.exists():
+        with open(f, "rb") as fh:
+            for line in fh:
+                yield orjson.loads(line)
+
+
+def _write_rejects(sh: Any, root: Path, table: str) -> None:
+    n = 0
+    for r in _iter_rejects(root, table):
+        sh.reject(r["record"], r["reason"], source=r["source"], position=r["position"], detail=r["detail"])
+        n += 1
+    sh.count_in(n)
+
+
+def write_documents(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
+    """Distinct documents of every pending part; duplicates fold into the first occurrence."""
+    for part in plan_parts(plan["documents"]["rows"]):
+        if not writer.done(part.index):
+            df = _chunk(_fold_documents(_load(root, "documents", part.buckets, DOC_SPILL)), part)
+            with writer.shard(part.index) as sh:
+                n_in = int(df["n"].sum()) if df.height else 0
+                sh.count_in(n_in)
+                sh.count_merged(n_in - df.height)
+                if part.index == 0:
+                    _write_rejects(sh, root, "documents")
+                sh.write_table(df.drop("n").to_arrow())
+        if on_part:
+            on_part()
+
+
+def _fold_documents(df: pl.DataFrame) -> pl.DataFrame:
+    # Sorted by seq, so group order and `first` follow the first occurrence: deterministic.
+    return df.group_by("doc_id", maintain_order=True).agg(
+        pl.col("title").first(),
+        pl.col("text").first(),
+        pl.col("datasets").list.explode(keep_nulls=False, empty_as_null=False).unique().sort().alias("datasets"),
+        pl.len().alias("n"),
+    )
+
+
+def question_duplicates(root: Path, plan: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(duplicate, first)`` for every question whose qid was seen before (reads only the key columns)."""
+    cols = ["seq", "qid", "source", "position"]
+    for b, n in enumerate(plan["questions"]["rows"]):
+        if n == 0:
+            continue
+        df = _load(root, "questions", (b,), QUESTION_SPILL).select(cols)
+        dup = df.filter(~pl.col("qid").is_first_distinct())
+        if dup.height:
+            first = df.filter(pl.col("qid").is_first_distinct())
+            joined = dup.join(first, on="qid", suffix="_first")
+            for r in joined.sort("seq").iter_rows(named=True):
+                yield r, {"source": r["source_first"], "position": r["position_first"]}
+
+
+def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
+    """Questions of every pending part in input order; a repeated qid is rejected (see :func:`question_duplicates`)."""
+    names = QUESTIONS.names
+    for part in plan_parts(plan["questions"]["rows"]):
+        if not writer.done(part.index):
+            buckets = _load(root, "questions", part.buckets, QUESTION_SPILL)
+            # duplicates are decided over whole buckets (a qid lives in one bucket), then chunked
+            buckets = buckets.with_columns(pl.col("qid").is_first_distinct().alias("_first"))
+            df = _chunk(buckets, part)
+            with writer.shard(part.index) as sh:
+                sh.count_in(df.height)
+                if part.index == 0:
+                    _write_rejects(sh, root, "questions")
+                dups = df.filter(~pl.col("_first"))
+                if dups.height:
+                    firsts = buckets.filter(pl.col("_first")).select("qid", "source", "position")
+                    for r in dups.join(firsts, on="qid", suffix="_first").sort("seq").iter_rows(named=True):
+                        record = {k: r[k] for k in names}
+                        sh.reject(record, "duplicate qid", source=r["source"], position=r["position"],
+                                  detail=f"first seen in {r['source_first']}, {r['position_first']}")
+                sh.write_table(df.filter(pl.col("_first")).select(names).to_arrow())
+        if on_part:
+            on_part()
