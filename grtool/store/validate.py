@@ -157,7 +157,7 @@ def _schema_diff(got, expected) -> str:
 
 def check_gold_references(questions: Path, documents: Path) -> list[str]:
     """Every gold doc id of `questions` exists in `documents`."""
-    q = pl.scan_parquet(str(questions / "part-*.parquet")).select(pl.col("qid"), pl.col("gold_doc_ids").explode().alias("doc_id"))
+    q = pl.scan_parquet(str(questions / "part-*.parquet")).select(pl.col("qid"), pl.col("gold_doc_ids").alias("doc_id")).explode("doc_id")
     d = pl.scan_parquet(str(documents / "part-*.parquet")).select("doc_id")
     missing = q.filter(pl.col("doc_id").is_not_null()).join(d, on="doc_id", how="anti").collect()
     if not missing.height:
