@@ -17,8 +17,9 @@ How it is made fast (the definition is checked against a plain NLTK computation 
 - a document position can only start a matching n-gram of size ≥ n_min if its n_min-gram matches one of the
   question's, so the gold documents are scanned once at n_min and the larger sizes only look at those few
   candidate positions.
-64-bit hashes make a false match possible in principle; for the counts involved (≤ a few hundred n-grams per
-question) its probability is around 2**-50 per question.
+An n-gram is keyed by its question (15 bits) and 49 bits of its hash, so two n-grams can only be confused
+within one question; with a few thousand (question n-gram, document n-gram) pairs per question the chance is
+below 1e-10 per question and size.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ DEFAULT_NS = tuple(range(4, 13))
 CHUNK_QUESTIONS = 16_384  # questions per vectorized chunk: bounds the temporary arrays to a few hundred MB
 _BASE = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier of the rolling hash
 _HASH_SEED = 0x5EED
+_OWNER_BITS = 15  # question index inside a chunk
+_MAX_OWNER = 1 << _OWNER_BITS
+_HASH_BITS = np.uint64(64 - _OWNER_BITS)
+_HASH_MASK = np.uint64((1 << _HASH_BITS) - 1)
 
 
 # ------------------------------------------------------------------------------------------ tokens
@@ -89,14 +94,6 @@ def document_text(title: str | None, text: str | None) -> str:
     return f"{title or ''}\n{text or ''}"
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer: well spread 64-bit values from small integers (per-question salts)."""
-    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, s + c)`` for every (s, c), without a Python loop."""
     counts = np.maximum(counts, 0)
@@ -129,12 +126,14 @@ def overlap_counts(
         return found, distinct
     n_min, n_max = ns[0], ns[-1]
 
+    if nq > _MAX_OWNER:
+        raise ValueError(f"at most {_MAX_OWNER} questions per call, got {nq}")
+
     hashes, lengths = token_hashes(list(questions) + list(docs))
     offsets = np.concatenate(([0], np.cumsum(lengths)))
     total = int(offsets[-1])
     text_end = np.repeat(offsets[1:], lengths)  # per token: where its text ends
     padded = np.concatenate((hashes, np.zeros(n_max, np.uint64)))  # so position + k never runs off the end
-    salt = _mix64(np.arange(nq))  # keys of different questions never meet
 
     # n_min-gram hash at every position (meaningless where it crosses a text end; masked below).
     rolling = hashes.copy()
@@ -144,23 +143,23 @@ def overlap_counts(
     # Question positions.
     q_tokens = int(offsets[nq])
     q_pos = np.arange(q_tokens, dtype=np.int64)
-    q_owner = np.repeat(np.arange(nq, dtype=np.int64), lengths[:nq])
+    q_owner = np.repeat(np.arange(nq, dtype=np.uint64), lengths[:nq])
     q_hash = rolling[:q_tokens].copy()
 
-    # Gold document positions, one copy per (question, gold doc) pair, that start an n_min-gram.
-    pair_q = np.fromiter((i for i, g in enumerate(gold) for _ in g), np.int64)
+    # Gold document positions that start an n_min-gram, one copy per (question, gold doc) pair.
+    pair_q = np.fromiter((i for i, g in enumerate(gold) for _ in g), np.uint64)
     pair_d = np.fromiter((d for g in gold for d in g), np.int64) + nq
     starts = offsets[pair_d]
-    d_pos = _ranges(starts, offsets[pair_d + 1] - n_min + 1 - starts)
-    d_owner = np.repeat(pair_q, np.maximum(offsets[pair_d + 1] - n_min + 1 - starts, 0))
+    n_starts = np.maximum(offsets[pair_d + 1] - n_min + 1 - starts, 0)
+    d_pos = _ranges(starts, n_starts)
+    d_owner = np.repeat(pair_q, n_starts)
 
-    q_ok = q_pos + n_min <= text_end[q_pos] if q_tokens else np.zeros(0, bool)
-    q_keys = q_hash[q_ok] ^ salt[q_owner[q_ok]]
-    d_keys = rolling[d_pos] ^ salt[d_owner]
-    candidate = _is_in(d_keys, q_keys)
+    # Only document positions whose n_min-gram is one of its question's can start a longer match.
+    q_ok = q_pos + n_min <= text_end[q_pos]
+    candidate = _is_in(_keys(q_owner[q_ok], q_hash[q_ok]), _keys(d_owner, rolling[d_pos]))
     c_pos, c_owner = d_pos[candidate], d_owner[candidate]
     c_hash = rolling[c_pos]
-    del rolling, d_pos, d_owner, d_keys
+    del rolling, d_pos, d_owner
 
     for n in range(n_min, n_max + 1):
         if n > n_min:
@@ -170,17 +169,24 @@ def overlap_counts(
             continue
         k = ns.index(n)
         q_ok = q_pos + n <= text_end[q_pos]
-        keys = q_hash[q_ok] ^ salt[q_owner[q_ok]]
-        unique, first = np.unique(keys, return_index=True)
-        owner = q_owner[q_ok][first]
+        keys = np.sort(_keys(q_owner[q_ok], q_hash[q_ok]))
+        if len(keys):
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]  # distinct n-grams per question
+        owner = (keys >> _HASH_BITS).astype(np.int64)
         c_ok = c_pos + n <= text_end[c_pos]
-        hit = _is_in(unique, c_hash[c_ok] ^ salt[c_owner[c_ok]])
+        hit = _is_in(_keys(c_owner[c_ok], c_hash[c_ok]), keys)
         distinct[:, k] = np.bincount(owner, minlength=nq)
         found[:, k] = np.bincount(owner[hit], minlength=nq)
     return found, distinct
 
 
-def _is_in(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+def _keys(owner: np.ndarray, gram_hash: np.ndarray) -> np.ndarray:
+    """One 64-bit key per (question, n-gram): the question in the top bits, so questions never collide."""
+    return (owner << _HASH_BITS) | (gram_hash & _HASH_MASK)
+
+
+def _is_in(members: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each of ``values``: is it among ``members``."""
     if len(values) == 0 or len(members) == 0:
         return np.zeros(len(values), bool)
     # A hash set (polars) instead of np.isin's sort: the document side is the big one.
