@@ -2,6 +2,131 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
 import typer
 
+from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.options import Json, NumShards, Out, Overwrite, Plot, ShardIndex
+from grtool.log import console
+
 app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
+
+
+@app.command("extract")
+@llm_options(max_tokens=1024)
+def extract_command(
+    corpus: Annotated[str, typer.Argument(help="Ingest output directory, its documents/ stage directory, or '-' (JSON Lines).")],
+    out: Out,
+    prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Text file with the system prompt (default: the packaged one).")] = None,
+    few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON or JSONL file of examples: objects with title, text and triples (lists of three strings); an empty list = zero-shot.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=0, help="Only the first N documents of the corpus.")] = None,
+    structured: Annotated[
+        Optional[bool],
+        typer.Option("--structured/--no-structured", help="Constrain output to the triples JSON schema (default: on for vllm and openai; transformers cannot)."),
+    ] = None,
+    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = "<docid_start>",
+    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = "<docid_end>",
+    max_empty_share: Annotated[
+        float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")
+    ] = 0.2,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Documents per generate call (progress and cache advance per chunk).")] = 2048,
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+    llm: LLMSettings = None,  # type: ignore[assignment]
+) -> None:
+    """Summarize every document into knowledge triples with an LLM; write OUT/triples and OUT/llm_calls.
+
+    One request per document. Outputs are parsed whatever their shape (JSON, line lists, tables, truncated
+    JSON); each triple becomes a docid string. Re-running resumes; answered requests come from the cache.
+
+    Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
+    """
+    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.store.io import InputTable
+    from grtool.store.stage import resolve_sharding
+    from grtool.triples.extract import ExtractConfig, extract
+    from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
+
+    documents = InputTable.open(corpus, "documents")
+    spec = load_prompt(prompt, few_shot)
+    if structured is None:
+        structured = llm.backend in ("vllm", "openai")
+    sampling = llm.sampling(json_schema=TRIPLES_SCHEMA if structured else None)
+    model_name = llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None)
+    params = {
+        **llm.identity(model_name),
+        "sampling": sampling.as_dict(),
+        "prompt_sha256": spec.sha256(),
+        "docid_markers": [docid_start, docid_end],
+        "limit": limit,
+    }
+    num_shards, shard_index = resolve_sharding(num_shards, shard_index)
+    report = extract(
+        documents,
+        out,
+        llm.make_backend,
+        sampling,
+        spec,
+        params=params,
+        config=ExtractConfig(docid_start, docid_end, limit, max_empty_share, chunk_size),
+        cache_dir=llm.cache_dir_for(out),
+        num_shards=num_shards,
+        shard_index=shard_index,
+        overwrite=overwrite,
+    )
+    c = (report.manifest or {}).get("counters", {})
+    extra = c.get("extra", {})
+    if c:
+        console.print(
+            f"triples: {c.get('out', 0)} from {extra.get('documents', 0)} documents "
+            f"({extra.get('documents_without_triples', 0)} without triples, {extra.get('truncated_outputs', 0)} truncated); "
+            f"this run: {len(report.parts_done)} parts done, {len(report.parts_skipped)} already done, "
+            f"cache hits {report.counters.get('cache_hits', 0)}, misses {report.counters.get('cache_misses', 0)}",
+            highlight=False,
+        )
+
+
+@app.command("collisions")
+def collisions_command(
+    triples: Annotated[Path, typer.Argument(help="Triples stage directory, or the run directory holding triples/.")],
+    corpus: Annotated[
+        Optional[Path], typer.Option("--corpus", help="Documents stage (or ingest output) for per-dataset shares (default: found from the triples manifest).")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", min=0, help="How many of the most colliding triples to list.")] = 20,
+    json_out: Json = False,
+    plot: Plot = None,
+) -> None:
+    """Share of distinct triples found in ≥2 and ≥3 documents, overall and per dataset, and the worst offenders.
+
+    Example: grtool triples collisions out/hotpot --json --plot collisions.png
+    """
+    from rich.table import Table
+
+    from grtool.triples.collisions import collision_stats, plot_docs_per_triple
+
+    report = collision_stats(triples, corpus, top)
+    if plot is not None:
+        plot_docs_per_triple(report, plot)
+    if json_out:
+        typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        return
+    table = Table(title=f"triple collisions in {report['triples']}")
+    for col in ("scope", "distinct triples", "in ≥2 docs", "in ≥3 docs"):
+        table.add_column(col, justify="right" if col != "scope" else "left")
+    rows = [("all", report), *sorted(report["per_dataset"].items())]
+    for name, r in rows:
+        table.add_row(name, f"{r['distinct_triples']:,}", f"{r['share_in_2plus_docs']:.2%}", f"{r['share_in_3plus_docs']:.2%}")
+    console.print(table)
+    if report["corpus"] is None:
+        console.print("no documents table found: per-dataset shares need --corpus", highlight=False)
+    if report["top_colliding"]:
+        worst = Table(title="most colliding triples")
+        worst.add_column("documents", justify="right")
+        worst.add_column("docid")
+        for item in report["top_colliding"]:
+            worst.add_row(str(item["documents"]), item["docid"])
+        console.print(worst)

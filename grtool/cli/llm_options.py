@@ -1,0 +1,135 @@
+"""The LLM options every generating command shares, spelled the same way everywhere.
+
+Decorate a Typer command with ``@llm_options(...)`` and give it a keyword parameter ``llm: LLMSettings``; the
+decorator adds ``--backend``, ``--model``, ``--temperature`` … to the command's signature and hands their values
+over as one :class:`LLMSettings`::
+
+    @app.command()
+    @llm_options(temperature=0.7, max_tokens=512)
+    def synthesize(questions: Path, out: Out, llm: LLMSettings = None) -> None:
+        backend = llm.make_backend()
+        sampling = llm.sampling()
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from grtool.llm import BACKENDS, DEFAULT_BACKEND, make_backend
+from grtool.llm.base import Backend, Sampling
+from grtool.llm.models import cache_root
+
+_PANEL = "LLM"
+
+
+@dataclass
+class LLMSettings:
+    backend: str = DEFAULT_BACKEND
+    model: Optional[str] = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    seed: int = 0
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    concurrency: Optional[int] = None
+    timeout: Optional[float] = None
+    max_retries: Optional[int] = None
+    tensor_parallel_size: Optional[int] = None
+    gpu_memory_utilization: Optional[float] = None
+    max_model_len: Optional[int] = None
+    enforce_eager: Optional[bool] = None
+    batch_size: Optional[int] = None
+    cache_dir: Optional[Path] = None
+    no_cache: bool = False
+
+    def backend_options(self) -> dict[str, Any]:
+        """The options meant for the backend (unset ones are None and ignored by make_backend)."""
+        names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "tensor_parallel_size",
+                 "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size")  # fmt: skip
+        return {n: getattr(self, n) for n in names}
+
+    def make_backend(self) -> Backend:
+        return make_backend(self.backend, self.model, **self.backend_options())
+
+    def sampling(self, **overrides: Any) -> Sampling:
+        return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=self.seed, **overrides)
+
+    def cache_dir_for(self, out: Path | str) -> Path | None:
+        """Where the request cache lives: ``--cache-dir``, else beside the output (``OUT/_llm_cache``); None = off."""
+        if self.no_cache:
+            return None
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        if str(out) == "-":
+            return cache_root() / "requests"
+        return Path(out) / "_llm_cache"
+
+    def identity(self, model_name: str) -> dict[str, Any]:
+        """What belongs in a stage's parameters: the backend, the model and the sampling; never transport or secrets."""
+        return {"backend": self.backend, "model": model_name, "sampling": self.sampling().as_dict()}
+
+
+def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(name, annotation, default) of every shared option."""
+    O = functools.partial(typer.Option, rich_help_panel=_PANEL)  # noqa: E741
+    return [
+        ("backend", Annotated[str, O("--backend", help=f"LLM backend: {', '.join(BACKENDS)}.")], DEFAULT_BACKEND),
+        ("model", Annotated[Optional[str], O("--model", "-m", help="Model: HF id or local folder (vllm, transformers), a .gguf file (converted once), or the served name (openai). Default: the embedded SmolLM2-135M-Instruct; with openai, the server's only model.")], None),
+        ("temperature", Annotated[float, O("--temperature", min=0.0, help="Sampling temperature (0 = greedy).")], defaults.get("temperature", 0.0)),
+        ("top_p", Annotated[float, O("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")], defaults.get("top_p", 1.0)),
+        ("max_tokens", Annotated[int, O("--max-tokens", min=1, help="Most tokens generated per request.")], defaults.get("max_tokens", 1024)),
+        ("seed", Annotated[int, O("--seed", help="Sampling seed (sent with every request).")], defaults.get("seed", 0)),
+        ("base_url", Annotated[Optional[str], O("--base-url", help="openai: server URL up to /v1 (default http://127.0.0.1:8000/v1).")], None),
+        ("api_key_env", Annotated[Optional[str], O("--api-key-env", help="openai: environment variable holding the API key (default OPENAI_API_KEY). The key itself is never taken on the command line.")], None),
+        ("concurrency", Annotated[Optional[int], O("--concurrency", min=1, help="openai: requests in flight (default 16).")], None),
+        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, help="openai: seconds per request before retrying (default 600).")], None),
+        ("max_retries", Annotated[Optional[int], O("--max-retries", min=0, help="openai: retries per request on connection errors, timeouts, 429 and 5xx (default 8).")], None),
+        ("tensor_parallel_size", Annotated[Optional[int], O("--tensor-parallel-size", min=1, help="vllm: GPUs per model (default 1).")], None),
+        ("gpu_memory_utilization", Annotated[Optional[float], O("--gpu-memory-utilization", min=0.05, max=1.0, help="vllm: share of GPU memory for the engine (default 0.9).")], None),
+        ("max_model_len", Annotated[Optional[int], O("--max-model-len", min=16, help="vllm: context length (default: the model's).")], None),
+        ("enforce_eager", Annotated[Optional[bool], O("--enforce-eager/--no-enforce-eager", help="vllm: no CUDA graphs / compilation (needed by the CPU build).")], None),
+        ("batch_size", Annotated[Optional[int], O("--batch-size", min=1, help="transformers: prompts per forward batch (default 8).")], None),
+        ("cache_dir", Annotated[Optional[Path], O("--cache-dir", help="Request cache directory (default: OUT/_llm_cache).")], None),
+        ("no_cache", Annotated[bool, O("--no-cache", help="Do not read or write the request cache.")], False),
+    ]
+
+
+def llm_options(**defaults: Any) -> Callable:
+    """Add the shared LLM options to a Typer command; it receives them as ``llm: LLMSettings``.
+
+    ``defaults`` change a default for this command (``temperature=0.7``, ``max_tokens=512``).
+    """
+    unknown = set(defaults) - {f.name for f in fields(LLMSettings)}
+    if unknown:
+        raise TypeError(f"unknown LLM option defaults: {sorted(unknown)}")
+
+    def decorate(command: Callable) -> Callable:
+        sig = inspect.signature(command, eval_str=True)
+        if "llm" not in sig.parameters:
+            raise TypeError(f"{command.__name__} needs a parameter 'llm: LLMSettings'")
+        own = [p for p in sig.parameters.values() if p.name != "llm"]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in _options(defaults)]
+        names = [p.name for p in added]
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            settings = LLMSettings(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            return command(*args, llm=settings, **kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
+        del wrapper.__wrapped__  # Typer must see the new signature, not the command's own
+        return wrapper
+
+    return decorate
+
+
+def settings_dict(settings: LLMSettings) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}

@@ -1,0 +1,222 @@
+"""Reading triples out of what models really write.
+
+Handled shapes: a JSON object or array (``{"triples": [[h, r, t], ...]}``, ``[{"head": ..}]``, several JSON
+values one after another), ``(head, relation, tail)`` lines, ``head | relation | tail`` lines and Markdown
+tables, numbered or bulleted lists, code fences, chatty text before and after, commas inside the tail (split on
+the first two separators only), and JSON cut off by the length limit (every complete triple is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+Triple = tuple[str, str, str]
+
+_DECODER = json.JSONDecoder()
+_JSON_START = re.compile(r"[\[{]")
+_FENCE = re.compile(r"```[\w+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
+# Complete innermost pieces of (possibly truncated) JSON: ["a", "b", "c"] and flat {...} objects.
+_STR = r'"(?:[^"\\]|\\.)*"'
+_SALVAGE = re.compile(rf"\[\s*{_STR}\s*,\s*{_STR}\s*,\s*{_STR}\s*\]|\{{[^{{}}\[\]]*\}}", re.S)
+_BULLET = re.compile(r"^(?:[-*•+·]|\d{1,4}[.):]|\(\d{1,4}\)|#{1,6})\s*")
+_LABEL = re.compile(r"^(?:triple|fact)\s*\d*\s*[:.)-]\s*", re.I)
+_TABLE_RULE = re.compile(r"^[\s|:+-]+$")
+_QUOTED3 = re.compile(rf"^\s*({_STR})\s*,\s*({_STR})\s*,\s*(.+?)\s*$")
+_WS = re.compile(r"\s+")
+_ABBREV_END = re.compile(r"(?:\b(?:[A-Za-z]\.){2,}|\b(?:Jr|Sr|Inc|Ltd|Co|Corp|St|Dr|Mr|Mrs|Ms|Bros|Jun|Sen|Gen)\.)$")
+_CHAT_OPENERS = ("here ", "here's", "sure", "note", "i ", "i'", "these ", "the following", "below", "certainly", "okay", "ok,")
+
+_HEAD_KEYS = ("head", "subject", "h", "s", "entity1", "source", "subj")
+_REL_KEYS = ("relation", "predicate", "r", "p", "relationship", "rel", "edge")
+_TAIL_KEYS = ("tail", "object", "t", "o", "entity2", "target", "obj")
+_HEADER_WORDS = {"head", "relation", "tail", "subject", "predicate", "object", "entity", "entity 1", "entity 2"}
+_QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "«": "»", "„": "“"}
+_WRAPS = {"(": ")", "[": "]", "<": ">", "{": "}"}
+
+
+@dataclass
+class Parsed:
+    """What one model output gave: triples (normalized, deduplicated, in order) and what went wrong."""
+
+    triples: list[Triple] = field(default_factory=list)
+    candidates: int = 0  # triples read before normalization and deduplication
+    empty_parts: list[Triple] = field(default_factory=list)  # dropped: a part was empty after normalization
+    duplicates: int = 0  # dropped: the same triple again in this output
+    truncated: bool = False  # the output hit the length limit (complete triples were kept)
+
+    @property
+    def failed(self) -> bool:
+        """The output had no readable triple at all."""
+        return self.candidates == 0
+
+
+# ------------------------------------------------------------------------------------------ normalize
+
+
+def normalize(part: object) -> str:
+    """Collapse whitespace, remove wrapping quotes and trailing punctuation (not an abbreviation's dot)."""
+    s = _WS.sub(" ", str(part)).strip()
+    while s:
+        before = s
+        if len(s) >= 2 and _QUOTES.get(s[0]) == s[-1]:
+            s = s[1:-1].strip()
+        while s and (s[-1] in ",;:" or (s[-1] == "." and not _ABBREV_END.search(s))):
+            s = s[:-1].rstrip()
+        if s == before:
+            break
+    return s
+
+
+# ----------------------------------------------------------------------------------------- JSON paths
+
+
+def _pick(d: dict, keys: tuple[str, ...]) -> object | None:
+    for k in keys:
+        if k in d:
+            return d[k]
+    return None
+
+
+def _walk(obj: object, out: list[Triple]) -> None:
+    """Collect triples from any nesting of lists and objects."""
+    if isinstance(obj, list):
+        if len(obj) == 3 and all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in obj):
+            out.append((str(obj[0]), str(obj[1]), str(obj[2])))
+            return
+        for item in obj:
+            _walk(item, out)
+    elif isinstance(obj, dict):
+        lowered = {str(k).lower(): v for k, v in obj.items()}
+        h, r, t = _pick(lowered, _HEAD_KEYS), _pick(lowered, _REL_KEYS), _pick(lowered, _TAIL_KEYS)
+        if h is not None and r is not None and t is not None and not any(isinstance(x, (list, dict)) for x in (h, r, t)):
+            out.append((str(h), str(r), str(t)))
+            return
+        for v in obj.values():
+            _walk(v, out)
+    elif isinstance(obj, str):
+        triple = parse_line(obj)  # ["Paris | capital of | France", ...]
+        if triple is not None:
+            out.append(triple)
+
+
+def _from_json(body: str) -> tuple[list[Triple], bool]:
+    """Triples from every JSON value in ``body``; a value that does not decode is salvaged piece by piece.
+
+    Returns the triples and whether any JSON was seen at all.
+    """
+    out: list[Triple] = []
+    seen = False
+    pos = 0
+    while (m := _JSON_START.search(body, pos)) is not None:
+        try:
+            obj, pos = _DECODER.raw_decode(body, m.start())
+        except json.JSONDecodeError:
+            pieces = _SALVAGE.findall(body, m.start())
+            for piece in pieces:
+                try:
+                    _walk(json.loads(piece), out)
+                except json.JSONDecodeError:
+                    continue
+            seen = seen or bool(pieces)
+            break
+        seen = True
+        _walk(obj, out)
+    return out, seen
+
+
+# --------------------------------------------------------------------------------------- line paths
+
+
+def _split3(inner: str, sep: str) -> list[str] | None:
+    parts = inner.split(sep, 2)  # the tail keeps any further separators ("July 31, 2012")
+    return parts if len(parts) == 3 else None
+
+
+def parse_line(line: str) -> Triple | None:
+    """One triple from one line of text, or None when the line is not a triple."""
+    s = line.strip()
+    if not s or s.endswith(":"):
+        return None
+    marked = False
+    if m := _BULLET.match(s):
+        s, marked = s[m.end() :], True
+    if m := _LABEL.match(s):
+        s, marked = s[m.end() :], True
+    s = s.strip()
+    trimmed = s.rstrip(".,;")  # "(a, b, c)." ends a sentence; "U.S." keeps its dot (see normalize)
+    if trimmed and trimmed[-1] in ")]>}":
+        s = trimmed
+    if not s:
+        return None
+    if s.startswith("|"):  # Markdown table row
+        if _TABLE_RULE.match(s):
+            return None
+        cells = [c.strip() for c in s.strip("|").split("|")]
+        if len(cells) < 3 or cells[0].lower().strip("* ") in _HEADER_WORDS:
+            return None
+        return (cells[0], cells[1], "|".join(cells[2:]))
+    close = _WRAPS.get(s[0])
+    if close is not None and s.endswith(close):
+        s, marked = s[1:-1].strip(), True
+    parts = None
+    if "|" in s:
+        parts = _split3(s, "|")
+    elif "\t" in s:
+        parts = _split3(s, "\t")
+    elif "->" in s or "→" in s:
+        parts = _split3(s.replace("→", "->"), "->")
+    elif ";" in s and s.count(";") >= 2:
+        parts = _split3(s, ";")
+    elif "," in s:
+        if s[0] in _QUOTES and (m := _QUOTED3.match(s)):
+            parts = [m.group(1), m.group(2), m.group(3)]
+        else:
+            parts = _split3(s, ",")
+        if parts is not None and not marked:
+            # A bare comma line may be prose: accept it only when it looks like a triple.
+            low = s.lower()
+            if low.startswith(_CHAT_OPENERS) or len(parts[0].split()) > 10 or len(parts[1].split()) > 10:
+                return None
+    if parts is None:
+        return None
+    return (parts[0], parts[1], parts[2])
+
+
+def _strip_fences(text: str) -> str:
+    if "```" not in text:
+        return text
+    blocks = _FENCE.findall(text)
+    return "\n".join(blocks) if any(b.strip() for b in blocks) else text
+
+
+# ---------------------------------------------------------------------------------------------- api
+
+
+def parse_output(text: str, finish_reason: str | None = "stop") -> Parsed:
+    """Triples from one model output, normalized and deduplicated (case-insensitively) in order."""
+    result = Parsed(truncated=finish_reason == "length")
+    body = _strip_fences(text or "")
+    raw, _ = _from_json(body) if ("{" in body or "[" in body) else ([], False)
+    if not raw:
+        raw = [t for t in map(parse_line, body.splitlines()) if t is not None]
+    result.candidates = len(raw)
+    seen: set[tuple[str, str, str]] = set()
+    for h, r, t in raw:
+        triple = (normalize(h), normalize(r), normalize(t))
+        if not all(triple):
+            result.empty_parts.append(triple)
+            continue
+        key = (triple[0].casefold(), triple[1].casefold(), triple[2].casefold())
+        if key in seen:
+            result.duplicates += 1
+            continue
+        seen.add(key)
+        result.triples.append(triple)
+    return result
+
+
+def render_docid(triple: Triple, start: str = "<docid_start>", end: str = "<docid_end>") -> str:
+    """The docid string the retrieval model generates for a triple."""
+    return f"{start}{triple[0]}, {triple[1]}, {triple[2]}{end}"
