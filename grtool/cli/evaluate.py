@@ -39,7 +39,7 @@ def recall_cmd(
     report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
     if json:
         typer.echo(orjson.dumps(report).decode())
-    else:
+    elif report["responses"]:
         table = Table(title="retrieval recall")
         for col in ("dataset", "responses", "recall", "exact", "docs/response", "hallucinated", "flipped", "malformed"):
             table.add_column(col, justify="left" if col == "dataset" else "right")

@@ -150,9 +150,9 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
             if not line.strip():
                 continue
             try:
-                row = orjson.loads(line)
+                row = orjson.loads(line.rstrip(b"\r\n"))
             except orjson.JSONDecodeError as e:
-                raise InputError(f"{name}, line {lineno}: not a JSON object ({e})") from None
+                raise InputError(f"{name}, line {lineno}, character {e.pos + 1}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{name}, line {lineno}: expected a JSON object with 'qid' and 'response'")
             qid, text = row.get("qid"), row.get("response")

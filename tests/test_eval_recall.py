@@ -1,0 +1,140 @@
+"""`grtool eval recall` on real 2WikiMultihopQA and MuSiQue samples, with hand-checked values.
+
+The corpus and triples come from ``test_export.build_samples`` (real records, 2Wiki evidence triples and
+hand-read triples including one real three-document collision).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_export import (
+    ANA_BRACKETS,
+    ANA_FLIPPED_EXACT,
+    FAIR_LADY_HALF,
+    MOZA_COLLIDING,
+    MOZA_EXACT,
+    MOZA_FLIPPED_AND_HALLUCINATED,
+    MOZA_MALFORMED,
+    MUSIQUE,
+    Q_ANA,
+    Q_FAIR_LADY,
+    Q_MOZA,
+    WIKI,
+    build_samples,
+    write_responses,
+)
+
+from grtool.export.docids import normalize_docid, parse_docids
+from grtool.export.lookup import DocidIndex, QuestionIndex, Response
+from grtool.export.recall import score_response
+
+SCORED = [
+    (Q_MOZA, MOZA_EXACT),  # recall 1, docs {M, Z}
+    (Q_MOZA, MOZA_COLLIDING),  # recall 1, docs {M, Joaan, Jassim, Z}
+    (Q_MOZA, MOZA_FLIPPED_AND_HALLUCINATED),  # recall 0.5, docs {Z}, 1 flipped, 1 hallucinated
+    (Q_MOZA, MOZA_MALFORMED),  # recall 0.5, docs {M}, 3 malformed
+    (Q_ANA, ANA_BRACKETS),  # recall 0.5, docs {A}
+    (Q_ANA, ANA_FLIPPED_EXACT),  # recall 1, docs {A, C}, 1 flipped
+    (Q_FAIR_LADY, FAIR_LADY_HALF),  # MuSiQue: recall 0.5, docs {My Fair Lady}
+    ("no-such-question", MOZA_EXACT),  # not scored, reported
+]
+
+
+def flat(text: str) -> str:
+    """stderr with Rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def corpus(shared_data, tmp_path):
+    info = build_samples(shared_data, tmp_path / "corpus")
+    info["root"] = tmp_path / "corpus"
+    return info
+
+
+def test_recall_report_hand_checked(cli, corpus, tmp_path):
+    responses = write_responses(tmp_path / "samples.jsonl", SCORED)
+    root = corpus["root"]
+    report = json.loads(cli("eval", "recall", responses, "--corpus", root, "--triples", root / "triples", "--json").stdout)
+    # 2Wiki: (1 + 1 + 0.5 + 0.5 + 0.5 + 1) / 6 = 0.75; MuSiQue: 0.5; overall: 5 / 7.
+    assert report["recall"] == pytest.approx(5 / 7)
+    assert report["per_dataset"][WIKI]["recall"] == pytest.approx(0.75)
+    assert report["per_dataset"][MUSIQUE]["recall"] == pytest.approx(0.5)
+    assert report["responses"] == 7 and report["per_dataset"][WIKI]["responses"] == 6
+    # Documents per response: 2 + 4 + 1 + 1 + 1 + 2 (+ 1 for MuSiQue) = 12 over 7.
+    assert report["docs_per_response"] == pytest.approx(12 / 7)
+    assert report["per_dataset"][WIKI]["docs_per_response"] == pytest.approx(11 / 6)
+    # Well-formed docids: 2 + 2 + 2 + 1 + 1 + 2 + 1 = 11, one of them hallucinated.
+    assert (report["docids"], report["hallucinated"]) == (11, 1)
+    assert report["hallucinated_share"] == pytest.approx(1 / 11)
+    assert report["malformed"] == 3 and report["responses_with_malformed"] == 1
+    assert report["flipped"] == 2
+    assert report["exact_match_share"] == pytest.approx(2 / 7)
+    assert report["unknown_qid"] == 1 and report["no_gold"] == 0
+
+
+def test_collisions_retrieve_every_holder(corpus):
+    index = DocidIndex.build(corpus["root"] / "triples")
+    docs, flipped = index.resolve(normalize_docid("Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser"))
+    titles = {"Mohammed bin Hamad bin Khalifa Al Thani", "Joaan bin Hamad bin Khalifa Al Thani", "Jassim bin Hamad bin Khalifa Al Thani"}
+    assert docs == {corpus["doc"][t] for t in titles} and not flipped
+    questions = QuestionIndex.build(corpus["root"])
+    score = score_response(Response(1, Q_MOZA, MOZA_COLLIDING), questions.get(Q_MOZA), index)
+    assert score.recall == 1.0 and not score.exact and len(score.retrieved) == 4
+
+
+def test_flipped_docids_with_commas_in_the_parts(corpus):
+    index = DocidIndex.build(corpus["root"] / "triples")
+    ana = corpus["doc"]["Ana, mon amour"]
+    # Written forward with a comma in the head, and tail-first with the comma-holding head last.
+    assert index.resolve(normalize_docid("Ana, mon amour, director, Călin Peter Netzer")) == ({ana}, False)
+    assert index.resolve(normalize_docid("Călin Peter Netzer, director, Ana, mon amour")) == ({ana}, True)
+    # A comma inside the tail ("January 15, 1959"), with sloppy spacing around the commas.
+    moza = corpus["doc"]["Moza bint Nasser"]
+    assert index.resolve(normalize_docid("Moza bint Nasser ,date of birth,  January 15 , 1959")) == ({moza}, False)
+    # Case is part of the docid.
+    assert index.resolve(normalize_docid("moza bint nasser, place of birth, al khor")) == (frozenset(), False)
+
+
+@pytest.mark.parametrize(
+    "text, docids, malformed",
+    [
+        ("[Moza bint Nasser, place of birth, Al Khor] and <docid_start>A, b, c<docid_end>", ["A,b,c", "Moza bint Nasser,place of birth,Al Khor"], 0),
+        ("<docid_start><docid_end> []", [], 2),  # empty markers
+        ("<docid_start>Moza bint Nasser, place of birth, Al Khor", [], 1),  # cut off before the end marker
+        ("Al Khor<docid_end> [Moza]", [], 2),  # end without start; a bracket that is not a triple
+        ("[a, b, [c, d, e]]", ["c,d,e"], 2),  # nested: the outer pair is broken
+        ("<docid_start>x, y <docid_start>p, q, r<docid_end>", ["p,q,r"], 1),  # opened twice
+        ("plain text with no docids", [], 0),
+    ],
+)
+def test_parse_docids_counts_malformed_markers(text, docids, malformed):
+    parsed = parse_docids(text)
+    assert sorted(parsed.docids) == sorted(docids)
+    assert parsed.malformed == malformed
+
+
+def test_bad_jsonl_line_names_file_and_line(cli, corpus, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"qid": Q_MOZA, "response": MOZA_EXACT}) + "\n\n" + '{"qid": "x", "response": \n')
+    proc = cli("eval", "recall", bad, "--corpus", corpus["root"], "--triples", corpus["root"], check=2)
+    assert "bad.jsonl, line 3, character 26: not valid JSON" in flat(proc.stderr) and "Traceback" not in proc.stderr
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({"qid": Q_MOZA, "text": "no response field"}) + "\n")
+    proc = cli("eval", "recall", missing, "--corpus", corpus["root"], "--triples", corpus["root"], check=2)
+    assert "missing.jsonl, line 1: 'response' must be a string" in flat(proc.stderr)
+
+
+def test_stdin_and_table_output(cli, corpus):
+    lines = "".join(json.dumps({"qid": q, "response": r}) + "\n" for q, r in SCORED)
+    proc = cli("eval", "recall", "-", "--corpus", corpus["root"], "--triples", corpus["root"], input=lines)
+    assert proc.stdout == ""  # the table goes to stderr
+    assert "0.7143" in proc.stderr and "1 responses with an unknown qid" in flat(proc.stderr)
+
+
+def test_nothing_scorable_exits_1(cli, corpus, tmp_path):
+    only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOZA_EXACT)])
+    proc = cli("eval", "recall", only_unknown, "--corpus", corpus["root"], "--triples", corpus["root"], check=1)
+    assert "no response could be scored" in flat(proc.stderr)
