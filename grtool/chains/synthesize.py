@@ -13,6 +13,7 @@ So ``in == out + rejected`` holds per part; the ``questions_*`` counters give th
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -22,7 +23,8 @@ from grtool.chains.entropy import EntropyScorer, pick_lowest
 from grtool.chains.prompt import ChainPrompt, offer_triples
 from grtool.chains.triples import TripleStore
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, Sampling
+from grtool.llm.base import Backend, Generation, Messages, Sampling
+from grtool.llm.cache import CacheStats, CachedLLM
 
 SELECT_METHODS = ("entropy", "first")
 _CANNOT_ANSWER = re.compile(r"not enough to answer|cannot (?:be )?answer|can't answer|unable to answer", re.IGNORECASE)
@@ -268,16 +270,16 @@ def synthesize(
     corpus: str,
     triples: str,
     out: str,
-    llm: LLM,
+    backend: Backend,
     settings: ChainSettings,
     prompt: ChainPrompt,
     *,
-    backend: str,
+    cache_path: Path | None = None,
     overwrite: bool = False,
     num_shards: int | None = None,
     shard_index: int | None = None,
-) -> dict[str, Any]:
-    """Run the stage over this task's parts and return the output manifest (or the stdout summary)."""
+) -> tuple[dict[str, Any], CacheStats]:
+    """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats."""
     from grtool.log import progress
     from grtool.store.io import InputTable, open_output
     from grtool.store.schemas import CHAINS
@@ -286,21 +288,25 @@ def synthesize(
     questions = InputTable.open(corpus, "questions")
     store = TripleStore(triples)
     n_shards, index = resolve_sharding(num_shards, shard_index)
-    params = {**settings.params(), "backend": backend, "model": llm.model, "prompt_sha256": prompt.sha256()}
+    params = {**settings.params(), "backend": backend.name, "model": backend.model, "prompt_sha256": prompt.sha256()}
     spec = StageSpec("chains", CHAINS, params, inputs=[questions.source, str(store.path)])
     writer = open_output(out, spec, overwrite=overwrite, num_parts=questions.num_parts)
+    llm = CachedLLM(backend, cache_path)  # opened after the writer: --overwrite may have cleared the directory
     synth = ChainSynthesizer(llm, store, settings, prompt)
 
     todo = [i for i in parts_for_task(questions.num_parts, n_shards, index) if not writer.done(i)]
-    total = _planned_rows(questions, todo, settings.candidates)
-    with progress() as bar:
-        task = bar.add_task("chains", total=total)
-        for i in todo:
-            source = f"{questions.source}:{questions.parts[i].name if questions.parts[i] else 'stdin'}"
-            with writer.shard(i) as shard:
-                for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
-                    synth.run_batch(rows, shard, source, position, lambda n: bar.advance(task, n))
-    return writer.finish()
+    try:
+        with progress() as bar:
+            task = bar.add_task("chains", total=_planned_rows(questions, todo, settings.candidates))
+            for i in todo:
+                part = questions.parts[i]
+                source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
+                with writer.shard(i) as shard:
+                    for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
+                        synth.run_batch(rows, shard, source, position, lambda n: bar.advance(task, n))
+    finally:
+        llm.close()
+    return writer.finish(), llm.stats
 
 
 def _planned_rows(questions: Any, parts: list[int], candidates: int) -> int | None:

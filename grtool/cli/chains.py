@@ -2,6 +2,78 @@
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
+from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.options import NumShards, Out, Overwrite, ShardIndex
+
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
+
+
+class Select(str, Enum):
+    entropy = "entropy"
+    first = "first"
+
+
+@app.command()
+@llm_options(temperature=0.7, max_tokens=512)
+def synthesize(
+    corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
+    triples: Annotated[Path, typer.Argument(help="Triples stage directory (from `grtool triples extract`), or a run directory holding triples/.")],
+    out: Out,
+    candidates: Annotated[int, typer.Option("--candidates", "-n", min=1, help="Chains per question: one greedy, the rest sampled at --temperature.")] = 4,
+    select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
+    top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
+    distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
+    prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
+    few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
+    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = "<docid_start>",
+    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = "<docid_end>",
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+    llm: LLMSettings = None,
+) -> None:
+    r"""Write candidate reasoning chains for every answerable question, citing its gold documents' triples.
+
+    Each prompt offers the question's gold triples (plus --distractors others), numbered in a seeded shuffle.
+    Citations the model writes as \[head, relation, tail] are stored as marked docids, flipped ones flagged.
+    Questions without gold documents or without triples for them are rejected with the reason, never dropped.
+
+    Example: grtool chains synthesize out/2wiki out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
+    """
+    from grtool.chains.docids import Markers
+    from grtool.chains.prompt import ChainPrompt
+    from grtool.chains.synthesize import ChainSettings
+    from grtool.chains.synthesize import synthesize as run
+    from grtool.log import log
+
+    settings = ChainSettings(
+        candidates=candidates,
+        temperature=llm.temperature,
+        top_p=llm.top_p,
+        max_tokens=llm.max_tokens,
+        select=select.value,
+        top_logprobs=top_logprobs,
+        distractors=distractors,
+        seed=llm.seed,
+        markers=Markers(docid_start, docid_end),
+    )
+    chain_prompt = ChainPrompt.load(prompt, few_shot)
+    cache_dir = llm.cache_dir_for(out)
+    manifest, stats = run(
+        corpus, str(triples), str(out), llm.make_backend(), settings, chain_prompt,
+        cache_path=cache_dir / "requests.sqlite" if cache_dir is not None else None,
+        overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
+    )  # fmt: skip
+    counters = manifest.get("counters") or {}
+    extra = counters.get("extra") or {}
+    log.info(
+        "chains: %s questions chained, %s rows, rejected %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
+        extra.get("questions_chained", 0), counters.get("out", 0), counters.get("rejected") or "none",
+        extra.get("docids", 0), extra.get("docids_flipped", 0), extra.get("docids_not_offered", 0), stats.hits, stats.misses,
+    )  # fmt: skip

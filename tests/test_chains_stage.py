@@ -1,0 +1,300 @@
+"""`grtool chains synthesize` end to end: a real OpenAI-compatible HTTP server on 127.0.0.1, and the tiny model.
+
+Questions and triples come from real 2WikiMultihopQA dev records: their `evidences` are the (head, relation,
+tail) triples of their gold paragraphs, in gold-paragraph order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from grtool.store.schemas import QUESTIONS, TRIPLES
+from grtool.store.stage import StageSpec, StageWriter, load_manifest, read_table
+
+S, E = "<docid_start>", "<docid_end>"
+
+
+def doc_id(title: str) -> str:
+    return "d" + hashlib.sha1(title.encode()).hexdigest()[:12]
+
+
+def load_2wiki(shared_data: Path) -> list[dict]:
+    return json.loads((shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+
+
+def build_inputs(records: list[dict], root: Path, *, parts: int = 2) -> tuple[Path, Path, dict[str, dict]]:
+    """A corpus run directory (questions/) and a triples stage; returns them and the questions by text."""
+    questions, triples = [], []
+    for rec in records:
+        gold_titles = list(dict.fromkeys(t for t, _ in rec["supporting_facts"]))
+        gold = [doc_id(t) for t in gold_titles]
+        for i, (h, r, t) in enumerate(rec["evidences"]):
+            d = gold[min(i, len(gold) - 1)]
+            triples.append({"doc_id": d, "idx": i, "head": h, "relation": r, "tail": t, "docid": f"{S}{h}, {r}, {t}{E}"})
+        questions.append(
+            {
+                "qid": rec["_id"], "dataset": "2wikimultihopqa", "split": "dev", "question": rec["question"],
+                "answer": rec["answer"], "answer_aliases": [], "gold_doc_ids": gold, "type": rec["type"],
+                "answerable": True, "meta": "{}",
+            }
+        )  # fmt: skip
+    qdir = root / "corpus" / "questions"
+    qw = StageWriter(qdir, StageSpec("questions", QUESTIONS), num_parts=parts)
+    for p in range(parts):
+        with qw.shard(p) as sh:
+            rows = questions[p::parts]
+            sh.count_in(len(rows))
+            sh.write_rows(rows)
+    qw.finish()
+    tw = StageWriter(root / "triples", StageSpec("triples", TRIPLES), num_parts=1)
+    with tw.shard(0) as sh:
+        sh.count_in(len(triples))
+        sh.write_rows(triples)
+    tw.finish()
+    return root / "corpus", root / "triples", {q["question"]: q for q in questions}
+
+
+# ------------------------------------------------------------------------------------ the server
+
+SURE_TOP = [0.97, 0.02, 0.01]
+UNSURE_TOP = [0.4, 0.35, 0.25]
+WINNER = 2  # the candidate the server is sure about (not the greedy one, so `first` and `entropy` differ)
+
+
+def candidate_text(candidate: int, evidences: list[list[str]], answer: str) -> str:
+    """What the fake model writes for one candidate: bracketed citations, in four styles."""
+    cites = [f"[{h}, {r}, {t}]" for h, r, t in evidences]
+    if candidate == 1:  # sloppy spacing and case
+        cites = [f"[ {h.lower()} ,{r},  {t} ]" for h, r, t in evidences]
+    if candidate == WINNER:  # the first hop read from known to unknown
+        h, r, t = evidences[0]
+        cites[0] = f"[{t}, {r}, {h}]"
+    text = " ".join(f"Step {i}: {c}." for i, c in enumerate(cites, 1))
+    if candidate == 3:  # a footnote and a triple nobody offered
+        text += " See [1]. Also [Wikipedia, founded in, 2001]."
+    return f"{text} So the answer is {answer}."
+
+
+class FakeChatServer(ThreadingHTTPServer):
+    """An OpenAI-compatible chat-completions server that answers from a table, with token logprobs."""
+
+    daemon_threads = True
+
+    def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True):
+        super().__init__(("127.0.0.1", 0), ChatHandler)
+        self.answers = answers
+        self.with_logprobs = with_logprobs
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+def token_logprobs(text: str, sure: bool, k: int) -> list[dict]:
+    dist = SURE_TOP if sure else UNSURE_TOP
+    out = []
+    for tok in re.findall(r"\s*[\w\-'.]+|\s*[^\w\s]", text):
+        alts = [tok] + [f"<alt{i}>" for i in range(1, len(dist))]
+        top = [{"token": a, "logprob": math.log(p), "bytes": list(a.encode())} for a, p in zip(alts, dist)][:k]
+        out.append({"token": tok, "logprob": math.log(dist[0]), "bytes": list(tok.encode()), "top_logprobs": top})
+    return out
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    server: FakeChatServer
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def _send(self, obj: dict, status: int = 200) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send({"object": "list", "data": [{"id": "fake-70b", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.requests.append(body)
+        question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
+        evidences, answer = self.server.answers[question]
+        candidate = body["seed"] if body["temperature"] > 0 else 0
+        text = candidate_text(candidate, evidences, answer)
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        if body.get("logprobs") and self.server.with_logprobs:
+            choice["logprobs"] = {"content": token_logprobs(text, candidate == WINNER, body["top_logprobs"])}
+        usage = {"prompt_tokens": 100, "completion_tokens": len(text.split()), "total_tokens": 100 + len(text.split())}
+        self._send({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage})
+
+
+@pytest.fixture
+def records(shared_data):
+    return load_2wiki(shared_data)
+
+
+def start_server(records, **kw) -> FakeChatServer:
+    server = FakeChatServer({r["question"].strip(): (r["evidences"], r["answer"]) for r in records}, **kw)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def server(records):
+    s = start_server(records)
+    yield s
+    s.shutdown()
+
+
+def llm_args(server: FakeChatServer) -> list[str]:
+    return ["--backend", "openai", "--base-url", server.url, "--model", "fake-70b", "--max-retries", "0"]
+
+
+# ------------------------------------------------------------------------------------- the tests
+
+
+def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(cli, tmp_path, records, server):
+    # Three questions cannot have chains, each for its own reason; they must be reported, not dropped.
+    records = [dict(r) for r in records]
+    no_gold, unanswerable, no_triples = records[0]["_id"], records[1]["_id"], records[2]["_id"]
+    corpus, triples, by_text = build_inputs(records, tmp_path)
+    _rewrite_questions(corpus, {no_gold: {"gold_doc_ids": []}, unanswerable: {"answerable": False}})
+    _drop_triples(triples, {doc_id(records[2]["supporting_facts"][0][0])})
+
+    out = tmp_path / "chains"
+    args = ["chains", "synthesize", corpus, triples, "--out", out, "--candidates", "4", "--select", "entropy", *llm_args(server)]
+    cli(*args, "--num-shards", "2", "--shard-index", "0")
+    assert not load_manifest(out)["complete"]
+    cli(*args, "--num-shards", "2", "--shard-index", "1")
+    manifest = load_manifest(out)
+    assert manifest["complete"] and manifest["params"]["model"] == "fake-70b"
+
+    c = manifest["counters"]
+    assert c["rejected"] == {"gold documents without triples": 1, "no gold documents": 1, "not answerable": 1}
+    chained = len(records) - 3
+    assert c["extra"]["questions"] == len(records) and c["extra"]["questions_chained"] == chained
+    assert c["out"] == 4 * chained and c["in"] == c["out"] + 3
+    rejects = [json.loads(line) for f in sorted((out / "_rejects").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    assert {r["record"]["qid"]: r["reason"] for r in rejects} == {
+        no_gold: "no gold documents", unanswerable: "not answerable", no_triples: "gold documents without triples",
+    }  # fmt: skip
+
+    # Every request asked for logprobs; candidate 0 was greedy, the others sampled with their own seeds.
+    assert all(r["logprobs"] and r["top_logprobs"] == 5 for r in server.requests)
+    assert sorted({(r["temperature"], r["seed"]) for r in server.requests}) == [(0.0, 0), (0.7, 1), (0.7, 2), (0.7, 3)]
+    assert len(server.requests) == 4 * chained
+
+    rows = read_table(out).to_pylist()
+    assert len(rows) == 4 * chained
+    by_qid: dict[str, list[dict]] = {}
+    for r in rows:
+        by_qid.setdefault(r["qid"], []).append(r)
+    for rec in records[3:]:
+        cands = sorted(by_qid[rec["_id"]], key=lambda r: r["candidate"])
+        forward = [f"{S}{h}, {r}, {t}{E}" for h, r, t in rec["evidences"]]
+        h, r, t = rec["evidences"][0]
+        # Stored docids are marked, in order, with the stored spelling (candidate 1 wrote them sloppily).
+        assert cands[0]["docids"] == forward and cands[1]["docids"] == forward
+        assert cands[WINNER]["docids"] == [f"{S}{t}, {r}, {h}{E}"] + forward[1:]
+        assert cands[WINNER]["flipped"] == [True] + [False] * (len(forward) - 1)
+        assert cands[0]["flipped"] == [False] * len(forward)
+        for cand in cands:
+            for d in cand["docids"]:
+                assert d in cand["text"]
+            assert not re.search(r"\[[^\]]*,[^\]]*,[^\]]*\]", cand["text"]), cand["text"]
+        # The footnote stays a footnote; the made-up triple is marked (the filters stage judges it).
+        assert "See [1]." in cands[3]["text"] and cands[3]["docids"][-1] == f"{S}Wikipedia, founded in, 2001{E}"
+        # The surest candidate is selected, and it has the lowest score.
+        assert [c["selected"] for c in cands] == [i == WINNER for i in range(4)]
+        assert cands[WINNER]["score"] == min(c["score"] for c in cands)
+        assert cands[WINNER]["score"] < 0.5 * min(c["score"] for c in cands if c["candidate"] != WINNER)
+        assert [c["temperature"] for c in cands] == [0.0, 0.7, 0.7, 0.7]
+        assert all(c["model"] == "fake-70b" and c["finish_reason"] == "stop" for c in cands)
+
+    cli("validate", out)
+
+    # A re-run resumes: nothing to do, nothing sent. A re-run of a lost part is answered from the cache.
+    sent = len(server.requests)
+    cli(*args)
+    assert len(server.requests) == sent
+    (out / "_shards" / "part-00001.json").unlink()
+    (out / "part-00001.parquet").unlink()
+    cli(*args)
+    assert len(server.requests) == sent
+    assert read_table(out).num_rows == 4 * chained
+    # Changed parameters are refused rather than mixed in.
+    proc = cli(*args[:-len(llm_args(server))], "--candidates", "3", *llm_args(server), check=2)
+    assert "candidates" in proc.stderr
+
+
+def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, records, server):
+    corpus, triples, _ = build_inputs(records[:4], tmp_path, parts=1)
+    out = tmp_path / "chains"
+    cli("chains", "synthesize", corpus, triples, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", *llm_args(server))
+    rows = read_table(out).to_pylist()
+    assert len(rows) == 12
+    assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
+    assert not any(r.get("logprobs") for r in server.requests)
+    # Distractors: each prompt offers the gold triples plus three triples of other questions' documents.
+    for body in server.requests:
+        offered = re.findall(r"^\d+\. \[(.*)\]$", body["messages"][-1]["content"], re.M)
+        question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
+        gold = [", ".join(e) for e in next(r for r in records if r["question"].strip() == question)["evidences"]]
+        assert set(gold) <= set(offered) and len(offered) == len(gold) + 3
+
+
+def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, records):
+    server = start_server(records, with_logprobs=False)
+    try:
+        corpus, triples, _ = build_inputs(records[:2], tmp_path, parts=1)
+        proc = cli("chains", "synthesize", corpus, triples, "--out", tmp_path / "chains", *llm_args(server), check=2)
+        assert "logprobs" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        server.shutdown()
+
+
+def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, server):
+    corpus, triples, _ = build_inputs(records[:3], tmp_path, parts=1)
+    lines = "\n".join(json.dumps(q) for q in read_table(corpus / "questions").to_pylist())
+    proc = cli("chains", "synthesize", "-", triples, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=lines)
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(rows) == 6 and sum(r["selected"] for r in rows) == 3
+    assert all(d.startswith(S) and d.endswith(E) for r in rows for d in r["docids"])
+
+
+def _rewrite_questions(corpus: Path, changes: dict[str, dict]) -> None:
+    """Edit questions in place in their shards (keeps shard records consistent by rewriting the stage)."""
+    qdir = corpus / "questions"
+    parts = sorted(qdir.glob("part-*.parquet"))
+    tables = [pq.read_table(p).to_pylist() for p in parts]
+    w = StageWriter(qdir, StageSpec("questions", QUESTIONS), overwrite=True, num_parts=len(parts))
+    for i, rows in enumerate(tables):
+        with w.shard(i) as sh:
+            rows = [{**r, **changes.get(r["qid"], {})} for r in rows]
+            sh.count_in(len(rows))
+            sh.write_rows(rows)
+    w.finish()
+
+
+def _drop_triples(triples: Path, doc_ids: set[str]) -> None:
+    rows = [r for r in read_table(triples).to_pylist() if r["doc_id"] not in doc_ids]
+    w = StageWriter(triples, StageSpec("triples", TRIPLES), overwrite=True, num_parts=1)
+    with w.shard(0) as sh:
+        sh.count_in(len(rows))
+        sh.write_rows(rows)
+    w.finish()
