@@ -1,4 +1,4 @@
-"""`grtool corpus` commands: ingest (``overlap`` attaches from corpus_overlap.py)."""
+"""`grtool corpus` commands: ingest, merge, stats (``overlap`` attaches from corpus_overlap.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Out, Overwrite, Strict
+from grtool.cli.options import Json, Out, Overwrite, Plot, Strict
 from grtool.log import console, log
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -29,7 +29,7 @@ def _print_summary(title: str, report: dict) -> None:
     t = Table(title=title, show_header=False)
     t.add_column("what")
     t.add_column("n", justify="right")
-    for key in ("questions", "documents", "paragraphs"):
+    for key in ("questions", "documents", "paragraphs", "documents merged"):
         if key in report:
             t.add_row(key, f"{report[key]:,}")
     for name, n in sorted(report.get("questions_by_dataset", {}).items()):
@@ -68,3 +68,44 @@ def ingest_cmd(
         _print_summary(f"ingested into {out}", report.as_dict())
     if report.rejected:
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
+
+
+@app.command("merge")
+def merge_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Ingested run directories (each holding documents/ and questions/).")],
+    out: Out,
+    overwrite: Overwrite = False,
+) -> None:
+    """Union of ingested corpora: documents deduplicated by doc_id (their datasets united), questions
+    concatenated (a qid seen twice is rejected).
+
+    Example: grtool corpus merge out/2wiki out/morehopqa --out out/2wiki+morehopqa
+    """
+    from grtool.corpus.merge import merge
+
+    report = merge(inputs, str(out), overwrite=overwrite)
+    if str(out) != "-":
+        _print_summary(f"merged into {out}", report)
+
+
+@app.command("stats")
+def stats_cmd(
+    directory: Annotated[Path, typer.Argument(help="A run directory holding questions/ (and documents/).")],
+    json: Json = False,
+    plot: Plot = None,
+) -> None:
+    """Per dataset and split: questions, documents, gold documents per question (mean/min/max), hop
+    distribution and answerable share.
+
+    Example: grtool corpus stats out/corpus --plot out/corpus/stats.png
+    """
+    from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
+
+    stats = corpus_stats(directory)
+    if plot is not None:
+        plot_stats(stats, plot)
+        log.info("wrote %s", plot)
+    if json:
+        typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
+    else:
+        console.print(stats_table(stats))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,34 +74,41 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     doc_spec = StageSpec("documents", DOCUMENTS, params, names)
     q_spec = StageSpec("questions", QUESTIONS, params, names)
     report = IngestReport(str(out))
+    identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+    fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity)  # noqa: E731
+    report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
+    return report if is_stdio(out) else _read_back(Path(out), report)
 
+
+def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
+                  fill: Callable[[Path], dict[str, Any]], *, strict: bool = False, overwrite: bool = False) -> bool:
+    """Phase 1 ``fill(work_dir) -> plan`` unless a finished spill of the same run exists, then phase 2.
+
+    Used by ingest and merge. Returns True when an earlier run's work was reused (resume).
+    """
     if is_stdio(out):
-        work = Path(tempfile.mkdtemp(prefix="grtool-ingest-"))
+        work = Path(tempfile.mkdtemp(prefix="grtool-corpus-"))
         try:
-            plan = read_inputs(files, work, dataset, split, strict, report, identity={})
-            write_outputs(work, plan, None, doc_spec, q_spec, strict)
+            write_outputs(work, fill(work), None, doc_spec, q_spec, strict)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        return report
-
+        return False
     out = Path(out)
-    work = out / WORK_DIR
+    work = out / work_name
     if overwrite:
         shutil.rmtree(work, ignore_errors=True)
     elif _already_complete(out, [doc_spec, q_spec]):
         log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
-        report.resumed = True
-        return _read_back(out, report)
-    identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+        return True
     plan = None if overwrite else load_plan(work, identity)
+    resumed = plan is not None
     if plan is None:
-        plan = read_inputs(files, work, dataset, split, strict, report, identity)
+        plan = fill(work)
     else:
-        report.resumed = True
         log.info("%s: resuming: the inputs were read completely before, writing the missing shards", out)
     write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
     shutil.rmtree(work, ignore_errors=True)
-    return _read_back(out, report)
+    return resumed
 
 
 # ------------------------------------------------------------------------------------------ phase 1

@@ -1,0 +1,90 @@
+"""`grtool corpus merge`: the union of ingested corpora.
+
+Documents are deduplicated by ``doc_id`` (the first occurrence's title and text are kept, ``datasets``
+becomes the union), questions are concatenated in input order and a qid seen twice is rejected. This is
+how MoreHopQA's documents join the 2WikiMultihopQA corpus. Same two phases, bounded memory and resume as
+ingest (the work directory is ``OUT/_merge_work``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from grtool.corpus.ingest import run_two_phase
+from grtool.corpus.spill import MAX_BUCKETS, Spill
+from grtool.errors import InputError
+from grtool.log import progress
+from grtool.store.io import is_stdio
+from grtool.store.schemas import DOCUMENTS, QUESTIONS
+from grtool.store.stage import MANIFEST, StageSpec, iter_batches, load_manifest, resolve_stage
+
+WORK_DIR = "_merge_work"
+ROWS_PER_BUCKET = 50_000
+
+
+def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
+    docs, questions = [], []
+    for i in inputs:
+        docs.append(resolve_stage(i, "documents"))
+        p = Path(i)
+        if (p / "questions" / MANIFEST).exists() or ((p / MANIFEST).exists() and load_manifest(p).get("table") == "questions"):
+            questions.append(resolve_stage(i, "questions"))
+    for d in docs + questions:
+        if not load_manifest(d).get("complete"):
+            raise InputError(f"{d}: incomplete stage directory (finish or resume the run that writes it first)")
+    return docs, questions
+
+
+def _buckets(stages: list[Path]) -> int:
+    rows = sum(load_manifest(s).get("rows", 0) for s in stages)
+    return max(1, min(MAX_BUCKETS, math.ceil(rows / ROWS_PER_BUCKET)))
+
+
+def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
+    if len(inputs) < 1:
+        raise InputError("corpus merge needs at least one input directory")
+    docs, questions = _stages(inputs)
+    names = [str(p) for p in docs + questions]
+    params = {"op": "merge"}
+    doc_spec = StageSpec("documents", DOCUMENTS, params, names)
+    q_spec = StageSpec("questions", QUESTIONS, params, names)
+    identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+
+    def fill(work: Path) -> dict[str, Any]:
+        spill = Spill(work, doc_buckets=_buckets(docs), question_buckets=_buckets(questions), identity=identity)
+        try:
+            with progress() as bar:
+                task = bar.add_task("reading corpora", total=sum(load_manifest(s).get("rows", 0) for s in docs + questions))
+                for stage in docs:
+                    for batch in iter_batches(stage):
+                        for row in batch.to_pylist():
+                            spill.add_document(row["doc_id"], row["title"], row["text"], row["datasets"] or [])
+                        bar.advance(task, batch.num_rows)
+                for stage in questions:
+                    n = 0
+                    for batch in iter_batches(stage):
+                        for row in batch.to_pylist():
+                            n += 1
+                            spill.add_question(row, str(stage), f"row {n}")
+                        bar.advance(task, batch.num_rows)
+            return spill.close()
+        except BaseException:
+            spill.abort()
+            raise
+
+    resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, overwrite=overwrite)
+    if is_stdio(out):
+        return {"out": "-"}
+    result: dict[str, Any] = {"out": str(out), "resumed": resumed, "rejected": {}}
+    for table in ("documents", "questions"):
+        d = Path(out) / table
+        if (d / MANIFEST).exists():
+            m = load_manifest(d)
+            result[table] = m.get("rows", 0)
+            for reason, n in m.get("counters", {}).get("rejected", {}).items():
+                result["rejected"][f"{table}: {reason}"] = n
+            if table == "documents":
+                result["documents merged"] = m.get("counters", {}).get("merged", 0)
+    return result
