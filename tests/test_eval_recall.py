@@ -1,7 +1,7 @@
 """`grtool eval recall` on real 2WikiMultihopQA and MuSiQue samples, with hand-checked values.
 
-The corpus and triples come from ``test_export.build_samples`` (real records, 2Wiki evidence triples and
-hand-read triples including one real three-document collision).
+The corpus is the real `grtool corpus ingest` of the samples, with the triples of ``test_export.build_samples``
+(2Wiki evidence triples and hand-read triples, among them one real three-document collision).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from test_export import (
     Q_FAIR_LADY,
     Q_MOZA,
     WIKI,
-    build_samples,
+    samples,
     write_responses,
 )
 
@@ -47,16 +47,9 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.fixture
-def corpus(shared_data, tmp_path):
-    info = build_samples(shared_data, tmp_path / "corpus")
-    info["root"] = tmp_path / "corpus"
-    return info
-
-
-def test_recall_report_hand_checked(cli, corpus, tmp_path):
+def test_recall_report_hand_checked(cli, samples, tmp_path):
     responses = write_responses(tmp_path / "samples.jsonl", SCORED)
-    root = corpus["root"]
+    root = samples["root"]
     report = json.loads(cli("eval", "recall", responses, "--corpus", root, "--triples", root / "triples", "--json").stdout)
     # 2Wiki: (1 + 1 + 0.5 + 0.5 + 0.5 + 1) / 6 = 0.75; MuSiQue: 0.5; overall: 5 / 7.
     assert report["recall"] == pytest.approx(5 / 7)
@@ -75,24 +68,24 @@ def test_recall_report_hand_checked(cli, corpus, tmp_path):
     assert report["unknown_qid"] == 1 and report["no_gold"] == 0
 
 
-def test_collisions_retrieve_every_holder(corpus):
-    index = DocidIndex.build(corpus["root"] / "triples")
+def test_collisions_retrieve_every_holder(samples):
+    index = DocidIndex.build(samples["root"] / "triples")
     docs, flipped = index.resolve(normalize_docid("Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser"))
     titles = {"Mohammed bin Hamad bin Khalifa Al Thani", "Joaan bin Hamad bin Khalifa Al Thani", "Jassim bin Hamad bin Khalifa Al Thani"}
-    assert docs == {corpus["doc"][t] for t in titles} and not flipped
-    questions = QuestionIndex.build(corpus["root"])
+    assert docs == {samples["doc"][t] for t in titles} and not flipped
+    questions = QuestionIndex.build(samples["root"])
     score = score_response(Response(1, Q_MOZA, MOZA_COLLIDING), questions.get(Q_MOZA), index)
     assert score.recall == 1.0 and not score.exact and len(score.retrieved) == 4
 
 
-def test_flipped_docids_with_commas_in_the_parts(corpus):
-    index = DocidIndex.build(corpus["root"] / "triples")
-    ana = corpus["doc"]["Ana, mon amour"]
+def test_flipped_docids_with_commas_in_the_parts(samples):
+    index = DocidIndex.build(samples["root"] / "triples")
+    ana = samples["doc"]["Ana, mon amour"]
     # Written forward with a comma in the head, and tail-first with the comma-holding head last.
     assert index.resolve(normalize_docid("Ana, mon amour, director, Călin Peter Netzer")) == ({ana}, False)
     assert index.resolve(normalize_docid("Călin Peter Netzer, director, Ana, mon amour")) == ({ana}, True)
     # A comma inside the tail ("January 15, 1959"), with sloppy spacing around the commas.
-    moza = corpus["doc"]["Moza bint Nasser"]
+    moza = samples["doc"]["Moza bint Nasser"]
     assert index.resolve(normalize_docid("Moza bint Nasser ,date of birth,  January 15 , 1959")) == ({moza}, False)
     # Case is part of the docid.
     assert index.resolve(normalize_docid("moza bint nasser, place of birth, al khor")) == (frozenset(), False)
@@ -116,25 +109,25 @@ def test_parse_docids_counts_malformed_markers(text, docids, malformed):
     assert parsed.malformed == malformed
 
 
-def test_bad_jsonl_line_names_file_and_line(cli, corpus, tmp_path):
+def test_bad_jsonl_line_names_file_and_line(cli, samples, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"qid": Q_MOZA, "response": MOZA_EXACT}) + "\n\n" + '{"qid": "x", "response": \n')
-    proc = cli("eval", "recall", bad, "--corpus", corpus["root"], "--triples", corpus["root"], check=2)
+    proc = cli("eval", "recall", bad, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "bad.jsonl, line 3, character 26: not valid JSON" in flat(proc.stderr) and "Traceback" not in proc.stderr
     missing = tmp_path / "missing.jsonl"
     missing.write_text(json.dumps({"qid": Q_MOZA, "text": "no response field"}) + "\n")
-    proc = cli("eval", "recall", missing, "--corpus", corpus["root"], "--triples", corpus["root"], check=2)
+    proc = cli("eval", "recall", missing, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "missing.jsonl, line 1: 'response' must be a string" in flat(proc.stderr)
 
 
-def test_stdin_and_table_output(cli, corpus):
+def test_stdin_and_table_output(cli, samples):
     lines = "".join(json.dumps({"qid": q, "response": r}) + "\n" for q, r in SCORED)
-    proc = cli("eval", "recall", "-", "--corpus", corpus["root"], "--triples", corpus["root"], input=lines)
+    proc = cli("eval", "recall", "-", "--corpus", samples["root"], "--triples", samples["root"], input=lines)
     assert proc.stdout == ""  # the table goes to stderr
     assert "0.7143" in proc.stderr and "1 responses with an unknown qid" in flat(proc.stderr)
 
 
-def test_nothing_scorable_exits_1(cli, corpus, tmp_path):
+def test_nothing_scorable_exits_1(cli, samples, tmp_path):
     only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOZA_EXACT)])
-    proc = cli("eval", "recall", only_unknown, "--corpus", corpus["root"], "--triples", corpus["root"], check=1)
+    proc = cli("eval", "recall", only_unknown, "--corpus", samples["root"], "--triples", samples["root"], check=1)
     assert "no response could be scored" in flat(proc.stderr)

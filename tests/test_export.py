@@ -8,7 +8,6 @@ Thani's second wife.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,8 +16,9 @@ import pytest
 from grtool.export.formats import instruction
 from grtool.export.gmr import render_document
 from grtool.export.shuffle import unit_hash
-from grtool.store.schemas import CHAINS, DOCUMENTS, QUESTIONS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter
+from conftest import SHARED_DATA, run_cli
+from grtool.store.schemas import CHAINS, TRIPLES
+from grtool.store.stage import StageSpec, StageWriter, read_table
 
 WIKI = "2wikimultihopqa"
 MUSIQUE = "musique"
@@ -53,10 +53,6 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def doc_id(title: str, text: str) -> str:
-    return hashlib.blake2b(f"{' '.join(title.split())}\n{' '.join(text.split())}".encode(), digest_size=16).hexdigest()
-
-
 def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
     stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
     with stage.shard(0) as shard:
@@ -65,69 +61,55 @@ def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
     stage.finish()
 
 
+SAMPLE_FILES = ("2wikimultihopqa/data_ids_dev.sample.json", "2wikimultihopqa/dev.sample.json", "musique/musique_ans_v1.0_dev.sample.jsonl")
+
+
 def build_samples(shared_data: Path, root: Path) -> dict:
-    """Write documents/, questions/ and triples/ under ``root`` from the real samples.
+    """`grtool corpus ingest` over the real samples into ``root``, plus a triples stage beside it.
 
-    Returns {"doc": {title: doc_id}, "gold": {qid: [title, ...]}, "question": {qid: text}} for the checks.
+    Triples: 2Wiki's `evidences` (kept by ingest in `meta`), each on its head's paragraph, and
+    :data:`HAND_TRIPLES`. Returns the lookups the checks need: title → doc_id, qid → gold titles,
+    qid → question text, and the documents by doc_id.
     """
-    documents: dict[str, dict] = {}
-    questions: list[dict] = []
-    by_title: dict[str, str] = {}
-    gold_titles: dict[str, list[str]] = {}
-    question_text: dict[str, str] = {}
+    run_cli("corpus", "ingest", *(shared_data / f for f in SAMPLE_FILES), "--out", root)
+    documents = {d["doc_id"]: d for d in read_table(root / "documents").to_pylist()}
+    questions = read_table(root / "questions").to_pylist()
+    by_title: dict[str, list[str]] = {}
+    for d in documents.values():
+        by_title.setdefault(d["title"], []).append(d["doc_id"])
+
     triples: list[tuple[str, str, str, str]] = []  # (doc_id, head, relation, tail)
-
-    def add_doc(title: str, text: str, dataset: str) -> str:
-        did = doc_id(title, text)
-        documents.setdefault(did, {"doc_id": did, "title": title, "text": text, "datasets": [dataset]})
-        by_title.setdefault(title, did)
-        return did
-
-    wiki = json.loads((shared_data / WIKI / "data_ids_dev.sample.json").read_text())
-    wiki += json.loads((shared_data / WIKI / "dev.sample.json").read_text())
-    for rec in wiki:
-        ids = {title: add_doc(title, " ".join(sents), WIKI) for title, sents in reversed(rec["context"])}
-        titles = list(dict.fromkeys(t for t, _ in rec["supporting_facts"]))  # hop order = supporting-fact order
-        gold_titles[rec["_id"]] = titles
-        question_text[rec["_id"]] = rec["question"]
-        questions.append(_question(rec["_id"], WIKI, rec["question"], rec["answer"], [ids[t] for t in titles], rec["type"]))
-        for head, relation, tail in rec["evidences"]:
-            if head in ids:  # 2Wiki evidence triples are about the paragraph titled by their head
-                triples.append((ids[head], head, relation, tail))
-
-    for line in (shared_data / MUSIQUE / "musique_ans_v1.0_dev.sample.jsonl").read_text().splitlines()[:3]:
-        rec = json.loads(line)
-        ids = {p["idx"]: add_doc(p["title"], p["paragraph_text"], MUSIQUE) for p in rec["paragraphs"]}
-        hops = [step["paragraph_support_idx"] for step in rec["question_decomposition"]]
-        gold_titles[rec["id"]] = [next(p["title"] for p in rec["paragraphs"] if p["idx"] == i) for i in hops]
-        question_text[rec["id"]] = rec["question"]
-        questions.append(_question(rec["id"], MUSIQUE, rec["question"], rec["answer"], [ids[i] for i in hops], None))
-
+    for q in questions:
+        for head, relation, tail in json.loads(q["meta"]).get("evidences", []):
+            holders = [d for d in by_title.get(head, []) if d in q["gold_doc_ids"]]
+            if holders:  # a 2Wiki evidence triple is about the gold paragraph titled by its head
+                triples.append((holders[0], head, relation, tail))
     for title, extra in HAND_TRIPLES.items():
-        triples += [(by_title[title], *t) for t in extra]
-
-    _write_stage(root / "documents", "documents", DOCUMENTS, list(documents.values()))
-    _write_stage(root / "questions", "questions", QUESTIONS, questions)
+        (holder,) = by_title[title]
+        triples += [(holder, *t) for t in extra]
     idx: dict[str, int] = {}
     rows = []
     for did, head, relation, tail in triples:
         idx[did] = idx.get(did, -1) + 1
         rows.append({"doc_id": did, "idx": idx[did], "head": head, "relation": relation, "tail": tail, "docid": f"<docid_start>{head}, {relation}, {tail}<docid_end>"})
     _write_stage(root / "triples", "triples", TRIPLES, rows)
-    return {"doc": by_title, "gold": gold_titles, "question": question_text, "documents": documents}
-
-
-def _question(qid: str, dataset: str, question: str, answer: str, gold: list[str], qtype: str | None) -> dict:
     return {
-        "qid": qid, "dataset": dataset, "split": "dev", "question": question, "answer": answer, "answer_aliases": [],
-        "gold_doc_ids": gold, "type": qtype, "answerable": True, "meta": "{}",
+        "doc": {title: ids[0] for title, ids in by_title.items()},
+        "gold": {q["qid"]: [documents[d]["title"] for d in q["gold_doc_ids"]] for q in questions},
+        "dataset": {q["qid"]: q["dataset"] for q in questions},
+        "question": {q["qid"]: q["question"] for q in questions},
+        "documents": documents,
     }
 
 
-@pytest.fixture
-def samples(shared_data, tmp_path) -> dict:
-    info = build_samples(shared_data, tmp_path / "corpus")
-    info["root"] = tmp_path / "corpus"
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> dict:
+    """One real ingest per test module (nothing writes into the corpus)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path_factory.mktemp("samples") / "corpus"
+    info = build_samples(SHARED_DATA, root)
+    info["root"] = root
     return info
 
 
@@ -282,10 +264,10 @@ def test_sft_llamafactory_sharegpt_with_dataset_info(cli, samples, tmp_path):
     proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--system", "You are a retriever.", "--json")
     summary = json.loads(proc.stdout)
     rows = json.loads(out.read_text())
-    assert len(rows) == 20 == summary["train"]  # 17 2Wiki + 3 MuSiQue questions
+    assert len(rows) == 38 == summary["train"]  # 17 2Wiki + 21 MuSiQue questions
     assert summary["not_selected"] == 1 and summary["unknown_qid"] == 1
     assert summary["per_dataset"] == {
-        MUSIQUE: {"chains": 3, "train": 3, "dev": 0, "capped": 0},
+        MUSIQUE: {"chains": 21, "train": 21, "dev": 0, "capped": 0},
         WIKI: {"chains": 17, "train": 17, "dev": 0, "capped": 0},
     }
     moza = next(r for r in rows if r["conversations"][1]["value"] == chains[Q_MOZA])
@@ -320,10 +302,10 @@ def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
     # The dev side is exactly the questions whose qid hash falls below the share, capped or not.
     expected_dev = {q for q in samples["gold"] if unit_hash(q) < 0.3}
     dev_questions = {next(q for q, t in samples["question"].items() if r["instruction"].endswith(f"Question: {t}")) for r in dev}
-    assert dev_questions == expected_dev and 0 < len(dev) < 20
+    assert dev_questions == expected_dev and 0 < len(dev) < 38
     per = summary["per_dataset"]
-    for name, total in ((WIKI, 17), (MUSIQUE, 3)):
-        n_dev = sum(1 for q in expected_dev if (name == MUSIQUE) == q.startswith("2hop"))
+    for name, total in ((WIKI, 17), (MUSIQUE, 21)):
+        n_dev = sum(1 for q in expected_dev if samples["dataset"][q] == name)
         assert per[name]["dev"] == n_dev
         assert per[name]["train"] == min(5, total - n_dev)
         assert per[name]["capped"] == total - n_dev - per[name]["train"]
@@ -344,14 +326,14 @@ def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
     export(tmp_path / "s8.json", "--dev-share", "0.3", "--seed", "8")
     export(tmp_path / "s9.json", "--dev-share", "0.3", "--seed", "9")
     s8, s9 = (json.loads((tmp_path / f"s{n}.json").read_text()) for n in (8, 9))
-    assert len(s8) == 20 - len(dev) and sorted(map(str, s8)) == sorted(map(str, s9)) and s8 != s9
+    assert len(s8) == 38 - len(dev) and sorted(map(str, s8)) == sorted(map(str, s9)) and s8 != s9
 
 
 def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
     chains = write_chains(samples, tmp_path / "filtered")
     proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--format", "trl-messages")
     rows = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout holds only the data
-    assert len(rows) == 20
+    assert len(rows) == 38
     moza = next(r for r in rows if r["messages"][-1]["content"] == chains[Q_MOZA])
     assert moza == {
         "messages": [
@@ -359,7 +341,7 @@ def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
             {"role": "assistant", "content": chains[Q_MOZA]},
         ]
     }
-    assert "20 chains read" not in flat(proc.stderr) and "22 chains read" in flat(proc.stderr)
+    assert "40 chains read; skipped: 1 not selected, 1 unknown qid" in flat(proc.stderr)
     cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--dev-share", "0.1", check=2)
 
 
@@ -389,7 +371,7 @@ def test_gmr_pairs_follow_hop_order(cli, samples, tmp_path):
     # MuSiQue keeps the decomposition's order (paragraph 1, then 12).
     fair = [r for r in rows if r.get("qid") == Q_FAIR_LADY]
     assert [r["target"].split(":")[0] for r in fair] == ["My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn", "DONE"]
-    assert summary["questions"] == 20 and summary["retrieval_pairs"] == sum(len(g) + 1 for g in samples["gold"].values())
+    assert summary["questions"] == 38 and summary["retrieval_pairs"] == sum(len(g) + 1 for g in samples["gold"].values())
     # Memorization: "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11
     # November 1991 known as K.H.K.) is a Qatari royal." has 26 words → the first int(0.7 · 26) = 18, then 8.
     mem = next(r for r in rows if r["kind"] == "memorization" and r["doc_id"] == samples["doc"]["Khalifa Bin Hamad Bin Khalifa Al Thani"])
