@@ -10,7 +10,8 @@ How each dataset's gold documents are read (``gold_doc_ids`` keeps hop order whe
 - 2WikiMultihopQA: the same, by ``supporting_facts`` titles (their order follows the evidence chain).
 - MuSiQue: paragraphs with ``is_supporting`` (titles repeat within a question, so paragraphs are matched
   by ``idx``), ordered by ``question_decomposition[].paragraph_support_idx``. Unanswerable MuSiQue-full
-  records have ``answerable = false`` and no gold.
+  records have ``answerable = false`` and no gold; they share their id with their answerable twin, so
+  their qid is ``<id>__unanswerable`` (``meta.musique_id`` keeps the original).
 - MoreHopQA: every context paragraph is gold (its context holds only the supporting paragraphs), ordered by
   ``question_decomposition[].paragraph_support_title``.
 
@@ -217,6 +218,7 @@ def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converte
 # ------------------------------------------------------------------------------------------ MuSiQue
 
 _MUSIQUE_TYPE = re.compile(r"^(\d+hop\d*)__")
+UNANSWERABLE_SUFFIX = "__unanswerable"
 
 
 def convert_musique(rec: dict, split: str, setting: str | None = None) -> Converted:
@@ -255,8 +257,11 @@ def convert_musique(rec: dict, split: str, setting: str | None = None) -> Conver
         {"id", "question", "answer", "answer_aliases", "answerable", "paragraphs"},
         hops=len(decomposition),
         supporting_idx=supporting,
+        musique_id=None if answerable else qid,
     )
-    q = _question(qid, MUSIQUE, split, rec, answer=rec.get("answer"), aliases=aliases, gold=gold,
+    # MuSiQue-full pairs every answerable question with an unanswerable twin under the same id.
+    key = qid if answerable else qid + UNANSWERABLE_SUFFIX
+    q = _question(key, MUSIQUE, split, rec, answer=rec.get("answer"), aliases=aliases, gold=gold,
                   type_=m.group(1) if m else None, answerable=answerable, meta=meta)
     return Converted(q, docs)
 
