@@ -2,6 +2,82 @@
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
 import typer
+from rich.table import Table
+
+from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex
+from grtool.errors import InputError
+from grtool.log import console, log
 
 app = typer.Typer(name="filters", help="Filter chains (format, existing triples, gold coverage, answers, redundancy).", no_args_is_help=True)
+
+
+class Redundant(str, Enum):
+    reject = "reject"
+    trim = "trim"
+
+
+@app.command("apply")
+def apply_cmd(
+    chains: Annotated[Path, typer.Argument(help="Chains stage directory (or a run directory holding chains/; '-' = JSON Lines on stdin).")],
+    corpus: Annotated[Path, typer.Option("--corpus", help="Ingested corpus run directory (its questions/ are used).")],
+    triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
+    out: Out,
+    rules: Annotated[
+        Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")
+    ] = None,
+    min_recall: Annotated[float, typer.Option("--min-recall", min=0.0, max=1.0, help="Share of gold documents a chain must retrieve.")] = 1.0,
+    redundant: Annotated[Redundant, typer.Option("--redundant", help="A repeated retrieval: reject the chain, or trim the step.")] = Redundant.reject,
+    max_docids: Annotated[int, typer.Option("--max-docids", min=1, help="At most this many docids per chain.")] = 10,
+    max_chain_tokens: Annotated[int, typer.Option("--max-chain-tokens", min=1, help="At most this many whitespace-separated tokens.")] = 512,
+    all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Judge every candidate, not only the selected one per question.")] = False,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
+    json: Json = False,
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+) -> None:
+    """Keep the chains that pass every rule; reject the others to _rejects with all their reasons.
+
+    Rules: format (balanced, unnested markers; at least one docid; no empty triple part), docid-exists (each
+    docid is a stored triple, as written or flipped tail-to-head), gold (each docid from a gold document;
+    gold recall >= --min-recall; a triple in several documents covers them all), answer (the conclusion,
+    i.e. the text after the last "answer is", else after the last docid, contains the gold answer or an alias
+    after SQuAD normalization; "cannot answer" fails an answerable question and is required for an
+    unanswerable one), redundant (the same triple twice, or a retrieval that adds no new document),
+    length (--max-docids, --max-chain-tokens). Chains whose qid is not in the corpus are rejected.
+    Exit 0 when it ran, whatever it rejected; 2 on input errors.
+
+    Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --out out/filtered --report out/filters.md
+    """
+    from grtool.filters.apply import FilterConfig, apply_filters
+    from grtool.filters.report import render_markdown
+    from grtool.filters.rules import Settings, parse_rules
+
+    if json and str(out) == "-":
+        raise InputError("--json and --out - both want stdout; write the chains to a directory or drop --json")
+    config = FilterConfig(
+        rules=parse_rules(rules),
+        settings=Settings(min_recall=min_recall, redundant=redundant.value, max_docids=max_docids, max_chain_tokens=max_chain_tokens),
+        all_candidates=all_candidates,
+    )
+    result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(render_markdown(result), encoding="utf-8")
+        log.info("wrote %s", report)
+    if json:
+        typer.echo(orjson.dumps(result).decode())
+        return
+    table = Table(title=f"filters: kept {result['kept']} of {result['chains']} chains")
+    for col in ("dataset", "judged", "kept", "pass rate", *result["rules"]):
+        table.add_column(col, justify="left" if col == "dataset" else "right")
+    for name, d in result["datasets"].items():
+        rate = "–" if d["pass_rate"] is None else f"{100 * d['pass_rate']:.1f}%"
+        table.add_row(name, str(d["chains"]), str(d["kept"]), rate, *(str(d["rules"].get(r, 0)) for r in result["rules"]))
+    console.print(table)

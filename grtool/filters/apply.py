@@ -1,0 +1,262 @@
+"""`filters apply`: run the rules over a chains stage, keep the chains that pass, reject the rest with reasons.
+
+Work is per input part (one output part each, so sharding and resume follow the chains stage) and per Arrow
+batch: the docids of a whole batch are hashed and resolved against the triple index at once, then each chain
+goes through the rules in plain Python. Kept chains are written by ``take`` on the input batch, i.e. byte for
+byte unchanged, unless ``--redundant trim`` rewrote them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from grtool.errors import InputError
+from grtool.filters.lookup import QuestionLookup, TripleIndex, hash_strings
+from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
+from grtool.filters.text import parse_markers
+from grtool.log import log, progress
+from grtool.store.io import InputTable, is_stdio, open_output
+from grtool.store.schemas import CHAINS
+from grtool.store.stage import REJECTS_DIR, StageSpec, parts_for_task, resolve_sharding
+
+BATCH_ROWS = 16_384
+EXAMPLES_PER_REASON = 2
+UNKNOWN_QID = "unknown-qid"
+
+
+@dataclass
+class FilterConfig:
+    rules: tuple[str, ...] = tuple(RULES)
+    settings: Settings = field(default_factory=Settings)
+    all_candidates: bool = False
+
+    def params(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "rules": list(self.rules),
+            "min_recall": s.min_recall,
+            "redundant": s.redundant,
+            "max_docids": s.max_docids,
+            "max_chain_tokens": s.max_chain_tokens,
+            "all_candidates": self.all_candidates,
+            "markers": [s.markers.start, s.markers.end],
+        }
+
+
+@dataclass
+class Outcome:
+    """What happened to one batch."""
+
+    kept: list[int] = field(default_factory=list)  # row indexes in the (selected) batch
+    rewritten: dict[int, Chain] = field(default_factory=dict)  # trimmed chains among the kept
+    failures: dict[int, list[Failure]] = field(default_factory=dict)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class ChainFilter:
+    """The rules with their lookups, ready to judge batches of chains."""
+
+    def __init__(self, config: FilterConfig, questions: QuestionLookup, triples: TripleIndex):
+        self.config = config
+        self.questions = questions
+        self.triples = triples
+        self.pattern = config.settings.markers.pattern()
+        self.checks = [RULES[r] for r in config.rules]
+        self.trim = config.settings.redundant == "trim" and "redundant" in config.rules
+
+    def judge(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Outcome]:
+        """Filter one batch; returns the batch actually judged (selected candidates only, by default)."""
+        out = Outcome()
+        if not self.config.all_candidates:
+            selected = pc.fill_null(batch.column("selected"), False)
+            judged = batch.filter(selected)
+            out.counts["not_selected"] += batch.num_rows - judged.num_rows
+            batch = judged
+        n = batch.num_rows
+        if n == 0:
+            return batch, out
+        docid_col = batch.column("docids")
+        lengths = pc.fill_null(pc.list_value_length(docid_col), 0).to_pylist()
+        flat = pc.list_flatten(docid_col)
+        resolved = self.triples.resolve(hash_strings(flat))
+        flat_docids = flat.to_pylist()
+        qids = batch.column("qid").to_pylist()
+        texts = batch.column("text").to_pylist()
+        flipped_col = batch.column("flipped").to_pylist()
+        settings, pattern, questions = self.config.settings, self.pattern, self.questions
+
+        at = 0
+        for i in range(n):
+            end = at + lengths[i]
+            text = texts[i] or ""
+            question = questions.get(qids[i])
+            chain = Chain(
+                qids[i], text, flat_docids[at:end], flipped_col[i], parse_markers(text, settings.markers, pattern),
+                resolved.triple[at:end], resolved.docs[at:end], question,
+            )
+            at = end
+            if self.trim and not chain.parsed.problem and chain.parsed.docids == chain.docids:
+                steps = redundant_steps(chain)
+                if steps:
+                    chain = trim(chain, steps, settings, pattern)
+                    out.rewritten[i] = chain
+            failures = [f for check in self.checks if (f := check(chain, settings)) is not None]
+            if question is None:
+                failures.insert(0, Failure(UNKNOWN_QID, f"qid {qids[i]!r} is not in the corpus questions"))
+            dataset = question.dataset if question is not None else "unknown"
+            out.counts[f"dataset/{dataset}/in"] += 1
+            if failures:
+                out.failures[i] = failures
+                for f in failures:
+                    rule = rule_of(f.code)
+                    out.counts[f"rule/{rule}"] += 1
+                    out.counts[f"reason/{f.code}"] += 1
+                    out.counts[f"dataset/{dataset}/rule/{rule}"] += 1
+                out.rewritten.pop(i, None)
+            else:
+                out.kept.append(i)
+                out.counts[f"dataset/{dataset}/kept"] += 1
+                if i in out.rewritten:
+                    out.counts["trimmed"] += 1
+        return batch, out
+
+
+def rule_of(code: str) -> str:
+    """The rule a reason code belongs to (codes are the rule name, or the rule name and a suffix)."""
+    if code == UNKNOWN_QID:
+        return "question"
+    for rule in RULES:
+        if code == rule or code.startswith(rule + "-"):
+            return rule
+    return code
+
+
+def _batches(table: InputTable, index: int) -> Iterator[pa.RecordBatch]:
+    part = table.parts[index]
+    if part is None:  # JSON Lines on stdin
+        for rows in table.iter_part(index, batch_size=BATCH_ROWS):
+            try:
+                yield pa.RecordBatch.from_pylist(rows, schema=CHAINS)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+                raise InputError(f"<stdin>: chains rows do not fit the chains schema ({e})") from None
+        return
+    pf = pq.ParquetFile(part)
+    missing = set(CHAINS.names) - set(pf.schema_arrow.names)
+    if missing:
+        raise InputError(f"{part}: not a chains table (missing columns {sorted(missing)})")
+    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=CHAINS.names)
+
+
+def _write(sh, batch: pa.RecordBatch, out: Outcome) -> None:
+    if not out.rewritten:
+        sh.write_table(pa.Table.from_batches([batch]).take(pa.array(out.kept, pa.int64())))
+        return
+    rows = []
+    for i in out.kept:
+        row = batch.slice(i, 1).to_pylist()[0]
+        chain = out.rewritten.get(i)
+        if chain is not None:
+            row.update(text=chain.text, docids=chain.docids, flipped=chain.flipped)
+        rows.append(row)
+    sh.write_rows(rows)
+
+
+def _reject(sh, batch: pa.RecordBatch, out: Outcome, examples: dict[str, list[dict]]) -> None:
+    for i, failures in out.failures.items():
+        record = batch.slice(i, 1).to_pylist()[0]
+        record["reasons"] = [f.code for f in failures]
+        detail = "; ".join(f"{f.code}: {f.detail}" for f in failures)
+        sh.reject(record, failures[0].code, source="filters", detail=detail)
+        for f in failures:
+            bucket = examples.setdefault(f.code, [])
+            if len(bucket) < EXAMPLES_PER_REASON:
+                bucket.append(_example(record, f.code, detail))
+
+
+def _example(record: dict, code: str, detail: str) -> dict:
+    return {"qid": record.get("qid"), "candidate": record.get("candidate"), "reason": code, "detail": detail, "text": record.get("text")}
+
+
+def apply_filters(
+    chains: str | Path,
+    corpus: str | Path,
+    triples: str | Path,
+    out: str | Path,
+    config: FilterConfig,
+    *,
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+) -> dict[str, Any]:
+    """Filter a chains stage into ``out``; returns the report (see :mod:`grtool.filters.report`)."""
+    from grtool.filters.report import build_report
+
+    source = InputTable.open(chains, "chains")
+    for path, what in ((corpus, "corpus"), (triples, "triples")):
+        if not Path(path).exists():
+            raise InputError(f"{path}: no such {what} directory")
+    questions = QuestionLookup.build(corpus)
+    index = TripleIndex.build(triples, config.settings.markers.start, config.settings.markers.end)
+    log.info("lookups: %d questions, %d triples", len(questions), index.count)
+    judge = ChainFilter(config, questions, index)
+
+    inputs = [source.source] if not is_stdio(chains) else []
+    spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(corpus), str(triples)])
+    writer = open_output(out, spec, overwrite=overwrite, num_parts=source.num_parts)
+    num_shards, shard_index = resolve_sharding(num_shards, shard_index)
+    counts: Counter[str] = Counter()
+    examples: dict[str, list[dict]] = {}
+    todo = [i for i in parts_for_task(source.num_parts, num_shards, shard_index) if not writer.done(i)]
+    with progress() as bar:
+        task = bar.add_task("filtering chains", total=len(todo))
+        for i in todo:
+            with writer.shard(i) as sh:
+                for batch in _batches(source, i):
+                    judged, outcome = judge.judge(batch)
+                    sh.count_in(judged.num_rows)
+                    _write(sh, judged, outcome)
+                    _reject(sh, judged, outcome, examples)
+                    for key, value in outcome.counts.items():
+                        sh.count(key, value)
+                    counts.update(outcome.counts)
+            bar.advance(task)
+    manifest = writer.finish()
+    if not is_stdio(out):
+        counts = Counter(manifest["counters"].get("extra", {}))
+        examples = _examples_from_rejects(Path(out), counts, examples)
+    return build_report(counts, examples, config)
+
+
+def _examples_from_rejects(stage: Path, counts: Counter[str], have: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Two examples per reason, topped up from the stage's rejects (parts done by earlier runs or tasks)."""
+    examples = {k: list(v) for k, v in have.items()}
+    wanted = {key.split("/", 1)[1] for key in counts if key.startswith("reason/")}
+
+    def short() -> set[str]:
+        return {code for code in wanted if len(examples.get(code, [])) < EXAMPLES_PER_REASON}
+
+    seen = {(e["qid"], e["candidate"]) for v in examples.values() for e in v}
+    for path in sorted((stage / REJECTS_DIR).glob("part-*.jsonl")):
+        if not short():
+            break
+        with open(path, "rb") as f:
+            for line in f:
+                entry = orjson.loads(line)
+                record = entry.get("record") or {}
+                if (record.get("qid"), record.get("candidate")) in seen:
+                    continue
+                for code in record.get("reasons") or [entry.get("reason")]:
+                    if code in short():
+                        examples.setdefault(code, []).append(_example(record, code, entry.get("detail") or ""))
+                if not short():
+                    break
+    return examples

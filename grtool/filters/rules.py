@@ -1,0 +1,220 @@
+"""The filter rules. Each is a small function of one chain that returns ``None`` (pass) or one :class:`Failure`.
+
+A chain reaches the rules already resolved (:class:`Chain`): its text cut at the docid markers, and for every
+docid the stored triple it names (exact spelling or flipped) and the documents holding that triple.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from grtool.filters.lookup import QuestionInfo
+from grtool.filters.text import (
+    Markers,
+    Parsed,
+    conclusion,
+    contains_answer,
+    has_answer_phrase,
+    normalize_answer,
+    parse_markers,
+    says_cannot_answer,
+    sentence_bounds,
+)
+
+
+class Failure(NamedTuple):
+    code: str  # reason code, prefixed by its rule's name
+    detail: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    min_recall: float = 1.0
+    redundant: str = "reject"  # or "trim"
+    max_docids: int = 10
+    max_chain_tokens: int = 512
+    markers: Markers = field(default_factory=Markers)
+
+
+@dataclass
+class Chain:
+    qid: str
+    text: str
+    docids: list[str]  # the docids column
+    flipped: list[bool] | None
+    parsed: Parsed  # the text cut at its markers
+    triples: list[int]  # per docid: the stored triple it names (a hash), 0 when none
+    docs: list[tuple[int, ...]]  # per docid: the documents holding that triple
+    question: QuestionInfo | None
+
+    @property
+    def conclusion_start(self) -> int:
+        """Offset just after the last docid (0 without docids or with broken markers)."""
+        if self.parsed.problem or not self.parsed.docids:
+            return 0
+        return len(self.text) - len(self.parsed.outside[-1])
+
+
+def check_format(c: Chain, s: Settings) -> Failure | None:
+    if c.parsed.problem:
+        return Failure("format-markers", c.parsed.problem)
+    if not c.parsed.docids:
+        return Failure("format-no-docid", "the chain retrieves nothing")
+    cut = len(s.markers.start), -len(s.markers.end)
+    for docid in c.parsed.docids:
+        parts = docid[cut[0] : cut[1]].split(",")
+        if len(parts) < 3 or not all(p.strip() for p in parts):
+            return Failure("format-empty-part", f"not a full triple: {docid}")
+    if c.parsed.docids != c.docids:
+        return Failure("format-docids-column", "the docids column differs from the docids in the text")
+    return None
+
+
+def check_docid_exists(c: Chain, s: Settings) -> Failure | None:
+    missing = [d for d, t in zip(c.docids, c.triples) if not t]
+    if missing:
+        return Failure("docid-exists-missing", f"{len(missing)} of {len(c.docids)} docids name no stored triple, e.g. {missing[0]}")
+    return None
+
+
+def check_gold(c: Chain, s: Settings) -> Failure | None:
+    """Docids that name no stored triple are left to docid-exists; here only real triples count."""
+    q = c.question
+    if q is None:
+        return None
+    if not q.gold:
+        return Failure("gold-no-gold", "the question has no gold documents")
+    outside = [d for d, docs in zip(c.docids, c.docs) if docs and q.gold.isdisjoint(docs)]
+    if outside:
+        return Failure("gold-outside", f"{len(outside)} docids from non-gold documents, e.g. {outside[0]}")
+    covered = q.gold.intersection(d for docs in c.docs for d in docs)
+    if len(covered) < s.min_recall * len(q.gold) - 1e-9:
+        return Failure("gold-recall", f"covers {len(covered)} of {len(q.gold)} gold documents (min recall {s.min_recall:g})")
+    return None
+
+
+def check_answer(c: Chain, s: Settings) -> Failure | None:
+    """The conclusion (after the last "answer is", else after the last retrieval) must name the answer."""
+    q = c.question
+    if q is None:
+        return None
+    start = c.conclusion_start
+    cannot = says_cannot_answer(c.text[start:])
+    if not q.answerable:
+        return None if cannot else Failure("answer-unanswerable", "answers a question the dataset marks unanswerable")
+    if cannot:
+        return Failure("answer-cannot-answer", "says it cannot answer an answerable question")
+    if not q.answers:
+        return None  # no gold answer to compare with
+    said = conclusion(c.text, start)
+    if not contains_answer(normalize_answer(said), q.answers):
+        return Failure("answer-wrong", f"conclusion {said.strip()[:80]!r} does not contain {q.answers[0]!r}")
+    return None
+
+
+def redundant_steps(c: Chain) -> list[int]:
+    """Retrievals that repeat a state: the same triple again (either orientation), or no new document."""
+    seen: set = set()
+    retrieved: set[int] = set()
+    steps = []
+    for i, (docid, triple, docs) in enumerate(zip(c.docids, c.triples, c.docs)):
+        key = triple or docid
+        if key in seen or (triple and retrieved.issuperset(docs)):
+            steps.append(i)
+        seen.add(key)
+        retrieved.update(docs)
+    return steps
+
+
+def check_redundant(c: Chain, s: Settings) -> Failure | None:
+    steps = redundant_steps(c)
+    if steps:
+        return Failure("redundant", f"retrieval {steps[0] + 1} adds no new document: {c.docids[steps[0]]}")
+    return None
+
+
+def check_length(c: Chain, s: Settings) -> Failure | None:
+    if len(c.docids) > s.max_docids:
+        return Failure("length-docids", f"{len(c.docids)} docids > {s.max_docids}")
+    tokens = len(c.text.split())
+    if tokens > s.max_chain_tokens:
+        return Failure("length-tokens", f"{tokens} whitespace tokens > {s.max_chain_tokens}")
+    return None
+
+
+RULES: dict[str, Callable[[Chain, Settings], Failure | None]] = {
+    "format": check_format,
+    "docid-exists": check_docid_exists,
+    "gold": check_gold,
+    "answer": check_answer,
+    "redundant": check_redundant,
+    "length": check_length,
+}
+
+
+def parse_rules(spec: str | None) -> tuple[str, ...]:
+    if not spec:
+        return tuple(RULES)
+    rules = tuple(dict.fromkeys(r.strip() for r in spec.split(",") if r.strip()))
+    unknown = [r for r in rules if r not in RULES]
+    if unknown or not rules:
+        from grtool.errors import InputError
+
+        raise InputError(f"--rules: unknown rule(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(RULES)}")
+    return rules
+
+
+# ------------------------------------------------------------------------------------------ trim
+
+_TRAILING_LINK = re.compile(r"(?:,|\s+and|\s+or|\s+then)$")
+_LEADING_LINK = re.compile(r"^(?:and|or|then|,)\s+")
+
+
+def trim(c: Chain, steps: list[int], s: Settings, pattern: re.Pattern[str]) -> Chain:
+    """The chain without the given retrievals.
+
+    A retrieval whose sentence holds no other docid and no "answer is" is removed with its sentence;
+    otherwise only the docid is cut out of the sentence (and a dangling "and" or space before punctuation).
+    """
+    outside = list(c.parsed.outside)
+    docids = list(c.parsed.docids)
+    keep = [i for i in range(len(docids)) if i not in set(steps)]
+    for k in sorted(steps, reverse=True):
+        before, after = outside[k], outside[k + 1]
+        b_bounds, a_bounds = sentence_bounds(before), sentence_bounds(after)
+        starts = b_bounds[-1] if b_bounds else (0 if k == 0 else None)
+        ends = a_bounds[0] if a_bounds else (len(after) if k == len(docids) - 1 else None)
+        sentence = None if starts is None or ends is None else before[starts:] + docids[k] + after[:ends]
+        if sentence is not None and not has_answer_phrase(sentence):
+            merged = before[:starts] + (after[ends:] if starts else after[ends:].lstrip())
+        else:
+            merged = _cut_docid(before, after)
+        outside[k : k + 2] = [merged]
+        del docids[k]
+    text = "".join(o + d for o, d in zip(outside, docids)) + outside[-1]
+    flipped = [c.flipped[i] for i in keep] if c.flipped is not None and len(c.flipped) == len(c.docids) else c.flipped
+    return Chain(
+        qid=c.qid,
+        text=text,
+        docids=[c.docids[i] for i in keep],
+        flipped=flipped,
+        parsed=parse_markers(text, s.markers, pattern),
+        triples=[c.triples[i] for i in keep],
+        docs=[c.docs[i] for i in keep],
+        question=c.question,
+    )
+
+
+def _cut_docid(before: str, after: str) -> str:
+    """Join the text around a removed docid, dropping the one "and"/"," that linked it."""
+    b, a = before.rstrip(" "), after.lstrip(" ")
+    if _TRAILING_LINK.search(b):
+        b = _TRAILING_LINK.sub("", b)
+    else:
+        a = _LEADING_LINK.sub("", a)
+    if not before or not a or a[0] in ".,;:!?":  # at the very start, or right before punctuation: no space
+        return b + a
+    return b + " " + a

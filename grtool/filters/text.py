@@ -1,0 +1,92 @@
+"""Reading a chain's text: docid markers, the conclusion, answers and "cannot answer" statements."""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+
+from grtool.chains.docids import DOCID_END, DOCID_START
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD-style: lowercase, no ASCII punctuation, no articles, single spaces."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split())
+
+
+# Where the chain states its result. The recipe's chains end with "So the answer is X." (or a variant); the
+# text after the last such phrase is the conclusion. A chain without one concludes after its last retrieval.
+_ANSWER_PHRASE = re.compile(r"\b(?:answer\s+(?:is|was|would be)|answer\s*:)", re.IGNORECASE)
+_CANNOT_ANSWER = re.compile(
+    r"\b(?:cannot|can ?not|can't|unable to|impossible to)\s+(?:be\s+)?(?:answer(?:ed)?|determine[d]?|tell)\b"
+    r"|\bnot\s+(?:enough|sufficient)\b[^.]*\banswer"
+    r"|\binsufficient\b[^.]*\banswer"
+    r"|\bno\s+(?:triple|retrieved\s+triple|information)\b[^.]*\b(?:gives|states|says|tells|answers)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
+
+
+@dataclass(frozen=True)
+class Markers:
+    start: str = DOCID_START
+    end: str = DOCID_END
+
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
+
+
+@dataclass
+class Parsed:
+    """A chain's text cut at its docids: ``outside[0] docid[0] outside[1] … docid[k-1] outside[k]``."""
+
+    outside: list[str]
+    docids: list[str]  # with markers
+    problem: str | None  # why the markers are malformed, None when fine
+
+
+def parse_markers(text: str, markers: Markers, pattern: re.Pattern[str]) -> Parsed:
+    parts = pattern.split(text)
+    tags = parts[1::2]
+    for i, tag in enumerate(tags):
+        expected = markers.start if i % 2 == 0 else markers.end
+        if tag != expected:
+            what = "nested docid start marker" if tag == markers.start else "docid end marker without a start"
+            return Parsed([text], [], f"{what} (marker {i + 1} of {len(tags)})")
+    if len(tags) % 2:
+        return Parsed([text], [], "docid start marker never closed")
+    outside = parts[0::4]
+    docids = [markers.start + inner + markers.end for inner in parts[2::4]]
+    return Parsed(outside, docids, None)
+
+
+def conclusion(text: str, last_docid_end: int) -> str:
+    """The conclusion of a chain: after its last "answer is"-like phrase, else after its last retrieval."""
+    phrase = None
+    for phrase in _ANSWER_PHRASE.finditer(text):
+        pass
+    if phrase is not None and phrase.end() >= last_docid_end:
+        return text[phrase.end() :]
+    return text[last_docid_end:]
+
+
+def says_cannot_answer(text: str) -> bool:
+    return _CANNOT_ANSWER.search(text) is not None
+
+
+def contains_answer(normalized_conclusion: str, answers: tuple[str, ...]) -> bool:
+    """Whole-word containment of any normalized answer ("1" does not match inside "1901")."""
+    padded = f" {normalized_conclusion} "
+    return any(f" {a} " in padded for a in answers)
+
+
+def has_answer_phrase(text: str) -> bool:
+    return _ANSWER_PHRASE.search(text) is not None
+
+
+def sentence_bounds(segment: str) -> list[int]:
+    """Offsets just after each sentence end in a piece of text outside the docids."""
+    return [m.end() for m in _SENTENCE_END.finditer(segment)]

@@ -1,0 +1,272 @@
+"""`grtool filters apply` on a real 2WikiMultihopQA sample: its `evidences` are real triples of the gold documents.
+
+The corpus comes from the real `grtool corpus ingest`; the triples stage is written from the evidences (each
+evidence belongs to the gold paragraph it is about) plus one plain triple per distractor paragraph; chains are
+written by hand in the shape `chains synthesize` stores (docids between the special markers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from grtool.filters.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
+from grtool.store.io import InputTable
+from grtool.store.schemas import CHAINS, TRIPLES
+from grtool.store.stage import StageSpec, StageWriter, iter_rows, load_manifest
+
+S, E = "<docid_start>", "<docid_end>"
+
+
+def docid(h: str, r: str, t: str) -> str:
+    return f"{S}{h}, {r}, {t}{E}"
+
+
+def write_stage(path, table, schema, rows, parts=1):
+    stage = StageWriter(path, StageSpec(table, schema), num_parts=parts)
+    for p in range(parts):
+        with stage.shard(p) as sh:
+            chunk = rows[p::parts]
+            sh.count_in(len(chunk))
+            sh.write_rows(chunk)
+    stage.finish()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, shared_data_dir):
+    """Corpus (real ingest), triples from the evidences, and questions with their evidence triples."""
+    from tests.conftest import run_cli
+
+    root = tmp_path_factory.mktemp("filters")
+    corpus = root / "corpus"
+    run_cli("corpus", "ingest", shared_data_dir / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", corpus)
+    questions = list(InputTable.open(corpus, "questions").iter_rows())
+    documents = {d["doc_id"]: d for d in InputTable.open(corpus, "documents").iter_rows()}
+    triples, per_doc, facts = [], {}, {}
+
+    def add(doc_id, h, r, t):
+        idx = per_doc.setdefault(doc_id, 0)
+        per_doc[doc_id] += 1
+        triples.append({"doc_id": doc_id, "idx": idx, "head": h, "relation": r, "tail": t, "docid": docid(h, r, t)})
+
+    for q in questions:
+        evidences = json.loads(q["meta"])["evidences"]
+        gold = q["gold_doc_ids"]
+        by_title = {documents[g]["title"].casefold(): g for g in gold}
+        facts[q["qid"]] = []
+        for i, (h, r, t) in enumerate(evidences):
+            doc = by_title.get(h.casefold(), gold[min(i, len(gold) - 1)])
+            add(doc, h, r, t)
+            facts[q["qid"]].append((h, r, t, doc))
+    gold_all = {g for q in questions for g in q["gold_doc_ids"]}
+    for doc_id, d in documents.items():
+        if doc_id not in gold_all:
+            add(doc_id, d["title"], "is the subject of", "a Wikipedia paragraph")
+    write_stage(root / "triples", "triples", TRIPLES, triples, parts=2)
+    return {"root": root, "corpus": corpus, "triples": root / "triples", "questions": {q["qid"]: q for q in questions}, "facts": facts, "documents": documents}
+
+
+@pytest.fixture(scope="module")
+def shared_data_dir():
+    from tests.conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA
+
+
+def good_text(q: dict, facts: list[tuple], flip: set[int] = frozenset()) -> tuple[str, list[str], list[bool]]:
+    """A chain in the recipe's shape: one sentence per retrieval, then 'So the answer is X.'"""
+    sentences, docids, flipped = [], [], []
+    for i, (h, r, t, _) in enumerate(facts):
+        d = docid(t, r, h) if i in flip else docid(h, r, t)
+        lead = "The question names" if i == 0 else "From there,"
+        sentences.append(f"{lead} {h if i not in flip else t}, and {d} tells us more.")
+        docids.append(d)
+        flipped.append(i in flip)
+    return " ".join(sentences) + f" So the answer is {q['answer']}.", docids, flipped
+
+
+def chain_row(qid, text, docids, flipped=None, candidate=0, selected=True):
+    return {
+        "qid": qid, "candidate": candidate, "text": text, "docids": docids, "flipped": flipped or [False] * len(docids),
+        "selected": selected, "score": 0.5, "model": "hand-written", "temperature": 0.0, "finish_reason": "stop",
+    }
+
+
+def run(cli, world, name, rows, *args, check=True):
+    chains = world["root"] / f"{name}-chains"
+    out = world["root"] / f"{name}-out"
+    write_stage(chains, "chains", CHAINS, rows, parts=2 if len(rows) > 3 else 1)
+    proc = cli("filters", "apply", chains, "--corpus", world["corpus"], "--triples", world["triples"], "--out", out, "--json", *args, check=check)
+    report = json.loads(proc.stdout) if proc.returncode == 0 else None
+    kept = {(r["qid"], r["candidate"]): r for r in iter_rows(out)} if out.exists() else {}
+    rejects = {}
+    for f in sorted((out / "_rejects").glob("*.jsonl")) if out.exists() else []:
+        for line in f.read_text().splitlines():
+            entry = json.loads(line)
+            rejects[(entry["record"]["qid"], entry["record"]["candidate"])] = entry
+    return report, kept, rejects, out
+
+
+def test_good_and_flipped_chains_are_kept_unchanged(cli, world):
+    rows = []
+    for qid, facts in world["facts"].items():
+        q = world["questions"][qid]
+        rows.append(chain_row(qid, *good_text(q, facts)))
+        rows.append(chain_row(qid, *good_text(q, facts, flip={len(facts) - 1}), candidate=1))
+    report, kept, rejects, out = run(cli, world, "good", rows, "--all-candidates")
+    assert rejects == {}, [e["detail"] for e in rejects.values()][:3]
+    assert len(kept) == len(rows) == 2 * len(world["facts"])
+    for row in rows:  # unchanged, field by field
+        assert kept[(row["qid"], row["candidate"])] == row
+    assert report["chains"] == report["kept"] == len(rows) and report["pass_rate"] == 1.0
+    assert report["datasets"]["2wikimultihopqa"]["kept"] == len(rows)
+    manifest = load_manifest(out)
+    assert manifest["counters"]["in"] == manifest["counters"]["out"] == len(rows)
+    cli("validate", out)
+
+
+def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
+    qid = next(q for q, f in world["facts"].items() if len(f) == 2 and world["questions"][q]["type"] == "compositional")
+    q, facts = world["questions"][qid], world["facts"][qid]
+    (h0, r0, t0, _), (h1, r1, t1, _) = facts
+    text, docids, _ = good_text(q, facts)
+    hallucinated = docid(h1, "place of death", "Atlantis")
+    distractor_doc = next(d for d in world["documents"].values() if d["doc_id"] not in q["gold_doc_ids"])
+    outside = docid(distractor_doc["title"], "is the subject of", "a Wikipedia paragraph")
+    cases = {
+        "good": (text, docids),
+        "missing": (text.replace(docids[1], hallucinated), [docids[0], hallucinated]),
+        "repeat": (text.replace(" So the", f" Again {docids[1]} says so. So the"), [docids[0], docids[1], docids[1]]),
+        "repeat-flipped": (text.replace(" So the", f" Read backwards {docid(t1, r1, h1)}. So the"), [docids[0], docids[1], docid(t1, r1, h1)]),
+        "wrong-answer": (text.replace(f"answer is {q['answer']}", "answer is Doha"), docids),
+        "cannot": (text.replace(f"So the answer is {q['answer']}.", "The retrieved triples are not enough to answer the question."), docids),
+        "half-gold": (f"Only {docids[0]}. So the answer is {q['answer']}.", [docids[0]]),
+        "non-gold": (text.replace(" So the", f" Also {outside}. So the"), [*docids, outside]),
+        "unbalanced": (text.replace(E, "", 1), docids),
+        "nested": (text.replace(S, S + S, 1), docids),
+        "empty-part": (text.replace(docids[0], f"{S}{h0}, , {t0}{E}"), [f"{S}{h0}, , {t0}{E}", docids[1]]),
+        "no-docid": (f"So the answer is {q['answer']}.", []),
+        "column-differs": (text, [docids[1], docids[0]]),
+    }
+    rows = [chain_row(qid, t, d, candidate=i) for i, (t, d) in enumerate(cases.values())]
+    rows.append(chain_row("no-such-question", text, docids, candidate=0))
+    rows.append(chain_row(qid, text, docids, candidate=99, selected=False))  # not judged by default
+    report, kept, rejects, out = run(cli, world, "bad", rows, "--report", tmp_path / "r.md")
+    names = list(cases)
+    reasons = {names[k[1]] if k[0] == qid else k[0]: e["record"]["reasons"] for k, e in rejects.items()}
+    assert set(kept) == {(qid, 0)}
+    assert reasons["missing"] == ["docid-exists-missing", "gold-recall"]  # the second hop is not reached either
+    assert reasons["repeat"] == ["redundant"]
+    assert reasons["repeat-flipped"] == ["redundant"]
+    assert reasons["wrong-answer"] == ["answer-wrong"]
+    assert reasons["cannot"] == ["answer-cannot-answer"]
+    assert reasons["half-gold"] == ["gold-recall"]
+    assert reasons["non-gold"] == ["gold-outside"]
+    assert reasons["unbalanced"][0] == "format-markers" and reasons["nested"][0] == "format-markers"
+    assert reasons["empty-part"] == ["format-empty-part", "docid-exists-missing", "gold-recall"]
+    assert reasons["no-docid"] == ["format-no-docid", "gold-recall"]
+    assert reasons["column-differs"] == ["format-docids-column"]
+    assert reasons["no-such-question"] == ["unknown-qid"]
+    assert rejects[(qid, 1)]["reason"] == "docid-exists-missing" and "Atlantis" in rejects[(qid, 1)]["detail"]
+
+    assert report["chains"] == len(cases) + 1 and report["kept"] == 1 and report["not_selected"] == 1
+    assert report["rules"]["format"] == 5 and report["rules"]["question"] == 1 and report["rules"]["redundant"] == 2
+    assert report["reasons"]["redundant"] == 2 and len(report["examples"]["redundant"]) == 2
+    assert all(1 <= len(v) <= 2 for v in report["examples"].values())
+    md = (tmp_path / "r.md").read_text()
+    assert "# Chain filter report" in md and "| 2wikimultihopqa |" in md and "### `answer-wrong`" in md and "Doha" in md
+    counters = load_manifest(out)["counters"]
+    assert counters["in"] == counters["out"] + sum(counters["rejected"].values()) == len(cases) + 1
+
+    # Lower thresholds let the partial chain through; --rules narrows what is checked.
+    _, kept, _, _ = run(cli, world, "recall", [rows[names.index("half-gold")]], "--min-recall", "0.5")
+    assert len(kept) == 1
+    _, kept, _, _ = run(cli, world, "rules", [rows[names.index("wrong-answer")]], "--rules", "format,docid-exists,gold")
+    assert len(kept) == 1
+    report, kept, _, _ = run(cli, world, "length", [rows[0]], "--max-docids", "1")
+    assert not kept and report["reasons"] == {"length-docids": 1}
+
+
+def test_a_triple_in_two_gold_documents_covers_both(cli, world, tmp_path):
+    qid = next(q for q, f in world["facts"].items() if len(f) == 2)
+    q = world["questions"][qid]
+    h, r, t, _ = world["facts"][qid][0]
+    triples = list(iter_rows(world["triples"]))
+    other = [g for g in q["gold_doc_ids"] if g != world["facts"][qid][0][3]][0]
+    triples.append({"doc_id": other, "idx": 999, "head": h, "relation": r, "tail": t, "docid": docid(h, r, t)})
+    write_stage(tmp_path / "triples", "triples", TRIPLES, triples)
+    row = chain_row(qid, f"Start at {h}: {docid(h, r, t)}. So the answer is {q['answer']}.", [docid(h, r, t)])
+    write_stage(tmp_path / "chains", "chains", CHAINS, [row])
+    proc = cli("filters", "apply", tmp_path / "chains", "--corpus", world["corpus"], "--triples", tmp_path / "triples", "--out", tmp_path / "out", "--json")
+    assert json.loads(proc.stdout)["kept"] == 1
+
+
+def test_trim_removes_the_repeated_step(cli, world):
+    qid = next(q for q, f in world["facts"].items() if len(f) == 2 and world["questions"][q]["type"] == "compositional")
+    q, facts = world["questions"][qid], world["facts"][qid]
+    text, docids, _ = good_text(q, facts)
+    repeated = text.replace(" So the", f" Checking again, {docids[1]} confirms it. So the")
+    inline = text.replace(f"{docids[1]} tells", f"{docids[1]} and {docids[0]} tell")
+    rows = [chain_row(qid, repeated, [*docids, docids[1]]), chain_row(qid, inline, [docids[0], docids[1], docids[0]], candidate=1)]
+    report, kept, rejects, _ = run(cli, world, "trim", rows, "--redundant", "trim", "--all-candidates")
+    assert not rejects and report["trimmed"] == 2
+    assert kept[(qid, 0)]["text"] == text and kept[(qid, 0)]["docids"] == docids
+    assert kept[(qid, 1)]["docids"] == docids and kept[(qid, 1)]["flipped"] == [False, False]
+    assert kept[(qid, 1)]["text"] == text.replace(f"{docids[1]} tells", f"{docids[1]} tell")
+
+
+def test_input_errors_exit_2(cli, world, tmp_path):
+    args = ["--corpus", world["corpus"], "--triples", world["triples"], "--out", tmp_path / "o"]
+    assert "nope" in cli("filters", "apply", tmp_path / "nope", *args, check=2).stderr
+    write_stage(tmp_path / "c", "chains", CHAINS, [])
+    assert "missing" in cli("filters", "apply", tmp_path / "c", "--corpus", tmp_path / "missing", "--triples", world["triples"], "--out", tmp_path / "o2", check=2).stderr
+    assert "unknown rule" in cli("filters", "apply", tmp_path / "c", *args, "--rules", "format,vibes", check=2).stderr
+    # An empty chains stage is fine: exit 0, nothing kept.
+    report = json.loads(cli("filters", "apply", tmp_path / "c", *args, "--json").stdout)
+    assert report["chains"] == 0 and report["pass_rate"] is None
+
+
+def test_stdin_to_stdout_pipeline(cli, world):
+    qid, facts = next(iter(world["facts"].items()))
+    text, docids, flipped = good_text(world["questions"][qid], facts)
+    lines = "\n".join(json.dumps(chain_row(qid, t, docids, flipped, candidate=i)) for i, t in enumerate([text, text.replace(E, "", 1)]))
+    proc = cli("filters", "apply", "-", "--corpus", world["corpus"], "--triples", world["triples"], "--out", "-", input=lines)
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["candidate"] for r in out] == [0]
+    assert "format-markers" in proc.stderr
+
+
+# --------------------------------------------------------------------------------- text helpers
+
+
+def test_squad_normalization_and_whole_word_answers():
+    assert normalize_answer("The  Eagle's Claw!") == "eagles claw"
+    assert contains_answer(normalize_answer("So the answer is 1901."), ("1901",))
+    assert not contains_answer(normalize_answer("It premiered in 1901."), ("1",))
+    assert contains_answer(normalize_answer("answer: Al-Khor"), (normalize_answer("Al Khor"), normalize_answer("alkhor")))
+
+
+def test_conclusion_is_after_the_last_answer_phrase_or_retrieval():
+    text = f"The answer is not obvious. {docid('A', 'r', 'Paris')}. So the answer is London."
+    start = len(text) - len(". So the answer is London.")
+    assert conclusion(text, start).strip() == "London."
+    no_phrase = f"{docid('A', 'born in', 'Paris')}. Hence Paris."
+    assert conclusion(no_phrase, no_phrase.index(". Hence")) == ". Hence Paris."
+    assert says_cannot_answer("The retrieved triples are not enough to answer the question.")
+    assert says_cannot_answer("So this cannot be answered from the triples.")
+    assert not says_cannot_answer("So the answer is Nelahozeves.")
+
+
+def test_marker_parsing():
+    m = Markers()
+    pattern = m.pattern()
+    p = parse_markers(f"a {docid('x', 'y', 'z')} b {docid('u', 'v', 'w')}.", m, pattern)
+    assert p.problem is None and p.docids == [docid("x", "y", "z"), docid("u", "v", "w")] and p.outside == ["a ", " b ", "."]
+    assert "nested" in parse_markers(f"{S}{S}x{E}", m, pattern).problem
+    assert "never closed" in parse_markers(f"{S}x", m, pattern).problem
+    assert "without a start" in parse_markers(f"x{E}", m, pattern).problem
+    assert re.escape(S) in pattern.pattern
