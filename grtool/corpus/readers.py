@@ -39,8 +39,20 @@ except Exception:  # pragma: no cover - depends on the installed wheel
     _ijson = ijson
 
 
+_DOC_SUFFIXES = {".md", ".rst", ".html", ".pdf"}
+_DOC_STEMS = ("readme", "license", "licence", "copying", "notice", "sources")
+
+
+def _is_documentation(f: Path) -> bool:
+    return f.suffix.lower() in _DOC_SUFFIXES or f.name.lower().startswith(_DOC_STEMS)
+
+
 def input_files(path: str | Path) -> list[Path]:
-    """A file, or every file below a directory (sorted; hidden and ``_``-prefixed entries skipped)."""
+    """A file, or every data file below a directory.
+
+    In a directory, hidden and ``_``-prefixed entries and documentation (README, LICENSE, ``*.md``, ...) are
+    skipped; a file named on the command line is always read.
+    """
     p = Path(path)
     if p.is_file():
         return [p]
@@ -48,7 +60,9 @@ def input_files(path: str | Path) -> list[Path]:
         files = [
             f
             for f in p.rglob("*")
-            if f.is_file() and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+            if f.is_file()
+            and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+            and not _is_documentation(f)
         ]
         if not files:
             raise InputError(f"{p}: directory holds no input files")
@@ -103,7 +117,7 @@ def open_streams(path: Path) -> Iterator[Stream]:
             data = _decompressed(buf)
             tar = _is_tar(data)
         except _DECOMPRESS_ERRORS as e:
-            raise InputError(f"{path}: cannot read the start of the file ({e})") from None
+            raise InputError(f"{path}, start of file: truncated or corrupt compressed data ({e})") from None
         if not tar:
             yield Stream(str(path), data, raw)
             return
@@ -173,9 +187,10 @@ def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
         except _DECOMPRESS_ERRORS as e:
             raise InputError(f"{name}, record {n + 1}: truncated or corrupt compressed data after {n} complete records ({e})") from None
         except ijson.JSONError as e:
-            kind = "truncated" if isinstance(e, ijson.IncompleteJSONError) and "premature EOF" in str(e) else "malformed"
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # yajl adds a drawing
+            kind = "truncated" if "premature EOF" in why else "malformed"
             raise InputError(
-                f"{name}, record {n + 1}: {kind} JSON array near byte {counted.pos} after {n} complete records ({e})"
+                f"{name}, record {n + 1}: {kind} JSON array near byte {counted.pos} after {n} complete records ({why})"
             ) from None
         n += 1
         yield f"record {n}", record

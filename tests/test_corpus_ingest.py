@@ -1,0 +1,324 @@
+"""corpus ingest on the real dataset samples and the bundled examples.
+
+Gold documents are checked against an independent reading of the JSON here: the expected (title, text)
+pairs come straight from each dataset's own annotation, compared with the rows the gold doc ids point to.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from grtool.store.stage import read_table
+
+SAMPLES = {
+    "hotpotqa": ["hotpotqa/hotpot_dev_distractor_v1.sample.json", "hotpotqa/hotpot_dev_fullwiki_v1.sample.json",
+                 "hotpotqa/hotpot_train_v1.1.sample.json", "variants/hotpotqa_hf_datasets_format.sample.jsonl"],
+    "2wikimultihopqa": ["2wikimultihopqa/data_ids_dev.sample.json", "2wikimultihopqa/dev.sample.json"],
+    "musique": ["musique/musique_ans_v1.0_dev.sample.jsonl", "musique/musique_ans_v1.0_train.sample.jsonl",
+                "musique/musique_full_v1.0_train.sample.jsonl"],
+    "morehopqa": ["morehopqa/morehopqa_final.sample.json"],
+}
+
+
+def load_records(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def norm(s: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", s).split())
+
+
+def one_line(text: str) -> str:
+    """stderr without the console's line wrapping (which may also fold a long path): whitespace removed."""
+    return "".join(text.split())
+
+
+def rows_by(table, key: str) -> dict:
+    return {r[key]: r for r in table.to_pylist()}
+
+
+# -------------------------------------------------------------- independent readings of each dataset
+
+
+def expected_paragraphs(dataset: str, rec: dict) -> list[tuple[str, str]]:
+    """Every paragraph a record carries, as (title, text) the way the dataset writes it."""
+    if dataset == "musique":
+        return [(p["title"], p["paragraph_text"]) for p in rec["paragraphs"]]
+    ctx = rec["context"]
+    if isinstance(ctx, dict):  # Hugging Face layout
+        ctx = list(zip(ctx["title"], ctx["sentences"]))
+    sep = {"hotpotqa": "", "2wikimultihopqa": " "}.get(dataset)
+    if dataset == "morehopqa":  # MoreHopQA keeps the join of the dataset it was built from
+        sep = "" if len(rec["_id"].split("_")[0]) == 24 else " "
+    return [(t, s if isinstance(s, str) else sep.join(s)) for t, s in ctx]
+
+
+def expected_gold(dataset: str, rec: dict) -> list[tuple[str, str]]:
+    paras = expected_paragraphs(dataset, rec)
+    if dataset in ("hotpotqa", "2wikimultihopqa"):
+        sf = rec["supporting_facts"]
+        titles = sf["title"] if isinstance(sf, dict) else [t for t, _ in sf]
+        out = []
+        for t in dict.fromkeys(titles):
+            out += [p for p in paras if p[0] == t and p not in out]
+        return out
+    if dataset == "musique":
+        if not rec["answerable"]:
+            return []
+        by_idx = {p["idx"]: (p["title"], p["paragraph_text"]) for p in rec["paragraphs"]}
+        order = [s["paragraph_support_idx"] for s in rec["question_decomposition"]]
+        supporting = [p["idx"] for p in rec["paragraphs"] if p["is_supporting"]]
+        assert sorted(order) == sorted(supporting)  # the two annotations agree on these samples
+        return [by_idx[i] for i in order]
+    # MoreHopQA: all context paragraphs, in the order of the decomposition's support titles
+    titles = [s["paragraph_support_title"] for s in rec["question_decomposition"] if s["paragraph_support_title"]]
+    out = [p for t in titles for p in paras if p[0] == t]
+    return list(dict.fromkeys(out + paras))
+
+
+def qid_of(dataset: str, rec: dict) -> str:
+    if dataset == "musique":
+        return rec["id"] if rec["answerable"] else rec["id"] + "__unanswerable"
+    return rec.get("_id", rec.get("id"))
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    from conftest import SHARED_DATA, run_cli
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    out = tmp_path_factory.mktemp("corpus") / "run"
+    paths = [SHARED_DATA / p for files in SAMPLES.values() for p in files]
+    run_cli("corpus", "ingest", *paths, "--out", out)
+    return out
+
+
+def test_real_samples_questions_gold_and_documents(ingested, shared_data):
+    docs = rows_by(read_table(ingested / "documents"), "doc_id")
+    questions = rows_by(read_table(ingested / "questions"), "qid")
+    all_paragraphs: set[tuple[str, str]] = set()
+    n_records = 0
+    for dataset, files in SAMPLES.items():
+        for f in files:
+            records = load_records(shared_data / f)
+            n_records += len(records)
+            for rec in records:
+                q = questions[qid_of(dataset, rec)]
+                assert q["dataset"] == dataset
+                got = [(docs[d]["title"], docs[d]["text"]) for d in q["gold_doc_ids"]]
+                assert got == expected_gold(dataset, rec), (f, q["qid"])
+                all_paragraphs.update((norm(t), norm(x)) for t, x in expected_paragraphs(dataset, rec))
+                assert q["answerable"] == rec.get("answerable", True)
+                assert q["question"] == rec["question"] and q["answer"] == rec["answer"]
+    # exactly the question counts of the files, and one row per distinct paragraph
+    assert len(questions) == n_records == 178
+    assert len(docs) == len(all_paragraphs)
+    assert {(norm(d["title"]), norm(d["text"])) for d in docs.values()} == all_paragraphs
+
+
+def test_real_samples_dataset_specific_fields(ingested):
+    questions = rows_by(read_table(ingested / "questions"), "qid")
+    meta = {qid: json.loads(q["meta"]) for qid, q in questions.items()}
+    q = questions["20aa14f60bdc11eba7f7acde48001122"]  # 2Wiki with ids
+    assert q["type"] == "compositional"
+    assert meta[q["qid"]]["evidences_id"][0] == ["Q6893462", "mother", "Q238774"] and meta[q["qid"]]["hops"] == 2
+    q = questions["2hop__82713_84616"]  # MuSiQue
+    assert q["type"] == "2hop" and q["answer_aliases"] == ["leading role", "star", "leading actress", "lead"]
+    assert [s["paragraph_support_idx"] for s in meta[q["qid"]]["question_decomposition"]] == [1, 12]
+    unanswerable = [x for x in questions.values() if x["dataset"] == "musique" and not x["answerable"]]
+    assert len(unanswerable) == 4 and all(not x["gold_doc_ids"] for x in unanswerable)
+    more = questions["20c85b260bde11eba7f7acde48001122_6"]
+    assert more["split"] == "test" and meta[more["qid"]]["source_dataset"] == "2wikimultihopqa"
+    assert meta[more["qid"]]["no_of_hops"] == 3 and "previous_question" in meta[more["qid"]]
+    hotpot = questions["5ade063d5542995b365fabcd"]
+    assert hotpot["type"] == "bridge" and meta[hotpot["qid"]]["level"] == "hard" and hotpot["split"] == "dev"
+    # fullwiki: gold titles that the retrieved context lacks are named, not invented
+    fullwiki = [m for m in meta.values() if m.get("setting") == "fullwiki"]
+    assert len(fullwiki) == 20 and sum(len(m.get("gold_titles_missing", [])) for m in fullwiki) == 18
+
+
+def test_validate_passes_then_fails_on_corrupted_shard(ingested, cli, tmp_path):
+    cli("validate", ingested)
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(ingested, copy)
+    shard = copy / "documents" / "part-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    proc = cli("validate", copy, check=1)
+    assert "sha256" in proc.stdout + proc.stderr
+
+
+def test_real_wiki_layout_and_splits(ingested):
+    q = read_table(ingested / "questions").to_pylist()
+    splits = {(r["dataset"], r["split"]) for r in q}
+    assert ("hotpotqa", "train") in splits and ("musique", "dev") in splits and ("hotpotqa", "unknown") in splits
+    man = json.loads((ingested / "documents" / "_manifest.json").read_bytes())
+    assert man["complete"] and man["counters"]["in"] == man["counters"]["out"] + man["counters"]["merged"]
+
+
+# ---------------------------------------------------------------------------- bundled examples
+
+
+def test_bundled_examples_every_layout(examples, cli, tmp_path):
+    out = tmp_path / "ex"
+    cli("corpus", "ingest", examples, "--out", out)
+    cli("validate", out)
+    docs = rows_by(read_table(out / "documents"), "doc_id")
+    questions = rows_by(read_table(out / "questions"), "qid")
+    assert len(questions) == 20
+    by_title = {}
+    for d in docs.values():
+        by_title.setdefault(d["title"], []).append(d)
+    # shared paragraphs collapse across datasets and layouts
+    assert by_title["Jaws (film)"][0]["datasets"] == ["2wikimultihopqa", "morehopqa"]
+    assert sorted(d["datasets"] for d in by_title["Sydney Opera House"]) == [["hotpotqa", "morehopqa"], ["morehopqa", "musique"], ["musique"]]
+    # the dump's decomposed "é" is the same document as the composed one in the HotpotQA files
+    assert len(by_title["Palais Garnier"]) == 1 and "Opéra" in by_title["Palais Garnier"][0]["text"]
+    assert by_title["List of opera houses"][0]["text"] == ""  # an abstract-less page is kept
+    # HF layout, train, fullwiki with a missing gold paragraph, MuSiQue twins, MoreHopQA string paragraph
+    assert questions["5e1a0c7b5542990d2b00a009"]["split"] == "dev"  # "validation" in the file name
+    assert json.loads(questions["5e1a0c7b5542990d2b00a005"]["meta"])["gold_titles_missing"] == ["Italy"]
+    assert not questions["2hop__900006_900007__unanswerable"]["answerable"]
+    assert len(questions["2hop__900006_900007"]["gold_doc_ids"]) == 2
+    mh = questions["3hop1__900003_900004_900005"]
+    assert [docs[d]["title"] for d in mh["gold_doc_ids"]] == ["Mount Kilimanjaro", "Tanzania", "Dodoma"]
+    more = questions["2hop__900001_900002_7"]
+    assert [docs[d]["title"] for d in more["gold_doc_ids"]] == ["Sydney Opera House", "Pritzker Architecture Prize"]
+    assert set(more["gold_doc_ids"]) <= set(questions["2hop__900001_900002"]["gold_doc_ids"])
+
+
+def test_stdout_jsonl_tags_both_tables(examples, cli, tmp_path):
+    proc = cli("corpus", "ingest", examples / "musique", "--out", "-")
+    rows = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    tables = [r.pop("_table") for r in rows]
+    assert tables.index("questions") > max(i for i, t in enumerate(tables) if t == "documents")
+    cli("corpus", "ingest", examples / "musique", "--out", tmp_path / "dir")
+    for table in ("documents", "questions"):
+        expected = read_table(tmp_path / "dir" / table).to_pylist()
+        assert [r for r, t in zip(rows, tables) if t == table] == expected
+
+
+def test_archive_and_compression_are_detected_from_bytes(examples, cli, tmp_path):
+    import gzip
+    import tarfile
+
+    tree = examples / "hotpotqa-wiki"
+    archive = tmp_path / "dump.tar.bz2"
+    with tarfile.open(archive, "w:bz2") as tar:
+        tar.add(tree, arcname="dump")
+    plain = tmp_path / "musique_ans_v1.0_dev.data"  # no telling extension: content decides
+    plain.write_bytes(gzip.compress((examples / "musique" / "musique_ans_v1.0_dev.example.jsonl").read_bytes()))
+    cli("corpus", "ingest", archive, "--out", tmp_path / "a")
+    cli("corpus", "ingest", tree, "--out", tmp_path / "b")
+    a = read_table(tmp_path / "a" / "documents").sort_by("doc_id")
+    b = read_table(tmp_path / "b" / "documents").sort_by("doc_id")
+    assert a.equals(b) and a.num_rows == 10
+    cli("corpus", "ingest", plain, "--out", tmp_path / "c")
+    assert read_table(tmp_path / "c" / "questions").num_rows == 2
+
+
+# ---------------------------------------------------------------------------------- bad input
+
+
+def _no_shards(out: Path) -> bool:
+    return not list(out.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("cut", ["json-array", "jsonl", "bz2"])
+def test_truncated_file_fails_with_its_name_and_leaves_no_shard(examples, cli, tmp_path, cut):
+    good = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
+    if cut == "json-array":
+        bad = tmp_path / "hotpot_dev_distractor_v1.json"
+        bad.write_bytes(good.read_bytes()[: good.stat().st_size * 2 // 3])
+    elif cut == "jsonl":
+        src = (examples / "musique" / "musique_ans_v1.0_dev.example.jsonl").read_bytes()
+        bad = tmp_path / "musique_dev.jsonl"
+        bad.write_bytes(src[: len(src) - 40])
+    else:
+        src = (examples / "hotpotqa-wiki" / "enwiki-20171001-abstracts" / "AA" / "wiki_00.bz2").read_bytes()
+        bad = tmp_path / "wiki_00.bz2"
+        bad.write_bytes(src[: len(src) // 2])
+    out = tmp_path / "out"
+    # a good file first: its rows must not become visible either
+    proc = cli("corpus", "ingest", good, bad, "--out", out, check=2)
+    message = one_line(proc.stderr)
+    assert one_line(f"{bad}, ") in message and "truncated" in message
+    assert _no_shards(out)
+
+
+def test_unknown_schema_and_not_json(cli, tmp_path):
+    odd = tmp_path / "odd_dev.json"
+    odd.write_text(json.dumps([{"foo": 1, "bar": 2}]))
+    proc = cli("corpus", "ingest", odd, "--out", tmp_path / "o1", check=2)
+    assert one_line(f"{odd}, record 1: unknown schema") in one_line(proc.stderr)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello world\n")
+    proc = cli("corpus", "ingest", text, "--out", tmp_path / "o2", check=2)
+    assert one_line(f"{text}: not JSON") in one_line(proc.stderr)
+    assert _no_shards(tmp_path)
+
+
+def test_bad_records_are_rejected_or_fatal_under_strict(examples, cli, tmp_path):
+    lines = (examples / "musique" / "musique_ans_v1.0_dev.example.jsonl").read_text().splitlines()
+    broken = json.loads(lines[1])
+    del broken["question"]
+    wrong = json.loads(lines[0])
+    wrong["id"] = "2hop__wrong_type"
+    wrong["paragraphs"] = "not a list"
+    bad = tmp_path / "musique_dev.jsonl"
+    bad.write_text("\n".join([lines[0], json.dumps(broken), json.dumps(wrong)]) + "\n")
+    out = tmp_path / "out"
+    cli("corpus", "ingest", bad, "--out", out)
+    q = read_table(out / "questions")
+    assert q.num_rows == 1
+    man = json.loads((out / "questions" / "_manifest.json").read_bytes())
+    assert man["counters"]["rejected"] == {"missing field 'question'": 1, "field 'paragraphs' has the wrong type": 1}
+    rejects = [json.loads(x) for x in (out / "questions" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
+    assert {r["position"] for r in rejects} == {"line 2", "line 3"} and all(r["source"] == str(bad) for r in rejects)
+    cli("validate", out)
+    proc = cli("corpus", "ingest", bad, "--out", tmp_path / "strict", "--strict", check=2)
+    assert one_line(f"{bad}, line 2: missing field 'question'") in one_line(proc.stderr)
+    assert _no_shards(tmp_path / "strict")
+
+
+def test_duplicate_qids_are_rejected(examples, cli, tmp_path):
+    src = examples / "2wikimultihopqa" / "data_ids_dev.example.json"
+    copy = tmp_path / "again_dev.json"
+    copy.write_bytes(src.read_bytes())
+    out = tmp_path / "out"
+    cli("corpus", "ingest", src, copy, "--out", out)
+    man = json.loads((out / "questions" / "_manifest.json").read_bytes())
+    assert man["rows"] == 3 and man["counters"]["rejected"] == {"duplicate qid": 3}
+    rejects = [json.loads(x) for x in (out / "questions" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
+    assert all(r["source"] == str(copy) and str(src) in r["detail"] for r in rejects)
+    docs = json.loads((out / "documents" / "_manifest.json").read_bytes())
+    assert docs["counters"]["merged"] == docs["counters"]["in"] - docs["rows"] > 0
+    proc = cli("corpus", "ingest", src, copy, "--out", tmp_path / "strict", "--strict", check=2)
+    assert one_line(f"{copy}, record 1: duplicate qid") in one_line(proc.stderr) and _no_shards(tmp_path / "strict")
+
+
+def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_path):
+    src = examples / "morehopqa"
+    out = tmp_path / "out"
+    cli("corpus", "ingest", src, "--out", out)
+    before = (out / "questions" / "part-00000.parquet").stat().st_mtime_ns
+    proc = cli("corpus", "ingest", src, "--out", out)
+    assert "alreadycomplete" in one_line(proc.stderr)
+    assert (out / "questions" / "part-00000.parquet").stat().st_mtime_ns == before
+    proc = cli("corpus", "ingest", src, "--out", out, "--split", "dev", check=2)
+    assert "--overwrite" in one_line(proc.stderr)
+    cli("corpus", "ingest", src, "--out", out, "--split", "dev", "--overwrite")
+    assert set(pq.read_table(out / "questions" / "part-00000.parquet").column("split").to_pylist()) == {"dev"}
