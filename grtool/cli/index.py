@@ -2,6 +2,105 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
+from grtool.cli.options import Json, Out, Overwrite
+
 app = typer.Typer(name="index", help="Build and query the docid index for constrained decoding.", no_args_is_help=True)
+
+
+@app.command("build")
+def build_cmd(
+    triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer.json, a local model directory, or a built-in: llama3, qwen.")],
+    out: Out,
+    kind: Annotated[str, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = "fm",
+    source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
+    sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
+    overwrite: Overwrite = False,
+    json_out: Json = False,
+) -> None:
+    """Tokenize every docid whole (markers as special tokens) and build an index directory.
+
+    The directory carries the exact tokenizer.json it used and index.json (command, version, fingerprints,
+    sizes, checksums).
+
+    Example: grtool index build out/run/triples --tokenizer llama3 --out out/run/index
+    """
+    from grtool.index.build import build_index, dump_json, stats
+    from grtool.index.base import Index
+    from grtool.log import console
+
+    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite)
+    report = stats(Index.open(out))
+    if json_out:
+        typer.echo(dump_json(report))
+    else:
+        console.print(
+            f"[green]index[/] {out}: {report['kind']}, {report['sequences']:,} sequences, {report['tokens']:,} tokens, "
+            f"{report['bits_per_token']} bits/token, built in {report['build_seconds']} s"
+        )
+
+
+@app.command("query")
+def query_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    text: Annotated[Optional[str], typer.Argument(help="Docid prefix text (tokenized as inside a docid).")] = None,
+    ids: Annotated[Optional[str], typer.Option("--ids", help="The prefix as comma-separated token ids instead of text.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Rows to show in the table (JSON always has all).")] = 30,
+    json_out: Json = False,
+) -> None:
+    """Valid next tokens after a docid prefix, with counts; the documents when the prefix is a whole docid.
+
+    Example: grtool index query out/run/index "Theodor Dräger, place of birth," --json
+    """
+    from grtool.errors import InputError
+    from grtool.index.base import Index
+    from grtool.index.build import dump_json
+    from grtool.index.query import parse_ids, prefix_ids, query
+
+    if text is not None and ids is not None:
+        raise InputError("give the prefix as TEXT or as --ids, not both")
+    idx = Index.open(index)
+    result = query(idx, prefix_ids(idx, text, parse_ids(ids) if ids is not None else None))
+    if json_out:
+        typer.echo(dump_json(result))
+        return
+    from rich.table import Table
+
+    from grtool.log import console
+
+    table = Table(title=f"prefix {result['prefix_ids']}: {result['count']:,} matches, {len(result['next']):,} next tokens")
+    for col in ("id", "text", "count"):
+        table.add_column(col, justify="right" if col != "text" else "left")
+    for row in result["next"][:limit]:
+        table.add_row(str(row["id"]), repr(row["text"]), f"{row['count']:,}")
+    console.print(table)
+    if result["docs"]:
+        console.print(f"documents: {', '.join(result['docs'])}")
+
+
+@app.command("stats")
+def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], json_out: Json = False) -> None:
+    """Tokens, sequences, documents, bytes, bits per token and build parameters of an index.
+
+    Example: grtool index stats out/run/index --json
+    """
+    from grtool.index.base import Index
+    from grtool.index.build import dump_json, stats
+
+    report = stats(Index.open(index))
+    if json_out:
+        typer.echo(dump_json(report))
+        return
+    from rich.table import Table
+
+    from grtool.log import console
+
+    table = Table(show_header=False, title=str(index))
+    for key, value in report.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    console.print(table)

@@ -1,0 +1,275 @@
+"""grtool index: the native FM-index, the prefix tree and the numpy oracle agree; build/query/stats CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from grtool.index.base import Index
+from grtool.index.kinds import FMIndex, NumpyIndex, TrieIndex
+from grtool.store.schemas import TRIPLES
+from grtool.store.stage import StageSpec, StageWriter, sha256_file
+
+HERE = Path(__file__).resolve().parent
+BUNDLED = HERE / "data" / "index_triples.jsonl"
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.array([t for s in seqs for t in s], dtype=np.int64)
+    return flat, np.array([len(s) for s in seqs], dtype=np.int64)
+
+
+def walk(index, ids, anchored=True):
+    state = index.start() if isinstance(index, TrieIndex) else index.start(anchored)
+    for t in ids:
+        state = index.extend(state, t)
+    return state
+
+
+def answers(index, ids, anchored=True, limit=10**9):
+    state = walk(index, ids, anchored)
+    got_ids, counts = index.next_tokens(state)
+    located = index.locate(state, limit) if (ids or anchored) else None
+    return got_ids.tolist(), counts.tolist(), index.count(state), None if located is None else located.tolist()
+
+
+def write_triples_stage(path: Path, rows: list[dict]) -> Path:
+    stage = StageWriter(path, StageSpec("triples", TRIPLES, params={"test": True}), num_parts=2)
+    half = len(rows) // 2
+    for part, chunk in enumerate((rows[:half], rows[half:])):
+        with stage.shard(part) as sh:
+            sh.count_in(len(chunk))
+            sh.write_rows(chunk)
+    stage.finish()
+    return path
+
+
+def two_wiki_rows(shared_data: Path) -> list[dict]:
+    """Evidence triples of the real 2Wiki samples, each in the documents of its head and (when the tail is
+    a supporting title too) its tail: bridge triples land in two documents (collisions)."""
+    records = []
+    for f in sorted((shared_data / "2wikimultihopqa").glob("*.json")):
+        records += json.loads(f.read_text())
+    docs: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for rec in records:
+        titles = {t for t, _ in rec["supporting_facts"]}
+        for head, rel, tail in rec["evidences"]:
+            for title in {head, tail} & titles or {head}:
+                if (head, rel, tail) not in docs[title]:
+                    docs[title].append((head, rel, tail))
+    rows = []
+    for title, triples in sorted(docs.items()):
+        doc_id = hashlib.sha1(title.encode()).hexdigest()[:16]
+        for i, (h, r, t) in enumerate(triples):
+            rows.append({"doc_id": doc_id, "idx": i, "head": h, "relation": r, "tail": t, "docid": f"<docid_start>{h}, {r}, {t}<docid_end>"})
+    return rows
+
+
+def brute_force(docid_ids: dict[str, list[int]], docs_by_docid: dict[str, set[str]], prefix: list[int]) -> dict:
+    nxt: dict[int, int] = defaultdict(int)
+    count = 0
+    docs: set[str] = set()
+    for docid, ids in docid_ids.items():
+        if ids[: len(prefix)] == prefix:
+            count += 1
+            if len(ids) > len(prefix):
+                nxt[ids[len(prefix)]] += 1
+            else:
+                docs |= docs_by_docid[docid]
+    return {"next": sorted(nxt.items()), "count": count, "docs": sorted(docs)}
+
+
+# --------------------------------------------------------------------------------- property tests
+
+sequences = st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=7), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seqs=sequences, probes=st.lists(st.lists(st.integers(0, 9), max_size=5), max_size=8), rate=st.sampled_from([1, 2, 3, 32]), data=st.data())
+def test_fm_trie_and_oracle_agree(tmp_path_factory, seqs, probes, rate, data):
+    flat, lengths = flatten(seqs)
+    fm = FMIndex.from_sequences(flat, lengths, sample_rate=rate)
+    oracle = NumpyIndex.from_sequences(flat, lengths)
+    trie = TrieIndex.from_sequences(flat, lengths, tmp_path_factory.mktemp("trie"))
+    # prefixes of real sequences (mostly hits) plus random ones (mostly misses)
+    real = [s[: data.draw(st.integers(0, len(s)))] for s in data.draw(st.lists(st.sampled_from(seqs), max_size=8))]
+    for prefix in [[], *real, *probes]:
+        expected = answers(oracle, prefix)
+        assert answers(fm, prefix) == expected, prefix
+        assert answers(trie, prefix) == expected, prefix
+        # substring search (not anchored at a sequence start): FM against the oracle
+        assert answers(fm, prefix, anchored=False) == answers(oracle, prefix, anchored=False), prefix
+        if expected[2] > 1:  # a limit below the count returns that many of the occurrences
+            part = fm.locate(walk(fm, prefix), expected[2] - 1).tolist()
+            assert len(part) == expected[2] - 1 and all(p in expected[3] for p in part)
+
+
+def test_sparse_large_token_ids_and_long_sequences():
+    rng = np.random.default_rng(7)
+    vocab = rng.choice(2_000_000, size=300, replace=False)
+    seqs = [rng.choice(vocab, size=rng.integers(1, 60)).tolist() for _ in range(400)]
+    flat, lengths = flatten(seqs)
+    fm, oracle = FMIndex.from_sequences(flat, lengths, sample_rate=8), NumpyIndex.from_sequences(flat, lengths)
+    for s in seqs[:80]:
+        for cut in (0, 1, len(s) // 2, len(s)):
+            assert answers(fm, s[:cut]) == answers(oracle, s[:cut])
+            assert answers(fm, s[cut : cut + 3], anchored=False) == answers(oracle, s[cut : cut + 3], anchored=False)
+    assert fm.count(fm.extend(fm.start(), 2_000_001)) == 0  # unknown token: dead state, no error
+
+
+# ---------------------------------------------------------------------------------- save / load
+
+
+@pytest.mark.parametrize("kind", ["fm", "trie", "numpy"])
+def test_save_load_round_trip(tmp_path, kind):
+    from grtool.index.build import write_index
+    from grtool.index.tokenizer import load_tokenizer
+
+    tok_json = tmp_path / "tok.json"
+    _tiny_tokenizer().save(str(tok_json))
+    tok = load_tokenizer(tok_json)
+    rng = np.random.default_rng(1)
+    seqs = [[tok.start_id, *rng.integers(0, 20, rng.integers(1, 9)).tolist(), tok.end_id] for _ in range(200)]
+    seqs = [list(s) for s in dict.fromkeys(map(tuple, seqs))]
+    flat, lengths = flatten(seqs)
+    seq_docs = [[i % 7] if i % 5 else [i % 7, (i + 1) % 7] for i in range(len(seqs))]
+    doc_ids = [f"doc{i}" for i in range(7)]
+    meta = write_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids,
+                       tokenizer=tok, source="docids", command=["grtool", "index", "build"])  # fmt: skip
+    index = Index.open(tmp_path / "idx")
+    assert index.kind == kind and index.meta == json.loads((tmp_path / "idx" / "index.json").read_text())
+    for name, info in meta["files"].items():
+        assert sha256_file(tmp_path / "idx" / name) == info["sha256"]
+    assert meta["sizes"]["tokens"] == flat.size and meta["sizes"]["collisions"] == sum(len(d) > 1 for d in seq_docs)
+    oracle = NumpyIndex.from_sequences(flat, lengths)
+    for s in seqs[:50]:
+        for cut in range(len(s) + 1):
+            assert answers(index, s[:cut]) == answers(oracle, s[:cut])
+    for i, s in enumerate(seqs):
+        assert index.docs_of(s) == sorted(doc_ids[d] for d in seq_docs[i])
+        assert index.docs_of(s[1:-1]) == index.docs_of(s)  # markers may be left out
+    assert index.docs_of([tok.start_id, 999]) == []
+    if kind == "fm":  # opened from memory maps, not copied
+        assert isinstance(np.load(tmp_path / "idx" / "fm_levels.npy", mmap_mode="r"), np.memmap)
+        assert meta["sizes"]["bits_per_token"] > 0
+    with pytest.raises(Exception, match="exists"):
+        write_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source="docids")
+
+
+def _tiny_tokenizer() -> Tokenizer:
+    from tokenizers import models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(20)} | {"[UNK]": 20}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
+# ------------------------------------------------------------------------ CLI on real 2Wiki triples
+
+
+def _two_wiki_stage(shared_data: Path, tmp: Path) -> tuple[Path, list[dict]]:
+    rows = two_wiki_rows(shared_data)
+    return write_triples_stage(tmp / "run" / "triples", rows), rows
+
+
+@pytest.mark.parametrize("kind", ["fm", "trie"])
+def test_query_matches_brute_force_on_2wiki(cli, shared_data, tmp_path, kind):
+    stage, rows = _two_wiki_stage(shared_data, tmp_path)
+    docs_by_docid: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        docs_by_docid[r["docid"]].add(r["doc_id"])
+    assert any(len(d) > 1 for d in docs_by_docid.values()), "the fixture must hold shared triples"
+    out = tmp_path / "index"
+    built = json.loads(cli("index", "build", tmp_path / "run", "--tokenizer", "llama3", "--out", out, "--kind", kind, "--json").stdout)
+    assert built["sequences"] == len(docs_by_docid) and built["collisions"] == sum(len(d) > 1 for d in docs_by_docid.values())
+    # brute force with the tokenizer the index ships
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ids = {d: tok.encode(d, add_special_tokens=False).ids for d in docs_by_docid}
+    start, end = tok.token_to_id("<docid_start>"), tok.token_to_id("<docid_end>")
+    assert all(v[0] == start and v[-1] == end and start not in v[1:] and end not in v[:-1] for v in ids.values())
+    prefixes = {(), (start,)}
+    for docid in sorted(ids)[::4]:
+        v = ids[docid]
+        prefixes |= {tuple(v[:k]) for k in (2, 3, len(v) // 2, len(v) - 1, len(v))}
+    prefixes.add((start, 999_999))
+    for prefix in sorted(prefixes):
+        args = ["--ids", ",".join(map(str, prefix))] if prefix else []
+        got = json.loads(cli("index", "query", out, *args, "--json").stdout)
+        want = brute_force(ids, docs_by_docid, list(prefix))
+        assert got["prefix_ids"] == list(prefix)
+        assert [(n["id"], n["count"]) for n in got["next"]] == want["next"], prefix
+        assert all(n["text"] == tok.decode([n["id"]], skip_special_tokens=False) for n in got["next"])
+        assert got["count"] == want["count"] and got["docs"] == want["docs"], prefix
+    # every complete docid maps to exactly its documents
+    index = Index.open(out)
+    for docid, v in ids.items():
+        assert index.docs_of(v) == sorted(docs_by_docid[docid])
+    # a text prefix is tokenized as inside a docid
+    docid = sorted(ids)[0]
+    text = docid[len("<docid_start>") :].split(",")[0] + ","
+    by_text = json.loads(cli("index", "query", out, text, "--json").stdout)
+    assert by_text["prefix_ids"] == ids[docid][: len(by_text["prefix_ids"])] and by_text["count"] >= 1
+
+
+def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
+    out = tmp_path / "idx"
+    cli("index", "build", "-", "--tokenizer", "qwen", "--out", out, input=BUNDLED.read_text())
+    stats = json.loads(cli("index", "stats", out, "--json").stdout)
+    distinct = {r["docid"] for r in rows}
+    assert stats["kind"] == "fm" and stats["sequences"] == len(distinct) and stats["documents"] == 4
+    assert stats["collisions"] == 3 and stats["tokenizer"]["docid_start_id"] == 151851 and stats["bits_per_token"] > 0
+    assert stats["command"][:3] == ["grtool", "index", "build"]
+    got = json.loads(cli("index", "query", out, "Old Harbor Bridge, designed by, Irmgard Voß<docid_end>", "--json").stdout)
+    assert got["docs"] == ["d-harbor", "d-voss"] and got["next"] == [] and got["count"] == 1
+    got = json.loads(cli("index", "query", out, "Old Harbor Bridge,", "--json").stdout)
+    assert got["count"] == 3 and got["docs"] == []
+    # the human-readable table
+    assert "next tokens" in cli("index", "query", out, "Kiel").stderr + cli("index", "query", out, "Kiel").stdout
+    # documents source: whole texts, substring search through the FM API
+    doc_stage = tmp_path / "documents"
+    from grtool.store.schemas import DOCUMENTS
+
+    stage = StageWriter(doc_stage, StageSpec("documents", DOCUMENTS))
+    texts = {"a": ("Kiel", "Kiel is a port city on the Baltic Sea."), "b": ("Lübeck", "Lübeck lies on the Trave, near the Baltic Sea.")}
+    with stage.shard(0) as sh:
+        sh.count_in(2)
+        sh.write_rows([{"doc_id": k, "title": t, "text": x, "datasets": ["test"]} for k, (t, x) in texts.items()])
+    stage.finish()
+    cli("index", "build", doc_stage, "--tokenizer", "qwen", "--source", "documents", "--out", tmp_path / "docs_idx")
+    index = Index.open(tmp_path / "docs_idx")
+    needle = index.tokenizer.encode(" Baltic Sea")
+    state = index.start(anchored=False)
+    for t in needle:
+        state = index.extend(state, t)
+    assert index.count(state) == 2 and sorted(index.locate(state, 10)[:, 0].tolist()) == [0, 1]
+    assert index.docs_of(index.tokenizer.encode("Kiel\nKiel is a port city on the Baltic Sea.")) == ["a"]
+
+
+def test_bad_input_is_reported_with_file_and_record(cli, tmp_path):
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
+    rows[5]["docid"] = "Irmgard Voß, occupation, civil engineer"  # markers missing
+    stage = write_triples_stage(tmp_path / "triples", rows)
+    err = " ".join(cli("index", "build", stage, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr.split())
+    assert "part-00000.parquet, row 6" in err and "not '<docid_start>head" in err
+    assert not (tmp_path / "idx").exists() and not list(tmp_path.glob(".idx*"))
+    assert "not an index directory" in cli("index", "query", tmp_path, "--ids", "1", check=2).stderr
+    assert "no 'triples' stage directory" in cli("index", "build", tmp_path / "nope", "--tokenizer", "qwen", "--out", tmp_path / "i2", check=2).stderr
+    rows[5]["docid"] = "<docid_start>Irmgard Voß, occupation, civil engineer<docid_end>"
+    good = write_triples_stage(tmp_path / "good", rows)
+    cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx")
+    assert "exists" in cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr
+    cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", "--kind", "trie", "--overwrite")
+    assert Index.open(tmp_path / "idx").kind == "trie"
+    assert "expected comma-separated" in cli("index", "query", tmp_path / "idx", "--ids", "a,b", check=2).stderr
