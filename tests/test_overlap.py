@@ -43,44 +43,10 @@ def reference_means(corpus_rows: list[dict], documents: dict[str, tuple[str, str
 
 def ingest(cli, tmp_path, *files) -> tuple:
     out = tmp_path / "corpus"
-    hand_ingest(files, out)
+    cli("corpus", "ingest", *files, "--out", out)
     questions = list(InputTable.open(out, "questions").iter_rows())
     documents = {d["doc_id"]: (d["title"], d["text"]) for d in InputTable.open(out, "documents").iter_rows()}
     return out, questions, documents
-
-
-def hand_ingest(files, out) -> None:
-    """Stand-in for `grtool corpus ingest` (not merged yet): HotpotQA and MuSiQue gold paragraphs as stages."""
-    import hashlib
-
-    from grtool.store.schemas import DOCUMENTS, QUESTIONS
-    from grtool.store.stage import StageSpec, StageWriter
-
-    docs: dict[str, dict] = {}
-    questions = []
-    for f in files:
-        raw = f.read_text()
-        records = json.loads(raw) if raw.lstrip().startswith("[") else [json.loads(line) for line in raw.splitlines() if line.strip()]
-        for r in records:
-            if "paragraphs" in r:  # MuSiQue
-                dataset, qid, paras = "musique", r["id"], [(p["title"], p["paragraph_text"], p["is_supporting"]) for p in r["paragraphs"]]
-            else:  # HotpotQA
-                titles = {t for t, _ in r["supporting_facts"]}
-                dataset, qid, paras = "hotpotqa", r["_id"], [(t, "".join(s), t in titles) for t, s in r["context"]]
-            gold = []
-            for title, text, supporting in paras:
-                doc_id = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()
-                docs[doc_id] = {"doc_id": doc_id, "title": title, "text": text, "datasets": [dataset]}
-                if supporting:
-                    gold.append(doc_id)
-            questions.append({"qid": qid, "dataset": dataset, "split": "dev", "question": r["question"], "answer": r["answer"],
-                              "answer_aliases": [], "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"})
-    for table, schema, rows in (("documents", DOCUMENTS, list(docs.values())), ("questions", QUESTIONS, questions)):
-        stage = StageWriter(out / table, StageSpec(table, schema), num_parts=1)
-        with stage.shard(0) as sh:
-            sh.count_in(len(rows))
-            sh.write_rows(rows)
-        stage.finish()
 
 
 def test_word_regex_matches_python_word_class_on_every_code_point():
