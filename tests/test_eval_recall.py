@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_export import (
     ANA_BRACKETS,
     ANA_FLIPPED_EXACT,
@@ -27,7 +30,7 @@ from test_export import (
 )
 
 from grtool.export.docids import normalize_docid, parse_docids
-from grtool.export.lookup import DocidIndex, QuestionIndex, Response
+from grtool.export.lookup import DocidIndex, QuestionIndex, Response, triple_key, triple_keys
 from grtool.export.recall import score_response
 
 SCORED = [
@@ -131,3 +134,12 @@ def test_nothing_scorable_exits_1(cli, samples, tmp_path):
     only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOZA_EXACT)])
     proc = cli("eval", "recall", only_unknown, "--corpus", samples["root"], "--triples", samples["root"], check=1)
     assert "no response could be scored" in flat(proc.stderr)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(*[st.text(alphabet=st.sampled_from(list("ab, ,\t\n\u00a0\u2029\u3000\x85\x1c")), max_size=12)] * 3), min_size=1, max_size=20))
+def test_vectorized_triple_keys_equal_the_query_normalization(triples):
+    # Stored triples are keyed with Arrow kernels, parsed docids in Python: both must agree on every
+    # whitespace character str.isspace() knows and on spaces around commas.
+    batch = pa.record_batch({name: [t[i] for t in triples] for i, name in enumerate(("head", "relation", "tail"))})
+    assert triple_keys(batch).to_pylist() == [triple_key(*t) for t in triples]

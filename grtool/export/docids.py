@@ -19,8 +19,6 @@ SPECIAL_END = "<docid_end>"
 BRACKET_START = "["
 BRACKET_END = "]"
 
-_WS = re.compile(r"\s+")
-_SPACED_COMMA = re.compile(r"\s*,\s*")
 _SPECIAL = re.compile(re.escape(SPECIAL_START) + "|" + re.escape(SPECIAL_END))
 _BRACKET = re.compile(r"[\[\]]")
 
@@ -35,9 +33,10 @@ def normalize_docid(inner: str) -> str:
     """The lookup form of a docid's text: whitespace runs collapsed, ends trimmed, no spaces around commas.
 
     ``"Moza bint Nasser ,  place of birth,Al Khor"`` → ``"Moza bint Nasser,place of birth,Al Khor"``. Case and
-    every other character stay as written: a docid names a stored triple exactly.
+    every other character stay as written: a docid names a stored triple exactly. (Whitespace is what
+    ``str.isspace`` says; :mod:`grtool.export.lookup` does the same over Arrow columns.)
     """
-    return _SPACED_COMMA.sub(",", _WS.sub(" ", inner).strip())
+    return " ".join(inner.split()).replace(" ,", ",").replace(", ", ",")
 
 
 def is_triple(inner: str) -> bool:

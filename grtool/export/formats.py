@@ -135,7 +135,10 @@ class RowWriter:
             handle.write(b"[")
 
     def write(self, row: dict[str, Any]) -> None:
-        data = orjson.dumps(row)
+        self.write_encoded(orjson.dumps(row))
+
+    def write_encoded(self, data: bytes) -> None:
+        """A row already encoded as one line of JSON."""
         if self.json_array:
             data = (b",\n" if self.rows else b"\n") + data
         else:

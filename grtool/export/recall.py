@@ -27,19 +27,13 @@ class Score:
     hallucinated: int  # of those, found nowhere in the corpus
     flipped: int  # of those, found only when read tail-first
     malformed: int
+    recall: float = field(init=False)  # |retrieved ∩ gold| / |gold|
+    exact: bool = field(init=False)  # retrieved documents are exactly the gold set (the recipe's "accuracy 1")
 
-    @property
-    def gold_hits(self) -> int:
-        return len(self.retrieved.intersection(self.question.gold))
-
-    @property
-    def recall(self) -> float:
-        return self.gold_hits / len(set(self.question.gold))
-
-    @property
-    def exact(self) -> bool:
-        """Retrieved documents are exactly the gold set (the recipe's 'accuracy 1')."""
-        return self.retrieved == frozenset(self.question.gold)
+    def __post_init__(self) -> None:
+        gold = frozenset(self.question.gold)
+        self.recall = len(self.retrieved & gold) / len(gold)
+        self.exact = self.retrieved == gold
 
 
 def score_response(response: Response, question: Question, index: DocidIndex) -> Score:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
 from grtool.export.lookup import QuestionIndex
@@ -107,7 +109,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
             counts.chains += 1
             example = sft_row(opts.fmt, instruction(question.question, opts.markers), with_markers(row["text"], opts.markers), opts.system)
             split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
-            spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), [question.dataset, split, example])
+            spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
         _write_splits(spill, out, opts, result)
     if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
         entries = {}
@@ -125,11 +127,12 @@ def _write_splits(spill: KeyedSpill, out: str | Path, opts: SftOptions, result: 
         targets["dev"] = dev_path(Path(out))
     with ExitStack() as stack:
         writers = {split: stack.enter_context(open_rows(path, json_array)) for split, path in targets.items()}
-        for _key, (dataset, split, example) in spill:
+        for tag, example in spill:
+            split, dataset = tag.split(":", 1)
             counts = result.per_dataset[dataset]
             if split == "train" and opts.max_per_dataset is not None and counts.train >= opts.max_per_dataset:
                 counts.capped += 1
                 continue
-            writers[split].write(example)
+            writers[split].write_encoded(example)
             setattr(counts, split, getattr(counts, split) + 1)
     result.files = {split: str(path) for split, path in targets.items()}

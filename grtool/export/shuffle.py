@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 BUCKET_BITS = 8  # 256 bucket files: a few hundred MB of rows per bucket still needs ~100M rows in total
 
 
@@ -33,7 +31,11 @@ def unit_hash(text: str) -> float:
 
 
 class KeyedSpill:
-    """Collect ``(key, item)`` pairs on disk; iterate them back sorted by key."""
+    """Collect ``(key, tag, payload)`` on disk (a tag holds no tab); iterate ``(tag, payload)`` back sorted by key.
+
+    A spilled line is ``<key as 16 hex digits>\\t<tag>\\t<payload>``: fixed-width keys sort as bytes, and the
+    payload (already-encoded JSON, which never holds a raw tab or newline) is written out again untouched.
+    """
 
     def __init__(self, directory: str | Path | None = None):
         self._tmp = tempfile.TemporaryDirectory(prefix="grtool-shuffle-", dir=directory)
@@ -41,23 +43,24 @@ class KeyedSpill:
         self._files: dict[int, Any] = {}
         self.items = 0
 
-    def add(self, key: int, item: Any) -> None:
+    def add(self, key: int, tag: str, payload: bytes) -> None:
         bucket = key >> (64 - BUCKET_BITS)
         handle = self._files.get(bucket)
         if handle is None:
-            handle = self._files[bucket] = open(self._root / f"{bucket:03d}.jsonl", "wb")
-        handle.write(orjson.dumps([key, item]) + b"\n")
+            handle = self._files[bucket] = open(self._root / f"{bucket:03d}.spill", "wb")
+        handle.write(b"%016x\t%s\t%s\n" % (key, tag.encode(), payload))
         self.items += 1
 
-    def __iter__(self) -> Iterator[tuple[int, Any]]:
+    def __iter__(self) -> Iterator[tuple[str, bytes]]:
         for handle in self._files.values():
             handle.close()
         for bucket in sorted(self._files):
-            with open(self._root / f"{bucket:03d}.jsonl", "rb") as f:
-                pairs = [orjson.loads(line) for line in f]
-            pairs.sort(key=lambda pair: pair[0])
-            yield from ((key, item) for key, item in pairs)
-
+            with open(self._root / f"{bucket:03d}.spill", "rb") as f:
+                lines = f.read().splitlines()
+            lines.sort()
+            for line in lines:
+                _key, tag, payload = line.split(b"\t", 2)
+                yield tag.decode(), payload
     def close(self) -> None:
         for handle in self._files.values():
             handle.close()
