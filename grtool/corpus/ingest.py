@@ -19,7 +19,7 @@ from typing import Any
 
 from grtool.corpus import datasets as ds
 from grtool.corpus.docid import DOC_ID_SCHEME
-from grtool.corpus.readers import Stream, input_files, iter_records, open_streams
+from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.spill import (
     Spill,
     buckets_for_bytes,
@@ -149,14 +149,20 @@ def _estimated_bytes(files: list[Path]) -> int:
 def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
                  tick) -> None:
     kind = None if dataset == "auto" else dataset
-    convert = ds.CONVERTERS[kind] if kind else None
     setting = ds.setting_from_name(stream.name)
     file_split = split
     n = 0
-    for position, record in iter_records(stream):
+    for position, item in iter_records(stream):
         n += 1
         if n % PROGRESS_EVERY == 0:
             tick()
+        converted = None
+        if isinstance(item, bytes):  # a JSON line: the dump's fast path decodes only what it needs
+            line_converter = ds.LINE_CONVERTERS.get(kind) if kind else None
+            converted = line_converter(item) if line_converter else None
+            record = None if converted else parse_line(stream.name, position, item)
+        else:
+            record = item
         if kind is None:  # auto: the first record decides the file's dataset
             kind = ds.detect(record)
             if kind is None:
@@ -165,7 +171,6 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
                     f"{stream.name}, {position}: unknown schema (keys {keys}); expected a record of HotpotQA, "
                     "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
                 )
-            convert = ds.CONVERTERS[kind]
             log.debug("%s: %s", stream.name, kind)
         if file_split is None and kind != ds.HOTPOTQA_WIKI:
             file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(kind)
@@ -173,17 +178,18 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
                 log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
                 file_split = "unknown"
         table = "documents" if kind == ds.HOTPOTQA_WIKI else "questions"
-        try:
-            if not isinstance(record, dict):
-                raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
-            converted = convert(record, file_split, setting)  # type: ignore[misc]
-        except ds.BadRecord as problem:
-            if strict:
-                detail = f" ({problem.detail})" if problem.detail else ""
-                raise InputError(f"{stream.name}, {position}: {problem.reason}{detail} [--strict]") from None
-            spill.reject(table, record, problem.reason, stream.name, position, problem.detail)
-            report.rejected[f"{table}: {problem.reason}"] += 1
-            continue
+        if converted is None:
+            try:
+                if not isinstance(record, dict):
+                    raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
+                converted = ds.CONVERTERS[kind](record, file_split, setting)
+            except ds.BadRecord as problem:
+                if strict:
+                    detail = f" ({problem.detail})" if problem.detail else ""
+                    raise InputError(f"{stream.name}, {position}: {problem.reason}{detail} [--strict]") from None
+                spill.reject(table, record, problem.reason, stream.name, position, problem.detail)
+                report.rejected[f"{table}: {problem.reason}"] += 1
+                continue
         label = ds.CORPUS_LABEL.get(kind, kind)
         for did, title, text in converted.documents:
             spill.add_document(did, title, text, [label])

@@ -150,7 +150,11 @@ class _Counting:
 
 
 def iter_records(stream: Stream) -> Iterator[tuple[str, Any]]:
-    """``(position, record)`` pairs; position reads "record N" (JSON array) or "line N" (JSON Lines)."""
+    """``(position, record)`` pairs; position reads "record N" (JSON array) or "line N" (JSON Lines).
+
+    JSON Lines records come as the undecoded line (``bytes``), so that a caller may decode only the fields
+    it needs (see :func:`parse_line` for the general case).
+    """
     name, data = stream.name, stream.data
     try:
         head = data.peek(64)
@@ -196,20 +200,23 @@ def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
         yield f"record {n}", record
 
 
-def _iter_lines(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
+def _iter_lines(name: str, data: BinaryIO) -> Iterator[tuple[str, bytes]]:
     lineno = 0
     try:
         for line in data:
             lineno += 1
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
-                raise InputError(
-                    f"{name}, line {lineno}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array"
-                ) from None
-            yield f"line {lineno}", record
+            if line.strip():
+                yield f"line {lineno}", line
     except _DECOMPRESS_ERRORS as e:
         raise InputError(f"{name}, line {lineno + 1}: truncated or corrupt compressed data ({e})") from None
+
+
+def parse_line(name: str, position: str, line: bytes) -> Any:
+    """Decode one JSON Lines record; a line that is not JSON is a broken file, not a bad record."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
+        raise InputError(
+            f"{name}, {position}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array"
+        ) from None

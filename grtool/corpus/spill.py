@@ -48,36 +48,33 @@ def buckets_for_bytes(estimated_bytes: int) -> int:
     return max(1, min(MAX_BUCKETS, math.ceil(estimated_bytes / BUCKET_TARGET_BYTES)))
 
 
-def bucket_of(key: str, k: int) -> int:
-    return zlib.crc32(key.encode("utf-8")) % k
-
-
 class _BucketedTable:
-    """Rows of one table buffered column-wise, flushed into per-bucket Arrow IPC stream files."""
+    """Rows of one table buffered as tuples, flushed into per-bucket Arrow IPC stream files."""
 
     def __init__(self, root: Path, name: str, schema: pa.Schema, key: str, k: int):
         self.dir = root / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
-        self.key = key
+        self.key_index = schema.names.index(key)
         self.k = k
-        self.columns: dict[str, list] = {f.name: [] for f in schema}
+        self.buffer: list[tuple] = []
         self.bucket: list[int] = []
         self.writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
         self.sinks: dict[int, Any] = {}
         self.rows = [0] * k
 
-    def add(self, row: dict[str, Any]) -> None:
-        for name, col in self.columns.items():
-            col.append(row[name])
-        self.bucket.append(bucket_of(row[self.key], self.k))
-        if len(self.bucket) >= FLUSH_ROWS:
+    def add(self, row: tuple) -> None:
+        """``row`` holds the schema's fields in order."""
+        self.buffer.append(row)
+        self.bucket.append(zlib.crc32(row[self.key_index].encode("utf-8")) % self.k)
+        if len(self.buffer) >= FLUSH_ROWS:
             self.flush()
 
     def flush(self) -> None:
-        if not self.bucket:
+        if not self.buffer:
             return
-        table = pa.table({name: pa.array(col, type=self.schema.field(name).type) for name, col in self.columns.items()})
+        columns = list(zip(*self.buffer))
+        table = pa.table([pa.array(col, type=f.type) for col, f in zip(columns, self.schema)], schema=self.schema)
         buckets = np.asarray(self.bucket, dtype=np.int64)
         order = np.argsort(buckets, kind="stable")
         table = table.take(pa.array(order))
@@ -88,8 +85,7 @@ class _BucketedTable:
             b = int(sorted_b[s])
             self._writer(b).write_table(table.slice(s, e - s))
             self.rows[b] += e - s
-        for col in self.columns.values():
-            col.clear()
+        self.buffer.clear()
         self.bucket.clear()
 
     def _writer(self, b: int) -> pa.ipc.RecordBatchStreamWriter:
@@ -124,11 +120,11 @@ class Spill:
 
     def add_document(self, doc_id: str, title: str, text: str, datasets: list[str]) -> None:
         self.seq += 1
-        self.docs.add({"seq": self.seq, "doc_id": doc_id, "title": title, "text": text, "datasets": datasets})
+        self.docs.add((self.seq, doc_id, title, text, datasets))
 
     def add_question(self, row: dict[str, Any], source: str, position: str) -> None:
         self.seq += 1
-        self.questions.add({**row, "seq": self.seq, "source": source, "position": position})
+        self.questions.add((self.seq, *(row[name] for name in QUESTIONS.names), source, position))
 
     def reject(self, table: str, record: Any, reason: str, source: str | None, position: str | None, detail: str | None) -> None:
         entry = {"record": record, "reason": reason, "source": source, "position": position, "detail": detail}
