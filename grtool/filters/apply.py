@@ -171,8 +171,10 @@ def _write(sh, batch: pa.RecordBatch, out: Outcome) -> None:
 
 
 def _reject(sh, batch: pa.RecordBatch, out: Outcome, examples: dict[str, list[dict]]) -> None:
-    for i, failures in out.failures.items():
-        record = batch.slice(i, 1).to_pylist()[0]
+    if not out.failures:
+        return
+    records = batch.take(pa.array(list(out.failures), pa.int64())).to_pylist()  # one conversion per batch
+    for record, failures in zip(records, out.failures.values()):
         record["reasons"] = [f.code for f in failures]
         detail = "; ".join(f"{f.code}: {f.detail}" for f in failures)
         sh.reject(record, failures[0].code, source="filters", detail=detail)

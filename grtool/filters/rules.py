@@ -25,6 +25,9 @@ from grtool.filters.text import (
 )
 
 
+_EMPTY_PART = re.compile(r"(?:^|,)\s*(?:,|$)")
+
+
 class Failure(NamedTuple):
     code: str  # reason code, prefixed by its rule's name
     detail: str
@@ -39,7 +42,7 @@ class Settings:
     markers: Markers = field(default_factory=Markers)
 
 
-@dataclass
+@dataclass(slots=True)
 class Chain:
     qid: str
     text: str
@@ -65,8 +68,8 @@ def check_format(c: Chain, s: Settings) -> Failure | None:
         return Failure("format-no-docid", "the chain retrieves nothing")
     cut = len(s.markers.start), -len(s.markers.end)
     for docid in c.parsed.docids:
-        parts = docid[cut[0] : cut[1]].split(",")
-        if len(parts) < 3 or not all(p.strip() for p in parts):
+        inner = docid[cut[0] : cut[1]]
+        if inner.count(",") < 2 or _EMPTY_PART.search(inner):
             return Failure("format-empty-part", f"not a full triple: {docid}")
     if c.parsed.docids != c.docids:
         return Failure("format-docids-column", "the docids column differs from the docids in the text")

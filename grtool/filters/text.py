@@ -64,13 +64,13 @@ def parse_markers(text: str, markers: Markers, pattern: re.Pattern[str]) -> Pars
 
 
 def conclusion(text: str, last_docid_end: int) -> str:
-    """The conclusion of a chain: after its last "answer is"-like phrase, else after its last retrieval."""
+    """The conclusion of a chain: after its last "answer is"-like phrase that follows the last retrieval, else
+    everything after the last retrieval."""
+    tail = text[last_docid_end:]
     phrase = None
-    for phrase in _ANSWER_PHRASE.finditer(text):
+    for phrase in _ANSWER_PHRASE.finditer(tail):
         pass
-    if phrase is not None and phrase.end() >= last_docid_end:
-        return text[phrase.end() :]
-    return text[last_docid_end:]
+    return tail[phrase.end() :] if phrase is not None else tail
 
 
 def says_cannot_answer(text: str) -> bool:
