@@ -343,6 +343,10 @@ def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
     }
     assert "40 chains read; skipped: 1 not selected, 1 unknown qid" in flat(proc.stderr)
     cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--dev-share", "0.1", check=2)
+    # --all-candidates adds the non-selected candidate of the Moza question (the unknown qid stays out).
+    every = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--format", "trl-messages", "--all-candidates")
+    answers = [json.loads(line)["messages"][-1]["content"] for line in every.stdout.splitlines()]
+    assert len(answers) == 39 and "a second candidate" in answers
 
 
 # ------------------------------------------------------------------------------------------------- GMR
@@ -378,3 +382,12 @@ def test_gmr_pairs_follow_hop_order(cli, samples, tmp_path):
     assert mem["input"] == "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11 November"
     assert mem["target"] == "1991 known as K.H.K.) is a Qatari royal."
     assert summary["memorization_pairs"] == len(samples["documents"])
+
+
+def test_gmr_chunking_does_not_change_the_pairs(samples):
+    # Memory is bounded by --chunk-questions: gold documents are looked up one chunk of questions at a time.
+    from grtool.export.gmr import GmrResult, iter_gmr
+
+    whole, chunked = GmrResult(), GmrResult()
+    assert list(iter_gmr(samples["root"], whole)) == list(iter_gmr(samples["root"], chunked, chunk_questions=5))
+    assert whole.as_dict() == chunked.as_dict() and whole.missing_gold_document == 0

@@ -53,7 +53,7 @@ def sft_cmd(
     max_per_dataset: Annotated[Optional[int], typer.Option("--max-per-dataset", min=0, help="At most N training examples per dataset (a seeded random sample).")] = None,
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
-    all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Export every chain, not only each question's selected one.")] = False,
+    all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain, not only each question's selected one.")] = False,
     json: Json = False,
 ) -> None:
     """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.
@@ -131,7 +131,7 @@ def kto_cmd(
 def gmr_cmd(
     corpus: Annotated[Path, typer.Argument(help="Corpus run directory holding questions/ and documents/.")],
     out: OutFile,
-    memorization: Annotated[bool, typer.Option("--memorization", help="Also write corpus-memorization pairs (first 70% of a document's words → the rest).")] = False,
+    memorization: Annotated[bool, typer.Option("--memorization/--no-memorization", help="Also write corpus-memorization pairs (first 70% of a document's words → the rest).")] = False,
     chunk_questions: Annotated[int, typer.Option("--chunk-questions", min=1, help="Questions whose gold documents are held in memory at once.")] = 50_000,
     json: Json = False,
 ) -> None:
