@@ -15,9 +15,6 @@ from grtool.pipeline.runner import mark_done, plan, run_stage, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
-_STATE_STYLE = {"done": "green", "partial": "yellow", "to run": "cyan", "changed": "magenta"}
-
-
 @app.command("run")
 def run(
     config: Annotated[Path, typer.Argument(help="Pipeline TOML file (see examples/demo.toml).")],
@@ -37,14 +34,13 @@ def run(
     stages = pipeline.select(start, until)
     states = plan(pipeline, stages)
     if dry_run:
-        table = Table(title=f"plan for {config}")
-        for col in ("stage", "state", "outputs", "command"):
-            table.add_column(col, overflow="fold")
+        # Plain lines on stdout, so the commands can be copied or piped into a shell script.
         for s in states:
-            style = _STATE_STYLE[s.state]
-            state = f"[{style}]{s.state}[/]" + (f" ({s.detail})" if s.detail else "")
-            table.add_row(s.stage.name, state, "\n".join(s.stage.outputs), s.stage.command_line())
-        console.print(table)
+            detail = f" ({s.detail})" if s.detail else ""
+            typer.echo(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}")
+            typer.echo(s.stage.command_line())
+        remaining = [s.stage.name for s in states if s.state != "done"]
+        typer.echo(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
         return
     for s in states:
         if s.state == "done":
@@ -61,6 +57,9 @@ def run(
     for col in ("stage", "rows", "rejected", "outputs"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        rejected = ", ".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
-        table.add_row(r["stage"], str(r["rows"]), rejected, "\n".join(r["outputs"]))
+        counts = "\n".join(f"{Path(t).name}: {n}" for t, n in r["tables"].items()) or "-"
+        rejected = "\n".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
+        table.add_row(r["stage"], counts, rejected, "\n".join(r["outputs"]))
     console.print(table)
+    if pipeline.note:
+        console.print(pipeline.note.strip(), highlight=False, soft_wrap=True)

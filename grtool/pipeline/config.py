@@ -3,6 +3,7 @@
 A pipeline file is TOML::
 
     out = "out/demo"                       # available as {out} in every string below
+    note = "printed after the summary"
 
     [[stages]]
     name = "ingest"                        # unique, used by --from / --until / --set
@@ -60,6 +61,7 @@ class Pipeline:
     path: Path
     out: str
     stages: list[Stage]
+    note: str = ""  # printed after the summary (e.g. what the demo's tiny model cannot do)
 
     def names(self) -> list[str]:
         return [s.name for s in self.stages]
@@ -142,4 +144,4 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         if entry.get("stdout"):
             outputs = [*outputs, entry["stdout"]]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry.get("stdout")))
-    return Pipeline(path, variables["out"], stages)
+    return Pipeline(path, variables["out"], stages, str(raw.get("note", "")))

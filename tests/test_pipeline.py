@@ -1,0 +1,121 @@
+"""`grtool pipeline run`: plan, resume, overrides, errors; the stages run the very commands users type."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from grtool.errors import InputError
+from grtool.pipeline.config import load_pipeline
+
+
+def _config(tmp_path, examples) -> str:
+    text = textwrap.dedent(
+        f"""
+        out = "{tmp_path / 'run'}"
+
+        [[stages]]
+        name = "ingest-2wiki"
+        run = "corpus ingest"
+        args = ["{examples / '2wikimultihopqa' / 'data_ids_dev.example.json'}"]
+        options = {{ out = "{{out}}/ingest/2wiki" }}
+
+        [[stages]]
+        name = "ingest-musique"
+        run = "corpus ingest"
+        args = ["{examples / 'musique' / 'musique_ans_v1.0_dev.example.jsonl'}"]
+        options = {{ out = "{{out}}/ingest/musique" }}
+
+        [[stages]]
+        name = "merge"
+        run = "corpus merge"
+        args = ["{{out}}/ingest/2wiki", "{{out}}/ingest/musique"]
+        options = {{ out = "{{out}}/corpus" }}
+
+        [[stages]]
+        name = "stats"
+        run = "corpus stats"
+        args = ["{{out}}/corpus"]
+        options = {{ json = true }}
+        stdout = "{{out}}/reports/stats.json"
+        """
+    )
+    path = tmp_path / "pipe.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def _plan(cli, config, *extra):
+    out = cli("pipeline", "run", config, "--dry-run", *extra).stdout
+    return {line.split(":")[0][2:]: line.split(":")[1].split(";")[0].split(" (")[0].strip() for line in out.splitlines() if line.startswith("# ") and ";" in line}
+
+
+def test_run_resume_and_plan(tmp_path, examples, cli):
+    config = _config(tmp_path, examples)
+    assert set(_plan(cli, config).values()) == {"to run"}
+    cli("pipeline", "run", config, "--until", "ingest-musique")
+    plan = _plan(cli, config)
+    assert plan == {"ingest-2wiki": "done", "ingest-musique": "done", "merge": "to run", "stats": "to run"}
+    proc = cli("pipeline", "run", config, "--dry-run")
+    assert "grtool corpus merge" in proc.stdout and "# 2 of 4 stages to run: merge, stats" in proc.stdout
+
+    cli("pipeline", "run", config, "--summary-json", tmp_path / "summary.json")
+    assert set(_plan(cli, config).values()) == {"done"}
+    stats = json.loads((tmp_path / "run" / "reports" / "stats.json").read_text())
+    assert stats  # the stats command's own JSON report, captured from its stdout
+    summary = {row["stage"]: row for row in json.loads((tmp_path / "summary.json").read_text())}
+    assert summary["merge"]["rows"] > 0
+    cli("validate", tmp_path / "run")
+
+
+def test_changed_command_is_not_done(tmp_path, examples, cli):
+    config = _config(tmp_path, examples)
+    cli("pipeline", "run", config, "--until", "ingest-2wiki")
+    plan = _plan(cli, config, "--set", "ingest-2wiki.split=validation")
+    assert plan["ingest-2wiki"] == "changed"
+    # Running it anyway hits the stage directory's own guard: different parameters are an error.
+    proc = cli("pipeline", "run", config, "--until", "ingest-2wiki", "--set", "ingest-2wiki.split=validation", check=2)
+    assert "ingest-2wiki" in proc.stderr and "overwrite" in proc.stderr
+    cli("pipeline", "run", config, "--until", "ingest-2wiki", "--set", "ingest-2wiki.split=validation", "--set", "ingest-2wiki.overwrite=true")
+
+
+def test_partial_stage_is_reported(tmp_path, examples, cli):
+    config = _config(tmp_path, examples)
+    cli("pipeline", "run", config, "--until", "ingest-2wiki")
+    # Remove one committed shard record: the stage directory is now half done.
+    records = sorted((tmp_path / "run" / "ingest" / "2wiki").rglob("_shards/part-*.json"))
+    records[0].unlink()
+    assert _plan(cli, config)["ingest-2wiki"] == "partial"
+
+
+def test_bad_configs(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("out = 'x'\n[[stages]]\nname = 'a'\n")
+    with pytest.raises(InputError, match="no 'run'"):
+        load_pipeline(bad)
+    bad.write_text("[[stages]]\nname='a'\nrun='corpus stats'\n[[stages]]\nname='a'\nrun='corpus stats'\n")
+    with pytest.raises(InputError, match="used twice"):
+        load_pipeline(bad)
+    bad.write_text("[[stages]]\nname='a'\nrun='corpus stats'\nargs=['{nope}']\n")
+    with pytest.raises(InputError, match="placeholder"):
+        load_pipeline(bad)
+    with pytest.raises(InputError, match="no such pipeline file"):
+        load_pipeline(tmp_path / "missing.toml")
+    good = tmp_path / "good.toml"
+    good.write_text("[[stages]]\nname='a'\nrun='corpus stats'\nargs=['x']\noptions={json=true}\n")
+    with pytest.raises(InputError, match="stage.key=value"):
+        load_pipeline(good, ["a=1"])
+    with pytest.raises(InputError, match="no stage named"):
+        load_pipeline(good, ["b.x=1"])
+    p = load_pipeline(good, ["a.top=3", "a.name=\"q\"", "a.flag=false"])
+    assert p.stages[0].argv() == ["corpus", "stats", "x", "--json", "--top", "3", "--name", "q", "--no-flag"]
+
+
+def test_demo_plan_lists_every_stage(cli):
+    from conftest import REPO
+
+    out = cli("pipeline", "run", REPO / "examples" / "demo.toml", "--dry-run", "--set", "ingest-hotpotqa.out=/nonexistent/x").stdout
+    for command in ("corpus ingest", "corpus merge", "triples extract", "chains synthesize", "filters apply", "index build", "export sft"):
+        assert f"grtool {command}" in out
