@@ -1,3 +1,4 @@
 from grtool.cli.main import run
 
-run()
+if __name__ == "__main__":  # multiprocessing (vLLM's engine) re-imports the main module in its workers
+    run()

