@@ -115,7 +115,7 @@ def _question(qid: str, dataset: str, split: str, rec: dict, *, answer: Any, ali
     }
 
 
-def _titled_paragraphs(context: Any, join: str | Callable[[list[str]], str]) -> list[tuple[str, str, str]]:
+def _titled_paragraphs(context: Any, join: str) -> list[tuple[str, str, str]]:
     """``[[title, sentences], ...]`` → ``(doc_id, title, text)`` in context order."""
     if not isinstance(context, list):
         raise BadRecord("field 'context' has the wrong type", "expected a list of [title, sentences]")
@@ -126,9 +126,13 @@ def _titled_paragraphs(context: Any, join: str | Callable[[list[str]], str]) -> 
         title, body = item
         if isinstance(body, str):
             text = body
+        elif isinstance(body, list):
+            try:  # join checks the element types itself, cheaper than checking them first
+                text = join.join(body)
+            except TypeError:
+                raise BadRecord("field 'context' has the wrong type", f"context[{i}] sentences must be strings") from None
         else:
-            sentences = _str_list(body, "context")
-            text = join(sentences) if callable(join) else join.join(sentences)
+            raise BadRecord("field 'context' has the wrong type", f"context[{i}] is not [title, sentences]")
         docs.append((doc_id(title, text), title, text))
     return docs
 
