@@ -298,3 +298,33 @@ def _drop_triples(triples: Path, doc_ids: set[str]) -> None:
         sh.count_in(len(rows))
         sh.write_rows(rows)
     w.finish()
+
+
+@pytest.mark.slow
+def test_tiny_model_end_to_end_with_entropy_selection(cli, tmp_path, records):
+    """Real generation with the embedded SmolLM2-135M through the transformers backend, logprobs from its scores."""
+    corpus, triples, _ = build_inputs(records[:2], tmp_path, parts=1)
+    (tmp_path / "zero_shot.jsonl").write_text("")  # a short prompt keeps the CPU run quick
+    out = tmp_path / "chains"
+    args = ["chains", "synthesize", corpus, triples, "--out", out, "-n", "2", "--max-tokens", "32", "--few-shot", tmp_path / "zero_shot.jsonl"]
+    cli(*args)
+    rows = read_table(out).to_pylist()
+    assert len(rows) == 4
+    assert {r["model"] for r in rows} == {"SmolLM2-135M-Instruct"}
+    for qid in {r["qid"] for r in rows}:
+        cands = sorted((r for r in rows if r["qid"] == qid), key=lambda r: r["candidate"])
+        assert [c["temperature"] for c in cands] == [0.0, 0.7]
+        assert sum(c["selected"] for c in cands) == 1
+        scored = [c for c in cands if c["score"] is not None]
+        assert scored, "a chain of real words gets an entropy score"
+        assert all(0.0 <= c["score"] <= math.log(5) + 1e-9 for c in scored)  # top-5 entropy is at most ln 5
+        chosen = next(c for c in cands if c["selected"])
+        assert chosen["score"] == min(c["score"] for c in scored)
+        for c in cands:
+            assert c["text"].count(S) == len(c["docids"]) == len(c["flipped"])
+    cli("validate", out)
+    # The part is lost; the re-run answers every request from the cache.
+    (out / "_shards" / "part-00000.json").unlink()
+    proc = cli(*args)
+    assert "4 hits, 0 generated" in " ".join(proc.stderr.split())
+    assert read_table(out).to_pylist() == rows

@@ -132,14 +132,12 @@ class ChainSynthesizer:
 
     def __init__(
         self,
-        llm: LLM,
         triples: TripleStore,
         settings: ChainSettings,
         prompt: ChainPrompt,
         *,
         scorer: EntropyScorer | None = None,
     ):
-        self.llm = llm
         self.triples = triples
         self.settings = settings
         self.prompt = prompt
@@ -191,19 +189,19 @@ class ChainSynthesizer:
         return prepared
 
     # -- generating
-    def generate(self, prepared: Sequence[PreparedQuestion], advance: Callable[[int], None]) -> list[list[Generation]]:
+    def generate(self, llm: LLM, prepared: Sequence[PreparedQuestion], advance: Callable[[int], None]) -> list[list[Generation]]:
         """Every candidate of every question: ``result[q][c]`` (the LLM layer chunks and caches)."""
         messages = [p.messages for p in prepared]
         per_candidate = []
         for c in range(self.settings.candidates):
-            gens = self.llm.generate(messages, self.settings.sampling(c), on_progress=lambda done: advance(len(done)))
+            gens = llm.generate(messages, self.settings.sampling(c), on_progress=lambda done: advance(len(done)))
             if len(gens) != len(messages):
                 raise GrtoolError(f"the LLM returned {len(gens)} generations for {len(messages)} prompts")
             per_candidate.append(gens)
         return [list(gens) for gens in zip(*per_candidate)]
 
     # -- rows
-    def rows(self, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any) -> list[dict[str, Any]]:
+    def rows(self, model: str, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any) -> list[dict[str, Any]]:
         s = self.settings
         if s.select == "entropy":
             flat = [(g.text, g.logprobs) for gens in generations for g in gens]
@@ -235,18 +233,18 @@ class ChainSynthesizer:
                         "flipped": chain.flipped,
                         "selected": c == chosen,
                         "score": score,
-                        "model": self.llm.model,
+                        "model": model,
                         "temperature": s.sampling(c).temperature,
                         "finish_reason": g.finish_reason,
                     }
                 )
         return rows
 
-    def run_batch(self, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int, advance: Callable[[int], None]) -> None:
+    def run_batch(self, llm: LLM, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int, advance: Callable[[int], None]) -> None:
         prepared = self.prepare(rows, shard, source, first_position)
         advance((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
         if prepared:
-            shard.write_rows(self.rows(prepared, self.generate(prepared, advance), shard))
+            shard.write_rows(self.rows(llm.model, prepared, self.generate(llm, prepared, advance), shard))
 
 
 def question_batches(batches: Iterator[list[dict[str, Any]]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -270,43 +268,60 @@ def synthesize(
     corpus: str,
     triples: str,
     out: str,
-    backend: Backend,
+    backend: Callable[[], Backend],
     settings: ChainSettings,
     prompt: ChainPrompt,
     *,
-    cache_path: Path | None = None,
+    backend_name: str,
+    model_name: str | None,
+    cache_dir: Path | None = None,
     overwrite: bool = False,
     num_shards: int | None = None,
     shard_index: int | None = None,
 ) -> tuple[dict[str, Any], CacheStats]:
-    """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats."""
+    """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats.
+
+    ``backend`` is called only when a part needs generating, so a finished run resumes without loading a model.
+    The request cache is one SQLite file per part under ``cache_dir`` (one writer per file on shared disks).
+    """
     from grtool.log import progress
     from grtool.store.io import InputTable, open_output
     from grtool.store.schemas import CHAINS
-    from grtool.store.stage import StageSpec, parts_for_task, resolve_sharding
+    from grtool.store.stage import StageSpec, part_name, parts_for_task, resolve_sharding
 
     questions = InputTable.open(corpus, "questions")
     store = TripleStore(triples)
     n_shards, index = resolve_sharding(num_shards, shard_index)
-    params = {**settings.params(), "backend": backend.name, "model": backend.model, "prompt_sha256": prompt.sha256()}
-    spec = StageSpec("chains", CHAINS, params, inputs=[questions.source, str(store.path)])
-    writer = open_output(out, spec, overwrite=overwrite, num_parts=questions.num_parts)
-    llm = CachedLLM(backend, cache_path)  # opened after the writer: --overwrite may have cleared the directory
-    synth = ChainSynthesizer(llm, store, settings, prompt)
+    params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
+    inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
+    writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]), overwrite=overwrite, num_parts=questions.num_parts)
+    synth = ChainSynthesizer(store, settings, prompt)
+    stats = CacheStats()
+    model: str | None = model_name
+    built: list[Backend] = []
 
     todo = [i for i in parts_for_task(questions.num_parts, n_shards, index) if not writer.done(i)]
-    try:
-        with progress() as bar:
-            task = bar.add_task("chains", total=_planned_rows(questions, todo, settings.candidates))
-            for i in todo:
-                part = questions.parts[i]
-                source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
+    with progress() as bar:
+        task = bar.add_task("chains", total=_planned_rows(questions, todo, settings.candidates))
+        for i in todo:
+            if not built:
+                built.append(backend())
+            part = questions.parts[i]
+            source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
+            # Opened after the writer: --overwrite may have cleared the directory the cache lives in.
+            llm = CachedLLM(built[0], cache_dir / f"{part_name(i)}.sqlite" if cache_dir is not None else None)
+            try:
                 with writer.shard(i) as shard:
                     for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
-                        synth.run_batch(rows, shard, source, position, lambda n: bar.advance(task, n))
-    finally:
-        llm.close()
-    return writer.finish(), llm.stats
+                        synth.run_batch(llm, rows, shard, source, position, lambda n: bar.advance(task, n))
+                    shard.count("cache_hits", llm.stats.hits)
+                    shard.count("cache_misses", llm.stats.misses)
+            finally:
+                llm.close()
+            stats.hits += llm.stats.hits
+            stats.misses += llm.stats.misses
+            model = llm.model
+    return writer.finish(**({"model": model} if model else {})), stats
 
 
 def _planned_rows(questions: Any, parts: list[int], candidates: int) -> int | None:

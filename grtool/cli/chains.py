@@ -50,6 +50,7 @@ def synthesize(
     from grtool.chains.prompt import ChainPrompt
     from grtool.chains.synthesize import ChainSettings
     from grtool.chains.synthesize import synthesize as run
+    from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.log import log
 
     settings = ChainSettings(
@@ -64,11 +65,10 @@ def synthesize(
         markers=Markers(docid_start, docid_end),
     )
     chain_prompt = ChainPrompt.load(prompt, few_shot)
-    cache_dir = llm.cache_dir_for(out)
     manifest, stats = run(
-        corpus, str(triples), str(out), llm.make_backend(), settings, chain_prompt,
-        cache_path=cache_dir / "requests.sqlite" if cache_dir is not None else None,
-        overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
+        corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
+        backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),
+        cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
     )  # fmt: skip
     counters = manifest.get("counters") or {}
     extra = counters.get("extra") or {}
