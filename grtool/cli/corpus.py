@@ -54,10 +54,14 @@ def ingest_cmd(
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
-    Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files or the HotpotQA Wikipedia dump. JSON arrays and JSON Lines, plain, gzip, bzip2 or xz (and tar archives of them) are recognized from the
-    bytes. Each distinct paragraph (by doc_id, a hash of the normalized title and text) is one document
-    listing every dataset it appears in. Records that do not fit are kept in _rejects with the reason
-    (--strict: fatal). A killed run resumes when the same command is run again.
+    Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files or the HotpotQA Wikipedia dump; JSON arrays or
+    JSON Lines, plain, gzip, bzip2 or xz, or tar archives of them, recognized from the bytes.
+
+    Each distinct paragraph is one document (doc_id: a hash of the normalized title and text) listing every
+    dataset it appears in.
+
+    Records that do not fit go to _rejects with the reason (--strict: fatal). A killed run resumes when the
+    same command is run again.
 
     Example: grtool corpus ingest hotpot_dev_distractor_v1.json musique_ans_v1.0_dev.jsonl --out out/corpus
     """
