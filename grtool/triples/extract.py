@@ -33,7 +33,7 @@ from grtool.llm.cache import CachedLLM, call_row
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
 from grtool.store.schemas import LLM_CALLS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, part_name, parts_for_task
+from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name, parts_for_task
 from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
 
@@ -142,7 +142,11 @@ def extract(
                 tripped = result
                 break
 
-    report.model = lazy.backend.model if lazy.backend is not None else params.get("model")
+    if lazy.backend is not None:
+        report.model = lazy.backend.model
+    else:  # nothing generated in this run: keep what the run that generated recorded
+        recorded = load_manifest(triples_out.path).get("model") if isinstance(triples_out, StageWriter) else None
+        report.model = recorded or params.get("model")
     report.manifest = triples_out.finish(model=report.model, prompt_sha256=prompt.sha256())
     if calls_out is not None:
         calls_out.finish(model=report.model)

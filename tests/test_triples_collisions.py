@@ -1,0 +1,69 @@
+"""`grtool triples collisions` on a hand-computed table."""
+
+from __future__ import annotations
+
+import json
+
+from PIL import Image
+
+from grtool.store.schemas import DOCUMENTS, TRIPLES
+from grtool.store.stage import StageSpec, StageWriter
+from grtool.triples.parse import render_docid
+
+
+def _stage(path, table, schema, rows, params=None, inputs=()):
+    stage = StageWriter(path, StageSpec(table, schema, params or {}, list(inputs)), num_parts=1)
+    with stage.shard(0) as shard:
+        shard.count_in(len(rows))
+        shard.write_rows(rows)
+    stage.finish()
+
+
+def _t(doc, idx, h, r, t):
+    return {"doc_id": doc, "idx": idx, "head": h, "relation": r, "tail": t, "docid": render_docid((h, r, t))}
+
+
+def test_collision_shares_are_exact(tmp_path, cli):
+    run = tmp_path / "run"
+    # d1, d2: hotpotqa; d3: 2wiki; d4: 2wiki and morehopqa (one paragraph shared by both datasets)
+    _stage(run / "documents", "documents", DOCUMENTS, [
+        {"doc_id": "d1", "title": "a", "text": "a", "datasets": ["hotpotqa"]},
+        {"doc_id": "d2", "title": "b", "text": "b", "datasets": ["hotpotqa"]},
+        {"doc_id": "d3", "title": "c", "text": "c", "datasets": ["2wikimultihopqa"]},
+        {"doc_id": "d4", "title": "d", "text": "d", "datasets": ["2wikimultihopqa", "morehopqa"]},
+    ])  # fmt: skip
+    _stage(run / "triples", "triples", TRIPLES, [
+        _t("d1", 0, "X", "is", "Y"), _t("d2", 0, "X", "is", "Y"), _t("d3", 0, "X", "is", "Y"),   # X in 3 docs
+        _t("d1", 1, "P", "near", "Q"), _t("d4", 0, "P", "near", "Q"),                            # P in 2 docs
+        _t("d1", 2, "only", "in", "d1"), _t("d2", 1, "only", "in", "d2"),
+        _t("d3", 1, "only", "in", "d3"), _t("d4", 1, "only", "in", "d4"),
+        _t("d3", 2, "R", "of", "S"), _t("d4", 2, "R", "of", "S"),                                # R in 2 docs
+    ])  # fmt: skip
+    plot = tmp_path / "c.png"
+    report = json.loads(cli("triples", "collisions", run / "triples", "--json", "--plot", plot).stdout)
+    # 7 distinct docids; in >= 2 docs: X, P, R = 3; in >= 3 docs: X = 1
+    assert report["distinct_triples"] == 7 and report["documents"] == 4
+    assert report["share_in_2plus_docs"] == 3 / 7 and report["share_in_3plus_docs"] == 1 / 7
+    assert report["docs_per_triple"] == {"1": 4, "2": 2, "3": 1}
+    assert report["top_colliding"][0] == {"docid": render_docid(("X", "is", "Y")), "documents": 3}
+    per = report["per_dataset"]
+    # hotpotqa (d1, d2): X(2), P(1), only-d1, only-d2 -> 4 distinct, 1 in >= 2
+    assert per["hotpotqa"]["distinct_triples"] == 4 and per["hotpotqa"]["share_in_2plus_docs"] == 1 / 4
+    # 2wiki (d3, d4): X(1), P(1), R(2), only-d3, only-d4 -> 5 distinct, 1 in >= 2, 0 in >= 3
+    assert per["2wikimultihopqa"]["distinct_triples"] == 5 and per["2wikimultihopqa"]["share_in_2plus_docs"] == 1 / 5
+    assert per["2wikimultihopqa"]["share_in_3plus_docs"] == 0
+    # morehopqa (d4): P, R, only-d4 -> 3 distinct, no collisions
+    assert per["morehopqa"] == {"distinct_triples": 3, "in_2plus_docs": 0, "in_3plus_docs": 0, "share_in_2plus_docs": 0.0, "share_in_3plus_docs": 0.0}
+    assert Image.open(plot).size[0] > 100
+
+    # The run directory works too, and the table goes to stderr without --json.
+    text = cli("triples", "collisions", run)
+    assert "42.86%" in text.stderr and "hotpotqa" in text.stderr
+
+
+def test_collisions_without_documents_table(tmp_path, cli):
+    _stage(tmp_path / "t", "triples", TRIPLES, [_t("d1", 0, "A", "b", "C"), _t("d2", 0, "A", "b", "C")])
+    report = json.loads(cli("triples", "collisions", tmp_path / "t", "--json").stdout)
+    assert report["share_in_2plus_docs"] == 1.0 and report["per_dataset"] == {} and report["corpus"] is None
+    missing = cli("triples", "collisions", tmp_path / "nope", check=2)
+    assert "nope" in missing.stderr
