@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from grtool.index.base import Index
 from grtool.index.kinds import FMIndex, NumpyIndex, TrieIndex
+from grtool.index.query import query
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, sha256_file
 
@@ -203,16 +204,20 @@ def test_query_matches_brute_force_on_2wiki(cli, shared_data, tmp_path, kind):
         v = ids[docid]
         prefixes |= {tuple(v[:k]) for k in (2, 3, len(v) // 2, len(v) - 1, len(v))}
     prefixes.add((start, 999_999))
+    index = Index.open(out)
+    through_cli = sorted(prefixes)[:: max(1, len(prefixes) // 4)]  # a few through the real CLI, all in-process
     for prefix in sorted(prefixes):
-        args = ["--ids", ",".join(map(str, prefix))] if prefix else []
-        got = json.loads(cli("index", "query", out, *args, "--json").stdout)
+        if prefix in through_cli:
+            args = ["--ids", ",".join(map(str, prefix))] if prefix else []
+            got = json.loads(cli("index", "query", out, *args, "--json").stdout)
+        else:
+            got = json.loads(json.dumps(query(index, list(prefix))))
         want = brute_force(ids, docs_by_docid, list(prefix))
         assert got["prefix_ids"] == list(prefix)
         assert [(n["id"], n["count"]) for n in got["next"]] == want["next"], prefix
         assert all(n["text"] == tok.decode([n["id"]], skip_special_tokens=False) for n in got["next"])
         assert got["count"] == want["count"] and got["docs"] == want["docs"], prefix
     # every complete docid maps to exactly its documents
-    index = Index.open(out)
     for docid, v in ids.items():
         assert index.docs_of(v) == sorted(docs_by_docid[docid])
     # a text prefix is tokenized as inside a docid
@@ -258,18 +263,21 @@ def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
 
 
 def test_bad_input_is_reported_with_file_and_record(cli, tmp_path):
+    def run(*args, check=True):  # wide terminal: Rich does not wrap the one-line errors
+        return cli(*args, check=check, env={"COLUMNS": "500"})
+
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
     rows[5]["docid"] = "Irmgard Voß, occupation, civil engineer"  # markers missing
     stage = write_triples_stage(tmp_path / "triples", rows)
-    err = " ".join(cli("index", "build", stage, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr.split())
+    err = run("index", "build", stage, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr
     assert "part-00000.parquet, row 6" in err and "not '<docid_start>head" in err
     assert not (tmp_path / "idx").exists() and not list(tmp_path.glob(".idx*"))
-    assert "not an index directory" in cli("index", "query", tmp_path, "--ids", "1", check=2).stderr
-    assert "no 'triples' stage directory" in cli("index", "build", tmp_path / "nope", "--tokenizer", "qwen", "--out", tmp_path / "i2", check=2).stderr
+    assert "not an index directory" in run("index", "query", tmp_path, "--ids", "1", check=2).stderr
+    assert "no 'triples' stage directory" in run("index", "build", tmp_path / "nope", "--tokenizer", "qwen", "--out", tmp_path / "i2", check=2).stderr
     rows[5]["docid"] = "<docid_start>Irmgard Voß, occupation, civil engineer<docid_end>"
     good = write_triples_stage(tmp_path / "good", rows)
-    cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx")
-    assert "exists" in cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr
-    cli("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", "--kind", "trie", "--overwrite")
+    run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx")
+    assert "exists" in run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", check=2).stderr
+    run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", "--kind", "trie", "--overwrite")
     assert Index.open(tmp_path / "idx").kind == "trie"
-    assert "expected comma-separated" in cli("index", "query", tmp_path / "idx", "--ids", "a,b", check=2).stderr
+    assert "expected comma-separated" in run("index", "query", tmp_path / "idx", "--ids", "a,b", check=2).stderr
