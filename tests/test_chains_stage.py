@@ -63,6 +63,26 @@ def build_inputs(records: list[dict], root: Path, *, parts: int = 2) -> tuple[Pa
     return root / "corpus", root / "triples", {q["question"]: q for q in questions}
 
 
+def ingest_inputs(cli, shared_data: Path, root: Path) -> tuple[Path, Path]:
+    """The real `corpus ingest` over the 2Wiki sample, and a triples stage of each question's evidences,
+    each evidence assigned to the gold document of its hop (ingest keeps gold documents in hop order)."""
+    cli("-q", "corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", root / "corpus")
+    triples, seen = [], set()
+    for q in read_table(root / "corpus" / "questions").to_pylist():
+        gold = q["gold_doc_ids"]
+        for i, (h, r, t) in enumerate(json.loads(q["meta"])["evidences"]):
+            d = gold[min(i, len(gold) - 1)]
+            if (d, h, r, t) not in seen:
+                seen.add((d, h, r, t))
+                triples.append({"doc_id": d, "idx": i, "head": h, "relation": r, "tail": t, "docid": f"{S}{h}, {r}, {t}{E}"})
+    w = StageWriter(root / "run" / "triples", StageSpec("triples", TRIPLES), num_parts=1)
+    with w.shard(0) as sh:
+        sh.count_in(len(triples))
+        sh.write_rows(triples)
+    w.finish()
+    return root / "corpus", root / "run"
+
+
 # ------------------------------------------------------------------------------------ the server
 
 SURE_TOP = [0.97, 0.02, 0.01]
@@ -88,6 +108,7 @@ class FakeChatServer(ThreadingHTTPServer):
     """An OpenAI-compatible chat-completions server that answers from a table, with token logprobs."""
 
     daemon_threads = True
+    request_queue_size = 128  # the client opens up to --concurrency connections at once
 
     def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True):
         super().__init__(("127.0.0.1", 0), ChatHandler)
@@ -242,13 +263,15 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     assert "candidates" in proc.stderr
 
 
-def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, records, server):
-    corpus, triples, _ = build_inputs(records[:4], tmp_path, parts=1)
+def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, shared_data, records, server):
+    # The corpus is a real ingest output directory; TRIPLES a run directory holding triples/.
+    corpus, run = ingest_inputs(cli, shared_data, tmp_path)
     out = tmp_path / "chains"
-    cli("chains", "synthesize", corpus, triples, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", *llm_args(server))
+    cli("chains", "synthesize", corpus, run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", *llm_args(server))
     rows = read_table(out).to_pylist()
-    assert len(rows) == 12
+    assert len(rows) == 3 * len(records)
     assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
+    assert all(r["docids"] and not any(r["flipped"]) for r in rows if r["candidate"] == 0)
     assert not any(r.get("logprobs") for r in server.requests)
     # Distractors: each prompt offers the gold triples plus three triples of other questions' documents.
     for body in server.requests:
@@ -268,13 +291,15 @@ def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, r
         server.shutdown()
 
 
-def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, server):
-    corpus, triples, _ = build_inputs(records[:3], tmp_path, parts=1)
-    lines = "\n".join(json.dumps(q) for q in read_table(corpus / "questions").to_pylist())
-    proc = cli("chains", "synthesize", "-", triples, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=lines)
+def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, shared_data, records, server):
+    # `corpus ingest --out -` streams documents and questions; chains reads the questions from that stream.
+    _, run = ingest_inputs(cli, shared_data, tmp_path)
+    stream = cli("corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", "-").stdout
+    proc = cli("chains", "synthesize", "-", run, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=stream)
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(rows) == 6 and sum(r["selected"] for r in rows) == 3
+    assert len(rows) == 2 * len(records) and sum(r["selected"] for r in rows) == len(records)
     assert all(d.startswith(S) and d.endswith(E) for r in rows for d in r["docids"])
+    assert {r["qid"] for r in rows} == {r["_id"] for r in records}
 
 
 def _rewrite_questions(corpus: Path, changes: dict[str, dict]) -> None:
