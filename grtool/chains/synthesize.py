@@ -278,6 +278,7 @@ def synthesize(
     overwrite: bool = False,
     num_shards: int | None = None,
     shard_index: int | None = None,
+    scorer: EntropyScorer | None = None,
 ) -> tuple[dict[str, Any], CacheStats]:
     """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats.
 
@@ -295,7 +296,7 @@ def synthesize(
     params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
     inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
     writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]), overwrite=overwrite, num_parts=questions.num_parts)
-    synth = ChainSynthesizer(store, settings, prompt)
+    synth = ChainSynthesizer(store, settings, prompt, scorer=scorer)
     stats = CacheStats()
     model: str | None = model_name
     built: list[Backend] = []
