@@ -353,3 +353,33 @@ def test_tiny_model_end_to_end_with_entropy_selection(cli, tmp_path, records):
     proc = cli(*args)
     assert "4 hits, 0 generated" in " ".join(proc.stderr.split())
     assert read_table(out).to_pylist() == rows
+
+
+def test_batch_boundaries_keep_every_question_and_reject_positions(tmp_path, records, server, monkeypatch):
+    """In-process run with tiny lookup and generation batches: the rows and reject positions do not depend on them."""
+    from grtool.chains import synthesize as stage
+    from grtool.chains.prompt import ChainPrompt
+    from grtool.llm import make_backend
+
+    corpus, triples, _ = build_inputs(records, tmp_path, parts=1)
+    _rewrite_questions(corpus, {records[4]["_id"]: {"gold_doc_ids": []}, records[9]["_id"]: {"answerable": False}})
+    settings = stage.ChainSettings(candidates=2)
+    run = dict(backend_name="openai", model_name="fake-70b", cache_dir=tmp_path / "cache")
+
+    def backend():
+        return make_backend("openai", "fake-70b", base_url=server.url, max_retries=0)
+
+    big, _ = stage.synthesize(str(corpus), str(triples), str(tmp_path / "big"), backend, settings, ChainPrompt.load(), **run)
+    monkeypatch.setattr(stage, "QUESTION_BATCH", 3)
+    monkeypatch.setattr(stage, "GENERATE_BATCH", 2)
+    small, stats = stage.synthesize(str(corpus), str(triples), str(tmp_path / "small"), backend, settings, ChainPrompt.load(), **run)
+    assert stats.misses == 0  # same requests, all from the cache
+    def without_cache(c):
+        return {**c, "extra": {k: v for k, v in c["extra"].items() if not k.startswith("cache_")}}
+
+    assert without_cache(small["counters"]) == without_cache(big["counters"])
+    assert small["counters"]["out"] == 2 * (len(records) - 2)
+    assert read_table(tmp_path / "small").to_pylist() == read_table(tmp_path / "big").to_pylist()
+    rejects = [json.loads(line) for line in (tmp_path / "small" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
+    assert sorted(r["position"] for r in rejects) == [4, 9]
+    assert {r["reason"] for r in rejects} == {"no gold documents", "not answerable"}

@@ -13,9 +13,9 @@ So ``in == out + rejected`` holds per part; the ``questions_*`` counters give th
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from grtool.chains.docids import Markers, OfferedTriples, Triple, citation_pattern, normalize_chain
@@ -27,6 +27,8 @@ from grtool.llm.base import Backend, Generation, Messages, Sampling
 from grtool.llm.cache import CacheStats, CachedLLM
 
 SELECT_METHODS = ("entropy", "first")
+QUESTION_BATCH = 4096  # questions whose gold triples are looked up together: one filtered scan of the triples
+GENERATE_BATCH = 512  # questions whose candidates (text + top-k logprobs per token) are held at once
 _CANNOT_ANSWER = re.compile(r"not enough to answer|cannot (?:be )?answer|can't answer|unable to answer", re.IGNORECASE)
 
 
@@ -243,8 +245,10 @@ class ChainSynthesizer:
     def run_batch(self, llm: LLM, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int, advance: Callable[[int], None]) -> None:
         prepared = self.prepare(rows, shard, source, first_position)
         advance((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
-        if prepared:
-            shard.write_rows(self.rows(llm.model, prepared, self.generate(llm, prepared, advance), shard))
+        # Generations with their logprobs are the bulky part: held for GENERATE_BATCH questions at a time.
+        for lo in range(0, len(prepared), GENERATE_BATCH):
+            chunk = prepared[lo : lo + GENERATE_BATCH]
+            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, advance), shard))
 
 
 def question_batches(batches: Iterator[list[dict[str, Any]]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -259,9 +263,6 @@ def question_batches(batches: Iterator[list[dict[str, Any]]], size: int) -> Iter
             buf = buf[size:]
     if buf:
         yield position, buf
-
-
-QUESTION_BATCH = 2048  # questions whose gold triples are looked up together (memory: their triples only)
 
 
 def synthesize(
