@@ -64,6 +64,8 @@ def synthesize(
         seed=llm.seed,
         markers=Markers(docid_start, docid_end),
     )
+    if candidates > 1 and llm.temperature == 0:
+        log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
     chain_prompt = ChainPrompt.load(prompt, few_shot)
     manifest, stats = run(
         corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
