@@ -69,5 +69,5 @@ def test_transformers_backend_logprobs_stop_and_cache(tmp_path):
     # max_tokens is part of the key: a different limit is a miss.
     llm.generate(prompts[:1], Sampling(max_tokens=5))
     assert llm.stats.misses == 3
-    stopped = backend.generate([prompts[0]], Sampling(max_tokens=20, stop=("three",)))[0]
-    assert "three" not in stopped.text and stopped.finish_reason == "stop"
+    stopped = backend.generate([prompts[0]], Sampling(max_tokens=20, stop=("3.",)))[0]
+    assert "3." not in stopped.text and stopped.finish_reason == "stop"
