@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -250,14 +251,30 @@ class FMIndex {
     }
 
     py::tuple next_tokens(const std::tuple<u64, u64, u64>& st) const {
+        const u64 sp = std::get<0>(st), ep = std::get<1>(st);
+        // Wide ranges (the first tokens after <docid_start>) list thousands of tokens and recur at every
+        // docid a decoder starts: keep their answers (read-only arrays), bounded.
+        const bool wide = ep > sp && ep - sp >= kCacheMinRows;
+        const u64 key = sp * 0x9E3779B97F4A7C15ULL ^ ep;
+        if (wide) {
+            auto hit = cache_.find(key);
+            if (hit != cache_.end() && hit->second.sp == sp && hit->second.ep == ep) return hit->second.answer;
+        }
         std::vector<u32> ids;
         std::vector<u64> counts;
-        distinct(std::get<0>(st), std::get<1>(st), ids, counts);
+        distinct(sp, ep, ids, counts);
         py::array_t<u32> a(ids.size());
         py::array_t<u64> c(counts.size());
         std::copy(ids.begin(), ids.end(), a.mutable_data());
         std::copy(counts.begin(), counts.end(), c.mutable_data());
-        return py::make_tuple(a, c);
+        py::tuple answer = py::make_tuple(a, c);
+        if (wide) {
+            a.attr("flags").attr("writeable") = false;
+            c.attr("flags").attr("writeable") = false;
+            if (cache_.size() >= kCacheEntries) cache_.clear();
+            cache_[key] = Cached{sp, ep, answer};
+        }
+        return answer;
     }
 
     // BWT symbol at a row and the row it maps to (LF), walking the levels once.
@@ -335,6 +352,13 @@ class FMIndex {
     }
 
    private:
+    static constexpr u64 kCacheMinRows = 1024;
+    static constexpr size_t kCacheEntries = 4096;
+    struct Cached {
+        u64 sp, ep;
+        py::tuple answer;
+    };
+    mutable std::unordered_map<u64, Cached> cache_;
     u64 dollar_row_;
     // Keep the Python buffers alive (they may be memory maps).
     py::array_t<u64, py::array::c_style> levels_, zeros_;

@@ -1,0 +1,135 @@
+"""Hybrid constrained decoding: free text until <docid_start>, then only index-valid tokens until <docid_end>.
+
+:class:`DocidConstraint` is the per-sequence state machine both adapters share. Each sequence keeps its
+index state between steps and advances it by the one new token (the prefix is never re-walked):
+
+- transformers: :class:`DocidLogitsProcessor` (a ``transformers.LogitsProcessor``);
+- vLLM v1: ``grtool.index.vllm_processor.DocidVllmLogitsProcessor`` (per-request index via
+  ``SamplingParams.extra_args={"docid_index": PATH}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grtool.index.base import Index
+
+_FREE = None  # the sequence state outside a docid
+
+
+@dataclass
+class DocidConstraint:
+    index: Index
+
+    def __post_init__(self):
+        self.start_id = self.index.start_id
+        self.end_id = self.index.end_id
+        self._end_only = np.array([self.end_id], dtype=np.int64)
+
+    def initial(self, prompt_ids: list[int]) -> Any:
+        """The state after a prompt: free, or (when the prompt ends inside a docid) the walked docid prefix."""
+        ids = list(prompt_ids)
+        last_start = max((i for i, t in enumerate(ids) if t == self.start_id), default=-1)
+        if last_start < 0 or self.end_id in ids[last_start:]:
+            return _FREE
+        state = self.index.extend(self.index.start(), self.start_id)
+        for t in ids[last_start + 1 :]:
+            state = self.index.extend(state, t)
+        return state
+
+    def advance(self, state: Any, token: int) -> Any:
+        token = int(token)
+        if state is _FREE:
+            return self.index.extend(self.index.start(), token) if token == self.start_id else _FREE
+        if token == self.end_id:
+            return _FREE
+        return self.index.extend(state, token)
+
+    def allowed(self, state: Any) -> np.ndarray | None:
+        """Token ids allowed next; None = unconstrained."""
+        if state is _FREE:
+            return None
+        ids, _counts = self.index.next_tokens(state)
+        # A prefix the index does not know (the prompt wrote it) can only be closed.
+        return ids.astype(np.int64) if len(ids) else self._end_only
+
+
+_OPEN: dict[str, DocidConstraint] = {}
+
+
+def constraint_for(path: str | Path) -> DocidConstraint:
+    """One open index per path and process (opening maps the files, so it is cheap to share)."""
+    key = str(Path(path).resolve())
+    if key not in _OPEN:
+        _OPEN[key] = DocidConstraint(Index.open(key))
+    return _OPEN[key]
+
+
+def mask_row(scores_row, allowed: np.ndarray) -> None:
+    """Set every score outside ``allowed`` to -inf, in place (torch row)."""
+    import torch
+
+    keep = torch.as_tensor(allowed[allowed < scores_row.shape[-1]], device=scores_row.device)
+    kept = scores_row.index_select(0, keep)
+    scores_row.fill_(float("-inf"))
+    scores_row.index_copy_(0, keep, kept)
+
+
+def docids_in(ids: list[int], start_id: int, end_id: int) -> list[list[int]]:
+    """Every complete ``<docid_start> … <docid_end>`` span in a token sequence, markers included."""
+    spans, begin = [], None
+    for i, t in enumerate(ids):
+        if t == start_id:
+            begin = i
+        elif t == end_id and begin is not None:
+            spans.append(list(ids[begin : i + 1]))
+            begin = None
+    return spans
+
+
+def _transformers_base():
+    from transformers import LogitsProcessor
+
+    return LogitsProcessor
+
+
+class DocidLogitsProcessor(_transformers_base()):
+    """transformers ``LogitsProcessor`` for hybrid docid decoding (greedy, sampling and beam search).
+
+    Rows are matched to the previous step by their generated tokens, so beam reordering keeps the right
+    state; each row's state advances by one token per step.
+    """
+
+    def __init__(self, index: Index | str | Path):
+        self.constraint = DocidConstraint(index) if isinstance(index, Index) else constraint_for(index)
+        self._prompt_len: int | None = None
+        self._states: dict[tuple[int, ...], Any] = {}
+
+    def __call__(self, input_ids, scores):
+        rows = input_ids.tolist()
+        if self._prompt_len is None or len(rows[0]) <= self._prompt_len:  # a new generate() call
+            self._prompt_len = len(rows[0])
+            self._states = {}
+        states: dict[tuple[int, ...], Any] = {}
+        for b, row in enumerate(rows):
+            key = tuple(row[self._prompt_len :])
+            if key in states:
+                state = states[key]
+            elif not key:
+                state = self.constraint.initial(row)
+            elif key[:-1] in self._states:
+                state = self.constraint.advance(self._states[key[:-1]], key[-1])
+            else:  # should not happen; recover by walking this row once
+                state = self.constraint.initial(row[: self._prompt_len])
+                for t in key:
+                    state = self.constraint.advance(state, t)
+            states[key] = state
+            allowed = self.constraint.allowed(state)
+            if allowed is not None:
+                mask_row(scores[b], allowed)
+        self._states = states
+        return scores

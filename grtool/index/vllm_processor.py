@@ -1,0 +1,75 @@
+"""vLLM v1 logits processor for hybrid docid decoding.
+
+Pass the class to the engine and name the index per request::
+
+    llm = LLM(model, logits_processors=[DocidVllmLogitsProcessor])
+    llm.generate(prompts, SamplingParams(extra_args={"docid_index": "out/run/index"}))
+
+Requests without ``docid_index`` are left alone. vLLM hands each request's live output-token list to
+``update_state``; every step advances the request's state by the tokens added since the last step.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
+
+from grtool.index.decoding import DocidConstraint, constraint_for, mask_row
+
+EXTRA_ARG = "docid_index"
+
+
+class _Request:
+    __slots__ = ("constraint", "state", "outputs", "seen")
+
+    def __init__(self, constraint: DocidConstraint, prompt: list[int] | None, outputs: list[int]):
+        self.constraint = constraint
+        self.state = constraint.initial(prompt or [])
+        self.outputs = outputs  # vLLM's running list of this request's output tokens
+        self.seen = 0
+
+    def catch_up(self) -> None:
+        while self.seen < len(self.outputs):
+            self.state = self.constraint.advance(self.state, self.outputs[self.seen])
+            self.seen += 1
+
+
+class DocidVllmLogitsProcessor(LogitsProcessor):
+    @classmethod
+    def validate_params(cls, sampling_params) -> None:
+        path = (sampling_params.extra_args or {}).get(EXTRA_ARG)
+        if path is not None and not isinstance(path, str):
+            raise ValueError(f"extra_args[{EXTRA_ARG!r}] must be an index directory path")
+
+    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
+        self.requests: dict[int, _Request] = {}
+
+    def is_argmax_invariant(self) -> bool:
+        return False  # it changes which token wins
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is not None:
+            for index in batch_update.removed:
+                self.requests.pop(index, None)
+            for index, params, prompt, outputs in batch_update.added:
+                path = (params.extra_args or {}).get(EXTRA_ARG) if params is not None else None
+                if path:
+                    self.requests[index] = _Request(constraint_for(path), prompt, outputs)
+                else:
+                    self.requests.pop(index, None)
+            for a, b, direction in batch_update.moved:
+                ra, rb = self.requests.pop(a, None), self.requests.pop(b, None)
+                if ra is not None:
+                    self.requests[b] = ra
+                if rb is not None and direction == MoveDirectionality.SWAP:
+                    self.requests[a] = rb
+        for request in self.requests.values():
+            request.catch_up()
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        for index, request in self.requests.items():
+            allowed = request.constraint.allowed(request.state)
+            if allowed is not None:
+                mask_row(logits[index], allowed)
+        return logits
+
