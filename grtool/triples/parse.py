@@ -35,6 +35,7 @@ _REL_KEYS = ("relation", "predicate", "r", "p", "relationship", "rel", "edge")
 _TAIL_KEYS = ("tail", "object", "t", "o", "entity2", "target", "obj")
 _HEADER_WORDS = {"head", "relation", "tail", "subject", "predicate", "object", "entity", "entity 1", "entity 2"}
 _QUOTES = {'"': '"', "'": "'", "“": "”", "‘": "’", "`": "`", "«": "»", "„": "“"}
+_TRAILING = frozenset(",;:.\"'”’`»“")
 _WRAPS = {"(": ")", "[": "]", "<": ">", "{": "}"}
 
 
@@ -59,7 +60,12 @@ class Parsed:
 
 def normalize(part: object) -> str:
     """Collapse whitespace, remove wrapping quotes and trailing punctuation (not an abbreviation's dot)."""
-    s = _WS.sub(" ", str(part)).strip()
+    s = part if isinstance(part, str) else str(part)
+    if "  " in s or "\n" in s or "\t" in s or "\r" in s:
+        s = _WS.sub(" ", s)
+    s = s.strip()
+    if s and s[0] not in _QUOTES and s[-1] not in _TRAILING:  # the common case: nothing to strip
+        return s
     while s:
         before = s
         if len(s) >= 2 and _QUOTES.get(s[0]) == s[-1]:
@@ -81,10 +87,13 @@ def _pick(d: dict, keys: tuple[str, ...]) -> object | None:
     return None
 
 
+_SCALARS = (str, int, float)
+
+
 def _walk(obj: object, out: list[Triple]) -> None:
     """Collect triples from any nesting of lists and objects."""
     if isinstance(obj, list):
-        if len(obj) == 3 and all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in obj):
+        if len(obj) == 3 and all(type(x) in _SCALARS for x in obj):
             out.append((str(obj[0]), str(obj[1]), str(obj[2])))
             return
         for item in obj:
@@ -116,11 +125,14 @@ def _from_json(body: str) -> tuple[list[Triple], bool]:
             obj, pos = _DECODER.raw_decode(body, m.start())
         except json.JSONDecodeError:
             pieces = _SALVAGE.findall(body, m.start())
-            for piece in pieces:
-                try:
-                    _walk(json.loads(piece), out)
-                except json.JSONDecodeError:
-                    continue
+            try:  # one decode for all pieces; piece by piece only when one of them is bad
+                _walk(json.loads("[" + ",".join(pieces) + "]"), out)
+            except json.JSONDecodeError:
+                for piece in pieces:
+                    try:
+                        _walk(json.loads(piece), out)
+                    except json.JSONDecodeError:
+                        continue
             seen = seen or bool(pieces)
             break
         seen = True
