@@ -281,3 +281,36 @@ def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
     cli(*args, "--overwrite")
     manifest = json.loads((out / "triples" / "_manifest.json").read_text())
     assert manifest["counters"]["extra"]["cache_hits"] == 3 and manifest["counters"]["extra"]["cache_misses"] == 0
+
+
+def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
+    docs, documents = corpus
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)})
+    _serve(server)
+    common = ("--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--no-structured", "--max-retries", "6", "--timeout", "1")
+    want = {(d["doc_id"], *t) for d, a in zip(docs, ANSWERS) for t in a[2]}
+    try:
+        # Two array tasks fill one output directory; the manifest is complete once both are done.
+        out = tmp_path / "sharded"
+        cli("triples", "extract", documents, "--out", out, *common, "--num-shards", "2", "--shard-index", "1")
+        assert not json.loads((out / "triples" / "_manifest.json").read_text())["complete"]
+        cli("triples", "extract", documents, "--out", out, *common, env={"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_ID": "0"})
+        assert json.loads((out / "triples" / "_manifest.json").read_text())["complete"]
+        assert {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in read_table(out / "triples").to_pylist()} == want
+        assert "response_format" not in server.posts[-1]
+        sent = len(server.posts)
+
+        # --limit takes the first documents in part order; --no-cache writes no cache and reads none.
+        limited = tmp_path / "limited"
+        cli("triples", "extract", documents, "--out", limited, *common, "--limit", "3", "--no-cache")
+        assert sorted(set(read_table(limited / "triples")["doc_id"].to_pylist())) == sorted(d["doc_id"] for d in docs[:3])
+        assert not (limited / "_llm_cache").exists() and len(server.posts) == sent + 3
+
+        # JSON Lines in, JSON Lines out (shell pipelines); the cache lives in --cache-dir.
+        lines = "".join(json.dumps(d) + "\n" for d in docs)
+        proc = cli("triples", "extract", "-", "--out", "-", *common, "--cache-dir", tmp_path / "cache", input=lines)
+        rows = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in rows} == want
+        assert list((tmp_path / "cache").glob("part-*.sqlite"))
+    finally:
+        server.shutdown()
