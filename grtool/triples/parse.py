@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+
+import orjson
 from dataclasses import dataclass, field
 
 Triple = tuple[str, str, str]
@@ -93,7 +95,9 @@ _SCALARS = (str, int, float)
 def _walk(obj: object, out: list[Triple]) -> None:
     """Collect triples from any nesting of lists and objects."""
     if isinstance(obj, list):
-        if len(obj) == 3 and all(type(x) in _SCALARS for x in obj):
+        if len(obj) == 3 and (
+            (type(obj[0]) is str and type(obj[1]) is str and type(obj[2]) is str) or all(type(x) in _SCALARS for x in obj)
+        ):
             out.append((str(obj[0]), str(obj[1]), str(obj[2])))
             return
         for item in obj:
@@ -121,13 +125,19 @@ def _from_json(body: str) -> tuple[list[Triple], bool]:
     seen = False
     pos = 0
     while (m := _JSON_START.search(body, pos)) is not None:
+        if pos == 0:
+            try:  # the common case, everything from here on is one JSON value: orjson is fastest
+                _walk(orjson.loads(body[m.start() :]), out)
+                return out, True
+            except orjson.JSONDecodeError:
+                pass
         try:
             obj, pos = _DECODER.raw_decode(body, m.start())
         except json.JSONDecodeError:
             pieces = _SALVAGE.findall(body, m.start())
             try:  # one decode for all pieces; piece by piece only when one of them is bad
-                _walk(json.loads("[" + ",".join(pieces) + "]"), out)
-            except json.JSONDecodeError:
+                _walk(orjson.loads("[" + ",".join(pieces) + "]"), out)
+            except orjson.JSONDecodeError:
                 for piece in pieces:
                     try:
                         _walk(json.loads(piece), out)
