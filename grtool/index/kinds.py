@@ -54,6 +54,8 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
     sigma = len(sym2tok)
     seps = separator_positions(lengths)
     n = int(flat.size + len(lengths))
+    if n >= 1 << 32:
+        raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^32 tokens and separators; split the corpus")
     text = np.zeros(n, dtype=np.uint32)
     is_token = np.ones(n, dtype=bool)
     is_token[seps.astype(np.int64)] = False
@@ -67,17 +69,18 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
     packed = np.ascontiguousarray(rev.astype(">u4").view(np.uint8).reshape(n, 4)[:, 4 - width :]).reshape(-1)
     sa = divsufsort(packed)
     del packed
-    bwt, marks, samples, dollar_row = _fm.bwt_from_packed_sa(sa, width, rev, sample_rate)
+    bwt, marks, marks_idx, samples, dollar_row = _fm.bwt_from_packed_sa(sa, width, rev, sample_rate)
     del sa
     counts = np.bincount(rev, minlength=sigma).astype(np.int64)
     del rev
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
     L = max(int(sigma - 1).bit_length(), 0)
-    levels, zeros = _fm.build_wavelet_matrix(bwt, L)
+    levels, levels_idx, zeros = _fm.build_wavelet_matrix(bwt, L)
     del bwt
     arrays = {
-        "levels": levels, "zeros": zeros, "offsets": np.zeros(sigma, np.int64), "marks": marks,
-        "samples": samples, "seps": seps, "tok2sym": tok2sym, "sym2tok": sym2tok,
+        "levels": levels, "levels_idx": levels_idx, "zeros": zeros, "offsets": np.zeros(sigma, np.int64),
+        "marks": marks, "marks_idx": marks_idx, "samples": samples, "seps": seps.astype(np.uint32),
+        "tok2sym": tok2sym, "sym2tok": sym2tok,
     }  # fmt: skip
     probe = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
     arrays["offsets"] = (first_row - probe.symbol_starts(sigma).astype(np.int64)).astype(np.int64)
@@ -88,7 +91,7 @@ class FMIndex(Index):
     """The native FM-index; its hot methods are the C++ methods themselves (no Python wrapper per call)."""
 
     kind = "fm"
-    FILES = ("levels", "zeros", "offsets", "marks", "samples", "seps", "tok2sym", "sym2tok")
+    FILES = ("levels", "levels_idx", "zeros", "offsets", "marks", "marks_idx", "samples", "seps", "tok2sym", "sym2tok")
 
     def __init__(self, path: Path, meta: dict[str, Any], native):
         super().__init__(path, meta)

@@ -4,12 +4,12 @@
 //   T  = 0 s1 0 s2 ... 0 sk        the sequences as dense symbols (>= 1), each preceded by separator 0
 //   R  = reverse(T), n symbols      searching R backwards = extending a prefix of T to the right
 //   rows = n + 1 suffixes of R (row 0 = the empty suffix), BWT[row] = R[SA[row] - 1] (0 where SA = 0)
-//   levels  [L][blocks * 9]         wavelet matrix bits; each 512-bit block is [cumulative rank, 8 words]
+//   levels  [L][blocks * 32]        wavelet matrix bits, with levels_idx [L][blocks] rank entries (BitRank)
 //   zeros   [L]                     zero bits per level
 //   offsets [sigma]                 C[c] minus where symbol c starts in the wavelet matrix's last order
-//   marks   [blocks * 9]            rows whose suffix position is a multiple of sample_rate
+//   marks   [blocks * 32]           rows whose suffix position is a multiple of sample_rate (+ marks_idx)
 //   samples [marked rows]           suffix position / sample_rate, in row order
-//   seps    [k]                     position in T of each sequence's separator
+//   seps    [k]                     position in T of each sequence's separator (uint32: T < 2^32 symbols)
 // A search state is (sp, ep, m): the row range of the reversed prefix and the prefix length in symbols
 // (the leading separator of an anchored prefix counts).
 
@@ -31,39 +31,47 @@ using u32 = uint32_t;
 
 namespace {
 
-constexpr u64 kBlockBits = 512;
-constexpr u64 kBlockWords = 9;  // one cumulative count + 8 payload words
+// Bit vectors: plain words plus one 64-bit index entry per 2048-bit block (3% space): the count of ones
+// before the block (high 34 bits) and the ones in its first three 512-bit sub-blocks (10 bits each).
+// A rank reads the entry and at most 8 words of one sub-block.
+constexpr u64 kBlockBits = 2048;
+constexpr u64 kBlockWords = kBlockBits / 64;
 
 inline u64 blocks_for(u64 nbits) { return nbits / kBlockBits + 1; }  // +1 so rank(nbits) has a block
 
-// Rank/access over one interleaved bit vector.
 struct BitRank {
-    const u64* d = nullptr;
+    const u64* bits = nullptr;
+    const u64* idx = nullptr;
 
     inline u64 rank1(u64 i) const {
-        const u64* blk = d + (i >> 9) * kBlockWords;
-        u64 r = blk[0];
-        const unsigned w = (i >> 6) & 7;
-        for (unsigned k = 0; k < w; ++k) r += __builtin_popcountll(blk[1 + k]);
+        const u64 e = idx[i >> 11];
+        u64 r = e >> 30;
+        const unsigned sub = (i >> 9) & 3;
+        if (sub > 0) r += (e >> 20) & 1023;
+        if (sub > 1) r += (e >> 10) & 1023;
+        if (sub > 2) r += e & 1023;
+        const u64 wi = i >> 6;
+        for (u64 w = (i >> 9) << 3; w < wi; ++w) r += __builtin_popcountll(bits[w]);
         const unsigned b = i & 63;
-        if (b) r += __builtin_popcountll(blk[1 + w] << (64 - b));
+        if (b) r += __builtin_popcountll(bits[wi] << (64 - b));
         return r;
     }
     inline u64 rank0(u64 i) const { return i - rank1(i); }
-    inline bool get(u64 i) const { return (d[(i >> 9) * kBlockWords + 1 + ((i >> 6) & 7)] >> (i & 63)) & 1; }
+    inline bool get(u64 i) const { return (bits[i >> 6] >> (i & 63)) & 1; }
 };
 
-// Fill the cumulative counts of an interleaved bit vector whose payload words are already set.
-void finish_ranks(u64* d, u64 nblocks) {
+// Fill the index entries of a bit vector whose words are already set.
+void finish_ranks(const u64* bits, u64* idx, u64 nblocks) {
     u64 total = 0;
     for (u64 b = 0; b < nblocks; ++b) {
-        u64* blk = d + b * kBlockWords;
-        blk[0] = total;
-        for (unsigned k = 0; k < 8; ++k) total += __builtin_popcountll(blk[1 + k]);
+        u64 c[4] = {0, 0, 0, 0};
+        for (unsigned k = 0; k < kBlockWords; ++k) c[k >> 3] += __builtin_popcountll(bits[b * kBlockWords + k]);
+        idx[b] = (total << 30) | (c[0] << 20) | (c[1] << 10) | c[2];
+        total += c[0] + c[1] + c[2] + c[3];
     }
 }
 
-inline void set_bit(u64* d, u64 i) { d[(i >> 9) * kBlockWords + 1 + ((i >> 6) & 7)] |= (1ULL << (i & 63)); }
+inline void set_bit(u64* d, u64 i) { d[i >> 6] |= (1ULL << (i & 63)); }
 
 template <typename T>
 const T* ptr_of(const py::array_t<T, py::array::c_style>& a) {
@@ -87,8 +95,10 @@ py::tuple bwt_from_packed_sa(py::array_t<SA, py::array::c_style> sa, int width,
     py::array_t<u32> bwt(rows);
     const u64 nblocks = blocks_for(rows);
     py::array_t<u64> marks(nblocks * kBlockWords);
+    py::array_t<u64> marks_idx(nblocks);
     u32* b = bwt.mutable_data();
     u64* mk = marks.mutable_data();
+    u64* mki = marks_idx.mutable_data();
     std::fill(mk, mk + nblocks * kBlockWords, 0ULL);
     std::vector<u32> samples;
     samples.reserve(n / sample_rate + 2);
@@ -111,11 +121,11 @@ py::tuple bwt_from_packed_sa(py::array_t<SA, py::array::c_style> sa, int width,
             ++row;
         }
         if (row != rows) throw std::runtime_error("suffix array does not hold every aligned suffix");
-        finish_ranks(mk, nblocks);
+        finish_ranks(mk, mki, nblocks);
     }
     py::array_t<u32> samp(samples.size());
     std::copy(samples.begin(), samples.end(), samp.mutable_data());
-    return py::make_tuple(bwt, marks, samp, dollar_row);
+    return py::make_tuple(bwt, marks, marks_idx, samp, dollar_row);
 }
 
 // Wavelet matrix over `symbols` (consumed: used as the work buffer). Returns (levels[L][words], zeros[L]).
@@ -124,13 +134,16 @@ py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, int
     const u64 nblocks = blocks_for(n);
     const u64 words = nblocks * kBlockWords;
     py::array_t<u64> levels({static_cast<py::ssize_t>(std::max(L, 1)), static_cast<py::ssize_t>(words)});
+    py::array_t<u64> levels_idx({static_cast<py::ssize_t>(std::max(L, 1)), static_cast<py::ssize_t>(nblocks)});
     py::array_t<u64> zeros(std::max(L, 1));
     u64* lv = levels.mutable_data();
+    u64* lvi = levels_idx.mutable_data();
     u64* z = zeros.mutable_data();
     u32* cur = symbols.mutable_data();
     {
         py::gil_scoped_release release;
         std::fill(lv, lv + static_cast<u64>(std::max(L, 1)) * words, 0ULL);
+        std::fill(lvi, lvi + static_cast<u64>(std::max(L, 1)) * nblocks, 0ULL);
         std::fill(z, z + std::max(L, 1), 0ULL);
         std::vector<u32> ones;
         ones.reserve(n / 2);
@@ -150,29 +163,35 @@ py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, int
             }
             std::copy(ones.begin(), ones.end(), cur + nz);
             z[l] = nz;
-            finish_ranks(d, nblocks);
+            finish_ranks(d, lvi + static_cast<u64>(l) * nblocks, nblocks);
         }
     }
-    return py::make_tuple(levels, zeros);
+    return py::make_tuple(levels, levels_idx, zeros);
 }
 
 // ------------------------------------------------------------------------------------------ query
 
 class FMIndex {
    public:
-    FMIndex(py::array_t<u64, py::array::c_style> levels, py::array_t<u64, py::array::c_style> zeros,
+    FMIndex(py::array_t<u64, py::array::c_style> levels, py::array_t<u64, py::array::c_style> levels_idx,
+            py::array_t<u64, py::array::c_style> zeros,
             py::array_t<int64_t, py::array::c_style> offsets, py::array_t<u64, py::array::c_style> marks,
-            py::array_t<u32, py::array::c_style> samples, py::array_t<u64, py::array::c_style> seps,
+            py::array_t<u64, py::array::c_style> marks_idx, py::array_t<u32, py::array::c_style> samples, py::array_t<u32, py::array::c_style> seps,
             py::array_t<int32_t, py::array::c_style> tok2sym, py::array_t<u32, py::array::c_style> sym2tok,
             u64 n, int L, u64 sample_rate, u64 dollar_row)
-        : dollar_row_(dollar_row), levels_(levels), zeros_(zeros), offsets_(offsets), marks_(marks), samples_(samples), seps_(seps),
+        : dollar_row_(dollar_row), levels_(levels), levels_idx_(levels_idx), zeros_(zeros), offsets_(offsets), marks_(marks), marks_idx_(marks_idx), samples_(samples), seps_(seps),
           tok2sym_(tok2sym), sym2tok_(sym2tok), n_(n), L_(L), sample_rate_(sample_rate) {
         if (levels.ndim() != 2 || (L > 0 && levels.shape(0) < L)) throw std::invalid_argument("levels: bad shape");
         const u64 words = static_cast<u64>(levels.shape(1));
         if (words != blocks_for(n + 1) * kBlockWords) throw std::invalid_argument("levels: size does not match n");
+        const u64 nblocks = blocks_for(n + 1);
         if (static_cast<u64>(marks.size()) != words) throw std::invalid_argument("marks: size does not match n");
-        for (int l = 0; l < L; ++l) lv_.push_back(BitRank{levels.data() + static_cast<u64>(l) * words});
-        mk_ = BitRank{marks.data()};
+        if (static_cast<u64>(marks_idx.size()) != nblocks) throw std::invalid_argument("marks_idx: size does not match n");
+        if (levels_idx.ndim() != 2 || static_cast<u64>(levels_idx.shape(1)) != nblocks || levels_idx.shape(0) != levels.shape(0))
+            throw std::invalid_argument("levels_idx: bad shape");
+        for (int l = 0; l < L; ++l)
+            lv_.push_back(BitRank{levels.data() + static_cast<u64>(l) * words, levels_idx.data() + static_cast<u64>(l) * nblocks});
+        mk_ = BitRank{marks.data(), marks_idx.data()};
         z_ = zeros.data();
         off_ = offsets.data();
         sigma_ = static_cast<u64>(offsets.size());
@@ -322,7 +341,7 @@ class FMIndex {
         for (u64 row = sp; row < sp + take; ++row) {
             const u64 q = suffix_at(row);
             const u64 j = n_ - q - m;  // start of the prefix in T
-            const u64 seq = static_cast<u64>(std::upper_bound(sep_, sep_ + k_, j) - sep_) - 1;
+            const u64 seq = static_cast<u64>(std::upper_bound(sep_, sep_ + k_, static_cast<u32>(j)) - sep_) - 1;
             const int64_t off = static_cast<int64_t>(j) - static_cast<int64_t>(sep_[seq]) - 1;
             hits.emplace_back(static_cast<int64_t>(seq), std::max<int64_t>(off, 0));
         }
@@ -361,11 +380,11 @@ class FMIndex {
     mutable std::unordered_map<u64, Cached> cache_;
     u64 dollar_row_;
     // Keep the Python buffers alive (they may be memory maps).
-    py::array_t<u64, py::array::c_style> levels_, zeros_;
+    py::array_t<u64, py::array::c_style> levels_, levels_idx_, zeros_;
     py::array_t<int64_t, py::array::c_style> offsets_;
-    py::array_t<u64, py::array::c_style> marks_;
+    py::array_t<u64, py::array::c_style> marks_, marks_idx_;
     py::array_t<u32, py::array::c_style> samples_;
-    py::array_t<u64, py::array::c_style> seps_;
+    py::array_t<u32, py::array::c_style> seps_;
     py::array_t<int32_t, py::array::c_style> tok2sym_;
     py::array_t<u32, py::array::c_style> sym2tok_;
     u64 n_;
@@ -377,7 +396,7 @@ class FMIndex {
     const int64_t* off_ = nullptr;
     u64 sigma_ = 0;
     const u32* samp_ = nullptr;
-    const u64* sep_ = nullptr;
+    const u32* sep_ = nullptr;
     u64 k_ = 0;
     const int32_t* t2s_ = nullptr;
     u64 vocab_ = 0;
@@ -395,10 +414,12 @@ PYBIND11_MODULE(_fm, m) {
     m.def("build_wavelet_matrix", &build_wavelet_matrix, py::arg("symbols"), py::arg("levels"));
     py::class_<FMIndex>(m, "FMIndex")
         .def(py::init<py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>,
-                      py::array_t<int64_t, py::array::c_style>, py::array_t<u64, py::array::c_style>,
-                      py::array_t<u32, py::array::c_style>, py::array_t<u64, py::array::c_style>,
+                      py::array_t<u64, py::array::c_style>, py::array_t<int64_t, py::array::c_style>,
+                      py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>,
+                      py::array_t<u32, py::array::c_style>, py::array_t<u32, py::array::c_style>,
                       py::array_t<int32_t, py::array::c_style>, py::array_t<u32, py::array::c_style>, u64, int, u64, u64>(),
-             py::arg("levels"), py::arg("zeros"), py::arg("offsets"), py::arg("marks"), py::arg("samples"),
+             py::arg("levels"), py::arg("levels_idx"), py::arg("zeros"), py::arg("offsets"), py::arg("marks"),
+             py::arg("marks_idx"), py::arg("samples"),
              py::arg("seps"), py::arg("tok2sym"), py::arg("sym2tok"), py::arg("n"), py::arg("L"),
              py::arg("sample_rate"), py::arg("dollar_row"))
         .def_property_readonly("size", &FMIndex::size)

