@@ -15,6 +15,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -143,6 +144,7 @@ def main() -> None:
         "parser_triples": parsed_triples,
     }
     print(json.dumps(result, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
     ok = result["ratio"] <= 1.10 and result["parser_outputs_per_s"] >= 20_000
     print("PASS" if ok else "MISSED TARGET", file=sys.stderr)
 
