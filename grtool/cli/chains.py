@@ -72,7 +72,10 @@ def synthesize(
         backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
     )  # fmt: skip
-    counters = manifest.get("counters") or {}
+    counters = manifest.get("counters")
+    if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
+        log.info("chains: written to stdout; cache %d hits, %d generated", stats.hits, stats.misses)
+        return
     extra = counters.get("extra") or {}
     log.info(
         "chains: %s questions chained, %s rows, rejected %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
