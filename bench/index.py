@@ -195,7 +195,7 @@ def report(res: dict) -> None:
         b, f = res[base_kind], res["fm"]
         print(f"fm vs {base_kind}: step p50 {b['step_p50_us'] / f['step_p50_us']:.1f}x faster, "
               f"locate {b['locate100_us'] / f['locate100_us']:.1f}x, size {b['bytes'] / f['bytes']:.2f}x smaller")  # fmt: skip
-    if "fm" in res:
+    if "fm" in res and n >= 40_000_000:  # the targets are stated for 50M tokens
         f = res["fm"]
         ok = lambda c: "ok" if c else "MISSED"  # noqa: E731
         print(f"targets (at 50M tokens): step p50 <= 10 us {ok(f['step_p50_us'] <= 10)}, "
