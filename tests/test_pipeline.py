@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,40 @@ def test_demo_plan_lists_every_stage(cli):
     out = cli("pipeline", "run", REPO / "examples" / "demo.toml", "--dry-run", "--set", "ingest-hotpotqa.out=/nonexistent/x").stdout
     for command in ("corpus ingest", "corpus merge", "triples extract", "chains synthesize", "filters apply", "index build", "export sft"):
         assert f"grtool {command}" in out
+
+
+def test_changed_input_remakes_the_stage_and_what_reads_it(tmp_path, examples, cli):
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    source = data / "dev.jsonl"
+    shutil.copy(examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", source)
+    config = Path(_config(tmp_path, examples)).read_text().replace(str(examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"), str(source))
+    path = tmp_path / "pipe2.toml"
+    path.write_text(config)
+    cli("pipeline", "run", path)
+    assert set(_plan(cli, path).values()) == {"done"}
+    questions_before = json.loads((tmp_path / "run" / "reports" / "stats.json").read_text())
+
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(lines[:-1]))  # one question fewer
+    plan = _plan(cli, path)
+    assert plan == {"ingest-2wiki": "done", "ingest-musique": "inputs changed", "merge": "stale", "stats": "stale"}
+    cli("pipeline", "run", path)
+    assert set(_plan(cli, path).values()) == {"done"}
+    proc = cli("corpus", "stats", tmp_path / "run" / "corpus", "--json")
+    assert json.loads(proc.stdout) != questions_before
+    cli("validate", tmp_path / "run")
+    got = {row["qid"] for row in _questions(tmp_path / "run" / "corpus")}
+    assert len(got) == len({json.loads(l)["id"] for l in lines[:-1]}) + _count_2wiki(examples)
+
+
+def _questions(run_dir):
+    import pyarrow.parquet as pq
+
+    return [r for f in sorted((run_dir / "questions").glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def _count_2wiki(examples) -> int:
+    return len(json.loads((examples / "2wikimultihopqa" / "data_ids_dev.example.json").read_text()))

@@ -36,3 +36,26 @@ def test_parallel_tasks_write_one_stage(tmp_path):
     manifest = load_manifest(out)
     assert manifest["complete"] and len(manifest["shards"]) == PARTS
     assert manifest["rows"] == PARTS * 50
+
+
+def test_a_long_pause_in_one_task_survives_another_task_starting(tmp_path):
+    """A task that writes nothing for minutes (a slow generation chunk) keeps its temporary shard."""
+    import os
+
+    spec = StageSpec("documents", DOCUMENTS, params={"p": 1}, command=["grtool", "t"])
+    slow = StageWriter(tmp_path / "docs", spec, num_parts=2)
+    shard = slow.shard(0)
+    shard.write_rows([{"doc_id": "a", "title": "t", "text": "x", "datasets": ["d"]}])
+    shard.count_in(1)
+    os.utime(shard.tmp, (0, 0))  # looks an hour old to anyone checking its age
+    other = StageWriter(tmp_path / "docs", spec, num_parts=2)  # another array task starts meanwhile
+    with other.shard(1) as s1:
+        s1.count_in(0)
+    other.finish()
+    assert shard.tmp.exists()
+    with shard:
+        pass  # commits
+    manifest = slow.finish()
+    assert manifest["complete"] and manifest["rows"] == 1
+    assert not list((tmp_path / "docs").glob("*.tmp"))
+    assert validate_stage(tmp_path / "docs").ok

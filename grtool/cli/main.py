@@ -70,10 +70,19 @@ def run() -> None:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
+    except _click_errors() as e:  # usage errors: missing or unknown options, bad values
+        e.show()
+        sys.exit(2)
 
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(2)
-        raise
+
+def _click_errors() -> tuple[type[Exception], ...]:
+    """Click's exception class, from click itself and from the copy that newer Typer releases vendor."""
+    import importlib
+
+    found = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(importlib.import_module(name).ClickException)
+        except ImportError:
+            continue
+    return tuple(found)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from grtool.log import console, log
 from grtool.pipeline.config import load_pipeline
-from grtool.pipeline.runner import mark_done, plan, run_stage, summarize
+from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, run_stage, stage_state, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -32,8 +32,8 @@ def run(
     """
     pipeline = load_pipeline(config, overrides)
     stages = pipeline.select(start, until)
-    states = plan(pipeline, stages)
     if dry_run:
+        states = plan(pipeline, stages)
         # Plain lines on stdout, so the commands can be copied or piped into a shell script.
         for s in states:
             detail = f" ({s.detail})" if s.detail else ""
@@ -42,13 +42,17 @@ def run(
         remaining = [s.stage.name for s in states if s.state != "done"]
         typer.echo(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
         return
-    for s in states:
+    for stage in stages:
+        s = stage_state(pipeline, stage)  # anew: a stage before it may just have remade its inputs
         if s.state == "done":
-            log.info("stage %s: done, skipped", s.stage.name)
+            log.info("stage %s: done, skipped", stage.name)
             continue
-        log.info("stage %s: %s", s.stage.name, s.stage.command_line())
-        seconds = run_stage(s.stage)
-        mark_done(pipeline, s.stage, seconds)
+        overwrite = s.state == "inputs changed" and accepts_overwrite(stage)
+        if s.state == "inputs changed":
+            log.warning("stage %s: %s", stage.name, s.detail)
+        log.info("stage %s: %s%s", stage.name, stage.command_line(), " --overwrite" if overwrite else "")
+        seconds = run_stage(stage, overwrite=overwrite)
+        mark_done(pipeline, stage, seconds)
     rows = summarize(stages)
     if summary_json:
         summary_json.parent.mkdir(parents=True, exist_ok=True)

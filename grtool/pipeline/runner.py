@@ -1,8 +1,11 @@
 """Run a pipeline file: each stage is its own grtool command, run in this process, skipped when done.
 
 A stage is done when its completion record (``{out}/_pipeline/<stage>.json``, written after the command
-succeeded) names the same command line and every output it lists still exists; stage directories among the
-outputs must also be complete. Inside a stage, resume is the stage directory's own (finished shards skipped).
+succeeded) names the same command line and the same input fingerprints, and every output it lists still
+exists; stage directories among the outputs must also be complete. A stage whose inputs changed since it ran
+(an edited file, an upstream stage run again) is run again with ``--overwrite``; the plan shows the stages
+that will be remade because a stage before them runs. Inside a stage, resume is the stage directory's own
+(finished shards skipped).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError
 from grtool.pipeline.config import Pipeline, Stage
-from grtool.store.stage import atomic_write_bytes, dumps, merge_counters
+from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
 
 RECORDS_DIR = "_pipeline"
@@ -26,7 +29,7 @@ RECORDS_DIR = "_pipeline"
 @dataclass
 class StageState:
     stage: Stage
-    state: str  # "done" | "partial" | "to run" | "changed"
+    state: str  # "done" | "partial" | "to run" | "changed" | "inputs changed" | "stale"
     detail: str = ""
 
 
@@ -43,6 +46,34 @@ def _stage_dirs(outputs: list[str]) -> list[Path]:
     return dirs
 
 
+def input_paths(stage: Stage) -> list[str]:
+    """Existing files and directories among a stage's arguments and option values, outputs excepted."""
+    outputs = [Path(o) for o in stage.outputs]
+    values = [*stage.args, *(v for value in stage.options.values() for v in (value if isinstance(value, list) else [value]))]
+    paths = []
+    for v in values:
+        if not isinstance(v, str) or v in ("", "-"):
+            continue
+        p = Path(v)
+        if p.exists() and not any(p == o or o in p.parents for o in outputs):
+            paths.append(v)
+    return list(dict.fromkeys(paths))
+
+
+def input_fingerprints(stage: Stage) -> dict[str, Any]:
+    """What the stage read: stage directories by their shard checksums, other files by size and content samples."""
+    found: dict[str, Any] = {}
+    for path in input_paths(stage):
+        dirs = _stage_dirs([path])
+        found[path] = [fingerprint(d) for d in dirs] if dirs else fingerprint(path)
+    return found
+
+
+def _overlaps(a: str, b: str) -> bool:
+    pa_, pb = Path(a).resolve(), Path(b).resolve()
+    return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
+
+
 def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
     record = _record_path(pipeline, stage)
     dirs = _stage_dirs(stage.outputs)
@@ -54,6 +85,11 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
         missing = [o for o in stage.outputs if not Path(o).exists()]
         if missing:
             return StageState(stage, "to run", f"missing {', '.join(missing)}")
+        if "inputs" in saved:
+            now = input_fingerprints(stage)
+            changed = [p for p in sorted(set(now) | set(saved["inputs"])) if now.get(p) != saved["inputs"].get(p)]
+            if changed:
+                return StageState(stage, "inputs changed", f"{', '.join(changed)} changed since it ran; runs again with --overwrite")
         if all(s["complete"] for s in statuses):
             return StageState(stage, "done")
     if statuses and any(s["parts_done"] for s in statuses):
@@ -64,20 +100,47 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
 
 
 def plan(pipeline: Pipeline, stages: list[Stage]) -> list[StageState]:
-    return [stage_state(pipeline, s) for s in stages]
+    """Each stage's state; a done stage that reads what an earlier stage of the plan will remake is stale."""
+    states: list[StageState] = []
+    remade: dict[str, str] = {}  # output path -> the stage that will write it in this run
+    for stage in stages:
+        state = stage_state(pipeline, stage)
+        if state.state == "done":
+            upstream = next(((p, remade[o]) for p in input_paths(stage) for o in remade if _overlaps(p, o)), None)
+            if upstream is not None:
+                state = StageState(stage, "stale", f"{upstream[0]} is remade by stage {upstream[1]} first")
+        if state.state != "done":
+            remade.update({o: stage.name for o in stage.outputs})
+        states.append(state)
+    return states
 
 
-def run_stage(stage: Stage) -> float:
+def accepts_overwrite(stage: Stage) -> bool:
+    """Whether the stage's command has an --overwrite option (report commands simply rewrite their output)."""
+    import typer.main
+
+    from grtool.cli.main import app
+
+    command = typer.main.get_command(app)
+    for word in stage.run.split():
+        command = getattr(command, "commands", {}).get(word)
+        if command is None:
+            return False
+    return any(getattr(p, "name", None) == "overwrite" for p in command.params)
+
+
+def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.cli.main import app  # the same Typer app as the `grtool` command
 
+    argv = stage.argv() + (["--overwrite"] if overwrite and "--overwrite" not in stage.argv() else [])
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if stage.stdout:
             Path(stage.stdout).parent.mkdir(parents=True, exist_ok=True)
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(stage.stdout, "w"))))
         try:
-            code = app(stage.argv(), standalone_mode=False, prog_name="grtool")
+            code = app(argv, standalone_mode=False, prog_name="grtool")
         except GrtoolError as e:
             raise GrtoolError(f"stage {stage.name!r} failed: {e}", e.exit_code) from None
     if isinstance(code, int) and code != 0:
@@ -92,6 +155,7 @@ def mark_done(pipeline: Pipeline, stage: Stage, seconds: float) -> None:
         "stage": stage.name,
         "command": stage.command_line(),
         "outputs": stage.outputs,
+        "inputs": input_fingerprints(stage),
         "seconds": round(seconds, 3),
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

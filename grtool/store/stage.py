@@ -302,9 +302,11 @@ class ShardWriter:
         self.index = index
         self.name = part_name(index)
         self.final = stage.path / f"{self.name}.parquet"
-        self.tmp = stage.path / f"{self.name}.parquet{TMP_SUFFIX}"
+        # The writer's own temporary names: two tasks relaunched on one part never write into each other's file.
+        owner = _owner()
+        self.tmp = stage.path / f"{self.name}.parquet.{owner}{TMP_SUFFIX}"
         self.rejects_final = stage.path / REJECTS_DIR / f"{self.name}.jsonl"
-        self.rejects_tmp = stage.path / REJECTS_DIR / f"{self.name}.jsonl{TMP_SUFFIX}"
+        self.rejects_tmp = stage.path / REJECTS_DIR / f"{self.name}.jsonl.{owner}{TMP_SUFFIX}"
         self._writer: pq.ParquetWriter | None = None
         self._rejects_file = None
         self.rows_in = 0
@@ -415,7 +417,6 @@ class StageWriter:
         (self.path / SHARDS_DIR).mkdir(exist_ok=True)
         with self._lock():
             self._open_manifest()
-            self._clean_stale_tmp()
         self.records = load_shard_records(self.path)
 
     def _lock(self) -> FileLock:
@@ -448,10 +449,12 @@ class StageWriter:
         atomic_write_bytes(mpath, dumps(manifest))
 
     def _clean_stale_tmp(self) -> None:
-        # Temporary files belong to a run that died; only parts nobody has committed are redone.
+        """Remove what killed runs left behind, once every part is committed.
+
+        Never earlier: another array task may be writing a part right now, however long it pauses.
+        """
         for f in list(self.path.glob(f"*{TMP_SUFFIX}")) + list((self.path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
-            part = f.name.split(".", 1)[0]
-            if not (self.path / SHARDS_DIR / f"{part}.json").exists() and _stale(f):
+            if _stale(f):
                 f.unlink(missing_ok=True)
 
     def done(self, index: int) -> bool:
@@ -473,6 +476,8 @@ class StageWriter:
             manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
             manifest.update(extra)
             atomic_write_bytes(self.path / MANIFEST, dumps(manifest))
+            if manifest["complete"]:
+                self._clean_stale_tmp()
         self.records = records
         return manifest
 
@@ -490,9 +495,15 @@ def _identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(diffs) or "identity"
 
 
+def _owner() -> str:
+    """Host and process of this writer (array tasks on several nodes may share one directory)."""
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 def _stale(f: Path) -> bool:
-    # A tmp file from a live concurrent writer carries that writer's pid (atomic_write_bytes) or is the
-    # shard another array task is writing right now; those are left alone for a minute.
+    # Even in a complete directory, a duplicate task may still be finishing a part: give it a minute.
     try:
         import time
 
