@@ -258,6 +258,11 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     cli(*args)
     assert len(server.requests) == sent
     assert read_table(out).num_rows == 4 * chained
+    # --overwrite starts the table over but keeps the request cache: everything is re-parsed, nothing re-sent.
+    cli(*args, "--overwrite")
+    assert len(server.requests) == sent
+    key = lambda r: (r["qid"], r["candidate"])  # noqa: E731
+    assert sorted(read_table(out).to_pylist(), key=key) == sorted(rows, key=key)
     # Changed parameters are refused rather than mixed in.
     proc = cli(*args[:-len(llm_args(server))], "--candidates", "3", *llm_args(server), check=2)
     assert "candidates" in proc.stderr

@@ -310,7 +310,7 @@ def synthesize(
                 built.append(backend())
             part = questions.parts[i]
             source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
-            # Opened after the writer: --overwrite may have cleared the directory the cache lives in.
+            # Opened after the writer, which creates the directory the cache lives in (and keeps it on --overwrite).
             llm = CachedLLM(built[0], cache_dir / f"{part_name(i)}.sqlite" if cache_dir is not None else None)
             try:
                 with writer.shard(i) as shard:

@@ -42,6 +42,9 @@ LOCK = "_manifest.lock"
 TMP_SUFFIX = ".tmp"
 MAX_ROWS_PER_SHARD = 100_000
 PARQUET_COMPRESSION = "zstd"
+# A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
+# re-parses the stored answers instead of generating them again.
+KEEP_ON_OVERWRITE = ("_llm_cache",)
 
 
 def part_name(index: int) -> str:
@@ -412,7 +415,10 @@ class StageWriter:
         if overwrite and self.path.exists():
             if self.path.is_dir() and not (is_stage_dir(self.path) or not any(self.path.iterdir())):
                 raise GrtoolError(f"{self.path}: exists and is not a stage directory; refusing to delete it")
-            shutil.rmtree(self.path)
+            for child in self.path.iterdir():
+                if child.name in KEEP_ON_OVERWRITE:
+                    continue
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / SHARDS_DIR).mkdir(exist_ok=True)
         with self._lock():
