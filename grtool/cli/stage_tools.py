@@ -47,7 +47,9 @@ def validate_cmd(
 ) -> None:
     """Check schema, checksums, accounting (in = out + merged + rejected), keys and cross-table references.
 
-    Exit 0 when clean, 1 with the list of problems otherwise.
+    Exit 0 when clean, 1 with the list of problems otherwise. Notes (e.g. a manifest not yet re-merged
+    after a later array task committed a shard) are shown but do not fail validation. A questions
+    directory is checked against its sibling documents directory whenever one exists.
 
     Example: grtool validate out/demo
     """
@@ -62,9 +64,11 @@ def validate_cmd(
     else:
         for r in reports:
             mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {r.path} ({r.table}, {r.checked.get('shards', 0)} shards, {r.checked.get('rows', 0)} rows)")
-            for p in r.problems:
-                console.print(f"    - {p}", highlight=False)
+            console.print(f"{mark} {r.path} ({r.table}, {r.checked.get('shards', 0)} shards, {r.checked.get('rows', 0)} rows)", soft_wrap=True)
+            for p in r.problems:  # one line each, unwrapped: easy to grep in a CI log
+                console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
+            for n in r.notes:
+                console.print(f"    note: {n}", highlight=False, markup=False, soft_wrap=True)
     if bad:
         raise typer.Exit(EXIT_DATA)
 

@@ -1,0 +1,207 @@
+"""`grtool validate`: manifest against shard records and files, and cross-table references of single directories."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import EXAMPLES, run_cli
+from grtool.store.schemas import DOCUMENTS, QUESTIONS
+from grtool.store.stage import StageSpec, StageWriter
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    """A real run directory (documents/ and questions/) from the bundled HotpotQA example."""
+    out = tmp_path_factory.mktemp("ingest") / "run"
+    run_cli("corpus", "ingest", EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json", "--out", out)
+    return out
+
+
+@pytest.fixture
+def run(ingested, tmp_path):
+    """A private copy of the ingested run, free to tamper with."""
+    return shutil.copytree(ingested, tmp_path / "run")
+
+
+def _validate(path, code):
+    proc = run_cli("validate", path, check=code)
+    return proc.stdout + proc.stderr
+
+
+def _validate_json(path, code):
+    return json.loads(run_cli("validate", path, "--json", check=code).stdout)
+
+
+def _edit_manifest(stage, edit):
+    m = json.loads((stage / "_manifest.json").read_bytes())
+    edit(m)
+    (stage / "_manifest.json").write_text(json.dumps(m))
+
+
+def _write(path, table, schema, parts):
+    """A finished stage directory with one shard per entry of ``parts`` (a list of row lists)."""
+    stage = StageWriter(path, StageSpec(table, schema, command=["grtool", "test"]), num_parts=len(parts))
+    for i, rows in enumerate(parts):
+        with stage.shard(i) as shard:
+            shard.count_in(len(rows))
+            shard.write_rows(rows)
+    return stage.finish()
+
+
+def _doc(i):
+    return {"doc_id": f"d{i}", "title": f"T{i}", "text": f"text {i}", "datasets": ["x"]}
+
+
+def _question(qid, gold):
+    return {"qid": qid, "dataset": "x", "split": "dev", "question": "?", "answer": "a", "answer_aliases": [],
+            "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"}
+
+
+# ------------------------------------------------------------------------------------------- clean
+
+
+def test_clean_run_and_each_stage_alone_pass(run):
+    _validate(run, 0)
+    _validate(run / "documents", 0)
+    _validate(run / "questions", 0)  # the gold check against the sibling documents runs and passes
+
+
+def test_json_output_shape(run):
+    out = _validate_json(run, 0)
+    assert out["ok"] is True
+    assert {s["table"] for s in out["stages"]} == {"documents", "questions"}
+    for s in out["stages"]:
+        assert set(s) == {"path", "table", "problems", "notes", "checked"}
+        assert s["problems"] == [] and s["notes"] == []
+        assert s["checked"]["shards"] == 1 and s["checked"]["rows"] > 0
+
+    (run / "documents" / "part-00000.parquet").write_bytes(b"garbage")
+    out = _validate_json(run / "documents", 1)
+    assert out["ok"] is False and len(out["stages"]) == 1
+    assert any("part-00000.parquet" in p for p in out["stages"][0]["problems"])
+
+
+# ------------------------------------------------------------------------------- shards and manifest
+
+
+def test_corrupted_shard_bytes_fail_naming_the_file(run):
+    shard = run / "questions" / "part-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    text = _validate(run, 1)
+    assert "part-00000.parquet: sha256 does not match" in text
+    assert "FAIL" in text and "questions" in text
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("sha256", "0" * 64), ("rows", 999), ("bytes", 1)],
+)
+def test_tampered_manifest_shard_entry_fails(run, field, value):
+    _edit_manifest(run / "documents", lambda m: m["shards"]["part-00000"].update({field: value}))
+    problems = _validate_json(run / "documents", 1)["stages"][0]["problems"]
+    assert any(p.startswith("_manifest.json: part-00000 " + field) and "_shards/part-00000.json" in p for p in problems), problems
+
+
+def test_tampered_manifest_totals_fail(run):
+    def edit(m):
+        m["rows"] = 999
+        m["counters"]["in"] += 1
+
+    _edit_manifest(run / "documents", edit)
+    problems = _validate_json(run / "documents", 1)["stages"][0]["problems"]
+    assert any(p.startswith("_manifest.json: rows is 999") for p in problems), problems
+    assert any(p.startswith("_manifest.json: counters.in") for p in problems), problems
+
+
+def test_tampered_shard_record_fails_against_the_file(run):
+    record = run / "documents" / "_shards" / "part-00000.json"
+    rec = json.loads(record.read_bytes())
+    rec["rows"] = 999
+    record.write_text(json.dumps(rec))
+    text = _validate(run / "documents", 1)
+    assert "_manifest.json: part-00000 rows" in text  # the manifest no longer agrees with the record
+    assert "part-00000.parquet:" in text and "rows, _shards/part-00000.json says 999" in text
+
+
+def test_shard_without_record_and_record_without_shard_fail(tmp_path):
+    docs = tmp_path / "documents"
+    _write(docs, "documents", DOCUMENTS, [[_doc(0)], [_doc(1)]])
+    (docs / "part-00000.parquet").unlink()
+    shutil.copy(docs / "part-00001.parquet", docs / "part-00007.parquet")
+    text = _validate(docs, 1)
+    assert "part-00000.parquet: recorded as done in _shards/part-00000.json but the file is missing" in text
+    assert "part-00007.parquet: shard file without a completion record" in text
+
+
+def test_manifest_listing_an_uncommitted_shard_fails(tmp_path):
+    docs = tmp_path / "documents"
+    _write(docs, "documents", DOCUMENTS, [[_doc(0)], [_doc(1)]])
+    (docs / "_shards" / "part-00001.json").unlink()
+    (docs / "part-00001.parquet").unlink()
+    text = _validate(docs, 1)
+    assert "_manifest.json: lists part-00001 but _shards/part-00001.json does not exist" in text
+
+
+def test_manifest_lagging_behind_newer_records_is_a_note(tmp_path):
+    # Task A commits part 0 and merges; task B commits part 1 and has not merged yet.
+    docs = tmp_path / "documents"
+    stage = StageWriter(docs, StageSpec("documents", DOCUMENTS, command=["grtool", "test"]), num_parts=2)
+    for i in range(2):
+        with stage.shard(i) as shard:
+            shard.count_in(1)
+            shard.write_rows([_doc(i)])
+        if i == 0:
+            stage.finish()
+    out = _validate_json(docs, 0)["stages"][0]
+    assert out["problems"] == []
+    assert len(out["notes"]) == 1 and "part-00001" in out["notes"][0] and "lags" in out["notes"][0]
+    assert out["checked"] == {"rows": 2, "shards": 2}  # the unmerged shard is still verified
+    stage.finish()
+    assert _validate_json(docs, 0)["stages"][0]["notes"] == []
+
+
+# ----------------------------------------------------------------------------------- cross-table
+
+
+def test_questions_alone_checked_against_sibling_documents(tmp_path):
+    _write(tmp_path / "documents", "documents", DOCUMENTS, [[_doc(0), _doc(1)]])
+    _write(tmp_path / "questions", "questions", QUESTIONS, [[_question("q1", ["d0", "d1"]), _question("q2", ["d1", "d9"])]])
+    text = _validate(tmp_path / "questions", 1)
+    assert "1 gold doc ids" in text and "q2 -> d9" in text
+    _validate(tmp_path / "documents", 0)  # documents reference nothing
+    whole = _validate_json(tmp_path, 1)
+    [q] = [s for s in whole["stages"] if s["table"] == "questions"]
+    assert any("q2 -> d9" in p for p in q["problems"])
+
+
+def test_questions_without_sibling_documents_pass(tmp_path):
+    _write(tmp_path / "questions", "questions", QUESTIONS, [[_question("q1", ["d9"])]])
+    _validate(tmp_path / "questions", 0)
+
+
+def test_ingested_questions_alone_fail_when_a_gold_document_is_removed(run):
+    import pyarrow.parquet as pq
+
+    gold = {d for row in pq.read_table(run / "questions" / "part-00000.parquet").to_pylist() for d in row["gold_doc_ids"]}
+    victim = sorted(gold)[0]
+    docs = [r for r in pq.read_table(run / "documents" / "part-00000.parquet").to_pylist() if r["doc_id"] != victim]
+    shutil.rmtree(run / "documents")
+    _write(run / "documents", "documents", DOCUMENTS, [docs])
+    text = _validate(run / "questions", 1)
+    assert victim in text and "gold doc ids" in text
+
+
+def test_incomplete_sibling_documents_is_a_note(tmp_path):
+    stage = StageWriter(tmp_path / "documents", StageSpec("documents", DOCUMENTS, command=["grtool", "test"]), num_parts=2)
+    with stage.shard(0) as shard:
+        shard.count_in(1)
+        shard.write_rows([_doc(0)])
+    stage.finish()
+    _write(tmp_path / "questions", "questions", QUESTIONS, [[_question("q1", ["d9"])]])
+    out = _validate_json(tmp_path / "questions", 0)["stages"][0]
+    assert any("not complete" in n for n in out["notes"])
