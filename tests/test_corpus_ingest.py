@@ -211,6 +211,29 @@ def test_stdout_jsonl_tags_both_tables(examples, cli, tmp_path):
         assert [r for r, t in zip(rows, tables) if t == table] == expected
 
 
+def test_stdin_input_gives_the_rows_of_the_file(examples, cli, tmp_path):
+    import gzip
+
+    source = examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"
+    cli("corpus", "ingest", source, "--out", tmp_path / "file")
+    piped = subprocess_bytes_input(gzip.compress(source.read_bytes()), "corpus", "ingest", "-", "--split", "dev", "--out", tmp_path / "pipe")
+    assert piped.returncode == 0, piped.stderr
+    for table in ("documents", "questions"):
+        assert read_table(tmp_path / "pipe" / table).to_pylist() == read_table(tmp_path / "file" / table).to_pylist()
+    # Standard input cannot be compared with what made the directory: resuming from it is refused.
+    again = subprocess_bytes_input(source.read_bytes(), "corpus", "ingest", "-", "--split", "dev", "--out", tmp_path / "pipe")
+    assert again.returncode == 2 and b"standard input" in again.stderr and b"--overwrite" in again.stderr
+
+
+def subprocess_bytes_input(data: bytes, *args):
+    """Like the cli fixture, with binary data on stdin (a compressed stream)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "grtool", *map(str, args)], input=data, capture_output=True, env=dict(os.environ))
+
+
 def test_archive_and_compression_are_detected_from_bytes(examples, cli, tmp_path):
     import gzip
     import tarfile

@@ -19,7 +19,7 @@ from typing import Any
 
 from grtool.corpus import datasets as ds
 from grtool.corpus.docid import DOC_ID_SCHEME
-from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
+from grtool.corpus.readers import STDIN, Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.spill import (
     Spill,
     buckets_for_bytes,
@@ -33,12 +33,13 @@ from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.io import is_stdio, open_output
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MANIFEST, StageSpec, load_manifest
+from grtool.store.stage import MANIFEST, StageSpec, load_manifest, refuse_stdin_resume
 
 WORK_DIR = "_ingest_work"
 COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets
 DEFAULT_SPLIT = {ds.MOREHOPQA: "test"}  # MoreHopQA is a test-only benchmark
 PROGRESS_EVERY = 2048  # records
+STDIN_ESTIMATE = 4 << 30  # bytes assumed for an input piped in on stdin
 
 
 @dataclass
@@ -119,7 +120,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
-    total = sum(f.stat().st_size for f in files)
+    total = None if any(_is_stdin(f) for f in files) else sum(f.stat().st_size for f in files)
     try:
         with progress() as bar:
             task = bar.add_task("reading inputs", total=total)
@@ -128,7 +129,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
                     _read_stream(stream, dataset, split, strict, spill, report, tick)
-                done += path.stat().st_size
+                done += stream.raw.tell() if _is_stdin(path) else path.stat().st_size
                 bar.update(task, completed=done)
         return spill.close()
     except BaseException:
@@ -136,9 +137,16 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
         raise
 
 
+def _is_stdin(path: Path) -> bool:
+    return str(path) == STDIN
+
+
 def _estimated_bytes(files: list[Path]) -> int:
     total = 0
     for f in files:
+        if _is_stdin(f):  # unknown size: plan for a large input (more spill buckets cost little)
+            total += STDIN_ESTIMATE
+            continue
         with open(f, "rb") as fh:
             head = fh.read(6)
         compressed = head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ"))
@@ -240,6 +248,7 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
             complete = complete and spec.table == "questions" and _documents_say_no_questions(out)
             continue
         old = load_manifest(d)
+        refuse_stdin_resume(d, old)
         if {k: old.get(k) for k in ("table", "params", "inputs")} != spec.identity():
             raise GrtoolError(f"{d}: exists from a different ingest (parameters or inputs changed); use --overwrite to start over")
         complete = complete and bool(old.get("complete"))

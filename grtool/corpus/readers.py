@@ -17,6 +17,7 @@ import bz2
 import gzip
 import io
 import lzma
+import sys
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ import orjson
 from grtool.errors import InputError
 
 READ_BUFFER = 1 << 20
+STDIN = "-"  # an input named "-" is read from standard input (any container, detected from its bytes)
 _BOM = b"\xef\xbb\xbf"
 _DECOMPRESS_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError)
 
@@ -54,7 +56,7 @@ def input_files(path: str | Path) -> list[Path]:
     skipped; a file named on the command line is always read.
     """
     p = Path(path)
-    if p.is_file():
+    if str(path) == STDIN or p.is_file():
         return [p]
     if p.is_dir():
         files = [
@@ -108,9 +110,29 @@ def _is_tar(buf: io.BufferedReader) -> bool:
     return len(head) >= 262 and head[257:262] == b"ustar"
 
 
+class _Stdin(io.RawIOBase):
+    """Standard input as a raw stream whose ``tell()`` counts the bytes read (a pipe cannot seek)."""
+
+    def __init__(self) -> None:
+        self.f = sys.stdin.buffer
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.f.read1(len(b)) if hasattr(self.f, "read1") else self.f.read(len(b))
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.pos
+
+
 def open_streams(path: Path) -> Iterator[Stream]:
-    """The decompressed record streams of one input file (one, or one per tar member)."""
-    raw = open(path, "rb", buffering=0)
+    """The decompressed record streams of one input file (one, or one per tar member); ``-`` is stdin."""
+    raw: BinaryIO = _Stdin() if str(path) == STDIN else open(path, "rb", buffering=0)  # type: ignore[assignment]
     try:
         buf = io.BufferedReader(raw, READ_BUFFER)
         try:

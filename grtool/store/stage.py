@@ -432,6 +432,7 @@ class StageWriter:
         mpath = self.path / MANIFEST
         if mpath.exists():
             old = load_manifest(self.path)
+            refuse_stdin_resume(self.path, old)
             old_identity = {k: old.get(k) for k in ("table", "params", "inputs")}
             if old_identity != self.identity:
                 raise GrtoolError(
@@ -486,6 +487,12 @@ class StageWriter:
                 self._clean_stale_tmp()
         self.records = records
         return manifest
+
+
+def refuse_stdin_resume(path: Path, old_manifest: dict[str, Any]) -> None:
+    """Output made from standard input cannot be resumed: nobody can tell whether the same rows come in again."""
+    if any(i.get("kind") == "stdin" for i in old_manifest.get("inputs") or []):
+        raise GrtoolError(f"{path}: exists from a run that read standard input, which cannot be resumed; use --overwrite")
 
 
 def _identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
