@@ -345,3 +345,20 @@ def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_p
     assert "--overwrite" in one_line(proc.stderr)
     cli("corpus", "ingest", src, "--out", out, "--split", "dev", "--overwrite")
     assert set(pq.read_table(out / "questions" / "part-00000.parquet").column("split").to_pylist()) == {"dev"}
+
+
+def test_rows_per_part_spreads_a_small_corpus_over_many_parts(examples, cli, tmp_path):
+    from grtool.corpus.spill import plan_parts
+
+    # A bucket bigger than a part is cut into chunks: part indices stay 0..n-1 whatever the sizes.
+    assert [p.index for p in plan_parts([120, 0, 30, 250], 50)] == list(range(9))
+    source = examples / "hotpotqa" / "hotpot_train_v1.1.example.json"
+    cli("corpus", "ingest", source, "--out", tmp_path / "one")
+    cli("corpus", "ingest", source, "--out", tmp_path / "many", "--rows-per-part", "3")
+    docs = len(read_table(tmp_path / "one" / "documents"))
+    assert len(list((tmp_path / "many" / "documents").glob("part-*.parquet"))) >= docs // 3
+    cli("validate", tmp_path / "many")
+    for table in ("documents", "questions"):
+        key = "doc_id" if table == "documents" else "qid"
+        one = sorted(read_table(tmp_path / "one" / table).to_pylist(), key=lambda r: r[key])
+        assert sorted(read_table(tmp_path / "many" / table).to_pylist(), key=lambda r: r[key]) == one

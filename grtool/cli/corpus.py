@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, Out, Overwrite, Plot, Strict
+from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict
 from grtool.log import console, log
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -51,6 +51,7 @@ def ingest_cmd(
     ] = None,
     strict: Strict = False,
     overwrite: Overwrite = False,
+    rows_per_part: RowsPerPart = None,
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
@@ -67,7 +68,7 @@ def ingest_cmd(
     """
     from grtool.corpus.ingest import ingest
 
-    report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite)
+    report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite, rows_per_part=rows_per_part)
     if str(out) != "-":
         _print_summary(f"ingested into {out}", report.as_dict())
     if report.rejected:
@@ -79,6 +80,7 @@ def merge_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Ingested run directories (each holding documents/ and questions/).")],
     out: Out,
     overwrite: Overwrite = False,
+    rows_per_part: RowsPerPart = None,
 ) -> None:
     """Union of ingested corpora: documents deduplicated by doc_id (their datasets united), questions
     concatenated (a qid seen twice is rejected).
@@ -87,7 +89,7 @@ def merge_cmd(
     """
     from grtool.corpus.merge import merge
 
-    report = merge(inputs, str(out), overwrite=overwrite)
+    report = merge(inputs, str(out), overwrite=overwrite, rows_per_part=rows_per_part)
     if str(out) != "-":
         _print_summary(f"merged into {out}", report)
 

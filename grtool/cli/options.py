@@ -20,3 +20,12 @@ ShardIndex = Annotated[
 Strict = Annotated[bool, typer.Option("--strict", help="Fail on the first bad record instead of rejecting it.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON object on stdout instead of tables.")]
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG chart to this file.")]
+RowsPerPart = Annotated[
+    Optional[int],
+    typer.Option(
+        "--rows-per-part",
+        min=1,
+        help="Rows per output part (default 100000). Parts are the unit of --num-shards and Slurm arrays: "
+        "smaller parts spread a small corpus over more array tasks.",
+    ),
+]

@@ -24,7 +24,7 @@ from grtool.corpus.spill import (
     Spill,
     buckets_for_bytes,
     load_plan,
-    plan_parts,
+    table_parts,
     question_duplicates,
     write_documents,
     write_questions,
@@ -33,7 +33,7 @@ from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.io import is_stdio, open_output
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MANIFEST, StageSpec, load_manifest, refuse_stdin_resume
+from grtool.store.stage import MANIFEST, MAX_ROWS_PER_SHARD, StageSpec, load_manifest, refuse_stdin_resume
 
 WORK_DIR = "_ingest_work"
 COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets
@@ -65,12 +65,12 @@ class IngestReport:
 
 
 def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", split: str | None = None,
-           strict: bool = False, overwrite: bool = False) -> IngestReport:
+           strict: bool = False, overwrite: bool = False, rows_per_part: int | None = None) -> IngestReport:
     """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``)."""
     if dataset != "auto" and dataset not in ds.CONVERTERS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
     files = [f for i in inputs for f in input_files(i)]
-    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME}
+    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part)}
     names = [str(i) for i in inputs]
     doc_spec = StageSpec("documents", DOCUMENTS, params, names)
     q_spec = StageSpec("questions", QUESTIONS, params, names)
@@ -79,6 +79,15 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity)  # noqa: E731
     report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
+
+
+def rows_per_part_param(rows_per_part: int | None) -> dict[str, int]:
+    """Only a non-default part size goes into the parameters (outputs of earlier versions stay resumable)."""
+    if rows_per_part is None or rows_per_part == MAX_ROWS_PER_SHARD:
+        return {}
+    if rows_per_part < 1:
+        raise InputError(f"--rows-per-part must be at least 1, got {rows_per_part}")
+    return {"rows_per_part": rows_per_part}
 
 
 def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
@@ -221,8 +230,8 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
                 f"{dup['source']}, {dup['position']}: duplicate qid {dup['qid']!r} "
                 f"(first seen in {first['source']}, {first['position']}) [--strict]"
             )
-    doc_parts = plan_parts(plan["documents"]["rows"])
-    q_parts = plan_parts(plan["questions"]["rows"]) if has_questions else []
+    doc_parts = table_parts(plan, "documents")
+    q_parts = table_parts(plan, "questions") if has_questions else []
     target = (lambda t: "-") if out is None else (lambda t: out / t)
     docs_out = open_output(target("documents"), doc_spec, overwrite=overwrite, num_parts=len(doc_parts), tag="documents")
     with progress() as bar:

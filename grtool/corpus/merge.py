@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from grtool.corpus.ingest import run_two_phase
+from grtool.corpus.ingest import rows_per_part_param, run_two_phase
 from grtool.corpus.spill import MAX_BUCKETS, Spill
 from grtool.errors import InputError
 from grtool.log import progress
@@ -42,12 +42,12 @@ def _buckets(stages: list[Path]) -> int:
     return max(1, min(MAX_BUCKETS, math.ceil(rows / ROWS_PER_BUCKET)))
 
 
-def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
+def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False, rows_per_part: int | None = None) -> dict[str, Any]:
     if len(inputs) < 1:
         raise InputError("corpus merge needs at least one input directory")
     docs, questions = _stages(inputs)
     names = [str(p) for p in docs + questions]
-    params = {"op": "merge"}
+    params = {"op": "merge", **rows_per_part_param(rows_per_part)}
     doc_spec = StageSpec("documents", DOCUMENTS, params, names)
     q_spec = StageSpec("questions", QUESTIONS, params, names)
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}

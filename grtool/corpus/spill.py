@@ -191,7 +191,8 @@ def plan_parts(rows: list[int], max_rows: int = MAX_ROWS_PER_SHARD) -> list[Part
         if n > max_rows:
             close_group()
             k = math.ceil(n / max_rows)
-            parts.extend(Part(len(parts) + j, (b,), j, k) for j in range(k))
+            first = len(parts)  # (not len(parts) inside the loop: it grows while the chunks are added)
+            parts.extend(Part(first + j, (b,), j, k) for j in range(k))
             continue
         if group_rows + n > max_rows:
             close_group()
@@ -201,6 +202,12 @@ def plan_parts(rows: list[int], max_rows: int = MAX_ROWS_PER_SHARD) -> list[Part
     if not parts:  # an empty table is still one (empty) part, which also carries the rejects
         parts.append(Part(0, ()))
     return parts
+
+
+def table_parts(plan: dict[str, Any], table: str) -> list[Part]:
+    """The parts of one table under a plan; ``--rows-per-part`` (in the run's parameters) sets their size."""
+    max_rows = (plan.get("identity") or {}).get("params", {}).get("rows_per_part") or MAX_ROWS_PER_SHARD
+    return plan_parts(plan[table]["rows"], max_rows)
 
 
 def _load(root: Path, table: str, buckets: tuple[int, ...], schema: pa.Schema) -> pl.DataFrame:
@@ -239,7 +246,7 @@ def _write_rejects(sh: Any, root: Path, table: str) -> None:
 
 def write_documents(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
     """Distinct documents of every pending part; duplicates fold into the first occurrence."""
-    for part in plan_parts(plan["documents"]["rows"]):
+    for part in table_parts(plan, "documents"):
         if not writer.done(part.index):
             df = _chunk(_fold_documents(_load(root, "documents", part.buckets, DOC_SPILL)), part)
             with writer.shard(part.index) as sh:
@@ -281,7 +288,7 @@ def question_duplicates(root: Path, plan: dict[str, Any]) -> Iterator[tuple[dict
 def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
     """Questions of every pending part in input order; a repeated qid is rejected (see :func:`question_duplicates`)."""
     names = QUESTIONS.names
-    for part in plan_parts(plan["questions"]["rows"]):
+    for part in table_parts(plan, "questions"):
         if not writer.done(part.index):
             buckets = _load(root, "questions", part.buckets, QUESTION_SPILL)
             # duplicates are decided over whole buckets (a qid lives in one bucket), then chunked
