@@ -50,6 +50,8 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
             pl.col("gold_doc_ids").list.len().alias("gold"),
             pl.col("meta").str.json_path_match("$.hops").cast(pl.Int64, strict=False).alias("hops"),
             "gold_doc_ids",
+            # HotpotQA fullwiki: supporting-fact titles absent from the retrieved context (gold is partial)
+            pl.col("meta").str.json_path_match("$.gold_titles_missing[0]").is_not_null().alias("gold_incomplete"),
         )
         groups = (
             q.group_by("dataset", "split")
@@ -60,6 +62,7 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
                 pl.col("gold").min().alias("gold_min"),
                 pl.col("gold").max().alias("gold_max"),
                 pl.col("gold_doc_ids").list.explode().drop_nulls().n_unique().alias("gold_documents"),
+                pl.col("gold_incomplete").sum().alias("gold_incomplete"),
             )
             .sort("dataset", "split")
             .collect()
@@ -81,6 +84,7 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
                     "gold_per_question": {"mean": r["gold_mean"], "min": r["gold_min"], "max": r["gold_max"]},
                     "hops": hop_map.get((r["dataset"], r["split"]), {}),
                     "answerable_share": r["answerable_share"],
+                    "questions_with_incomplete_gold": int(r["gold_incomplete"] or 0),
                 }
             )
         result["questions_total"] = int(groups["questions"].sum()) if groups.height else 0
@@ -104,10 +108,13 @@ def stats_table(stats: dict[str, Any]) -> Table:
             hops,
             f"{g['answerable_share']:.1%}",
         )
+    incomplete = [f"{g['dataset']} {g['split']}: {g['questions_with_incomplete_gold']:,}" for g in stats["groups"] if g["questions_with_incomplete_gold"]]
     docs = stats.get("documents", {})
+    if incomplete:
+        t.caption = "questions whose gold titles are missing from their context (meta.gold_titles_missing): " + ", ".join(incomplete)
     if docs:
         by = ", ".join(f"{k}: {v:,}" for k, v in docs.get("by_dataset", {}).items())
-        t.caption = f"{docs.get('total', 0):,} distinct documents ({by})"
+        t.caption = "\n".join(filter(None, [f"{docs.get('total', 0):,} distinct documents ({by}); 'documents' counts the dataset's whole corpus", t.caption]))
     return t
 
 
