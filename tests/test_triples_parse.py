@@ -43,6 +43,10 @@ SHAPES = [
     ),
     ("dedup is case-insensitive", "(Paris, capital of, France)\n(paris, Capital of, FRANCE)", [PARIS]),
     ("abbreviation keeps its dot", "- Tim, moved to, the U.S.", [("Tim", "moved to", "the U.S.")]),
+    ("bracketed line, not json", "[Paris, capital of, France]\n[Paris, lies on, Seine]", [PARIS, SEINE]),
+    ("parenthesized quoted line", '("Paris", "capital of", "France")', [PARIS]),
+    ("json number as a part", '[["Avicii", "born in", 1989]]', [("Avicii", "born in", "1989")]),
+    ("citation number is not json", "[1] Paris | capital of | France", [("[1] Paris", "capital of", "France")]),
 ]
 
 
@@ -51,6 +55,46 @@ def test_output_shapes(name: str, text: str, expected: list[tuple[str, str, str]
     parsed = parse_output(text, "stop")
     assert parsed.triples == expected
     assert not parsed.truncated
+
+
+# Output cut by the length limit: (name, text, the complete triples that must be kept).
+TRUNCATED = [
+    ("salvage keeps a number part", '{"triples": [["Avicii", "born in", 1989], ["Avicii", "died in", 20', [("Avicii", "born in", "1989")]),
+    ("cut last line is dropped", "(Paris, capital of, France)\nParis, lies on, Sei", [PARIS]),
+    ("cut last pipe line is dropped", "Paris | capital of | France\nParis | lies on | Se", [PARIS]),
+    ("complete last line is kept", "(Paris, capital of, France)\n(Paris, lies on, Seine)\n", [PARIS, SEINE]),
+    ("closed fence keeps its last line", "```\nParis | capital of | France\nParis | lies on | Seine\n```", [PARIS, SEINE]),
+    ("open fence drops its cut line", "```\nParis | capital of | France\nParis | lies on | Se", [PARIS]),
+]
+
+
+@pytest.mark.parametrize("name,text,expected", TRUNCATED, ids=[s[0] for s in TRUNCATED])
+def test_truncated_shapes(name: str, text: str, expected: list[tuple[str, str, str]]) -> None:
+    parsed = parse_output(text, "length")
+    assert parsed.triples == expected and parsed.truncated
+
+
+def test_only_a_truncated_line_is_dropped() -> None:
+    # The same text without the length limit: the last line is complete.
+    assert parse_output("(Paris, capital of, France)\nParis, lies on, Seine", "stop").triples == [PARIS, SEINE]
+
+
+# JSON-shaped outputs without a complete triple: a parse failure, never raw JSON split on commas.
+JSON_FAILURES = [
+    ("truncated array of arrays", '{"triples": [["Paris", "capital of", "Fr', "length"),
+    ("truncated array of objects", '[{"head": "Paris", "relation": "capital of", "tail": "Fr', "length"),
+    ("object without triples", '{"triples": [], "note": "none", "count": 0}', "stop"),
+    ("four parts", '[["Paris","capital of","France",0.9]]', "stop"),
+    ("four parts, several lines", '[["Paris","capital of","France",0.9],\n ["Paris","lies on","Seine",0.8]]', "stop"),
+    ("chat, then truncated json", 'Here you go:\n{"triples": [["Paris", "capital of", "Fr', "length"),
+    ("truncated before the first part", '[\n  ["Par', "length"),
+]
+
+
+@pytest.mark.parametrize("name,text,finish", JSON_FAILURES, ids=[s[0] for s in JSON_FAILURES])
+def test_json_shaped_output_never_goes_to_the_line_parser(name: str, text: str, finish: str) -> None:
+    parsed = parse_output(text, finish)
+    assert parsed.triples == [] and parsed.failed and parsed.candidates == 0
 
 
 def test_truncated_json_keeps_every_complete_triple() -> None:

@@ -2,8 +2,10 @@
 
 The key is :func:`~grtool.llm.base.request_hash` (model + messages + every sampling parameter, max tokens and
 JSON schema included); what a stage makes of the text (parsing) is outside the key, so fixing a parser and
-re-running re-parses without generating again. Answers are committed to SQLite chunk by chunk as they arrive,
-so a crashed run loses at most the chunk in flight. Nothing about the transport (URLs, keys, headers) is stored.
+re-running re-parses without generating again. Answers are committed to SQLite chunk by chunk as they arrive
+(chunks no larger than the backend's own), and a backend that fails part of a chunk raises
+:class:`PartialGenerations` so the answers that did arrive are committed too: a crashed run loses at most the
+chunk in flight, a failed request loses only itself. Nothing about the transport (URLs, keys, headers) is stored.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from grtool.errors import GrtoolError
 from grtool.llm.base import Backend, Generation, Messages, Sampling, chunks, logprobs_summary, request_hash, require_logprobs
 
 _SCHEMA = """
@@ -27,6 +30,14 @@ CREATE TABLE IF NOT EXISTS generations (
     created REAL NOT NULL
 )
 """
+
+
+class PartialGenerations(GrtoolError):
+    """Some requests of a ``generate`` call failed; ``generations`` holds the others by position (None = failed)."""
+
+    def __init__(self, message: str, generations: list[Generation | None], exit_code: int | None = None):
+        super().__init__(message, exit_code)
+        self.generations = generations
 
 
 @dataclass
@@ -76,14 +87,17 @@ class CachedLLM:
     """A backend behind the request cache (``cache_path=None``: no cache, every prompt is generated).
 
     ``generate`` answers hits from the cache (``Generation.cached=True``) and sends the misses to the backend in
-    chunks of ``chunk_size`` (default: the backend's own preference), storing each chunk before the next, and
-    calling ``on_progress(finished_generations)`` as hits and chunks complete.
+    chunks of ``chunk_size`` (at most the backend's own preference), storing each chunk before the next, and
+    calling ``on_progress(finished_generations)`` as hits and chunks complete. When the backend raises
+    :class:`PartialGenerations`, the answers it carries are stored before the error goes on.
     """
 
     def __init__(self, backend: Backend, cache_path: Path | None, *, chunk_size: int | None = None):
         self.backend = backend
         self.cache = RequestCache(cache_path) if cache_path is not None else None
-        self.chunk_size = chunk_size or getattr(backend, "chunk_size", 256)
+        own = getattr(backend, "chunk_size", None) or 256
+        # The backend's chunk bounds what a crash loses, however large a chunk the caller reads and sends.
+        self.chunk_size = min(chunk_size, own) if chunk_size else own
         self.stats = CacheStats()
 
     @property
@@ -122,12 +136,16 @@ class CachedLLM:
 
         pending = list(todo)
         for batch in chunks(pending, self.chunk_size):
-            gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling)
+            try:
+                gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling)
+            except PartialGenerations as e:
+                answered = [(k, g) for k, g in zip(batch, e.generations) if g is not None]
+                self._store(answered, sampling)
+                self.stats.misses += len(answered)
+                raise
             if len(gens) != len(batch):
                 raise RuntimeError(f"{self.backend.name} backend returned {len(gens)} generations for {len(batch)} prompts")
-            require_logprobs(self.backend.name, gens, sampling)
-            if self.cache is not None:
-                self.cache.put_many([(k, self.model, g) for k, g in zip(batch, gens)])
+            self._store(list(zip(batch, gens)), sampling)
             done = []
             for k, g in zip(batch, gens):
                 g.cached = False
@@ -139,6 +157,11 @@ class CachedLLM:
             if on_progress:
                 on_progress(done)
         return results  # type: ignore[return-value]
+
+    def _store(self, answered: list[tuple[str, Generation]], sampling: Sampling) -> None:
+        require_logprobs(self.backend.name, [g for _, g in answered], sampling)
+        if self.cache is not None and answered:
+            self.cache.put_many([(k, self.model, g) for k, g in answered])
 
     def close(self) -> None:
         if self.cache is not None:

@@ -6,7 +6,9 @@
 - a JSON schema goes out as ``response_format: {type: json_schema}`` — never as ``guided_json``, which
   current vLLM servers silently ignore;
 - the API key comes from an environment variable (``OPENAI_API_KEY`` or the one named by ``--api-key-env``),
-  lives only in the request header, and is scrubbed from every error message.
+  lives only in the request header, and is scrubbed from every error message;
+- when requests fail for good, the call raises :class:`~grtool.llm.cache.PartialGenerations` carrying the answers
+  that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import httpx
 
 from grtool.errors import GrtoolError
 from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.llm.cache import PartialGenerations
 from grtool.log import log
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -102,13 +105,33 @@ class OpenAIBackend:
     async def _generate_all(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         gate = asyncio.Semaphore(self.concurrency)
+        failed: list[BaseException] = []
         async with httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers()) as client:
 
-            async def one(messages: Messages) -> Generation:
+            async def one(messages: Messages) -> Generation | None:
                 async with gate:
-                    return await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
+                    if failed:  # a request failed for good: a dead or refusing server should not get the rest
+                        return None
+                    try:
+                        return await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
+                    except Exception as e:  # the others in flight go on: their answers are worth keeping
+                        failed.append(e)
+                        return None
 
-            return list(await asyncio.gather(*(one(m) for m in prompts)))
+            gens = list(await asyncio.gather(*(one(m) for m in prompts)))
+        answered = sum(g is not None for g in gens)
+        if failed and not answered:
+            raise failed[0]
+        if failed:
+            raise PartialGenerations(
+                self._scrub(
+                    f"{len(failed)} of {len(prompts)} requests failed, {len(prompts) - answered - len(failed)} not sent after that, "
+                    f"{answered} answered; first failure: {failed[0]}"
+                ),
+                gens,
+                exit_code=getattr(failed[0], "exit_code", None),
+            ) from failed[0]
+        return gens  # type: ignore[return-value]
 
     async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any], sampling: Sampling) -> Generation:
         url = f"{self.base_url}/chat/completions"
@@ -122,7 +145,7 @@ class OpenAIBackend:
             else:
                 if r.status_code == 200:
                     return self._parse(r, sampling)
-                problem = f"HTTP {r.status_code}: {r.text[:500]}"
+                problem = f"HTTP {r.status_code}: {self._scrub(r.text)[:500]}"  # scrub first: a cut key would leak its start
                 if r.status_code not in RETRY_STATUS:
                     raise GrtoolError(self._scrub(f"{url}: {problem}"))
                 wait = _retry_after(r)

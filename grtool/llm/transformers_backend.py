@@ -26,7 +26,9 @@ class TransformersBackend:
         hf_logging.disable_progress_bar()  # grtool draws its own progress on stderr
         ref = resolve_model(model)
         self.model = ref.name
-        self.batch_size = self.chunk_size = max(1, batch_size)
+        self.batch_size = max(1, batch_size)
+        # Prompts per generate call: sorted by length inside it (less padding), cached after it (crash loss).
+        self.chunk_size = self.batch_size * 8
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(ref.path)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
 from rich.progress import TextColumn
 
@@ -38,6 +39,7 @@ from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
 
 EXAMPLE_CHARS = 300
+MAX_EXAMPLES = 3  # documents without triples quoted in the guard's message
 
 
 @dataclass
@@ -55,6 +57,11 @@ class PartResult:
     documents: int = 0
     empty: int = 0
     examples: list[str] = field(default_factory=list)
+    resumed: bool = False  # finished by an earlier run: the counts come from its shard record
+
+    def over(self, max_empty_share: float) -> bool:
+        """The empty-document guard: too large a share of this part's documents gave no triples."""
+        return bool(self.documents) and self.empty / self.documents > max_empty_share
 
 
 @dataclass
@@ -129,6 +136,11 @@ def extract(
             if triples_out.done(i) and (calls_out is None or calls_out.done(i)):
                 report.parts_skipped.append(name)
                 bar.advance(task, budget[i] or 0)
+                # A finished part is still judged: re-running after the guard tripped must not exit 0.
+                result = _recorded_result(triples_out, name)
+                if result.over(config.max_empty_share):
+                    tripped = _with_recorded_examples(triples_out, result)
+                    break
                 continue
             llm = CachedLLM(lazy.get(), (cache_dir / f"{name}.sqlite") if cache_dir is not None else None, chunk_size=config.chunk_size)
             try:
@@ -138,7 +150,7 @@ def extract(
             report.parts_done.append(name)
             for k, v in (("cache_hits", llm.stats.hits), ("cache_misses", llm.stats.misses)):
                 report.counters[k] = report.counters.get(k, 0) + v
-            if result.documents and result.empty / result.documents > config.max_empty_share:
+            if result.over(config.max_empty_share):
                 tripped = result
                 break
 
@@ -152,12 +164,41 @@ def extract(
         calls_out.finish(model=report.model)
     if tripped is not None:
         where = f" (rejects: {Path(out) / 'triples' / '_rejects' / (tripped.part + '.jsonl')})" if not is_stdio(out) else ""
+        earlier = "; this part was finished by an earlier run (--overwrite redoes it, re-parsing cached outputs)" if tripped.resumed else ""
         raise DataProblem(
             f"{tripped.part}: {tripped.empty} of {tripped.documents} documents gave no triples "
-            f"({tripped.empty / tripped.documents:.0%} > --max-empty-share {config.max_empty_share}){where}; "
-            "e.g. " + " | ".join(tripped.examples)
+            f"({tripped.empty / tripped.documents:.0%} > --max-empty-share {config.max_empty_share}){where}{earlier}"
+            + ("; e.g. " + " | ".join(tripped.examples) if tripped.examples else "")
         )
     return report
+
+
+def _recorded_result(stage: StageWriter, name: str) -> PartResult:
+    """A finished part's document counts, from its committed shard record."""
+    extra = stage.records.get(name, {}).get("counters", {}).get("extra", {})
+    return PartResult(name, extra.get("documents", 0), extra.get("documents_without_triples", 0), resumed=True)
+
+
+def _with_recorded_examples(stage: StageWriter, result: PartResult) -> PartResult:
+    """Examples for the guard's message from the part's rejects file (read only when the guard trips)."""
+    rejects = stage.records.get(result.part, {}).get("rejects_file")
+    if not rejects or not (stage.path / rejects).is_file():
+        return result
+    with open(stage.path / rejects, "rb") as f:
+        for line in f:
+            entry = orjson.loads(line)
+            if entry.get("reason") != "no_triples":
+                continue
+            rec = entry.get("record") or {}
+            result.examples.append(_example(rec.get("doc_id"), entry.get("detail"), rec.get("finish_reason"), rec.get("output") or ""))
+            if len(result.examples) == MAX_EXAMPLES:
+                break
+    return result
+
+
+def _example(doc_id: str | None, why: str | None, finish_reason: str | None, text: str) -> str:
+    snippet = text[:EXAMPLE_CHARS].replace("\n", " ")
+    return f"{doc_id} ({why}, finish_reason={finish_reason}): {snippet!r}"
 
 
 def _doc_budget(sizes: list[int | None], limit: int | None) -> list[int | None]:
@@ -254,9 +295,8 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
             source=source,
             detail=why,
         )
-        if len(result.examples) < 3:
-            snippet = gen.text[:EXAMPLE_CHARS].replace("\n", " ")
-            result.examples.append(f"{doc_id} ({why}, finish_reason={gen.finish_reason}): {snippet!r}")
+        if len(result.examples) < MAX_EXAMPLES:
+            result.examples.append(_example(doc_id, why, gen.finish_reason, gen.text))
         return []
     return [
         {

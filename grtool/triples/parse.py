@@ -4,6 +4,9 @@ Handled shapes: a JSON object or array (``{"triples": [[h, r, t], ...]}``, ``[{"
 values one after another), ``(head, relation, tail)`` lines, ``head | relation | tail`` lines and Markdown
 tables, numbered or bulleted lists, code fences, chatty text before and after, commas inside the tail (split on
 the first two separators only), and JSON cut off by the length limit (every complete triple is kept).
+
+JSON-shaped output (a JSON value with text decoded, or the first ``[``/``{`` opens real JSON) is never handed to the
+line parser: splitting raw JSON on commas gives garbage, so such output without a complete triple is a failure.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ Triple = tuple[str, str, str]
 
 _DECODER = json.JSONDecoder()
 _JSON_START = re.compile(r"[\[{]")
+_JSON_OPEN = re.compile(r"[\[{]\s*[\"\[{\]}]")  # how real JSON opens; "[Paris, capital of, France]" does not
 _FENCE = re.compile(r"```[\w+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.S)
-# Complete innermost pieces of (possibly truncated) JSON: ["a", "b", "c"] and flat {...} objects.
+# Complete innermost pieces of (possibly truncated) JSON: ["a", "b", 1989] and flat {...} objects.
 _STR = r'"(?:[^"\\]|\\.)*"'
-_SALVAGE = re.compile(rf"\[\s*{_STR}\s*,\s*{_STR}\s*,\s*{_STR}\s*\]|\{{[^{{}}\[\]]*\}}", re.S)
+_PART = rf"(?:{_STR}|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)"  # a string or a number, as complete JSON accepts
+_SALVAGE = re.compile(rf"\[\s*{_PART}\s*,\s*{_PART}\s*,\s*{_PART}\s*\]|\{{[^{{}}\[\]]*\}}", re.S)
 _BULLET = re.compile(r"^(?:[-*•+·]|\d{1,4}[.):]|\(\d{1,4}\)|#{1,6})\s*")
 _LABEL = re.compile(r"^(?:triple|fact)\s*\d*\s*[:.)-]\s*", re.I)
 _TABLE_RULE = re.compile(r"^[\s|:+-]+$")
@@ -116,21 +121,29 @@ def _walk(obj: object, out: list[Triple]) -> None:
             out.append(triple)
 
 
+def _has_text(obj: object) -> bool:
+    """A decoded value that is data, not a bracketed number in prose such as a "[1]" citation."""
+    return isinstance(obj, dict) or (isinstance(obj, list) and any(isinstance(x, (str, list, dict)) for x in obj))
+
+
 def _from_json(body: str) -> tuple[list[Triple], bool]:
     """Triples from every JSON value in ``body``; a value that does not decode is salvaged piece by piece.
 
-    Returns the triples and whether any JSON was seen at all.
+    Returns the triples and whether the body is JSON-shaped (then the line parser must not read it).
     """
     out: list[Triple] = []
-    seen = False
-    pos = 0
-    while (m := _JSON_START.search(body, pos)) is not None:
-        if pos == 0:
-            try:  # the common case, everything from here on is one JSON value: orjson is fastest
-                _walk(orjson.loads(body[m.start() :]), out)
-                return out, True
-            except orjson.JSONDecodeError:
-                pass
+    m = _JSON_START.search(body)
+    if m is None:
+        return out, False
+    shaped = _JSON_OPEN.match(body, m.start()) is not None
+    try:  # the common case, everything from here on is one JSON value: orjson is fastest
+        obj = orjson.loads(body[m.start() :])
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        _walk(obj, out)
+        return out, shaped or _has_text(obj)
+    while m is not None:
         try:
             obj, pos = _DECODER.raw_decode(body, m.start())
         except json.JSONDecodeError:
@@ -143,11 +156,11 @@ def _from_json(body: str) -> tuple[list[Triple], bool]:
                         _walk(json.loads(piece), out)
                     except json.JSONDecodeError:
                         continue
-            seen = seen or bool(pieces)
             break
-        seen = True
+        shaped = shaped or _has_text(obj)
         _walk(obj, out)
-    return out, seen
+        m = _JSON_START.search(body, pos)
+    return out, shaped
 
 
 # --------------------------------------------------------------------------------------- line paths
@@ -228,9 +241,12 @@ def parse_output(text: str, finish_reason: str | None = "stop") -> Parsed:
     """Triples from one model output, normalized and deduplicated (case-insensitively) in order."""
     result = Parsed(truncated=finish_reason == "length")
     body = _strip_fences(text or "")
-    raw, _ = _from_json(body) if ("{" in body or "[" in body) else ([], False)
-    if not raw:
-        raw = [t for t in map(parse_line, body.splitlines()) if t is not None]
+    raw, shaped = _from_json(body) if ("{" in body or "[" in body) else ([], False)
+    if not raw and not shaped:
+        lines = body.splitlines()
+        if result.truncated and lines and not body.endswith(("\n", "\r")):
+            lines.pop()  # the length limit cut the last line mid-way: its tail is missing
+        raw = [t for t in map(parse_line, lines) if t is not None]
     result.candidates = len(raw)
     seen: set[tuple[str, str, str]] = set()
     for h, r, t in raw:
