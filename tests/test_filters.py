@@ -20,12 +20,12 @@ from grtool.store.stage import StageSpec, StageWriter, iter_rows, load_manifest
 S, E = "<docid_start>", "<docid_end>"
 
 
-def docid(h: str, r: str, t: str) -> str:
-    return f"{S}{h}, {r}, {t}{E}"
+def docid(h: str, r: str, t: str, markers: tuple[str, str] = (S, E)) -> str:
+    return f"{markers[0]}{h}, {r}, {t}{markers[1]}"
 
 
-def write_stage(path, table, schema, rows, parts=1):
-    stage = StageWriter(path, StageSpec(table, schema), num_parts=parts)
+def write_stage(path, table, schema, rows, parts=1, params=None):
+    stage = StageWriter(path, StageSpec(table, schema, params=params or {}), num_parts=parts)
     for p in range(parts):
         with stage.shard(p) as sh:
             chunk = rows[p::parts]
@@ -77,11 +77,11 @@ def shared_data_dir():
     return SHARED_DATA
 
 
-def good_text(q: dict, facts: list[tuple], flip: set[int] = frozenset()) -> tuple[str, list[str], list[bool]]:
+def good_text(q: dict, facts: list[tuple], flip: set[int] = frozenset(), markers=(S, E)) -> tuple[str, list[str], list[bool]]:
     """A chain in the recipe's shape: one sentence per retrieval, then 'So the answer is X.'"""
     sentences, docids, flipped = [], [], []
     for i, (h, r, t, _) in enumerate(facts):
-        d = docid(t, r, h) if i in flip else docid(h, r, t)
+        d = docid(t, r, h, markers) if i in flip else docid(h, r, t, markers)
         lead = "The question names" if i == 0 else "From there,"
         sentences.append(f"{lead} {h if i not in flip else t}, and {d} tells us more.")
         docids.append(d)
@@ -96,11 +96,12 @@ def chain_row(qid, text, docids, flipped=None, candidate=0, selected=True):
     }
 
 
-def run(cli, world, name, rows, *args, check=True):
+def run(cli, world, name, rows, *args, check=True, triples=None, params=None):
     chains = world["root"] / f"{name}-chains"
     out = world["root"] / f"{name}-out"
-    write_stage(chains, "chains", CHAINS, rows, parts=2 if len(rows) > 3 else 1)
-    proc = cli("filters", "apply", chains, "--corpus", world["corpus"], "--triples", world["triples"], "--out", out, "--json", *args, check=check)
+    write_stage(chains, "chains", CHAINS, rows, parts=2 if len(rows) > 3 else 1, params=params)
+    triples = triples or world["triples"]
+    proc = cli("filters", "apply", chains, "--corpus", world["corpus"], "--triples", triples, "--out", out, "--json", *args, check=check)
     report = json.loads(proc.stdout) if proc.returncode == 0 else None
     kept = {(r["qid"], r["candidate"]): r for r in iter_rows(out)} if out.exists() else {}
     rejects = {}
@@ -159,7 +160,7 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     names = list(cases)
     reasons = {names[k[1]] if k[0] == qid else k[0]: e["record"]["reasons"] for k, e in rejects.items()}
     assert set(kept) == {(qid, 0)}
-    assert reasons["missing"] == ["docid-exists-missing", "gold-recall"]  # the second hop is not reached either
+    assert reasons["missing"] == ["docid-exists-missing", "gold-unknown-docid"]
     assert reasons["repeat"] == ["redundant"]
     assert reasons["repeat-flipped"] == ["redundant"]
     assert reasons["wrong-answer"] == ["answer-wrong"]
@@ -167,7 +168,7 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     assert reasons["half-gold"] == ["gold-recall"]
     assert reasons["non-gold"] == ["gold-outside"]
     assert reasons["unbalanced"][0] == "format-markers" and reasons["nested"][0] == "format-markers"
-    assert reasons["empty-part"] == ["format-empty-part", "docid-exists-missing", "gold-recall"]
+    assert reasons["empty-part"] == ["format-empty-part", "docid-exists-missing", "gold-unknown-docid"]
     assert reasons["no-docid"] == ["format-no-docid", "gold-recall"]
     assert reasons["column-differs"] == ["format-docids-column"]
     assert reasons["no-such-question"] == ["unknown-qid"]
@@ -189,20 +190,79 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     assert len(kept) == 1
     report, kept, _, _ = run(cli, world, "length", [rows[0]], "--max-docids", "1")
     assert not kept and report["reasons"] == {"length-docids": 1}
+    tokens = len(text.split())
+    _, kept, _, _ = run(cli, world, "tokens-ok", [rows[0]], "--max-chain-tokens", str(tokens))
+    assert len(kept) == 1
+    report, kept, _, _ = run(cli, world, "tokens", [rows[0]], "--max-chain-tokens", str(tokens - 1))
+    assert not kept and report["reasons"] == {"length-tokens": 1}
+    # Without docid-exists, gold still refuses a docid that names no stored triple.
+    _, kept, rejects, _ = run(cli, world, "gold-only", [rows[names.index("missing")]], "--rules", "gold")
+    assert not kept and [e["record"]["reasons"] for e in rejects.values()] == [["gold-unknown-docid"]]
 
 
-def test_a_triple_in_two_gold_documents_covers_both(cli, world, tmp_path):
-    qid = next(q for q, f in world["facts"].items() if len(f) == 2)
-    q = world["questions"][qid]
-    h, r, t, _ = world["facts"][qid][0]
+def two_hop_qids(world) -> list[str]:
+    """Questions whose two evidence triples sit in their two different gold documents."""
+    return [
+        qid for qid, f in world["facts"].items()
+        if len(f) == 2 and f[0][3] != f[1][3] and {f[0][3], f[1][3]} == set(world["questions"][qid]["gold_doc_ids"])
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def collided(world):
+    """The world's triples plus two real-looking collisions: question A's first evidence also stored in A's
+    other gold document, question B's first evidence also stored in a document that is not gold for B."""
+    qa, qb = two_hop_qids(world)[:2]
+    (ha, ra, ta, _), (_, _, _, other_gold) = world["facts"][qa]
+    hb, rb, tb, _ = world["facts"][qb][0]
+    gold_all = {g for q in world["questions"].values() for g in q["gold_doc_ids"]}
+    non_gold, other_non_gold = [d for d in world["documents"] if d not in gold_all][:2]
     triples = list(iter_rows(world["triples"]))
-    other = [g for g in q["gold_doc_ids"] if g != world["facts"][qid][0][3]][0]
-    triples.append({"doc_id": other, "idx": 999, "head": h, "relation": r, "tail": t, "docid": docid(h, r, t)})
-    write_stage(tmp_path / "triples", "triples", TRIPLES, triples)
+    triples.append({"doc_id": other_gold, "idx": 999, "head": ha, "relation": ra, "tail": ta, "docid": docid(ha, ra, ta)})
+    triples.append({"doc_id": non_gold, "idx": 999, "head": hb, "relation": rb, "tail": tb, "docid": docid(hb, rb, tb)})
+    path = world["root"] / "collided-triples"
+    write_stage(path, "triples", TRIPLES, triples)
+    return {"path": path, "gold-gold": qa, "gold-non-gold": qb, "other_non_gold": other_non_gold}
+
+
+def test_a_triple_in_two_gold_documents_covers_both(cli, world, collided):
+    qid = collided["gold-gold"]
+    q, facts = world["questions"][qid], world["facts"][qid]
+    h, r, t, _ = facts[0]
     row = chain_row(qid, f"Start at {h}: {docid(h, r, t)}. So the answer is {q['answer']}.", [docid(h, r, t)])
-    write_stage(tmp_path / "chains", "chains", CHAINS, [row])
-    proc = cli("filters", "apply", tmp_path / "chains", "--corpus", world["corpus"], "--triples", tmp_path / "triples", "--out", tmp_path / "out", "--json")
-    assert json.loads(proc.stdout)["kept"] == 1
+    report, kept, rejects, _ = run(cli, world, "collide-one", [row], triples=collided["path"])
+    assert list(kept) == [(qid, 0)] and not rejects
+    _, kept, rejects, _ = run(cli, world, "collide-one-plain", [row])  # without the collision: half the gold
+    assert not kept and [e["record"]["reasons"] for e in rejects.values()] == [["gold-recall"]]
+
+
+def test_a_distinct_triple_adding_no_document_is_rejected_not_trimmed(cli, world, collided):
+    """The second hop carries the answer but its document was already retrieved through the colliding first
+    triple: trimming it would lose information, so both modes reject the chain and nothing is rewritten."""
+    qid = collided["gold-gold"]
+    q, facts = world["questions"][qid], world["facts"][qid]
+    text, docids, _ = good_text(q, facts)
+    reordered, redocids, _ = good_text(q, facts[::-1])  # the non-colliding triple first: both add a document
+    rows = [chain_row(qid, text, docids), chain_row(qid, reordered, redocids, candidate=1)]
+    for mode in ("reject", "trim"):
+        report, kept, rejects, _ = run(cli, world, f"stale-{mode}", rows, "--redundant", mode, "--all-candidates", triples=collided["path"])
+        assert list(kept) == [(qid, 1)] and kept[(qid, 1)]["text"] == reordered
+        entry = rejects[(qid, 0)]
+        assert entry["record"]["reasons"] == ["redundant-no-new-document"] and "adds no new document" in entry["detail"]
+        assert entry["record"]["text"] == text and entry["record"]["docids"] == docids  # not trimmed
+        assert report["rules"]["redundant"] == 1 and report.get("trimmed", 0) == 0
+
+
+def test_a_triple_in_a_gold_and_a_non_gold_document_counts_for_the_gold_one(cli, world, collided):
+    qid = collided["gold-non-gold"]
+    q, facts = world["questions"][qid], world["facts"][qid]
+    text, docids, _ = good_text(q, facts)
+    doc = world["documents"][collided["other_non_gold"]]
+    own = docid(doc["title"], "is the subject of", "a Wikipedia paragraph")  # a triple only a non-gold document holds
+    rows = [chain_row(qid, text, docids), chain_row(qid, text.replace(" So the", f" Also {own}. So the"), [*docids, own], candidate=1)]
+    report, kept, rejects, _ = run(cli, world, "collide-non-gold", rows, "--all-candidates", triples=collided["path"])
+    assert list(kept) == [(qid, 0)]
+    assert rejects[(qid, 1)]["record"]["reasons"] == ["gold-outside"] and own in rejects[(qid, 1)]["detail"]
 
 
 def test_trim_removes_the_repeated_step(cli, world):
@@ -219,12 +279,101 @@ def test_trim_removes_the_repeated_step(cli, world):
     assert kept[(qid, 1)]["text"] == text.replace(f"{docids[1]} tells", f"{docids[1]} tell")
 
 
+def test_custom_markers_from_the_chains_manifest_or_the_options(cli, world):
+    cs, ce = "<|ref|>", "<|/ref|>"
+    qid = two_hop_qids(world)[0]
+    facts = world["facts"][qid]
+    rows = [chain_row(qid, *good_text(world["questions"][qid], facts, flip={1}, markers=(cs, ce)))]
+    report, kept, _, out = run(cli, world, "markers-manifest", rows, params={"markers": [cs, ce]})
+    assert list(kept) == [(qid, 0)] and load_manifest(out)["params"]["markers"] == [cs, ce]
+    _, kept, _, _ = run(cli, world, "markers-options", rows, "--docid-start", cs, "--docid-end", ce)
+    assert list(kept) == [(qid, 0)]
+    _, kept, rejects, _ = run(cli, world, "markers-standard", rows)  # nothing recorded: the standard markers
+    assert not kept and rejects[(qid, 0)]["record"]["reasons"][0] == "format-no-docid"
+    # Standard-marker chains against a manifest recording custom ones fail too: the manifest is believed.
+    std = [chain_row(qid, *good_text(world["questions"][qid], facts))]
+    _, kept, _, _ = run(cli, world, "markers-mismatch", std, params={"markers": [cs, ce]})
+    assert not kept
+    _, kept, _, _ = run(cli, world, "markers-override", std, "--docid-start", S, "--docid-end", E, params={"markers": [cs, ce]})
+    assert list(kept) == [(qid, 0)]
+
+
+# --------------------------------------------------------------- MuSiQue: aliases and unanswerable questions
+
+
+@pytest.fixture(scope="module")
+def musique(tmp_path_factory, shared_data_dir):
+    """MuSiQue-full (answerable and unanswerable) and MuSiQue-Ans dev (answer aliases), really ingested; one
+    triple per decomposition step, stored in the step's supporting paragraph (`X >> relation` steps give
+    (X, relation, answer), question steps (title, question, answer), with #k replaced by earlier answers)."""
+    from grtool.corpus.datasets import UNANSWERABLE_SUFFIX
+    from grtool.corpus.docid import doc_id
+    from tests.conftest import run_cli
+
+    root = tmp_path_factory.mktemp("filters-musique")
+    files = [shared_data_dir / "musique" / f for f in ("musique_full_v1.0_train.sample.jsonl", "musique_ans_v1.0_dev.sample.jsonl")]
+    run_cli("corpus", "ingest", *files, "--out", root / "corpus")
+    questions = {q["qid"]: q for q in InputTable.open(root / "corpus", "questions").iter_rows()}
+    triples, facts = [], {}
+    for line in (line for f in files for line in f.read_text().splitlines()):
+        rec = json.loads(line)
+        qid = rec["id"] if rec.get("answerable", True) else rec["id"] + UNANSWERABLE_SUFFIX
+        answers, facts[qid] = [], []
+        for step in rec["question_decomposition"]:
+            asked = re.sub(r"#(\d)", lambda m: answers[int(m.group(1)) - 1], step["question"])
+            answers.append(step["answer"])
+            if step["paragraph_support_idx"] is None:
+                continue
+            p = rec["paragraphs"][step["paragraph_support_idx"]]
+            h, r = asked.split(" >> ") if " >> " in asked else (p["title"], asked.rstrip(" ?"))
+            doc = doc_id(p["title"], p["paragraph_text"])
+            triples.append({"doc_id": doc, "idx": len(triples), "head": h, "relation": r, "tail": step["answer"], "docid": docid(h, r, step["answer"])})
+            facts[qid].append((h, r, step["answer"], doc))
+    assert set(facts) == set(questions)
+    write_stage(root / "triples", "triples", TRIPLES, triples)
+    return {"root": root, "corpus": root / "corpus", "triples": root / "triples", "questions": questions, "facts": facts}
+
+
+def test_answer_aliases(cli, musique):
+    rialto = next(q for q in musique["questions"].values() if q["answer"] == "Rialto Bridge")
+    clinton = next(q for q in musique["questions"].values() if q["answer"] == "Hillary Clinton")
+    assert rialto["answer_aliases"] == ["Ponte di Rialto"] and "Clinton" in clinton["answer_aliases"]
+    rows = []
+    for q, said in ((rialto, "Rialto Bridge"), (rialto, "the Ponte di Rialto!"), (rialto, "Venice"), (clinton, "Clinton"), (clinton, "Trump")):
+        text, docids, _ = good_text(q, musique["facts"][q["qid"]])
+        rows.append(chain_row(q["qid"], text.replace(f"answer is {q['answer']}.", f"answer is {said}"), docids, candidate=len(rows)))
+    report, kept, rejects, _ = run(cli, musique, "aliases", rows, "--all-candidates")
+    assert sorted(c for _, c in kept) == [0, 1, 3]
+    assert {c: e["record"]["reasons"] for (_, c), e in rejects.items()} == {2: ["answer-wrong"], 4: ["answer-wrong"]}
+    assert report["datasets"]["musique"]["kept"] == 3
+
+
+def test_unanswerable_questions_need_a_cannot_answer_chain_and_no_gold(cli, musique):
+    qid = next(q for q, f in musique["facts"].items() if not musique["questions"][q]["answerable"] and f)
+    q, facts = musique["questions"][qid], musique["facts"][qid]
+    assert q["gold_doc_ids"] == []
+    h, r, t, _ = facts[0]
+    cannot = f"{h} gives {docid(h, r, t)}. No retrieved triple gives the next hop, so the question cannot be answered."
+    answering, docids, _ = good_text(q, facts)
+    rows = [chain_row(qid, cannot, [docid(h, r, t)]), chain_row(qid, answering, docids, candidate=1)]
+    _, kept, rejects, _ = run(cli, musique, "unanswerable", rows, "--all-candidates")
+    assert list(kept) == [(qid, 0)]
+    assert rejects[(qid, 1)]["record"]["reasons"] == ["answer-unanswerable"]  # and no gold-no-gold
+    # An answerable twin-style question still fails a "cannot answer" chain and a chain without its gold.
+    other = next(q for q, f in musique["facts"].items() if musique["questions"][q]["answerable"] and len(f) >= 2)
+    h2, r2, t2, _ = musique["facts"][other][0]
+    rows = [chain_row(other, cannot.replace(docid(h, r, t), docid(h2, r2, t2)).replace(h, h2, 1), [docid(h2, r2, t2)])]
+    _, kept, rejects, _ = run(cli, musique, "answerable-cannot", rows)
+    assert not kept and rejects[(other, 0)]["record"]["reasons"] == ["gold-recall", "answer-cannot-answer"]
+
+
 def test_input_errors_exit_2(cli, world, tmp_path):
     args = ["--corpus", world["corpus"], "--triples", world["triples"], "--out", tmp_path / "o"]
     assert "nope" in cli("filters", "apply", tmp_path / "nope", *args, check=2).stderr
     write_stage(tmp_path / "c", "chains", CHAINS, [])
     assert "missing" in cli("filters", "apply", tmp_path / "c", "--corpus", tmp_path / "missing", "--triples", world["triples"], "--out", tmp_path / "o2", check=2).stderr
     assert "unknown rule" in cli("filters", "apply", tmp_path / "c", *args, "--rules", "format,vibes", check=2).stderr
+    assert "markers" in cli("filters", "apply", tmp_path / "c", *args, "--docid-start", "|", "--docid-end", "|", check=2).stderr
     # An empty chains stage is fine: exit 0, nothing kept.
     report = json.loads(cli("filters", "apply", tmp_path / "c", *args, "--json").stdout)
     assert report["chains"] == 0 and report["pass_rate"] is None

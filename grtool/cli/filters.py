@@ -32,9 +32,15 @@ def apply_cmd(
         Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")
     ] = None,
     min_recall: Annotated[float, typer.Option("--min-recall", min=0.0, max=1.0, help="Share of gold documents a chain must retrieve.")] = 1.0,
-    redundant: Annotated[Redundant, typer.Option("--redundant", help="A repeated retrieval: reject the chain, or trim the step.")] = Redundant.reject,
+    redundant: Annotated[Redundant, typer.Option("--redundant", help="A repeated triple: reject the chain, or trim the step.")] = Redundant.reject,
     max_docids: Annotated[int, typer.Option("--max-docids", min=1, help="At most this many docids per chain.")] = 10,
     max_chain_tokens: Annotated[int, typer.Option("--max-chain-tokens", min=1, help="At most this many whitespace-separated tokens.")] = 512,
+    docid_start: Annotated[
+        Optional[str], typer.Option("--docid-start", help="Marker before each docid (default: as recorded in the chains manifest, else <docid_start>).")
+    ] = None,
+    docid_end: Annotated[
+        Optional[str], typer.Option("--docid-end", help="Marker after each docid (default: as recorded in the chains manifest, else <docid_end>).")
+    ] = None,
     all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Judge every candidate, not only the selected one per question.")] = False,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
     json: Json = False,
@@ -45,12 +51,14 @@ def apply_cmd(
     """Keep the chains that pass every rule; reject the others to _rejects with all their reasons.
 
     Rules: format (balanced, unnested markers; at least one docid; no empty triple part), docid-exists (each
-    docid is a stored triple, as written or flipped tail-to-head), gold (each docid from a gold document;
-    gold recall >= --min-recall; a triple in several documents covers them all), answer (the conclusion,
-    i.e. the text after the last "answer is", else after the last docid, contains the gold answer or an alias
-    after SQuAD normalization; "cannot answer" fails an answerable question and is required for an
-    unanswerable one), redundant (the same triple twice, or a retrieval that adds no new document),
-    length (--max-docids, --max-chain-tokens). Chains whose qid is not in the corpus are rejected.
+    docid is a stored triple, as written or flipped tail-to-head), gold (each docid a stored triple of a gold
+    document; gold recall >= --min-recall; a triple in several documents covers them all; passes for
+    unanswerable questions, which have no gold), answer (the conclusion, i.e. the text after the last
+    "answer is", else after the last docid, contains the gold answer or an alias after SQuAD normalization;
+    "cannot answer" fails an answerable question and is required for an unanswerable one), redundant (the
+    same triple twice, which --redundant trim removes, or a different triple that adds no new document,
+    always rejected), length (--max-docids, --max-chain-tokens). Chains whose qid is not in the corpus are
+    rejected.
     Exit 0 when it ran, whatever it rejected; 2 on input errors.
 
     Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --out out/filtered --report out/filters.md
@@ -65,6 +73,8 @@ def apply_cmd(
         rules=parse_rules(rules),
         settings=Settings(min_recall=min_recall, redundant=redundant.value, max_docids=max_docids, max_chain_tokens=max_chain_tokens),
         all_candidates=all_candidates,
+        docid_start=docid_start,
+        docid_end=docid_end,
     )
     result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
     if report is not None:

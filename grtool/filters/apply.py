@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from grtool.errors import InputError
 from grtool.filters.lookup import QuestionLookup, TripleIndex, hash_strings
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
-from grtool.filters.text import parse_markers
+from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
 from grtool.store.schemas import CHAINS
@@ -38,6 +38,10 @@ class FilterConfig:
     rules: tuple[str, ...] = tuple(RULES)
     settings: Settings = field(default_factory=Settings)
     all_candidates: bool = False
+    # --docid-start / --docid-end; None: as recorded by the stage that wrote the chains. apply_filters resolves
+    # them into settings.markers (see chain_markers), so a chains stage is read with the markers it was written in.
+    docid_start: str | None = None
+    docid_end: str | None = None
 
     def params(self) -> dict[str, Any]:
         s = self.settings
@@ -105,7 +109,7 @@ class ChainFilter:
             )
             at = end
             if self.trim and not chain.parsed.problem and chain.parsed.docids == chain.docids:
-                steps = redundant_steps(chain)
+                steps = redundant_steps(chain)[0]  # exact repeats only: see check_redundant
                 if steps:
                     chain = trim(chain, steps, settings, pattern)
                     out.rewritten[i] = chain
@@ -128,6 +132,17 @@ class ChainFilter:
                 if i in out.rewritten:
                     out.counts["trimmed"] += 1
         return batch, out
+
+
+def chain_markers(manifest: dict[str, Any], start: str | None, end: str | None) -> Markers:
+    """The docid markers: as given, else as recorded in the chains manifest (`chains synthesize` and
+    `filters apply` write ``params.markers``), else the standard ones."""
+    recorded = (manifest.get("params") or {}).get("markers")
+    default = Markers(*recorded) if isinstance(recorded, list) and len(recorded) == 2 and all(isinstance(m, str) for m in recorded) else Markers()
+    markers = Markers(start if start is not None else default.start, end if end is not None else default.end)
+    if not markers.start or not markers.end or markers.start == markers.end:
+        raise InputError(f"docid markers must be two different non-empty strings, got {markers.start!r} and {markers.end!r}")
+    return markers
 
 
 def rule_of(code: str) -> str:
@@ -203,12 +218,14 @@ def apply_filters(
     from grtool.filters.report import build_report
 
     source = InputTable.open(chains, "chains")
+    markers = chain_markers(source.manifest, config.docid_start, config.docid_end)
+    config = replace(config, settings=replace(config.settings, markers=markers))
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
     questions = QuestionLookup.build(corpus)
-    index = TripleIndex.build(triples, config.settings.markers.start, config.settings.markers.end)
-    log.info("lookups: %d questions, %d triples", len(questions), index.count)
+    index = TripleIndex.build(triples, markers.start, markers.end)
+    log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
     judge = ChainFilter(config, questions, index)
 
     inputs = [source.source] if not is_stdio(chains) else []

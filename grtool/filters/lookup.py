@@ -42,6 +42,10 @@ class Resolved:
     docs: list[tuple[int, ...]]
 
 
+def _render(start: str, first: str, last: str, end: str) -> pl.Expr:
+    return pl.concat_str([pl.lit(start), pl.col(first), pl.lit(", "), pl.col("relation"), pl.lit(", "), pl.col(last), pl.lit(end)])
+
+
 class TripleIndex:
     def __init__(self, keys: np.ndarray, triples: np.ndarray, docs: np.ndarray, count: int):
         self.keys = keys  # sorted hashes of docid strings, forward and flipped
@@ -56,16 +60,17 @@ class TripleIndex:
         if not shards:
             empty = np.zeros(0, np.uint64)
             return cls(empty, empty, empty, 0)
-        missing = {"doc_id", "head", "relation", "tail", "docid"} - set(pl.read_parquet_schema(shards[0]))
+        missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
         if missing:
             raise InputError(f"{shards[0]}: not a triples table (missing columns {sorted(missing)})")
-        flipped = pl.concat_str([pl.lit(start), pl.col("tail"), pl.lit(", "), pl.col("relation"), pl.lit(", "), pl.col("head"), pl.lit(end)])
+        # Both readings are rendered from the parts with the chains' markers (as `chains synthesize` writes them),
+        # not read from the stored docid column: the triples stage may have used other markers.
         frame = (
             pl.scan_parquet([str(s) for s in shards])
-            .filter(pl.col("docid").is_not_null() & pl.col("doc_id").is_not_null())
+            .filter(pl.all_horizontal(pl.col("head", "relation", "tail", "doc_id").is_not_null()))
             .select(
-                forward=pl.col("docid").hash(HASH_SEED),
-                flipped=flipped.hash(HASH_SEED),
+                forward=_render(start, "head", "tail", end).hash(HASH_SEED),
+                flipped=_render(start, "tail", "head", end).hash(HASH_SEED),
                 doc=pl.col("doc_id").hash(HASH_SEED),
             )
             .collect(engine="streaming")

@@ -84,13 +84,17 @@ def check_docid_exists(c: Chain, s: Settings) -> Failure | None:
 
 
 def check_gold(c: Chain, s: Settings) -> Failure | None:
-    """Docids that name no stored triple are left to docid-exists; here only real triples count."""
     q = c.question
-    if q is None:
-        return None
+    if q is None or not q.answerable:
+        return None  # no gold to cover: the answer rule demands the "cannot answer" conclusion instead
     if not q.gold:
         return Failure("gold-no-gold", "the question has no gold documents")
-    outside = [d for d, docs in zip(c.docids, c.docs) if docs and q.gold.isdisjoint(docs)]
+    # A docid naming no stored triple belongs to no document, so to no gold one (also when run without docid-exists).
+    unknown = [d for d, t in zip(c.docids, c.triples) if not t]
+    if unknown:
+        return Failure("gold-unknown-docid", f"{len(unknown)} docids name no stored triple, e.g. {unknown[0]}")
+    # A triple stored in a gold and a non-gold document (a collision) counts for the gold one: not outside.
+    outside = [d for d, docs in zip(c.docids, c.docs) if q.gold.isdisjoint(docs)]
     if outside:
         return Failure("gold-outside", f"{len(outside)} docids from non-gold documents, e.g. {outside[0]}")
     covered = q.gold.intersection(d for docs in c.docs for d in docs)
@@ -118,24 +122,32 @@ def check_answer(c: Chain, s: Settings) -> Failure | None:
     return None
 
 
-def redundant_steps(c: Chain) -> list[int]:
-    """Retrievals that repeat a state: the same triple again (either orientation), or no new document."""
+def redundant_steps(c: Chain) -> tuple[list[int], list[int]]:
+    """Retrievals that repeat a state: (repeats of a triple already retrieved, in either orientation;
+    different triples whose documents were all retrieved before, e.g. through a colliding triple)."""
     seen: set = set()
     retrieved: set[int] = set()
-    steps = []
+    repeats, stale = [], []
     for i, (docid, triple, docs) in enumerate(zip(c.docids, c.triples, c.docs)):
         key = triple or docid
-        if key in seen or (triple and retrieved.issuperset(docs)):
-            steps.append(i)
+        if key in seen:
+            repeats.append(i)
+        elif triple and retrieved.issuperset(docs):
+            stale.append(i)
         seen.add(key)
         retrieved.update(docs)
-    return steps
+    return repeats, stale
 
 
 def check_redundant(c: Chain, s: Settings) -> Failure | None:
-    steps = redundant_steps(c)
-    if steps:
-        return Failure("redundant", f"retrieval {steps[0] + 1} adds no new document: {c.docids[steps[0]]}")
+    """Only repeats can be trimmed (their information is already in the chain); a different triple may carry
+    the answer, so a chain with one that adds no document is rejected in both modes."""
+    repeats, stale = redundant_steps(c)
+    if repeats:
+        return Failure("redundant", f"retrieval {repeats[0] + 1} repeats an earlier triple: {c.docids[repeats[0]]}")
+    if stale:
+        k = stale[0]
+        return Failure("redundant-no-new-document", f"retrieval {k + 1} is a different triple but adds no new document: {c.docids[k]}")
     return None
 
 
