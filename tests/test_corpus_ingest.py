@@ -190,7 +190,12 @@ def test_bundled_examples_every_layout(examples, cli, tmp_path):
     assert by_title["List of opera houses"][0]["text"] == ""  # an abstract-less page is kept
     # HF layout, train, fullwiki with a missing gold paragraph, MuSiQue twins, MoreHopQA string paragraph
     assert questions["5e1a0c7b5542990d2b00a009"]["split"] == "dev"  # "validation" in the file name
-    assert json.loads(questions["5e1a0c7b5542990d2b00a005"]["meta"])["gold_titles_missing"] == ["Italy"]
+    # the fullwiki gold paragraph missing from the context is found in the Wikipedia dump of the same run
+    fullwiki = questions["5e1a0c7b5542990d2b00a005"]
+    meta = json.loads(fullwiki["meta"])
+    assert meta["gold_titles_resolved"] == ["Italy"] and "gold_titles_missing" not in meta
+    assert [docs[d]["title"] for d in fullwiki["gold_doc_ids"]] == [sf[0] for sf in meta["supporting_facts"]]
+    assert "enwiki" not in docs[fullwiki["gold_doc_ids"][1]]["text"] and docs[fullwiki["gold_doc_ids"][1]]["datasets"] == ["hotpotqa"]
     assert not questions["2hop__900006_900007__unanswerable"]["answerable"]
     assert len(questions["2hop__900006_900007"]["gold_doc_ids"]) == 2
     mh = questions["3hop1__900003_900004_900005"]

@@ -285,12 +285,81 @@ def question_duplicates(root: Path, plan: dict[str, Any]) -> Iterator[tuple[dict
                 yield r, {"source": r["source_first"], "position": r["position_first"]}
 
 
+def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
+    """Gold titles absent from a question's own context, looked up among every document of the run.
+
+    HotpotQA fullwiki contexts are retrieved paragraphs and often lack a gold one; ingested (or merged)
+    together with the Wikipedia dump, the title names exactly one abstract there. Returns ``seq`` → new
+    ``gold_doc_ids`` (supporting-fact order) and ``meta`` (``gold_titles_resolved``, ``gold_titles_missing``
+    = what is still unresolved) for the affected questions only; memory is bounded by their number.
+    """
+    affected: dict[int, dict[str, Any]] = {}
+    for b, n in enumerate(plan["questions"]["rows"]):
+        if n == 0:
+            continue
+        df = _load(root, "questions", (b,), QUESTION_SPILL).select("seq", "dataset", "gold_doc_ids", "meta")
+        df = df.filter(pl.col("meta").str.contains('"gold_titles_missing"', literal=True))
+        for r in df.iter_rows(named=True):
+            meta = orjson.loads(r["meta"])
+            titles = list(dict.fromkeys(sf[0] for sf in meta.get("supporting_facts") or []))
+            affected[r["seq"]] = {"dataset": r["dataset"], "gold": r["gold_doc_ids"], "meta": meta, "titles": titles}
+    if not affected:
+        return pl.DataFrame(schema={"seq": pl.Int64, "gold_new": pl.List(pl.String), "meta_new": pl.String})
+
+    wanted_titles = {t for a in affected.values() for t in a["meta"]["gold_titles_missing"]}
+    wanted_ids = {d for a in affected.values() for d in a["gold"]}
+    by_title: dict[tuple[str, str], tuple[int, str]] = {}  # (dataset, title) -> (seq, doc_id) of its first document
+    title_of: dict[str, str] = {}
+    for b, n in enumerate(plan["documents"]["rows"]):
+        if n == 0:
+            continue
+        df = _load(root, "documents", (b,), DOC_SPILL).select("seq", "doc_id", "title", "datasets")
+        df = df.filter(pl.col("title").is_in(list(wanted_titles)) | pl.col("doc_id").is_in(list(wanted_ids)))
+        for r in df.iter_rows(named=True):
+            title_of[r["doc_id"]] = r["title"]
+            for dataset in r["datasets"] or []:
+                key = (dataset, r["title"])
+                if r["title"] in wanted_titles and (key not in by_title or r["seq"] < by_title[key][0]):
+                    by_title[key] = (r["seq"], r["doc_id"])
+
+    rows = []
+    for seq, a in affected.items():
+        missing = a["meta"]["gold_titles_missing"]
+        gold: list[str] = []
+        for t in a["titles"]:
+            if t in missing:
+                found = by_title.get((a["dataset"], t))
+                gold += [found[1]] if found else []
+            else:
+                gold += [d for d in a["gold"] if title_of.get(d) == t]
+        resolved = [t for t in missing if (a["dataset"], t) in by_title]
+        if not resolved:
+            continue
+        meta = {**a["meta"], "gold_titles_resolved": resolved}
+        still = [t for t in missing if t not in resolved]
+        meta.pop("gold_titles_missing")
+        if still:
+            meta["gold_titles_missing"] = still
+        rows.append({"seq": seq, "gold_new": list(dict.fromkeys(gold)), "meta_new": orjson.dumps(meta).decode()})
+    return pl.DataFrame(rows, schema={"seq": pl.Int64, "gold_new": pl.List(pl.String), "meta_new": pl.String})
+
+
 def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
     """Questions of every pending part in input order; a repeated qid is rejected (see :func:`question_duplicates`)."""
     names = QUESTIONS.names
+    fixes = resolve_missing_gold(root, plan)
     for part in table_parts(plan, "questions"):
         if not writer.done(part.index):
             buckets = _load(root, "questions", part.buckets, QUESTION_SPILL)
+            if fixes.height:
+                buckets = (
+                    buckets.join(fixes, on="seq", how="left")
+                    .with_columns(
+                        pl.coalesce("gold_new", "gold_doc_ids").alias("gold_doc_ids"), pl.coalesce("meta_new", "meta").alias("meta")
+                    )
+                    .drop("gold_new", "meta_new")
+                    .sort("seq")
+                )
             # duplicates are decided over whole buckets (a qid lives in one bucket), then chunked
             buckets = buckets.with_columns(pl.col("qid").is_first_distinct().alias("_first"))
             df = _chunk(buckets, part)
