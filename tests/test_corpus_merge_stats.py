@@ -59,6 +59,20 @@ def test_merge_to_stdout_and_of_a_documents_only_corpus(examples, cli, tmp_path)
     assert sum(r["_table"] == "questions" for r in rows) == 9
 
 
+def test_merge_reads_an_ingest_stream_on_stdin(examples, cli, tmp_path):
+    """`corpus ingest ... --out - | corpus merge - other --out dir` equals merging the two directories."""
+    musique = _ingest(cli, examples / "musique", tmp_path / "musique")
+    wiki = _ingest(cli, examples / "2wikimultihopqa", tmp_path / "2wiki")
+    stream = cli("corpus", "ingest", examples / "2wikimultihopqa", "--out", "-").stdout
+    cli("corpus", "merge", "-", musique, "--out", tmp_path / "piped", input=stream)
+    cli("corpus", "merge", wiki, musique, "--out", tmp_path / "dirs")
+    cli("validate", tmp_path / "piped")
+    for table in ("documents", "questions"):
+        assert read_table(tmp_path / "piped" / table).to_pylist() == read_table(tmp_path / "dirs" / table).to_pylist()
+    proc = cli("corpus", "merge", "-", "--out", tmp_path / "bad", input='{"_table": "documents", "title": "x"}\n', check=2)
+    assert "<stdin>, line 1" in proc.stderr and "doc_id" in proc.stderr
+
+
 def test_stats_table_json_and_plot(examples, cli, tmp_path):
     run = _ingest(cli, examples, tmp_path / "all")
     proc = cli("corpus", "stats", run, "--json", "--plot", tmp_path / "plot" / "stats.png")

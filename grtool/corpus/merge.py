@@ -16,17 +16,20 @@ from grtool.corpus.ingest import rows_per_part_param, run_two_phase
 from grtool.corpus.spill import MAX_BUCKETS, Spill
 from grtool.errors import InputError
 from grtool.log import progress
-from grtool.store.io import is_stdio
+from grtool.store.io import is_stdio, stdin_rows
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import MANIFEST, StageSpec, iter_batches, load_manifest, resolve_stage
 
 WORK_DIR = "_merge_work"
 ROWS_PER_BUCKET = 50_000
+STDIN_ROWS_ESTIMATE = 5_000_000  # rows assumed for `-` (unknown in advance; more buckets cost little)
 
 
 def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
     docs, questions = [], []
     for i in inputs:
+        if is_stdio(i):
+            continue
         docs.append(resolve_stage(i, "documents"))
         p = Path(i)
         if (p / "questions" / MANIFEST).exists() or ((p / MANIFEST).exists() and load_manifest(p).get("table") == "questions"):
@@ -37,26 +40,42 @@ def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
     return docs, questions
 
 
-def _buckets(stages: list[Path]) -> int:
-    rows = sum(load_manifest(s).get("rows", 0) for s in stages)
+def _buckets(stages: list[Path], stdin: bool) -> int:
+    rows = sum(load_manifest(s).get("rows", 0) for s in stages) + (STDIN_ROWS_ESTIMATE if stdin else 0)
     return max(1, min(MAX_BUCKETS, math.ceil(rows / ROWS_PER_BUCKET)))
+
+
+def _read_stdin(spill: Spill) -> None:
+    for table, lineno, row in stdin_rows("documents"):
+        try:
+            if table == "documents":
+                spill.add_document(row["doc_id"], row["title"], row["text"], row.get("datasets") or [])
+            elif table == "questions":
+                spill.add_question({name: row.get(name) for name in QUESTIONS.names}, "<stdin>", f"line {lineno}")
+            else:
+                raise InputError(f"<stdin>, line {lineno}: unknown _table {table!r} (expected documents or questions)")
+        except KeyError as e:
+            raise InputError(f"<stdin>, line {lineno}: a {table} row without {e}") from None
 
 
 def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False, rows_per_part: int | None = None) -> dict[str, Any]:
     if len(inputs) < 1:
         raise InputError("corpus merge needs at least one input directory")
     docs, questions = _stages(inputs)
-    names = [str(p) for p in docs + questions]
+    stdin = any(is_stdio(i) for i in inputs)
+    names = [str(p) for p in docs + questions] + (["-"] if stdin else [])
     params = {"op": "merge", **rows_per_part_param(rows_per_part)}
     doc_spec = StageSpec("documents", DOCUMENTS, params, names)
     q_spec = StageSpec("questions", QUESTIONS, params, names)
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
 
     def fill(work: Path) -> dict[str, Any]:
-        spill = Spill(work, doc_buckets=_buckets(docs), question_buckets=_buckets(questions), identity=identity)
+        spill = Spill(work, doc_buckets=_buckets(docs, stdin), question_buckets=_buckets(questions, stdin), identity=identity)
         try:
             with progress() as bar:
                 task = bar.add_task("reading corpora", total=sum(load_manifest(s).get("rows", 0) for s in docs + questions))
+                if stdin:  # `corpus ingest ... --out -` rows, tagged with their table
+                    _read_stdin(spill)
                 for stage in docs:
                     for batch in iter_batches(stage):
                         for row in batch.to_pylist():

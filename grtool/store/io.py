@@ -69,8 +69,8 @@ class InputTable:
                 yield from batch
 
 
-def _stdin_batches(table: str, batch_size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
+def stdin_rows(default_table: str) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """``(table, line number, row)`` for every JSON Lines row on stdin; ``_table`` names the table (else the default)."""
     for lineno, line in enumerate(sys.stdin.buffer, 1):
         if not line.strip():
             continue
@@ -80,7 +80,12 @@ def _stdin_batches(table: str, batch_size: int) -> Iterator[list[dict[str, Any]]
             raise InputError(f"<stdin>, line {lineno}: not JSON ({e})") from None
         if not isinstance(row, dict):
             raise InputError(f"<stdin>, line {lineno}: expected a JSON object per line")
-        tag = row.pop("_table", table)
+        yield row.pop("_table", default_table), lineno, row
+
+
+def _stdin_batches(table: str, batch_size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for tag, _, row in stdin_rows(table):
         if tag != table:
             continue
         batch.append(row)
