@@ -23,3 +23,10 @@ def test_usage_errors_exit_2(cli, args, says):
 def test_version_and_help(cli):
     assert cli("--version").stdout.startswith("grtool ")
     assert "Example" in cli("corpus", "ingest", "--help").stdout
+
+
+def test_quiet_keeps_stderr_free_of_summaries(cli, examples, tmp_path):
+    loud = cli("corpus", "ingest", examples / "musique", "--out", tmp_path / "a")
+    assert "questions" in loud.stderr
+    quiet = cli("-q", "corpus", "ingest", examples / "musique", "--out", tmp_path / "b")
+    assert quiet.stderr.strip() == "" and quiet.stdout == ""

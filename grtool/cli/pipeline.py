@@ -9,7 +9,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.log import console, log
+from grtool.log import log, summary
 from grtool.pipeline.config import load_pipeline
 from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, run_stage, stage_state, summarize
 
@@ -64,6 +64,6 @@ def run(
         counts = "\n".join(f"{Path(t).name}: {n}" for t, n in r["tables"].items()) or "-"
         rejected = "\n".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
         table.add_row(r["stage"], counts, rejected, "\n".join(r["outputs"]))
-    console.print(table)
+    summary.print(table)
     if pipeline.note:
-        console.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+        summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
