@@ -109,6 +109,7 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
         shutil.rmtree(work, ignore_errors=True)
     elif _already_complete(out, [doc_spec, q_spec]):
         log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
+        shutil.rmtree(work, ignore_errors=True)  # left behind when a run was killed after its last shard
         return True
     plan = None if overwrite else load_plan(work, identity)
     resumed = plan is not None
