@@ -16,14 +16,14 @@ from rich.progress import (
 )
 
 console = Console(stderr=True)
-summary = Console(stderr=True)  # what a stage did (counts, where files went): silent under --quiet, unlike reports
+stage_summary = Console(stderr=True)  # what a stage did (counts, where files went): silent under --quiet, unlike reports
 log = logging.getLogger("grtool")
 _state = {"quiet": False}
 
 
 def configure(verbose: bool = False, quiet: bool = False) -> None:
     _state["quiet"] = quiet
-    summary.quiet = quiet
+    stage_summary.quiet = quiet
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     log.handlers.clear()
     log.addHandler(RichHandler(console=console, show_path=False, show_time=False, markup=False))

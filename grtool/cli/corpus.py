@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict
-from grtool.log import console, log, summary
+from grtool.log import console, log, stage_summary
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
 
@@ -36,7 +36,7 @@ def _print_summary(title: str, report: dict) -> None:
         t.add_row(f"  questions read: {name}", f"{n:,}")
     for reason, n in sorted(report.get("rejected", {}).items()):
         t.add_row(f"rejected: {reason}", f"{n:,}")
-    summary.print(t)
+    stage_summary.print(t)
 
 
 @app.command("ingest")

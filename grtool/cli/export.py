@@ -12,7 +12,7 @@ from rich.table import Table
 
 from grtool.cli.options import Json
 from grtool.errors import DataProblem
-from grtool.log import summary
+from grtool.log import stage_summary
 
 app = typer.Typer(name="export", help="Export training data for SFT, KTO and GMR-style trainers.", no_args_is_help=True)
 
@@ -71,14 +71,14 @@ def sft_cmd(
         table.add_column(col, justify="left" if col == "dataset" else "right")
     for name, c in sorted(result.per_dataset.items()):
         table.add_row(name, str(c.chains), str(c.train), str(c.dev), str(c.capped))
-    summary.print(table)
+    stage_summary.print(table)
     skipped = f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.unknown_qid} unknown qid, {result.empty_chain} empty"
-    summary.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
+    stage_summary.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
     for split, path in result.files.items():
         if path != "-":
-            summary.print(f"{split}: {path}", highlight=False)
+            stage_summary.print(f"{split}: {path}", highlight=False)
     if result.dataset_info:
-        summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
+        stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
     if json and str(out) != "-":
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
@@ -111,15 +111,15 @@ def kto_cmd(
     for name, c in summary["per_dataset"].items():
         table.add_row(name, str(c["desirable"]), str(c["undesirable"]), str(c["dropped"]))
     table.add_row("all", str(result.desirable), str(result.undesirable), str(result.dropped), style="bold")
-    summary.print(table)
-    summary.print(
+    stage_summary.print(table)
+    stage_summary.print(
         f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
         f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold"
         + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else ""),
         highlight=False,
     )
     if result.dataset_info:
-        summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
+        stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
     if json and str(out) != "-":
         typer.echo(orjson.dumps(summary).decode())
     empty = [name for name, n in (("desirable", result.desirable), ("undesirable", result.undesirable)) if n == 0]
@@ -148,7 +148,7 @@ def gmr_cmd(
     with open_rows(out, json_array=False) as writer:
         for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions):
             writer.write(pair)
-    summary.print(
+    stage_summary.print(
         f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
         f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"
         + (f" (e.g. {', '.join(result.missing_examples)})" if result.missing_examples else "")

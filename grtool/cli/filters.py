@@ -12,7 +12,7 @@ from rich.table import Table
 
 from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex
 from grtool.errors import InputError
-from grtool.log import log, summary
+from grtool.log import log, stage_summary
 
 app = typer.Typer(name="filters", help="Filter chains (format, existing triples, gold coverage, answers, redundancy).", no_args_is_help=True)
 
@@ -90,4 +90,4 @@ def apply_cmd(
     for name, d in result["datasets"].items():
         rate = "–" if d["pass_rate"] is None else f"{100 * d['pass_rate']:.1f}%"
         table.add_row(name, str(d["chains"]), str(d["kept"]), rate, *(str(d["rules"].get(r, 0)) for r in result["rules"]))
-    summary.print(table)
+    stage_summary.print(table)

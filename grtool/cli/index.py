@@ -32,14 +32,14 @@ def build_cmd(
     """
     from grtool.index.build import build_index, dump_json, stats
     from grtool.index.base import Index
-    from grtool.log import summary
+    from grtool.log import stage_summary
 
     build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite)
     report = stats(Index.open(out))
     if json_out:
         typer.echo(dump_json(report))
     else:
-        summary.print(
+        stage_summary.print(
             f"[green]index[/] {out}: {report['kind']}, {report['sequences']:,} sequences, {report['tokens']:,} tokens, "
             f"{report['bits_per_token']} bits/token, built in {report['build_seconds']} s"
         )

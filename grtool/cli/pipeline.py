@@ -9,7 +9,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.log import log, summary
+from grtool.log import log, stage_summary
 from grtool.pipeline.config import load_pipeline
 from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, run_stage, stage_state, summarize
 
@@ -64,6 +64,6 @@ def run(
         counts = "\n".join(f"{Path(t).name}: {n}" for t, n in r["tables"].items()) or "-"
         rejected = "\n".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
         table.add_row(r["stage"], counts, rejected, "\n".join(r["outputs"]))
-    summary.print(table)
+    stage_summary.print(table)
     if pipeline.note:
-        summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+        stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)

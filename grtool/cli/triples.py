@@ -10,7 +10,7 @@ import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import Json, NumShards, Out, Overwrite, Plot, ShardIndex
-from grtool.log import console, summary
+from grtool.log import console, stage_summary
 
 app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
 
@@ -81,7 +81,7 @@ def extract_command(
     c = (report.manifest or {}).get("counters", {})
     extra = c.get("extra", {})
     if c:
-        summary.print(
+        stage_summary.print(
             f"triples: {c.get('out', 0)} from {extra.get('documents', 0)} documents "
             f"({extra.get('documents_without_triples', 0)} without triples, {extra.get('truncated_outputs', 0)} truncated); "
             f"this run: {len(report.parts_done)} parts done, {len(report.parts_skipped)} already done, "
