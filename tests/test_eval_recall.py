@@ -146,3 +146,34 @@ def test_stored_and_written_whitespace_meet(tmp_path):
     index = DocidIndex.build(tmp_path / "triples")
     assert index.resolve(normalize_docid("Moza bint Nasser , place of birth,  Al Khor , Qatar")) == ({"d1"}, False)
     assert index.resolve(normalize_docid("Al Khor, Qatar, place of birth, Moza bint Nasser")) == ({"d1"}, True)
+
+
+def test_questions_with_incomplete_gold_are_reported_not_scored(cli, examples, tmp_path):
+    """A fullwiki question whose gold paragraph is missing from its context would score wrongly: skipped."""
+    from grtool.store.schemas import TRIPLES
+    from grtool.store.stage import StageSpec, StageWriter, read_table
+
+    cli("corpus", "ingest", examples / "hotpotqa" / "hotpot_dev_fullwiki_v1.example.json", "--out", tmp_path / "run")
+    questions = read_table(tmp_path / "run" / "questions").to_pylist()
+    incomplete = {q["qid"] for q in questions if "gold_titles_missing" in json.loads(q["meta"])}
+    assert incomplete and len(incomplete) < len(questions)
+    docs = read_table(tmp_path / "run" / "documents").to_pylist()
+    writer = StageWriter(tmp_path / "run" / "triples", StageSpec("triples", TRIPLES), num_parts=1)
+    with writer.shard(0) as shard:
+        rows = [{"doc_id": d["doc_id"], "idx": 0, "head": d["title"], "relation": "is", "tail": "a page",
+                 "docid": f"<docid_start>{d['title']}, is, a page<docid_end>"} for d in docs]  # fmt: skip
+        shard.count_in(len(rows))
+        shard.write_rows(rows)
+    writer.finish()
+    title = {d["doc_id"]: d["title"] for d in docs}
+    lines = [{"qid": q["qid"], "response": "".join(f"<docid_start>{title[g]}, is, a page<docid_end>" for g in q["gold_doc_ids"])}
+             for q in questions]  # fmt: skip
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    report = json.loads(cli("eval", "recall", responses, "--corpus", tmp_path / "run", "--triples", tmp_path / "run", "--json").stdout)
+    no_gold = sum(not q["gold_doc_ids"] for q in questions)
+    assert report["incomplete_gold"] == len(incomplete) - sum(not q["gold_doc_ids"] for q in questions if q["qid"] in incomplete)
+    assert report["responses"] == len(questions) - no_gold - report["incomplete_gold"]
+    assert report["recall"] == 1.0  # what is scored is scored right
+    overlap = json.loads(cli("corpus", "overlap", tmp_path / "run", "--json").stdout)
+    assert overlap["_details"]["left_out"]["gold_incomplete"] == report["incomplete_gold"]

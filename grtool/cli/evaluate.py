@@ -57,11 +57,12 @@ def recall_cmd(
                 style="bold" if name == "all" else None,
             )
         console.print(table)
-    if report["unknown_qid"] or report["no_gold"]:
+    if report["unknown_qid"] or report["no_gold"] or report["incomplete_gold"]:
         examples = f" (e.g. {', '.join(report['unknown_qid_examples'])})" if report["unknown_qid_examples"] else ""
         console.print(
             f"[yellow]not scored:[/] {report['unknown_qid']} responses with an unknown qid{examples}, "
-            f"{report['no_gold']} for questions without gold documents",
+            f"{report['no_gold']} for questions without gold documents, "
+            f"{report['incomplete_gold']} for questions whose gold is incomplete (meta.gold_titles_missing)",
             highlight=False,
         )
     if report["responses"] == 0:

@@ -114,7 +114,8 @@ def kto_cmd(
     stage_summary.print(table)
     stage_summary.print(
         f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
-        f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold"
+        f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold, "
+        f"{result.skipped.incomplete_gold} with incomplete gold"
         + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else ""),
         highlight=False,
     )

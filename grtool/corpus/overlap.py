@@ -275,7 +275,7 @@ def corpus_overlap(corpus: str | Path, ns: Sequence[int] = DEFAULT_NS, chunk: in
         raise InputError(f"n-gram sizes must be positive integers, got {ns}")
     q_stage = resolve_stage(corpus, "questions")
     d_stage = resolve_stage(corpus, "documents")
-    questions = read_table(q_stage, ["qid", "dataset", "question", "gold_doc_ids"])
+    questions = read_table(q_stage, ["qid", "dataset", "question", "gold_doc_ids", "meta"])
     if questions.num_rows == 0:
         raise InputError(f"{q_stage}: no questions")
     q = pl.from_arrow(questions).with_row_index("qi")
@@ -292,7 +292,13 @@ def corpus_overlap(corpus: str | Path, ns: Sequence[int] = DEFAULT_NS, chunk: in
         log.warning("%d questions name gold documents that %s does not hold; left out", len(missing), d_stage)
     if len(no_gold):
         left_out["no_gold_documents"] = len(no_gold)
-    keep = q.filter(~pl.col("qi").is_in(missing.implode()) & ~pl.col("qi").is_in(no_gold.implode()))
+    # A gold title absent from the fullwiki context (and not resolved from a dump): the overlap would be too low.
+    incomplete = q.filter(pl.col("meta").str.contains('"gold_titles_missing"', literal=True)).get_column("qi")
+    incomplete = incomplete.filter(~incomplete.is_in(no_gold.implode()) & ~incomplete.is_in(missing.implode()))
+    if len(incomplete):
+        left_out["gold_incomplete"] = len(incomplete)
+    dropped = pl.concat([missing, no_gold, incomplete])
+    keep = q.filter(~pl.col("qi").is_in(dropped.implode()))
     gold_by_q = (
         pairs.filter(pl.col("qi").is_in(keep.get_column("qi").implode()))
         .group_by("qi", maintain_order=True)

@@ -65,6 +65,7 @@ class KtoResult:
             "dropped": self.dropped,
             "unknown_qid": self.skipped.unknown_qid,
             "no_gold": self.skipped.no_gold,
+            "incomplete_gold": self.skipped.incomplete_gold,
             "desirable_weight": round(dw, 4),
             "undesirable_weight": round(uw, 4),
             "per_dataset": dict(sorted(self.per_dataset.items())),

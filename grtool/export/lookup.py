@@ -50,6 +50,7 @@ class Question:
     question: str
     gold: tuple[str, ...]  # gold doc ids, hop order where the dataset gives it
     answerable: bool
+    gold_complete: bool = True  # False: a gold title was missing from the context (meta.gold_titles_missing)
 
 
 class QuestionIndex:
@@ -66,11 +67,12 @@ class QuestionIndex:
 
         def entries() -> Iterator[tuple[str, bytes]]:
             nonlocal size
-            columns = ["qid", "dataset", "question", "gold_doc_ids", "answerable"]
+            columns = ["qid", "dataset", "question", "gold_doc_ids", "answerable", "meta"]
             for batch in iter_batches(stage, columns=columns):
                 for row in batch.to_pylist():
                     size += 1
-                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False]
+                    complete = '"gold_titles_missing"' not in (row["meta"] or "")
+                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False, complete]
                     yield row["qid"], orjson.dumps(value)
 
         trie = marisa_trie.BytesTrie(entries())
@@ -81,8 +83,8 @@ class QuestionIndex:
         values = self._trie.get(qid)
         if not values:
             return None
-        dataset, question, gold, answerable = orjson.loads(values[0])
-        return Question(qid, dataset, question, tuple(gold), answerable)
+        dataset, question, gold, answerable, complete = orjson.loads(values[0])
+        return Question(qid, dataset, question, tuple(gold), answerable, complete)
 
 
 def triple_key(head: str, relation: str, tail: str) -> str:

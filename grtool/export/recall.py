@@ -54,6 +54,7 @@ def score_response(response: Response, question: Question, index: DocidIndex) ->
 class Skipped:
     unknown_qid: int = 0  # no such question in the corpus
     no_gold: int = 0  # unanswerable or without gold documents: recall is undefined
+    incomplete_gold: int = 0  # a gold document is unknown (fullwiki context without it): recall would be wrong
     unknown_examples: list[str] = field(default_factory=list)
 
 
@@ -68,6 +69,9 @@ def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidInd
             continue
         if not question.gold or not question.answerable:
             skipped.no_gold += 1
+            continue
+        if not question.gold_complete:
+            skipped.incomplete_gold += 1
             continue
         yield score_response(response, question, index)
 
@@ -125,4 +129,5 @@ def evaluate_recall(responses: str | Path, questions: QuestionIndex, index: Doci
         "unknown_qid": skipped.unknown_qid,
         "unknown_qid_examples": skipped.unknown_examples,
         "no_gold": skipped.no_gold,
+        "incomplete_gold": skipped.incomplete_gold,
     }
