@@ -381,3 +381,20 @@ def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
         assert list((tmp_path / "cache").glob("part-*.sqlite"))
     finally:
         server.shutdown()
+
+
+def test_credentials_in_the_base_url_are_redacted(tmp_path, corpus, cli):
+    docs, documents = corpus
+    server = FlakyServer({}, echo_auth_401=True)
+    _serve(server)
+    password = "pw-0123456789SECRET"
+    url = server.url.replace("http://", f"http://alice:{password}@")
+    out = tmp_path / "out"
+    try:
+        proc = cli("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", url,
+                   "--model", "toy-model", check=2)  # fmt: skip
+        assert "***@" in " ".join(proc.stderr.split())
+        assert password not in proc.stderr + proc.stdout
+        assert password not in all_text_under(out)
+    finally:
+        server.shutdown()

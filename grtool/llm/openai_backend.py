@@ -24,6 +24,7 @@ from grtool.errors import GrtoolError
 from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
 from grtool.llm.cache import PartialGenerations
 from grtool.log import log
+from grtool.store.stage import redact_url
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -63,7 +64,7 @@ class OpenAIBackend:
     def _scrub(self, text: str) -> str:
         if self._api_key:
             text = text.replace(self._api_key, "***")
-        return text
+        return text.replace(self.base_url, redact_url(self.base_url))  # credentials written into the URL
 
     def _served_model(self) -> str:
         """Without --model, use the server's model when it serves exactly one."""
@@ -74,7 +75,7 @@ class OpenAIBackend:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
             raise GrtoolError(self._scrub(f"{self.base_url}/models: cannot list the served models ({e}); pass --model")) from None
         if len(ids) != 1:
-            raise GrtoolError(f"{self.base_url} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model")
+            raise GrtoolError(self._scrub(f"{self.base_url} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
         return ids[0]
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
@@ -164,7 +165,7 @@ class OpenAIBackend:
             text = choice["message"].get("content") or ""
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise GrtoolError(f"{self.base_url}: unexpected chat completion response ({type(e).__name__}: {e})") from None
+            raise GrtoolError(self._scrub(f"{self.base_url}: unexpected chat completion response ({type(e).__name__}: {e})")) from None
         gen = Generation(
             text=text,
             finish_reason=choice.get("finish_reason") or "stop",
@@ -175,7 +176,7 @@ class OpenAIBackend:
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
                 raise GrtoolError(
-                    f"{self.base_url}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none"
+                    self._scrub(f"{self.base_url}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")
                 )
             gen.logprobs = [
                 TokenLogprobs(t["token"], float(t["logprob"]), {a["token"]: float(a["logprob"]) for a in t.get("top_logprobs") or []})

@@ -161,8 +161,30 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
         if arg.startswith("sk-") or arg.lower().startswith("bearer "):
             out.append("***")
             continue
-        out.append(arg)
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+            out.append(f"{name}={redact_url(value)}")
+            continue
+        out.append(redact_url(arg))
     return out
+
+
+def redact_url(text: str) -> str:
+    """A URL without its credentials: ``user:password@`` and secret-looking query values become ``***``."""
+    if "://" not in text:
+        return text
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(text)
+    except ValueError:
+        return text
+    netloc = "***@" + u.netloc.rsplit("@", 1)[1] if "@" in u.netloc else u.netloc
+    query = u.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in pairs], safe="*")
+    return urlunsplit((u.scheme, netloc, u.path, query, u.fragment))
 
 
 # ----------------------------------------------------------------------------------------- sharding
