@@ -19,7 +19,6 @@ import argparse
 import gc
 import json
 import multiprocessing as mp
-import os
 import sys
 import tempfile
 import time

@@ -27,7 +27,7 @@ GUARD_ANSWERS = [
 def test_transformers_extract_end_to_end(tmp_path, shared_data, cli):
     docs = hotpot_paragraphs(shared_data, 3)
     docs.append({"doc_id": "empty-doc", "title": "Nothing", "text": "   ", "datasets": ["hotpotqa"]})
-    documents = write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
+    write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
     out = tmp_path / "out"
     args = ("triples", "extract", tmp_path / "corpus", "--out", out, "--max-tokens", "48", "--batch-size", "2", "--max-empty-share", "1")
     proc = cli(*args)

@@ -34,6 +34,10 @@ class Markers:
     def wrap(self, inner: str) -> str:
         return f"{self.start}{inner}{self.end}"
 
+    def pattern(self) -> re.Pattern[str]:
+        """Either marker, captured: ``pattern.split(text)`` alternates text and markers."""
+        return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
+
 
 @dataclass(frozen=True)
 class Triple:

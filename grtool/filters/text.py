@@ -6,7 +6,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from grtool.chains.docids import DOCID_END, DOCID_START
+from grtool.chains.docids import Markers
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -28,15 +28,6 @@ _CANNOT_ANSWER = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
-
-
-@dataclass(frozen=True)
-class Markers:
-    start: str = DOCID_START
-    end: str = DOCID_END
-
-    def pattern(self) -> re.Pattern[str]:
-        return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
 
 
 @dataclass
