@@ -33,6 +33,21 @@ import orjson
 
 from grtool.corpus.docid import doc_id
 
+# meta key of the gold titles a question's context lacks (HotpotQA fullwiki); present only when non-empty
+GOLD_TITLES_MISSING = "gold_titles_missing"
+
+
+def gold_incomplete_expr():
+    """Polars expression over ``meta`` (JSON text): the question's gold documents are incomplete."""
+    import polars as pl  # only the table-level readers need polars, not the record converters
+
+    return pl.col("meta").str.contains(f'"{GOLD_TITLES_MISSING}"', literal=True)
+
+
+def gold_incomplete(meta: str | None) -> bool:
+    """The same test on one row's ``meta``."""
+    return f'"{GOLD_TITLES_MISSING}"' in (meta or "")
+
 HOTPOTQA = "hotpotqa"
 TWOWIKI = "2wikimultihopqa"
 MUSIQUE = "musique"

@@ -19,7 +19,7 @@ from typing import Any
 
 from grtool.corpus import datasets as ds
 from grtool.corpus.docid import DOC_ID_SCHEME
-from grtool.corpus.readers import STDIN, Stream, input_files, iter_records, open_streams, parse_line
+from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.spill import (
     Spill,
     buckets_for_bytes,
@@ -130,7 +130,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
-    total = None if any(_is_stdin(f) for f in files) else sum(f.stat().st_size for f in files)
+    total = None if any(is_stdio(f) for f in files) else sum(f.stat().st_size for f in files)
     try:
         with progress() as bar:
             task = bar.add_task("reading inputs", total=total)
@@ -139,7 +139,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
                     _read_stream(stream, dataset, split, strict, spill, report, tick)
-                done += stream.raw.tell() if _is_stdin(path) else path.stat().st_size
+                done += stream.raw.tell() if is_stdio(path) else path.stat().st_size
                 bar.update(task, completed=done)
         return spill.close()
     except BaseException:
@@ -147,14 +147,10 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
         raise
 
 
-def _is_stdin(path: Path) -> bool:
-    return str(path) == STDIN
-
-
 def _estimated_bytes(files: list[Path]) -> int:
     total = 0
     for f in files:
-        if _is_stdin(f):  # unknown size: plan for a large input (more spill buckets cost little)
+        if is_stdio(f):  # unknown size: plan for a large input (more spill buckets cost little)
             total += STDIN_ESTIMATE
             continue
         with open(f, "rb") as fh:

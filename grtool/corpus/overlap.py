@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.log import log
 from grtool.store.stage import read_table, resolve_stage, shard_paths
@@ -293,7 +294,7 @@ def corpus_overlap(corpus: str | Path, ns: Sequence[int] = DEFAULT_NS, chunk: in
     if len(no_gold):
         left_out["no_gold_documents"] = len(no_gold)
     # A gold title absent from the fullwiki context (and not resolved from a dump): the overlap would be too low.
-    incomplete = q.filter(pl.col("meta").str.contains('"gold_titles_missing"', literal=True)).get_column("qi")
+    incomplete = q.filter(gold_incomplete_expr()).get_column("qi")
     incomplete = incomplete.filter(~incomplete.is_in(no_gold.implode()) & ~incomplete.is_in(missing.implode()))
     if len(incomplete):
         left_out["gold_incomplete"] = len(incomplete)

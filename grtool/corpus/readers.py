@@ -29,9 +29,9 @@ import ijson
 import orjson
 
 from grtool.errors import InputError
+from grtool.store.io import is_stdio
 
 READ_BUFFER = 1 << 20
-STDIN = "-"  # an input named "-" is read from standard input (any container, detected from its bytes)
 _BOM = b"\xef\xbb\xbf"
 _DECOMPRESS_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, tarfile.TarError)
 
@@ -56,7 +56,7 @@ def input_files(path: str | Path) -> list[Path]:
     skipped; a file named on the command line is always read.
     """
     p = Path(path)
-    if str(path) == STDIN or p.is_file():
+    if is_stdio(path) or p.is_file():  # "-": standard input, any container (detected from its bytes)
         return [p]
     if p.is_dir():
         files = [
@@ -132,7 +132,7 @@ class _Stdin(io.RawIOBase):
 
 def open_streams(path: Path) -> Iterator[Stream]:
     """The decompressed record streams of one input file (one, or one per tar member); ``-`` is stdin."""
-    raw: BinaryIO = _Stdin() if str(path) == STDIN else open(path, "rb", buffering=0)  # type: ignore[assignment]
+    raw: BinaryIO = _Stdin() if is_stdio(path) else open(path, "rb", buffering=0)  # type: ignore[assignment]
     try:
         buf = io.BufferedReader(raw, READ_BUFFER)
         try:

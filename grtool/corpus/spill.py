@@ -33,6 +33,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
+from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import MAX_ROWS_PER_SHARD, atomic_write_bytes, dumps
 
@@ -298,7 +299,7 @@ def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
         if n == 0:
             continue
         df = _load(root, "questions", (b,), QUESTION_SPILL).select("seq", "dataset", "gold_doc_ids", "meta")
-        df = df.filter(pl.col("meta").str.contains('"gold_titles_missing"', literal=True))
+        df = df.filter(gold_incomplete_expr())
         for r in df.iter_rows(named=True):
             meta = orjson.loads(r["meta"])
             titles = list(dict.fromkeys(sf[0] for sf in meta.get("supporting_facts") or []))

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 from rich.table import Table
 
+from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.store.stage import is_stage_dir, load_manifest, shard_paths
 
@@ -51,7 +52,7 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
             pl.col("meta").str.json_path_match("$.hops").cast(pl.Int64, strict=False).alias("hops"),
             "gold_doc_ids",
             # HotpotQA fullwiki: supporting-fact titles absent from the retrieved context (gold is partial)
-            pl.col("meta").str.json_path_match("$.gold_titles_missing[0]").is_not_null().alias("gold_incomplete"),
+            gold_incomplete_expr().alias("gold_incomplete"),
         )
         groups = (
             q.group_by("dataset", "split")
@@ -108,13 +109,15 @@ def stats_table(stats: dict[str, Any]) -> Table:
             hops,
             f"{g['answerable_share']:.1%}",
         )
-    incomplete = [f"{g['dataset']} {g['split']}: {g['questions_with_incomplete_gold']:,}" for g in stats["groups"] if g["questions_with_incomplete_gold"]]
+    caption = []
     docs = stats.get("documents", {})
-    if incomplete:
-        t.caption = "questions whose gold titles are missing from their context (meta.gold_titles_missing): " + ", ".join(incomplete)
     if docs:
         by = ", ".join(f"{k}: {v:,}" for k, v in docs.get("by_dataset", {}).items())
-        t.caption = "\n".join(filter(None, [f"{docs.get('total', 0):,} distinct documents ({by}); 'documents' counts the dataset's whole corpus", t.caption]))
+        caption.append(f"{docs.get('total', 0):,} distinct documents ({by}); 'documents' counts the dataset's whole corpus")
+    incomplete = [f"{g['dataset']} {g['split']}: {g['questions_with_incomplete_gold']:,}" for g in stats["groups"] if g["questions_with_incomplete_gold"]]
+    if incomplete:
+        caption.append("questions whose gold titles are missing from their context (meta.gold_titles_missing): " + ", ".join(incomplete))
+    t.caption = "\n".join(caption) or None
     return t
 
 

@@ -21,6 +21,7 @@ import marisa_trie
 import orjson
 import pyarrow as pa
 
+from grtool.corpus.datasets import gold_incomplete
 from grtool.errors import InputError
 from grtool.export.docids import normalize_docid
 from grtool.store.stage import iter_batches, resolve_stage
@@ -71,8 +72,8 @@ class QuestionIndex:
             for batch in iter_batches(stage, columns=columns):
                 for row in batch.to_pylist():
                     size += 1
-                    complete = '"gold_titles_missing"' not in (row["meta"] or "")
-                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False, complete]
+                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False,
+                             not gold_incomplete(row["meta"])]
                     yield row["qid"], orjson.dumps(value)
 
         trie = marisa_trie.BytesTrie(entries())
