@@ -25,7 +25,8 @@ import pytest
 
 from grtool.errors import GrtoolError
 from grtool.llm import Sampling, make_backend
-from grtool.llm.cache import PartialGenerations, RequestCache
+from grtool.llm.base import PartialGenerations
+from grtool.llm.cache import RequestCache
 from grtool.store.stage import read_table
 from llm_helpers import all_text_under, free_port, hotpot_paragraphs, write_documents
 

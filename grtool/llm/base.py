@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from grtool.errors import GrtoolError
+
 Messages = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": "..."}]
 
 
@@ -64,6 +66,14 @@ class Generation:
         return g
 
 
+class PartialGenerations(GrtoolError):
+    """Some requests of a ``generate`` call failed; ``generations`` holds the others by position (None = failed)."""
+
+    def __init__(self, message: str, generations: list[Generation | None], exit_code: int | None = None):
+        super().__init__(message, exit_code)
+        self.generations = generations
+
+
 class Backend(Protocol):
     """A model behind one of the backends."""
 
@@ -87,8 +97,6 @@ def require_logprobs(backend: str, generations: list[Generation], sampling: Samp
         return
     for g in generations:
         if g.completion_tokens and not g.logprobs:
-            from grtool.errors import GrtoolError
-
             raise GrtoolError(
                 f"the {backend} backend returned no logprobs although logprobs={sampling.logprobs} was requested "
                 "(does the server support 'logprobs'/'top_logprobs'? vLLM servers may need --max-logprobs)"

@@ -19,8 +19,17 @@ from typing import Any
 
 import orjson
 
-from grtool.errors import GrtoolError
-from grtool.llm.base import Backend, Generation, Messages, Sampling, chunks, logprobs_summary, request_hash, require_logprobs
+from grtool.llm.base import (
+    Backend,
+    Generation,
+    Messages,
+    PartialGenerations,
+    Sampling,
+    chunks,
+    logprobs_summary,
+    request_hash,
+    require_logprobs,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -30,14 +39,6 @@ CREATE TABLE IF NOT EXISTS generations (
     created REAL NOT NULL
 )
 """
-
-
-class PartialGenerations(GrtoolError):
-    """Some requests of a ``generate`` call failed; ``generations`` holds the others by position (None = failed)."""
-
-    def __init__(self, message: str, generations: list[Generation | None], exit_code: int | None = None):
-        super().__init__(message, exit_code)
-        self.generations = generations
 
 
 @dataclass

@@ -7,7 +7,7 @@
   current vLLM servers silently ignore;
 - the API key comes from an environment variable (``OPENAI_API_KEY`` or the one named by ``--api-key-env``),
   lives only in the request header, and is scrubbed from every error message;
-- when requests fail for good, the call raises :class:`~grtool.llm.cache.PartialGenerations` carrying the answers
+- when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
 
@@ -21,8 +21,7 @@ from typing import Any
 import httpx
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
-from grtool.llm.cache import PartialGenerations
+from grtool.llm.base import Generation, Messages, PartialGenerations, Sampling, TokenLogprobs
 from grtool.log import log
 from grtool.store.stage import redact_url
 
