@@ -46,13 +46,14 @@ class LLMSettings:
     max_model_len: Optional[int] = None
     enforce_eager: Optional[bool] = None
     batch_size: Optional[int] = None
+    threads: Optional[int] = None
     cache_dir: Optional[Path] = None
     no_cache: bool = False
 
     def backend_options(self) -> dict[str, Any]:
         """The options meant for the backend (unset ones are None and ignored by make_backend)."""
         names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "tensor_parallel_size",
-                 "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size")  # fmt: skip
+                 "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size", "threads")  # fmt: skip
         return {n: getattr(self, n) for n in names}
 
     def make_backend(self) -> Backend:
@@ -96,6 +97,7 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         ("max_model_len", Annotated[Optional[int], O("--max-model-len", min=16, help="vllm: context length (default: the model's).")], None),
         ("enforce_eager", Annotated[Optional[bool], O("--enforce-eager/--no-enforce-eager", help="vllm: no CUDA graphs / compilation (needed by the CPU build).")], None),
         ("batch_size", Annotated[Optional[int], O("--batch-size", min=1, help="transformers: prompts per forward batch (default 8).")], None),
+        ("threads", Annotated[Optional[int], O("--threads", min=1, help="transformers: CPU threads (default: one per CPU this process may use, or OMP_NUM_THREADS). On a loaded machine fewer can be faster.")], None),
         ("cache_dir", Annotated[Optional[Path], O("--cache-dir", help="Request cache directory (default: OUT/_llm_cache).")], None),
         ("no_cache", Annotated[bool, O("--no-cache", help="Do not read or write the request cache.")], False),
     ]

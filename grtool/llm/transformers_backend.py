@@ -6,6 +6,7 @@ constrained decoding here: a JSON schema in :class:`Sampling` is part of the cac
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from grtool.errors import GrtoolError
@@ -16,14 +17,24 @@ from grtool.log import log
 
 class TransformersBackend:
     name = "transformers"
-    OPTIONS = ("batch_size", "device", "dtype")
+    OPTIONS = ("batch_size", "device", "dtype", "threads")
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 8, device: str | None = None, dtype: str = "auto"):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        batch_size: int = 8,
+        device: str | None = None,
+        dtype: str = "auto",
+        threads: int | None = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # grtool draws its own progress on stderr
+        if threads:  # else torch's default: one thread per CPU this process may use (OMP_NUM_THREADS overrides it)
+            torch.set_num_threads(threads)
         ref = resolve_model(model)
         self.model = ref.name
         self.batch_size = max(1, batch_size)
@@ -41,25 +52,28 @@ class TransformersBackend:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self._warned_schema = False
+        self._prefix = _SharedPrefix(self.lm)
 
     def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
         if sampling.json_schema is not None and not self._warned_schema:
             log.warning("the transformers backend cannot constrain output to a JSON schema; relying on the prompt")
             self._warned_schema = True
         texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        prefix = self._prefix.shared_by(ids)
         # Similar lengths in one batch waste less padding; results go back in the callers' order.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        results: list[Generation | None] = [None] * len(texts)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        results: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            for i, g in zip(idx, self._generate_batch([texts[i] for i in idx], sampling)):
+            for i, g in zip(idx, self._generate_batch([ids[i] for i in idx], prefix, sampling)):
                 results[i] = g
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, texts: list[str], sampling: Sampling) -> list[Generation]:
+    def _generate_batch(self, ids: list[list[int]], prefix: "_SharedPrefix", sampling: Sampling) -> list[Generation]:
         import torch
 
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        enc = prefix.batch_inputs(ids, self.tokenizer.pad_token_id)
         kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_tokens,
             "pad_token_id": self.tokenizer.pad_token_id,
@@ -79,7 +93,7 @@ class TransformersBackend:
         new_tokens = out.sequences[:, prompt_len:]
         eos = _eos_ids(self.lm, self.tokenizer)
         gens = []
-        for row in range(len(texts)):
+        for row in range(len(ids)):
             ids = new_tokens[row].tolist()
             n, hit_eos = len(ids), False
             for j, t in enumerate(ids):
@@ -130,3 +144,69 @@ def _cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
     """Stop strings end the text without being part of it (as on vLLM and OpenAI servers)."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class _SharedPrefix:
+    """Keys and values of the prompt prefix that every request shares, computed once and reused by every batch.
+
+    Stage prompts start with the same long system text and worked examples (~800 of ~880 tokens for triples),
+    so most of the prefill is the same work in every row of every batch. The shared part is run through the
+    model once; each batch then starts from a copy of its cache and computes only the rows' own tokens.
+    Padding goes between the shared part and each row's own tokens: positions are counted from the attention
+    mask, so every token keeps the position it has unpadded and greedy output is the same as without reuse.
+    """
+
+    MIN_TOKENS = 32  # below this the copies cost about what they save
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.ids: list[int] = []
+        self.cache = None
+
+    def shared_by(self, ids: list[list[int]]) -> "_SharedPrefix":
+        """Make the cached prefix the longest one all ``ids`` share (kept when it still fits); returns self."""
+        if self.ids and all(row[: len(self.ids)] == self.ids and len(row) > len(self.ids) for row in ids):
+            return self
+        shared = _common_prefix_length(ids)
+        if shared < self.MIN_TOKENS:
+            self.ids, self.cache = [], None
+            return self
+        import torch
+        from transformers import DynamicCache
+
+        self.ids = list(ids[0][:shared])
+        self.cache = DynamicCache(config=self.lm.config)
+        with torch.inference_mode():
+            self.lm(input_ids=torch.tensor([self.ids], device=self.lm.device), past_key_values=self.cache, use_cache=True)
+        return self
+
+    def batch_inputs(self, ids: list[list[int]], pad_id: int) -> dict[str, Any]:
+        """``generate`` inputs for one batch: left-padded rows, or the shared prefix, padding, then each row's own tokens."""
+        import torch
+
+        n = len(self.ids)
+        tails = [row[n:] for row in ids]
+        width = max(map(len, tails))
+        input_ids = [self.ids + [pad_id] * (width - len(t)) + t for t in tails]
+        mask = [[1] * n + [0] * (width - len(t)) + [1] * len(t) for t in tails]
+        device = self.lm.device
+        inputs: dict[str, Any] = {
+            "input_ids": torch.tensor(input_ids, device=device),
+            "attention_mask": torch.tensor(mask, device=device),
+        }
+        if self.cache is not None:
+            cache = copy.deepcopy(self.cache)  # generate appends to the cache it is given
+            cache.batch_repeat_interleave(len(ids))
+            inputs["past_key_values"] = cache
+        return inputs
+
+
+def _common_prefix_length(ids: list[list[int]]) -> int:
+    """Tokens every row starts with, leaving each row at least one token of its own (generate needs one)."""
+    limit = min(len(row) for row in ids) - 1
+    first = ids[0]
+    for j in range(max(limit, 0)):
+        token = first[j]
+        if any(row[j] != token for row in ids):
+            return j
+    return max(limit, 0)

@@ -1,0 +1,61 @@
+"""The transformers backend computes the prompt prefix every request shares once and reuses it in every batch:
+generations must be exactly those of plain left-padded batches (real model, real stage prompts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import EXAMPLES
+from grtool.llm import Sampling, make_backend
+from grtool.llm.transformers_backend import _SharedPrefix
+from grtool.triples.prompt import load_prompt
+
+
+def _example_paragraphs(n: int) -> list[tuple[str, str]]:
+    records = json.loads((EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json").read_text())
+    found = [(title, "".join(sentences)) for rec in records for title, sentences in rec["context"]]
+    # Lengths that differ, so rows of one batch need padding between the shared prefix and their own tokens.
+    return sorted(found, key=lambda p: len(p[1]))[:: max(1, len(found) // n)][:n]
+
+
+@pytest.mark.slow
+def test_shared_prefix_reuse_gives_the_plain_generations():
+    backend = make_backend("transformers", batch_size=3, threads=1)
+    prompt = load_prompt()
+    prompts = [prompt.messages(title, text) for title, text in _example_paragraphs(5)]
+    sampling = Sampling(max_tokens=12, logprobs=2)
+
+    reused = backend.generate(prompts, sampling)
+    shared = len(backend._prefix.ids)
+    assert shared > 500, "the triples system prompt and examples are shared by every request"
+
+    backend._prefix = _SharedPrefix(backend.lm)
+    backend._prefix.MIN_TOKENS = 10**9  # reuse off: plain left-padded batches
+    plain = backend.generate(prompts, sampling)
+    assert backend._prefix.cache is None
+
+    assert [g.text for g in reused] == [g.text for g in plain]
+    assert [g.finish_reason for g in reused] == [g.finish_reason for g in plain]
+    assert [g.prompt_tokens for g in reused] == [g.prompt_tokens for g in plain]
+    assert all(g.prompt_tokens > shared for g in reused)
+    for a, b in zip(reused, plain):
+        assert [t.token for t in a.logprobs] == [t.token for t in b.logprobs]
+        assert all(abs(x.logprob - y.logprob) < 1e-3 for x, y in zip(a.logprobs, b.logprobs))
+
+
+@pytest.mark.slow
+def test_prefix_follows_the_prompts_it_is_given():
+    backend = make_backend("transformers", batch_size=2)
+    prompt = load_prompt()
+    first = [prompt.messages(t, x) for t, x in _example_paragraphs(2)]
+    backend.generate(first, Sampling(max_tokens=2))
+    kept = list(backend._prefix.ids)
+    # Other prompts sharing nothing long: no reuse, and the generations still come back in order.
+    other = [[{"role": "user", "content": "Say yes."}], [{"role": "user", "content": "Name a colour."}]]
+    gens = backend.generate(other, Sampling(max_tokens=3))
+    assert len(gens) == 2 and backend._prefix.cache is None
+    assert [g.text for g in gens] == [backend.generate([p], Sampling(max_tokens=3))[0].text for p in other]
+    backend.generate(first, Sampling(max_tokens=2))
+    assert backend._prefix.ids == kept
