@@ -48,3 +48,17 @@ def _save(tok) -> str:
     path = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     tok.tokenizer.save(path)
     return path
+
+
+@pytest.mark.slow
+def test_default_is_the_embedded_models_tokenizer():
+    from transformers import AutoTokenizer
+
+    from grtool.llm.models import resolve_model
+
+    model_tok = AutoTokenizer.from_pretrained(resolve_model(None).path)
+    tok = load_tokenizer("default")
+    for text in TEXTS:
+        assert tok.encode(text) == model_tok(text, add_special_tokens=False)["input_ids"], text
+    # The markers are new ids right after the model's vocabulary (what a trained model's resized embeddings hold).
+    assert tok.added_markers and (tok.start_id, tok.end_id) == (len(model_tok), len(model_tok) + 1)

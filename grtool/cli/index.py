@@ -15,7 +15,7 @@ app = typer.Typer(name="index", help="Build and query the docid index for constr
 @app.command("build")
 def build_cmd(
     triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
-    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer.json, a local model directory, or a built-in: llama3, qwen.")],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode: a tokenizer.json, a local model directory, a .gguf file, or a built-in: llama3, qwen, default (the embedded SmolLM2 model).")],
     out: Out,
     kind: Annotated[str, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = "fm",
     source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",

