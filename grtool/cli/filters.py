@@ -86,7 +86,7 @@ def apply_cmd(
         return
     table = Table(title=f"filters: kept {result['kept']} of {result['chains']} chains")
     for col in ("dataset", "judged", "kept", "pass rate", *result["rules"]):
-        table.add_column(col, justify="left" if col == "dataset" else "right")
+        table.add_column(col, justify="left" if col == "dataset" else "right", overflow="fold")  # never "…" in a header
     for name, d in result["datasets"].items():
         rate = "–" if d["pass_rate"] is None else f"{100 * d['pass_rate']:.1f}%"
         table.add_row(name, str(d["chains"]), str(d["kept"]), rate, *(str(d["rules"].get(r, 0)) for r in result["rules"]))

@@ -6,10 +6,14 @@ import sys
 from typing import Annotated, Optional
 
 import typer
+import typer.rich_utils
 
 from grtool import __version__
 from grtool.errors import GrtoolError
-from grtool.log import configure, console
+from grtool.log import configure, console, log_width
+
+if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
+    typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
 
 app = typer.Typer(
     name="grtool",
@@ -60,7 +64,9 @@ def run() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except GrtoolError as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False)
+        from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
+
+        console.print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

@@ -32,7 +32,8 @@ def status_cmd(
         return
     t = Table(title="stage status")
     for col in ("stage", "table", "parts done", "pending", "rows", "rejected", "complete"):
-        t.add_column(col)
+        # Never "…": paths (which tell the rows apart) stay on one line as long as anything can give way.
+        t.add_column(col, overflow="fold", no_wrap=col == "stage")
     for s in results:
         rej = s["counters"]["rejected"]
         rej_text = ", ".join(f"{k}: {v}" for k, v in rej.items()) or "0"
