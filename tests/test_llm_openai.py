@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -58,6 +60,7 @@ class FlakyServer(ThreadingHTTPServer):
         logprobs: bool = False,
         flaky: bool = True,
         broken_titles: set[str] | None = None,
+        echo_auth_models: bool = False,
     ):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.answers_by_title = answers_by_title
@@ -66,6 +69,7 @@ class FlakyServer(ThreadingHTTPServer):
         self.logprobs = logprobs
         self.flaky = flaky  # fail the first attempt of every request
         self.broken_titles = broken_titles or set()  # documents whose every attempt gets a 500
+        self.echo_auth_models = echo_auth_models  # GET /models answers 401 quoting the Authorization header
         self.lock = threading.Lock()
         self.seen: set[str] = set()
         self.posts: list[dict] = []
@@ -94,6 +98,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if self.server.echo_auth_models:
+            with self.server.lock:
+                self.server.auth.add(self.headers.get("Authorization"))
+            return self._json(401, {"error": f"bad credentials in header Authorization: {self.headers.get('Authorization')}"})
         self._json(200, {"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
 
     def do_POST(self) -> None:
@@ -396,5 +404,63 @@ def test_credentials_in_the_base_url_are_redacted(tmp_path, corpus, cli):
         assert "***@" in " ".join(proc.stderr.split())
         assert password not in proc.stderr + proc.stdout
         assert password not in all_text_under(out)
+    finally:
+        server.shutdown()
+
+
+def _encodings(user: str, password: str) -> list[str]:
+    """Every form a URL password takes on its way to stderr: raw, percent-encoded (any safe set, either hex
+    case, + for space) and the base64 HTTP Basic credentials."""
+    from urllib.parse import quote, quote_plus
+
+    forms = {password, quote(password), quote(password, safe=""), quote_plus(password), re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(password))}
+    forms.add(base64.b64encode(f"{user}:{password}".encode()).decode())
+    return sorted(forms)
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_url_password_needing_percent_encoding_never_reaches_stderr(tmp_path, corpus, cli, with_model):
+    # The server echoes the Authorization header it got (Basic, from the URL's user-info) in its 401, and
+    # httpx quotes the percent-encoded URL in its own errors: no form of the password may reach stderr.
+    docs, documents = corpus
+    server = FlakyServer({}, echo_auth_401=True, echo_auth_models=not with_model, flaky=False)
+    _serve(server)
+    user, password = "alice", "pw^SECRET|with space"
+    url = server.url.replace("http://", f"http://{user}:{password}@")
+    out = tmp_path / "out"
+    try:
+        args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", url, "--max-retries", "0")
+        proc = cli(*args, *(("--model", "toy-model") if with_model else ()), check=2, env={"OPENAI_API_KEY": SECRET, "COLUMNS": "10000"})
+        text = proc.stderr + proc.stdout
+        # The credentials were really sent, as Basic auth (decoded), and the key was not.
+        assert server.auth == {"Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+        assert "HTTP 401" in text or "401" in text
+        for form in _encodings(user, password):
+            assert form not in text, form
+        assert SECRET not in text
+        # Which credential is used is said, without printing it.
+        flat = " ".join(text.split())
+        assert "HTTP Basic from the user-info in --base-url" in flat and "$OPENAI_API_KEY is set but not sent" in flat
+        assert "http://***@127.0.0.1" in flat
+        written = all_text_under(out) if out.exists() else ""
+        for form in _encodings(user, password):
+            assert form not in written
+    finally:
+        server.shutdown()
+
+
+def test_the_credential_in_use_is_named(tmp_path, corpus, cli):
+    docs, documents = corpus
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False)
+    _serve(server)
+    try:
+        common = ("triples", "extract", documents.parent, "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--limit", "1")
+        keyed = cli(*common, "--out", tmp_path / "a", env={"OPENAI_API_KEY": SECRET, "COLUMNS": "10000"})
+        assert "API key from $OPENAI_API_KEY (Bearer)" in " ".join(keyed.stderr.split()) and SECRET not in keyed.stderr
+        assert server.auth == {f"Bearer {SECRET}"}
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        bare = subprocess.run([sys.executable, "-m", "grtool", *map(str, common), "--out", str(tmp_path / "b")], capture_output=True, text=True, env={**env, "COLUMNS": "10000"})
+        assert bare.returncode == 0, bare.stderr
+        assert "no credentials sent" in " ".join(bare.stderr.split())
     finally:
         server.shutdown()

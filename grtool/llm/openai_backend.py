@@ -7,6 +7,9 @@
   current vLLM servers silently ignore;
 - the API key comes from an environment variable (``OPENAI_API_KEY`` or the one named by ``--api-key-env``),
   lives only in the request header, and is scrubbed from every error message;
+- credentials written into the URL (``http://user:password@host/v1``) are taken out of it and sent as HTTP Basic
+  auth instead of the key (one ``Authorization`` header per request); the URL shown in messages is
+  ``http://***@host/v1``, and the password is scrubbed in every encoding (:mod:`grtool.secrets`);
 - when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
@@ -22,8 +25,8 @@ import httpx
 
 from grtool.errors import GrtoolError
 from grtool.llm.base import Generation, Messages, PartialGenerations, Sampling, TokenLogprobs
+from grtool import secrets
 from grtool.log import log
-from grtool.store.stage import redact_url
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -45,36 +48,52 @@ class OpenAIBackend:
         chunk_size: int | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        # Requests go to the URL without its user-info (so no HTTP library prints it), with the credentials as
+        # explicit Basic auth; messages show the URL redacted.
+        self._url, user, password = secrets.split_url_credentials(self.base_url)
+        self._auth = httpx.BasicAuth(user or "", password or "") if user is not None else None
+        self._shown = secrets.redact_url(self.base_url)
+        secrets.register_url(self.base_url)
         self.concurrency = max(1, concurrency)
         self.chunk_size = chunk_size or max(64, 8 * self.concurrency)
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
         self._api_key = os.environ.get(api_key_env) or None
+        secrets.register(self._api_key)
         if api_key_env != "OPENAI_API_KEY" and self._api_key is None:
             raise GrtoolError(f"--api-key-env {api_key_env}: that environment variable is not set")
+        log.info("%s: %s", self._shown, self._credential_used(api_key_env))
         self.requests_sent = 0  # every HTTP attempt, retries included
         self.model = model if model is not None else self._served_model()
 
     # ------------------------------------------------------------------ transport
+    def _credential_used(self, api_key_env: str) -> str:
+        """Which credential the requests carry (never the credential itself)."""
+        if self._auth is not None:
+            unused = f"; ${api_key_env} is set but not sent (one Authorization header per request)" if self._api_key else ""
+            return f"authenticating with HTTP Basic from the user-info in --base-url{unused}"
+        if self._api_key:
+            return f"authenticating with the API key from ${api_key_env} (Bearer)"
+        return f"no credentials sent (no user-info in --base-url, ${api_key_env} not set)"
+
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key and self._auth is None else {}
 
     def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
-        return text.replace(self.base_url, redact_url(self.base_url))  # credentials written into the URL
+        """A message without the key or the URL's credentials, in any encoding, nor any header value."""
+        return secrets.scrub(text.replace(self.base_url, self._shown))
 
     def _served_model(self) -> str:
         """Without --model, use the server's model when it serves exactly one."""
         try:
-            r = httpx.get(f"{self.base_url}/models", headers=self._headers(), timeout=min(self.timeout, 30))
+            r = httpx.get(f"{self._url}/models", headers=self._headers(), auth=self._auth, timeout=min(self.timeout, 30))
             r.raise_for_status()
             ids = [m["id"] for m in r.json().get("data", [])]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-            raise GrtoolError(self._scrub(f"{self.base_url}/models: cannot list the served models ({e}); pass --model")) from None
+            raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({e}); pass --model")) from None
         if len(ids) != 1:
-            raise GrtoolError(self._scrub(f"{self.base_url} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
+            raise GrtoolError(self._scrub(f"{self._shown} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
         return ids[0]
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
@@ -106,7 +125,7 @@ class OpenAIBackend:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         gate = asyncio.Semaphore(self.concurrency)
         failed: list[BaseException] = []
-        async with httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers()) as client:
+        async with httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers(), auth=self._auth) as client:
 
             async def one(messages: Messages) -> Generation | None:
                 async with gate:
@@ -134,7 +153,8 @@ class OpenAIBackend:
         return gens  # type: ignore[return-value]
 
     async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any], sampling: Sampling) -> Generation:
-        url = f"{self.base_url}/chat/completions"
+        url = f"{self._url}/chat/completions"
+        shown = f"{self._shown}/chat/completions"
         for attempt in range(self.max_retries + 1):
             self.requests_sent += 1
             wait: float | None = None
@@ -147,10 +167,10 @@ class OpenAIBackend:
                     return self._parse(r, sampling)
                 problem = f"HTTP {r.status_code}: {self._scrub(r.text)[:500]}"  # scrub first: a cut key would leak its start
                 if r.status_code not in RETRY_STATUS:
-                    raise GrtoolError(self._scrub(f"{url}: {problem}"))
+                    raise GrtoolError(self._scrub(f"{shown}: {problem}"))
                 wait = _retry_after(r)
             if attempt == self.max_retries:
-                raise GrtoolError(self._scrub(f"{url}: giving up after {attempt + 1} attempts; last: {problem}"))
+                raise GrtoolError(self._scrub(f"{shown}: giving up after {attempt + 1} attempts; last: {problem}"))
             if wait is None:
                 wait = random.uniform(0, min(60.0, self.backoff * 2**attempt))  # exponential backoff, full jitter
             log.debug("%s (attempt %d), retrying in %.2fs", self._scrub(problem), attempt + 1, wait)
@@ -164,7 +184,7 @@ class OpenAIBackend:
             text = choice["message"].get("content") or ""
             usage = data.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise GrtoolError(self._scrub(f"{self.base_url}: unexpected chat completion response ({type(e).__name__}: {e})")) from None
+            raise GrtoolError(self._scrub(f"{self._shown}: unexpected chat completion response ({type(e).__name__}: {e})")) from None
         gen = Generation(
             text=text,
             finish_reason=choice.get("finish_reason") or "stop",
@@ -175,7 +195,7 @@ class OpenAIBackend:
             content = (choice.get("logprobs") or {}).get("content")
             if not content:
                 raise GrtoolError(
-                    self._scrub(f"{self.base_url}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")
+                    self._scrub(f"{self._shown}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")
                 )
             gen.logprobs = [
                 TokenLogprobs(t["token"], float(t["logprob"]), {a["token"]: float(a["logprob"]) for a in t.get("top_logprobs") or []})

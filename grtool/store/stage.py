@@ -34,6 +34,7 @@ from filelock import FileLock
 
 from grtool import __version__
 from grtool.errors import GrtoolError, InputError
+from grtool.secrets import redact_argv, redact_url  # noqa: F401  (redaction lives in grtool.secrets; re-exported for older imports)
 
 MANIFEST = "_manifest.json"
 SHARDS_DIR = "_shards"
@@ -134,57 +135,6 @@ def _sample_hash(path: Path, span: int = 1 << 20) -> str:
             f.seek(size - span)
         h.update(f.read(span))
     return h.hexdigest()
-
-
-_SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
-
-
-def redact_argv(argv: Iterable[str]) -> list[str]:
-    """The command line as recorded in manifests: values of secret-looking options are replaced.
-
-    ``--api-key-env NAME`` names an environment variable and is kept; its value is never on the command line.
-    """
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if arg.startswith("--") and any(w in arg.lower() for w in _SECRET_WORDS) and not arg.endswith("-env"):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        if arg.startswith("sk-") or arg.lower().startswith("bearer "):
-            out.append("***")
-            continue
-        if arg.startswith("--") and "=" in arg:
-            name, value = arg.split("=", 1)
-            out.append(f"{name}={redact_url(value)}")
-            continue
-        out.append(redact_url(arg))
-    return out
-
-
-def redact_url(text: str) -> str:
-    """A URL without its credentials: ``user:password@`` and secret-looking query values become ``***``."""
-    if "://" not in text:
-        return text
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    try:
-        u = urlsplit(text)
-    except ValueError:
-        return text
-    netloc = "***@" + u.netloc.rsplit("@", 1)[1] if "@" in u.netloc else u.netloc
-    query = u.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in pairs], safe="*")
-    return urlunsplit((u.scheme, netloc, u.path, query, u.fragment))
 
 
 # ----------------------------------------------------------------------------------------- sharding
