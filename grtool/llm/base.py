@@ -7,6 +7,7 @@ backend. Stages only see this module's types.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -74,14 +75,22 @@ class PartialGenerations(GrtoolError):
         self.generations = generations
 
 
+OnDone = Callable[[list["Generation"]], None]
+
+
 class Backend(Protocol):
     """A model behind one of the backends."""
 
     name: str  # "vllm" | "openai" | "transformers"
     model: str  # the model name recorded in outputs and cache keys
 
-    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
-        """One generation per prompt, in order."""
+    def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
+        """One generation per prompt, in order.
+
+        ``on_done(generations)``, when given, is called as requests finish (each generation once, in the order
+        they finish: transformers after each internal batch, openai per response, vllm per chunk), so progress
+        moves per request rather than per call.
+        """
         ...
 
 

@@ -10,6 +10,7 @@ chunk in flight, a failed request loses only itself. Nothing about the transport
 
 from __future__ import annotations
 
+import inspect
 import sqlite3
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from grtool.llm.base import (
     Backend,
     Generation,
     Messages,
+    OnDone,
     PartialGenerations,
     Sampling,
     chunks,
@@ -89,8 +91,9 @@ class CachedLLM:
 
     ``generate`` answers hits from the cache (``Generation.cached=True``) and sends the misses to the backend in
     chunks of ``chunk_size`` (at most the backend's own preference), storing each chunk before the next, and
-    calling ``on_progress(finished_generations)`` as hits and chunks complete. When the backend raises
-    :class:`PartialGenerations`, the answers it carries are stored before the error goes on.
+    calling ``on_progress(finished_generations)`` for the hits, then as the backend finishes requests (its
+    ``on_done``: per request or per internal batch; a backend without ``on_done``, per chunk). When the backend
+    raises :class:`PartialGenerations`, the answers it carries are stored before the error goes on.
     """
 
     def __init__(self, backend: Backend, cache_path: Path | None, *, chunk_size: int | None = None):
@@ -100,6 +103,7 @@ class CachedLLM:
         # The backend's chunk bounds what a crash loses, however large a chunk the caller reads and sends.
         self.chunk_size = min(chunk_size, own) if chunk_size else own
         self.stats = CacheStats()
+        self._reports_done = "on_done" in inspect.signature(backend.generate).parameters
 
     @property
     def model(self) -> str:
@@ -137,8 +141,9 @@ class CachedLLM:
 
         pending = list(todo)
         for batch in chunks(pending, self.chunk_size):
+            reported: set[int] = set()  # ids of the generations the backend already reported as done
             try:
-                gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling)
+                gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling, **self._on_done(on_progress, reported))
             except PartialGenerations as e:
                 answered = [(k, g) for k, g in zip(batch, e.generations) if g is not None]
                 self._store(answered, sampling)
@@ -155,9 +160,21 @@ class CachedLLM:
                     done.append(results[i])
             self.stats.misses += len(batch)
             self.stats.hits += len(done) - len(batch)
-            if on_progress:
-                on_progress(done)
+            rest = [g for g in done if id(g) not in reported]  # copies for repeated prompts, or a backend without on_done
+            if on_progress and rest:
+                on_progress(rest)
         return results  # type: ignore[return-value]
+
+    def _on_done(self, on_progress: Callable[[list[Generation]], None] | None, reported: set[int]) -> dict[str, OnDone]:
+        """The backend's ``on_done`` argument: forward finished requests to ``on_progress`` as they come."""
+        if on_progress is None or not self._reports_done:
+            return {}
+
+        def on_done(gens: list[Generation]) -> None:
+            reported.update(id(g) for g in gens)
+            on_progress(gens)
+
+        return {"on_done": on_done}
 
     def _store(self, answered: list[tuple[str, Generation]], sampling: Sampling) -> None:
         require_logprobs(self.backend.name, [g for _, g in answered], sampling)

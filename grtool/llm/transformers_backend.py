@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
 from grtool.llm.models import resolve_model
 from grtool.log import log
 
@@ -54,7 +54,7 @@ class TransformersBackend:
         self._warned_schema = False
         self._prefix = _SharedPrefix(self.lm)
 
-    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+    def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         if sampling.json_schema is not None and not self._warned_schema:
             log.warning("the transformers backend cannot constrain output to a JSON schema; relying on the prompt")
             self._warned_schema = True
@@ -66,8 +66,11 @@ class TransformersBackend:
         results: list[Generation | None] = [None] * len(ids)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            for i, g in zip(idx, self._generate_batch([ids[i] for i in idx], prefix, sampling)):
+            batch = self._generate_batch([ids[i] for i in idx], prefix, sampling)
+            for i, g in zip(idx, batch):
                 results[i] = g
+            if on_done is not None:  # progress per batch, not per call
+                on_done(list(batch))
         return results  # type: ignore[return-value]
 
     def _generate_batch(self, ids: list[list[int]], prefix: "_SharedPrefix", sampling: Sampling) -> list[Generation]:
