@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, PartialGenerations, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs
 from grtool import secrets
 from grtool.log import log
 
@@ -118,10 +118,10 @@ class OpenAIBackend:
         return body
 
     # ------------------------------------------------------------------ generation
-    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
-        return asyncio.run(self._generate_all(prompts, sampling))
+    def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
+        return asyncio.run(self._generate_all(prompts, sampling, on_done))
 
-    async def _generate_all(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+    async def _generate_all(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         gate = asyncio.Semaphore(self.concurrency)
         failed: list[BaseException] = []
@@ -132,10 +132,13 @@ class OpenAIBackend:
                     if failed:  # a request failed for good: a dead or refusing server should not get the rest
                         return None
                     try:
-                        return await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
+                        gen = await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
                     except Exception as e:  # the others in flight go on: their answers are worth keeping
                         failed.append(e)
                         return None
+                if on_done is not None:  # progress per response
+                    on_done([gen])
+                return gen
 
             gens = list(await asyncio.gather(*(one(m) for m in prompts)))
         answered = sum(g is not None for g in gens)
@@ -193,6 +196,9 @@ class OpenAIBackend:
         )
         if sampling.logprobs:
             content = (choice.get("logprobs") or {}).get("content")
+            if not content and not text and not gen.completion_tokens:  # an empty answer has no tokens to score
+                gen.logprobs = []
+                return gen
             if not content:
                 raise GrtoolError(
                     self._scrub(f"{self._shown}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
 from grtool.llm.models import resolve_model
 
 
@@ -85,13 +85,16 @@ class VLLMBackend:
             kwargs["structured_outputs"] = StructuredOutputsParams(json=sampling.json_schema)
         return SamplingParams(**kwargs)
 
-    def generate(self, prompts: list[Messages], sampling: Sampling) -> list[Generation]:
+    def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         params = self.sampling_params(sampling)
         results: list[Generation] = []
         for start in range(0, len(prompts), self.chunk_size):
             texts = [self.render(m) for m in prompts[start : start + self.chunk_size]]
             outputs = self.llm.generate(texts, params, use_tqdm=False)
-            results.extend(_to_generation(o, sampling.logprobs) for o in outputs)
+            chunk = [_to_generation(o, sampling.logprobs) for o in outputs]
+            results.extend(chunk)
+            if on_done is not None:  # per chunk: vllm.LLM.generate returns when its whole batch is done
+                on_done(chunk)
         return results
 
 
