@@ -110,10 +110,11 @@ class FakeChatServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the client opens up to --concurrency connections at once
 
-    def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True):
+    def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True, empty: set[int] | None = None):
         super().__init__(("127.0.0.1", 0), ChatHandler)
         self.answers = answers
         self.with_logprobs = with_logprobs
+        self.empty = empty or set()  # candidates answered with an empty completion (no tokens)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
 
@@ -156,11 +157,14 @@ class ChatHandler(BaseHTTPRequestHandler):
         question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
         evidences, answer = self.server.answers[question]
         candidate = body["seed"] if body["temperature"] > 0 else 0
-        text = candidate_text(candidate, evidences, answer)
+        text = "" if candidate in self.server.empty else candidate_text(candidate, evidences, answer)
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         if body.get("logprobs") and self.server.with_logprobs:
             choice["logprobs"] = {"content": token_logprobs(text, candidate == WINNER, body["top_logprobs"])}
         usage = {"prompt_tokens": 100, "completion_tokens": len(text.split()), "total_tokens": 100 + len(text.split())}
+        if not text:  # what vLLM sends for an immediate end of sequence
+            choice["logprobs"] = {"content": []} if body.get("logprobs") else None
+            usage = {"prompt_tokens": 100, "completion_tokens": 0, "total_tokens": 100}
         self._send({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage})
 
 
@@ -292,6 +296,51 @@ def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, r
         corpus, triples, _ = build_inputs(records[:2], tmp_path, parts=1)
         proc = cli("chains", "synthesize", corpus, triples, "--out", tmp_path / "chains", *llm_args(server), check=2)
         assert "logprobs" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("select", ["entropy", "first"])
+def test_a_server_answering_only_empty_strings_trips_the_empty_output_guard(cli, tmp_path, records, select):
+    server = start_server(records, empty={0, 1, 2, 3})
+    try:
+        corpus, triples, _ = build_inputs(records, tmp_path, parts=2)
+        out = tmp_path / "chains"
+        args = ["chains", "synthesize", corpus, triples, "--out", out, "-n", "2", "--select", select, *llm_args(server)]
+        proc = cli(*args, check=1, env={"COLUMNS": "10000"})
+        flat = " ".join(proc.stderr.split())
+        n = 2 * len(records[0::2])
+        assert f"part-00000: {n} of {n} candidate chains are empty (100% > --max-empty-share 0.2)" in flat, flat
+        assert "e.g. " in flat and "candidate 0 (empty output, finish_reason=stop): ''" in flat and "Traceback" not in flat
+        # The tripped part is finished and kept; no further part is started.
+        manifest = load_manifest(out)
+        assert list(manifest["shards"]) == ["part-00000"] and not manifest["complete"]
+        assert manifest["counters"]["extra"]["candidates_empty"] == n
+        sent = len(server.requests)
+        assert sent == n
+        # Re-running does not turn the tripped part into a clean exit, nor generate the other part.
+        again = cli(*args, check=1, env={"COLUMNS": "10000"})
+        assert "finished by an earlier run" in " ".join(again.stderr.split()) and len(server.requests) == sent
+        # A relaxed threshold lets the run finish; the empty chains are kept, counted, and all selected
+        # only because nothing else exists.
+        cli(*args, "--max-empty-share", "1")
+        assert load_manifest(out)["complete"]
+    finally:
+        server.shutdown()
+
+
+def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path, records):
+    # The greedy candidate (the one `first` keeps, and the fallback of `entropy`) and the surest one are empty.
+    server = start_server(records, empty={0, WINNER})
+    try:
+        corpus, triples, _ = build_inputs(records, tmp_path, parts=1)
+        for select in ("entropy", "first"):
+            out = tmp_path / select
+            cli("chains", "synthesize", corpus, triples, "--out", out, "-n", "4", "--select", select, "--max-empty-share", "0.5", *llm_args(server))
+            rows = read_table(out).to_pylist()
+            selected = [r for r in rows if r["selected"]]
+            assert len(selected) == len(records) and all(r["text"] and r["candidate"] in (1, 3) for r in selected), select
+            assert load_manifest(out)["counters"]["extra"]["candidates_empty"] == 2 * len(records)
     finally:
         server.shutdown()
 

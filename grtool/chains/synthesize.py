@@ -8,6 +8,10 @@ a distinct cached request), the citations are normalized, and one candidate per 
 Accounting: a question that gets chains accounts for its ``candidates`` rows; a question that cannot get
 any (no gold documents, not answerable, gold documents without triples, malformed) is one rejected record.
 So ``in == out + rejected`` holds per part; the ``questions_*`` counters give the per-question view.
+
+Empty outputs: a candidate whose generated text is empty is kept as a row (counter ``candidates_empty``) but
+never selected over a non-empty one; when a part's share of empty candidates exceeds ``--max-empty-share``
+the empty-output guard (:mod:`grtool.llm.guard`) stops the command with exit 1 after finishing that part.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from grtool.chains.triples import TripleStore
 from grtool.errors import GrtoolError
 from grtool.llm.base import Backend, Generation, Messages, Sampling
 from grtool.llm.cache import CacheStats, CachedLLM
+from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 
 SELECT_METHODS = ("entropy", "first")
 QUESTION_BATCH = 4096  # questions whose gold triples are looked up together: one filtered scan of the triples
@@ -203,8 +208,16 @@ class ChainSynthesizer:
         return [list(gens) for gens in zip(*per_candidate)]
 
     # -- rows
-    def rows(self, model: str, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any) -> list[dict[str, Any]]:
+    def rows(
+        self,
+        model: str,
+        prepared: Sequence[PreparedQuestion],
+        generations: Sequence[Sequence[Generation]],
+        shard: Any,
+        empty: EmptyOutputs | None = None,
+    ) -> list[dict[str, Any]]:
         s = self.settings
+        empty = empty if empty is not None else EmptyOutputs("")
         if s.select == "entropy":
             flat = [(g.text, g.logprobs) for gens in generations for g in gens]
             flat_scores = self.scorer.score(flat)
@@ -213,9 +226,14 @@ class ChainSynthesizer:
             scores = [[None] * s.candidates for _ in generations]
         rows = []
         for p, gens, cand_scores in zip(prepared, generations, scores):
-            chosen = pick_lowest(cand_scores) if s.select == "entropy" else 0
+            blank = [not g.text.strip() for g in gens]
+            chosen = _choose(cand_scores, blank, s.select)
             shard.count("questions_chained")
             for c, (g, score) in enumerate(zip(gens, cand_scores)):
+                empty.add()
+                if blank[c]:
+                    shard.count("candidates_empty")
+                    empty.add_empty(example(f"{p.question.qid} candidate {c}", "empty output", g.finish_reason, g.text) if empty.wants_examples else None)
                 chain = normalize_chain(g.text, p.offered, s.markers, self.pattern)
                 shard.count("docids", len(chain.docids))
                 shard.count("docids_flipped", sum(chain.flipped))
@@ -242,13 +260,34 @@ class ChainSynthesizer:
                 )
         return rows
 
-    def run_batch(self, llm: LLM, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int, advance: Callable[[int], None]) -> None:
+    def run_batch(
+        self,
+        llm: LLM,
+        rows: Sequence[dict[str, Any]],
+        shard: Any,
+        source: str,
+        first_position: int,
+        advance: Callable[[int], None],
+        empty: EmptyOutputs | None = None,
+    ) -> None:
         prepared = self.prepare(rows, shard, source, first_position)
         advance((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
         # Generations with their logprobs are the bulky part: held for GENERATE_BATCH questions at a time.
         for lo in range(0, len(prepared), GENERATE_BATCH):
             chunk = prepared[lo : lo + GENERATE_BATCH]
-            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, advance), shard))
+            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, advance), shard, empty))
+
+
+def _choose(scores: Sequence[float | None], blank: Sequence[bool], select: str) -> int:
+    """The selected candidate: the lowest entropy score, or the greedy one (``first``); an empty candidate is
+    never selected while another one has text."""
+    if select == "entropy":
+        chosen = pick_lowest([None if b else sc for sc, b in zip(scores, blank)])
+    else:
+        chosen = 0
+    if blank[chosen] and not all(blank):
+        chosen = blank.index(False)
+    return chosen
 
 
 def question_batches(batches: Iterator[list[dict[str, Any]]], size: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -280,11 +319,14 @@ def synthesize(
     num_shards: int | None = None,
     shard_index: int | None = None,
     scorer: EntropyScorer | None = None,
+    max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
 ) -> tuple[dict[str, Any], CacheStats]:
     """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats.
 
     ``backend`` is called only when a part needs generating, so a finished run resumes without loading a model.
     The request cache is one SQLite file per part under ``cache_dir`` (one writer per file on shared disks).
+    Raises :class:`~grtool.errors.DataProblem` (exit 1) when a part's share of empty candidates exceeds
+    ``max_empty_share``, after finishing that part and the manifest.
     """
     from grtool.log import progress
     from grtool.store.io import InputTable, open_output
@@ -302,7 +344,17 @@ def synthesize(
     model: str | None = model_name
     built: list[Backend] = []
 
-    todo = [i for i in parts_for_task(questions.num_parts, n_shards, index) if not writer.done(i)]
+    mine = parts_for_task(questions.num_parts, n_shards, index)
+    todo = [i for i in mine if not writer.done(i)]
+    tripped: EmptyOutputs | None = None
+    # A finished part is still judged: re-running after the guard tripped must not exit 0.
+    for i in mine:
+        if writer.done(i):
+            recorded = _recorded_empty(writer, part_name(i))
+            if recorded.over(max_empty_share):
+                tripped = _with_recorded_examples(writer, recorded)
+                todo = []
+                break
     with progress() as bar:
         task = bar.add_task("chains", total=_planned_rows(questions, todo, settings.candidates))
         for i in todo:
@@ -312,10 +364,11 @@ def synthesize(
             source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
             # Opened after the writer, which creates the directory the cache lives in (and keeps it on --overwrite).
             llm = CachedLLM(built[0], cache_dir / f"{part_name(i)}.sqlite" if cache_dir is not None else None)
+            empty = EmptyOutputs(part_name(i))
             try:
                 with writer.shard(i) as shard:
                     for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
-                        synth.run_batch(llm, rows, shard, source, position, lambda n: bar.advance(task, n))
+                        synth.run_batch(llm, rows, shard, source, position, lambda n: bar.advance(task, n), empty)
                     shard.count("cache_hits", llm.stats.hits)
                     shard.count("cache_misses", llm.stats.misses)
             finally:
@@ -323,7 +376,39 @@ def synthesize(
             stats.hits += llm.stats.hits
             stats.misses += llm.stats.misses
             model = llm.model
-    return writer.finish(**({"model": model} if model else {})), stats
+            if empty.over(max_empty_share):
+                tripped = empty
+                break
+    manifest = writer.finish(**({"model": model} if model else {}))
+    if tripped is not None:
+        where = f" (kept in {Path(out) / (tripped.part + '.parquet')}, counter candidates_empty)" if str(out) != "-" else ""
+        raise tripped.error(
+            max_empty_share, units="candidate chains", outcome="are empty", where=where,
+            redo="from the request cache, which keeps the empty answers: change the model or prompt, or pass --no-cache",
+        )  # fmt: skip
+    return manifest, stats
+
+
+def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
+    """A finished part's candidates and empty candidates, from its committed shard record."""
+    record = writer.records.get(name, {})
+    extra = record.get("counters", {}).get("extra", {})
+    return EmptyOutputs(name, record.get("rows", 0), extra.get("candidates_empty", 0), resumed=True)
+
+
+def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:
+    """Examples for the guard's message from the part's rows (read only when the guard trips)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(writer.path) / f"{result.part}.parquet"
+    if not path.is_file():
+        return result
+    table = pq.read_table(path, columns=["qid", "candidate", "text", "finish_reason"])
+    blank = table.filter(pc.equal(pc.utf8_trim_whitespace(table["text"]), ""))
+    for row in blank.slice(0, 3).to_pylist():
+        result.examples.append(example(f"{row['qid']} candidate {row['candidate']}", "empty output", row["finish_reason"], row["text"] or ""))
+    return result
 
 
 def _planned_rows(questions: Any, parts: list[int], candidates: int) -> int | None:

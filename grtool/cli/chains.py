@@ -33,6 +33,9 @@ def synthesize(
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = "<docid_start>",
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = "<docid_end>",
+    max_empty_share: Annotated[
+        float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty candidate chains (the part is kept).")
+    ] = 0.2,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
@@ -43,6 +46,7 @@ def synthesize(
     Each prompt offers the question's gold triples (plus --distractors others), numbered in a seeded shuffle.
     Citations the model writes as \[head, relation, tail] are stored as marked docids, flipped ones flagged.
     Questions without gold documents or without triples for them are rejected with the reason, never dropped.
+    Empty answers are never selected over non-empty ones; too many of them in a part (--max-empty-share) exit 1.
 
     Example: grtool chains synthesize out/2wiki out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
     """
@@ -71,6 +75,7 @@ def synthesize(
         corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
         backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
+        max_empty_share=max_empty_share,
     )  # fmt: skip
     counters = manifest.get("counters")
     if counters is None:  # --out -: the rows went to stdout, the rejects to stderr

@@ -28,9 +28,9 @@ import orjson
 import pyarrow.parquet as pq
 from rich.progress import TextColumn
 
-from grtool.errors import DataProblem
 from grtool.llm.base import Backend, Generation, Sampling
 from grtool.llm.cache import CachedLLM, call_row
+from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
 from grtool.store.schemas import LLM_CALLS, TRIPLES
@@ -38,30 +38,17 @@ from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name,
 from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
 
-EXAMPLE_CHARS = 300
-MAX_EXAMPLES = 3  # documents without triples quoted in the guard's message
-
 
 @dataclass
 class ExtractConfig:
     docid_start: str = "<docid_start>"
     docid_end: str = "<docid_end>"
     limit: int | None = None
-    max_empty_share: float = 0.2
+    max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE  # the empty-output guard (grtool.llm.guard), over documents
     chunk_size: int = 2048  # documents read and sent per generate call: progress, cache and memory advance per chunk
 
 
-@dataclass
-class PartResult:
-    part: str
-    documents: int = 0
-    empty: int = 0
-    examples: list[str] = field(default_factory=list)
-    resumed: bool = False  # finished by an earlier run: the counts come from its shard record
-
-    def over(self, max_empty_share: float) -> bool:
-        """The empty-document guard: too large a share of this part's documents gave no triples."""
-        return bool(self.documents) and self.empty / self.documents > max_empty_share
+PartResult = EmptyOutputs  # a part's documents and those without triples: the empty-output guard's count
 
 
 @dataclass
@@ -164,12 +151,7 @@ def extract(
         calls_out.finish(model=report.model)
     if tripped is not None:
         where = f" (rejects: {Path(out) / 'triples' / '_rejects' / (tripped.part + '.jsonl')})" if not is_stdio(out) else ""
-        earlier = "; this part was finished by an earlier run (--overwrite redoes it, re-parsing cached outputs)" if tripped.resumed else ""
-        raise DataProblem(
-            f"{tripped.part}: {tripped.empty} of {tripped.documents} documents gave no triples "
-            f"({tripped.empty / tripped.documents:.0%} > --max-empty-share {config.max_empty_share}){where}{earlier}"
-            + ("; e.g. " + " | ".join(tripped.examples) if tripped.examples else "")
-        )
+        raise tripped.error(config.max_empty_share, units="documents", outcome="gave no triples", where=where, redo="re-parsing cached outputs")
     return report
 
 
@@ -190,15 +172,10 @@ def _with_recorded_examples(stage: StageWriter, result: PartResult) -> PartResul
             if entry.get("reason") != "no_triples":
                 continue
             rec = entry.get("record") or {}
-            result.examples.append(_example(rec.get("doc_id"), entry.get("detail"), rec.get("finish_reason"), rec.get("output") or ""))
-            if len(result.examples) == MAX_EXAMPLES:
+            result.examples.append(example(rec.get("doc_id"), entry.get("detail"), rec.get("finish_reason"), rec.get("output") or ""))
+            if not result.wants_examples:
                 break
     return result
-
-
-def _example(doc_id: str | None, why: str | None, finish_reason: str | None, text: str) -> str:
-    snippet = text[:EXAMPLE_CHARS].replace("\n", " ")
-    return f"{doc_id} ({why}, finish_reason={finish_reason}): {snippet!r}"
 
 
 def _doc_budget(sizes: list[int | None], limit: int | None) -> list[int | None]:
@@ -264,19 +241,19 @@ def _extract_part(corpus, index, triples_out, calls_out, llm: CachedLLM, samplin
             if write_calls:
                 calls.count_in(len(call_rows))
                 calls.write_rows(call_rows)
-        shard.count("documents", result.documents)
+        shard.count("documents", result.total)
         shard.count("documents_without_triples", result.empty)
         shard.count("cache_hits", llm.stats.hits)
         shard.count("cache_misses", llm.stats.misses)
     if result.empty:
-        log.info("%s: %d of %d documents gave no triples", result.part, result.empty, result.documents)
+        log.info("%s: %d of %d documents gave no triples", result.part, result.empty, result.total)
     return result
 
 
 def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str) -> list[dict[str, Any]]:
     doc_id = doc["doc_id"]
     parsed = parse_output(gen.text, gen.finish_reason)
-    result.documents += 1
+    result.add()
     shard.count_in(parsed.candidates)
     if parsed.truncated:
         shard.count("truncated_outputs")
@@ -286,7 +263,6 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
         shard.reject({"doc_id": doc_id, "head": triple[0], "relation": triple[1], "tail": triple[2]}, "empty_part", source=source)
     shard.count_merged(parsed.duplicates)
     if not parsed.triples:
-        result.empty += 1
         shard.count_in(1)
         why = "empty output" if not gen.text.strip() else "truncated before the first triple" if parsed.truncated else "no readable triple"
         shard.reject(
@@ -295,8 +271,7 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
             source=source,
             detail=why,
         )
-        if len(result.examples) < MAX_EXAMPLES:
-            result.examples.append(_example(doc_id, why, gen.finish_reason, gen.text))
+        result.add_empty(example(doc_id, why, gen.finish_reason, gen.text) if result.wants_examples else None)
         return []
     return [
         {
