@@ -35,7 +35,7 @@ PROGRESS_INTERVAL = 10.0  # seconds between plain progress lines without a termi
 console = Console(stderr=True)
 stage_summary = Console(stderr=True)  # what a stage did (counts, where files went): silent under --quiet, unlike reports
 log = logging.getLogger("grtool")
-_state = {"quiet": False}
+_state = {"quiet": False, "verbose": False}
 
 
 def log_width(stream: IO | None) -> int | None:
@@ -53,7 +53,7 @@ def log_width(stream: IO | None) -> int | None:
 
 
 def configure(verbose: bool = False, quiet: bool = False) -> None:
-    _state["quiet"] = quiet
+    _state["quiet"], _state["verbose"] = quiet, verbose
     stage_summary.quiet = quiet
     for c in (console, stage_summary):
         c.width = log_width(c.file)  # None: Rich measures the terminal each time
@@ -66,6 +66,11 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
 
 def is_quiet() -> bool:
     return _state["quiet"]
+
+
+def flags() -> list[str]:
+    """The ``--quiet``/``--verbose`` in effect, for a command run inside this one (a pipeline stage)."""
+    return ["--quiet"] if _state["quiet"] else ["--verbose"] if _state["verbose"] else []
 
 
 def progress(*extra_columns) -> Progress:

@@ -9,8 +9,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.log import log, stage_summary
-from grtool.pipeline.config import load_pipeline
+from grtool.log import console, log, stage_summary
+from grtool.pipeline.config import Stage, load_pipeline
 from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, run_stage, stage_state, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
@@ -42,7 +42,7 @@ def run(
         remaining = [s.stage.name for s in states if s.state != "done"]
         typer.echo(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
         return
-    for stage in stages:
+    for n, stage in enumerate(stages):
         s = stage_state(pipeline, stage)  # anew: a stage before it may just have remade its inputs
         if s.state == "done":
             log.info("stage %s: done, skipped", stage.name)
@@ -50,13 +50,27 @@ def run(
         overwrite = s.state == "inputs changed" and accepts_overwrite(stage)
         if s.state == "inputs changed":
             log.warning("stage %s: %s", stage.name, s.detail)
-        log.info("stage %s: %s%s", stage.name, stage.command_line(), " --overwrite" if overwrite else "")
-        seconds = run_stage(stage, overwrite=overwrite)
+        log.info("stage %s: %s", stage.name, stage.command_line(overwrite))
+        try:
+            seconds = run_stage(stage, overwrite=overwrite)
+        except BaseException as e:  # what ran and what is left stays in the log; the error line comes after
+            _print_summary(stages[:n])
+            _print_failure(stage, overwrite, e, stages[:n], stages[n + 1 :])
+            raise
         mark_done(pipeline, stage, seconds)
-    rows = summarize(stages)
+    rows = _print_summary(stages)
     if summary_json:
         summary_json.parent.mkdir(parents=True, exist_ok=True)
         summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+    if pipeline.note:
+        stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+
+
+def _print_summary(stages: list[Stage]) -> list[dict]:
+    """The rows and rejects of ``stages`` as a table (silent under --quiet); returns the rows."""
+    rows = summarize(stages)
+    if not rows:
+        return rows
     table = Table(title="pipeline summary")
     for col in ("stage", "rows", "rejected", "outputs"):
         table.add_column(col, overflow="fold")
@@ -65,5 +79,16 @@ def run(
         rejected = "\n".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
         table.add_row(r["stage"], counts, rejected, "\n".join(r["outputs"]))
     stage_summary.print(table)
-    if pipeline.note:
-        stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+    return rows
+
+
+def _print_failure(stage: Stage, overwrite: bool, error: BaseException, done: list[Stage], left: list[Stage]) -> None:
+    """The stages done, the one that failed with its exact command line (to rerun it alone), the ones left."""
+    code = 130 if isinstance(error, KeyboardInterrupt) else getattr(error, "exit_code", None)
+    lines = [
+        f"pipeline stopped at stage {stage.name}" + (f" (exit code {code})" if code is not None else ""),
+        f"  done:   {', '.join(s.name for s in done) or '-'}",
+        f"  failed: {stage.command_line(overwrite)}",
+        f"  left:   {', '.join(s.name for s in left) or '-'}",
+    ]
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

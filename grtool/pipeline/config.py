@@ -37,8 +37,8 @@ class Stage:
     outputs: list[str] = field(default_factory=list)
     stdout: str | None = None
 
-    def argv(self) -> list[str]:
-        """The command line after `grtool`."""
+    def argv(self, overwrite: bool = False) -> list[str]:
+        """The command line after `grtool` (``overwrite``: with ``--overwrite``, as a rerun after changed inputs)."""
         argv = self.run.split() + [str(a) for a in self.args]
         for key, value in self.options.items():
             flag = "--" + key.replace("_", "-")
@@ -49,10 +49,12 @@ class Stage:
                     argv += [flag, str(item)]
             elif value is not None:
                 argv += [flag, str(value)]
+        if overwrite and "--overwrite" not in argv:
+            argv.append("--overwrite")
         return argv
 
-    def command_line(self) -> str:
-        line = shlex.join(["grtool", *self.argv()])
+    def command_line(self, overwrite: bool = False) -> str:
+        line = shlex.join(["grtool", *self.argv(overwrite)])
         return f"{line} > {shlex.quote(self.stdout)}" if self.stdout else line
 
 

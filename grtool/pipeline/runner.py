@@ -132,19 +132,20 @@ def accepts_overwrite(stage: Stage) -> bool:
 def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.cli.main import app  # the same Typer app as the `grtool` command
+    from grtool.log import flags
 
-    argv = stage.argv() + (["--overwrite"] if overwrite and "--overwrite" not in stage.argv() else [])
+    argv = stage.argv(overwrite)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if stage.stdout:
             Path(stage.stdout).parent.mkdir(parents=True, exist_ok=True)
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(stage.stdout, "w"))))
         try:
-            code = app(argv, standalone_mode=False, prog_name="grtool")
+            code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
         except GrtoolError as e:
             raise GrtoolError(f"stage {stage.name!r} failed: {e}", e.exit_code) from None
     if isinstance(code, int) and code != 0:
-        raise GrtoolError(f"stage {stage.name!r} failed with exit code {code}: {stage.command_line()}", code)
+        raise GrtoolError(f"stage {stage.name!r} failed with exit code {code}: {stage.command_line(overwrite)}", code)
     return time.perf_counter() - start
 
 
