@@ -66,7 +66,7 @@ def run() -> None:
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
 
-        console.print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        console.print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
