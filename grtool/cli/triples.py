@@ -32,7 +32,7 @@ def extract_command(
     max_empty_share: Annotated[
         float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")
     ] = 0.2,
-    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Documents per generate call (progress and cache advance per chunk).")] = 2048,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Documents read and sent per generate call (rows are written per chunk; progress moves per request).")] = 2048,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
