@@ -391,3 +391,89 @@ def test_gmr_chunking_does_not_change_the_pairs(samples):
     whole, chunked = GmrResult(), GmrResult()
     assert list(iter_gmr(samples["root"], whole)) == list(iter_gmr(samples["root"], chunked, chunk_questions=5))
     assert whole.as_dict() == chunked.as_dict() and whole.missing_gold_document == 0
+
+
+# ------------------------------------------------------------------------------------ validate exports
+
+
+def _validate_json(path: Path, code: int) -> dict:
+    return json.loads(run_cli("validate", path, "--json", check=code).stdout)
+
+
+def _problems(out: dict, name: str) -> list[str]:
+    return [p for s in out["stages"] if Path(s["path"]).name == name for p in s["problems"]]
+
+
+def test_exports_are_recorded_and_validated(cli, samples, tmp_path):
+    root = samples["root"]
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    cli("export", "sft", tmp_path / "filtered", "--corpus", root, "--out", data / "sft.json", "--dev-share", "0.3")
+    cli("export", "sft", tmp_path / "filtered", "--corpus", root, "--out", data / "sft_alpaca.json", "--format", "llamafactory-alpaca")
+    cli("export", "sft", tmp_path / "filtered", "--corpus", root, "--out", data / "sft.jsonl", "--format", "trl-messages")
+    cli("export", "kto", write_responses(tmp_path / "samples.jsonl"), "--corpus", root, "--triples", root, "--out", data / "kto.json")
+    cli("export", "kto", tmp_path / "samples.jsonl", "--corpus", root, "--triples", root, "--out", data / "kto_trl.jsonl", "--format", "trl")
+    cli("export", "gmr", root, "--out", data / "gmr.jsonl", "--memorization")
+
+    # Each file has its provenance record: command, version, inputs, rows, checksum, dataset_info entry.
+    record = json.loads((data / "sft.json.grtool.json").read_text())
+    train = json.loads((data / "sft.json").read_text())
+    assert record["kind"] == "sft" and record["trainer_format"] == "llamafactory-sharegpt" and record["split"] == "train"
+    assert record["rows"] == len(train) and record["command"][:3] == ["grtool", "export", "sft"] and record["grtool_version"]
+    assert record["dataset_info"] == {"file": "dataset_info.json", "entry": "sft"}
+    assert [i["table"] for i in record["inputs"]] == ["chains", "questions"] and all(i["kind"] == "stage" for i in record["inputs"])
+    assert json.loads((data / "sft_dev.json.grtool.json").read_text())["split"] == "dev"
+    assert json.loads((data / "gmr.jsonl.grtool.json").read_text())["rows"] == len((data / "gmr.jsonl").read_text().splitlines())
+
+    out = _validate_json(data, 0)
+    by_name = {Path(s["path"]).name: s for s in out["stages"]}
+    assert set(by_name) == {"sft.json", "sft_dev.json", "sft_alpaca.json", "sft.jsonl", "kto.json", "kto_trl.jsonl", "gmr.jsonl", "dataset_info.json"}
+    assert by_name["sft.json"]["checked"]["rows"] == len(train) and by_name["dataset_info.json"]["checked"]["entries"] == 4
+    assert all(s["notes"] == [] for s in out["stages"])
+    run_cli("validate", data / "kto.json")  # one file alone
+
+    # A row of the wrong shape, written back as valid JSON: the checksum and the shape both say so.
+    train[1] = {"conversations": [{"from": "gpt", "value": "answer first"}, {"from": "human", "value": "question"}]}
+    (data / "sft.json").write_text(json.dumps(train))
+    out = _validate_json(data, 1)
+    problems = _problems(out, "sft.json")
+    assert any("changed since it was written" in p for p in problems), problems
+    assert any("1 of" in p and "not sft llamafactory-sharegpt rows" in p and "row 2: conversations roles are ['gpt', 'human']" in p for p in problems), problems
+
+    # A truncated JSON Lines file; a registered file removed; a dangling dataset_info entry.
+    lines = (data / "gmr.jsonl").read_bytes()
+    (data / "gmr.jsonl").write_bytes(lines[: len(lines) // 2])
+    (data / "sft_dev.json").unlink()
+    info = json.loads((data / "dataset_info.json").read_text())
+    info["old_run"] = {"file_name": "old_run.json", "formatting": "sharegpt"}
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    out = _validate_json(data, 1)
+    assert any("is not valid JSON" in p for p in _problems(out, "gmr.jsonl")), _problems(out, "gmr.jsonl")
+    assert any("sft_dev.json: missing" in p for p in _problems(out, "sft_dev.json"))
+    info_problems = _problems(out, "dataset_info.json")
+    assert any("entry 'old_run' points to old_run.json, which does not exist" in p for p in info_problems)
+    assert any("entry 'sft_dev' points to sft_dev.json, which does not exist" in p for p in info_problems)
+
+
+def test_export_of_changed_inputs_is_stale_and_unrecorded_files_are_checked_by_their_entry(cli, samples, tmp_path):
+    root = samples["root"]
+    write_chains(samples, tmp_path / "filtered")
+    out = tmp_path / "data" / "sft.json"
+    cli("export", "sft", tmp_path / "filtered", "--corpus", root, "--out", out)
+    _validate_json(out.parent, 0)
+    # The filtered chains are made again (other rows): the export no longer reflects them.
+    import shutil
+
+    shutil.rmtree(tmp_path / "filtered")
+    write_chains({**samples, "gold": dict(list(samples["gold"].items())[:5])}, tmp_path / "filtered")
+    problems = _problems(_validate_json(out.parent, 1), "sft.json")
+    assert any(p.startswith("stale: input") and "filtered" in p for p in problems), problems
+    # A file without a sidecar (an older grtool) is still parsed by its dataset_info entry's formatting.
+    (out.parent / "sft.json.grtool.json").unlink()
+    rows = json.loads(out.read_text())
+    rows[0] = {"conversation": []}
+    out.write_text(json.dumps(rows))
+    result = _validate_json(out.parent, 1)
+    [info] = [s for s in result["stages"] if s["table"] == "dataset_info"]
+    assert any("row 1: missing conversations (columns.messages)" in p for p in info["problems"]), info
+    assert any("no sft.json.grtool.json" in n for n in info["notes"])

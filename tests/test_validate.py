@@ -205,3 +205,109 @@ def test_incomplete_sibling_documents_is_a_note(tmp_path):
     _write(tmp_path / "questions", "questions", QUESTIONS, [[_question("q1", ["d9"])]])
     out = _validate_json(tmp_path / "questions", 0)["stages"][0]
     assert any("not complete" in n for n in out["notes"])
+
+
+# ----------------------------------------------------------------------------------- lost manifests
+
+
+def test_a_stage_that_lost_its_manifest_fails_the_run_naming_it(run):
+    (run / "documents" / "_manifest.json").unlink()
+    out = _validate_json(run, 1)
+    [docs] = [s for s in out["stages"] if s["path"].endswith("documents")]
+    assert docs["table"] == "documents"  # told by its shards' schema
+    assert any("_manifest.json is missing" in p and "part-*.parquet" in p for p in docs["problems"]), docs
+    # The gold check the questions needed cannot be done: said, not silently skipped.
+    [q] = [s for s in out["stages"] if s["table"] == "questions"]
+    assert any("gold doc ids not checked" in n and "no _manifest.json" in n for n in q["notes"]), q
+    # Each directory alone: the orphan fails, and the questions fail since their check cannot be done.
+    assert "_manifest.json is missing" in _validate(run / "documents", 1)
+    assert "gold doc ids not checked" in _validate(run / "questions", 1)
+
+
+def test_shards_alone_without_records_or_manifest_fail(tmp_path):
+    docs = tmp_path / "run" / "documents"
+    _write(docs, "documents", DOCUMENTS, [[_doc(0)]])
+    shutil.rmtree(docs / "_shards")
+    (docs / "_manifest.json").unlink()
+    text = _validate(tmp_path / "run", 1)
+    assert "FAIL" in text and str(docs) in text and "_manifest.json is missing: 1 part-*.parquet file(s) and 0 shard record(s)" in text
+
+
+def test_a_directory_without_anything_to_validate_says_what_it_found(tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "notes.txt").write_text("hello")
+    text = _validate(tmp_path / "empty", 1)
+    assert "no stage directory (_manifest.json, part-*.parquet), no index (index.json) and no export" in " ".join(text.split())
+    assert "no such file or directory" in run_cli("validate", tmp_path / "missing", check=2).stderr
+
+
+# ------------------------------------------------------------------------------------------- indexes
+
+BUNDLED_TRIPLES = EXAMPLES.parent.parent / "tests" / "data" / "index_triples.jsonl"
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """A run directory with a triples stage and the index built from it with the real CLI."""
+    from grtool.store.schemas import TRIPLES
+
+    root = tmp_path_factory.mktemp("indexed") / "run"
+    rows = [json.loads(line) for line in BUNDLED_TRIPLES.read_text().splitlines()]
+    _write(root / "triples", "triples", TRIPLES, [rows[:6], rows[6:]])
+    run_cli("index", "build", root / "triples", "--tokenizer", "qwen", "--out", root / "index")
+    return root
+
+
+@pytest.fixture
+def indexed_run(indexed, tmp_path):
+    return shutil.copytree(indexed, tmp_path / "run")
+
+
+def test_index_is_validated_with_the_run(indexed_run):
+    out = _validate_json(indexed_run, 0)
+    [index] = [s for s in out["stages"] if s["table"] == "index"]
+    assert index["problems"] == [] and index["notes"] == []
+    assert index["checked"]["kind"] == "fm" and index["checked"]["probes"] == 3 and index["checked"]["documents"] == 4
+    text = _validate(indexed_run, 0)
+    assert "ok " in text and "index, fm," in text
+    _validate(indexed_run / "index", 0)  # the index directory alone
+
+
+def test_index_with_a_changed_file_fails(indexed_run):
+    f = indexed_run / "index" / "seq_lengths.npy"
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0x01
+    f.write_bytes(bytes(data))
+    assert "seq_lengths.npy: sha256 does not match index.json" in _validate(indexed_run, 1)
+    (indexed_run / "index" / "doc_ids.txt").unlink()
+    assert "doc_ids.txt: listed in index.json but missing" in _validate(indexed_run / "index", 1)
+
+
+def test_index_json_rewritten_to_match_damaged_files_still_fails(indexed_run):
+    # Checksums alone are not enough when index.json was edited to agree: the index must still answer.
+    import numpy as np
+
+    from grtool.store.stage import sha256_file
+
+    idx = indexed_run / "index"
+    lengths = np.load(idx / "seq_lengths.npy")
+    lengths[0] += 1
+    np.save(idx / "seq_lengths.npy", lengths)
+    meta = json.loads((idx / "index.json").read_text())
+    meta["files"]["seq_lengths.npy"] = {"bytes": (idx / "seq_lengths.npy").stat().st_size, "sha256": sha256_file(idx / "seq_lengths.npy")}
+    (idx / "index.json").write_text(json.dumps(meta))
+    assert "tokens, index.json says" in _validate(idx, 1)
+
+
+def test_index_of_triples_changed_since_is_stale(tmp_path):
+    from grtool.store.schemas import TRIPLES
+
+    rows = [json.loads(line) for line in BUNDLED_TRIPLES.read_text().splitlines()]
+    _write(tmp_path / "run" / "triples", "triples", TRIPLES, [rows])
+    run_cli("index", "build", tmp_path / "run" / "triples", "--tokenizer", "qwen", "--out", tmp_path / "run" / "index")
+    _validate(tmp_path / "run", 0)
+    shutil.rmtree(tmp_path / "run" / "triples")
+    _write(tmp_path / "run" / "triples", "triples", TRIPLES, [rows[:5], rows[5:]])  # the same rows, other shards
+    out = _validate_json(tmp_path / "run", 1)
+    [index] = [s for s in out["stages"] if s["table"] == "index"]
+    assert any(p.startswith("stale: input") and "triples" in p for p in index["problems"]), index

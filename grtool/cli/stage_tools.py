@@ -12,7 +12,7 @@ from rich.table import Table
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
-from grtool.store.validate import find_stage_dirs, status, validate_tree
+from grtool.store.validate import describe, find_stage_dirs, status, validate_tree
 
 
 def status_cmd(
@@ -43,19 +43,24 @@ def status_cmd(
 
 
 def validate_cmd(
-    directory: Annotated[Path, typer.Argument(help="A stage directory, or a run directory: every stage under it is checked.")],
+    directory: Annotated[Path, typer.Argument(help="A stage directory, a run directory (everything under it is checked), an index directory or an exported file.")],
     json: Json = False,
 ) -> None:
-    """Check schema, checksums, accounting (in = out + merged + rejected), keys and cross-table references.
+    """Check stage directories, index directories and exported files: everything grtool wrote under DIRECTORY.
 
-    Exit 0 when clean, 1 with the list of problems otherwise. Notes (e.g. a manifest not yet re-merged
-    after a later array task committed a shard) are shown but do not fail validation. A questions
-    directory is checked against its sibling documents directory whenever one exists.
+    Stages: schema, checksums, accounting (in = out + merged + rejected), keys and cross-table references; a
+    folder of shards without _manifest.json is a problem. Indexes: every file against index.json, the index
+    opens and looks up a few docids. Exports: each file against its .grtool.json record (unchanged, row count,
+    row shape of its format, inputs unchanged) and dataset_info.json entries pointing at existing files.
+
+    Exit 0 when clean, 1 with the list of problems otherwise (also when nothing grtool wrote is found). Notes
+    (e.g. a manifest not yet re-merged after a later array task committed a shard) are shown but do not fail
+    validation. A questions directory is checked against its sibling documents directory whenever one exists.
 
     Example: grtool validate out/demo
     """
     if not Path(directory).exists():
-        raise InputError(f"{directory}: no such directory")
+        raise InputError(f"{directory}: no such file or directory")
     reports = validate_tree(directory)
     if not reports:
         raise InputError(f"{directory}: no stage directory here")
@@ -65,7 +70,7 @@ def validate_cmd(
     else:
         for r in reports:
             mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {r.path} ({r.table}, {r.checked.get('shards', 0)} shards, {r.checked.get('rows', 0)} rows)", soft_wrap=True)
+            console.print(f"{mark} {r.path} ({describe(r)})", soft_wrap=True)
             for p in r.problems:  # one line each, unwrapped: easy to grep in a CI log
                 console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
             for n in r.notes:

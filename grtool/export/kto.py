@@ -19,6 +19,7 @@ from typing import Any
 from grtool.errors import GrtoolError
 from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
 from grtool.export.lookup import DocidIndex, QuestionIndex
+from grtool.export.provenance import input_fingerprint, write_sidecar
 from grtool.export.recall import Score, Skipped, iter_scores
 from grtool.store.io import is_stdio
 
@@ -110,4 +111,9 @@ def export_kto(
         if fmt == "llamafactory":
             stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
             result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
+        inputs = [input_fingerprint(responses), input_fingerprint(corpus, "questions"), input_fingerprint(triples, "triples")]
+        write_sidecar(
+            out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
+            inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
+        )  # fmt: skip
     return result

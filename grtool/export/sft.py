@@ -19,6 +19,7 @@ import orjson
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
 from grtool.export.lookup import QuestionIndex
+from grtool.export.provenance import input_fingerprint, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.io import InputTable, is_stdio
 
@@ -117,6 +118,14 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
             name = Path(path).stem
             entries[name] = dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system))
         result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
+    if not is_stdio(out):
+        inputs = [input_fingerprint(filtered, "chains"), input_fingerprint(corpus, "questions")]
+        for split, path in result.files.items():
+            write_sidecar(
+                path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
+                json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
+                dataset_info_entry=Path(path).stem if result.dataset_info else None,
+            )  # fmt: skip
     return result
 
 

@@ -1,7 +1,24 @@
-"""`grtool status` and `grtool validate`: what a stage directory holds, and whether it can be trusted."""
+"""`grtool status` and `grtool validate`: what a stage directory holds, and whether it can be trusted.
+
+`grtool validate DIR` checks everything under DIR that grtool writes:
+
+- stage directories (``_manifest.json``): manifest against shard records and files, accounting, keys, and the
+  gold references of a questions table against its sibling documents table;
+- folders holding shards (``part-*.parquet``, ``_shards/``) but no manifest: a stage that lost its manifest or
+  never wrote one, a problem (its checks, and the gold check of a sibling that needs it, cannot be done);
+- index directories (``index.json``): every file's size and sha256, the index opens, sizes agree, a few docids
+  looked up return their documents, the input triples unchanged since the build;
+- exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.export.provenance`) and LLaMA-Factory
+  ``dataset_info.json`` files: present, unchanged, parseable, every row in its format's shape, entries
+  pointing at existing files (:mod:`grtool.export.check`).
+
+A directory holding none of these is a problem too: "nothing to validate" must not pass a CI gate.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +30,7 @@ from grtool.store.schemas import TABLES
 from grtool.store.stage import (
     MANIFEST,
     SHARDS_DIR,
+    fingerprint,
     is_stage_dir,
     load_manifest,
     load_shard_records,
@@ -21,6 +39,10 @@ from grtool.store.stage import (
     sha256_file,
     shard_paths,
 )
+
+
+INDEX_META = "index.json"  # grtool.index.base.META (the index package is imported only when an index is found)
+SHARD_GLOB = "part-*.parquet"
 
 
 def find_stage_dirs(root: str | Path) -> list[Path]:
@@ -199,6 +221,18 @@ def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) 
         report.problems.append(f"key {tuple(key)} not unique: {dup.height} duplicated keys (e.g. {examples})")
 
 
+def describe(report: Report) -> str:
+    """What was validated, for the one-line summary of a report."""
+    c = report.checked
+    if report.table == "index":
+        return f"index, {c.get('kind')}, {c.get('sequences') or 0} sequences, {c.get('documents') or 0} documents"
+    if report.table == "export":
+        return f"export {c.get('kind')} {c.get('format')}, {c.get('rows', 0)} rows"
+    if report.table == "dataset_info":
+        return f"dataset_info, {c.get('entries', 0)} entries"
+    return f"{report.table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
+
+
 def _first(names: list[str], n: int = 5) -> str:
     return ", ".join(names[:n]) + (" …" if len(names) > n else "")
 
@@ -237,19 +271,289 @@ def sibling_stage(path: Path, table: str) -> Path | None:
     return None
 
 
+@dataclass
+class Found:
+    """What :func:`discover` finds under a directory."""
+
+    stages: list[Path] = field(default_factory=list)
+    orphans: list[Path] = field(default_factory=list)  # shards without a manifest
+    indexes: list[Path] = field(default_factory=list)
+    sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
+    dataset_infos: list[Path] = field(default_factory=list)
+
+
+def is_orphan_dir(path: Path) -> bool:
+    """Shards (``part-*.parquet``, or completion records in ``_shards/``) but no ``_manifest.json``."""
+    if is_stage_dir(path) or not path.is_dir():
+        return False
+    return any(path.glob(SHARD_GLOB)) or any((path / SHARDS_DIR).glob("part-*.json"))
+
+
+def is_index_dir(path: Path) -> bool:
+    return (path / INDEX_META).is_file() and not is_stage_dir(path)
+
+
+def discover(root: str | Path) -> Found:
+    """Stage directories, orphaned shards, indexes and exports under ``root`` (``_*`` and ``.*`` folders below it,
+    a stage's own bookkeeping, caches and temporary builds, are not searched). A stage or index directory given
+    itself is the only thing found."""
+    from grtool.export.provenance import DATASET_INFO, is_sidecar
+
+    root = Path(root)
+    found = Found()
+    if is_stage_dir(root):
+        found.stages.append(root)
+        return found
+    if is_index_dir(root):
+        found.indexes.append(root)
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
+        if is_stage_dir(d):
+            found.stages.append(d)
+        elif is_orphan_dir(d):
+            found.orphans.append(d)
+        elif INDEX_META in filenames and _is_grtool_index(d / INDEX_META):
+            found.indexes.append(d)
+            dirnames[:] = []
+            continue
+        for name in sorted(filenames):
+            if is_sidecar(name):
+                found.sidecars.append(d / name)
+            elif name == DATASET_INFO:
+                found.dataset_infos.append(d / name)
+    return found
+
+
+def _is_grtool_index(meta_path: Path) -> bool:
+    """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
+    try:
+        meta = json.loads(meta_path.read_bytes())
+    except (OSError, ValueError):
+        return True
+    return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
+
+
+def validate_orphan(path: Path) -> Report:
+    """A folder of shards without a manifest: named as a problem, with the table its shards look like."""
+    table = _table_by_schema(path)
+    report = Report(str(path), table)
+    parts = sorted(p.name for p in path.glob(SHARD_GLOB))
+    records = sorted((path / SHARDS_DIR).glob("part-*.json"))
+    report.checked = {"shards": len(records), "rows": 0}
+    report.problems.append(
+        f"{MANIFEST} is missing: {len(parts)} {SHARD_GLOB} file(s) and {len(records)} shard record(s) in {SHARDS_DIR}/ but no manifest, "
+        "so nothing here can be checked (lost, deleted, or the run never got to write it); re-run the command that writes "
+        "this directory (it resumes) or remove the directory"
+    )
+    return report
+
+
+def _table_by_schema(path: Path) -> str | None:
+    """The table whose schema the first shard has, if any (an orphan has no manifest to say it)."""
+    for f in sorted(path.glob(SHARD_GLOB)):
+        try:
+            schema = pq.read_schema(f)
+        except Exception:
+            continue
+        for name, (expected, _) in TABLES.items():
+            if schema.equals(expected):
+                return name
+        return None
+    return None
+
+
+def sibling_orphan(path: Path, table: str) -> Path | None:
+    """A folder next to ``path`` holding ``table`` shards (by schema, or by name) without a manifest."""
+    path = path.resolve()
+    for candidate in sorted(path.parent.iterdir()):
+        if candidate != path and is_orphan_dir(candidate) and (candidate.name == table or _table_by_schema(candidate) == table):
+            return candidate
+    return None
+
+
+def check_inputs(inputs: list[dict[str, Any]], what: str) -> tuple[list[str], list[str]]:
+    """Inputs recorded with fingerprints (index.json, export sidecars) against what is there now: a changed input
+    makes ``what`` stale (a problem); an input not found from here, or fingerprinted differently, is a note."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for rec in inputs:
+        p = rec.get("path")
+        if not p or rec.get("kind") == "stdin":
+            continue
+        if not Path(p).exists():
+            notes.append(f"input {p} not found from here: not compared")
+            continue
+        try:
+            now = fingerprint(p)
+        except Exception as e:  # unreadable now: say so, do not stop the validation
+            notes.append(f"input {p} cannot be fingerprinted ({e}): not compared")
+            continue
+        old = {k: v for k, v in rec.items() if k not in ("path", "table")}
+        new = {k: v for k, v in now.items() if k != "path"}
+        if set(old) != set(new):
+            notes.append(f"input {p} was fingerprinted by another grtool version: not compared")
+        elif old != new:
+            problems.append(f"stale: input {p} changed since {what} was written (re-run the command that made it)")
+    return problems, notes
+
+
+INDEX_PROBES = 3  # docids looked up in the sanity query: the first, the middle and the last
+
+
+def validate_index(path: str | Path) -> Report:
+    """An index directory: files against index.json (size, sha256), then it opens and answers a few lookups."""
+    path = Path(path)
+    report = Report(str(path), "index")
+    try:
+        meta = json.loads((path / INDEX_META).read_bytes())
+    except (OSError, json.JSONDecodeError) as e:
+        report.problems.append(f"{INDEX_META}: cannot be read ({e})")
+        return report
+    files: dict[str, dict[str, Any]] = meta.get("files") or {}
+    if not files:
+        report.problems.append(f"{INDEX_META}: lists no files")
+    for name, rec in sorted(files.items()):
+        f = path / name
+        if not f.is_file():
+            report.problems.append(f"{name}: listed in {INDEX_META} but missing")
+        elif f.stat().st_size != rec.get("bytes"):
+            report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.get('bytes')}")
+        elif sha256_file(f) != rec.get("sha256"):
+            report.problems.append(f"{name}: sha256 does not match {INDEX_META} (corrupted or changed)")
+    unlisted = sorted(f.name for f in path.iterdir() if f.is_file() and f.name != INDEX_META and f.name not in files)
+    if unlisted:
+        report.notes.append(f"files not listed in {INDEX_META}: {_first(unlisted)}")
+    sizes = meta.get("sizes") or {}
+    report.checked = {"kind": meta.get("kind"), "source": meta.get("source"), "sequences": sizes.get("sequences"), "documents": sizes.get("documents")}
+    if report.problems:  # never open (memory-map) files that are known to be damaged
+        return report
+    try:
+        _index_sanity(path, meta, report)
+    except Exception as e:
+        report.problems.append(f"the index does not open or answer: {type(e).__name__}: {e}")
+    stale, notes = check_inputs(meta.get("inputs") or [], "the index")
+    report.problems += stale
+    report.notes += notes
+    return report
+
+
+def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
+    from grtool.index.base import Index
+
+    index = Index.open(path)
+    sizes = meta.get("sizes") or {}
+    lengths = index.seq_lengths
+    if len(lengths) != sizes.get("sequences"):
+        report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.get('sequences')}")
+    if int(lengths.sum()) != sizes.get("tokens"):
+        report.problems.append(f"seq_lengths.npy: {int(lengths.sum())} tokens, {INDEX_META} says {sizes.get('tokens')}")
+    if len(index.doc_ids) != sizes.get("documents"):
+        report.problems.append(f"doc_ids.txt: {len(index.doc_ids)} documents, {INDEX_META} says {sizes.get('documents')}")
+    tok = index.tokenizer
+    if (tok.start_id, tok.end_id) != (index.start_id, index.end_id):
+        report.problems.append(f"tokenizer.json: docid markers are ids {tok.start_id}/{tok.end_id}, {INDEX_META} says {index.start_id}/{index.end_id}")
+    if report.problems:
+        return
+    n = len(lengths)
+    probes = sorted({0, n // 2, n - 1}) if n else []
+    if index.source == "docids":
+        docids = pq.read_table(path / "docids.parquet", columns=["docid"]).column("docid")
+        if len(docids) != n:
+            report.problems.append(f"docids.parquet: {len(docids)} docids, {INDEX_META} says {n} sequences")
+            return
+        for i in probes:
+            docid = docids[i].as_py()
+            got, want = index.docs_of(tok.encode(docid)), sorted(index.docs_of_sequence(i))
+            if got != want or not got:
+                report.problems.append(f"lookup of docid #{i} {docid[:80]!r} returns documents {got[:3]}, expected {want[:3]}")
+    else:
+        ids, _ = index.next_tokens(index.start())
+        if n and not len(ids):
+            report.problems.append("no token can start a sequence: the index answers nothing")
+    report.checked["probes"] = len(probes) if index.source == "docids" else 1
+
+
+def validate_export(sidecar: Path) -> Report:
+    from grtool.export.check import check_export, load_sidecar
+
+    target, meta, problem = load_sidecar(sidecar)
+    report = Report(str(target), "export")
+    if problem is not None or meta is None:
+        report.problems.append(problem or f"{sidecar.name}: cannot be read")
+        return report
+    report.checked, report.problems, report.notes = check_export(target, meta)
+    return report
+
+
+def validate_dataset_info(path: Path, with_sidecar: set[Path]) -> Report:
+    from grtool.export.check import check_dataset_info
+
+    report = Report(str(path), "dataset_info")
+    report.checked, report.problems, report.notes = check_dataset_info(path, with_sidecar)
+    return report
+
+
+def nothing_found(root: Path) -> Report:
+    return Report(
+        str(root),
+        None,
+        problems=[
+            f"{root}: no stage directory ({MANIFEST}, {SHARD_GLOB}), no index ({INDEX_META}) and no export "
+            "(*.grtool.json, dataset_info.json) under it: nothing grtool wrote is here"
+        ],
+    )
+
+
+def validate_file(path: Path) -> Report:
+    """A single file: an export (by its sidecar, or the sidecar itself) or a dataset_info.json."""
+    from grtool.export.provenance import DATASET_INFO, is_sidecar, sidecar_path
+
+    if is_sidecar(path):
+        return validate_export(path)
+    if sidecar_path(path).is_file():
+        return validate_export(sidecar_path(path))
+    if path.name == DATASET_INFO:
+        return validate_dataset_info(path, set())
+    return Report(str(path), None, problems=[f"{path}: a file grtool cannot validate (no {sidecar_path(path).name} beside it, not a {DATASET_INFO})"])
+
+
 def validate_tree(root: str | Path) -> list[Report]:
-    """Validate a stage directory, or every one under a run directory, and the references between sibling tables.
+    """Validate everything grtool wrote under ``root`` (see the module docstring), or ``root`` itself.
 
     References are checked whenever the referenced sibling exists, also when a single stage directory is
     validated; the sibling is then not validated itself, only required to be complete and readable.
     """
-    reports = [validate_stage(p) for p in find_stage_dirs(root)]
+    root = Path(root)
+    if root.is_file():
+        return [validate_file(root)]
+    found = discover(root)
+    reports = [validate_stage(p) for p in found.stages]
+    orphans = [validate_orphan(p) for p in found.orphans]
+    _check_references(reports, {Path(r.path).resolve() for r in orphans})
+    reports += orphans
+    reports += [validate_index(p) for p in found.indexes]
+    exports = [validate_export(p) for p in found.sidecars]
+    reports += exports
+    with_sidecar = {Path(r.path).resolve() for r in exports}
+    reports += [validate_dataset_info(p, with_sidecar) for p in found.dataset_infos]
+    return reports or [nothing_found(root)]
+
+
+def _check_references(reports: list[Report], orphans: set[Path]) -> None:
+    """Gold doc ids of every questions table against its sibling documents table."""
     by_path = {Path(r.path).resolve(): r for r in reports}
     for q in reports:
         if q.table != "questions" or not q.ok or not q.checked.get("shards"):
             continue
         docs = sibling_stage(Path(q.path), "documents")
         if docs is None:
+            lost = sibling_orphan(Path(q.path), "documents")
+            if lost is not None:  # the check is due and cannot be done: never a silent pass
+                why = f"gold doc ids not checked: {lost} holds documents shards but no {MANIFEST}"
+                # Validated together, the orphan is reported as a problem of its own; alone, the questions carry it.
+                (q.notes if lost.resolve() in orphans else q.problems).append(why)
             continue
         d = by_path.get(docs.resolve())
         if d is not None and not d.ok:
@@ -262,4 +566,3 @@ def validate_tree(root: str | Path) -> list[Report]:
             q.problems.extend(check_gold_references(Path(q.path), docs))
         except Exception as e:
             q.problems.append(f"gold doc ids not checked: cannot read {docs} ({e})")
-    return reports

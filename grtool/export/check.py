@@ -1,0 +1,373 @@
+"""`grtool validate` for exported files: each against its provenance sidecar, and LLaMA-Factory's dataset_info.json.
+
+Row shapes are those :mod:`grtool.export.formats` writes (LLaMA-Factory alpaca / sharegpt, TRL messages /
+unpaired preference, GMR pairs). A file registered in a dataset_info.json without a sidecar (written before
+sidecars existed, or by hand) is checked against its entry's ``formatting`` and ``columns`` instead.
+Rows are streamed: grtool writes a JSON array one row per line, so only a hand-formatted array is parsed whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
+from grtool.store.stage import sha256_file
+from grtool.store.validate import check_inputs
+
+MAX_SHAPE_EXAMPLES = 3
+Check = Callable[[Any], "str | None"]  # a row → what is wrong with it, or None
+
+
+# ------------------------------------------------------------------------------------------- shapes
+
+
+def _text(value: Any, where: str, *, empty_ok: bool = False) -> str | None:
+    if not isinstance(value, str):
+        return f"{where} is {type(value).__name__}, expected a string"
+    if not empty_ok and not value.strip():
+        return f"{where} is empty"
+    return None
+
+
+def _object(row: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> str | None:
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, expected an object"
+    missing = [k for k in required if k not in row]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    extra = [k for k in row if k not in required and k not in optional]
+    if extra:
+        return f"unexpected {', '.join(extra)}"
+    return None
+
+
+def _turns(turns: Any, where: str, key: str, value: str, roles: list[str]) -> str | None:
+    """A conversation: a list of {key: role, value: text} with exactly ``roles`` in order."""
+    if not isinstance(turns, list):
+        return f"{where} is {type(turns).__name__}, expected a list"
+    got = [t.get(key) if isinstance(t, dict) else None for t in turns]
+    if got != roles:
+        return f"{where} roles are {got}, expected {roles}"
+    for i, t in enumerate(turns):
+        bad = _object(t, (key, value)) or _text(t[value], f"{where}[{i}].{value}")
+        if bad:
+            return f"{where}[{i}]: {bad}" if not bad.startswith(where) else bad
+    return None
+
+
+def _messages(row: dict, field: str, roles: list[str]) -> str | None:
+    turns = row[field]
+    system = isinstance(turns, list) and turns and isinstance(turns[0], dict) and turns[0].get("role") == "system"
+    return _turns(turns, field, "role", "content", (["system"] if system else []) + roles)
+
+
+def _bool(value: Any, where: str) -> str | None:
+    return None if isinstance(value, bool) else f"{where} is {type(value).__name__}, expected true/false"
+
+
+def _optional_system(row: dict) -> str | None:
+    return _text(row["system"], "system") if "system" in row else None
+
+
+def _alpaca(row: Any) -> str | None:
+    return (
+        _object(row, ("instruction", "input", "output"), ("system",))
+        or _text(row["instruction"], "instruction")
+        or _text(row["input"], "input", empty_ok=True)
+        or _text(row["output"], "output")
+        or _optional_system(row)
+    )
+
+
+def _sharegpt(row: Any) -> str | None:
+    return _object(row, ("conversations",), ("system",)) or _turns(row["conversations"], "conversations", "from", "value", ["human", "gpt"]) or _optional_system(row)
+
+
+def _sharegpt_kto(row: Any) -> str | None:
+    return (
+        _object(row, ("conversations", "kto_tag"), ("system",))
+        or _turns(row["conversations"], "conversations", "from", "value", ["human", "gpt"])
+        or _bool(row["kto_tag"], "kto_tag")
+        or _optional_system(row)
+    )
+
+
+def _trl_messages(row: Any) -> str | None:
+    return _object(row, ("messages",)) or _messages(row, "messages", ["user", "assistant"])
+
+
+def _trl_kto(row: Any) -> str | None:
+    return (
+        _object(row, ("prompt", "completion", "label"))
+        or _messages(row, "prompt", ["user"])
+        or _turns(row["completion"], "completion", "role", "content", ["assistant"])
+        or _bool(row["label"], "label")
+    )
+
+
+def _gmr(row: Any) -> str | None:
+    if not isinstance(row, dict):
+        return f"a {type(row).__name__}, expected an object"
+    if row.get("kind") == "retrieval":
+        bad = _object(row, ("kind", "qid", "step", "input", "target", "doc_id"))
+        if bad:
+            return bad
+        if not isinstance(row["step"], int) or row["step"] < 0:
+            return f"step is {row['step']!r}, expected a count"
+        if row["doc_id"] is not None and not isinstance(row["doc_id"], str):
+            return f"doc_id is {type(row['doc_id']).__name__}"
+        return _text(row["qid"], "qid") or _text(row["input"], "input") or _text(row["target"], "target")
+    if row.get("kind") == "memorization":
+        bad = _object(row, ("kind", "doc_id", "input", "target"))
+        return bad or _text(row["doc_id"], "doc_id") or _text(row["input"], "input") or _text(row["target"], "target")
+    return f"kind is {row.get('kind')!r}, expected 'retrieval' or 'memorization'"
+
+
+ROW_SHAPES: dict[tuple[str, str], Check] = {
+    ("sft", "llamafactory-alpaca"): _alpaca,
+    ("sft", "llamafactory-sharegpt"): _sharegpt,
+    ("sft", "trl-messages"): _trl_messages,
+    ("kto", "llamafactory"): _sharegpt_kto,
+    ("kto", "trl"): _trl_kto,
+    ("gmr", "gmr"): _gmr,
+}
+# What a dataset_info entry's `formatting` must be for a file of each LLaMA-Factory format.
+LLAMAFACTORY_FORMATTING = {("sft", "llamafactory-alpaca"): "alpaca", ("sft", "llamafactory-sharegpt"): "sharegpt", ("kto", "llamafactory"): "sharegpt"}
+
+
+def shape_from_entry(entry: dict[str, Any]) -> Check:
+    """A row check from a dataset_info entry (files without a sidecar): its formatting, columns and tags."""
+    columns = entry.get("columns") or {}
+    if entry.get("formatting", "alpaca") == "alpaca":
+        names = {k: columns.get(k, d) for k, d in (("prompt", "instruction"), ("query", "input"), ("response", "output"))}
+
+        def alpaca(row: Any) -> str | None:
+            if not isinstance(row, dict):
+                return f"a {type(row).__name__}, expected an object"
+            for role, name in names.items():
+                if name not in row:
+                    if role == "query":
+                        continue
+                    return f"missing {name} (columns.{role})"
+                bad = _text(row[name], name, empty_ok=role == "query")
+                if bad:
+                    return bad
+            return None
+
+        return alpaca
+    tags = entry.get("tags") or {}
+    messages = columns.get("messages", "conversations")
+    role_tag, content_tag = tags.get("role_tag", "from"), tags.get("content_tag", "value")
+    kto_tag = columns.get("kto_tag")
+
+    def sharegpt(row: Any) -> str | None:
+        if not isinstance(row, dict):
+            return f"a {type(row).__name__}, expected an object"
+        if messages not in row:
+            return f"missing {messages} (columns.messages)"
+        turns = row[messages]
+        if not isinstance(turns, list) or not turns:
+            return f"{messages} is not a non-empty list"
+        for i, t in enumerate(turns):
+            if not isinstance(t, dict) or role_tag not in t or content_tag not in t:
+                return f"{messages}[{i}] lacks {role_tag!r} or {content_tag!r}"
+        if kto_tag is not None:
+            return _bool(row.get(kto_tag), kto_tag)
+        return None
+
+    return sharegpt
+
+
+# -------------------------------------------------------------------------------------------- rows
+
+
+class RowsError(Exception):
+    """The file cannot be read as rows at all (not JSON, not an array, a broken line)."""
+
+
+def iter_rows(path: Path, json_array: bool | None = None) -> Iterator[Any]:
+    """The rows of a JSON array or a JSON Lines file (``json_array=None``: decided by the first character)."""
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip()
+    if json_array is None:
+        json_array = head.startswith(b"[")
+    if not json_array:
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield orjson.loads(line)
+                    except orjson.JSONDecodeError as e:
+                        raise RowsError(f"line {n} is not valid JSON ({e})") from None
+        return
+    yield from _iter_array(path)
+
+
+def _iter_array(path: Path) -> Iterator[Any]:
+    """A JSON array as grtool writes it ("[", one row per line followed by ",", "]"), streamed; any other
+    layout is parsed whole."""
+    rows: list[Any] = []
+    streamed = True
+    with open(path, "rb") as f:
+        first = f.readline().strip()
+        if first == b"[]":
+            return
+        if first != b"[":
+            streamed = False
+        else:
+            closed = False
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                if closed:
+                    streamed = False
+                    break
+                if line == b"]":
+                    closed = True
+                    continue
+                try:
+                    rows.append(orjson.loads(line[:-1] if line.endswith(b",") else line))
+                except orjson.JSONDecodeError:
+                    streamed = False
+                    break
+                if len(rows) >= 4096:
+                    yield from rows
+                    rows.clear()
+            else:
+                if not closed:
+                    raise RowsError("the JSON array is not closed (truncated file?)")
+    if streamed:
+        yield from rows
+        return
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise RowsError(f"not valid JSON ({e})") from None
+    if not isinstance(data, list):
+        raise RowsError(f"a JSON {type(data).__name__}, expected an array of rows")
+    yield from data
+
+
+def check_rows(path: Path, check: Check, json_array: bool | None, label: str) -> tuple[int, list[str]]:
+    """(rows read, problems): a file that cannot be read, and the rows not in ``label``'s shape."""
+    n, bad, examples = 0, 0, []
+    try:
+        for n, row in enumerate(iter_rows(path, json_array), 1):
+            why = check(row)
+            if why is not None:
+                bad += 1
+                if len(examples) < MAX_SHAPE_EXAMPLES:
+                    examples.append(f"row {n}: {why}")
+    except RowsError as e:
+        return n, [f"{path.name}: {e}"]
+    except OSError as e:
+        return n, [f"{path.name}: cannot be read ({e})"]
+    if bad:
+        return n, [f"{path.name}: {bad} of {n} rows are not {label} rows ({'; '.join(examples)})"]
+    return n, []
+
+
+# ---------------------------------------------------------------------------------------- the checks
+
+
+def check_export(path: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """One exported file against its sidecar ``meta``: (checked, problems, notes)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    checked: dict[str, Any] = {"kind": meta.get("kind"), "format": meta.get("trainer_format"), "rows": 0}
+    side = sidecar_path(path).name
+    if not path.is_file():
+        return checked, [f"{path.name}: missing, but {side} records it ({meta.get('rows')} rows)"], notes
+    size, digest = path.stat().st_size, sha256_file(path)
+    if size != meta.get("bytes") or digest != meta.get("sha256"):
+        problems.append(f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.get('bytes')} bytes, {str(meta.get('sha256'))[:12]}…)")
+    key = (meta.get("kind"), meta.get("trainer_format"))
+    check = ROW_SHAPES.get(key)
+    if check is None:
+        problems.append(f"{side}: unknown export {key[0]!r} format {key[1]!r}")
+        return checked, problems, notes
+    rows, bad = check_rows(path, check, meta.get("json_array"), f"{key[0]} {key[1]}")
+    checked["rows"] = rows
+    problems += bad
+    if not bad and rows != meta.get("rows"):
+        problems.append(f"{path.name}: {rows} rows, {side} says {meta.get('rows')}")
+    problems += _check_entry(path, meta, key)
+    p, n = check_inputs(meta.get("inputs") or [], path.name)
+    return checked, problems + p, notes + n
+
+
+def _check_entry(path: Path, meta: dict[str, Any], key: tuple[str, str]) -> list[str]:
+    """The dataset_info.json entry the sidecar names: present, pointing at this file, in this file's formatting."""
+    ref = meta.get("dataset_info")
+    if not ref:
+        return []
+    info_path = path.parent / ref.get("file", DATASET_INFO)
+    name = ref.get("entry")
+    try:
+        info = orjson.loads(info_path.read_bytes())
+    except FileNotFoundError:
+        return [f"{info_path.name}: missing, but {path.name} is registered there as {name!r}"]
+    except orjson.JSONDecodeError as e:
+        return [f"{info_path.name}: not valid JSON ({e})"]
+    entry = info.get(name) if isinstance(info, dict) else None
+    if not isinstance(entry, dict):
+        return [f"{info_path.name}: no entry {name!r} for {path.name}"]
+    problems = []
+    if entry.get("file_name") != path.name:
+        problems.append(f"{info_path.name}: entry {name!r} points to {entry.get('file_name')!r}, not {path.name!r}")
+    want = LLAMAFACTORY_FORMATTING.get(key)
+    if want and entry.get("formatting") != want:
+        problems.append(f"{info_path.name}: entry {name!r} has formatting {entry.get('formatting')!r}, the file is {want}")
+    if key[0] == "kto" and (entry.get("columns") or {}).get("kto_tag") != "kto_tag":
+        problems.append(f"{info_path.name}: entry {name!r} does not map columns.kto_tag, LLaMA-Factory would not see the labels")
+    return problems
+
+
+def check_dataset_info(path: Path, with_sidecar: set[Path]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """A dataset_info.json: valid, every entry's file present; rows of files without a sidecar in the entry's shape
+    (files with one are checked against it on their own)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    checked: dict[str, Any] = {"entries": 0, "rows": 0}
+    try:
+        info = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as e:
+        return checked, [f"{path.name}: not valid JSON ({e})"], notes
+    if not isinstance(info, dict):
+        return checked, [f"{path.name}: a JSON {type(info).__name__}, expected an object of dataset entries"], notes
+    checked["entries"] = len(info)
+    for name, entry in sorted(info.items()):
+        if not isinstance(entry, dict):
+            problems.append(f"{path.name}: entry {name!r} is not an object")
+            continue
+        file_name = entry.get("file_name")
+        if not file_name:
+            continue  # a hub dataset (hf_hub_url, ms_hub_url, …): nothing local to check
+        target = path.parent / file_name
+        if not target.exists():
+            problems.append(f"{path.name}: entry {name!r} points to {file_name}, which does not exist")
+            continue
+        if target.resolve() in with_sidecar or target.is_dir():
+            continue
+        rows, bad = check_rows(target, shape_from_entry(entry), None, f"{entry.get('formatting', 'alpaca')} (entry {name!r})")
+        checked["rows"] += rows
+        problems += bad
+        notes.append(f"{file_name}: no {sidecar_path(target).name} (written by an older grtool or by hand): checked against its entry only")
+    return checked, problems, notes
+
+
+def load_sidecar(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
+    """(the exported file a sidecar describes, its metadata or None, the problem reading it)."""
+    target = path.with_name(path.name[: -len(".grtool.json")])
+    try:
+        meta = read_sidecar(path)
+    except (OSError, ValueError) as e:
+        return target, None, f"{path.name}: cannot be read ({e})"
+    if meta.get("file") != target.name:
+        return target, meta, f"{path.name}: describes {meta.get('file')!r}, not {target.name!r}"
+    return target, meta, None

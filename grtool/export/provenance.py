@@ -1,0 +1,94 @@
+"""The provenance sidecar of an exported file: ``<file>.grtool.json`` beside ``<file>``.
+
+Exports are single files for trainers, not stage directories, so what made them is recorded beside them::
+
+    data/thinkgr_sft.json              the rows (a JSON array or JSON Lines)
+    data/thinkgr_sft.json.grtool.json  command line (credentials redacted), grtool version, time, the inputs'
+                                       fingerprints, trainer format, row count, bytes and sha256 of the file,
+                                       and the dataset_info.json entry that registers it (LLaMA-Factory)
+
+`grtool validate` finds the sidecars under a directory and checks each file against its own: present,
+unchanged (bytes, sha256), the recorded number of rows, every row in the recorded format's shape, the
+dataset_info entry pointing at it, and inputs unchanged since (a re-run upstream stage makes it stale).
+Nothing is written for ``--out -``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool import __version__
+from grtool.secrets import redact_argv
+from grtool.store.io import is_stdio
+from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
+
+SIDECAR_SUFFIX = ".grtool.json"
+SIDECAR_FORMAT = "grtool-export/1"
+DATASET_INFO = "dataset_info.json"
+
+
+def sidecar_path(path: str | Path) -> Path:
+    p = Path(path)
+    return p.with_name(p.name + SIDECAR_SUFFIX)
+
+
+def is_sidecar(path: str | Path) -> bool:
+    return Path(path).name.endswith(SIDECAR_SUFFIX)
+
+
+def input_fingerprint(path: str | Path, table: str | None = None) -> dict[str, Any]:
+    """An input as the sidecar records it: a stage directory (resolved from a run directory when ``table`` is
+    given) by its shards' checksums, a file by its content, stdin as stdin."""
+    if is_stdio(path):
+        return {"path": "-", "kind": "stdin"}
+    target = resolve_stage(path, table) if table is not None else Path(path)
+    return {**fingerprint(target), **({"table": table} if table else {})}
+
+
+def write_sidecar(
+    path: str | Path,
+    *,
+    kind: str,
+    fmt: str,
+    rows: int,
+    json_array: bool,
+    inputs: list[dict[str, Any]],
+    split: str | None = None,
+    dataset_info_entry: str | None = None,
+    command: list[str] | None = None,
+) -> Path | None:
+    """Record what made ``path`` (an export just written) in ``<path>.grtool.json``; nothing for stdout."""
+    if is_stdio(path):
+        return None
+    p = Path(path)
+    meta = {
+        "format": SIDECAR_FORMAT,
+        "kind": kind,  # sft | kto | gmr
+        "trainer_format": fmt,
+        "file": p.name,
+        "json_array": json_array,
+        "split": split,
+        "rows": rows,
+        "bytes": p.stat().st_size,
+        "sha256": sha256_file(p),
+        "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
+        "grtool_version": __version__,
+        "command": redact_argv(command if command is not None else ["grtool", *sys.argv[1:]]),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": inputs,
+    }
+    out = sidecar_path(p)
+    atomic_write_bytes(out, dumps(meta))
+    return out
+
+
+def read_sidecar(path: str | Path) -> dict[str, Any]:
+    meta = orjson.loads(Path(path).read_bytes())
+    if not isinstance(meta, dict) or meta.get("format") != SIDECAR_FORMAT:
+        raise ValueError(f"not a grtool export record (format {meta.get('format') if isinstance(meta, dict) else None!r}, expected {SIDECAR_FORMAT})")
+    return meta
