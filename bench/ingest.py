@@ -210,10 +210,25 @@ def main() -> None:
         print()
         print(f"input sizes: wiki .bz2 {_mb(work / 'wiki'):,.0f} MB, plain {_mb(work / 'wiki-plain'):,.0f} MB, "
               f"array {array.stat().st_size / 2**20:,.0f} MB")
+        # The input fingerprint hashes every byte (BLAKE3) once per run; against the same bytes ingested:
+        array_run = next(g for label, _, g, _ in runs if label.startswith(f"HotpotQA array, {n_q:,} q"))
+        plain_run = next(g for label, _, g, _ in runs if label.startswith("wiki dump plain"))
+        for name, path, ingest_run in (("array", array, array_run), ("wiki plain tree", work / "wiki-plain", plain_run)):
+            mb = _mb(path) if path.is_dir() else path.stat().st_size / 2**20
+            seconds = fingerprint_seconds(path)
+            print(f"fingerprint of the {name} ({mb:,.0f} MB, page cache warm): {mb / seconds:,.0f} MB/s hashed vs "
+                  f"{mb / ingest_run['wall']:,.1f} MB/s ingested: {seconds / ingest_run['wall']:.1%} of the ingest time")
         print("docs/s = paragraphs read per wall second; docs/cpu-s = per CPU second of that process (user+sys)")
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def fingerprint_seconds(path: Path) -> float:
+    """Wall seconds of one input fingerprint (a fresh process: nothing memoized)."""
+    code = ("import sys, time; from grtool.store.stage import fingerprint; t = time.perf_counter(); "
+            "fingerprint(sys.argv[1]); print(time.perf_counter() - t)")
+    return float(subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout)
 
 
 def _mb(tree: Path) -> float:

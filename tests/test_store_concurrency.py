@@ -13,7 +13,8 @@ TASKS = 4
 
 
 def _task(path: str, index: int) -> None:
-    stage = StageWriter(path, StageSpec("documents", DOCUMENTS, params={"p": 1}, command=["grtool", "t"]), num_parts=PARTS)
+    spec = StageSpec("documents", DOCUMENTS, params={"p": 1}, command=["grtool", "t"])
+    stage = StageWriter(path, spec, num_parts=PARTS, shards=(TASKS, index))  # an array task: shares the directory
     for part in parts_for_task(PARTS, TASKS, index):
         with stage.shard(part) as shard:
             rows = [{"doc_id": f"{part}-{i}", "title": "t", "text": "x" * i, "datasets": ["d"]} for i in range(50)]

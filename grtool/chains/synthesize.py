@@ -338,7 +338,8 @@ def synthesize(
     n_shards, index = resolve_sharding(num_shards, shard_index)
     params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
     inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
-    writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]), overwrite=overwrite, num_parts=questions.num_parts)
+    writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]), overwrite=overwrite, num_parts=questions.num_parts,
+                         shards=(n_shards, index))
     synth = ChainSynthesizer(store, settings, prompt, scorer=scorer)
     stats = CacheStats()
     model: str | None = model_name

@@ -34,6 +34,8 @@ def _print_summary(title: str, report: dict) -> None:
             t.add_row(key, f"{report[key]:,}")
     for name, n in sorted(report.get("questions_by_dataset", {}).items()):
         t.add_row(f"  questions read: {name}", f"{n:,}")
+    if report.get("empty_inputs"):
+        t.add_row("empty inputs (no records)", f"{len(report['empty_inputs']):,}")
     for reason, n in sorted(report.get("rejected", {}).items()):
         t.add_row(f"rejected: {reason}", f"{n:,}")
     stage_summary.print(t)
@@ -52,6 +54,9 @@ def ingest_cmd(
     strict: Strict = False,
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="Accept inputs without a single record (else exit 2 when every input is empty).")
+    ] = False,
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
@@ -68,9 +73,13 @@ def ingest_cmd(
     """
     from grtool.corpus.ingest import ingest
 
-    report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite, rows_per_part=rows_per_part)
+    report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
+                    rows_per_part=rows_per_part, allow_empty=allow_empty)
     if str(out) != "-":
         _print_summary(f"ingested into {out}", report.as_dict())
+    if report.empty_inputs and report.resumed:  # a fresh run warned while reading
+        for name in report.empty_inputs:
+            log.warning("%s: empty input (no records)", name)
     if report.rejected:
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
 

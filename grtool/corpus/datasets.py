@@ -92,6 +92,25 @@ def _field(rec: dict, key: str, kind: type | tuple[type, ...], *, optional: bool
     return value
 
 
+def _record_id(rec: dict, *keys: str) -> str:
+    """The record's id under the first of ``keys`` present. Scalar ids become strings: vendored copies of the
+    datasets carry integer ``_id``s (an integral float reads as an integer)."""
+    for key in keys:
+        value = rec.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise BadRecord(f"field '{key}' has the wrong type", f"expected a string or number id, got {type(value).__name__}")
+        else:
+            text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+        if not text:
+            break
+        return text
+    raise BadRecord(f"missing field '{keys[0]}'")
+
+
 def _str_list(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
         raise BadRecord(f"field '{what}' has the wrong type", "expected a list of strings")
@@ -191,9 +210,7 @@ def _hotpot_layout(rec: dict) -> tuple[str, list, list | None]:
 
 
 def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = rec.get("_id", rec.get("id"))
-    if not isinstance(qid, str) or not qid:
-        raise BadRecord("missing field '_id'")
+    qid = _record_id(rec, "_id", "id")
     layout, context, sf = _hotpot_layout(rec)
     docs = _titled_paragraphs(context, JOIN[HOTPOTQA])
     has_labels = sf is not None
@@ -217,7 +234,7 @@ def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Conve
 
 
 def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _field(rec, "_id", str)
+    qid = _record_id(rec, "_id")
     docs = _titled_paragraphs(_field(rec, "context", list), JOIN[TWOWIKI])
     sf = rec.get("supporting_facts")
     evidences = rec.get("evidences")
@@ -242,7 +259,7 @@ UNANSWERABLE_SUFFIX = "__unanswerable"
 
 
 def convert_musique(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _field(rec, "id", str)
+    qid = _record_id(rec, "id")
     paragraphs = _field(rec, "paragraphs", list)
     decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])
     answerable = _field(rec, "answerable", bool, optional=True, default=True)
@@ -305,7 +322,7 @@ def morehopqa_source(qid: str) -> str | None:
 
 
 def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _field(rec, "_id", str)
+    qid = _record_id(rec, "_id")
     source = morehopqa_source(qid)
     docs = _titled_paragraphs(_field(rec, "context", list), JOIN.get(source or MOREHOPQA, " "))
     decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])

@@ -33,7 +33,17 @@ from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.io import is_stdio, open_output
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MANIFEST, MAX_ROWS_PER_SHARD, StageSpec, load_manifest, refuse_stdin_resume
+from grtool.store.stage import (
+    MANIFEST,
+    MAX_ROWS_PER_SHARD,
+    RUN_LOCK,
+    StageSpec,
+    load_manifest,
+    prepare_out_dir,
+    printable,
+    refuse_stdin_resume,
+    run_lock,
+)
 
 WORK_DIR = "_ingest_work"
 COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets
@@ -50,6 +60,7 @@ class IngestReport:
     paragraphs: int = 0  # document occurrences read (before deduplication)
     rejected: Counter = field(default_factory=Counter)  # "table: reason" -> n
     questions_by_dataset: Counter = field(default_factory=Counter)
+    empty_inputs: list[str] = field(default_factory=list)  # inputs (files, archive members) without a record
     resumed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -60,25 +71,42 @@ class IngestReport:
             "paragraphs": self.paragraphs,
             "rejected": dict(self.rejected),
             "questions_by_dataset": dict(self.questions_by_dataset),
+            "empty_inputs": list(self.empty_inputs),
             "resumed": self.resumed,
         }
 
 
 def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", split: str | None = None,
-           strict: bool = False, overwrite: bool = False, rows_per_part: int | None = None) -> IngestReport:
-    """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``)."""
+           strict: bool = False, overwrite: bool = False, rows_per_part: int | None = None,
+           allow_empty: bool = False) -> IngestReport:
+    """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``).
+
+    An input without a single record is an error when every input is empty (``allow_empty`` accepts it);
+    beside other inputs it is a warning, listed in the report and the manifests (``empty_inputs``).
+    """
     if dataset != "auto" and dataset not in ds.CONVERTERS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
-    files = [f for i in inputs for f in input_files(i)]
-    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part)}
+    if not is_stdio(out) and str(out) == "":
+        prepare_out_dir(out)  # refuses the empty path
+    own = [] if is_stdio(out) else own_outputs(Path(out), WORK_DIR)  # never input, even inside an input directory
+    files = [f for i in inputs for f in input_files(i, exclude=own)]
+    # strictness changes the rows (a bad record stops the run instead of being rejected): a parameter; only
+    # recorded when on, so outputs of earlier versions stay resumable
+    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part),
+              **({"strict": True} if strict else {})}
     names = [str(i) for i in inputs]
-    doc_spec = StageSpec("documents", DOCUMENTS, params, names)
-    q_spec = StageSpec("questions", QUESTIONS, params, names)
+    doc_spec = StageSpec("documents", DOCUMENTS, params, names, exclude=own)
+    q_spec = StageSpec("questions", QUESTIONS, params, names, exclude=own)
     report = IngestReport(str(out))
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
-    fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity)  # noqa: E731
+    fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity, allow_empty)  # noqa: E731
     report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
+
+
+def own_outputs(out: Path, work_name: str) -> list[Path]:
+    """What a corpus run writes under ``OUT``: left out of input discovery and input fingerprints."""
+    return [out / "documents", out / "questions", out / work_name, out / RUN_LOCK]
 
 
 def rows_per_part_param(rows_per_part: int | None) -> dict[str, int]:
@@ -105,20 +133,22 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
         return False
     out = Path(out)
     work = out / work_name
-    if overwrite:
+    # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
+    with run_lock(out):
+        if overwrite:
+            shutil.rmtree(work, ignore_errors=True)
+        elif _already_complete(out, [doc_spec, q_spec]):
+            log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
+            shutil.rmtree(work, ignore_errors=True)  # left behind when a run was killed after its last shard
+            return True
+        plan = None if overwrite else load_plan(work, identity)
+        resumed = plan is not None
+        if plan is None:
+            plan = fill(work)
+        else:
+            log.info("%s: resuming: the inputs were read completely before, writing the missing shards", out)
+        write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
         shutil.rmtree(work, ignore_errors=True)
-    elif _already_complete(out, [doc_spec, q_spec]):
-        log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
-        shutil.rmtree(work, ignore_errors=True)  # left behind when a run was killed after its last shard
-        return True
-    plan = None if overwrite else load_plan(work, identity)
-    resumed = plan is not None
-    if plan is None:
-        plan = fill(work)
-    else:
-        log.info("%s: resuming: the inputs were read completely before, writing the missing shards", out)
-    write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
-    shutil.rmtree(work, ignore_errors=True)
     return resumed
 
 
@@ -126,25 +156,53 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
 
 
 def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, strict: bool, report: IngestReport,
-                identity: dict[str, Any]) -> dict[str, Any]:
+                identity: dict[str, Any], allow_empty: bool = False) -> dict[str, Any]:
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
     total = None if any(is_stdio(f) for f in files) else sum(f.stat().st_size for f in files)
+    streams = 0
     try:
         with progress() as bar:
             task = bar.add_task("reading inputs", total=total)
             done = 0
             for path in files:
+                stream = None
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
-                    _read_stream(stream, dataset, split, strict, spill, report, tick)
-                done += stream.raw.tell() if is_stdio(path) else path.stat().st_size
+                    streams += 1
+                    if _read_stream(stream, dataset, split, strict, spill, report, tick) == 0:
+                        report.empty_inputs.append(_input_name(stream.name))
+                if stream is None:  # an archive without a file
+                    streams += 1
+                    report.empty_inputs.append(_input_name(path))
+                done += (stream.raw.tell() if stream else 0) if is_stdio(path) else path.stat().st_size
                 bar.update(task, completed=done)
+        _check_empty(report.empty_inputs, streams, allow_empty)
+        spill.empty_inputs = list(report.empty_inputs)
         return spill.close()
     except BaseException:
         spill.abort()
         raise
+
+
+def _input_name(name: str | Path) -> str:
+    return "<stdin>" if is_stdio(name) else str(name)
+
+
+def _check_empty(empty: list[str], streams: int, allow_empty: bool) -> None:
+    """No record at all is an error (unless --allow-empty); some empty inputs among others are a warning."""
+    if not empty:
+        return
+    shown = ", ".join(printable(e) for e in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+    if len(empty) >= streams and not allow_empty:
+        what = "is empty" if len(empty) == 1 else "are all empty"
+        raise InputError(
+            f"{shown}: {what}: no records (0 bytes, only whitespace or an empty JSON array); "
+            "nothing to ingest (--allow-empty accepts an empty corpus)"
+        )
+    for e in empty:
+        log.warning("%s: empty input (no records)", printable(e))
 
 
 def _estimated_bytes(files: list[Path]) -> int:
@@ -161,7 +219,8 @@ def _estimated_bytes(files: list[Path]) -> int:
 
 
 def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
-                 tick) -> None:
+                 tick) -> int:
+    """Read one stream to its end; returns the number of records it held."""
     kind = None if dataset == "auto" else dataset
     setting = ds.setting_from_name(stream.name)
     file_split = split
@@ -181,8 +240,10 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             kind = ds.detect(record)
             if kind is None:
                 keys = sorted(record)[:12] if isinstance(record, dict) else type(record).__name__
+                mapping = isinstance(record, dict) and record and all(isinstance(v, list) for v in record.values())
+                shape = " (an object of lists: a mapping of titles to sentence lists is not a record)" if mapping else ""
                 raise InputError(
-                    f"{stream.name}, {position}: unknown schema (keys {keys}); expected a record of HotpotQA, "
+                    f"{stream.name}, {position}: unknown schema (keys {keys}){shape}; expected a record of HotpotQA, "
                     "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
                 )
             log.debug("%s: %s", stream.name, kind)
@@ -211,6 +272,7 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
         if converted.question is not None:
             spill.add_question(converted.question, stream.name, position)
             report.questions_by_dataset[kind] += 1
+    return n
 
 
 # ------------------------------------------------------------------------------------------ phase 2
@@ -234,12 +296,13 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
     with progress() as bar:
         task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
         step = lambda: bar.advance(task)  # noqa: E731
+        empty = {"empty_inputs": plan["empty_inputs"]} if plan.get("empty_inputs") else {}
         write_documents(work, plan, docs_out, on_part=step)
-        docs_out.finish(has_questions=has_questions)
+        docs_out.finish(has_questions=has_questions, **empty)
         if has_questions:
             q_out = open_output(target("questions"), q_spec, overwrite=overwrite, num_parts=len(q_parts), tag="questions")
             write_questions(work, plan, q_out, on_part=step)
-            q_out.finish()
+            q_out.finish(**empty)
 
 
 # ------------------------------------------------------------------------------------------- resume
@@ -255,8 +318,9 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
             continue
         old = load_manifest(d)
         refuse_stdin_resume(d, old)
-        if {k: old.get(k) for k in ("table", "params", "inputs")} != spec.identity():
-            raise GrtoolError(f"{d}: exists from a different ingest (parameters or inputs changed); use --overwrite to start over")
+        problem = spec.mismatch(old)
+        if problem:
+            raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
         complete = complete and bool(old.get("complete"))
     return complete
 
@@ -281,6 +345,7 @@ def _read_back(out: Path, report: IngestReport) -> IngestReport:
         if table == "documents":
             report.documents = m.get("rows", 0)
             report.paragraphs = counters.get("in", 0) - sum(rejected.values())
+            report.empty_inputs = list(m.get("empty_inputs") or [])
         else:
             report.questions = m.get("rows", 0)
     return report

@@ -20,7 +20,7 @@ import lzma
 import sys
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,6 +30,7 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.store.io import is_stdio
+from grtool.store.stage import check_name, tree_files
 
 READ_BUFFER = 1 << 20
 _BOM = b"\xef\xbb\xbf"
@@ -49,26 +50,30 @@ def _is_documentation(f: Path) -> bool:
     return f.suffix.lower() in _DOC_SUFFIXES or f.name.lower().startswith(_DOC_STEMS)
 
 
-def input_files(path: str | Path) -> list[Path]:
+def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Path]:
     """A file, or every data file below a directory.
 
-    In a directory, hidden and ``_``-prefixed entries and documentation (README, LICENSE, ``*.md``, ...) are
-    skipped; a file named on the command line is always read.
+    In a directory, hidden and ``_``-prefixed entries, documentation (README, LICENSE, ``*.md``, ...) and the
+    ``exclude`` paths (the run's own output, when ``--out`` lies inside the input directory) are skipped; a
+    file named on the command line is always read. A name that is not valid UTF-8 is refused.
     """
     p = Path(path)
-    if is_stdio(path) or p.is_file():  # "-": standard input, any container (detected from its bytes)
+    if is_stdio(path):  # "-": standard input, any container (detected from its bytes)
+        return [p]
+    check_name(p)
+    if p.is_file():
         return [p]
     if p.is_dir():
         files = [
             f
-            for f in p.rglob("*")
-            if f.is_file()
-            and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
-            and not _is_documentation(f)
+            for rel, f in tree_files(p, exclude)
+            if not any(part.startswith((".", "_")) for part in Path(rel).parts) and not _is_documentation(f)
         ]
         if not files:
             raise InputError(f"{p}: directory holds no input files")
-        return sorted(files)
+        for f in files:
+            check_name(f)
+        return files
     raise InputError(f"{p}: no such file or directory")
 
 
@@ -224,13 +229,73 @@ def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
 
 def _iter_lines(name: str, data: BinaryIO) -> Iterator[tuple[str, bytes]]:
     lineno = 0
+    first = True
     try:
         for line in data:
             lineno += 1
             if line.strip():
+                if first:
+                    first = False
+                    problem = _not_json_lines(name, line, data)
+                    if problem is not None:
+                        raise problem
                 yield f"line {lineno}", line
     except _DECOMPRESS_ERRORS as e:
         raise InputError(f"{name}, line {lineno + 1}: truncated or corrupt compressed data ({e})") from None
+
+
+class _Prefixed:
+    """A reader that gives ``head`` and then the rest of ``data``."""
+
+    def __init__(self, head: bytes, data: BinaryIO):
+        self.head, self.data = head, data
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            out, self.head = (self.head, b"") if n < 0 or n >= len(self.head) else (self.head[:n], self.head[n:])
+            return out
+        return self.data.read(n)
+
+
+_EVENT_KIND = {"string": "string", "number": "number", "integer": "number", "double": "number", "boolean": "boolean", "null": "null"}
+
+
+def _not_json_lines(name: str, first_line: bytes, data: BinaryIO) -> InputError | None:
+    """A first line that is not JSON in a file starting with ``{``: one JSON object spread over many lines
+    (e.g. a ``{title: [sentences]}`` corpus)? Then the error names that shape; None when it is not one."""
+    try:
+        orjson.loads(first_line)
+        return None
+    except orjson.JSONDecodeError:
+        pass
+    keys: list[tuple[str, str]] = []
+    depth, pending = 0, None
+    try:
+        for _, event, value in _ijson.parse(_Prefixed(first_line, data)):
+            if depth == 1 and pending is not None and event != "map_key":
+                kind = {"start_array": "list", "start_map": "object"}.get(event) or _EVENT_KIND.get(event, event)
+                keys.append((pending, kind))
+                pending = None
+                if len(keys) >= 4:
+                    break
+            if event in ("start_map", "start_array"):
+                depth += 1
+            elif event in ("end_map", "end_array"):
+                depth -= 1
+                if depth == 0:
+                    break
+            elif event == "map_key" and depth == 1:
+                pending = value
+    except (ijson.JSONError, *_DECOMPRESS_ERRORS):
+        pass
+    if not keys:
+        return None
+    shape = ", ".join(f"{k!r}: {kind}" for k, kind in keys[:3]) + (", …" if len(keys) > 3 else "")
+    guess = " (a mapping of titles to sentence lists?)" if all(kind == "list" for _, kind in keys) else ""
+    return InputError(
+        f"{name}: the file is one JSON object spread over several lines, {{{shape}}}{guess}, not records: "
+        "expected a JSON array of records or JSON Lines (one record per line) of a supported dataset"
+    )
 
 
 def parse_line(name: str, position: str, line: bytes) -> Any:

@@ -118,6 +118,7 @@ class Spill:
         self.questions = _BucketedTable(root, "questions", QUESTION_SPILL, "qid", question_buckets)
         self.reject_files = {t: open(root / f"rejects-{t}.jsonl", "wb") for t in ("documents", "questions")}
         self.reject_counts = {"documents": 0, "questions": 0}
+        self.empty_inputs: list[str] = []  # inputs without a record (a warning beside other inputs)
 
     def add_document(self, doc_id: str, title: str, text: str, datasets: list[str]) -> None:
         self.seq += 1
@@ -143,6 +144,8 @@ class Spill:
             "documents": {"buckets": self.docs.k, "rows": self.docs.rows, "rejects": self.reject_counts["documents"]},
             "questions": {"buckets": self.questions.k, "rows": self.questions.rows, "rejects": self.reject_counts["questions"]},
         }
+        if self.empty_inputs:
+            plan["empty_inputs"] = self.empty_inputs
         atomic_write_bytes(self.root / PLAN, dumps(plan))
         return plan
 
@@ -237,12 +240,15 @@ def _iter_rejects(root: Path, table: str) -> Iterator[dict[str, Any]]:
                 yield orjson.loads(line)
 
 
-def _write_rejects(sh: Any, root: Path, table: str) -> None:
+def _write_rejects(sh: Any, root: Path, table: str, plan: dict[str, Any] | None = None) -> None:
+    """Part 0 carries the run's rejects (and the count of its empty inputs)."""
     n = 0
     for r in _iter_rejects(root, table):
         sh.reject(r["record"], r["reason"], source=r["source"], position=r["position"], detail=r["detail"])
         n += 1
     sh.count_in(n)
+    if plan and plan.get("empty_inputs"):
+        sh.count("empty_inputs", len(plan["empty_inputs"]))
 
 
 def write_documents(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
@@ -255,7 +261,7 @@ def write_documents(root: Path, plan: dict[str, Any], writer: Any, on_part=None)
                 sh.count_in(n_in)
                 sh.count_merged(n_in - df.height)
                 if part.index == 0:
-                    _write_rejects(sh, root, "documents")
+                    _write_rejects(sh, root, "documents", plan)
                 sh.write_table(df.drop("n").to_arrow())
         if on_part:
             on_part()
@@ -367,7 +373,7 @@ def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None)
             with writer.shard(part.index) as sh:
                 sh.count_in(df.height)
                 if part.index == 0:
-                    _write_rejects(sh, root, "questions")
+                    _write_rejects(sh, root, "questions", plan)
                 dups = df.filter(~pl.col("_first"))
                 if dups.height:
                     firsts = buckets.filter(pl.col("_first")).select("qid", "source", "position")

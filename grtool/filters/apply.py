@@ -237,8 +237,8 @@ def apply_filters(
 
     inputs = [source.source] if not is_stdio(chains) else []
     spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(corpus), str(triples)])
-    writer = open_output(out, spec, overwrite=overwrite, num_parts=source.num_parts)
     num_shards, shard_index = resolve_sharding(num_shards, shard_index)
+    writer = open_output(out, spec, overwrite=overwrite, num_parts=source.num_parts, shards=(num_shards, shard_index))
     counts: Counter[str] = Counter()
     examples: dict[str, list[dict]] = {}
     todo = [i for i in parts_for_task(source.num_parts, num_shards, shard_index) if not writer.done(i)]

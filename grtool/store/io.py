@@ -157,12 +157,14 @@ class JsonlOutput:
         return {"table": self.spec.table, "stdout": True}
 
 
-def open_output(out: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, tag: str | None = None):
+def open_output(out: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, tag: str | None = None,
+                shards: tuple[int, int] | None = None):
     """A :class:`StageWriter` for a directory, or a JSON Lines writer for ``-``.
 
     ``tag`` adds ``"_table": tag`` to every stdout row, for commands that stream more than one table.
+    ``shards=(count, index)``: this run is one array task (else a whole run, which locks the directory).
     """
     if is_stdio(out):
         log.debug("writing %s rows as JSON Lines to stdout", spec.table)
         return JsonlOutput(spec, tag)
-    return StageWriter(out, spec, overwrite=overwrite, num_parts=num_parts)
+    return StageWriter(out, spec, overwrite=overwrite, num_parts=num_parts, shards=shards)

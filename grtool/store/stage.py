@@ -17,16 +17,21 @@ folded into another row (deduplication), never dropped.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import blake3
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,12 +45,15 @@ MANIFEST = "_manifest.json"
 SHARDS_DIR = "_shards"
 REJECTS_DIR = "_rejects"
 LOCK = "_manifest.lock"
+RUN_LOCK = "_run.lock"  # held by the run writing the directory: exclusively by a whole run, shared by array tasks
+TASK_LOCK = "_run.task-{index:05d}-of-{count:05d}.lock"  # held exclusively by one array task
 TMP_SUFFIX = ".tmp"
 MAX_ROWS_PER_SHARD = 100_000
 PARQUET_COMPRESSION = "zstd"
 # A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
 # re-parses the stored answers instead of generating them again.
 KEEP_ON_OVERWRITE = ("_llm_cache",)
+KEEP_ON_OVERWRITE_PATTERNS = (LOCK, "_run.*lock")  # the locks the run itself holds while it deletes
 
 
 def part_name(index: int) -> str:
@@ -100,33 +108,70 @@ def dumps(obj: Any) -> bytes:
 # ------------------------------------------------------------------------------------- fingerprints
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
-    """A cheap, stable fingerprint of an input: a file, a stage directory or a tree of files.
+def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """A stable fingerprint of an input: a file, a stage directory or a tree of files.
 
-    Files: size plus a hash of the first and last MiB (hashing a multi-GB dump in full on every run is too
-    slow, and a changed release file changes its size or its ends). Stage directories: the shards' sha256.
+    Files: size plus a BLAKE3 hash of the whole content (memory-mapped, multi-threaded: several GB/s, far
+    faster than any stage reads; see ``bench/ingest.py``), so an edit anywhere is seen, even one that keeps
+    the size. Stage directories: the shards' sha256. Trees: every file's relative name, size and hash;
+    ``exclude`` leaves out paths below the tree (a run's own output written inside its input directory).
+    ``path`` is the resolved absolute path: the same input named relatively or absolutely is the same input.
     """
-    p = Path(path)
     if str(path) == "-":
         return {"path": "-", "kind": "stdin"}
+    p = Path(path)
+    check_name(p)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory")
+    resolved = p.resolve()
     if p.is_file():
-        return {"path": str(p), "kind": "file", "size": p.stat().st_size, "sample_blake2b": _sample_hash(p)}
+        return {"path": str(resolved), "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
     if (p / MANIFEST).exists():
         records = sorted(load_shard_records(p).items())
         h = hashlib.blake2b(digest_size=16)
         for name, rec in records:
             h.update(f"{name}:{rec.get('sha256')}\n".encode())
-        return {"path": str(p), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
-    h = hashlib.blake2b(digest_size=16)
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    for f in files:
-        h.update(f"{f.relative_to(p)}:{f.stat().st_size}:{_sample_hash(f)}\n".encode())
-    return {"path": str(p), "kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
+        return {"path": str(resolved), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
+    h = blake3.blake3()
+    files = tree_files(p, exclude)
+    for rel, f in files:
+        h.update(os.fsencode(rel) + f":{f.stat().st_size}:{file_hash(f)}\n".encode())
+    return {"path": str(resolved), "kind": "tree", "files": len(files), "blake3": h.hexdigest()}
+
+
+def tree_files(root: Path, exclude: Iterable[str | Path] = ()) -> list[tuple[str, Path]]:
+    """``(relative name, path)`` of every file below ``root`` in path order, without the ``exclude`` subtrees
+    and without grtool stage directories (outputs written inside an input directory are never its input)."""
+    skip = {Path(e).resolve() for e in exclude}
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames[:] = [n for n in dirnames if not (d / n / MANIFEST).is_file() and not (skip and (d / n).resolve() in skip)]
+        for n in filenames:
+            f = d / n
+            if f.is_file() and not (skip and f.resolve() in skip):
+                found.append((str(f.relative_to(root)), f))
+    return sorted(found, key=lambda item: item[1])  # path order (by components), as input discovery always read
+
+
+_HASHES: dict[tuple, str] = {}
+
+
+def file_hash(path: Path) -> str:
+    """BLAKE3 of a file's content, computed once per process for an unchanged file (identity checks repeat)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    digest = _HASHES.get(key)
+    if digest is None:
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if st.st_size:
+            h.update_mmap(path)
+        digest = _HASHES[key] = h.hexdigest()
+    return digest
 
 
 def _sample_hash(path: Path, span: int = 1 << 20) -> str:
+    """The fingerprint of grtool ≤ 0.x manifests (first and last MiB): kept to resume their outputs."""
     h = hashlib.blake2b(digest_size=16)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -135,6 +180,270 @@ def _sample_hash(path: Path, span: int = 1 << 20) -> str:
             f.seek(size - span)
         h.update(f.read(span))
     return h.hexdigest()
+
+
+def _legacy_fingerprint(p: Path) -> dict[str, Any]:
+    if p.is_file():
+        return {"kind": "file", "size": p.stat().st_size, "sample_blake2b": _sample_hash(p)}
+    h = hashlib.blake2b(digest_size=16)
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    for f in files:
+        h.update(f"{f.relative_to(p)}:{f.stat().st_size}:{_sample_hash(f)}\n".encode())
+    return {"kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
+
+
+def changed_inputs(old: list[dict[str, Any]] | None, spec: "StageSpec") -> list[str]:
+    """The inputs of ``spec`` that differ from the fingerprints ``old`` recorded (``[]``: the same inputs).
+
+    Paths compare resolved. A manifest written before whole-file hashes (``sample_blake2b``) is compared with
+    the fingerprint it used, so its output still resumes.
+    """
+    new = spec.input_fingerprints()
+    old = list(old or [])
+    if old == new:
+        return []
+    if len(old) != len(new):
+        return [str(i) for i in spec.inputs] or ["(the list of inputs)"]
+    changed = []
+    for o, n, name in zip(old, new, spec.inputs):
+        if o == n:
+            continue
+        if o.get("kind") != n.get("kind") or (n["path"] != "-" and str(Path(str(o.get("path"))).resolve()) != n["path"]):
+            changed.append(str(name))
+            continue
+        rest = {k: v for k, v in o.items() if k != "path"}
+        if n["kind"] in ("file", "tree") and "blake3" not in o:
+            now = _legacy_fingerprint(Path(name))
+        else:
+            now = {k: v for k, v in n.items() if k != "path"}
+        if rest != now:
+            changed.append(str(name))
+    return changed
+
+
+# ------------------------------------------------------------------------------ output paths and locks
+
+
+def printable(path: str | Path) -> str:
+    """A path for messages, whatever bytes its name holds (non-UTF-8 bytes shown as ``\\xff``)."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def check_name(path: str | Path) -> None:
+    """Refuse a path whose name is not valid UTF-8: manifests, rejects and Parquet record names as UTF-8."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{printable(path)}: the file name is not valid UTF-8; rename it") from None
+
+
+def prepare_out_dir(path: str | Path) -> Path:
+    """Create an output directory (and its parents), or say in one line why it cannot be one."""
+    if str(path) == "":
+        raise InputError("--out is empty: name an output directory ('-' writes JSON Lines to stdout)")
+    p = Path(path)
+    check_name(p)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{p}: --out names an existing file, not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise InputError(f"{p}: cannot create the output directory: {printable(e.filename)} is a file, not a directory") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot create the output directory ({e.strerror})") from None
+    return p
+
+
+class _Hold:
+    def __init__(self, fd: int, mode: int):
+        self.fd, self.mode, self.count = fd, mode, 1
+
+
+_HOLDS: dict[str, _Hold] = {}  # lock file -> this process's hold (re-entrant: one process runs stages in turn)
+_NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
+_warned_no_locks = False
+
+
+def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> bool:
+    """Take an flock on ``path`` without waiting (False: another process holds it); ``holder`` is written in."""
+    global _warned_no_locks
+    key = os.path.abspath(path)
+    hold = _HOLDS.get(key)
+    if hold is not None:
+        if hold.mode != fcntl.LOCK_EX and mode == fcntl.LOCK_EX:
+            return False  # this process already writes here as an array task; no upgrade (not atomic)
+        hold.count += 1
+        return True
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in _NO_LOCKS:  # e.g. Lustre mounted without flock: run unguarded, but say so
+                if not _warned_no_locks:
+                    from grtool.log import log
+
+                    log.warning("%s: the file system does not support file locks; concurrent runs are not detected", path.parent)
+                    _warned_no_locks = True
+                break
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
+        try:  # deleted and re-created meanwhile? then this lock guards nothing: take the new file's
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    _HOLDS[key] = _Hold(fd, mode)
+    if holder is not None and mode == fcntl.LOCK_EX:
+        data = dumps(holder)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    return True
+
+
+def _unflock(path: Path) -> None:
+    key = os.path.abspath(path)
+    hold = _HOLDS.get(key)
+    if hold is None:
+        return
+    hold.count -= 1
+    if hold.count == 0:
+        del _HOLDS[key]
+        if hold.mode == fcntl.LOCK_EX:  # nobody else holds it: no lock file left behind (a waiting process
+            try:  # that opened this file sees it gone once it gets the lock, and takes a new one)
+                os.unlink(path)
+            except OSError:
+                pass
+        os.close(hold.fd)  # the lock ends with the last descriptor of its open file
+
+
+def _read_holder(path: Path) -> dict[str, Any] | None:
+    try:
+        info = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _describe(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "a grtool process that has not recorded itself yet"
+    command = " ".join(info.get("command") or [])
+    return f"pid {info.get('pid')} on host {info.get('host')}, started {info.get('started')}, command: {command}"
+
+
+def _live_tasks(directory: Path) -> list[dict[str, Any]]:
+    """Holders of the array-task locks of a directory that are held right now (by other processes)."""
+    live = []
+    for f in sorted(directory.glob("_run.task-*.lock")):
+        if os.path.abspath(f) in _HOLDS:
+            continue
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                live.append(_read_holder(f) or {})
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return live
+
+
+class RunLock:
+    """The right to write one directory, held by one run from its start to its end.
+
+    ``shards=(count, index)`` from ``--num-shards/--shard-index``; ``None`` or a count of 1 is a whole run.
+    A whole run holds ``_run.lock`` exclusively; an array task holds it shared plus its own
+    ``_run.task-I-of-N.lock`` exclusively. So tasks with distinct indices write together, while a second
+    whole run, a whole run during tasks, a task during a whole run and a duplicate task fail at once (exit 2)
+    naming the live run (host, pid, start, command). These are flock locks: they end with their process,
+    also when it is killed, so there is never a stale lock to remove. One process may take the same lock again
+    (a pipeline runs its stages in turn).
+    """
+
+    def __init__(self, directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None):
+        self.dir = Path(directory)
+        self.count, self.index = shards if shards is not None else (1, 0)
+        self.command = command
+        self._held: list[Path] = []
+
+    @property
+    def held(self) -> bool:
+        return bool(self._held)
+
+    def _holder(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": _now(),
+            "command": redact_argv(self.command if self.command is not None else _argv()),
+        }
+        if self.count > 1:
+            info.update(task=self.index, tasks=self.count)
+        return info
+
+    def acquire(self) -> "RunLock":
+        if self.held:
+            return self
+        prepare_out_dir(self.dir)
+        run = self.dir / RUN_LOCK
+        holder = self._holder()
+        if self.count == 1:
+            if not _try_flock(run, fcntl.LOCK_EX, holder):
+                raise self._busy(run)
+            self._held.append(run)
+            return self
+        if not _try_flock(run, fcntl.LOCK_SH):
+            raise self._busy(run)
+        self._held.append(run)
+        task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
+        if not _try_flock(task, fcntl.LOCK_EX, holder):
+            self.release()
+            raise GrtoolError(
+                f"{self.dir}: array task {self.index} of {self.count} is already running here "
+                f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
+            )
+        self._held.append(task)
+        return self
+
+    def _busy(self, run: Path) -> GrtoolError:
+        tasks = _live_tasks(self.dir)
+        if tasks:
+            who = "; ".join(f"array task {t.get('task')} of {t.get('tasks')}: {_describe(t)}" for t in tasks)
+        else:
+            who = f"another run: {_describe(_read_holder(run))}"
+        this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
+        return GrtoolError(
+            f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that "
+            "run ends (or stop it), then run again"
+        )
+
+    def release(self) -> None:
+        while self._held:
+            _unflock(self._held.pop())
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None) -> RunLock:
+    """``with run_lock(out):`` guards a run that writes more than stage directories (ingest's work directory)."""
+    return RunLock(directory, shards, command)
 
 
 # ----------------------------------------------------------------------------------------- sharding
@@ -257,13 +566,27 @@ class StageSpec:
     params: dict[str, Any] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)
     command: list[str] | None = None
+    exclude: list[str | Path] = field(default_factory=list)  # paths inside input trees that are not input (the output)
+
+    def input_fingerprints(self) -> list[dict[str, Any]]:
+        return [fingerprint(i, self.exclude) for i in self.inputs]
 
     def identity(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "params": json.loads(dumps(self.params)),
-            "inputs": [fingerprint(i) for i in self.inputs],
-        }
+        return {"table": self.table, "params": json.loads(dumps(self.params)), "inputs": self.input_fingerprints()}
+
+    def mismatch(self, old: dict[str, Any]) -> str | None:
+        """What differs between an existing manifest and this run, or None when this run may resume it."""
+        diffs = []
+        if old.get("table") != self.table:
+            diffs.append(f"table ({old.get('table')!r} vs {self.table!r})")
+        op, np_ = old.get("params") or {}, json.loads(dumps(self.params))
+        for k in sorted(set(op) | set(np_)):
+            if op.get(k) != np_.get(k):
+                diffs.append(f"parameter {k} ({op.get(k)!r} before, {np_.get(k)!r} now)")
+        changed = changed_inputs(old.get("inputs"), self)
+        if changed:
+            diffs.append(f"inputs ({', '.join(printable(c) for c in changed)}: path or contents changed)")
+        return ", ".join(diffs) or None
 
 
 class ShardWriter:
@@ -368,6 +691,7 @@ class ShardWriter:
             self.stage.records[self.name] = self.commit()
         else:
             self.abort()
+            self.stage.run.release()  # the run is failing: let the next one in (shard() takes it again)
 
 
 class StageWriter:
@@ -379,23 +703,29 @@ class StageWriter:
     - ``done(i)`` tells whether part ``i`` is already committed; ``shard(i)`` writes it.
     """
 
-    def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None):
+    def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None,
+                 shards: tuple[int, int] | None = None):
+        """``shards=(count, index)`` when this run is one array task (``--num-shards/--shard-index``); the
+        default is a whole run. The directory is locked for the run (see :class:`RunLock`) until ``finish``."""
         self.path = Path(path)
         self.spec = spec
         self.num_parts = num_parts
         self.identity = spec.identity()
-        if overwrite and self.path.exists():
-            if self.path.is_dir() and not (is_stage_dir(self.path) or not any(self.path.iterdir())):
-                raise GrtoolError(f"{self.path}: exists and is not a stage directory; refusing to delete it")
-            for child in self.path.iterdir():
-                if child.name in KEEP_ON_OVERWRITE:
-                    continue
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / SHARDS_DIR).mkdir(exist_ok=True)
-        with self._lock():
-            self._open_manifest()
-        self.records = load_shard_records(self.path)
+        if overwrite and self.path.is_dir() and not is_stage_dir(self.path) and _own_entries(self.path):
+            raise GrtoolError(f"{self.path}: exists and is not a stage directory; refusing to delete it")
+        self.run = RunLock(self.path, shards, spec.command).acquire()
+        weakref.finalize(self, self.run.release)  # a writer dropped without finish() (an error) lets go too
+        try:
+            if overwrite:
+                for child in _own_entries(self.path):
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            (self.path / SHARDS_DIR).mkdir(exist_ok=True)
+            with self._lock():
+                self._open_manifest()
+            self.records = load_shard_records(self.path)
+        except BaseException:
+            self.run.release()
+            raise
 
     def _lock(self) -> FileLock:
         return FileLock(str(self.path / LOCK))
@@ -405,11 +735,10 @@ class StageWriter:
         if mpath.exists():
             old = load_manifest(self.path)
             refuse_stdin_resume(self.path, old)
-            old_identity = {k: old.get(k) for k in ("table", "params", "inputs")}
-            if old_identity != self.identity:
+            problem = self.spec.mismatch(old)
+            if problem:
                 raise GrtoolError(
-                    f"{self.path}: exists with different {_identity_diff(old_identity, self.identity)}; "
-                    "resume needs the same command, use --overwrite to start over"
+                    f"{self.path}: exists with different {problem}; resume needs the same command, use --overwrite to start over"
                 )
             if self.num_parts is not None and old.get("num_parts") not in (None, self.num_parts):
                 raise GrtoolError(f"{self.path}: planned {old.get('num_parts')} parts before, {self.num_parts} now; use --overwrite")
@@ -441,6 +770,7 @@ class StageWriter:
         return name in self.records and (self.path / f"{name}.parquet").exists()
 
     def shard(self, index: int) -> ShardWriter:
+        self.run.acquire()  # a no-op while held; again after finish() when a run goes on writing
         return ShardWriter(self, index)
 
     def finish(self, **extra: Any) -> dict[str, Any]:
@@ -458,6 +788,7 @@ class StageWriter:
             if manifest["complete"]:
                 self._clean_stale_tmp()
         self.records = records
+        self.run.release()  # the run is over (a run that goes on writing takes the lock again in shard())
         return manifest
 
 
@@ -467,17 +798,15 @@ def refuse_stdin_resume(path: Path, old_manifest: dict[str, Any]) -> None:
         raise GrtoolError(f"{path}: exists from a run that read standard input, which cannot be resumed; use --overwrite")
 
 
-def _identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    diffs = []
-    if old.get("table") != new.get("table"):
-        diffs.append(f"table ({old.get('table')!r} vs {new.get('table')!r})")
-    op, np_ = old.get("params") or {}, new.get("params") or {}
-    for k in sorted(set(op) | set(np_)):
-        if op.get(k) != np_.get(k):
-            diffs.append(f"parameter {k} ({op.get(k)!r} before, {np_.get(k)!r} now)")
-    if old.get("inputs") != new.get("inputs"):
-        diffs.append("inputs (paths or contents changed)")
-    return ", ".join(diffs) or "identity"
+def _own_entries(path: Path) -> list[Path]:
+    """A directory's entries that ``--overwrite`` deletes: all but the request cache and the run's locks."""
+    import fnmatch
+
+    return [
+        child
+        for child in path.iterdir()
+        if child.name not in KEEP_ON_OVERWRITE and not any(fnmatch.fnmatch(child.name, pat) for pat in KEEP_ON_OVERWRITE_PATTERNS)
+    ]
 
 
 def _owner() -> str:

@@ -101,8 +101,10 @@ def extract(
         calls_out = None
     else:
         out = Path(out)
-        triples_out = StageWriter(out / "triples", triples_spec, overwrite=overwrite, num_parts=num_parts)
-        calls_out = StageWriter(out / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs), overwrite=overwrite, num_parts=num_parts)
+        shards = (num_shards, shard_index)
+        triples_out = StageWriter(out / "triples", triples_spec, overwrite=overwrite, num_parts=num_parts, shards=shards)
+        calls_out = StageWriter(out / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs), overwrite=overwrite,
+                                num_parts=num_parts, shards=shards)
 
     mine = parts_for_task(num_parts, num_shards, shard_index)
     sizes = _part_sizes(corpus)
