@@ -227,7 +227,8 @@ def describe(report: Report) -> str:
     if report.table == "index":
         return f"index, {c.get('kind')}, {c.get('sequences') or 0} sequences, {c.get('documents') or 0} documents"
     if report.table == "export":
-        return f"export {c.get('kind')} {c.get('format')}, {c.get('rows', 0)} rows"
+        fmt = f" {c.get('format')}" if c.get("format") != c.get("kind") else ""
+        return f"export {c.get('kind')}{fmt}, {c.get('rows', 0)} rows"
     if report.table == "dataset_info":
         return f"dataset_info, {c.get('entries', 0)} entries"
     return f"{report.table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
