@@ -31,8 +31,9 @@ MASK = "***"
 
 # Whole words of an option's name (split on - and _) that make its value a credential.
 _SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "pwd", "authorization", "auth", "credential", "credentials", "cookie"})
-# Values that are keys whatever option carries them.
-_SECRET_VALUE = re.compile(r"^(?:sk-|hf_|ghp_|bearer\s|basic\s)", re.IGNORECASE)
+# Values that are keys whatever option carries them: a key-like word, or one credential after an auth scheme
+# (not free text such as a --system prompt starting with "Basic").
+_SECRET_VALUE = re.compile(r"^(?:(?:sk-|hf_|ghp_)\S+|(?i:bearer|basic)\s+(?![a-z]+$)[A-Za-z0-9._~+/=-]{8,})$")
 # Shortest registered credential scrubbed as a substring: shorter ones would eat ordinary text.
 MIN_SECRET_CHARS = 4
 
@@ -79,7 +80,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
 def _redact_value(value: str) -> str:
     if _SECRET_VALUE.match(value):
         return MASK
-    return scrub(redact_url(value))
+    return scrub(redact_url(value), generic=False)  # known credentials only: option values are no error text
 
 
 def redact_url(text: str) -> str:
@@ -173,8 +174,9 @@ def register_url(url: str | None) -> None:
     _install_hooks()
 
 
-def scrub(text: str) -> str:
-    """``text`` without any registered credential (in any encoding), header value or URL user-info."""
+def scrub(text: str, *, generic: bool = True) -> str:
+    """``text`` without any registered credential (in any encoding) or URL user-info, and (``generic``) without
+    any ``Authorization``/``Bearer``/``Basic`` header value, registered or not."""
     if not text:
         return text
     with _lock:
@@ -184,8 +186,9 @@ def scrub(text: str) -> str:
         text = text.replace(form, MASK)
     for _, pattern in patterns:
         text = pattern.sub(MASK, text)
-    text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
-    text = _AUTH_SCHEME.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    if generic:
+        text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
+        text = _AUTH_SCHEME.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
     return _USERINFO.sub(r"\1" + MASK + "@", text)
 
 

@@ -25,11 +25,11 @@ def _fresh_registry():
 def test_credentials_redacted_option_values_kept():
     argv = ["grtool", "triples", "extract", "--api-key", "sk-abc", "--token=xyz", "--api-key-env", "MY_KEY", "--tokenizer", "llama3",
             "--max-tokens", "256", "--top-logprobs", "5", "--hf-token", "hf_abc", "--password=pw", "--base-url", "http://u:p@h:8000/v1?api_key=k&x=1",
-            "sk-positional", "out/run"]  # fmt: skip
+            "sk-positional", "out/run", "--system", "Basic Retriever: answer with triples", "--prompt=Bearer of news", "Bearer abc123XYZ789"]  # fmt: skip
     assert secrets.redact_argv(argv) == [
         "grtool", "triples", "extract", "--api-key", "***", "--token=***", "--api-key-env", "MY_KEY", "--tokenizer", "llama3",
         "--max-tokens", "256", "--top-logprobs", "5", "--hf-token", "***", "--password=***", "--base-url", "http://***@h:8000/v1?api_key=***&x=1",
-        "***", "out/run",
+        "***", "out/run", "--system", "Basic Retriever: answer with triples", "--prompt=Bearer of news", "***",
     ]  # fmt: skip
 
 
