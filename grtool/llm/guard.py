@@ -18,7 +18,6 @@ from grtool.errors import DataProblem
 EXAMPLE_CHARS = 300
 MAX_EXAMPLES = 3  # empty units quoted in the guard's message
 DEFAULT_MAX_EMPTY_SHARE = 0.2
-OPTION_HELP = "Exit 1 when a part has a larger share of {units} {outcome} (the part is kept; no further part is started)."
 
 
 def example(key: str | None, why: str | None, finish_reason: str | None, text: str) -> str:
