@@ -45,7 +45,7 @@ class ExtractConfig:
     docid_end: str = "<docid_end>"
     limit: int | None = None
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE  # the empty-output guard (grtool.llm.guard), over documents
-    chunk_size: int = 2048  # documents read and sent per generate call: progress, cache and memory advance per chunk
+    chunk_size: int = 2048  # documents read and sent per generate call (memory); progress moves per request
 
 
 PartResult = EmptyOutputs  # a part's documents and those without triples: the empty-output guard's count
