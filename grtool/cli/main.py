@@ -6,6 +6,7 @@ import sys
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 import typer.rich_utils
 
 from grtool import __version__
@@ -66,7 +67,7 @@ def run() -> None:
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
 
-        console.print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False, soft_wrap=True)  # one line, however long
+        console.print(f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
