@@ -157,3 +157,53 @@ def _questions(run_dir):
 
 def _count_2wiki(examples) -> int:
     return len(json.loads((examples / "2wikimultihopqa" / "data_ids_dev.example.json").read_text()))
+
+
+def test_each_stage_records_its_own_command(tmp_path, examples, cli):
+    """A stage run by `pipeline run` records its own equivalent `grtool …` line, not `grtool pipeline run FILE`."""
+    import shlex
+
+    config = Path(_config(tmp_path, examples))
+    from grtool.store.schemas import TRIPLES
+    from grtool.store.stage import StageSpec, StageWriter
+
+    rows = [json.loads(line) for line in (Path(__file__).resolve().parent / "data" / "index_triples.jsonl").read_text().splitlines()]
+    triples = tmp_path / "triples"
+    writer = StageWriter(triples, StageSpec("triples", TRIPLES, params={"test": True}, command=["grtool", "test"]), num_parts=1)
+    with writer.shard(0) as shard:
+        shard.count_in(len(rows))
+        shard.write_rows(rows)
+    writer.finish()
+    config.write_text(
+        config.read_text()
+        + textwrap.dedent(
+            f"""
+            [[stages]]
+            name = "index"
+            run = "index build"
+            args = ["{triples}"]
+            options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
+            """
+        )
+    )
+    cli("pipeline", "run", config, "--until", "merge")
+    cli("pipeline", "run", config, "--from", "index")
+    pipeline = load_pipeline(config)
+    run_dir = tmp_path / "run"
+    recorded = {
+        "ingest-2wiki": [run_dir / "ingest" / "2wiki"],
+        "ingest-musique": [run_dir / "ingest" / "musique"],
+        "merge": [run_dir / "corpus" / "questions", run_dir / "corpus" / "documents"],
+    }
+    for stage in pipeline.stages:
+        if stage.name == "stats":
+            continue
+        expected = shlex.split(stage.command_line())
+        assert json.loads((run_dir / "_pipeline" / f"{stage.name}.json").read_text())["command"] == stage.command_line()
+        if stage.name == "index":
+            assert json.loads((run_dir / "index" / "index.json").read_text())["command"] == expected
+            continue
+        manifests = [p for d in recorded[stage.name] for p in d.rglob("_manifest.json")]
+        assert manifests, stage.name
+        for manifest in manifests:
+            assert json.loads(manifest.read_text())["command"] == expected, manifest

@@ -60,6 +60,9 @@ _register()
 
 def run() -> None:
     """Entry point: user-facing errors print one clear line on stderr and exit with their code."""
+    from grtool.invocation import set_command
+
+    set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
     try:
         # With standalone_mode off, click returns the code of a typer.Exit instead of exiting.
         code = app(standalone_mode=False)

@@ -16,13 +16,13 @@ Nothing is written for ``--out -``.
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from grtool import __version__
+from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.io import is_stdio
 from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
@@ -78,7 +78,7 @@ def write_sidecar(
         "sha256": sha256_file(p),
         "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
         "grtool_version": __version__,
-        "command": redact_argv(command if command is not None else ["grtool", *sys.argv[1:]]),
+        "command": redact_argv(command if command is not None else current_command()),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "inputs": inputs,
     }

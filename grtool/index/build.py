@@ -10,7 +10,6 @@ import datetime as _dt
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS
 from grtool.index.tokenizer import DOCID_END, DOCID_START, DocidTokenizer, load_tokenizer
+from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.store.stage import dumps, fingerprint, redact_argv, resolve_stage, sha256_file
@@ -131,7 +131,7 @@ def write_index(
             "kind": kind,
             "source": source,
             "grtool_version": __version__,
-            "command": redact_argv(command if command is not None else ["grtool", *sys.argv[1:]]),
+            "command": redact_argv(command if command is not None else current_command()),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(seconds, 3),
             "inputs": inputs or [],

@@ -132,6 +132,7 @@ def accepts_overwrite(stage: Stage) -> bool:
 def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.cli.main import app  # the same Typer app as the `grtool` command
+    from grtool.invocation import command
     from grtool.log import flags
 
     argv = stage.argv(overwrite)
@@ -140,6 +141,8 @@ def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
         if stage.stdout:
             Path(stage.stdout).parent.mkdir(parents=True, exist_ok=True)
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(stage.stdout, "w"))))
+        # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.
+        stack.enter_context(command(["grtool", *argv]))
         try:
             code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
         except GrtoolError as e:

@@ -39,6 +39,7 @@ from filelock import FileLock
 
 from grtool import __version__
 from grtool.errors import GrtoolError, InputError
+from grtool.invocation import current_command
 from grtool.secrets import redact_argv, redact_url  # noqa: F401  (redaction lives in grtool.secrets; re-exported for older imports)
 
 MANIFEST = "_manifest.json"
@@ -827,9 +828,7 @@ def _stale(f: Path) -> bool:
 
 
 def _argv() -> list[str]:
-    import sys
-
-    return ["grtool", *sys.argv[1:]]
+    return current_command()  # set by the CLI entry point, or per stage by the pipeline runner
 
 
 def _now() -> str:
