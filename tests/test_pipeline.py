@@ -207,3 +207,26 @@ def test_each_stage_records_its_own_command(tmp_path, examples, cli):
         assert manifests, stage.name
         for manifest in manifests:
             assert json.loads(manifest.read_text())["command"] == expected, manifest
+
+
+def test_stage_registry_matches_the_cli():
+    """The registry names every stage command of `grtool`, and knows which take --overwrite, as the CLI parses them."""
+    import typer.main
+
+    from grtool.cli.main import app
+    from grtool.pipeline.config import Stage
+    from grtool.pipeline.registry import STAGE_COMMANDS, stage_function
+    from grtool.pipeline.runner import accepts_overwrite
+
+    found = {}
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():
+        for sub_name, sub in getattr(command, "commands", {None: command}).items():
+            found[" ".join(w for w in (name, sub_name) if w)] = sub
+    found.pop("pipeline run")
+    assert set(STAGE_COMMANDS) == set(found)
+    for run, command in found.items():
+        assert stage_function(run) is not None
+        assert accepts_overwrite(Stage("s", run)) == any(p.name == "overwrite" for p in command.params), run
+    assert accepts_overwrite(Stage("s", "corpus  ingest")) and not accepts_overwrite(Stage("s", "corpus stats"))
+    assert not accepts_overwrite(Stage("s", "no such command"))

@@ -117,16 +117,9 @@ def plan(pipeline: Pipeline, stages: list[Stage]) -> list[StageState]:
 
 def accepts_overwrite(stage: Stage) -> bool:
     """Whether the stage's command has an --overwrite option (report commands simply rewrite their output)."""
-    import typer.main
+    from grtool.pipeline.registry import accepts
 
-    from grtool.cli.main import app
-
-    command = typer.main.get_command(app)
-    for word in stage.run.split():
-        command = getattr(command, "commands", {}).get(word)
-        if command is None:
-            return False
-    return any(getattr(p, "name", None) == "overwrite" for p in command.params)
+    return accepts(stage.run, "overwrite")
 
 
 def run_stage(stage: Stage, *, overwrite: bool = False) -> float:

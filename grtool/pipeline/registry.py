@@ -1,0 +1,54 @@
+"""The commands a pipeline stage can run: its ``run`` words mapped to the command function, declared here.
+
+The runner asks this registry what a stage's command accepts (``--overwrite``) from the function's own
+signature, instead of walking the CLI's command tree. ``tests/test_pipeline.py`` checks that the registry
+names every stage command of ``grtool`` and agrees with the options the CLI parses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+# run words -> (module, function): the functions behind the `grtool` commands a pipeline may run
+STAGE_COMMANDS: dict[str, tuple[str, str]] = {
+    "corpus ingest": ("grtool.cli.corpus", "ingest_cmd"),
+    "corpus merge": ("grtool.cli.corpus", "merge_cmd"),
+    "corpus stats": ("grtool.cli.corpus", "stats_cmd"),
+    "corpus overlap": ("grtool.cli.corpus_overlap", "overlap_cmd"),
+    "triples extract": ("grtool.cli.triples", "extract_command"),
+    "triples collisions": ("grtool.cli.triples", "collisions_command"),
+    "chains synthesize": ("grtool.cli.chains", "synthesize"),
+    "filters apply": ("grtool.cli.filters", "apply_cmd"),
+    "index build": ("grtool.cli.index", "build_cmd"),
+    "index query": ("grtool.cli.index", "query_cmd"),
+    "index stats": ("grtool.cli.index", "stats_cmd"),
+    "export sft": ("grtool.cli.export", "sft_cmd"),
+    "export kto": ("grtool.cli.export", "kto_cmd"),
+    "export gmr": ("grtool.cli.export", "gmr_cmd"),
+    "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
+    "status": ("grtool.cli.stage_tools", "status_cmd"),
+    "validate": ("grtool.cli.stage_tools", "validate_cmd"),
+}
+
+
+def command_name(run: str) -> str:
+    """A stage's ``run`` value with its words normalised ("corpus  ingest" -> "corpus ingest")."""
+    return " ".join(run.split())
+
+
+def stage_function(run: str) -> Callable[..., Any] | None:
+    """The function behind a stage's command, or None for a command grtool does not have."""
+    entry = STAGE_COMMANDS.get(command_name(run))
+    if entry is None:
+        return None
+    module, name = entry
+    return getattr(importlib.import_module(module), name)
+
+
+def accepts(run: str, parameter: str) -> bool:
+    """Whether the stage's command takes ``parameter`` (``"overwrite"`` for ``--overwrite``)."""
+    function = stage_function(run)
+    return function is not None and parameter in inspect.signature(function).parameters
