@@ -59,3 +59,26 @@ def test_prefix_follows_the_prompts_it_is_given():
     assert [g.text for g in gens] == [backend.generate([p], Sampling(max_tokens=3))[0].text for p in other]
     backend.generate(first, Sampling(max_tokens=2))
     assert backend._prefix.ids == kept
+
+
+@pytest.mark.slow
+def test_generations_equal_stock_transformers_generate():
+    """Grouped-head attention and the in-place cache change the speed, not the tokens: compare with a stock
+    left-padded ``model.generate`` (transformers' own sdpa attention and DynamicCache) on the same model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    backend = make_backend("transformers", batch_size=4)
+    assert backend.lm.config._attn_implementation == "grtool_grouped_sdpa"
+    prompt = load_prompt()
+    prompts = [prompt.messages(title, text) for title, text in _example_paragraphs(4)]
+    ours = backend.generate(prompts, Sampling(max_tokens=24))
+
+    stock = AutoModelForCausalLM.from_pretrained(backend.lm.name_or_path, attn_implementation="sdpa").eval()
+    tok = backend.tokenizer
+    texts = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.inference_mode():
+        out = stock.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
+    expected = [tok.decode(row[enc["input_ids"].shape[1] :], skip_special_tokens=True) for row in out]
+    assert [g.text for g in ours] == expected
