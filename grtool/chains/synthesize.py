@@ -28,8 +28,9 @@ from grtool.chains.prompt import ChainPrompt, offer_triples
 from grtool.chains.triples import TripleStore
 from grtool.errors import GrtoolError
 from grtool.llm.base import Backend, Generation, Messages, Sampling
-from grtool.llm.cache import CacheStats, CachedLLM
+from grtool.llm.cache import CacheStats
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
+from grtool.llm.stage_runner import Meter, Part
 
 SELECT_METHODS = ("entropy", "first")
 QUESTION_BATCH = 4096  # questions whose gold triples are looked up together: one filtered scan of the triples
@@ -196,12 +197,12 @@ class ChainSynthesizer:
         return prepared
 
     # -- generating
-    def generate(self, llm: LLM, prepared: Sequence[PreparedQuestion], advance: Callable[[int], None]) -> list[list[Generation]]:
+    def generate(self, llm: LLM, prepared: Sequence[PreparedQuestion], meter: Meter) -> list[list[Generation]]:
         """Every candidate of every question: ``result[q][c]`` (the LLM layer chunks and caches)."""
         messages = [p.messages for p in prepared]
         per_candidate = []
         for c in range(self.settings.candidates):
-            gens = llm.generate(messages, self.settings.sampling(c), on_progress=lambda done: advance(len(done)))
+            gens = llm.generate(messages, self.settings.sampling(c), on_progress=meter)
             if len(gens) != len(messages):
                 raise GrtoolError(f"the LLM returned {len(gens)} generations for {len(messages)} prompts")
             per_candidate.append(gens)
@@ -267,15 +268,15 @@ class ChainSynthesizer:
         shard: Any,
         source: str,
         first_position: int,
-        advance: Callable[[int], None],
+        meter: Meter,
         empty: EmptyOutputs | None = None,
     ) -> None:
         prepared = self.prepare(rows, shard, source, first_position)
-        advance((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
+        meter.skip((len(rows) - len(prepared)) * self.settings.candidates)  # rejected questions are done
         # Generations with their logprobs are the bulky part: held for GENERATE_BATCH questions at a time.
         for lo in range(0, len(prepared), GENERATE_BATCH):
             chunk = prepared[lo : lo + GENERATE_BATCH]
-            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, advance), shard, empty))
+            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, meter), shard, empty))
 
 
 def _choose(scores: Sequence[float | None], blank: Sequence[bool], select: str) -> int:
@@ -328,66 +329,38 @@ def synthesize(
     Raises :class:`~grtool.errors.DataProblem` (exit 1) when a part's share of empty candidates exceeds
     ``max_empty_share``, after finishing that part and the manifest.
     """
-    from grtool.log import progress
-    from grtool.store.io import InputTable, open_output
+    from grtool.llm.stage_runner import Guard, ModelStage, Output, part_rows
+    from grtool.store.io import InputTable
     from grtool.store.schemas import CHAINS
-    from grtool.store.stage import StageSpec, part_name, parts_for_task, resolve_sharding
+    from grtool.store.stage import StageSpec
 
     questions = InputTable.open(corpus, "questions")
     store = TripleStore(triples)
-    n_shards, index = resolve_sharding(num_shards, shard_index)
     params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
     inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
-    writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]), overwrite=overwrite, num_parts=questions.num_parts,
-                         shards=(n_shards, index))
     synth = ChainSynthesizer(store, settings, prompt, scorer=scorer)
-    stats = CacheStats()
-    model: str | None = model_name
-    built: list[Backend] = []
 
-    mine = parts_for_task(questions.num_parts, n_shards, index)
-    todo = [i for i in mine if not writer.done(i)]
-    tripped: EmptyOutputs | None = None
-    # A finished part is still judged: re-running after the guard tripped must not exit 0.
-    for i in mine:
-        if writer.done(i):
-            recorded = _recorded_empty(writer, part_name(i))
-            if recorded.over(max_empty_share):
-                tripped = _with_recorded_examples(writer, recorded)
-                todo = []
-                break
-    with progress() as bar:
-        task = bar.add_task("chains", total=_planned_rows(questions, todo, settings.candidates))
-        for i in todo:
-            if not built:
-                built.append(backend())
-            part = questions.parts[i]
-            source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
-            # Opened after the writer, which creates the directory the cache lives in (and keeps it on --overwrite).
-            llm = CachedLLM(built[0], cache_dir / f"{part_name(i)}.sqlite" if cache_dir is not None else None)
-            empty = EmptyOutputs(part_name(i))
-            try:
-                with writer.shard(i) as shard:
-                    for position, rows in question_batches(questions.iter_part(i), QUESTION_BATCH):
-                        synth.run_batch(llm, rows, shard, source, position, lambda n: bar.advance(task, n), empty)
-                    shard.count("cache_hits", llm.stats.hits)
-                    shard.count("cache_misses", llm.stats.misses)
-            finally:
-                llm.close()
-            stats.hits += llm.stats.hits
-            stats.misses += llm.stats.misses
-            model = llm.model
-            if empty.over(max_empty_share):
-                tripped = empty
-                break
-    manifest = writer.finish(**({"model": model} if model else {}))
-    if tripped is not None:
-        where = f" (kept in {Path(out) / (tripped.part + '.parquet')}, counter candidates_empty)" if str(out) != "-" else ""
-        raise tripped.error(
-            max_empty_share, units="candidate chains", outcome="are empty", where=where,
+    def part_fn(part: Part) -> None:
+        path = questions.parts[part.index]
+        source = f"{questions.source}/{path.name}" if path is not None else "<stdin>"
+        for position, rows in question_batches(questions.iter_part(part.index), QUESTION_BATCH):
+            synth.run_batch(part.llm, rows, part.shard, source, position, part.meter, part.empty)
+
+    def planned(parts: list[int]) -> int | None:
+        rows = part_rows(questions, parts)
+        return None if None in rows else sum(rows) * settings.candidates  # type: ignore[arg-type]
+
+    stage = ModelStage(
+        "chains", "rows", [Output(out, StageSpec("chains", CHAINS, params, inputs=[str(p) for p in inputs]))], questions.num_parts,
+        backend, model_name, cache_dir=cache_dir, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index, planned=planned,
+        guard=Guard(
+            max_empty_share, "candidate chains", "are empty", _recorded_empty, _with_recorded_examples,
+            where=lambda part: f" (kept in {Path(out) / (part + '.parquet')}, counter candidates_empty)",
             redo="from the request cache, which keeps the empty answers: change the model or prompt, or pass --no-cache",
-        )  # fmt: skip
-    return manifest, stats
+        ),
+    )  # fmt: skip
+    run = stage.run(part_fn)
+    return run.manifests[0], run.cache
 
 
 def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
@@ -410,11 +383,3 @@ def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:
     for row in blank.slice(0, 3).to_pylist():
         result.examples.append(example(f"{row['qid']} candidate {row['candidate']}", "empty output", row["finish_reason"], row["text"] or ""))
     return result
-
-
-def _planned_rows(questions: Any, parts: list[int], candidates: int) -> int | None:
-    import pyarrow.parquet as pq
-
-    if any(questions.parts[i] is None for i in parts):
-        return None
-    return sum(pq.ParquetFile(questions.parts[i]).metadata.num_rows for i in parts) * candidates

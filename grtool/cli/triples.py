@@ -47,7 +47,6 @@ def extract_command(
     """
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
-    from grtool.store.stage import resolve_sharding
     from grtool.triples.extract import ExtractConfig, extract
     from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
 
@@ -64,7 +63,6 @@ def extract_command(
         "docid_markers": [docid_start, docid_end],
         "limit": limit,
     }
-    num_shards, shard_index = resolve_sharding(num_shards, shard_index)
     report = extract(
         documents,
         out,

@@ -17,24 +17,21 @@ cache_hits, cache_misses, prompt_tokens, completion_tokens.
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow.parquet as pq
-from rich.progress import TextColumn
 
 from grtool.llm.base import Backend, Generation, Sampling
-from grtool.llm.cache import CachedLLM, call_row
+from grtool.llm.cache import call_row
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
-from grtool.log import log, progress
-from grtool.store.io import InputTable, is_stdio, open_output
+from grtool.llm.stage_runner import Guard, ModelStage, Output, Part, part_rows
+from grtool.log import log
+from grtool.store.io import InputTable, is_stdio
 from grtool.store.schemas import LLM_CALLS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name, parts_for_task
+from grtool.store.stage import StageSpec, StageWriter
 from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
 
@@ -60,23 +57,6 @@ class ExtractReport:
     manifest: dict[str, Any] | None = None
 
 
-class _LazyBackend:
-    """The backend is built only when a part needs generation: a finished run resumes without loading a model."""
-
-    def __init__(self, factory: Callable[[], Backend]):
-        self.factory = factory
-        self.backend: Backend | None = None
-
-    def get(self) -> Backend:
-        if self.backend is None:
-            self.backend = self.factory()
-        return self.backend
-
-
-def _part_sizes(corpus: InputTable) -> list[int | None]:
-    return [pq.ParquetFile(p).metadata.num_rows if p is not None else None for p in corpus.parts]
-
-
 def extract(
     corpus: InputTable,
     out: str | Path,
@@ -87,74 +67,32 @@ def extract(
     params: dict[str, Any],
     config: ExtractConfig,
     cache_dir: Path | None,
-    num_shards: int = 1,
-    shard_index: int = 0,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
     overwrite: bool = False,
 ) -> ExtractReport:
-    """Run the extraction for this task's parts; raises DataProblem when the empty-document guard trips."""
-    lazy = _LazyBackend((lambda: backend) if hasattr(backend, "generate") else backend)  # type: ignore[arg-type]
-    num_parts = corpus.num_parts
+    """Run the extraction for this task's parts; raises DataProblem when the empty-document guard trips.
+
+    ``backend`` is a backend or a factory called only when a part needs generating. Sharding defaults to the
+    Slurm array variables (:func:`~grtool.store.stage.resolve_sharding`).
+    """
     inputs = [] if is_stdio(corpus.source) else [corpus.source]
-    triples_spec = StageSpec("triples", TRIPLES, params, inputs)
-    if is_stdio(out):
-        triples_out = open_output(out, triples_spec)
-        calls_out = None
-    else:
-        out = Path(out)
-        shards = (num_shards, shard_index)
-        triples_out = StageWriter(out / "triples", triples_spec, overwrite=overwrite, num_parts=num_parts, shards=shards)
-        calls_out = StageWriter(out / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs), overwrite=overwrite,
-                                num_parts=num_parts, shards=shards)
-
-    mine = parts_for_task(num_parts, num_shards, shard_index)
-    sizes = _part_sizes(corpus)
-    budget = _doc_budget(sizes, config.limit)
-    total = sum(b if b is not None else 0 for i, b in enumerate(budget) if i in mine) or None
-    report = ExtractReport()
-    tripped: PartResult | None = None
-
-    with progress(
-        TextColumn("{task.fields[docs_s]:.2f} docs/s"),
-        TextColumn("{task.fields[tok_s]:.0f} tok/s"),
-        TextColumn("cache hits {task.fields[hits]}"),
-    ) as bar:
-        task = bar.add_task("triples extract", total=total, docs_s=0.0, tok_s=0.0, hits=0)
-        meter = _Meter(bar, task)
-        for i in mine:
-            name = part_name(i)
-            if triples_out.done(i) and (calls_out is None or calls_out.done(i)):
-                report.parts_skipped.append(name)
-                bar.advance(task, budget[i] or 0)
-                # A finished part is still judged: re-running after the guard tripped must not exit 0.
-                result = _recorded_result(triples_out, name)
-                if result.over(config.max_empty_share):
-                    tripped = _with_recorded_examples(triples_out, result)
-                    break
-                continue
-            llm = CachedLLM(lazy.get(), (cache_dir / f"{name}.sqlite") if cache_dir is not None else None, chunk_size=config.chunk_size)
-            try:
-                result = _extract_part(corpus, i, triples_out, calls_out, llm, sampling, prompt, config, budget[i], meter)
-            finally:
-                llm.close()
-            report.parts_done.append(name)
-            for k, v in (("cache_hits", llm.stats.hits), ("cache_misses", llm.stats.misses)):
-                report.counters[k] = report.counters.get(k, 0) + v
-            if result.over(config.max_empty_share):
-                tripped = result
-                break
-
-    if lazy.backend is not None:
-        report.model = lazy.backend.model
-    else:  # nothing generated in this run: keep what the run that generated recorded
-        recorded = load_manifest(triples_out.path).get("model") if isinstance(triples_out, StageWriter) else None
-        report.model = recorded or params.get("model")
-    report.manifest = triples_out.finish(model=report.model, prompt_sha256=prompt.sha256())
-    if calls_out is not None:
-        calls_out.finish(model=report.model)
-    if tripped is not None:
-        where = f" (rejects: {Path(out) / 'triples' / '_rejects' / (tripped.part + '.jsonl')})" if not is_stdio(out) else ""
-        raise tripped.error(config.max_empty_share, units="documents", outcome="gave no triples", where=where, redo="re-parsing cached outputs")
-    return report
+    outputs = [Output(out if is_stdio(out) else Path(out) / "triples", StageSpec("triples", TRIPLES, params, inputs), {"prompt_sha256": prompt.sha256()})]
+    if not is_stdio(out):
+        outputs.append(Output(Path(out) / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs)))
+    budget = _doc_budget(part_rows(corpus, list(range(corpus.num_parts))), config.limit)
+    stage = ModelStage(
+        "triples extract", "docs", outputs, corpus.num_parts, backend, params.get("model"),
+        cache_dir=cache_dir, cache_chunk_size=config.chunk_size, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
+        planned=lambda parts: sum(budget[i] or 0 for i in parts) or None,
+        guard=Guard(
+            config.max_empty_share, "documents", "gave no triples", _recorded_result, _with_recorded_examples,
+            where=lambda part: f" (rejects: {Path(out) / 'triples' / '_rejects' / (part + '.jsonl')})", redo="re-parsing cached outputs",
+        ),
+    )  # fmt: skip
+    run = stage.run(lambda part: _extract_part(corpus, part, sampling, prompt, config, budget[part.index]))
+    counters = {"cache_hits": run.cache.hits, "cache_misses": run.cache.misses} if run.parts_done else {}
+    return ExtractReport(run.parts_done, run.parts_skipped, counters, run.model, run.manifests[0])
 
 
 def _recorded_result(stage: StageWriter, name: str) -> PartResult:
@@ -192,64 +130,42 @@ def _doc_budget(sizes: list[int | None], limit: int | None) -> list[int | None]:
     return out
 
 
-class _Meter:
-    """Feeds the progress bar: documents/s and generated tokens/s over this run, cache hits."""
-
-    def __init__(self, bar, task):
-        self.bar, self.task = bar, task
-        self.start = time.monotonic()
-        self.docs = self.tokens = self.hits = 0
-
-    def __call__(self, gens: list[Generation]) -> None:
-        self.docs += len(gens)
-        self.tokens += sum(g.completion_tokens for g in gens if not g.cached)
-        self.hits += sum(g.cached for g in gens)
-        dt = max(time.monotonic() - self.start, 1e-9)
-        self.bar.update(self.task, advance=len(gens), docs_s=self.docs / dt, tok_s=self.tokens / dt, hits=self.hits)
-
-    def skip(self, n: int) -> None:
-        self.bar.advance(self.task, n)
-
-
-def _extract_part(corpus, index, triples_out, calls_out, llm: CachedLLM, sampling, prompt, config, budget, meter) -> PartResult:
-    result = PartResult(part_name(index))
-    write_calls = calls_out is not None and not calls_out.done(index)
+def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budget) -> None:
+    """One part: its documents' requests, triples rows, rejects and ``llm_calls`` rows (unless already written)."""
+    llm, shard, result = part.llm, part.shard, part.empty
+    calls = part.shards[1] if len(part.shards) > 1 else None
     left = budget
-    with triples_out.shard(index) as shard, (calls_out.shard(index) if write_calls else contextlib.nullcontext()) as calls:
-        for batch in corpus.iter_part(index, columns=["doc_id", "title", "text"], batch_size=config.chunk_size):
-            if left is not None:
-                if left <= 0:
-                    break
-                batch = batch[:left]
-                left -= len(batch)
-            docs = []
-            for pos, doc in enumerate(batch):
-                if not doc.get("doc_id") or not (doc.get("text") or "").strip():
-                    shard.count_in(1)
-                    shard.reject({"doc_id": doc.get("doc_id"), "title": doc.get("title")}, "empty_text", source=corpus.source, position=pos)
-                    meter.skip(1)
-                    continue
-                docs.append(doc)
-            messages = [prompt.messages(d.get("title"), d["text"]) for d in docs]
-            gens = llm.generate(messages, sampling, on_progress=meter)
-            rows, call_rows = [], []
-            for doc, msgs, gen in zip(docs, messages, gens):
-                rows.extend(_rows_for(doc, gen, shard, config, result, corpus.source))
-                if write_calls:
-                    call_rows.append(call_row(llm.key(msgs, sampling), doc["doc_id"], llm.model, msgs, sampling, gen))
-                shard.count("prompt_tokens", gen.prompt_tokens)
-                shard.count("completion_tokens", gen.completion_tokens)
-            shard.write_rows(rows)
-            if write_calls:
-                calls.count_in(len(call_rows))
-                calls.write_rows(call_rows)
-        shard.count("documents", result.total)
-        shard.count("documents_without_triples", result.empty)
-        shard.count("cache_hits", llm.stats.hits)
-        shard.count("cache_misses", llm.stats.misses)
+    for batch in corpus.iter_part(part.index, columns=["doc_id", "title", "text"], batch_size=config.chunk_size):
+        if left is not None:
+            if left <= 0:
+                break
+            batch = batch[:left]
+            left -= len(batch)
+        docs = []
+        for pos, doc in enumerate(batch):
+            if not doc.get("doc_id") or not (doc.get("text") or "").strip():
+                shard.count_in(1)
+                shard.reject({"doc_id": doc.get("doc_id"), "title": doc.get("title")}, "empty_text", source=corpus.source, position=pos)
+                part.meter.skip(1)
+                continue
+            docs.append(doc)
+        messages = [prompt.messages(d.get("title"), d["text"]) for d in docs]
+        gens = llm.generate(messages, sampling, on_progress=part.meter)
+        rows, call_rows = [], []
+        for doc, msgs, gen in zip(docs, messages, gens):
+            rows.extend(_rows_for(doc, gen, shard, config, result, corpus.source))
+            if calls is not None:
+                call_rows.append(call_row(llm.key(msgs, sampling), doc["doc_id"], llm.model, msgs, sampling, gen))
+            shard.count("prompt_tokens", gen.prompt_tokens)
+            shard.count("completion_tokens", gen.completion_tokens)
+        shard.write_rows(rows)
+        if calls is not None:
+            calls.count_in(len(call_rows))
+            calls.write_rows(call_rows)
+    shard.count("documents", result.total)
+    shard.count("documents_without_triples", result.empty)
     if result.empty:
         log.info("%s: %d of %d documents gave no triples", result.part, result.empty, result.total)
-    return result
 
 
 def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str) -> list[dict[str, Any]]:
