@@ -41,7 +41,7 @@ def baseline_wiki(files: list[Path], out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grtool.corpus.docid import doc_id
+    from grtool.corpus.doc_hash import doc_id
     from grtool.store.schemas import DOCUMENTS
 
     out.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ def baseline_hotpot(path: Path, out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from grtool.corpus.docid import doc_id
+    from grtool.corpus.doc_hash import doc_id
     from grtool.store.schemas import DOCUMENTS, QUESTIONS
 
     out.mkdir(parents=True, exist_ok=True)

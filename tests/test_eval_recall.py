@@ -26,7 +26,8 @@ from test_export import (
     write_responses,
 )
 
-from grtool.export.docids import normalize_docid, parse_docids
+from grtool.docid import normalize as normalize_docid
+from grtool.docid import parse as parse_docids
 from grtool.export.lookup import DocidIndex, QuestionIndex, Response
 from grtool.export.recall import score_response
 

@@ -307,7 +307,7 @@ def musique(tmp_path_factory, shared_data_dir):
     triple per decomposition step, stored in the step's supporting paragraph (`X >> relation` steps give
     (X, relation, answer), question steps (title, question, answer), with #k replaced by earlier answers)."""
     from grtool.corpus.datasets import UNANSWERABLE_SUFFIX
-    from grtool.corpus.docid import doc_id
+    from grtool.corpus.doc_hash import doc_id
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("filters-musique")

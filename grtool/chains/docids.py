@@ -17,26 +17,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-DOCID_START = "<docid_start>"
-DOCID_END = "<docid_end>"
+from grtool.docid import BRACKETS, DOCID_END, DOCID_START, NESTED, UNCLOSED, UNOPENED, Markers, Span, loose_key, looks_like_triple, scan
 
-
-@dataclass(frozen=True)
-class Markers:
-    """The strings around a docid in normalized chains (configurable, e.g. a model's own special tokens)."""
-
-    start: str = DOCID_START
-    end: str = DOCID_END
-
-    def render(self, head: str, relation: str, tail: str) -> str:
-        return f"{self.start}{head}, {relation}, {tail}{self.end}"
-
-    def wrap(self, inner: str) -> str:
-        return f"{self.start}{inner}{self.end}"
-
-    def pattern(self) -> re.Pattern[str]:
-        """Either marker, captured: ``pattern.split(text)`` alternates text and markers."""
-        return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
+__all__ = ["DOCID_END", "DOCID_START", "Markers", "NormalizedChain", "OfferedTriples", "Triple", "citation_pattern", "looks_like_triple",
+           "normalize_chain"]
 
 
 @dataclass(frozen=True)
@@ -51,25 +35,6 @@ class Triple:
         return f"{self.head}, {self.relation}, {self.tail}"
 
 
-_SPACES = re.compile(r"\s+")
-_SPACED_COMMA = re.compile(r"\s*,\s*")
-_HAS_LETTER = re.compile(r"[^\W\d_]")
-
-
-def match_key(text: str) -> str:
-    """What two spellings of one triple have in common: case, runs of spaces and spaces at commas dropped."""
-    text = _SPACES.sub(" ", text.strip().strip("\"'")).casefold()
-    return _SPACED_COMMA.sub(",", text)
-
-
-def looks_like_triple(inner: str) -> bool:
-    parts = [p.strip() for p in inner.split(",")]
-    if len(parts) < 3 or not all(parts):
-        return False
-    # A relation is a phrase: "[1, 2, 3]" or "[x, 0.5, y]" are not docids.
-    return any(_HAS_LETTER.search(p) for p in parts[1:-1])
-
-
 @dataclass
 class OfferedTriples:
     """The triples one prompt offered, looked up by their match key in both orientations."""
@@ -81,13 +46,13 @@ class OfferedTriples:
     def of(cls, triples: Iterable[Triple]) -> "OfferedTriples":
         offered = cls()
         for t in triples:
-            offered.forward.setdefault(match_key(t.text()), t)
-            offered.flipped.setdefault(match_key(f"{t.tail}, {t.relation}, {t.head}"), t)
+            offered.forward.setdefault(loose_key(t.text()), t)
+            offered.flipped.setdefault(loose_key(f"{t.tail}, {t.relation}, {t.head}"), t)
         return offered
 
     def lookup(self, inner: str) -> tuple[Triple | None, bool]:
         """The offered triple a citation names, and whether it was written flipped (forward wins a tie)."""
-        key = match_key(inner)
+        key = loose_key(inner)
         if key in self.forward:
             return self.forward[key], False
         if key in self.flipped:
@@ -108,32 +73,51 @@ class NormalizedChain:
 
 
 def citation_pattern(markers: Markers) -> re.Pattern[str]:
-    """Square-bracket citations without nested brackets, or text already between the markers."""
-    return re.compile(r"\[([^\[\]\n]+)\]|" + re.escape(markers.start) + r"(.*?)" + re.escape(markers.end), re.DOTALL)
+    """The pattern :func:`citations` scans ``markers`` with (compile it once per run)."""
+    return markers.pattern()
+
+
+_BROKEN = (NESTED, UNOPENED, UNCLOSED)
+
+
+def citations(text: str, markers: Markers, pattern: re.Pattern[str] | None = None) -> list[tuple[Span, bool]]:
+    """(span, bracketed) in order of appearance: text between the markers (a closed pair, whatever it holds),
+    then square-bracket citations on one line in the text left (both cut by :func:`grtool.docid.scan`)."""
+    spans = [(s, False) for s in scan(text, markers, pattern) if s.problem not in _BROKEN]
+    rest = text
+    if spans:
+        chars = list(text)
+        for s, _ in spans:
+            chars[s.start : s.end] = "\n" * (s.end - s.start)  # a bracket cannot reach across a marked span
+        rest = "".join(chars)
+    if "[" in rest:
+        spans += [(s, True) for s in scan(rest, BRACKETS) if s.problem not in _BROKEN and "\n" not in s.inner]
+    return sorted(spans, key=lambda sb: sb[0].start)
 
 
 def normalize_chain(text: str, offered: OfferedTriples, markers: Markers = Markers(), pattern: re.Pattern[str] | None = None) -> NormalizedChain:
     """Rewrite the citations in ``text`` as marked docids and list them in order."""
-    pattern = pattern or citation_pattern(markers)
     docids: list[str] = []
     flipped: list[bool] = []
     sources: list[Triple | None] = []
-
-    def replace(m: re.Match[str]) -> str:
-        bracketed = m.group(1) is not None
-        inner = m.group(1) if bracketed else m.group(2)
+    pieces: list[str] = []
+    last = 0
+    for span, bracketed in citations(text, markers, pattern):
+        inner = span.inner
         triple, was_flipped = offered.lookup(inner)
         if triple is None and bracketed and not looks_like_triple(inner):
-            return m.group(0)
+            continue
         if triple is None:
-            docid = markers.wrap(_SPACES.sub(" ", inner.strip()))
+            docid = markers.wrap(" ".join(inner.split()))
         elif was_flipped:
             docid = markers.render(triple.tail, triple.relation, triple.head)
         else:
             docid = markers.render(triple.head, triple.relation, triple.tail)
+        pieces.append(text[last : span.start])
+        pieces.append(docid)
+        last = span.end
         docids.append(docid)
         flipped.append(was_flipped)
         sources.append(triple)
-        return docid
-
-    return NormalizedChain(pattern.sub(replace, text), docids, flipped, sources)
+    pieces.append(text[last:])
+    return NormalizedChain("".join(pieces), docids, flipped, sources)

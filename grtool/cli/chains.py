@@ -10,6 +10,7 @@ import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import NumShards, Out, Overwrite, ShardIndex
+from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
 
@@ -31,8 +32,8 @@ def synthesize(
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
-    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = "<docid_start>",
-    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = "<docid_end>",
+    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
+    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = DOCID_END,
     max_empty_share: Annotated[
         float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty candidate chains (the part is kept).")
     ] = 0.2,
@@ -50,7 +51,7 @@ def synthesize(
 
     Example: grtool chains synthesize out/2wiki out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
     """
-    from grtool.chains.docids import Markers
+    from grtool.docid import Markers
     from grtool.chains.prompt import ChainPrompt
     from grtool.chains.synthesize import ChainSettings
     from grtool.chains.synthesize import synthesize as run

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from grtool.corpus.docid import doc_id
+from grtool.corpus.doc_hash import doc_id
 
 # meta key of the gold titles a question's context lacks (HotpotQA fullwiki); present only when non-empty
 GOLD_TITLES_MISSING = "gold_titles_missing"

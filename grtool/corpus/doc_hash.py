@@ -1,4 +1,4 @@
-"""Document identity: a stable content hash of the normalized title and text.
+"""Document identity (not a docid, see :mod:`grtool.docid`): a stable content hash of the normalized title and text.
 
 ``doc_id = blake2b-128 hex of  normalize(title) + "\\n" + normalize(text)``, where ``normalize`` is Unicode NFC
 followed by collapsing every run of whitespace (``str.split``'s notion: spaces, tabs, newlines, NBSP, ...)

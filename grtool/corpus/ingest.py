@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.corpus import datasets as ds
-from grtool.corpus.docid import DOC_ID_SCHEME
+from grtool.corpus.doc_hash import DOC_ID_SCHEME
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.spill import (
     Spill,

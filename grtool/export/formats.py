@@ -21,10 +21,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from grtool.errors import InputError
-from grtool.export.docids import BRACKET_END, BRACKET_START, SPECIAL_END, SPECIAL_START
+from grtool.docid import MARKERS, SPECIAL
 from grtool.store.stage import atomic_write_bytes, commit_file
-
-MARKERS = {"special": (SPECIAL_START, SPECIAL_END), "brackets": (BRACKET_START, BRACKET_END)}
 
 INSTRUCTION_TEMPLATE = (
     "Work out which documents answer the question below. Reason in short steps. Whenever a step needs a fact, "
@@ -36,7 +34,7 @@ INSTRUCTION_TEMPLATE = (
 
 def instruction(question: str, markers: str = "special") -> str:
     """The user turn for one question (shared by SFT and KTO so both see the same prompt)."""
-    start, end = MARKERS[markers]
+    start, end = MARKERS[markers].start, MARKERS[markers].end
     return INSTRUCTION_TEMPLATE.format(start=start, end=end, question=question.strip())
 
 
@@ -44,8 +42,8 @@ def with_markers(chain: str, markers: str) -> str:
     """A chain stored with special-token docids, rewritten to the wanted markers."""
     if markers == "special":
         return chain
-    start, end = MARKERS[markers]
-    return chain.replace(SPECIAL_START, start).replace(SPECIAL_END, end)
+    wanted = MARKERS[markers]
+    return chain.replace(SPECIAL.start, wanted.start).replace(SPECIAL.end, wanted.end)
 
 
 # ------------------------------------------------------------------------------------------------ rows

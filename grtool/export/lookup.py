@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete
 from grtool.errors import InputError
-from grtool.export.docids import normalize_docid
+from grtool.docid import triple_key
 from grtool.store.stage import iter_batches, resolve_stage
 
 # A docid whose text holds more separators than this is not tried in flipped orders (the number of
@@ -86,11 +86,6 @@ class QuestionIndex:
             return None
         dataset, question, gold, answerable, complete = orjson.loads(values[0])
         return Question(qid, dataset, question, tuple(gold), answerable, complete)
-
-
-def triple_key(head: str, relation: str, tail: str) -> str:
-    """The lookup form of a stored triple, the same as :func:`~grtool.export.docids.normalize_docid` of its docid."""
-    return normalize_docid(f"{head}, {relation}, {tail}")
 
 
 class DocidIndex:

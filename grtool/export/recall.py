@@ -4,7 +4,7 @@ Per response: the docids are parsed (special tokens or brackets), each is looked
 (collisions retrieve every document holding the triple, a tail-first docid counts, see
 :class:`~grtool.export.lookup.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
 found nowhere in the corpus is a hallucination; spans that are not docids are malformed (see
-:mod:`grtool.export.docids`).
+:func:`grtool.docid.parse`; docids are compared by :func:`grtool.docid.normalize`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grtool.export.docids import parse_docids
+from grtool.docid import parse
 from grtool.export.lookup import DocidIndex, Question, QuestionIndex, Response, iter_responses
 
 
@@ -37,7 +37,7 @@ class Score:
 
 
 def score_response(response: Response, question: Question, index: DocidIndex) -> Score:
-    parsed = parse_docids(response.text)
+    parsed = parse(response.text)
     retrieved: set[str] = set()
     hallucinated = flipped = 0
     for key in parsed.docids:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from grtool.errors import InputError
-from grtool.filters.lookup import QuestionLookup, TripleIndex, hash_strings
+from grtool.filters.lookup import QuestionLookup, TripleIndex, docid_hashes
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
@@ -93,7 +93,7 @@ class ChainFilter:
         docid_col = batch.column("docids")
         lengths = pc.fill_null(pc.list_value_length(docid_col), 0).to_pylist()
         flat = pc.list_flatten(docid_col)
-        resolved = self.triples.resolve(hash_strings(flat))
+        resolved = self.triples.resolve(docid_hashes(flat, self.config.settings.markers))
         flat_docids = flat.to_pylist()
         qids = batch.column("qid").to_pylist()
         texts = batch.column("text").to_pylist()
@@ -231,7 +231,7 @@ def apply_filters(
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
     questions = QuestionLookup.build(corpus)
-    index = TripleIndex.build(triples, markers.start, markers.end)
+    index = TripleIndex.build(triples)
     log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
     judge = ChainFilter(config, questions, index)
 

@@ -1,7 +1,8 @@
 """The two lookups the filters need, each built once per run.
 
-- :class:`TripleIndex`: docid string → (stored triple, documents), for the exact docid and for its flip
-  ``tail, relation, head``. Strings are never kept: every docid is a 64-bit polars hash, and the index is
+- :class:`TripleIndex`: docid → (stored triple, documents), for the triple as written and for its flip
+  ``tail, relation, head``, both compared by their key (:func:`grtool.docid.normalize`: spacing forgiven,
+  case kept, the rule recall and KTO use too). Strings are never kept: every key is a 64-bit polars hash, and the index is
   three sorted numpy arrays, so a batch of chains is resolved with one ``searchsorted``. Cost: two entries
   (forward and flipped) of 3 × 8 bytes per triple, **≈ 48 MB per million triples** (about 64 MB at the peak
   of the build, which streams the triples stage).
@@ -20,7 +21,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from grtool.chains.docids import DOCID_END, DOCID_START
+from grtool.docid import Markers, normalize_expr
 from grtool.errors import InputError
 from grtool.filters.text import normalize_answer
 from grtool.store.stage import resolve_stage, shard_paths
@@ -28,22 +29,23 @@ from grtool.store.stage import resolve_stage, shard_paths
 HASH_SEED = 0x6772746F6F6C  # any fixed seed: hashes are only compared within one process
 
 
-def hash_strings(values: pa.Array | pl.Series) -> np.ndarray:
-    """64-bit hashes of strings (nulls hash to a fixed value that no docid is stored under)."""
-    series = values if isinstance(values, pl.Series) else pl.from_arrow(values)
-    return series.cast(pl.String).hash(HASH_SEED).to_numpy()
-
-
 @dataclass
 class Resolved:
-    """Per looked-up docid: the stored triple (its hash, 0 when unknown) and the documents holding it."""
+    """Per looked-up docid: the stored triple (its key's hash, 0 when unknown) and the documents holding it."""
 
     triple: list[int]
     docs: list[tuple[int, ...]]
 
 
-def _render(start: str, first: str, last: str, end: str) -> pl.Expr:
-    return pl.concat_str([pl.lit(start), pl.col(first), pl.lit(", "), pl.col("relation"), pl.lit(", "), pl.col(last), pl.lit(end)])
+def docid_hashes(docids: pa.Array | pl.Series, markers: Markers) -> np.ndarray:
+    """64-bit hashes of the keys of whole docid strings (markers included); a string not wrapped in
+    ``markers`` gets the hash of null, under which no triple is stored."""
+    series = docids if isinstance(docids, pl.Series) else pl.from_arrow(docids)
+    s = pl.col("d").cast(pl.String)
+    inner = s.str.slice(len(markers.start), s.str.len_chars() - len(markers.start) - len(markers.end))
+    wrapped = s.str.starts_with(markers.start) & s.str.ends_with(markers.end) & (s.str.len_chars() >= len(markers.start) + len(markers.end))
+    frame = pl.DataFrame({"d": series}).select(pl.when(wrapped).then(normalize_expr(inner)).hash(HASH_SEED))
+    return frame.to_series().to_numpy()
 
 
 class TripleIndex:
@@ -54,7 +56,7 @@ class TripleIndex:
         self.count = count  # triple rows read
 
     @classmethod
-    def build(cls, triples: str | Path, start: str = DOCID_START, end: str = DOCID_END) -> "TripleIndex":
+    def build(cls, triples: str | Path) -> "TripleIndex":
         stage = resolve_stage(triples, "triples")
         shards = shard_paths(stage)
         if not shards:
@@ -63,14 +65,15 @@ class TripleIndex:
         missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
         if missing:
             raise InputError(f"{shards[0]}: not a triples table (missing columns {sorted(missing)})")
-        # Both readings are rendered from the parts with the chains' markers (as `chains synthesize` writes them),
-        # not read from the stored docid column: the triples stage may have used other markers.
+        # Both readings' keys are made from the parts (grtool.docid.triple_key / flip_key), not read from the
+        # stored docid column: the triples stage may have used other markers.
         frame = (
             pl.scan_parquet([str(s) for s in shards])
             .filter(pl.all_horizontal(pl.col("head", "relation", "tail", "doc_id").is_not_null()))
+            .select(normalize_expr(pl.col("head", "relation", "tail")), pl.col("doc_id"))
             .select(
-                forward=_render(start, "head", "tail", end).hash(HASH_SEED),
-                flipped=_render(start, "tail", "head", end).hash(HASH_SEED),
+                forward=pl.concat_str([pl.col("head"), pl.col("relation"), pl.col("tail")], separator=",").hash(HASH_SEED),
+                flipped=pl.concat_str([pl.col("tail"), pl.col("relation"), pl.col("head")], separator=",").hash(HASH_SEED),
                 doc=pl.col("doc_id").hash(HASH_SEED),
             )
             .collect(engine="streaming")

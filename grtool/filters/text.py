@@ -6,7 +6,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from grtool.chains.docids import Markers
+from grtool.docid import NESTED, UNCLOSED, UNOPENED, Markers, scan
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -35,22 +35,29 @@ class Parsed:
     """A chain's text cut at its docids: ``outside[0] docid[0] outside[1] … docid[k-1] outside[k]``."""
 
     outside: list[str]
-    docids: list[str]  # with markers
+    docids: list[str]  # with markers, as written
     problem: str | None  # why the markers are malformed, None when fine
 
 
-def parse_markers(text: str, markers: Markers, pattern: re.Pattern[str]) -> Parsed:
-    parts = pattern.split(text)
-    tags = parts[1::2]
-    for i, tag in enumerate(tags):
-        expected = markers.start if i % 2 == 0 else markers.end
-        if tag != expected:
-            what = "nested docid start marker" if tag == markers.start else "docid end marker without a start"
-            return Parsed([text], [], f"{what} (marker {i + 1} of {len(tags)})")
-    if len(tags) % 2:
-        return Parsed([text], [], "docid start marker never closed")
-    outside = parts[0::4]
-    docids = [markers.start + inner + markers.end for inner in parts[2::4]]
+_PROBLEMS = {NESTED: "nested docid start marker", UNOPENED: "docid end marker without a start"}
+
+
+def parse_markers(text: str, markers: Markers, pattern: re.Pattern[str] | None = None) -> Parsed:
+    """Cut a chain at its docids (:func:`grtool.docid.scan`); the first broken marker makes the whole text one
+    piece with the problem. Empty or incomplete docids are cut as docids: the format rule judges them."""
+    spans = scan(text, markers, pattern)
+    for s in spans:
+        if s.problem == UNCLOSED:
+            return Parsed([text], [], "docid start marker never closed")
+        if s.problem in _PROBLEMS:
+            total = len((pattern or markers.pattern()).findall(text))
+            return Parsed([text], [], f"{_PROBLEMS[s.problem]} (marker {s.marker} of {total})")
+    outside, docids, last = [], [], 0
+    for s in spans:
+        outside.append(text[last : s.start])
+        docids.append(text[s.start : s.end])
+        last = s.end
+    outside.append(text[last:])
     return Parsed(outside, docids, None)
 
 

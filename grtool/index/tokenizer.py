@@ -18,10 +18,9 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, normalizers
 
+from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
 
-DOCID_START = "<docid_start>"
-DOCID_END = "<docid_end>"
 BUILTINS = ("llama3", "qwen", "default")
 
 

@@ -17,6 +17,8 @@ import re
 import orjson
 from dataclasses import dataclass, field
 
+from grtool.docid import DOCID_END, DOCID_START, Markers, render
+
 Triple = tuple[str, str, str]
 
 _DECODER = json.JSONDecoder()
@@ -263,6 +265,6 @@ def parse_output(text: str, finish_reason: str | None = "stop") -> Parsed:
     return result
 
 
-def render_docid(triple: Triple, start: str = "<docid_start>", end: str = "<docid_end>") -> str:
-    """The docid string the retrieval model generates for a triple."""
-    return f"{start}{triple[0]}, {triple[1]}, {triple[2]}{end}"
+def render_docid(triple: Triple, start: str = DOCID_START, end: str = DOCID_END) -> str:
+    """The docid string the retrieval model generates for a triple (:func:`grtool.docid.render`)."""
+    return render(triple, Markers(start, end))

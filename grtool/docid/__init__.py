@@ -1,0 +1,216 @@
+"""The docid: a knowledge triple ``head, relation, tail`` between two markers, and everything about its text.
+
+One home for what every stage needs to know about docids (chains, filters, export, recall, KTO, the index):
+
+- **Markers**: trained models write the special tokens :data:`DOCID_START` / :data:`DOCID_END`
+  (:data:`SPECIAL`); off-the-shelf models write square brackets (:data:`BRACKETS`). :class:`Markers` holds
+  one pair (configurable, e.g. a model's own special tokens).
+- **Render**: :func:`render` writes ``<start>head, relation, tail<end>``.
+- **Parse**: :func:`scan` cuts a text at one pair of markers into :class:`Span` s with their positions,
+  well-formed or not; :func:`parse` reads model text the way recall and KTO do (special tokens first, then
+  square brackets in what is left).
+- **Normalize**: :func:`normalize` is *the* rule that decides whether two spellings name the same triple;
+  the filters (docid-exists, gold, redundant), recall, KTO and the lookups all use it:
+
+    runs of whitespace (``str.isspace``) become one space, the ends are trimmed, and the spaces next to
+    every comma are dropped. Case and every other character stay as written.
+
+  ``"Moza bint Nasser ,  place of birth,Al Khor"`` → ``"Moza bint Nasser,place of birth,Al Khor"``. The
+  key of a stored triple is ``normalize(head) + "," + normalize(relation) + "," + normalize(tail)``, which
+  equals ``normalize(f"{head}, {relation}, {tail}")`` (:func:`triple_key`); :func:`normalize_expr` is the
+  same rule over a polars column (tested equal). `chains synthesize` matches a model's citations to the
+  offered triples more loosely (:func:`loose_key`: case folded too), then writes the stored spelling.
+- **Flip**: a docid may be written tail-first, ``tail, relation, head``; :func:`flip` turns a triple round
+  and :func:`flip_key` gives the key of its tail-first reading.
+- **Lookup**: :mod:`grtool.docid.lookup` resolves docid keys to stored triples and their documents, as
+  written or flipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import polars as pl
+
+DOCID_START = "<docid_start>"
+DOCID_END = "<docid_end>"
+BRACKET_START = "["
+BRACKET_END = "]"
+
+Triple = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Markers:
+    """The strings around a docid (configurable, e.g. a model's own special tokens)."""
+
+    start: str = DOCID_START
+    end: str = DOCID_END
+
+    def render(self, head: str, relation: str, tail: str) -> str:
+        return f"{self.start}{head}, {relation}, {tail}{self.end}"
+
+    def wrap(self, inner: str) -> str:
+        return f"{self.start}{inner}{self.end}"
+
+    def unwrap(self, docid: str) -> str | None:
+        """The text between the markers of a whole docid string, None when it is not wrapped in them."""
+        if len(docid) >= len(self.start) + len(self.end) and docid.startswith(self.start) and docid.endswith(self.end):
+            return docid[len(self.start) : len(docid) - len(self.end)]
+        return None
+
+    def pattern(self) -> re.Pattern[str]:
+        """Either marker, captured: ``pattern.split(text)`` alternates text and markers."""
+        return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
+
+
+SPECIAL = Markers(DOCID_START, DOCID_END)
+BRACKETS = Markers(BRACKET_START, BRACKET_END)
+MARKERS = {"special": SPECIAL, "brackets": BRACKETS}
+
+
+def render(triple: Triple, markers: Markers = SPECIAL) -> str:
+    """The docid string the retrieval model generates for a triple."""
+    return markers.render(*triple)
+
+
+def flip(triple: Triple) -> Triple:
+    """The tail-first reading ``tail, relation, head``."""
+    return triple[2], triple[1], triple[0]
+
+
+# --- normalize -------------------------------------------------------------------------------------------
+
+_SPACED_COMMA = re.compile(" ?, ?")
+# str.isspace's whitespace as a Rust regex class: Unicode White_Space plus the four ASCII separators.
+_WHITESPACE_EXPR = r"[\s\x1c-\x1f]+"
+_HAS_LETTER = re.compile(r"[^\W\d_]")
+
+
+def normalize(text: str) -> str:
+    """The lookup key of a docid's text (see the module docstring for the rule)."""
+    return _SPACED_COMMA.sub(",", " ".join(text.split()))
+
+
+def triple_key(head: str, relation: str, tail: str) -> str:
+    """The key of a stored triple: ``normalize(f"{head}, {relation}, {tail}")``."""
+    return f"{normalize(head)},{normalize(relation)},{normalize(tail)}"
+
+
+def flip_key(head: str, relation: str, tail: str) -> str:
+    """The key of a stored triple read tail-first."""
+    return triple_key(*flip((head, relation, tail)))
+
+
+def normalize_expr(column: "pl.Expr") -> "pl.Expr":
+    """:func:`normalize` over a polars string column (the same result for every string)."""
+    return column.str.replace_all(_WHITESPACE_EXPR, " ").str.strip_chars(" ").str.replace_all(_SPACED_COMMA.pattern, ",")
+
+
+def loose_key(text: str) -> str:
+    """A looser key for matching a model's citation to the triples its prompt offered (`chains synthesize`):
+    :func:`normalize`, surrounding quotes dropped, case folded. Never used to decide that a docid exists."""
+    return normalize(text.strip().strip("\"'")).casefold()
+
+
+def is_triple(inner: str) -> bool:
+    """Three non-empty parts separated by commas (the tail may hold more commas: 'July 31, 2012')."""
+    parts = inner.split(",", 2)
+    return len(parts) == 3 and all(p.strip() for p in parts)
+
+
+def looks_like_triple(inner: str) -> bool:
+    """Stricter than :func:`is_triple`, for square brackets in free text: no empty part and letters in a
+    middle part, so ``[1, 2, 3]`` or ``[x, 0.5, y]`` are not docids."""
+    parts = [p.strip() for p in inner.split(",")]
+    if len(parts) < 3 or not all(parts):
+        return False
+    return any(_HAS_LETTER.search(p) for p in parts[1:-1])
+
+
+# --- parse -----------------------------------------------------------------------------------------------
+
+NESTED = "nested"  # opened again before it closed (the first opening is the broken span)
+UNOPENED = "unopened"  # a closing marker with nothing open
+UNCLOSED = "unclosed"  # never closed (often a generation cut off by the length limit)
+EMPTY = "empty"  # nothing but whitespace between the markers
+NOT_A_TRIPLE = "not-a-triple"  # not three non-empty comma-separated parts
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One marked span of a text: ``text[start:end]`` is the span, markers included (a broken span covers its
+    one marker only). ``problem`` is None for a well-formed docid."""
+
+    start: int
+    end: int
+    inner: str  # the text between the markers as written ("" for a broken span)
+    problem: str | None = None
+    marker: int = 0  # 1-based number of the marker where the span went wrong (broken spans only)
+
+    @property
+    def key(self) -> str:
+        return normalize(self.inner)
+
+
+def scan(text: str, markers: Markers = SPECIAL, pattern: re.Pattern[str] | None = None) -> list[Span]:
+    """Every span between balanced ``markers`` in ``text``, in order, with the broken ones: a nested opening,
+    a closing marker without an opening one, an opening never closed, an empty span, a span that is not a
+    triple (see :func:`is_triple`)."""
+    spans: list[Span] = []
+    if markers.start not in text and markers.end not in text:
+        return spans
+    pattern = pattern or markers.pattern()
+    open_at: int | None = None  # where the open span's start marker begins
+    for n, m in enumerate(pattern.finditer(text), 1):
+        if m.group() == markers.start:
+            if open_at is not None:
+                spans.append(Span(open_at, open_at + len(markers.start), "", NESTED, n))
+            open_at = m.start()
+        elif open_at is None:
+            spans.append(Span(m.start(), m.end(), "", UNOPENED, n))
+        else:
+            inner = text[open_at + len(markers.start) : m.start()]
+            problem = None if is_triple(inner) else (EMPTY if not inner.strip() else NOT_A_TRIPLE)
+            spans.append(Span(open_at, m.end(), inner, problem))
+            open_at = None
+    if open_at is not None:
+        spans.append(Span(open_at, open_at + len(markers.start), "", UNCLOSED, n))
+    return spans
+
+
+@dataclass
+class Parsed:
+    """The docids of a model response: keys (:func:`normalize` d) in order, and the broken spans."""
+
+    spans: list[Span]
+    malformed: int
+
+    @property
+    def docids(self) -> list[str]:
+        return [s.key for s in self.spans if s.problem is None]
+
+
+def parse(text: str) -> Parsed:
+    """Read a response the way recall and KTO do: special-token spans first, then square brackets in the text
+    outside them (a broken special span leaves its text outside, so brackets inside it are still read).
+    Positions of the bracket spans are in ``text`` too (the well-formed special spans are blanked out)."""
+    special = scan(text, SPECIAL)
+    rest = text
+    if special:
+        chars = list(text)
+        for s in special:  # well-formed and malformed pairs consume their text; a lone marker consumes itself
+            chars[s.start : s.end] = " " * (s.end - s.start)
+        rest = "".join(chars)
+    brackets = scan(rest, BRACKETS) if BRACKET_START in rest or BRACKET_END in rest else []
+    spans = special + brackets
+    return Parsed(spans, sum(s.problem is not None for s in spans))
+
+
+def iter_keys(text: str) -> Iterator[str]:
+    """The keys of the well-formed docids of a response, in :func:`parse` order."""
+    return iter(parse(text).docids)
