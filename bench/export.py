@@ -4,7 +4,8 @@ Generates a corpus in stage directories (questions with two gold documents, ~20 
 of triples repeated in a second document) and JSONL responses with three docids each (one of them flipped,
 some hallucinated). Each measurement runs in a fresh child process of this run, so peak RSS is its own:
 
-- docid→documents lookup: the marisa ``BytesTrie`` of :class:`DocidIndex` against a plain ``dict[str, list[str]]``
+- docid→documents lookup: the hashed :class:`grtool.docid.lookup.TripleLookup` behind :class:`DocidIndex` (looked up
+  in batches, as recall does) against a plain ``dict[str, list[str]]``
   (the baseline) — build time, lookups/s and peak RSS, scaled to one million triples;
 - ``eval recall``: responses/s and peak RSS against a naive baseline (``json`` per line, regex docids, the
   dict index; it does not read flipped docids, so its recall is lower by the flipped half of the second hops);
@@ -135,7 +136,7 @@ def write_chains(path: Path, n_chains: int, n_questions: int) -> None:
 
 
 def _key(h: str, r: str, t: str) -> str:
-    from grtool.export.lookup import triple_key
+    from grtool.docid import triple_key
 
     return triple_key(h, r, t)
 
@@ -143,13 +144,14 @@ def _key(h: str, r: str, t: str) -> str:
 def worker_index(kind: str, root: Path) -> dict:
     base = current_rss_mb()
     start = time.perf_counter()
-    if kind == "marisa":
+    if kind == "grtool":
         from grtool.export.lookup import DocidIndex
 
         index = DocidIndex.build(root / "triples")
-        lookup = index.documents
+        lookup = None
         n = index.triples
-        structure_mb = len(index._trie.tobytes()) / 2**20
+        lk = index.lookup
+        structure_mb = (sum(a.nbytes for a in (lk.fkeys, lk.fdocs, lk.bkeys, lk.bfwd, lk.doc_hashes)) + lk.doc_ids.nbytes) / 2**20
     else:
         table: dict[str, list[str]] = {}
         n = 0
@@ -168,8 +170,12 @@ def worker_index(kind: str, root: Path) -> dict:
         if len(keys) >= 200_000:
             break
     start = time.perf_counter()
-    for k in keys:
-        lookup(k)
+    if lookup is None:
+        for i in range(0, len(keys), 4096):
+            index.resolve_many(keys[i : i + 4096])
+    else:
+        for k in keys:
+            lookup(k)
     per_lookup = (time.perf_counter() - start) / len(keys)
     return {"triples": n, "build_s": build, "lookup_us": per_lookup * 1e6, "rss_mb": held, "structure_mb": structure_mb, "peak_mb": rss_mb() - base}
 
@@ -259,14 +265,14 @@ def main() -> None:
         generate(root, sizes["n_triples"], sizes["n_questions"], sizes["n_responses"])
         print(f"generated {sizes} in {time.perf_counter() - t0:.1f}s")
 
-        m, d = child("index", "marisa", str(root)), child("index", "dict", str(root))
+        m, d = child("index", "grtool", str(root)), child("index", "dict", str(root))
         per_m = 1e6 / m["triples"]
         print(f"\ndocid → documents lookup over {m['triples']} triples (RSS above the process after imports)")
-        print(f"  marisa BytesTrie: trie {m['structure_mb']:6.1f} MB ({m['structure_mb'] * per_m:.1f} MB per million)  RSS held {m['rss_mb']:6.1f} MB"
+        print(f"  grtool lookup: arrays {m['structure_mb']:6.1f} MB ({m['structure_mb'] * per_m:.1f} MB per million)  RSS held {m['rss_mb']:6.1f} MB"
               f"  peak +{m['peak_mb']:6.1f} MB  build {m['build_s'] * per_m:5.1f} s per million  lookup {m['lookup_us']:.2f} µs")
-        print(f"  dict baseline:                                      RSS held {d['rss_mb']:6.1f} MB"
+        print(f"  dict baseline:                                       RSS held {d['rss_mb']:6.1f} MB"
               f"  peak +{d['peak_mb']:6.1f} MB  build {d['build_s'] * per_m:5.1f} s per million  lookup {d['lookup_us']:.2f} µs")
-        print(f"  held-memory ratio dict/marisa: {d['rss_mb'] / m['rss_mb']:.1f}x")
+        print(f"  held-memory ratio dict/grtool: {d['rss_mb'] / m['rss_mb']:.1f}x")
 
         g, b = child("recall", "grtool", str(root)), child("recall", "naive", str(root))
         print(f"\neval recall over {g['responses']} responses ({sizes['n_questions']} questions, {m['triples']} triples)")

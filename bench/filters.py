@@ -133,11 +133,12 @@ def main() -> None:
         generate(root, n)
         print(f"generated {n:,} questions/chains, {16 * n:,} triples in {time.perf_counter() - t:.1f}s")
 
-        from grtool.filters.lookup import QuestionLookup, TripleIndex
+        from grtool.docid.lookup import TripleLookup
+        from grtool.filters.lookup import QuestionLookup
 
         # CPU seconds of this process (polars on one thread): a one-core rate even on a shared machine.
         c = time.process_time()
-        TripleIndex.build(root / "triples")
+        TripleLookup.build(root / "triples")
         QuestionLookup.build(root / "corpus")
         lookups_cpu = time.process_time() - c
 

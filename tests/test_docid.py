@@ -29,7 +29,7 @@ from grtool.docid import (
 from grtool.export.kto import kto_label
 from grtool.export.lookup import DocidIndex, Question, Response
 from grtool.export.recall import score_response
-from grtool.filters.lookup import TripleIndex, docid_hashes
+from grtool.docid.lookup import TripleLookup, docid_hashes
 
 SPACES = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\x1f"]
 
@@ -102,7 +102,7 @@ def stage(tmp_path_factory):
     root = tmp_path_factory.mktemp("docid") / "triples"
     rows = [{"doc_id": f"d{i}", "idx": 0, "head": h, "relation": r, "tail": t, "docid": render((h, r, t))} for i, (h, r, t) in enumerate(STORED)]
     _write_stage(root, "triples", TRIPLES, rows)
-    return TripleIndex.build(root), DocidIndex.build(root)
+    return TripleLookup.build(root), DocidIndex.build(root)
 
 
 STORED = [

@@ -185,14 +185,11 @@ def scan(text: str, markers: Markers = SPECIAL, pattern: re.Pattern[str] | None 
 
 @dataclass
 class Parsed:
-    """The docids of a model response: keys (:func:`normalize` d) in order, and the broken spans."""
+    """The docids of a model response: their keys (:func:`normalize` d) in order, and the broken spans."""
 
     spans: list[Span]
+    docids: list[str]
     malformed: int
-
-    @property
-    def docids(self) -> list[str]:
-        return [s.key for s in self.spans if s.problem is None]
 
 
 def parse(text: str) -> Parsed:
@@ -208,7 +205,7 @@ def parse(text: str) -> Parsed:
         rest = "".join(chars)
     brackets = scan(rest, BRACKETS) if BRACKET_START in rest or BRACKET_END in rest else []
     spans = special + brackets
-    return Parsed(spans, sum(s.problem is not None for s in spans))
+    return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
 
 
 def iter_keys(text: str) -> Iterator[str]:

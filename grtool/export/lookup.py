@@ -1,9 +1,9 @@
 """Lookups the export and evaluation commands share: questions by qid, documents by docid, responses by line.
 
-Both lookups are static marisa tries (``marisa_trie.BytesTrie``) built once by streaming a stage directory:
-keys share their prefixes and nothing is held as Python objects, so a few million triples or a few hundred
-thousand questions cost tens of megabytes instead of the gigabytes a ``dict`` of strings would (measured
-in ``bench/export.py``).
+Both lookups are built once by streaming a stage directory and hold no Python object per entry, so a few
+million triples or a few hundred thousand questions cost tens of megabytes instead of the gigabytes a
+``dict`` of strings would (measured in ``bench/export.py``): questions are a static marisa trie
+(``marisa_trie.BytesTrie``), docids the hashed :class:`grtool.docid.lookup.TripleLookup` the filters use.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import ctypes
 import ctypes.util
 import gzip
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 
 import marisa_trie
@@ -23,13 +22,8 @@ import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete
 from grtool.errors import InputError
-from grtool.docid import triple_key
+from grtool.docid.lookup import TripleLookup, hash_keys
 from grtool.store.stage import iter_batches, resolve_stage
-
-# A docid whose text holds more separators than this is not tried in flipped orders (the number of
-# candidate splits grows quadratically with the separators).
-MAX_SEPARATORS_FOR_FLIP = 8
-
 
 def _release_build_memory() -> None:
     """Hand the trie builder's freed scratch memory back to the OS.
@@ -89,64 +83,37 @@ class QuestionIndex:
 
 
 class DocidIndex:
-    """Triple text → every document holding that triple, from a ``triples`` stage directory.
+    """Docid key → every document holding that triple, from a ``triples`` stage directory
+    (:class:`grtool.docid.lookup.TripleLookup`, the lookup the filters use).
 
     A triple found in several documents (a collision) retrieves all of them. A docid written tail-first
     (``tail, relation, head``) is found too, as the filters' docid-exists rule accepts it: chains that pass
     the filters teach the model to flip triples, so a flipped docid is a retrieval, not a hallucination.
     """
 
-    def __init__(self, trie: marisa_trie.BytesTrie, triples: int):
-        self._trie = trie
-        self.triples = triples
+    def __init__(self, lookup: TripleLookup):
+        self.lookup = lookup
+        self.triples = lookup.count
 
     @classmethod
     def build(cls, triples: str | Path) -> "DocidIndex":
-        stage = resolve_stage(triples, "triples")
-        count = 0
+        return cls(TripleLookup.build(triples, doc_ids=True))
 
-        def entries() -> Iterator[tuple[str, bytes]]:
-            nonlocal count
-            for batch in iter_batches(stage, columns=["doc_id", "head", "relation", "tail"]):
-                # Row by row on purpose: str.split() is ~1 µs a key, and Arrow's utf8_split_whitespace
-                # mis-splits a trailing multi-byte space in multi-row arrays (pyarrow 26).
-                columns = [batch.column(name).to_pylist() for name in ("doc_id", "head", "relation", "tail")]
-                count += batch.num_rows
-                for doc_id, head, relation, tail in zip(*columns):
-                    if doc_id is not None and head is not None and relation is not None and tail is not None:
-                        yield triple_key(head, relation, tail), doc_id.encode()
-
-        trie = marisa_trie.BytesTrie(entries())
-        _release_build_memory()
-        return cls(trie, count)
-
-    def documents(self, key: str) -> frozenset[str]:
-        """Documents holding exactly this triple text (empty when none)."""
-        values = self._trie.get(key)
-        return frozenset(v.decode() for v in values) if values else frozenset()
+    def resolve_many(self, keys: Sequence[str]) -> list[tuple[frozenset[str], bool]]:
+        """(documents, flipped) per key (:func:`grtool.docid.normalize` d): as written first, then tail-first;
+        no documents when the key names no stored triple. One call per batch of keys."""
+        if not keys:
+            return []
+        resolved = self.lookup.resolve(hash_keys(keys), rows=True)
+        return [(self.lookup.doc_ids_of(d), f) for d, f in zip(resolved.docs, resolved.flipped)]
 
     def resolve(self, key: str) -> tuple[frozenset[str], bool]:
-        """(documents, flipped) for a parsed docid: exact text first, then every tail-first reading.
+        return self.resolve_many([key])[0]
 
-        The tail and head may hold commas themselves, so each pair of commas is tried as the two
-        boundaries of ``tail, relation, head``.
-        """
-        docs = self.documents(key)
-        if docs:
-            return docs, False
-        seps: list[int] = []
-        at = key.find(",")
-        while at != -1:
-            if len(seps) == MAX_SEPARATORS_FOR_FLIP:
-                return frozenset(), False
-            seps.append(at)
-            at = key.find(",", at + 1)
-        for i, j in combinations(seps, 2):
-            tail, relation, head = key[:i], key[i + 1 : j], key[j + 1 :]
-            docs = self.documents(f"{head},{relation},{tail}")
-            if docs:
-                return docs, True
-        return frozenset(), False
+    def documents(self, key: str) -> frozenset[str]:
+        """Documents holding exactly this triple key, as written (empty when none)."""
+        docs, flipped = self.resolve(key)
+        return frozenset() if flipped else docs
 
 
 @dataclass(frozen=True)

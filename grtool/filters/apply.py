@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from grtool.errors import InputError
-from grtool.filters.lookup import QuestionLookup, TripleIndex, docid_hashes
+from grtool.docid.lookup import TripleLookup, docid_hashes
+from grtool.filters.lookup import QuestionLookup
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
@@ -71,7 +72,7 @@ class Outcome:
 class ChainFilter:
     """The rules with their lookups, ready to judge batches of chains."""
 
-    def __init__(self, config: FilterConfig, questions: QuestionLookup, triples: TripleIndex):
+    def __init__(self, config: FilterConfig, questions: QuestionLookup, triples: TripleLookup):
         self.config = config
         self.questions = questions
         self.triples = triples
@@ -231,7 +232,7 @@ def apply_filters(
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
     questions = QuestionLookup.build(corpus)
-    index = TripleIndex.build(triples)
+    index = TripleLookup.build(triples)
     log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
     judge = ChainFilter(config, questions, index)
 

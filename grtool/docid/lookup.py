@@ -1,0 +1,203 @@
+"""The one triples → documents lookup: docid keys (:func:`grtool.docid.normalize`) to the stored triple and
+the documents holding it, as written or read tail-first. Used by the filters and by eval recall / KTO.
+
+Strings are never kept: a key is a 64-bit polars hash. Two sorted arrays answer a whole batch of keys with
+``searchsorted``:
+
+- forward: the key of each stored triple (8 bytes) and its document (4 bytes: a row of the document table);
+  a triple held by several documents (a collision) has one entry per document;
+- flipped: the key of each triple read ``tail, relation, head`` (8 bytes) and the row of its forward key
+  (4 bytes).
+
+So **≈ 24 MB per million triples** (plus 8 bytes per document, and with ``doc_ids`` the document ids
+themselves: ≈ 36 bytes each), built from the triples stage by polars' streaming engine. A key found both forward and
+flipped is the forward triple (its own spelling is the more likely meaning); a key that is the flip of
+several triples picks one of them (the same in every run).
+
+A false hit needs two different keys with equal 64-bit hashes; for 10^8 triples that is about one chance
+in 10^11 per docid looked up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from grtool.docid import Markers, normalize_expr
+from grtool.errors import InputError
+from grtool.store.stage import resolve_stage, shard_paths
+
+HASH_SEED = 0x6772746F6F6C  # any fixed seed: hashes are only compared within one process
+
+
+def hash_keys(keys: Sequence[str] | pa.Array | pl.Series) -> np.ndarray:
+    """64-bit hashes of keys (or of any strings: document ids); nulls hash to a fixed value no key is stored under.
+    One call per batch: a call costs ~0.1 ms whatever its size."""
+    series = keys if isinstance(keys, pl.Series) else pl.from_arrow(keys) if isinstance(keys, pa.Array) else pl.Series(list(keys), dtype=pl.String)
+    return series.cast(pl.String).hash(HASH_SEED).to_numpy()
+
+
+def _release_build_memory() -> None:
+    """Hand freed build scratch back to the OS (glibc keeps freed pages unless asked)."""
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+def docid_hashes(docids: pa.Array | pl.Series, markers: Markers) -> np.ndarray:
+    """Hashes of the keys of whole docid strings (markers included, as in the chains' docids column); a
+    string not wrapped in ``markers`` gets the hash of null, under which no triple is stored."""
+    series = docids if isinstance(docids, pl.Series) else pl.from_arrow(docids)
+    s = pl.col("d").cast(pl.String)
+    inner = s.str.slice(len(markers.start), s.str.len_chars() - len(markers.start) - len(markers.end))
+    wrapped = s.str.starts_with(markers.start) & s.str.ends_with(markers.end) & (s.str.len_chars() >= len(markers.start) + len(markers.end))
+    frame = pl.DataFrame({"d": series}).select(pl.when(wrapped).then(normalize_expr(inner)).hash(HASH_SEED))
+    return frame.to_series().to_numpy()
+
+
+@dataclass
+class Resolved:
+    """Per looked-up key: the stored triple (its forward key's hash, 0 when unknown), the documents holding it
+    (rows of the document table) and whether it was found only tail-first."""
+
+    triple: list[int]
+    docs: list[tuple[int, ...]]
+    flipped: list[bool]
+
+
+def _dedupe(*columns: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Sort rows by the columns (first column first) and drop repeated rows."""
+    order = np.lexsort(columns[::-1])
+    columns = tuple(c[order] for c in columns)
+    keep = np.ones(len(order), bool)
+    if len(order):
+        keep[1:] = np.logical_or.reduce([c[1:] != c[:-1] for c in columns])
+    return tuple(c[keep] for c in columns)
+
+
+class TripleLookup:
+    def __init__(self, fkeys: np.ndarray, fdocs: np.ndarray, bkeys: np.ndarray, bfwd: np.ndarray, doc_hashes: np.ndarray,
+                 doc_ids: pa.Array | None, count: int):
+        self.fkeys, self.fdocs = fkeys, fdocs  # sorted forward keys; per key the document's row
+        self.bkeys, self.bfwd = bkeys, bfwd  # sorted flipped keys; per key the row of the triple's forward key
+        self.doc_hashes = doc_hashes  # the document table: hashes of the document ids (sorted)
+        self.doc_ids = doc_ids  # with doc_ids=True: the document ids, row for row
+        self.count = count  # triple rows read
+
+    @classmethod
+    def build(cls, triples: str | Path, *, doc_ids: bool = False) -> "TripleLookup":
+        """Stream a triples stage (run directory or stage directory). ``doc_ids``: also keep the document ids
+        as strings (recall and KTO report them; the filters compare hashes)."""
+        stage = resolve_stage(triples, "triples")
+        shards = shard_paths(stage)
+        if not shards:
+            empty = np.zeros(0, np.uint64)
+            return cls(empty, np.zeros(0, np.uint32), empty, empty, empty, pa.array([], pa.string()) if doc_ids else None, 0)
+        missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
+        if missing:
+            raise InputError(f"{shards[0]}: not a triples table (missing columns {sorted(missing)})")
+        # Shard by shard (a part holds ≤ ~100K rows), so polars' allocator only ever holds one part's strings.
+        # The keys are made from the parts (grtool.docid.triple_key / flip_key), not read from the stored docid
+        # column: the triples stage may have used other markers.
+        keys = (
+            pl.col("head", "relation", "tail").pipe(normalize_expr),
+            pl.col("doc_id"),
+        )
+        hashed = (
+            pl.concat_str([pl.col("head"), pl.col("relation"), pl.col("tail")], separator=",").hash(HASH_SEED).alias("forward"),
+            pl.concat_str([pl.col("tail"), pl.col("relation"), pl.col("head")], separator=",").hash(HASH_SEED).alias("flipped"),
+            pl.col("doc_id").hash(HASH_SEED).alias("doc"),
+        )
+        parts: list[np.ndarray] = []
+        names: list[pa.Array] = []
+        for shard in shards:
+            part = (
+                pl.read_parquet(shard, columns=["doc_id", "head", "relation", "tail"])
+                .filter(pl.all_horizontal(pl.col("head", "relation", "tail", "doc_id").is_not_null()))
+                .select(*keys)
+                .select(*hashed, pl.col("doc_id"))
+            )
+            parts.append(np.stack([part.get_column(c).to_numpy() for c in ("forward", "flipped", "doc")]))  # a copy
+            if doc_ids:
+                names.append(part.select(pl.col("doc_id").unique(maintain_order=True), h=pl.col("doc").unique(maintain_order=True)).to_arrow())
+            del part
+        stacked = np.concatenate(parts, axis=1)
+        del parts
+        count = stacked.shape[1]
+        forward, flip, doc = stacked
+        doc_hashes, rows_of = np.unique(doc, return_inverse=True)
+        del doc
+        fkeys, fdocs = _dedupe(forward, rows_of.astype(_index_type(len(doc_hashes))))
+        del rows_of
+        bkeys, bfwd = _dedupe(flip, forward)
+        del flip, forward
+        bfwd = np.searchsorted(fkeys, bfwd).astype(_index_type(len(fkeys)))  # the forward key's first row
+        ids = None
+        if doc_ids:  # one id per row of the document table (ids repeat across parts: dedupe by hash)
+            table = pa.concat_tables(names)
+            del names
+            hashes = table.column("h").to_numpy()
+            first = np.unique(hashes, return_index=True)[1]  # sorted by hash, like doc_hashes
+            ids = table.column("doc_id").take(pa.array(first)).combine_chunks()
+            if ids.nbytes < 2**31:
+                ids = ids.cast(pa.string())  # 4-byte offsets
+        _release_build_memory()
+        return cls(fkeys, fdocs, bkeys, bfwd, doc_hashes, ids, count)
+
+    def resolve(self, hashes: np.ndarray, *, rows: bool = False) -> Resolved:
+        """Stored triple, documents and flipped flag of each key hash; an unknown key gets triple 0 and no
+        documents. Documents are their hashes (as :func:`hash_keys` gives them), or with ``rows`` their rows of
+        the document table (see :meth:`doc_ids_of`)."""
+        hashes = np.asarray(hashes, np.uint64)
+        lo, hi = _ranges(self.fkeys, hashes)
+        triple = hashes.copy()
+        flipped = hi == lo
+        if flipped.any():
+            at = np.flatnonzero(flipped)
+            blo, bhi = _ranges(self.bkeys, hashes[at])
+            found = bhi > blo
+            fwd = np.where(found, self.fkeys[self.bfwd[np.minimum(blo, len(self.bkeys) - 1)]], 0).astype(np.uint64) if len(self.bkeys) else np.zeros(len(at), np.uint64)
+            flo, fhi = _ranges(self.fkeys, fwd)
+            lo[at], hi[at], triple[at] = flo, np.where(found, fhi, flo), fwd
+            flipped[at] = found
+        values = self.fdocs if rows else self.doc_hashes[self.fdocs[np.minimum(lo, len(self.fdocs) - 1)]] if len(self.fdocs) else np.zeros(len(lo), np.uint64)
+        docs: list[tuple[int, ...]] = []
+        for i, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
+            if b == a:
+                docs.append(())
+            elif b - a == 1:
+                docs.append((int(values[a] if rows else values[i]),))
+            else:  # a collision: several documents hold the triple
+                span = self.fdocs[a:b]
+                docs.append(tuple((span if rows else self.doc_hashes[span]).tolist()))
+        return Resolved(triple.tolist(), docs, flipped.tolist())
+
+    def doc_ids_of(self, rows: tuple[int, ...]) -> frozenset[str]:
+        """The document ids of rows of the document table (built with ``doc_ids``)."""
+        if self.doc_ids is None:
+            raise ValueError("this lookup was built without doc_ids")
+        return frozenset(self.doc_ids[i].as_py() for i in rows)
+
+
+def _index_type(n: int) -> type:
+    return np.uint32 if n < 2**32 else np.uint64
+
+
+def _ranges(keys: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """searchsorted left and right of each needle; sorted needles walk the (large) key array in order, with
+    far fewer cache misses than random probes."""
+    order = np.argsort(needles, kind="stable")
+    sorted_needles = needles[order]
+    lo, hi = np.empty(len(needles), np.int64), np.empty(len(needles), np.int64)
+    lo[order] = np.searchsorted(keys, sorted_needles, "left")
+    hi[order] = np.searchsorted(keys, sorted_needles, "right")
+    return lo, hi
