@@ -87,7 +87,7 @@ def flip(triple: Triple) -> Triple:
 
 _SPACED_COMMA = re.compile(" ?, ?")
 # str.isspace's whitespace as a Rust regex class: Unicode White_Space plus the four ASCII separators.
-_WHITESPACE_EXPR = r"[\s\x1c-\x1f]+"
+_WHITESPACE_EXPR = r"[\s\x1c-\x1f]{2,}|[^\S ]|[\x1c-\x1f]"
 _HAS_LETTER = re.compile(r"[^\W\d_]")
 
 
@@ -107,8 +107,9 @@ def flip_key(head: str, relation: str, tail: str) -> str:
 
 
 def normalize_expr(column: "pl.Expr") -> "pl.Expr":
-    """:func:`normalize` over a polars string column (the same result for every string)."""
-    return column.str.replace_all(_WHITESPACE_EXPR, " ").str.strip_chars(" ").str.replace_all(_SPACED_COMMA.pattern, ",")
+    """:func:`normalize` over a polars string column (the same result for every string). The patterns match
+    nothing in an already normalized string (a lone space is left, not replaced by itself): most keys are."""
+    return column.str.replace_all(_WHITESPACE_EXPR, " ").str.strip_chars(" ").str.replace_all(" , ?|, ", ",")
 
 
 def loose_key(text: str) -> str:
