@@ -10,6 +10,7 @@ import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import Json, NumShards, Out, Overwrite, Plot, ShardIndex
+from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
 app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
@@ -27,8 +28,8 @@ def extract_command(
         Optional[bool],
         typer.Option("--structured/--no-structured", help="Constrain output to the triples JSON schema (default: on for vllm and openai; transformers cannot)."),
     ] = None,
-    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = "<docid_start>",
-    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = "<docid_end>",
+    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = DOCID_START,
+    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = DOCID_END,
     max_empty_share: Annotated[
         float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")
     ] = 0.2,

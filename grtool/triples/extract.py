@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from grtool.docid import DOCID_END, DOCID_START
 from grtool.llm.base import Backend, Generation, Sampling
 from grtool.llm.cache import call_row
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
@@ -38,8 +39,8 @@ from grtool.triples.prompt import PromptSpec
 
 @dataclass
 class ExtractConfig:
-    docid_start: str = "<docid_start>"
-    docid_end: str = "<docid_end>"
+    docid_start: str = DOCID_START
+    docid_end: str = DOCID_END
     limit: int | None = None
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE  # the empty-output guard (grtool.llm.guard), over documents
     chunk_size: int = 2048  # documents read and sent per generate call (memory); progress moves per request
