@@ -15,8 +15,11 @@ from hypothesis import strategies as st
 
 from grtool.docid import (
     BRACKETS,
+    BROKEN,
     SPECIAL,
     Markers,
+    Span,
+    cut,
     flip,
     flip_key,
     normalize,
@@ -146,3 +149,18 @@ def test_filters_recall_and_kto_agree_on_every_spelling(stage, data):
     assert label is (True if found_docs == {"d0"} else False)
 
     assert in_filters == in_recall == (key in expected)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["<docid_start>", "<docid_end>", "a, b, c", "x", " ", ",", "[", "]"]), max_size=10).map("".join))
+def test_cut_is_scan_without_positions(text):
+    outside, inners, broken = cut(text)
+    spans = scan(text)
+    first_broken = next((s for s in spans if s.problem in BROKEN), None)
+    assert broken == first_broken
+    if broken is None:
+        assert inners == [s.inner for s in spans]
+        pieces = [text[a.end : b.start] for a, b in zip([Span(0, 0, "")] + spans, spans + [Span(len(text), len(text), "")])]
+        assert outside == pieces
+    else:
+        assert (outside, inners) == ([text], [])

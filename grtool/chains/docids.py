@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from grtool.docid import BRACKETS, DOCID_END, DOCID_START, NESTED, UNCLOSED, UNOPENED, Markers, Span, loose_key, looks_like_triple, scan
+from grtool.docid import BROKEN, BRACKETS, DOCID_END, DOCID_START, Markers, Span, loose_key, looks_like_triple, scan
 
 __all__ = ["DOCID_END", "DOCID_START", "Markers", "NormalizedChain", "OfferedTriples", "Triple", "citation_pattern", "looks_like_triple",
            "normalize_chain"]
@@ -77,13 +77,10 @@ def citation_pattern(markers: Markers) -> re.Pattern[str]:
     return markers.pattern()
 
 
-_BROKEN = (NESTED, UNOPENED, UNCLOSED)
-
-
 def citations(text: str, markers: Markers, pattern: re.Pattern[str] | None = None) -> list[tuple[Span, bool]]:
     """(span, bracketed) in order of appearance: text between the markers (a closed pair, whatever it holds),
     then square-bracket citations on one line in the text left (both cut by :func:`grtool.docid.scan`)."""
-    spans = [(s, False) for s in scan(text, markers, pattern) if s.problem not in _BROKEN]
+    spans = [(s, False) for s in scan(text, markers, pattern) if s.problem not in BROKEN]
     rest = text
     if spans:
         chars = list(text)
@@ -91,7 +88,7 @@ def citations(text: str, markers: Markers, pattern: re.Pattern[str] | None = Non
             chars[s.start : s.end] = "\n" * (s.end - s.start)  # a bracket cannot reach across a marked span
         rest = "".join(chars)
     if "[" in rest:
-        spans += [(s, True) for s in scan(rest, BRACKETS) if s.problem not in _BROKEN and "\n" not in s.inner]
+        spans += [(s, True) for s in scan(rest, BRACKETS) if s.problem not in BROKEN and "\n" not in s.inner]
     return sorted(spans, key=lambda sb: sb[0].start)
 
 

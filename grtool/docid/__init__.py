@@ -142,7 +142,7 @@ EMPTY = "empty"  # nothing but whitespace between the markers
 NOT_A_TRIPLE = "not-a-triple"  # not three non-empty comma-separated parts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Span:
     """One marked span of a text: ``text[start:end]`` is the span, markers included (a broken span covers its
     one marker only). ``problem`` is None for a well-formed docid."""
@@ -161,27 +161,47 @@ class Span:
 def scan(text: str, markers: Markers = SPECIAL, pattern: re.Pattern[str] | None = None) -> list[Span]:
     """Every span between balanced ``markers`` in ``text``, in order, with the broken ones: a nested opening,
     a closing marker without an opening one, an opening never closed, an empty span, a span that is not a
-    triple (see :func:`is_triple`)."""
+    triple (see :func:`is_triple`). ``pattern``: ``markers.pattern()``, compiled once by the caller."""
     spans: list[Span] = []
-    if markers.start not in text and markers.end not in text:
+    start, end = markers.start, markers.end
+    if start not in text and end not in text:
         return spans
-    pattern = pattern or markers.pattern()
-    open_at: int | None = None  # where the open span's start marker begins
-    for n, m in enumerate(pattern.finditer(text), 1):
-        if m.group() == markers.start:
-            if open_at is not None:
-                spans.append(Span(open_at, open_at + len(markers.start), "", NESTED, n))
-            open_at = m.start()
-        elif open_at is None:
-            spans.append(Span(m.start(), m.end(), "", UNOPENED, n))
+    parts = (pattern or markers.pattern()).split(text)  # text, marker, text, marker, ..., text
+    at = 0  # offset of the piece being read
+    open_at = -1  # offset of the open span's start marker, -1 when none is open
+    for i in range(1, len(parts), 2):
+        at += len(parts[i - 1])
+        tag = parts[i]
+        if tag == start:
+            if open_at >= 0:
+                spans.append(Span(open_at, open_at + len(start), "", NESTED, i // 2 + 1))
+            open_at = at
+        elif open_at < 0:
+            spans.append(Span(at, at + len(end), "", UNOPENED, i // 2 + 1))
         else:
-            inner = text[open_at + len(markers.start) : m.start()]
+            inner = text[open_at + len(start) : at]
             problem = None if is_triple(inner) else (EMPTY if not inner.strip() else NOT_A_TRIPLE)
-            spans.append(Span(open_at, m.end(), inner, problem))
-            open_at = None
-    if open_at is not None:
-        spans.append(Span(open_at, open_at + len(markers.start), "", UNCLOSED, n))
+            spans.append(Span(open_at, at + len(end), inner, problem))
+            open_at = -1
+        at += len(tag)
+    if open_at >= 0:
+        spans.append(Span(open_at, open_at + len(start), "", UNCLOSED, len(parts) // 2))
     return spans
+
+
+BROKEN = (NESTED, UNOPENED, UNCLOSED)  # the problems of the markers themselves, not of a span's text
+
+
+def cut(text: str, markers: Markers = SPECIAL, pattern: re.Pattern[str] | None = None) -> tuple[list[str], list[str], Span | None]:
+    """The text cut at its marked spans, for callers that need no positions (the filters judge every chain):
+    ``(outside, inners, None)`` with ``outside[0] inner[0] outside[1] … outside[k]`` when the markers pair up,
+    else ``([text], [], first broken span)`` as :func:`scan` finds it. One ``re.split`` in the common case."""
+    parts = (pattern or markers.pattern()).split(text)
+    tags = parts[1::2]
+    opens, closes = tags[0::2], tags[1::2]
+    if len(opens) == len(closes) and opens.count(markers.start) == len(opens) and closes.count(markers.end) == len(closes):
+        return parts[0::4], parts[2::4], None
+    return [text], [], next(s for s in scan(text, markers, pattern) if s.problem in BROKEN)
 
 
 @dataclass

@@ -6,7 +6,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from grtool.docid import NESTED, UNCLOSED, UNOPENED, Markers, scan
+from grtool.docid import NESTED, UNCLOSED, UNOPENED, Markers, cut
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -43,22 +43,15 @@ _PROBLEMS = {NESTED: "nested docid start marker", UNOPENED: "docid end marker wi
 
 
 def parse_markers(text: str, markers: Markers, pattern: re.Pattern[str] | None = None) -> Parsed:
-    """Cut a chain at its docids (:func:`grtool.docid.scan`); the first broken marker makes the whole text one
+    """Cut a chain at its docids (:func:`grtool.docid.cut`); the first broken marker makes the whole text one
     piece with the problem. Empty or incomplete docids are cut as docids: the format rule judges them."""
-    spans = scan(text, markers, pattern)
-    for s in spans:
-        if s.problem == UNCLOSED:
-            return Parsed([text], [], "docid start marker never closed")
-        if s.problem in _PROBLEMS:
-            total = len((pattern or markers.pattern()).findall(text))
-            return Parsed([text], [], f"{_PROBLEMS[s.problem]} (marker {s.marker} of {total})")
-    outside, docids, last = [], [], 0
-    for s in spans:
-        outside.append(text[last : s.start])
-        docids.append(text[s.start : s.end])
-        last = s.end
-    outside.append(text[last:])
-    return Parsed(outside, docids, None)
+    outside, inners, broken = cut(text, markers, pattern)
+    if broken is None:
+        return Parsed(outside, [markers.start + inner + markers.end for inner in inners], None)
+    if broken.problem == UNCLOSED:
+        return Parsed([text], [], "docid start marker never closed")
+    total = len((pattern or markers.pattern()).findall(text))
+    return Parsed([text], [], f"{_PROBLEMS[broken.problem]} (marker {broken.marker} of {total})")
 
 
 def conclusion(text: str, last_docid_end: int) -> str:

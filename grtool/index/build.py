@@ -19,10 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__
+from grtool.docid import DOCID_END, DOCID_START, normalize
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS
-from grtool.index.tokenizer import DOCID_END, DOCID_START, DocidTokenizer, load_tokenizer
+from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
@@ -52,6 +53,14 @@ def read_docids(path: str | Path) -> tuple[list[str], list[list[int]], list[str]
                 by_docid.setdefault(docid, set()).add(doc_id)
     if not by_docid:
         raise InputError(f"{path}: no triples to index")
+    # Spellings of one triple (by the docid key, grtool.docid.normalize) map to the documents of them all, as
+    # the filters and recall count them; each spelling stays in the index as written.
+    by_key: dict[str, set[str]] = {}
+    for docid, docs in by_docid.items():
+        by_key.setdefault(normalize(docid[len(DOCID_START) : len(docid) - len(DOCID_END)]), set()).update(docs)
+    if len(by_key) < len(by_docid):
+        for docid in by_docid:
+            by_docid[docid] = by_key[normalize(docid[len(DOCID_START) : len(docid) - len(DOCID_END)])]
     doc_ids = sorted({d for docs in by_docid.values() for d in docs})
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     docids = sorted(by_docid)

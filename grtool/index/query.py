@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from grtool.docid import DOCID_START
 from grtool.errors import InputError
 from grtool.index.base import Index
-from grtool.index.tokenizer import DOCID_START
 
 
 def parse_ids(text: str) -> list[int]:
