@@ -74,14 +74,33 @@ class Resolved:
     flipped: list[bool]
 
 
-def _dedupe(*columns: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Sort rows by the columns (first column first) and drop repeated rows."""
-    order = np.lexsort(columns[::-1])
-    columns = tuple(c[order] for c in columns)
+def _sort_pairs(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The order that sorts rows by (key, value). One argsort of the keys, then a lexsort of the few rows
+    whose key repeats (collisions, repeated triples): several times faster than a lexsort of everything."""
+    order = np.argsort(keys)
+    k = keys[order]
+    repeated = np.zeros(len(k), bool)
+    if len(k) > 1:
+        same = k[1:] == k[:-1]
+        repeated[1:] |= same
+        repeated[:-1] |= same
+    at = np.flatnonzero(repeated)  # whole runs of equal keys, in key order
+    if len(at):
+        sub = order[at]
+        order[at] = sub[np.lexsort((values[sub], keys[sub]))]
+    return order
+
+
+def _dedupe(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows sorted by (key, value) without repeats, and for every input row its row in the result."""
+    order = _sort_pairs(keys, values)
+    k, v = keys[order], values[order]
     keep = np.ones(len(order), bool)
     if len(order):
-        keep[1:] = np.logical_or.reduce([c[1:] != c[:-1] for c in columns])
-    return tuple(c[keep] for c in columns)
+        keep[1:] = (k[1:] != k[:-1]) | (v[1:] != v[:-1])
+    row_of = np.empty(len(order), np.int64)
+    row_of[order] = np.cumsum(keep) - 1
+    return k[keep], v[keep], row_of
 
 
 class TripleLookup:
@@ -136,11 +155,17 @@ class TripleLookup:
         forward, flip, doc = stacked
         doc_hashes, rows_of = np.unique(doc, return_inverse=True)
         del doc
-        fkeys, fdocs = _dedupe(forward, rows_of.astype(_index_type(len(doc_hashes))))
-        del rows_of
-        bkeys, bfwd = _dedupe(flip, forward)
-        del flip, forward
-        bfwd = np.searchsorted(fkeys, bfwd).astype(_index_type(len(fkeys)))  # the forward key's first row
+        fkeys, fdocs, row_of = _dedupe(forward, rows_of.astype(_index_type(len(doc_hashes))))
+        del rows_of, forward
+        # Per input row, the first row of its forward key in fkeys (rows of one key are adjacent): the flipped
+        # entry points there. Ordering ties by it picks, for a key that is the flip of several triples, the one
+        # with the smallest forward key (positions follow the sorted keys).
+        new_key = np.r_[True, fkeys[1:] != fkeys[:-1]] if len(fkeys) else np.zeros(0, bool)
+        first = np.maximum.accumulate(np.where(new_key, np.arange(len(fkeys)), 0)).astype(_index_type(len(fkeys)))
+        key_row = first[row_of]
+        del row_of, first, new_key
+        bkeys, bfwd, _ = _dedupe(flip, key_row)
+        del flip, key_row
         ids = None
         if doc_ids:  # one id per row of the document table (ids repeat across parts: dedupe by hash)
             table = pa.concat_tables(names)
