@@ -186,23 +186,29 @@ class TripleLookup:
         lo, hi = _ranges(self.fkeys, hashes)
         triple = hashes.copy()
         flipped = hi == lo
-        if flipped.any():
+        if flipped.any() and len(self.bkeys):
             at = np.flatnonzero(flipped)
             blo, bhi = _ranges(self.bkeys, hashes[at])
             found = bhi > blo
-            fwd = np.where(found, self.fkeys[self.bfwd[np.minimum(blo, len(self.bkeys) - 1)]], 0).astype(np.uint64) if len(self.bkeys) else np.zeros(len(at), np.uint64)
-            flo, fhi = _ranges(self.fkeys, fwd)
-            lo[at], hi[at], triple[at] = flo, np.where(found, fhi, flo), fwd
+            row = self.bfwd[np.minimum(blo, len(self.bkeys) - 1)].astype(np.int64)  # first row of the forward key
+            fwd = self.fkeys[row]
+            lo[at] = np.where(found, row, lo[at])
+            hi[at] = np.where(found, _run_end(self.fkeys, row, fwd), lo[at])
+            triple[at] = np.where(found, fwd, 0)
             flipped[at] = found
-        values = self.fdocs if rows else self.doc_hashes[self.fdocs[np.minimum(lo, len(self.fdocs) - 1)]] if len(self.fdocs) else np.zeros(len(lo), np.uint64)
+        else:
+            triple[flipped] = 0
+            flipped[:] = False
+        first = self.fdocs[np.minimum(lo, len(self.fdocs) - 1)] if len(self.fdocs) else np.zeros(len(lo), np.uint32)
+        single = (first if rows else self.doc_hashes[first]).tolist()
         docs: list[tuple[int, ...]] = []
-        for i, (a, b) in enumerate(zip(lo.tolist(), hi.tolist())):
-            if b == a:
+        for i, n in enumerate((hi - lo).tolist()):
+            if n == 0:
                 docs.append(())
-            elif b - a == 1:
-                docs.append((int(values[a] if rows else values[i]),))
+            elif n == 1:
+                docs.append((single[i],))
             else:  # a collision: several documents hold the triple
-                span = self.fdocs[a:b]
+                span = self.fdocs[lo[i] : hi[i]]
                 docs.append(tuple((span if rows else self.doc_hashes[span]).tolist()))
         return Resolved(triple.tolist(), docs, flipped.tolist())
 
@@ -218,11 +224,22 @@ def _index_type(n: int) -> type:
 
 
 def _ranges(keys: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """searchsorted left and right of each needle; sorted needles walk the (large) key array in order, with
-    far fewer cache misses than random probes."""
+    """(first, end) rows of each needle in the sorted keys (first == end: absent). Sorted needles walk the
+    (large) key array in order, with far fewer cache misses than random probes; the end is searched only
+    for the few keys held by several rows."""
+    if not len(keys):
+        return np.zeros(len(needles), np.int64), np.zeros(len(needles), np.int64)
     order = np.argsort(needles, kind="stable")
-    sorted_needles = needles[order]
-    lo, hi = np.empty(len(needles), np.int64), np.empty(len(needles), np.int64)
-    lo[order] = np.searchsorted(keys, sorted_needles, "left")
-    hi[order] = np.searchsorted(keys, sorted_needles, "right")
-    return lo, hi
+    lo = np.empty(len(needles), np.int64)
+    lo[order] = np.searchsorted(keys, needles[order], "left")
+    found = keys[np.minimum(lo, len(keys) - 1)] == needles
+    return lo, np.where(found, _run_end(keys, lo, needles), lo)
+
+
+def _run_end(keys: np.ndarray, first: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The row after the run of ``values`` that starts at ``first`` (runs longer than one row are rare)."""
+    end = first + 1
+    longer = np.flatnonzero((end < len(keys)) & (keys[np.minimum(end, len(keys) - 1)] == values))
+    if len(longer):
+        end[longer] = np.searchsorted(keys, values[longer], "right")
+    return end
