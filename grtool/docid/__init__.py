@@ -29,7 +29,6 @@ One home for what every stage needs to know about docids (chains, filters, expor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -228,7 +227,3 @@ def parse(text: str) -> Parsed:
     spans = special + brackets
     return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
 
-
-def iter_keys(text: str) -> Iterator[str]:
-    """The keys of the well-formed docids of a response, in :func:`parse` order."""
-    return iter(parse(text).docids)

@@ -44,8 +44,9 @@ def hash_keys(keys: Sequence[str] | pa.Array | pl.Series) -> np.ndarray:
     return series.cast(pl.String).hash(HASH_SEED).to_numpy()
 
 
-def _release_build_memory() -> None:
-    """Hand freed build scratch back to the OS (glibc keeps freed pages unless asked)."""
+def release_build_memory() -> None:
+    """Hand a build's freed scratch memory back to the OS: Arrow's pool and glibc keep freed pages unless
+    asked (a marisa trie builds from a key set several times its size; the lookup from shard arrays)."""
     pa.default_memory_pool().release_unused()
     try:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
@@ -175,7 +176,7 @@ class TripleLookup:
             ids = table.column("doc_id").take(pa.array(first)).combine_chunks()
             if ids.nbytes < 2**31:
                 ids = ids.cast(pa.string())  # 4-byte offsets
-        _release_build_memory()
+        release_build_memory()
         return cls(fkeys, fdocs, bkeys, bfwd, doc_hashes, ids, count)
 
     def resolve(self, hashes: np.ndarray, *, rows: bool = False) -> Resolved:

@@ -8,8 +8,6 @@ million triples or a few hundred thousand questions cost tens of megabytes inste
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gzip
 import sys
 from collections.abc import Iterator, Sequence
@@ -18,25 +16,11 @@ from pathlib import Path
 
 import marisa_trie
 import orjson
-import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete
+from grtool.docid.lookup import TripleLookup, hash_keys, release_build_memory
 from grtool.errors import InputError
-from grtool.docid.lookup import TripleLookup, hash_keys
 from grtool.store.stage import iter_batches, resolve_stage
-
-def _release_build_memory() -> None:
-    """Hand the trie builder's freed scratch memory back to the OS.
-
-    marisa builds from an in-memory key set several times the size of the finished trie; glibc keeps those
-    freed pages unless asked, so without this a process would hold ~4x the lookup's real size.
-    """
-    pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
-
 
 @dataclass(frozen=True)
 class Question:
@@ -71,7 +55,7 @@ class QuestionIndex:
                     yield row["qid"], orjson.dumps(value)
 
         trie = marisa_trie.BytesTrie(entries())
-        _release_build_memory()
+        release_build_memory()
         return cls(trie, size)
 
     def get(self, qid: str) -> Question | None:
