@@ -8,14 +8,13 @@ import pytest
 
 from grtool.errors import GrtoolError
 from grtool.store.schemas import DOCUMENTS
+from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.stage import (
     StageSpec,
     StageWriter,
     iter_rows,
     load_manifest,
-    parts_for_task,
     redact_argv,
-    resolve_sharding,
 )
 from grtool.store.validate import status, validate_stage
 

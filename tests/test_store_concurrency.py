@@ -5,7 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 
 from grtool.store.schemas import DOCUMENTS
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, parts_for_task
+from grtool.store.sharding import parts_for_task
+from grtool.store.stage import StageSpec, StageWriter, load_manifest
 from grtool.store.validate import validate_stage
 
 PARTS = 24

@@ -29,7 +29,8 @@ from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
 from grtool.store.schemas import CHAINS
-from grtool.store.stage import REJECTS_DIR, StageSpec, parts_for_task, resolve_sharding
+from grtool.store.sharding import parts_for_task, resolve_sharding
+from grtool.store.stage import REJECTS_DIR, StageSpec
 
 BATCH_ROWS = 16_384
 EXAMPLES_PER_REASON = 2

@@ -27,7 +27,8 @@ from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
-from grtool.store.stage import dumps, fingerprint, redact_argv, resolve_stage, sha256_file
+from grtool.secrets import redact_argv
+from grtool.store.stage import dumps, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
 TOKENIZE_BATCH = 50_000

@@ -35,7 +35,8 @@ from grtool.llm.cache import CacheStats, CachedLLM
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
 from grtool.log import progress
 from grtool.store.io import is_stdio, open_output
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name, parts_for_task, resolve_sharding
+from grtool.store.sharding import parts_for_task, resolve_sharding
+from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name
 
 
 class Meter:

@@ -75,7 +75,7 @@ def extract(
     """Run the extraction for this task's parts; raises DataProblem when the empty-document guard trips.
 
     ``backend`` is a backend or a factory called only when a part needs generating. Sharding defaults to the
-    Slurm array variables (:func:`~grtool.store.stage.resolve_sharding`).
+    Slurm array variables (:func:`~grtool.store.sharding.resolve_sharding`).
     """
     inputs = [] if is_stdio(corpus.source) else [corpus.source]
     outputs = [Output(out if is_stdio(out) else Path(out) / "triples", StageSpec("triples", TRIPLES, params, inputs), {"prompt_sha256": prompt.sha256()})]
