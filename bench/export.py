@@ -145,7 +145,7 @@ def worker_index(kind: str, root: Path) -> dict:
     base = current_rss_mb()
     start = time.perf_counter()
     if kind == "grtool":
-        from grtool.export.lookup import DocidIndex
+        from grtool.export.readers import DocidIndex
 
         index = DocidIndex.build(root / "triples")
         lookup = None
@@ -183,8 +183,8 @@ def worker_index(kind: str, root: Path) -> dict:
 def worker_recall(kind: str, root: Path) -> dict:
     start = time.perf_counter()
     if kind == "grtool":
-        from grtool.export.lookup import DocidIndex, QuestionIndex
-        from grtool.export.recall import evaluate_recall
+        from grtool.export.readers import DocidIndex, QuestionIndex
+        from grtool.evaluation.recall import evaluate_recall
 
         report = evaluate_recall(root / "responses.jsonl", QuestionIndex.build(root / "corpus"), DocidIndex.build(root / "triples"))
         return {"seconds": time.perf_counter() - start, "responses": report["responses"], "recall": report["recall"], "peak_mb": rss_mb()}

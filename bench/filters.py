@@ -134,7 +134,7 @@ def main() -> None:
         print(f"generated {n:,} questions/chains, {16 * n:,} triples in {time.perf_counter() - t:.1f}s")
 
         from grtool.docid.lookup import TripleLookup
-        from grtool.filters.lookup import QuestionLookup
+        from grtool.filters.questions import QuestionLookup
 
         # CPU seconds of this process (polars on one thread): a one-core rate even on a shared machine.
         c = time.process_time()

@@ -353,7 +353,7 @@ def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_p
 
 
 def test_rows_per_part_spreads_a_small_corpus_over_many_parts(examples, cli, tmp_path):
-    from grtool.corpus.spill import plan_parts
+    from grtool.corpus.dedup_spill import plan_parts
 
     # A bucket bigger than a part is cut into chunks: part indices stay 0..n-1 whatever the sizes.
     assert [p.index for p in plan_parts([120, 0, 30, 250], 50)] == list(range(9))

@@ -30,8 +30,8 @@ from grtool.docid import (
     triple_key,
 )
 from grtool.export.kto import kto_label
-from grtool.export.lookup import DocidIndex, Question, Response
-from grtool.export.recall import score_response
+from grtool.export.readers import DocidIndex, Question, Response
+from grtool.evaluation.recall import score_response
 from grtool.docid.lookup import TripleLookup, docid_hashes
 
 SPACES = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\x1f"]

@@ -28,8 +28,8 @@ from test_export import (
 
 from grtool.docid import normalize as normalize_docid
 from grtool.docid import parse as parse_docids
-from grtool.export.lookup import DocidIndex, QuestionIndex, Response
-from grtool.export.recall import score_response
+from grtool.export.readers import DocidIndex, QuestionIndex, Response
+from grtool.evaluation.recall import score_response
 
 SCORED = [
     (Q_MOZA, MOZA_EXACT),  # recall 1, docs {M, Z}

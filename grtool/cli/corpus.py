@@ -106,7 +106,7 @@ def merge_cmd(
 @app.command("stats")
 def stats_cmd(
     directory: Annotated[Path, typer.Argument(help="A run directory holding questions/ (and documents/).")],
-    json: Json = False,
+    as_json: Json = False,
     plot: Plot = None,
 ) -> None:
     """Per dataset and split: questions, documents, gold documents per question (mean/min/max), hop
@@ -120,7 +120,7 @@ def stats_cmd(
     if plot is not None:
         plot_stats(stats, plot)
         log.info("wrote %s", plot)
-    if json:
+    if as_json:
         typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
     else:
         console.print(stats_table(stats))

@@ -18,7 +18,7 @@ from grtool.log import console, log
 def overlap_cmd(
     corpus: Annotated[Path, typer.Argument(help="Ingested corpus: a run directory holding questions/ and documents/.")],
     n: Annotated[str, typer.Option("--n", help="n-gram sizes: a range 4-12, a list 4,6,8 or one size.")] = "4-12",
-    json: Json = False,
+    as_json: Json = False,
     plot: Plot = None,
 ) -> None:
     """Over-specification: the share of each question's n-grams found verbatim in its gold documents.
@@ -34,7 +34,7 @@ def overlap_cmd(
     report = corpus_overlap(corpus, parse_ns(n))
     if plot is not None:
         log.info("wrote %s", plot_overlap(report, plot))
-    if json:
+    if as_json:
         typer.echo(orjson.dumps(report.to_json()).decode())
         return
     table = Table(title="mean question n-gram overlap with gold documents (%)")

@@ -25,7 +25,7 @@ def recall_cmd(
     responses: Annotated[Path, typer.Argument(help='JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
 
@@ -33,11 +33,11 @@ def recall_cmd(
 
     Example: grtool eval recall samples.jsonl --corpus out/corpus --triples out/triples --json
     """
-    from grtool.export.lookup import DocidIndex, QuestionIndex
-    from grtool.export.recall import evaluate_recall
+    from grtool.export.readers import DocidIndex, QuestionIndex
+    from grtool.evaluation.recall import evaluate_recall
 
     report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
-    if json:
+    if as_json:
         typer.echo(orjson.dumps(report).decode())
     elif report["responses"]:
         table = Table(title="retrieval recall")

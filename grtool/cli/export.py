@@ -54,7 +54,7 @@ def sft_cmd(
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain, not only each question's selected one.")] = False,
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.
 
@@ -79,7 +79,7 @@ def sft_cmd(
             stage_summary.print(f"{split}: {path}", highlight=False)
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
-    if json and str(out) != "-":
+    if as_json and str(out) != "-":
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
@@ -93,7 +93,7 @@ def kto_cmd(
     fmt: Annotated[KtoFormat, typer.Option("--format", help="Trainer format.")] = KtoFormat.llamafactory,
     system: System = None,
     markers: MarkersOpt = Markers.special,
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Label sampled responses for KTO by the documents they retrieve.
 
@@ -121,7 +121,7 @@ def kto_cmd(
     )
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
-    if json and str(out) != "-":
+    if as_json and str(out) != "-":
         typer.echo(orjson.dumps(summary).decode())
     empty = [name for name, n in (("desirable", result.desirable), ("undesirable", result.undesirable)) if n == 0]
     if empty:
@@ -134,7 +134,7 @@ def gmr_cmd(
     out: OutFile,
     memorization: Annotated[bool, typer.Option("--memorization/--no-memorization", help="Also write corpus-memorization pairs (first 70% of a document's words → the rest).")] = False,
     chunk_questions: Annotated[int, typer.Option("--chunk-questions", min=1, help="Questions whose gold documents are held in memory at once.")] = 50_000,
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Write step-wise multi-hop retrieval pairs (GMR style) as JSON Lines.
 
@@ -160,5 +160,5 @@ def gmr_cmd(
         + (f", {result.too_short} documents too short to memorize" if memorization else ""),
         highlight=False,
     )
-    if json and str(out) != "-":
+    if as_json and str(out) != "-":
         typer.echo(orjson.dumps(result.as_dict()).decode())

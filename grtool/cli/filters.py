@@ -43,7 +43,7 @@ def apply_cmd(
     ] = None,
     all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Judge every candidate, not only the selected one per question.")] = False,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
-    json: Json = False,
+    as_json: Json = False,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
@@ -67,7 +67,7 @@ def apply_cmd(
     from grtool.filters.report import render_markdown
     from grtool.filters.rules import Settings, parse_rules
 
-    if json and str(out) == "-":
+    if as_json and str(out) == "-":
         raise InputError("--json and --out - both want stdout; write the chains to a directory or drop --json")
     config = FilterConfig(
         rules=parse_rules(rules),
@@ -81,7 +81,7 @@ def apply_cmd(
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(render_markdown(result), encoding="utf-8")
         log.info("wrote %s", report)
-    if json:
+    if as_json:
         typer.echo(orjson.dumps(result).decode())
         return
     table = Table(title=f"filters: kept {result['kept']} of {result['chains']} chains")

@@ -21,7 +21,7 @@ def build_cmd(
     source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
     overwrite: Overwrite = False,
-    json_out: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Tokenize every docid whole (markers as special tokens) and build an index directory.
 
@@ -36,7 +36,7 @@ def build_cmd(
 
     build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite)
     report = stats(Index.open(out))
-    if json_out:
+    if as_json:
         typer.echo(dump_json(report))
     else:
         stage_summary.print(
@@ -51,7 +51,7 @@ def query_cmd(
     text: Annotated[Optional[str], typer.Argument(help="Docid prefix text (tokenized as inside a docid).")] = None,
     ids: Annotated[Optional[str], typer.Option("--ids", help="The prefix as comma-separated token ids instead of text.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Rows to show in the table (JSON always has all).")] = 30,
-    json_out: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Valid next tokens after a docid prefix, with counts; the documents when the prefix is a whole docid.
 
@@ -66,7 +66,7 @@ def query_cmd(
         raise InputError("give the prefix as TEXT or as --ids, not both")
     idx = Index.open(index)
     result = query(idx, prefix_ids(idx, text, parse_ids(ids) if ids is not None else None))
-    if json_out:
+    if as_json:
         typer.echo(dump_json(result))
         return
     from rich.table import Table
@@ -84,7 +84,7 @@ def query_cmd(
 
 
 @app.command("stats")
-def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], json_out: Json = False) -> None:
+def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], as_json: Json = False) -> None:
     """Tokens, sequences, documents, bytes, bits per token and build parameters of an index.
 
     Example: grtool index stats out/run/index --json
@@ -93,7 +93,7 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], j
     from grtool.index.build import dump_json, stats
 
     report = stats(Index.open(index))
-    if json_out:
+    if as_json:
         typer.echo(dump_json(report))
         return
     from rich.table import Table

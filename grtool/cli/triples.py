@@ -96,7 +96,7 @@ def collisions_command(
         Optional[Path], typer.Option("--corpus", help="Documents stage (or ingest output) for per-dataset shares (default: found from the triples manifest).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most colliding triples to list.")] = 20,
-    json_out: Json = False,
+    as_json: Json = False,
     plot: Plot = None,
 ) -> None:
     """Share of distinct triples found in ≥2 and ≥3 documents, overall and per dataset, and the worst offenders.
@@ -110,7 +110,7 @@ def collisions_command(
     report = collision_stats(triples, corpus, top)
     if plot is not None:
         plot_docs_per_triple(report, plot)
-    if json_out:
+    if as_json:
         typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         return
     table = Table(title=f"triple collisions in {report['triples']}")

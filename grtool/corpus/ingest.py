@@ -1,6 +1,6 @@
 """`grtool corpus ingest`: release files of the four datasets → ``documents`` and ``questions`` stage directories.
 
-Two phases (see :mod:`grtool.corpus.spill`): every input is read and checked to its end while rows are
+Two phases (see :mod:`grtool.corpus.dedup_spill`): every input is read and checked to its end while rows are
 spilled to hash buckets in a work directory beside the output (``OUT/_ingest_work``); only then are the
 output shards written. A truncated or malformed file therefore fails the run before any shard exists. A run
 killed in phase 1 starts phase 1 again; a run killed in phase 2 reuses the finished spill and writes only
@@ -20,7 +20,7 @@ from typing import Any
 from grtool.corpus import datasets as ds
 from grtool.corpus.doc_hash import DOC_ID_SCHEME
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
-from grtool.corpus.spill import (
+from grtool.corpus.dedup_spill import (
     Spill,
     buckets_for_bytes,
     load_plan,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.corpus.ingest import rows_per_part_param, run_two_phase
-from grtool.corpus.spill import MAX_BUCKETS, Spill
+from grtool.corpus.dedup_spill import MAX_BUCKETS, Spill
 from grtool.errors import InputError
 from grtool.log import progress
 from grtool.store.io import is_stdio, stdin_rows

@@ -18,9 +18,9 @@ from typing import Any
 
 from grtool.errors import GrtoolError
 from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
-from grtool.export.lookup import DocidIndex, QuestionIndex
+from grtool.export.readers import DocidIndex, QuestionIndex
 from grtool.export.provenance import input_fingerprint, write_sidecar
-from grtool.export.recall import Score, Skipped, iter_scores
+from grtool.evaluation.recall import Score, Skipped, iter_scores
 from grtool.store.io import is_stdio
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
-from grtool.export.lookup import QuestionIndex
+from grtool.export.readers import QuestionIndex
 from grtool.export.provenance import input_fingerprint, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.io import InputTable, is_stdio

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from grtool.errors import InputError
 from grtool.docid.lookup import TripleLookup, docid_hashes
-from grtool.filters.lookup import QuestionLookup
+from grtool.filters.questions import QuestionLookup
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from grtool.filters.lookup import QuestionInfo
+from grtool.filters.questions import QuestionInfo
 from grtool.filters.text import (
     Markers,
     Parsed,
@@ -61,74 +61,74 @@ class Chain:
         return len(self.text) - len(self.parsed.outside[-1])
 
 
-def check_format(c: Chain, s: Settings) -> Failure | None:
-    if c.parsed.problem:
-        return Failure("format-markers", c.parsed.problem)
-    if not c.parsed.docids:
+def check_format(chain: Chain, settings: Settings) -> Failure | None:
+    if chain.parsed.problem:
+        return Failure("format-markers", chain.parsed.problem)
+    if not chain.parsed.docids:
         return Failure("format-no-docid", "the chain retrieves nothing")
-    cut = len(s.markers.start), -len(s.markers.end)
-    for docid in c.parsed.docids:
+    cut = len(settings.markers.start), -len(settings.markers.end)
+    for docid in chain.parsed.docids:
         inner = docid[cut[0] : cut[1]]
         if inner.count(",") < 2 or _EMPTY_PART.search(inner):
             return Failure("format-empty-part", f"not a full triple: {docid}")
-    if c.parsed.docids != c.docids:
+    if chain.parsed.docids != chain.docids:
         return Failure("format-docids-column", "the docids column differs from the docids in the text")
     return None
 
 
-def check_docid_exists(c: Chain, s: Settings) -> Failure | None:
-    missing = [d for d, t in zip(c.docids, c.triples) if not t]
+def check_docid_exists(chain: Chain, settings: Settings) -> Failure | None:
+    missing = [d for d, t in zip(chain.docids, chain.triples) if not t]
     if missing:
-        return Failure("docid-exists-missing", f"{len(missing)} of {len(c.docids)} docids name no stored triple, e.g. {missing[0]}")
+        return Failure("docid-exists-missing", f"{len(missing)} of {len(chain.docids)} docids name no stored triple, e.g. {missing[0]}")
     return None
 
 
-def check_gold(c: Chain, s: Settings) -> Failure | None:
-    q = c.question
-    if q is None or not q.answerable:
+def check_gold(chain: Chain, settings: Settings) -> Failure | None:
+    question = chain.question
+    if question is None or not question.answerable:
         return None  # no gold to cover: the answer rule demands the "cannot answer" conclusion instead
-    if not q.gold:
+    if not question.gold:
         return Failure("gold-no-gold", "the question has no gold documents")
     # A docid naming no stored triple belongs to no document, so to no gold one (also when run without docid-exists).
-    unknown = [d for d, t in zip(c.docids, c.triples) if not t]
+    unknown = [d for d, t in zip(chain.docids, chain.triples) if not t]
     if unknown:
         return Failure("gold-unknown-docid", f"{len(unknown)} docids name no stored triple, e.g. {unknown[0]}")
     # A triple stored in a gold and a non-gold document (a collision) counts for the gold one: not outside.
-    outside = [d for d, docs in zip(c.docids, c.docs) if q.gold.isdisjoint(docs)]
+    outside = [d for d, docs in zip(chain.docids, chain.docs) if question.gold.isdisjoint(docs)]
     if outside:
         return Failure("gold-outside", f"{len(outside)} docids from non-gold documents, e.g. {outside[0]}")
-    covered = q.gold.intersection(d for docs in c.docs for d in docs)
-    if len(covered) < s.min_recall * len(q.gold) - 1e-9:
-        return Failure("gold-recall", f"covers {len(covered)} of {len(q.gold)} gold documents (min recall {s.min_recall:g})")
+    covered = question.gold.intersection(d for docs in chain.docs for d in docs)
+    if len(covered) < settings.min_recall * len(question.gold) - 1e-9:
+        return Failure("gold-recall", f"covers {len(covered)} of {len(question.gold)} gold documents (min recall {settings.min_recall:g})")
     return None
 
 
-def check_answer(c: Chain, s: Settings) -> Failure | None:
+def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     """The conclusion (after the last "answer is", else after the last retrieval) must name the answer."""
-    q = c.question
-    if q is None:
+    question = chain.question
+    if question is None:
         return None
-    start = c.conclusion_start
-    cannot = says_cannot_answer(c.text[start:])
-    if not q.answerable:
+    start = chain.conclusion_start
+    cannot = says_cannot_answer(chain.text[start:])
+    if not question.answerable:
         return None if cannot else Failure("answer-unanswerable", "answers a question the dataset marks unanswerable")
     if cannot:
         return Failure("answer-cannot-answer", "says it cannot answer an answerable question")
-    if not q.answers:
+    if not question.answers:
         return None  # no gold answer to compare with
-    said = conclusion(c.text, start)
-    if not contains_answer(normalize_answer(said), q.answers):
-        return Failure("answer-wrong", f"conclusion {said.strip()[:80]!r} does not contain {q.answers[0]!r}")
+    said = conclusion(chain.text, start)
+    if not contains_answer(normalize_answer(said), question.answers):
+        return Failure("answer-wrong", f"conclusion {said.strip()[:80]!r} does not contain {question.answers[0]!r}")
     return None
 
 
-def redundant_steps(c: Chain) -> tuple[list[int], list[int]]:
+def redundant_steps(chain: Chain) -> tuple[list[int], list[int]]:
     """Retrievals that repeat a state: (repeats of a triple already retrieved, in either orientation;
     different triples whose documents were all retrieved before, e.g. through a colliding triple)."""
     seen: set = set()
     retrieved: set[int] = set()
     repeats, stale = [], []
-    for i, (docid, triple, docs) in enumerate(zip(c.docids, c.triples, c.docs)):
+    for i, (docid, triple, docs) in enumerate(zip(chain.docids, chain.triples, chain.docs)):
         key = triple or docid
         if key in seen:
             repeats.append(i)
@@ -139,24 +139,24 @@ def redundant_steps(c: Chain) -> tuple[list[int], list[int]]:
     return repeats, stale
 
 
-def check_redundant(c: Chain, s: Settings) -> Failure | None:
+def check_redundant(chain: Chain, settings: Settings) -> Failure | None:
     """Only repeats can be trimmed (their information is already in the chain); a different triple may carry
     the answer, so a chain with one that adds no document is rejected in both modes."""
-    repeats, stale = redundant_steps(c)
+    repeats, stale = redundant_steps(chain)
     if repeats:
-        return Failure("redundant", f"retrieval {repeats[0] + 1} repeats an earlier triple: {c.docids[repeats[0]]}")
+        return Failure("redundant", f"retrieval {repeats[0] + 1} repeats an earlier triple: {chain.docids[repeats[0]]}")
     if stale:
         k = stale[0]
-        return Failure("redundant-no-new-document", f"retrieval {k + 1} is a different triple but adds no new document: {c.docids[k]}")
+        return Failure("redundant-no-new-document", f"retrieval {k + 1} is a different triple but adds no new document: {chain.docids[k]}")
     return None
 
 
-def check_length(c: Chain, s: Settings) -> Failure | None:
-    if len(c.docids) > s.max_docids:
-        return Failure("length-docids", f"{len(c.docids)} docids > {s.max_docids}")
-    tokens = len(c.text.split())
-    if tokens > s.max_chain_tokens:
-        return Failure("length-tokens", f"{tokens} whitespace tokens > {s.max_chain_tokens}")
+def check_length(chain: Chain, settings: Settings) -> Failure | None:
+    if len(chain.docids) > settings.max_docids:
+        return Failure("length-docids", f"{len(chain.docids)} docids > {settings.max_docids}")
+    tokens = len(chain.text.split())
+    if tokens > settings.max_chain_tokens:
+        return Failure("length-tokens", f"{tokens} whitespace tokens > {settings.max_chain_tokens}")
     return None
 
 

@@ -29,8 +29,8 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "export kto": ("grtool.cli.export", "kto_cmd"),
     "export gmr": ("grtool.cli.export", "gmr_cmd"),
     "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
-    "status": ("grtool.cli.stage_tools", "status_cmd"),
-    "validate": ("grtool.cli.stage_tools", "validate_cmd"),
+    "status": ("grtool.cli.status_validate", "status_cmd"),
+    "validate": ("grtool.cli.status_validate", "validate_cmd"),
 }
 
 

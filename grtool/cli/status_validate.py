@@ -17,7 +17,7 @@ from grtool.store.validate import describe, find_stage_dirs, status, validate_tr
 
 def status_cmd(
     directory: Annotated[Path, typer.Argument(help="A stage directory, or a run directory holding several.")],
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Shards done and pending, rows, and rejects by reason.
 
@@ -27,7 +27,7 @@ def status_cmd(
     if not dirs:
         raise InputError(f"{directory}: no stage directory here")
     results = [status(d) for d in dirs]
-    if json:
+    if as_json:
         typer.echo(orjson.dumps(results[0] if len(results) == 1 else results).decode())
         return
     t = Table(title="stage status")
@@ -44,7 +44,7 @@ def status_cmd(
 
 def validate_cmd(
     directory: Annotated[Path, typer.Argument(help="A stage directory, a run directory (everything under it is checked), an index directory or an exported file.")],
-    json: Json = False,
+    as_json: Json = False,
 ) -> None:
     """Check stage directories, index directories and exported files: everything grtool wrote under DIRECTORY.
 
@@ -65,7 +65,7 @@ def validate_cmd(
     if not reports:
         raise InputError(f"{directory}: no stage directory here")
     bad = [r for r in reports if not r.ok]
-    if json:
+    if as_json:
         typer.echo(orjson.dumps({"ok": not bad, "stages": [r.__dict__ for r in reports]}).decode())
     else:
         for r in reports:

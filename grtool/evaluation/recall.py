@@ -2,7 +2,7 @@
 
 Per response: the docids are parsed (special tokens or brackets), each is looked up in the triples
 (collisions retrieve every document holding the triple, a tail-first docid counts, see
-:class:`~grtool.export.lookup.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
+:class:`~grtool.export.readers.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
 found nowhere in the corpus is a hallucination; spans that are not docids are malformed (see
 :func:`grtool.docid.parse`; docids are compared by :func:`grtool.docid.normalize`).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.docid import Parsed, parse
-from grtool.export.lookup import DocidIndex, Question, QuestionIndex, Response, iter_responses
+from grtool.export.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
 
 SCORE_BATCH = 2048  # responses scored per lookup call
 

@@ -1,0 +1,1 @@
+"""Scoring model responses against gold documents (`grtool eval recall`)."""
