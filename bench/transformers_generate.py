@@ -32,8 +32,6 @@ def paragraphs(n: int) -> list[tuple[str, str]]:
 
 def bare_loop(lm, tokenizer, texts: list[str], batch_size: int, max_tokens: int) -> int:
     """Generated tokens (up to and including the first end-of-sequence token of each row), stock transformers."""
-    import torch
-
     grtool_attention = lm.config._attn_implementation
     lm.set_attn_implementation("sdpa")  # transformers' own attention, not the backend's grouped-head SDPA
     try:

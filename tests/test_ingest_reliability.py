@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from grtool.corpus.synthetic import write_hotpot_array
 from grtool.store.stage import _legacy_fingerprint, read_table
 
