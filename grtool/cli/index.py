@@ -15,11 +15,12 @@ app = typer.Typer(name="index", help="Build and query the docid index for constr
 @app.command("build")
 def build_cmd(
     triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
-    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode: a tokenizer.json, a local model directory, a .gguf file, or a built-in: llama3, qwen, default (the embedded SmolLM2 model).")],
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode, spelled as its --model: a local model or checkpoint directory, a .gguf file, a HF hub id in the local cache, SmolLM2-135M-Instruct (= default, the embedded model); or a tokenizer.json, or a built-in: llama3, qwen.")],
     out: Out,
     kind: Annotated[str, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = "fm",
     source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
+    flips: Annotated[bool, typer.Option("--flips", help="Also index each docid tail-first (tail, relation, head), as the chains teach, mapping to the same documents.")] = False,
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:
@@ -34,13 +35,14 @@ def build_cmd(
     from grtool.index.base import Index
     from grtool.log import stage_summary
 
-    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite)
+    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips)
     report = stats(Index.open(out))
     if as_json:
         typer.echo(dump_json(report))
     else:
+        flipped = f", {report['flipped_sequences']:,} of them flipped ({report['flips_token_share']:.1%} of the tokens)" if flips else ""
         stage_summary.print(
-            f"[green]index[/] {out}: {report['kind']}, {report['sequences']:,} sequences, {report['tokens']:,} tokens, "
+            f"[green]index[/] {out}: {report['kind']}, {report['sequences']:,} sequences{flipped}, {report['tokens']:,} tokens, "
             f"{report['bits_per_token']} bits/token, built in {report['build_seconds']} s"
         )
 
@@ -80,7 +82,7 @@ def query_cmd(
         table.add_row(str(row["id"]), repr(row["text"]), f"{row['count']:,}")
     console.print(table)
     if result["docs"]:
-        console.print(f"documents: {', '.join(result['docs'])}")
+        console.print(f"documents: {', '.join(result['docs'])}" + (" (a flipped docid: tail, relation, head)" if result["flipped"] else ""))
 
 
 @app.command("stats")

@@ -11,7 +11,8 @@ Directory layout::
     doc_ids.txt         document ids, one per line
     seq_docs_offsets.npy, seq_docs.npy   CSR map sequence -> document indices
     seq_lengths.npy     tokens per sequence
-    docids.parquet      the docid strings in sequence order (``--source docids`` only)
+    docids.parquet      the docid strings in sequence order (``--source docids`` only; with flips a ``flipped`` column)
+    seq_flipped.npy     uint8 per sequence: 1 for a tail-first spelling (only in an index built with ``--flips``)
     <kind files>        fm_*.npy | trie_*.marisa | oracle_*.npy
 """
 
@@ -138,9 +139,40 @@ class Index:
         lengths = self.seq_lengths
         return [int(s) for s, off in hits if off == 0 and int(lengths[s]) == len(ids)]
 
-    def docs_of(self, docid_ids: list[int]) -> list[str]:
-        """Documents a complete docid maps to (empty if it is not in the index), sorted."""
+    def _whole(self, docid_ids: list[int]) -> list[int]:
         ids = [int(t) for t in docid_ids]
         if self.source == "docids" and ids and ids[0] != self.start_id:
             ids = [self.start_id, *ids, self.end_id]  # accept a docid given without its markers
-        return sorted({d for s in self.sequences_of(ids) for d in self.docs_of_sequence(s)})
+        return ids
+
+    def docs_of(self, docid_ids: list[int]) -> list[str]:
+        """Documents a complete docid maps to (empty if it is not in the index), sorted."""
+        return sorted({d for s in self.sequences_of(self._whole(docid_ids)) for d in self.docs_of_sequence(s)})
+
+    # ---- flips (an index built with --flips also holds every docid's tail-first spelling)
+    @property
+    def flips(self) -> bool:
+        return bool(self.meta.get("params", {}).get("flips", False))
+
+    @cached_property
+    def _seq_flipped(self) -> np.ndarray | None:
+        return load_array(self.path / "seq_flipped.npy") if (self.path / "seq_flipped.npy").is_file() else None
+
+    def is_flipped(self, seq: int) -> bool:
+        """Whether sequence ``seq`` is a flipped (tail-first) spelling; False in an index without flips."""
+        flags = self._seq_flipped
+        return bool(flags[seq]) if flags is not None else False
+
+    def resolve_docid(self, docid_ids: list[int]) -> tuple[list[str], bool | None]:
+        """(documents, flipped) of a complete docid (markers optional): flipped is None when the docid is not
+        in the index, else whether it is only a tail-first spelling (a symmetric triple's flip that equals a
+        forward docid is that forward docid: False)."""
+        seqs = self.sequences_of(self._whole(docid_ids))
+        if not seqs:
+            return [], None
+        docs = sorted({d for s in seqs for d in self.docs_of_sequence(s)})
+        return docs, all(self.is_flipped(s) for s in seqs)
+
+    def docid_flipped(self, docid_ids: list[int]) -> bool | None:
+        """None when ``docid_ids`` is not a complete docid of the index, else whether it is a flipped spelling."""
+        return self.resolve_docid(docid_ids)[1]

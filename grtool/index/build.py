@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__
-from grtool.docid import DOCID_END, DOCID_START, normalize
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL, flip, is_triple, normalize
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS
@@ -34,8 +35,8 @@ SOURCES = ("docids", "documents")
 TOKENIZE_BATCH = 50_000
 
 
-def read_docids(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
-    """Distinct docids (sorted), the documents of each (as indices into the sorted doc ids), the doc ids."""
+def read_docid_map(path: str | Path) -> dict[str, set[str]]:
+    """Each distinct docid string → the documents holding it (read as written, markers checked)."""
     table = InputTable.open(path, "triples")
     by_docid: dict[str, set[str]] = {}
     for part in range(table.num_parts):
@@ -54,18 +55,66 @@ def read_docids(path: str | Path) -> tuple[list[str], list[list[int]], list[str]
                 by_docid.setdefault(docid, set()).add(doc_id)
     if not by_docid:
         raise InputError(f"{path}: no triples to index")
+    return by_docid
+
+
+def _inner(docid: str) -> str:
+    return docid[len(DOCID_START) : len(docid) - len(DOCID_END)]
+
+
+def flipped_spelling(docid: str) -> str | None:
+    """``<docid_start>tail, relation, head<docid_end>`` for a forward docid, split as grtool.docid.is_triple
+    splits (first two commas: the tail may hold commas); None when the text is not three parts."""
+    inner = _inner(docid)
+    if not is_triple(inner):
+        return None
+    head, relation, tail = (p.strip() for p in inner.split(",", 2))
+    return SPECIAL.render(*flip((head, relation, tail)))
+
+
+@dataclass
+class Docids:
+    """The sequences of a docid index: docid strings (sorted), the documents of each (indices into the sorted
+    doc ids), the doc ids, and with flips which strings are a flipped orientation and what flipping skipped."""
+
+    docids: list[str]
+    seq_docs: list[list[int]]
+    doc_ids: list[str]
+    flipped: list[bool] | None = None
+    unsplit: int = 0  # forward docids whose text is not three parts (indexed forward only)
+    symmetric: int = 0  # flipped spellings equal to a forward docid (merged into it, no new sequence)
+
+
+def read_docids(path: str | Path, flips: bool = False) -> Docids:
+    """Distinct docids (and with ``flips`` their tail-first spellings) and their documents."""
+    by_docid = read_docid_map(path)
     # Spellings of one triple (by the docid key, grtool.docid.normalize) map to the documents of them all, as
     # the filters and recall count them; each spelling stays in the index as written.
+    # A flipped spelling joins this map by its key too, so a symmetric pair (A r B, B r A) maps both
+    # orientations to the documents of both triples.
     by_key: dict[str, set[str]] = {}
     for docid, docs in by_docid.items():
-        by_key.setdefault(normalize(docid[len(DOCID_START) : len(docid) - len(DOCID_END)]), set()).update(docs)
-    if len(by_key) < len(by_docid):
+        by_key.setdefault(normalize(_inner(docid)), set()).update(docs)
+    flipped: dict[str, None] = {}
+    unsplit = symmetric = 0
+    if flips:
+        forward_docs = {k: set(v) for k, v in by_key.items()}  # before flips add to it: order-independent
         for docid in by_docid:
-            by_docid[docid] = by_key[normalize(docid[len(DOCID_START) : len(docid) - len(DOCID_END)])]
-    doc_ids = sorted({d for docs in by_docid.values() for d in docs})
+            f = flipped_spelling(docid)
+            if f is None:
+                unsplit += 1
+                continue
+            by_key.setdefault(normalize(_inner(f)), set()).update(forward_docs[normalize(_inner(docid))])
+            if f in by_docid:
+                symmetric += 1
+            else:
+                flipped[f] = None
+    texts = {**{d: False for d in by_docid}, **{f: True for f in flipped}}
+    doc_ids = sorted({d for docs in by_key.values() for d in docs})
     doc_index = {d: i for i, d in enumerate(doc_ids)}
-    docids = sorted(by_docid)
-    return docids, [sorted(doc_index[d] for d in by_docid[s]) for s in docids], doc_ids
+    docids = sorted(texts)
+    seq_docs = [sorted(doc_index[d] for d in by_key[normalize(_inner(s))]) for s in docids]
+    return Docids(docids, seq_docs, doc_ids, [texts[s] for s in docids] if flips else None, unsplit, symmetric)
 
 
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
@@ -111,8 +160,11 @@ def write_index(
     params: dict[str, Any] | None = None,
     overwrite: bool = False,
     command: list[str] | None = None,
+    seq_flipped: list[bool] | None = None,
+    flip_counts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Write a complete index directory atomically; returns its metadata."""
+    """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
+    flips): per sequence whether it is a flipped orientation; ``flip_counts`` go to ``sizes``."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if out.exists() and not overwrite:
@@ -129,8 +181,21 @@ def write_index(
         np.save(tmp / "seq_docs_offsets.npy", offsets)
         np.save(tmp / "seq_docs.npy", np.fromiter((d for ds in seq_docs for d in ds), dtype=np.uint32, count=int(offsets[-1])))
         np.save(tmp / "seq_lengths.npy", lengths.astype(np.uint32))
+        flip_sizes: dict[str, Any] = {}
+        if seq_flipped is not None:
+            flags = np.asarray(seq_flipped, dtype=np.uint8)
+            np.save(tmp / "seq_flipped.npy", flags)
+            flipped_tokens = int(lengths[flags.astype(bool)].sum())
+            flip_sizes = {
+                "flipped_sequences": int(flags.sum()),
+                "flipped_tokens": flipped_tokens,
+                # the search structures grow with the tokens, so this is also the share of index bytes
+                "flips_token_share": round(flipped_tokens / max(int(flat.size), 1), 4),
+                **(flip_counts or {}),
+            }
         if docids is not None:
-            pq.write_table(pa.table({"docid": docids}), tmp / "docids.parquet", compression="zstd")
+            columns = {"docid": docids} if seq_flipped is None else {"docid": docids, "flipped": [bool(f) for f in seq_flipped]}
+            pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
         kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}))
         seconds = time.perf_counter() - started
         files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
@@ -153,7 +218,7 @@ def write_index(
                 "docid_end_id": tokenizer.end_id,
                 "added_markers": tokenizer.added_markers,
             },
-            "params": {**(params or {}), **kind_params},
+            "params": {**(params or {}), **kind_params, "flips": seq_flipped is not None},
             "sizes": {
                 "sequences": len(lengths),
                 "documents": len(doc_ids),
@@ -163,6 +228,7 @@ def write_index(
                 "index_bytes": search_bytes,
                 "bits_per_token": round(8 * search_bytes / max(tokens, 1), 3),
                 "total_bytes": sum(v["bytes"] for v in files.values()),
+                **flip_sizes,
             },
             "files": files,
         }
@@ -186,12 +252,22 @@ def build_index(
     source: str = "docids",
     sample_rate: int | None = None,
     overwrite: bool = False,
+    flips: bool = False,
 ) -> dict[str, Any]:
+    """``flips``: index each docid's tail-first spelling too (the chains teach it; filters and recall credit it)."""
     if source not in SOURCES:
         raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if flips and source != "docids":
+        raise GrtoolError("--flips indexes the tail-first spelling of docids: it needs --source docids, not --source documents")
     tok = load_tokenizer(tokenizer)
     log.info("reading %s", source)
-    texts, seq_docs, doc_ids = read_docids(input_path) if source == "docids" else read_documents(input_path)
+    read = read_docids(input_path, flips=flips) if source == "docids" else None
+    if read is not None:
+        texts, seq_docs, doc_ids = read.docids, read.seq_docs, read.doc_ids
+    else:
+        texts, seq_docs, doc_ids = read_documents(input_path)
+    if flips and read is not None and read.unsplit:
+        log.warning("%d docids are not three comma-separated parts: indexed forward only", read.unsplit)
     log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
     flat, lengths = tokenize(tok, texts)
     log.info("building %s index over %d tokens", kind, flat.size)
@@ -203,6 +279,8 @@ def build_index(
         if str(input_path) != "-"
         else [{"path": "-", "kind": "stdin"}],
         params=params, overwrite=overwrite,
+        seq_flipped=read.flipped if read is not None and flips else None,
+        flip_counts={"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if read is not None and flips else None,
     )  # fmt: skip
 
 
@@ -220,6 +298,9 @@ def stats(index) -> dict[str, Any]:
         "tokenizer": m["tokenizer"],
         "params": m["params"],
         **m["sizes"],
+        # indexes built before --flips existed hold none
+        "flipped_sequences": m["sizes"].get("flipped_sequences", 0),
+        "flips_token_share": m["sizes"].get("flips_token_share", 0.0),
     }
 
 

@@ -31,13 +31,16 @@ def prefix_ids(index: Index, text: str | None = None, ids: list[int] | None = No
 
 
 def query(index: Index, ids: list[int]) -> dict[str, Any]:
-    """{"prefix_ids", "next": [{"id", "text", "count"}], "count", "docs"}."""
+    """{"prefix_ids", "next": [{"id", "text", "count"}], "count", "docs", "flipped"}: ``flipped`` is None unless
+    the prefix is a whole docid, then whether it is a tail-first spelling (an index built with --flips)."""
     state = index.walk(ids)
     next_ids, counts = index.next_tokens(state)
     tok = index.tokenizer
+    docs, flipped = index.resolve_docid(ids) if ids else ([], None)
     return {
         "prefix_ids": [int(t) for t in ids],
         "next": [{"id": int(t), "text": tok.token_text(int(t)), "count": int(c)} for t, c in zip(next_ids, counts)],
         "count": int(index.count(state)),
-        "docs": index.docs_of(ids) if ids else [],
+        "docs": docs,
+        "flipped": flipped,
     }
