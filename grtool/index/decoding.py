@@ -21,6 +21,13 @@ from grtool.index.base import Index
 _FREE = None  # the sequence state outside a docid
 
 
+@dataclass(frozen=True)
+class Forbidden:
+    """Token ids that may not come next (everything else may)."""
+
+    ids: np.ndarray
+
+
 @dataclass
 class DocidConstraint:
     index: Index
@@ -69,10 +76,15 @@ def constraint_for(path: str | Path) -> DocidConstraint:
     return _OPEN[key]
 
 
-def mask_row(scores_row, allowed: np.ndarray) -> None:
-    """Set every score outside ``allowed`` to -inf, in place (torch row)."""
+def mask_row(scores_row, allowed: np.ndarray | Forbidden) -> None:
+    """Set every score outside ``allowed`` (or, for a :class:`Forbidden`, inside its ids) to -inf, in place (torch row)."""
     import torch
 
+    if isinstance(allowed, Forbidden):
+        ban = allowed.ids[allowed.ids < scores_row.shape[-1]]
+        if len(ban):
+            scores_row.index_fill_(0, torch.as_tensor(ban, device=scores_row.device), float("-inf"))
+        return
     keep = torch.as_tensor(allowed[allowed < scores_row.shape[-1]], device=scores_row.device)
     kept = scores_row.index_select(0, keep)
     scores_row.fill_(float("-inf"))
