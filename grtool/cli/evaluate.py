@@ -39,7 +39,15 @@ def recall_cmd(
     report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
     if as_json:
         typer.echo(orjson.dumps(report).decode())
-    elif report["responses"]:
+    else:
+        print_recall(report)
+    if report["responses"] == 0:
+        raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
+
+
+def print_recall(report: dict) -> None:
+    """The recall table per dataset (and what was not scored), as `eval recall` prints it."""
+    if report["responses"]:
         table = Table(title="retrieval recall")
         for col in ("dataset", "responses", "recall", "exact", "docs/response", "hallucinated", "flipped", "malformed"):
             table.add_column(col, justify="left" if col == "dataset" else "right")
@@ -65,5 +73,3 @@ def recall_cmd(
             f"{report['incomplete_gold']} for questions whose gold is incomplete (meta.gold_titles_missing)",
             highlight=False,
         )
-    if report["responses"] == 0:
-        raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")

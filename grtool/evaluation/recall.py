@@ -90,6 +90,9 @@ def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidInd
         if not question.gold_complete:
             skipped.incomplete_gold += 1
             continue
+        if response.documents is not None:  # a GMR response: the documents it generated, nothing to look up
+            yield Score(question, response, frozenset(response.documents), len(response.documents), 0, 0, 0)
+            continue
         pending.append((response, question, parse(response.text)))
         if len(pending) == SCORE_BATCH:
             yield from _score_batch(pending, index)

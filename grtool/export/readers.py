@@ -102,16 +102,21 @@ class DocidIndex:
 
 @dataclass(frozen=True)
 class Response:
-    line: int
+    line: int  # line of a JSON Lines file, or row of a responses stage (1-based)
     qid: str
     text: str
+    documents: tuple[str, ...] | None = None  # GMR responses name their documents; docid responses are parsed
 
 
 def iter_responses(path: str | Path) -> Iterator[Response]:
-    """Stream ``{"qid": …, "response": …}`` lines from a JSONL file (plain or .gz) or ``-`` (stdin).
+    """Stream responses: ``{"qid": …, "response": …}`` lines from a JSONL file (plain or .gz) or ``-`` (stdin),
+    or the rows of a `grtool retrieve` output directory.
 
     Blank lines are skipped; anything else that is not such an object stops the run with the file and line.
     """
+    if str(path) != "-" and Path(path).is_dir():
+        yield from _stage_responses(Path(path))
+        return
     name = "<stdin>" if str(path) == "-" else str(path)
     if str(path) == "-":
         handle = sys.stdin.buffer
@@ -130,12 +135,25 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
                 raise InputError(f"{name}, line {lineno}, character {e.pos + 1}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{name}, line {lineno}: expected a JSON object with 'qid' and 'response'")
-            qid, text = row.get("qid"), row.get("response")
+            # `grtool retrieve --out -` writes its rows, whose response is "text"
+            qid, text = row.get("qid"), row.get("response", row.get("text"))
             if qid is None or isinstance(qid, (dict, list, bool)):
                 raise InputError(f"{name}, line {lineno}: missing or invalid 'qid'")
             if not isinstance(text, str):
                 raise InputError(f"{name}, line {lineno}: 'response' must be a string, got {type(text).__name__}")
-            yield Response(lineno, str(qid), text)
+            yield Response(lineno, str(qid), text, _gmr_documents(row))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def _stage_responses(path: Path) -> Iterator[Response]:
+    row_no = 0
+    for batch in iter_batches(resolve_stage(path, "responses"), columns=["qid", "text", "doc_ids", "mode"]):
+        for row in batch.to_pylist():
+            row_no += 1
+            yield Response(row_no, row["qid"], row["text"] or "", _gmr_documents(row))
+
+
+def _gmr_documents(row: dict) -> tuple[str, ...] | None:
+    return tuple(row.get("doc_ids") or ()) if row.get("mode") == "gmr" else None

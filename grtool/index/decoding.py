@@ -36,6 +36,11 @@ class DocidConstraint:
         self.start_id = self.index.start_id
         self.end_id = self.index.end_id
         self._end_only = np.array([self.end_id], dtype=np.int64)
+        self.openers = np.array([self.start_id], dtype=np.int64)  # the tokens that open a docid
+
+    @staticmethod
+    def is_free(state: Any) -> bool:
+        return state is _FREE
 
     def initial(self, prompt_ids: list[int]) -> Any:
         """The state after a prompt: free, or (when the prompt ends inside a docid) the walked docid prefix."""
@@ -112,12 +117,17 @@ def _transformers_base():
 class DocidLogitsProcessor(_transformers_base()):
     """transformers ``LogitsProcessor`` for hybrid docid decoding (greedy, sampling and beam search).
 
-    Rows are matched to the previous step by their generated tokens, so beam reordering keeps the right
-    state; each row's state advances by one token per step.
+    ``constraint``: an index (or its directory: special markers), or any constraint object with ``initial``,
+    ``advance`` and ``allowed`` (:mod:`grtool.index.constraints`). Rows are matched to the previous step by their
+    generated tokens, so beam reordering keeps the right state; each row's state advances by one token per step.
     """
 
-    def __init__(self, index: Index | str | Path):
-        self.constraint = DocidConstraint(index) if isinstance(index, Index) else constraint_for(index)
+    def __init__(self, constraint: Any):
+        if isinstance(constraint, Index):
+            constraint = DocidConstraint(constraint)
+        elif isinstance(constraint, (str, Path)):
+            constraint = constraint_for(constraint)
+        self.constraint = constraint
         self._prompt_len: int | None = None
         self._states: dict[tuple[int, ...], Any] = {}
 

@@ -1,9 +1,12 @@
 """vLLM v1 logits processor for hybrid docid decoding.
 
-Pass the class to the engine and name the index per request::
+Pass the class to the engine and name the constraint per request, as an index directory (special markers) or
+a spec of :mod:`grtool.index.constraints` (``Sampling.constraint``; bracket markers need the model's tokenizer,
+which the processor loads from the engine's config)::
 
     llm = LLM(model, logits_processors=[DocidVllmLogitsProcessor])
     llm.generate(prompts, SamplingParams(extra_args={"docid_index": "out/run/index"}))
+    llm.generate(prompts, SamplingParams(extra_args={"docid_index": {"index": "out/run/index", "markers": "brackets"}}))
 
 Requests without ``docid_index`` are left alone. vLLM hands each request's live output-token list to
 ``update_state``; every step advances the request's state by the tokens added since the last step.
@@ -14,7 +17,8 @@ from __future__ import annotations
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from grtool.index.decoding import DocidConstraint, constraint_for, mask_row
+from grtool.index.constraints import constraint_from_spec
+from grtool.index.decoding import mask_row
 
 EXTRA_ARG = "docid_index"
 
@@ -22,7 +26,7 @@ EXTRA_ARG = "docid_index"
 class _Request:
     __slots__ = ("constraint", "state", "outputs", "seen")
 
-    def __init__(self, constraint: DocidConstraint, prompt: list[int] | None, outputs: list[int]):
+    def __init__(self, constraint, prompt: list[int] | None, outputs: list[int]):
         self.constraint = constraint
         self.state = constraint.initial(prompt or [])
         self.outputs = outputs  # vLLM's running list of this request's output tokens
@@ -38,11 +42,25 @@ class DocidVllmLogitsProcessor(LogitsProcessor):
     @classmethod
     def validate_params(cls, sampling_params) -> None:
         path = (sampling_params.extra_args or {}).get(EXTRA_ARG)
-        if path is not None and not isinstance(path, str):
-            raise ValueError(f"extra_args[{EXTRA_ARG!r}] must be an index directory path")
+        if path is not None and not isinstance(path, (str, dict)):
+            raise ValueError(f"extra_args[{EXTRA_ARG!r}] must be an index directory path or a constraint spec")
 
     def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
         self.requests: dict[int, _Request] = {}
+        self._tokenizer_source = vllm_config.model_config.tokenizer
+        self._tokenizer = None
+
+    def _constraint(self, spec):
+        if isinstance(spec, str):
+            spec = {"index": spec, "markers": "special"}
+        tokenizer = None
+        if spec.get("markers") == "brackets":
+            if self._tokenizer is None:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_source).backend_tokenizer
+            tokenizer = self._tokenizer
+        return constraint_from_spec(spec, tokenizer)
 
     def is_argmax_invariant(self) -> bool:
         return False  # it changes which token wins
@@ -54,7 +72,7 @@ class DocidVllmLogitsProcessor(LogitsProcessor):
             for index, params, prompt, outputs in batch_update.added:
                 path = (params.extra_args or {}).get(EXTRA_ARG) if params is not None else None
                 if path:
-                    self.requests[index] = _Request(constraint_for(path), prompt, outputs)
+                    self.requests[index] = _Request(self._constraint(path), prompt, outputs)
                 else:
                     self.requests.pop(index, None)
             for a, b, direction in batch_update.moved:

@@ -29,10 +29,17 @@ class Sampling:
     logprobs: int | None = None  # top-k alternatives per generated token, when the caller needs them
     json_schema: dict[str, Any] | None = None  # structured output, when the backend supports it
     stop: tuple[str, ...] = ()
+    # Hybrid docid decoding (`grtool retrieve`): {"index", "fingerprint", "markers", "max_docids"}, see
+    # grtool.index.decoding.constraint_from_spec; backends without constrained decoding refuse it.
+    constraint: dict[str, Any] | None = None
+    beams: int = 1  # beam search width (transformers; GMR-style document decoding)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        for name, unset in (("constraint", None), ("beams", 1)):
+            if d[name] == unset:
+                del d[name]  # keeps the cache keys of requests made before these fields existed
         return d
 
 
@@ -53,6 +60,7 @@ class Generation:
     completion_tokens: int = 0
     logprobs: list[TokenLogprobs] | None = None
     cached: bool = False
+    latency_ms: float | None = None  # wall time until this generation was ready (its batch or chunk)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))

@@ -97,6 +97,8 @@ class OpenAIBackend:
         return ids[0]
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
+        if sampling.constraint is not None:
+            raise GrtoolError("the openai backend cannot constrain docids to an index: use --backend transformers or vllm")
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

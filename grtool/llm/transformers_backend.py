@@ -1,16 +1,19 @@
 """Local generation with Hugging Face transformers (CPU or one GPU), batched, with the tokenizer's chat template.
 
-The default model is the embedded SmolLM2-135M-Instruct (see :mod:`grtool.llm.models`). There is no
-constrained decoding here: a JSON schema in :class:`Sampling` is part of the cache key and is left to the prompt.
+The default model is the embedded SmolLM2-135M-Instruct (see :mod:`grtool.llm.models`). A JSON schema in
+:class:`Sampling` is part of the cache key and is left to the prompt; a docid constraint (``Sampling.constraint``,
+`grtool retrieve`) runs as a logits processor (:mod:`grtool.index.decoding`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import time
+from pathlib import Path
 from typing import Any
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, InputError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
 from grtool.llm.models import resolve_model
 from grtool.log import log
@@ -18,7 +21,7 @@ from grtool.log import log
 
 class TransformersBackend:
     name = "transformers"
-    OPTIONS = ("batch_size", "device", "dtype", "threads")
+    OPTIONS = ("batch_size", "device", "dtype", "threads", "adapter")
 
     def __init__(
         self,
@@ -28,6 +31,7 @@ class TransformersBackend:
         device: str | None = None,
         dtype: str = "auto",
         threads: int | None = None,
+        adapter: str | None = None,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -47,6 +51,9 @@ class TransformersBackend:
             self.lm = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype).to(self.device).eval()
         except OSError as e:
             raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
+        if adapter is not None:
+            self.lm = _with_adapter(self.lm, adapter)
+            self.model = f"{ref.name}+{Path(adapter).name}"
         if self.tokenizer.chat_template is None:
             raise GrtoolError(f"model {ref.name!r}: its tokenizer has no chat template")
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
@@ -90,11 +97,23 @@ class TransformersBackend:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if sampling.beams > 1:
+            kwargs.update(num_beams=sampling.beams, num_return_sequences=1, early_stopping=True)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        if sampling.constraint is not None:
+            from transformers import LogitsProcessorList
+
+            from grtool.index.constraints import constraint_from_spec
+            from grtool.index.decoding import DocidLogitsProcessor
+
+            constraint = constraint_from_spec(sampling.constraint, self.tokenizer.backend_tokenizer)
+            kwargs["logits_processor"] = LogitsProcessorList([DocidLogitsProcessor(constraint)])
         torch.manual_seed(sampling.seed)
+        started = time.perf_counter()
         with torch.inference_mode():
             out = self.lm.generate(**enc, **kwargs)
+        latency_ms = (time.perf_counter() - started) * 1000
         prompt_len = enc["input_ids"].shape[1]
         new_tokens = out.sequences[:, prompt_len:]
         eos = _eos_ids(self.lm, self.tokenizer)
@@ -107,7 +126,8 @@ class TransformersBackend:
                     n, hit_eos = j + 1, True
                     break
             content_ids = ids[: n - 1] if hit_eos else ids[:n]
-            text = self.tokenizer.decode(content_ids, skip_special_tokens=True)
+            # Under a docid constraint the markers are special tokens that belong to the text.
+            text = self.tokenizer.decode(content_ids, skip_special_tokens=sampling.constraint is None)
             finish = "stop" if hit_eos or n < sampling.max_tokens else "length"
             text, stopped = _cut_at_stop(text, sampling.stop)
             if stopped:
@@ -117,6 +137,7 @@ class TransformersBackend:
                 finish_reason=finish,
                 prompt_tokens=int(enc["attention_mask"][row].sum()),
                 completion_tokens=n,
+                latency_ms=latency_ms,
             )
             if sampling.logprobs:
                 gen.logprobs = self._token_logprobs(out.logits, row, ids[:n], sampling.logprobs)
@@ -136,6 +157,17 @@ class TransformersBackend:
                 top.setdefault(self.tokenizer.decode([a]), v)
             out.append(TokenLogprobs(self.tokenizer.decode([token_id]), float(lp[token_id]), top))
         return out
+
+
+def _with_adapter(lm, adapter: str):
+    """The model with a LoRA adapter (peft) merged into its weights: inference then costs what the base costs."""
+    if not (Path(adapter) / "adapter_config.json").is_file():
+        raise InputError(f"--adapter {adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise MissingDependency("--adapter", "peft", "peft", e) from None
+    return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -8,9 +8,11 @@ independent of what it was batched with.
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
-from grtool.errors import MissingDependency
+from grtool.errors import GrtoolError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
 from grtool.llm.models import resolve_model
 
@@ -26,6 +28,7 @@ class VLLMBackend:
         "chunk_size",
         "seed",
         "max_num_seqs",
+        "adapter",
     )
 
     def __init__(
@@ -40,6 +43,7 @@ class VLLMBackend:
         chunk_size: int = 4096,
         seed: int = 0,
         max_num_seqs: int | None = None,
+        adapter: str | None = None,
     ):
         try:
             from vllm import LLM
@@ -61,6 +65,17 @@ class VLLMBackend:
             engine_args["max_model_len"] = max_model_len
         if max_num_seqs is not None:
             engine_args["max_num_seqs"] = max_num_seqs
+        self.lora = None
+        if adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            engine_args["enable_lora"] = True
+            self.lora = LoRARequest(Path(adapter).name, 1, str(Path(adapter).resolve()))
+            self.model = f"{ref.name}+{Path(adapter).name}"
+        from grtool.index.vllm_processor import DocidVllmLogitsProcessor
+
+        # Requests without a docid constraint pass through it untouched (`grtool retrieve` sets one).
+        engine_args["logits_processors"] = [DocidVllmLogitsProcessor]
         self.llm = LLM(**engine_args)
         self.tokenizer = self.llm.get_tokenizer()
 
@@ -79,6 +94,14 @@ class VLLMBackend:
             "logprobs": sampling.logprobs,
             "stop": list(sampling.stop) or None,
         }
+        if sampling.constraint is not None:
+            from grtool.index.vllm_processor import EXTRA_ARG
+
+            kwargs["extra_args"] = {EXTRA_ARG: sampling.constraint}
+            # the docid markers belong to the text, written as they are
+            kwargs.update(skip_special_tokens=False, spaces_between_special_tokens=False)
+        if sampling.beams > 1:
+            raise GrtoolError("the vllm backend does not run constrained beam search here: use --backend transformers for --beams")
         if sampling.json_schema is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
@@ -90,8 +113,12 @@ class VLLMBackend:
         results: list[Generation] = []
         for start in range(0, len(prompts), self.chunk_size):
             texts = [self.render(m) for m in prompts[start : start + self.chunk_size]]
-            outputs = self.llm.generate(texts, params, use_tqdm=False)
+            started = time.perf_counter()
+            outputs = self.llm.generate(texts, params, use_tqdm=False, lora_request=self.lora)
+            latency_ms = (time.perf_counter() - started) * 1000
             chunk = [_to_generation(o, sampling.logprobs) for o in outputs]
+            for gen in chunk:
+                gen.latency_ms = latency_ms
             results.extend(chunk)
             if on_done is not None:  # per chunk: vllm.LLM.generate returns when its whole batch is done
                 on_done(chunk)

@@ -29,6 +29,7 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "export kto": ("grtool.cli.export", "kto_cmd"),
     "export gmr": ("grtool.cli.export", "gmr_cmd"),
     "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
+    "retrieve": ("grtool.cli.retrieve", "retrieve_cmd"),
     "status": ("grtool.cli.status_validate", "status_cmd"),
     "validate": ("grtool.cli.status_validate", "validate_cmd"),
 }

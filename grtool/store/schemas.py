@@ -73,12 +73,33 @@ CHAINS = pa.schema(
     ]
 )
 
+RESPONSES = pa.schema(
+    [
+        ("qid", STR),
+        ("sample", pa.int32()),
+        ("dataset", STR),
+        ("text", STR),
+        ("docids", STR_LIST),  # well-formed docids as written, markers included, in order
+        ("flipped", pa.list_(pa.bool_())),  # per docid: found only when read tail-first
+        ("doc_ids", STR_LIST),  # the documents those docids retrieve (GMR: the documents generated), first seen first
+        ("n_docids", pa.int32()),
+        ("malformed", pa.int32()),
+        ("tokens", pa.int32()),  # generated tokens
+        ("latency_ms", pa.float64()),  # until the response was ready (its batch or chunk)
+        ("finish_reason", STR),
+        ("model", STR),
+        ("markers", STR),  # special | brackets
+        ("mode", STR),  # docids | gmr
+    ]
+)
+
 TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "documents": (DOCUMENTS, ("doc_id",)),
     "questions": (QUESTIONS, ("qid",)),
     "triples": (TRIPLES, ("doc_id", "idx")),
     "llm_calls": (LLM_CALLS, ("request_hash", "row_key")),
     "chains": (CHAINS, ("qid", "candidate")),
+    "responses": (RESPONSES, ("qid", "sample")),
 }
 
 

@@ -1,0 +1,89 @@
+"""`grtool retrieve`: answer questions with a model under hybrid docid decoding."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
+import typer
+
+from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex
+
+class MarkerMode(str, Enum):
+    special = "special"
+    brackets = "brackets"
+
+
+class Mode(str, Enum):
+    docids = "docids"
+    gmr = "gmr"
+
+
+@llm_options(temperature=0.7, max_tokens=512)
+def retrieve_cmd(
+    corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
+    index: Annotated[Path, typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer.")],
+    out: Out,
+    triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage for recall and flips (default: the one the index was built from).")] = None,
+    dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Only questions of this dataset (repeatable).")] = None,
+    split: Annotated[Optional[list[str]], typer.Option("--split", help="Only questions of this split (repeatable).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
+    markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
+    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question, from the corpus's own questions and gold triples (default: 0 with special markers, 3 with brackets).")] = None,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling); 1 = greedy, more = sampled at --temperature with seeds --seed, --seed+1, ...")] = 1,
+    max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
+    beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers; default 1, gmr usually 4).")] = 1,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
+    adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,
+    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty responses.")] = 0.2,
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+    as_json: Json = False,
+    llm: LLMSettings = None,
+) -> None:
+    """Generate responses to questions: free text, and between docid markers only docids the index holds.
+
+    Writes one row per question and sample (qid, sample, text, docids, flipped, doc_ids, n_docids, malformed,
+    tokens, latency_ms, finish_reason, model, markers, mode); `eval recall` and `export kto` read the directory.
+    The summary gives recall per dataset (as `eval recall`), hallucinated docids (0 under the constraint), docids
+    per response and latency p50/p95.
+
+    Example: grtool retrieve out/run --index out/run/index --model out/ckpt/sft --out out/run/responses --samples 4
+    """
+    from grtool.retrieve.run import RetrieveRequest, retrieve
+
+    report = retrieve(
+        RetrieveRequest(
+            corpus=corpus, index=index, out=out, triples=triples, datasets=tuple(dataset or ()), splits=tuple(split or ()),
+            limit=limit, markers=markers.value, few_shot=few_shot, samples=samples, max_docids=max_docids, mode=mode.value,
+            beams=beams, max_steps=max_steps, adapter=adapter, max_empty_share=max_empty_share, overwrite=overwrite,
+            num_shards=num_shards, shard_index=shard_index,
+        ),
+        llm,
+    )  # fmt: skip
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+        return
+    from grtool.cli.evaluate import print_recall
+    from grtool.log import console
+
+    if report.get("recall") is not None:
+        print_recall(report["recall"])
+    else:
+        console.print(f"[yellow]recall not computed:[/] {report['recall_note']}", highlight=False)
+    latency = report["latency_ms"]
+    console.print(
+        f"[green]retrieve[/] {report['out']}: {report['responses']:,} responses, {report['docids']:,} docids "
+        f"({report['docids_per_response']:.2f} per response, {report['hallucinated']} hallucinated, {report['flipped']} flipped, "
+        f"{report['malformed']} malformed); latency per query p50 {latency['p50']} ms, p95 {latency['p95']} ms",
+        highlight=False,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("retrieve")(retrieve_cmd)

@@ -1,0 +1,148 @@
+"""`grtool retrieve` from request to report: check the inputs, run the stage, score it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import InputError
+from grtool.index.base import Index
+from grtool.log import log
+from grtool.store.io import is_stdio
+
+
+@dataclass(frozen=True)
+class RetrieveRequest:
+    corpus: str
+    index: Path
+    out: Path
+    triples: Path | None = None
+    datasets: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ()
+    limit: int | None = None
+    markers: str = "special"
+    few_shot: int | None = None
+    samples: int = 1
+    max_docids: int | None = None
+    mode: str = "docids"
+    beams: int = 1
+    max_steps: int = 4
+    adapter: Path | None = None
+    max_empty_share: float = 0.2
+    overwrite: bool = False
+    num_shards: int | None = None
+    shard_index: int | None = None
+
+
+def triples_of_index(index: Index, given: Path | None) -> Path:
+    """``--triples``, else the triples stage the index was built from (recorded in index.json)."""
+    if given is not None:
+        return given
+    for entry in index.meta.get("inputs", []):
+        path = entry.get("path")
+        if path and path != "-" and Path(path).is_dir():
+            return Path(path)
+    raise InputError(f"{index.path}: the triples it was built from are not recorded or gone; pass --triples")
+
+
+def model_tokenizer(model: str | None, adapter: Path | None):
+    """The model's fast tokenizer (``tokenizers.Tokenizer``), loaded without the weights."""
+    from transformers import AutoTokenizer
+
+    from grtool.llm.models import resolve_model
+
+    ref = resolve_model(model)
+    source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path
+    try:
+        return AutoTokenizer.from_pretrained(str(source)).backend_tokenizer, ref.name
+    except (OSError, ValueError) as e:
+        raise InputError(f"--model {model}: cannot load its tokenizer ({e})") from None
+
+
+def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
+    """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
+    from grtool.export.readers import DocidIndex
+    from grtool.retrieve.prompt import RetrievePrompt, pick_examples
+    from grtool.retrieve.stage import RetrieveSettings, Selection, run_retrieve
+
+    if request.adapter is not None and not Path(request.adapter).is_dir():
+        raise InputError(f"--adapter {request.adapter}: no such directory")
+    if llm.backend == "openai":
+        raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
+    index = Index.open(request.index)
+    wanted = "documents" if request.mode == "gmr" else "docids"
+    if index.source != wanted:
+        fix = "--source documents" if wanted == "documents" else "--source docids (the default)"
+        raise InputError(f"{request.index}: an index of {index.source}, but --mode {request.mode} needs one of {wanted} (`grtool index build … {fix}`)")
+    tokenizer, model_name = model_tokenizer(llm.model, request.adapter)
+    from grtool.index.agreement import check_agreement
+
+    check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" else "special")
+    selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
+    triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
+    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" else 0)
+    examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
+    if few_shot and len(examples) < few_shot + 1:
+        log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
+    prompt = RetrievePrompt(request.markers, examples, few_shot)
+    settings = RetrieveSettings(
+        markers=request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
+        seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
+    )  # fmt: skip
+    lookup = DocidIndex.build(triples) if triples is not None else None
+    options = llm.backend_options()
+    options["adapter"] = str(request.adapter) if request.adapter is not None else None
+
+    def backend():
+        from grtool.llm import make_backend
+
+        return make_backend(llm.backend, llm.model, **options)
+
+    params = {
+        **settings.params(), "backend": llm.backend, "model": model_name, "adapter": options["adapter"],
+        "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index.meta.get("tokenizer", {}).get("sha256"),
+        "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
+    }  # fmt: skip
+    inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
+    run = run_retrieve(
+        selection, prompt, index, lookup, request.out, backend, settings, model_name=model_name, params=params, inputs=inputs,
+        cache_dir=llm.cache_dir_for(request.out), overwrite=request.overwrite, num_shards=request.num_shards,
+        shard_index=request.shard_index, max_empty_share=request.max_empty_share,
+    )  # fmt: skip
+    return summarize(request, run.manifests[0], lookup)
+
+
+def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:
+    from grtool.evaluation.recall import evaluate_recall
+    from grtool.export.readers import QuestionIndex
+    from grtool.retrieve.stage import latency_percentiles
+
+    counters = manifest.get("counters") or {}
+    extra = counters.get("extra") or {}
+    responses = int(counters.get("out", 0))
+    report: dict[str, Any] = {
+        "out": str(request.out),
+        "responses": responses,
+        "docids": int(extra.get("docids", 0)),
+        "docids_per_response": extra.get("docids", 0) / responses if responses else 0.0,
+        "hallucinated": int(extra.get("docids_hallucinated", 0)),
+        "flipped": int(extra.get("docids_flipped", 0)),
+        "malformed": int(extra.get("malformed", 0)),
+        "latency_ms": {"p50": None, "p95": None},
+        "recall": None,
+        "recall_note": None,
+    }
+    if is_stdio(request.out):
+        report["recall_note"] = "the responses went to stdout; pipe them into `grtool eval recall -`"
+        return report
+    report["latency_ms"] = latency_percentiles(request.out)
+    if not manifest.get("complete"):
+        report["recall_note"] = "other tasks' parts are not done yet; run `grtool eval recall` on the directory when all tasks are"
+        return report
+    recall = evaluate_recall(request.out, QuestionIndex.build(request.corpus), lookup) if lookup is not None else None
+    if recall is None or recall["responses"] == 0:
+        report["recall_note"] = "no selected question has gold documents (or no triples to score with)"
+    else:
+        report["recall"] = recall
+    return report

@@ -1,0 +1,226 @@
+"""`grtool retrieve`: model responses to questions under hybrid docid decoding, as a stage directory.
+
+For every selected question the model writes freely; between the docid markers only text the index allows can
+come (:mod:`grtool.index.decoding`), then it is free again. One row per (question, sample). The part loop,
+sharding, resume and the request cache are :class:`grtool.llm.stage_runner.ModelStage`'s; this module selects
+the questions, builds the prompts and turns generations into rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from grtool.docid import parse
+from grtool.errors import InputError
+from grtool.export.readers import DocidIndex
+from grtool.index.base import Index
+from grtool.llm.base import Backend, Generation, Sampling
+from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
+from grtool.retrieve.prompt import RetrievePrompt
+from grtool.store.io import InputTable
+
+MARKER_MODES = ("special", "brackets")
+MODES = ("docids", "gmr")
+QUESTION_COLUMNS = ["qid", "dataset", "split", "question", "gold_doc_ids", "answerable"]
+
+
+@dataclass(frozen=True)
+class RetrieveSettings:
+    markers: str = "special"
+    mode: str = "docids"
+    samples: int = 1
+    temperature: float = 0.7  # used when samples > 1; one sample is greedy
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 512
+    max_docids: int | None = None
+    beams: int = 1
+    max_steps: int = 4
+
+    def sampling(self, sample: int, constraint: dict[str, Any]) -> Sampling:
+        """Sample k's parameters: its own seed, so each sample is its own request (and cache entry)."""
+        greedy = self.samples == 1
+        return Sampling(
+            temperature=0.0 if greedy else self.temperature,
+            top_p=1.0 if greedy else self.top_p,
+            max_tokens=self.max_tokens,
+            seed=self.seed + sample,
+            constraint=constraint,
+            beams=self.beams,
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+# ------------------------------------------------------------------------------------------ selection
+
+
+@dataclass
+class Selection:
+    """The questions to answer: a questions stage filtered by dataset and split, the first ``limit`` of them."""
+
+    table: InputTable
+    datasets: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ()
+    quota: list[int | None] | None = None  # rows per part under --limit (None: every matching row)
+
+    @classmethod
+    def of(cls, corpus: str | Path, datasets: tuple[str, ...] = (), splits: tuple[str, ...] = (), limit: int | None = None) -> "Selection":
+        table = InputTable.open(corpus, "questions")
+        if table.source == "-":
+            raise InputError("retrieve reads questions from a corpus run directory or its questions stage, not stdin")
+        selection = cls(table, tuple(datasets), tuple(splits))
+        counts = [selection._count(i) for i in range(table.num_parts)]
+        if sum(counts) == 0:
+            what = ", ".join(f"{k} {', '.join(v)}" for k, v in (("dataset", datasets), ("split", splits)) if v) or "any"
+            raise InputError(f"{table.source}: no questions selected ({what}); see `grtool corpus stats` for what it holds")
+        if limit is not None:
+            left, quota = limit, []
+            for n in counts:
+                quota.append(min(n, left))
+                left -= quota[-1]
+            selection.quota = quota
+        return selection
+
+    def _matching(self, part: int, columns: list[str]):
+        for batch in self.table.iter_part(part, columns=columns):
+            yield from (r for r in batch if (not self.datasets or r["dataset"] in self.datasets) and (not self.splits or r["split"] in self.splits))
+
+    def _count(self, part: int) -> int:
+        return sum(1 for _ in self._matching(part, ["dataset", "split"]))
+
+    def rows(self, part: int) -> list[dict[str, Any]]:
+        wanted = None if self.quota is None else self.quota[part]
+        rows = []
+        for row in self._matching(part, QUESTION_COLUMNS):
+            if wanted is not None and len(rows) >= wanted:
+                break
+            rows.append(row)
+        return rows
+
+    def planned(self, parts: list[int]) -> int:
+        return sum(self.quota[i] if self.quota is not None else self._count(i) for i in parts)  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------------ constraint
+
+
+def index_fingerprint(index: Index) -> str:
+    """A short digest of the index files' checksums: a rebuilt index is a new constraint (and cache key)."""
+    files = index.meta.get("files", {})
+    text = "\n".join(f"{name}:{info.get('sha256')}" for name, info in sorted(files.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def constraint_spec(index: Index, markers: str, max_docids: int | None) -> dict[str, Any]:
+    return {"index": str(Path(index.path).resolve()), "fingerprint": index_fingerprint(index), "markers": markers, "max_docids": max_docids}
+
+
+# ------------------------------------------------------------------------------------------ rows
+
+
+def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup: DocidIndex, settings: RetrieveSettings, model: str) -> dict[str, Any]:
+    """One output row: the response and what its docids are (as written, flipped, documents)."""
+    parsed = parse(gen.text)
+    good = [s for s in parsed.spans if s.problem is None]
+    resolved = lookup.resolve_many([s.key for s in good])
+    docs: list[str] = []
+    for found, _ in resolved:
+        docs.extend(d for d in sorted(found) if d not in docs)
+    return {
+        "qid": question["qid"],
+        "sample": sample,
+        "dataset": question["dataset"],
+        "text": gen.text,
+        "docids": [gen.text[s.start : s.end] for s in good],
+        "flipped": [bool(f) and bool(found) for found, f in resolved],
+        "hallucinated": sum(1 for found, _ in resolved if not found),
+        "doc_ids": docs,
+        "n_docids": len(good),
+        "malformed": parsed.malformed,
+        "tokens": gen.completion_tokens,
+        "latency_ms": gen.latency_ms,
+        "finish_reason": gen.finish_reason,
+        "model": model,
+        "markers": settings.markers,
+        "mode": settings.mode,
+    }
+
+
+def run_retrieve(
+    selection: Selection,
+    prompt: RetrievePrompt,
+    index: Index,
+    lookup: DocidIndex,
+    out: str | Path,
+    backend: Callable[[], Backend],
+    settings: RetrieveSettings,
+    *,
+    model_name: str,
+    params: dict[str, Any],
+    inputs: list[str],
+    cache_dir: Path | None = None,
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+    max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
+):
+    """Run the stage over this task's parts; returns the :class:`~grtool.llm.stage_runner.StageRun`."""
+    from grtool.llm.stage_runner import Guard, ModelStage, Output, Part
+    from grtool.store.schemas import RESPONSES
+    from grtool.store.stage import StageSpec
+
+    spec = constraint_spec(index, settings.markers, settings.max_docids)
+
+    def part_fn(part: Part) -> None:
+        questions = selection.rows(part.index)
+        part.shard.count_in(len(questions))
+        prompts = [prompt.messages(q["qid"], q["question"]) for q in questions]
+        for sample in range(settings.samples):
+            gens = part.llm.generate(prompts, settings.sampling(sample, spec), on_progress=part.meter) if prompts else []
+            rows = [response_row(q, sample, g, lookup, settings, part.llm.model) for q, g in zip(questions, gens)]
+            for row, gen in zip(rows, gens):
+                part.empty.add()
+                if not gen.text.strip():
+                    part.shard.count("responses_empty")
+                    part.empty.add_empty(example(f"{row['qid']} sample {sample}", "empty output", gen.finish_reason, gen.text) if part.empty.wants_examples else None)
+                part.shard.count("docids", row["n_docids"])
+                part.shard.count("docids_hallucinated", row.pop("hallucinated"))
+                part.shard.count("docids_flipped", sum(row["flipped"]))
+                part.shard.count("malformed", row["malformed"])
+            part.shard.write_rows(rows)
+
+    guard = Guard(
+        max_empty_share, "responses", "are empty", _recorded_empty,
+        redo="from the request cache, which keeps the empty answers: change the model or prompt, or pass --no-cache",
+    )  # fmt: skip
+    stage = ModelStage(
+        "retrieve", "questions", [Output(out, StageSpec("responses", RESPONSES, params, inputs=inputs))], selection.table.num_parts,
+        backend, model_name, cache_dir=cache_dir, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
+        planned=lambda parts: selection.planned(parts) * settings.samples, guard=guard,
+    )  # fmt: skip
+    return stage.run(part_fn)
+
+
+def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
+    record = writer.records.get(name, {})
+    extra = record.get("counters", {}).get("extra", {})
+    return EmptyOutputs(name, record.get("rows", 0), extra.get("responses_empty", 0), resumed=True)
+
+
+def latency_percentiles(path: str | Path) -> dict[str, float | None]:
+    """p50 / p95 of ``latency_ms`` over a responses stage (per query: the time its batch took)."""
+    from grtool.store.stage import read_table
+
+    column = read_table(path, columns=["latency_ms"])["latency_ms"].drop_null()
+    if len(column) == 0:
+        return {"p50": None, "p95": None}
+    q = pc.quantile(column, q=[0.5, 0.95]).to_pylist()
+    return {"p50": round(q[0], 1), "p95": round(q[1], 1)}

@@ -1,0 +1,174 @@
+"""`grtool retrieve` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index.
+
+The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples with the triples of
+``test_export.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
+in the index, in both marker modes; the responses directory feeds `eval recall` and `export kto` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA, run_cli
+from test_export import build_samples
+
+from grtool.export.readers import DocidIndex
+from grtool.store.stage import load_manifest, read_table
+
+pytestmark = pytest.mark.slow
+
+FAST = ("--max-tokens", "80", "--threads", "2")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A corpus with triples and an FM-index (forward and flipped docids) with the embedded model's tokenizer."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path_factory.mktemp("retrieve") / "run"
+    build_samples(SHARED_DATA, root)
+    run_cli("index", "build", root / "triples", "--tokenizer", "default", "--flips", "--out", root / "index")
+    return root
+
+
+@pytest.fixture(scope="module")
+def marker_model(tmp_path_factory) -> Path:
+    """The embedded model with the two docid markers added to its tokenizer, their embeddings taken from the
+    tokens ``[`` and ``]`` (slightly scaled, so the marker wins where the model would open a bracket): a stand-in
+    for a model trained with the markers (`grtool train sft` adds them the same way)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grtool.docid import DOCID_END, DOCID_START
+    from grtool.llm.models import resolve_model
+
+    base = resolve_model(None).path
+    out = tmp_path_factory.mktemp("marker_model")
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    tok.add_special_tokens({"additional_special_tokens": [DOCID_START, DOCID_END]})
+    model.resize_token_embeddings(len(tok))
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for marker, like in ((DOCID_START, "["), (DOCID_END, "]")):
+            emb[tok.convert_tokens_to_ids(marker)] = emb[tok.convert_tokens_to_ids(tok.tokenize(like)[0])] * 1.2
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def _rows(path: Path) -> list[dict]:
+    return read_table(path).to_pylist()
+
+
+def _assert_all_exist(rows: list[dict], lookup: DocidIndex) -> int:
+    from grtool.docid import parse
+
+    n = 0
+    for row in rows:
+        keys = parse(row["text"]).docids
+        assert len(keys) == row["n_docids"]
+        for key, (docs, _) in zip(keys, lookup.resolve_many(keys)):
+            assert docs, f"{row['qid']}: hallucinated docid {key!r} in {row['text']!r}"
+            n += 1
+    return n
+
+
+def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
+    out = tmp_path / "responses"
+    proc = run_cli("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "2", "--out", out, *FAST, "--json")
+    report = json.loads(proc.stdout)
+    rows = _rows(out)
+    questions = read_table(run / "questions").to_pylist()
+    assert len(rows) == len(questions) == report["responses"]
+    lookup = DocidIndex.build(run / "triples")
+    docids = _assert_all_exist(rows, lookup)
+    assert docids > 0 and report["docids"] == docids
+    assert report["hallucinated"] == 0
+    assert {r["markers"] for r in rows} == {"brackets"} and {r["mode"] for r in rows} == {"docids"}
+    assert all(r["latency_ms"] > 0 and r["tokens"] > 0 for r in rows)
+    # the summary's recall is `eval recall` on the directory
+    recall = json.loads(run_cli("eval", "recall", out, "--corpus", run, "--triples", run / "triples", "--json").stdout)
+    assert report["recall"]["recall"] == recall["recall"] and report["recall"]["responses"] == recall["responses"] > 0
+    kto = run_cli("export", "kto", out, "--corpus", run, "--triples", run / "triples", "--out", tmp_path / "kto.json", "--json")
+    counts = json.loads(kto.stdout)
+    assert counts["desirable"] + counts["undesirable"] + counts["dropped"] == recall["responses"]
+
+
+def test_special_markers_docids_exist(run, marker_model, tmp_path):
+    index = tmp_path / "index"
+    run_cli("index", "build", run / "triples", "--tokenizer", marker_model, "--flips", "--out", index)
+    out = tmp_path / "responses"
+    proc = run_cli(
+        "retrieve", run, "--index", index, "--model", marker_model, "--few-shot", "2", "--out", out, *FAST, "--json",
+    )  # fmt: skip
+    report = json.loads(proc.stdout)
+    rows = _rows(out)
+    docids = _assert_all_exist(rows, DocidIndex.build(run / "triples"))
+    assert docids > 0 and report["hallucinated"] == 0
+    assert all(d.startswith("<docid_start>") and d.endswith("<docid_end>") for r in rows for d in r["docids"])
+
+
+def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
+    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--limit", "3",
+            "--samples", "4", "--temperature", "1.0", "--max-tokens", "48", "--no-cache")  # fmt: skip
+    run_cli(*args, "--out", tmp_path / "a")
+    a = sorted(_rows(tmp_path / "a"), key=lambda r: (r["qid"], r["sample"]))
+    assert len(a) == 12 and {r["sample"] for r in a} == {0, 1, 2, 3}
+    assert len({r["text"] for r in a if r["qid"] == a[0]["qid"]}) > 1  # sampled, not four greedy copies
+    stdout = run_cli(*args, "--out", "-").stdout
+    b = sorted((json.loads(line) for line in stdout.splitlines()), key=lambda r: (r["qid"], r["sample"]))
+    assert [r["text"] for r in a] == [r["text"] for r in b]
+    piped = run_cli("eval", "recall", "-", "--corpus", run, "--triples", run / "triples", "--json", input=stdout)
+    assert json.loads(piped.stdout)["responses"] == 12
+
+
+def test_killed_run_resumes_with_identical_rows(run, tmp_path):
+    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--limit", "4", "--max-tokens", "40")
+    run_cli(*args, "--out", tmp_path / "whole")
+    whole = _rows(tmp_path / "whole")
+    # a run that died after its part: delete the manifest's record of completion by removing the part
+    partial = tmp_path / "partial"
+    shutil.copytree(tmp_path / "whole", partial)
+    for f in partial.glob("part-*.parquet"):
+        f.unlink()
+    proc = run_cli(*args, "--out", partial)
+    assert _rows(partial) == whole, proc.stderr
+    assert load_manifest(partial)["complete"]
+
+
+def test_flipped_docids_decode_with_flips(run):
+    """A docid written tail-first is an index sequence with --flips: the constraint lets it through."""
+    from grtool.index.base import Index
+    from grtool.index.constraints import constraint_from_spec
+    from grtool.index.tokenizer import load_tokenizer
+    from grtool.retrieve.stage import constraint_spec
+
+    index = Index.open(run / "index")
+    tok = load_tokenizer("default").tokenizer
+    constraint = constraint_from_spec(constraint_spec(index, "brackets", None), tok)
+    triple = read_table(run / "triples").to_pylist()[0]
+    flipped = f"[{triple['tail']}, {triple['relation']}, {triple['head']}]"
+    state = constraint.initial([])
+    for t in tok.encode(flipped, add_special_tokens=False).ids:
+        allowed = constraint.allowed(state)
+        assert t in allowed if not hasattr(allowed, "ids") else t not in allowed.ids, flipped
+        state = constraint.advance(state, t)
+    assert constraint.is_free(state)
+
+
+def test_bad_input_exits_2(run, tmp_path):
+    base = ("retrieve", run, "--index", run / "index", "--out", tmp_path / "x", "--markers", "brackets")
+    proc = run_cli(*base, "--dataset", "nosuch", check=2)
+    assert "no questions selected" in proc.stderr
+    proc = run_cli(*base, "--mode", "gmr", check=2)
+    assert "--source documents" in proc.stderr
+    proc = run_cli(*base, "--adapter", tmp_path / "missing", check=2)
+    assert "--adapter" in proc.stderr
+    llama = tmp_path / "llama_index"
+    run_cli("index", "build", run / "triples", "--tokenizer", "llama3", "--out", llama)
+    proc = run_cli("retrieve", run, "--index", llama, "--out", tmp_path / "y", check=2)
+    assert "--tokenizer" in proc.stderr and "llama3" in proc.stderr
