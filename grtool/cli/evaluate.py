@@ -22,7 +22,7 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 @app.command("recall")
 def recall_cmd(
-    responses: Annotated[Path, typer.Argument(help='JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
+    responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
     as_json: Json = False,

@@ -85,7 +85,7 @@ def sft_cmd(
 
 @app.command("kto")
 def kto_cmd(
-    responses: Annotated[Path, typer.Argument(help='JSON Lines of {"qid": ..., "response": ...} ("-" = stdin).')],
+    responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...} ("-" = stdin).')],
     corpus: Corpus,
     triples: Triples,
     out: OutFile,
