@@ -172,3 +172,23 @@ def test_bad_input_exits_2(run, tmp_path):
     run_cli("index", "build", run / "triples", "--tokenizer", "llama3", "--out", llama)
     proc = run_cli("retrieve", run, "--index", llama, "--out", tmp_path / "y", check=2)
     assert "--tokenizer" in proc.stderr and "llama3" in proc.stderr
+
+
+def test_max_docids_forbids_opening_another(run):
+    """After --max-docids complete docids no token that would open one is allowed; inside a docid nothing changes."""
+    from grtool.index.base import Index
+    from grtool.index.constraints import constraint_from_spec
+    from grtool.index.decoding import Forbidden
+    from grtool.index.tokenizer import load_tokenizer
+    from grtool.retrieve.stage import constraint_spec
+
+    index = Index.open(run / "index")
+    tok = load_tokenizer("default").tokenizer
+    limited = constraint_from_spec(constraint_spec(index, "brackets", 1), tok)
+    triple = read_table(run / "triples").to_pylist()[0]
+    state = limited.initial([])
+    assert not set(limited.openers) <= set(limited.allowed(state).ids)  # before: a docid may open
+    for t in tok.encode(f"See [{triple['head']}, {triple['relation']}, {triple['tail']}]", add_special_tokens=False).ids:
+        state = limited.advance(state, t)
+    after = limited.allowed(state)
+    assert isinstance(after, Forbidden) and set(limited.openers) <= set(after.ids)
