@@ -126,22 +126,21 @@ def constraint_spec(index: Index, markers: str, max_docids: int | None) -> dict[
 # ------------------------------------------------------------------------------------------ rows
 
 
-def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup: DocidIndex, settings: RetrieveSettings, model: str) -> dict[str, Any]:
-    """One output row: the response and what its docids are (as written, flipped, documents)."""
+def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup: DocidIndex, settings: RetrieveSettings, model: str) -> tuple[dict[str, Any], int]:
+    """One output row (the response and its docids as written, flipped, their documents) and its hallucinated docids."""
     parsed = parse(gen.text)
     good = [s for s in parsed.spans if s.problem is None]
     resolved = lookup.resolve_many([s.key for s in good])
     docs: list[str] = []
     for found, _ in resolved:
         docs.extend(d for d in sorted(found) if d not in docs)
-    return {
+    row = {
         "qid": question["qid"],
         "sample": sample,
         "dataset": question["dataset"],
         "text": gen.text,
         "docids": [gen.text[s.start : s.end] for s in good],
         "flipped": [bool(f) and bool(found) for found, f in resolved],
-        "hallucinated": sum(1 for found, _ in resolved if not found),
         "doc_ids": docs,
         "n_docids": len(good),
         "malformed": parsed.malformed,
@@ -152,6 +151,7 @@ def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup:
         "markers": settings.markers,
         "mode": settings.mode,
     }
+    return row, sum(1 for found, _ in resolved if not found)
 
 
 def run_retrieve(
@@ -185,14 +185,16 @@ def run_retrieve(
         prompts = [prompt.messages(q["qid"], q["question"]) for q in questions]
         for sample in range(settings.samples):
             gens = part.llm.generate(prompts, settings.sampling(sample, spec), on_progress=part.meter) if prompts else []
-            rows = [response_row(q, sample, g, lookup, settings, part.llm.model) for q, g in zip(questions, gens)]
-            for row, gen in zip(rows, gens):
+            rows = []
+            for question, gen in zip(questions, gens):
+                row, hallucinated = response_row(question, sample, gen, lookup, settings, part.llm.model)
+                rows.append(row)
                 part.empty.add()
                 if not gen.text.strip():
                     part.shard.count("responses_empty")
                     part.empty.add_empty(example(f"{row['qid']} sample {sample}", "empty output", gen.finish_reason, gen.text) if part.empty.wants_examples else None)
                 part.shard.count("docids", row["n_docids"])
-                part.shard.count("docids_hallucinated", row.pop("hallucinated"))
+                part.shard.count("docids_hallucinated", hallucinated)
                 part.shard.count("docids_flipped", sum(row["flipped"]))
                 part.shard.count("malformed", row["malformed"])
             part.shard.write_rows(rows)
