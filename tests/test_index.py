@@ -259,7 +259,7 @@ def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
     for t in needle:
         state = index.extend(state, t)
     assert index.count(state) == 2 and sorted(index.locate(state, 10)[:, 0].tolist()) == [0, 1]
-    assert index.docs_of(index.tokenizer.encode("Kiel\nKiel is a port city on the Baltic Sea.")) == ["a"]
+    assert index.docs_of(index.tokenizer.encode("Kiel: Kiel is a port city on the Baltic Sea.")) == ["a"]
 
 
 def test_bad_input_is_reported_with_file_and_record(cli, tmp_path):

@@ -118,13 +118,16 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
 
 
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
-    """Whole documents (title, newline, text) in doc_id order, one sequence each."""
+    """Whole documents in doc_id order, one sequence each, rendered as `export gmr` renders them (``title: text``):
+    `retrieve --mode gmr` generates exactly these strings."""
+    from grtool.export.gmr import render_document  # a pure function; export/ sits above index/
+
     table = InputTable.open(path, "documents")
     rows = {}
     for row in table.iter_rows(columns=["doc_id", "title", "text"]):
         if not row.get("doc_id"):
             raise InputError(f"{table.source}: a document without doc_id")
-        rows[row["doc_id"]] = f"{row.get('title') or ''}\n{row.get('text') or ''}".strip()
+        rows[row["doc_id"]] = render_document(row.get("title"), row.get("text"))
     if not rows:
         raise InputError(f"{path}: no documents to index")
     doc_ids = sorted(rows)

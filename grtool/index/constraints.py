@@ -11,6 +11,9 @@ A spec is a small JSON-able dict, so it can travel in the request cache key and 
   strings and the model's vocabulary (``[`` opens, ``]`` closes, whatever the tokens around them look like).
 
 ``max_docids`` wraps either in :class:`DocidLimit`, which forbids opening a docid after that many were closed.
+
+- ``documents`` (`retrieve --mode gmr`): :class:`DocumentConstraint` over an index of ``--source documents``: the
+  whole output is one document sequence or ``DONE``, then EOS (the backend passes its EOS ids).
 """
 
 from __future__ import annotations
@@ -25,12 +28,21 @@ from grtool.index.decoding import Forbidden
 _BUILT: dict[tuple, Any] = {}
 
 
-def constraint_from_spec(spec: dict[str, Any], tokenizer=None) -> Any:
-    """The constraint object for a spec; ``tokenizer`` (the model's ``tokenizers.Tokenizer``) for brackets."""
+def constraint_from_spec(spec: dict[str, Any], tokenizer=None, eos_ids=None) -> Any:
+    """The constraint object for a spec; ``tokenizer`` (the model's ``tokenizers.Tokenizer``) for brackets,
+    ``eos_ids`` (the token ids generation stops at) for documents."""
     markers = spec.get("markers", "special")
     vocab_key = id(tokenizer) if markers == "brackets" else None  # a backend keeps its tokenizer for its lifetime
-    key = (spec["index"], spec.get("fingerprint"), markers, spec.get("max_docids"), vocab_key)
+    eos_key = tuple(sorted(int(t) for t in eos_ids or ())) if markers == "documents" else None
+    key = (spec["index"], spec.get("fingerprint"), markers, spec.get("max_docids"), vocab_key, eos_key)
     if key not in _BUILT:
+        if markers == "documents":
+            if not eos_key:
+                raise InputError("a document constraint needs the model's end-of-sequence token ids")
+            from grtool.index.base import Index
+
+            _BUILT[key] = DocumentConstraint(Index.open(spec["index"]), eos_key)  # max_docids means nothing here
+            return _BUILT[key]
         if markers == "special":
             from grtool.index.decoding import constraint_for
 
@@ -42,7 +54,7 @@ def constraint_from_spec(spec: dict[str, Any], tokenizer=None) -> Any:
 
             inner = BracketConstraint.from_index(spec["index"], tokenizer)
         else:
-            raise InputError(f"unknown docid markers {markers!r} (special or brackets)")
+            raise InputError(f"unknown docid markers {markers!r} (special, brackets or documents)")
         limit = spec.get("max_docids")
         _BUILT[key] = DocidLimit(inner, int(limit)) if limit else inner
     return _BUILT[key]
@@ -83,3 +95,64 @@ class DocidLimit:
     @property
     def openers(self) -> np.ndarray:
         return self.inner.openers
+
+
+DONE = "DONE"  # grtool.export.gmr.DONE (index/ sits below export/)
+
+
+class DocumentConstraint:
+    """The whole output is one sequence of a ``--source documents`` index, or ``DONE``; then only EOS.
+
+    A state is ``(index state | None, DONE tokens matched | -1, ended)``, anchored at a sequence start from the
+    first generated token whatever the prompt holds. A prefix that is both a whole document and the start of a
+    longer one may end or go on.
+    """
+
+    def __init__(self, index: Any, eos_ids: tuple[int, ...]):
+        if index.source != "documents":
+            raise InputError(f"{index.path}: an index of {index.source}; document decoding needs --source documents")
+        self.index = index
+        self.eos = np.array(sorted(set(eos_ids)), dtype=np.int64)
+        self._eos_set = {int(t) for t in eos_ids}
+        self.done_ids = list(index.tokenizer.encode(DONE))
+        self.openers = np.zeros(0, dtype=np.int64)  # nothing opens a span: the whole output is one
+
+    @staticmethod
+    def is_free(state: Any) -> bool:
+        return False
+
+    def initial(self, prompt_ids: list[int]) -> tuple[Any, int, bool]:
+        return self.index.start(), 0, False
+
+    def advance(self, state: tuple[Any, int, bool], token: int) -> tuple[Any, int, bool]:
+        doc, done, ended = state
+        token = int(token)
+        if ended or token in self._eos_set:
+            return None, -1, True
+        if doc is not None:
+            doc = self.index.extend(doc, token)
+            if self.index.count(doc) == 0:
+                doc = None
+        if 0 <= done < len(self.done_ids) and self.done_ids[done] == token:
+            done += 1
+        else:
+            done = -1
+        return doc, done, False
+
+    def allowed(self, state: tuple[Any, int, bool]) -> np.ndarray:
+        doc, done, ended = state
+        if ended:
+            return self.eos  # a finished row: its scores are not used
+        parts = []
+        if doc is not None:
+            ids, counts = self.index.next_tokens(doc)
+            parts.append(np.asarray(ids, dtype=np.int64))
+            if self.index.count(doc) > int(np.sum(counts)):  # an occurrence not followed by a token ends its sequence
+                parts.append(self.eos)
+        if 0 <= done < len(self.done_ids):
+            parts.append(np.array([self.done_ids[done]], dtype=np.int64))
+        elif done == len(self.done_ids):
+            parts.append(self.eos)
+        if not parts or not sum(len(p) for p in parts):
+            return self.eos  # cannot happen under the constraint; end rather than mask every token
+        return np.unique(np.concatenate(parts))

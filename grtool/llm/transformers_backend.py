@@ -107,7 +107,8 @@ class TransformersBackend:
             from grtool.index.constraints import constraint_from_spec
             from grtool.index.decoding import DocidLogitsProcessor
 
-            constraint = constraint_from_spec(sampling.constraint, self.tokenizer.backend_tokenizer)
+            eos = _eos_ids(self.lm, self.tokenizer)  # a document constraint ends the output with one of them
+            constraint = constraint_from_spec(sampling.constraint, self.tokenizer.backend_tokenizer, eos_ids=eos)
             kwargs["logits_processor"] = LogitsProcessorList([DocidLogitsProcessor(constraint)])
         torch.manual_seed(sampling.seed)
         started = time.perf_counter()
