@@ -35,8 +35,30 @@ def fix_command(index: Index, model_name: str) -> str:
     return shlex.join([*args, "--overwrite"])
 
 
+def sample_documents(index: Index, samples: int) -> list[str]:
+    """Texts of ``samples`` whole sequences of a ``--source documents`` index (it stores no texts): from first tokens
+    spread over the index's, each walked along its first continuation to a sequence end, decoded; and ``DONE``."""
+    starts, _ = index.next_tokens(index.start())
+    picks = sorted(set(np.linspace(0, len(starts) - 1, num=min(samples, len(starts)), dtype=np.int64).tolist())) if len(starts) else []
+    longest = int(index.meta.get("sizes", {}).get("max_sequence_tokens") or 1 << 16)
+    texts = ["DONE"]  # retrieve --mode gmr's stop word (grtool.export.gmr.DONE)
+    for i in picks:
+        ids, state = [int(starts[i])], index.extend(index.start(), int(starts[i]))
+        while len(ids) < longest:
+            nxt, counts = index.next_tokens(state)
+            if not len(nxt) or index.count(state) > int(np.sum(counts)):  # a sequence ends here
+                break
+            ids.append(int(nxt[0]))
+            state = index.extend(state, int(nxt[0]))
+        texts.append(index.tokenizer.tokenizer.decode(ids, skip_special_tokens=False))
+    return texts
+
+
 def sample_docids(index: Index, samples: int) -> list[str]:
-    """``samples`` docids spread evenly over docids.parquet (the same ones on every call)."""
+    """``samples`` docids spread evenly over docids.parquet (the same ones on every call); for an index of
+    documents, sampled documents (:func:`sample_documents`)."""
+    if index.source == "documents":
+        return sample_documents(index, samples)
     path = index.path / "docids.parquet"
     if not path.is_file():
         raise InputError(f"{index.path}: no docids.parquet (an index of --source documents has no docids to check)")
@@ -94,5 +116,6 @@ def _first_mismatch(index: Index, model_tokenizer: Tokenizer, samples: int, whol
         want = index_tok.encode(text, add_special_tokens=False).ids
         have = model_tokenizer.encode(text, add_special_tokens=False).ids
         if want != have:
-            return f"docid {text!r} tokenizes to {_ids(want)} with the index's tokenizer vs {_ids(have)} with the model's"
+            what = "document" if index.source == "documents" else "docid"
+            return f"{what} {text[:200]!r} tokenizes to {_ids(want)} with the index's tokenizer vs {_ids(have)} with the model's"
     return None

@@ -70,6 +70,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError(f"--adapter {request.adapter}: no such directory")
     if llm.backend == "openai":
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
+    if request.mode == "gmr" and llm.backend != "transformers":
+        raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
     index = Index.open(request.index)
     wanted = "documents" if request.mode == "gmr" else "docids"
     if index.source != wanted:
@@ -78,16 +80,19 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     tokenizer, model_name = model_tokenizer(llm.model, request.adapter)
     from grtool.index.agreement import check_agreement
 
-    check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" else "special")
+    # gmr writes no markers: only the vocabulary must agree (documents and DONE), as with brackets.
+    check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
     selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
-    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" else 0)
+    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
+    if request.mode == "gmr" and few_shot:
+        raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
     examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
     if few_shot and len(examples) < few_shot + 1:
         log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
     prompt = RetrievePrompt(request.markers, examples, few_shot)
     settings = RetrieveSettings(
-        markers=request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
+        markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
     )  # fmt: skip
     lookup = DocidIndex.build(triples) if triples is not None else None
@@ -140,9 +145,18 @@ def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dic
     if not manifest.get("complete"):
         report["recall_note"] = "other tasks' parts are not done yet; run `grtool eval recall` on the directory when all tasks are"
         return report
+    if lookup is None and request.mode == "gmr":
+        lookup = _NoDocids()
     recall = evaluate_recall(request.out, QuestionIndex.build(request.corpus), lookup) if lookup is not None else None
     if recall is None or recall["responses"] == 0:
         report["recall_note"] = "no selected question has gold documents (or no triples to score with)"
     else:
         report["recall"] = recall
     return report
+
+
+class _NoDocids:
+    """gmr rows name their documents, so recall needs no triples (nothing is looked up)."""
+
+    def resolve_many(self, keys):
+        return [(frozenset(), False) for _ in keys]

@@ -199,6 +199,11 @@ def run_retrieve(
                 part.shard.count("malformed", row["malformed"])
             part.shard.write_rows(rows)
 
+    if settings.mode == "gmr":  # one whole document per step until DONE: its own loop
+        from grtool.retrieve.gmr import MARKERS, gmr_part_fn
+
+        part_fn = gmr_part_fn(selection, index, settings, constraint_spec(index, MARKERS, None))  # noqa: F811
+
     guard = Guard(
         max_empty_share, "responses", "are empty", _recorded_empty,
         redo="from the request cache, which keeps the empty answers: change the model or prompt, or pass --no-cache",
