@@ -30,6 +30,8 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "export gmr": ("grtool.cli.export", "gmr_cmd"),
     "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
     "retrieve": ("grtool.cli.retrieve", "retrieve_cmd"),
+    "train sft": ("grtool.cli.train", "sft_cmd"),
+    "train kto": ("grtool.cli.train", "kto_cmd"),
     "status": ("grtool.cli.status_validate", "status_cmd"),
     "validate": ("grtool.cli.status_validate", "validate_cmd"),
 }

@@ -1,0 +1,168 @@
+"""The resolved training configuration: defaults < ``--preset`` < ``--config FILE`` < explicit options.
+
+Every key is the option's name with dashes as underscores (``--learning-rate`` → ``learning_rate``), the same
+in the YAML file of ``--config``. The effective batch size is per-device × accumulation × processes;
+``effective_batch_size`` (what the paper and the presets give) derives the accumulation from the other two,
+unless a later layer sets ``gradient_accumulation`` itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import InputError
+
+# The paper's values (ThinkGR): SFT full fine-tuning, lr 1e-6, batch 512, cutoff 2048, warmup 0.05;
+# KTO lr 4e-7, batch 128, beta 0.1.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "thinkgr": {
+        "sft": {"lora": False, "learning_rate": 1e-6, "effective_batch_size": 512, "cutoff_len": 2048, "warmup_ratio": 0.05},
+        "kto": {"lora": False, "learning_rate": 4e-7, "effective_batch_size": 128, "beta": 0.1},
+    }
+}
+
+
+@dataclass
+class TrainConfig:
+    kind: str = "sft"  # sft | kto
+    learning_rate: float | None = None  # None: 2e-5 for SFT, 5e-7 for KTO
+    per_device_batch_size: int = 2
+    gradient_accumulation: int = 1
+    effective_batch_size: int | None = None
+    cutoff_len: int = 2048
+    warmup_ratio: float = 0.03
+    epochs: float = 1.0
+    max_steps: int = -1  # > 0 overrides epochs
+    seed: int = 0
+    packing: bool = False
+    lora: bool = False
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_target: str = "all-linear"
+    lr_scheduler: str = "cosine"
+    save_steps: int = 500
+    save_total_limit: int = 2
+    logging_steps: int = 1
+    report_to: str = "none"
+    deepspeed: str | None = None
+    bf16: bool | None = None  # None: when a GPU supports it
+    chat_template: str | None = None
+    # KTO
+    beta: float = 0.1
+    desirable_weight: float | None = None  # None: the balancing weights of the data's class counts
+    undesirable_weight: float | None = None
+    # a filtered-chains stage directory as DATA: how to build the rows (as `export sft`)
+    corpus: str | None = None
+    system: str | None = None
+    markers: str = "special"
+
+    @property
+    def lr(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 2e-5 if self.kind == "sft" else 5e-7
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["learning_rate"] = self.lr
+        return out
+
+
+KEYS = {f.name for f in fields(TrainConfig)} - {"kind"}
+
+
+def world_size() -> int:
+    """Processes of this run: ``WORLD_SIZE`` as set by torchrun / accelerate launch, else 1."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise InputError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"--config {path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"--config {path}: expected a mapping of option names to values")
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - KEYS - {"preset"})
+    if unknown:
+        raise InputError(f"--config {path}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(KEYS | {'preset'}))})")
+    return data
+
+
+def _apply(values: dict[str, Any], layer: dict[str, Any]) -> None:
+    layer = {k: v for k, v in layer.items() if v is not None}
+    if "gradient_accumulation" in layer and "effective_batch_size" not in layer:
+        values.pop("effective_batch_size", None)  # an explicit accumulation replaces a lower layer's batch target
+    values.update(layer)
+
+
+def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None = None, preset: str | None = None) -> TrainConfig:
+    """The configuration from the layers; ``options`` holds only the options given on the command line."""
+    file_values = read_config_file(config_file) if config_file else {}
+    preset = options.get("preset") or preset or file_values.pop("preset", None)
+    file_values.pop("preset", None)
+    values: dict[str, Any] = {}
+    if preset:
+        if preset not in PRESETS:
+            raise InputError(f"--preset {preset!r}: unknown (known: {', '.join(PRESETS)})")
+        _apply(values, PRESETS[preset][kind])
+    _apply(values, file_values)
+    _apply(values, {k: v for k, v in options.items() if k in KEYS and v is not None})
+    cfg = TrainConfig(kind=kind, **{k: v for k, v in values.items() if k in KEYS})
+    if cfg.effective_batch_size is not None:
+        per_step = cfg.per_device_batch_size * world_size()
+        cfg.gradient_accumulation = max(1, math.ceil(cfg.effective_batch_size / per_step))
+        if cfg.gradient_accumulation * per_step != cfg.effective_batch_size:
+            from grtool.log import log
+
+            log.warning(
+                "effective batch %d is not a multiple of per-device %d × %d processes: using accumulation %d (batch %d)",
+                cfg.effective_batch_size, cfg.per_device_batch_size, world_size(), cfg.gradient_accumulation,
+                cfg.gradient_accumulation * per_step,
+            )  # fmt: skip
+    check(cfg)
+    return cfg
+
+
+def check(cfg: TrainConfig) -> None:
+    for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "save_steps", "logging_steps"):
+        if getattr(cfg, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(cfg, name)}")
+    if not 0.0 <= cfg.warmup_ratio < 1.0:
+        raise InputError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.lr <= 0:
+        raise InputError(f"--learning-rate must be > 0, got {cfg.lr}")
+    if cfg.max_steps <= 0 and cfg.epochs <= 0:
+        raise InputError("give --epochs > 0 or --max-steps > 0")
+    if cfg.markers not in ("special", "brackets"):
+        raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
+    if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
+        raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
+    if cfg.chat_template and not Path(cfg.chat_template).is_file():
+        raise InputError(f"--chat-template {cfg.chat_template}: no such file")
+
+
+def effective_batch(cfg: TrainConfig) -> int:
+    return cfg.per_device_batch_size * cfg.gradient_accumulation * world_size()
+
+
+def planned_steps(cfg: TrainConfig, rows: int) -> int:
+    """Optimizer steps the Trainer will run over ``rows`` examples (before packing)."""
+    if cfg.max_steps > 0:
+        return cfg.max_steps
+    batches = math.ceil(rows / (cfg.per_device_batch_size * world_size()))
+    per_epoch = max(batches // cfg.gradient_accumulation, 1)
+    return math.ceil(cfg.epochs * per_epoch)

@@ -1,0 +1,173 @@
+"""Training rows from what `export sft` / `export kto` wrote, as TRL conversational prompt/completion rows.
+
+SFT: ``{"prompt": [system?, user], "completion": [assistant]}`` — TRL's prompt-completion format, so the loss
+falls on the completion (the assistant turn) only (``completion_only_loss``), whatever the chat template.
+KTO: the same plus ``"label": bool``.
+
+Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
+KTO), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
+``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
+turned into rows the way `export sft` does (its own functions, into a temporary file).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.errors import InputError
+from grtool.store.stage import sha256_file
+
+Row = dict[str, Any]
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+@dataclass
+class TrainData:
+    rows: list[Row]
+    source: str  # what the rows were read from (a file or a stage directory)
+    fmt: str  # the format recognised
+    sha256: str | None  # of the data file (None for a stage directory: see ``fingerprint``)
+    fingerprint: dict[str, Any]
+
+    def labels(self) -> Counter:
+        return Counter(bool(r["label"]) for r in self.rows if "label" in r)
+
+
+def read_records(path: Path) -> list[Row]:
+    """A JSON array or JSON Lines file of objects."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the training data ({e.strerror or e})") from None
+    text = raw.strip()
+    if not text:
+        raise InputError(f"{path}: the training data file is empty")
+    if text.startswith(b"["):
+        try:
+            records = orjson.loads(text)
+        except orjson.JSONDecodeError as e:
+            raise InputError(f"{path}: not a valid JSON array ({e})") from None
+    else:
+        records = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError as e:
+                raise InputError(f"{path}, line {n}: not valid JSON ({e})") from None
+    if not records:
+        raise InputError(f"{path}: holds no training rows")
+    for n, record in enumerate(records, 1):
+        if not isinstance(record, dict):
+            raise InputError(f"{path}, row {n}: expected a JSON object, got {type(record).__name__}")
+    return records
+
+
+def _message(role: str, content: Any) -> dict[str, str]:
+    return {"role": role, "content": str(content)}
+
+
+def _split_turns(messages: list[dict[str, str]], where: str) -> Row:
+    """Everything up to the last assistant turn is the prompt; that turn is the completion."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if last is None or last == 0:
+        raise InputError(f"{where}: needs a user turn followed by an assistant turn")
+    if not messages[last]["content"].strip():
+        raise InputError(f"{where}: the assistant turn is empty")
+    return {"prompt": messages[:last], "completion": [messages[last]]}
+
+
+def to_row(record: Row, where: str) -> tuple[Row, str]:
+    """One record → (a prompt/completion row, the format it was in)."""
+    if "conversations" in record:
+        messages = [_message("system", record["system"])] if record.get("system") else []
+        for turn in record["conversations"]:
+            role = _ROLES.get(str(turn.get("from", turn.get("role"))))
+            if role is None:
+                raise InputError(f"{where}: unknown role {turn.get('from')!r} (expected human/gpt)")
+            messages.append(_message(role, turn.get("value", turn.get("content", ""))))
+        row, fmt = _split_turns(messages, where), "llamafactory-sharegpt"
+        if "kto_tag" in record:
+            row["label"] = bool(record["kto_tag"])
+        return row, fmt
+    if "instruction" in record and "output" in record:
+        prompt = str(record["instruction"]) + (f"\n\n{record['input']}" if record.get("input") else "")
+        messages = [_message("system", record["system"])] if record.get("system") else []
+        messages += [_message("user", prompt), _message("assistant", record["output"])]
+        return _split_turns(messages, where), "llamafactory-alpaca"
+    if "messages" in record:
+        messages = [_message(str(m["role"]), m["content"]) for m in record["messages"]]
+        return _split_turns(messages, where), "trl-messages"
+    if "prompt" in record and "completion" in record:
+        prompt, completion = record["prompt"], record["completion"]
+        if isinstance(prompt, str):
+            prompt = [_message("user", prompt)]
+        if isinstance(completion, str):
+            completion = [_message("assistant", completion)]
+        row = _split_turns([*prompt, *completion], where)
+        if "label" in record:
+            row["label"] = bool(record["label"])
+        return row, "trl-prompt-completion"
+    raise InputError(
+        f"{where}: not a row `export sft`/`export kto` writes (expected conversations, instruction/output, messages "
+        f"or prompt/completion; got keys {', '.join(sorted(record))})"
+    )
+
+
+def load_rows(path: Path) -> tuple[list[Row], str]:
+    rows, formats = [], set()
+    for n, record in enumerate(read_records(path), 1):
+        row, fmt = to_row(record, f"{path}, row {n}")
+        rows.append(row)
+        formats.add(fmt)
+    return rows, "+".join(sorted(formats))
+
+
+def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special") -> TrainData:
+    data = Path(data)
+    if data.is_dir():
+        return _from_chains(data, corpus, system, markers)
+    if not data.exists():
+        raise InputError(f"{data}: no such file or directory")
+    rows, fmt = load_rows(data)
+    return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+
+
+def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str) -> TrainData:
+    from grtool.export.provenance import input_fingerprint
+    from grtool.export.sft import SftOptions, export_sft
+
+    if corpus is None:
+        raise InputError(f"{stage}: a filtered-chains directory needs --corpus (the run holding questions/) to build the prompts")
+    with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
+        out = Path(tmp) / "sft.jsonl"
+        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers))
+        if not out.exists() or not out.stat().st_size:
+            raise InputError(f"{stage}: no selected chain with a known question: nothing to train on")
+        rows, _ = load_rows(out)
+    fingerprint = {"chains": input_fingerprint(stage, "chains"), "questions": input_fingerprint(corpus, "questions")}
+    return TrainData(rows, str(stage), "filtered-chains", None, fingerprint)
+
+
+def load_kto(data: str | Path) -> TrainData:
+    data = Path(data)
+    if data.is_dir():
+        raise InputError(f"{data}: is a directory; pass the file `grtool export kto` wrote")
+    if not data.exists():
+        raise InputError(f"{data}: no such file")
+    rows, fmt = load_rows(data)
+    missing = sum("label" not in r for r in rows)
+    if missing:
+        raise InputError(f"{data}: {missing} rows have no label (kto_tag / label): not a file `grtool export kto` wrote")
+    counts = Counter(r["label"] for r in rows)
+    if len(counts) < 2:
+        only = "desirable" if True in counts else "undesirable"
+        raise InputError(f"{data}: every row is {only}: KTO needs both desirable and undesirable responses")
+    return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})

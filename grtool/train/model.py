@@ -1,0 +1,89 @@
+"""The base model and its tokenizer for training: the docid markers as special tokens, the chat template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grtool.docid import BRACKET_END, BRACKET_START, DOCID_END, DOCID_START
+from grtool.errors import InputError
+from grtool.llm.models import ModelRef, resolve_model
+
+MARKER_TOKENS = (DOCID_START, DOCID_END)
+# Each new marker row starts as the embedding of the bracket it replaces: a docid opens where the model
+# would open a bracket (off-the-shelf models write docids as [h, r, t]), so the marker starts out as likely
+# as the bracket in that position and training only has to sharpen it.
+MARKER_INIT = {DOCID_START: BRACKET_START, DOCID_END: BRACKET_END}
+
+
+def resolve(model: str | None) -> ModelRef:
+    """``--model``: None = the embedded SmolLM2, a folder, a GGUF file (converted once), a hub id in the local cache."""
+    return resolve_model(model)
+
+
+def load_tokenizer(ref: ModelRef, chat_template: str | None = None):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(ref.path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--model {ref.name}: cannot load its tokenizer ({e})") from None
+    if chat_template:
+        tokenizer.chat_template = Path(chat_template).read_text()
+    if not getattr(tokenizer, "chat_template", None):
+        raise InputError(
+            f"--model {ref.name}: its tokenizer has no chat template, so the user and assistant turns cannot be "
+            "rendered; pass one with --chat-template FILE (a Jinja file, e.g. the chat template of the instruct "
+            "model this base was made from: the `chat_template` of its tokenizer_config.json or chat_template.jinja)"
+        )
+    return tokenizer
+
+
+def load_model(ref: ModelRef, dtype: Any = None):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype) if dtype is not None else AutoModelForCausalLM.from_pretrained(ref.path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--model {ref.name}: cannot load it ({e})") from None
+
+
+def add_markers(tokenizer) -> list[str]:
+    """Add the docid markers as special tokens (one id each) when missing; returns the ones added."""
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in MARKER_TOKENS if t not in vocab]
+    if missing:
+        tokenizer.add_tokens(missing, special_tokens=True)
+    for token in MARKER_TOKENS:
+        ids = tokenizer.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise InputError(f"the tokenizer splits {token} into {len(ids)} tokens after adding it as a special token")
+    return missing
+
+
+def _source_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def resize_and_init(model, tokenizer, added: list[str]) -> None:
+    """Resize the embeddings to the tokenizer and give each added marker the embedding of its bracket."""
+    import torch
+
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    if not added:
+        return
+    with torch.no_grad():
+        matrices = [model.get_input_embeddings().weight]
+        output = model.get_output_embeddings()
+        if output is not None and output.weight.data_ptr() != matrices[0].data_ptr():  # untied head
+            matrices.append(output.weight)
+        for token in added:
+            new_id = tokenizer.convert_tokens_to_ids(token)
+            source = _source_ids(tokenizer, MARKER_INIT[token]) or _source_ids(tokenizer, " ")
+            for weight in matrices:
+                weight[new_id] = weight[source].mean(dim=0)
+
+
+def marker_ids(tokenizer) -> list[int]:
+    return [tokenizer.convert_tokens_to_ids(t) for t in MARKER_TOKENS]

@@ -1,0 +1,42 @@
+"""Training progress through grtool's consoles: a Rich bar with loss and ETA on a terminal, plain lines in a log."""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+
+class TrainProgress(TrainerCallback):
+    """Steps done of the planned total, the last logged loss; collects every logged loss in ``losses``."""
+
+    def __init__(self, description: str, losses: list[tuple[int, float]]):
+        self.description = description
+        self.losses = losses
+        self.bar = None
+        self.task = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        from rich.progress import TextColumn
+
+        from grtool.log import progress
+
+        self.bar = progress(TextColumn("loss {task.fields[loss]}"))
+        self.bar.start()
+        self.task = self.bar.add_task(self.description, total=state.max_steps or None, completed=state.global_step, loss="-")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(self.task, completed=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.losses.append((state.global_step, float(logs["loss"])))
+            if self.bar is not None:
+                self.bar.update(self.task, loss=f"{float(logs['loss']):.4f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(self.task, completed=state.global_step)
+            self.bar.stop()
+            self.bar = None

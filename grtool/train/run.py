@@ -1,0 +1,285 @@
+"""`grtool train sft|kto`: plan (data, model, configuration; checks, nothing written), then train with TRL.
+
+A plan is built from the inputs and checked before anything is written: bad data, a model without a chat
+template or an effective batch larger than the data stop here with a message naming the file (exit 2).
+:func:`build_trainer` makes the TRL trainer (tests inspect its tokenized rows), :func:`train` runs it and saves
+the checkpoint: full weights with the tokenizer (markers included) in ``out``, and with ``--lora`` the adapter
+in ``out/adapter`` beside the merged weights, so ``--model out`` is always a complete model.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.errors import InputError
+from grtool.llm.models import ModelRef
+from grtool.log import log
+from grtool.train.config import TrainConfig, effective_batch, planned_steps, world_size
+from grtool.train.data import TrainData, load_kto, load_sft
+
+PROVENANCE = "grtool.json"
+
+
+@dataclass
+class Plan:
+    kind: str
+    data: TrainData
+    model: ModelRef
+    out: Path
+    cfg: TrainConfig
+    resume: bool = False
+    overwrite: bool = False
+    weights: tuple[float, float] = (1.0, 1.0)  # KTO (desirable, undesirable)
+    losses: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return planned_steps(self.cfg, len(self.data.rows))
+
+    def report(self) -> dict[str, Any]:
+        counts = self.data.labels()
+        out = {
+            "kind": self.kind,
+            "data": self.data.source,
+            "data_format": self.data.fmt,
+            "rows": len(self.data.rows),
+            "model": self.model.name,
+            "model_path": self.model.path,
+            "out": str(self.out),
+            "processes": world_size(),
+            "effective_batch_size": effective_batch(self.cfg),
+            "steps": self.steps,
+            "config": self.cfg.as_dict(),
+        }
+        if self.kind == "kto":
+            out["desirable"], out["undesirable"] = counts.get(True, 0), counts.get(False, 0)
+            out["config"]["desirable_weight"], out["config"]["undesirable_weight"] = self.weights
+        return out
+
+
+def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True) -> Plan:
+    """Everything checked, nothing written."""
+    from grtool.train.model import resolve
+
+    loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers) if kind == "sft" else load_kto(data)
+    batch = effective_batch(cfg)
+    if batch > len(loaded.rows):
+        raise InputError(
+            f"{loaded.source}: {len(loaded.rows)} rows, fewer than one effective batch of {batch} "
+            f"(per-device {cfg.per_device_batch_size} × accumulation {cfg.gradient_accumulation} × {world_size()} processes); "
+            "lower --per-device-batch-size / --gradient-accumulation or give more data"
+        )
+    ref = resolve(model)
+    result = Plan(kind, loaded, ref, Path(out), cfg, resume=resume, overwrite=overwrite)
+    if kind == "kto":
+        from grtool.export.kto import balancing_weights
+
+        counts = loaded.labels()
+        dw, uw = balancing_weights(counts.get(True, 0), counts.get(False, 0))
+        result.weights = (cfg.desirable_weight if cfg.desirable_weight is not None else round(dw, 6),
+                          cfg.undesirable_weight if cfg.undesirable_weight is not None else round(uw, 6))  # fmt: skip
+    if check_out:
+        _check_out(result)
+    return result
+
+
+def _check_out(p: Plan) -> None:
+    out = p.out
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (p.resume or p.overwrite):
+        raise InputError(f"--out {out}: already holds files; pass --resume to continue its last checkpoint or --overwrite to start over")
+
+
+def _dtype(cfg: TrainConfig):
+    import torch
+
+    bf16 = cfg.bf16 if cfg.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return bf16, (torch.bfloat16 if bf16 else torch.float32)
+
+
+def _common_args(p: Plan) -> dict[str, Any]:
+    cfg = p.cfg
+    bf16, _ = _dtype(cfg)
+    return dict(
+        output_dir=str(p.out),
+        learning_rate=cfg.lr,
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation,
+        max_length=cfg.cutoff_len,
+        warmup_steps=cfg.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps (transformers 5)
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed,
+        lr_scheduler_type=cfg.lr_scheduler,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        logging_steps=cfg.logging_steps,
+        report_to=[r for r in cfg.report_to.split(",") if r and r != "none"] or "none",
+        deepspeed=cfg.deepspeed,
+        bf16=bf16,
+        disable_tqdm=True,  # progress is grtool's (a Rich bar or plain log lines)
+        dataloader_num_workers=0,
+        dataset_num_proc=None,
+    )
+
+
+def _peft_config(p: Plan, tokenizer):
+    from peft import LoraConfig
+
+    from grtool.train.model import marker_ids
+
+    cfg = p.cfg
+    target: Any = cfg.lora_target if cfg.lora_target == "all-linear" else [t.strip() for t in cfg.lora_target.split(",") if t.strip()]
+    # The marker rows are new: they are trained too (only those rows of the embedding, tied head included).
+    return LoraConfig(
+        r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=target, task_type="CAUSAL_LM",
+        trainable_token_indices=marker_ids(tokenizer),
+    )  # fmt: skip
+
+
+def build_trainer(p: Plan, callbacks: list | None = None):
+    """The TRL trainer for the plan (model loaded, markers added, data tokenized); trains nothing yet."""
+    import copy
+
+    from datasets import Dataset
+
+    from grtool.train.model import add_markers, load_model, load_tokenizer, resize_and_init
+
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()  # grtool reports progress itself
+    transformers.utils.logging.disable_progress_bar()
+    cfg = p.cfg
+    tokenizer = load_tokenizer(p.model, cfg.chat_template)
+    added = add_markers(tokenizer)
+    _, dtype = _dtype(cfg)
+    model = load_model(p.model, dtype)
+    resize_and_init(model, tokenizer, added)
+    if added:
+        log.info("added %s as special tokens (ids %s), initialised from [ and ]", " ".join(added), [tokenizer.convert_tokens_to_ids(t) for t in added])
+    peft_config = _peft_config(p, tokenizer) if cfg.lora else None
+    dataset = Dataset.from_list(p.data.rows)
+    callbacks = list(callbacks or [])
+    if p.kind == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        # prompt/completion rows + completion_only_loss: the loss falls on the assistant turn only, whatever the
+        # chat template (assistant_only_loss would need {% generation %} markers in it).
+        args = SFTConfig(**_common_args(p), packing=cfg.packing, completion_only_loss=True)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    else:
+        from trl import KTOConfig, KTOTrainer
+
+        args = KTOConfig(**_common_args(p), beta=cfg.beta, desirable_weight=p.weights[0], undesirable_weight=p.weights[1])
+        # The reference model is the starting checkpoint (the SFT model), markers included; with LoRA the
+        # trainer disables the adapter instead.
+        ref_model = None if cfg.lora else copy.deepcopy(model)
+        trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # grtool's progress callback reports the loss
+    return trainer
+
+
+def train(p: Plan) -> dict[str, Any]:
+    """Train and save; returns the provenance record written to ``out/grtool.json``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from grtool.train.progress import TrainProgress
+
+    if p.overwrite and not p.resume and p.out.exists() and _is_main():
+        shutil.rmtree(p.out)
+    resume_from = None
+    if p.resume and p.out.is_dir():
+        resume_from = get_last_checkpoint(str(p.out))
+        if resume_from is None:
+            log.info("--resume: no checkpoint in %s yet, starting from the beginning", p.out)
+        else:
+            log.info("resuming from %s", resume_from)
+    started = time.time()
+    progress = TrainProgress(f"train {p.kind}", p.losses)
+    trainer = build_trainer(p, callbacks=[progress])
+    log.info(
+        "%s: %d rows, effective batch %d (per-device %d × accumulation %d × %d processes), %d steps",
+        p.data.source, len(p.data.rows), effective_batch(p.cfg), p.cfg.per_device_batch_size, p.cfg.gradient_accumulation, world_size(), p.steps,
+    )  # fmt: skip
+    output = trainer.train(resume_from_checkpoint=resume_from)
+    tokenizer = trainer.processing_class
+    if p.cfg.lora:
+        adapter = p.out / "adapter"
+        trainer.model.save_pretrained(str(adapter))
+        if trainer.is_world_process_zero():
+            merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+            merged.save_pretrained(str(p.out))
+            tokenizer.save_pretrained(str(p.out))
+    else:
+        trainer.save_model(str(p.out))
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(str(p.out))
+    record = provenance(p, trainer, output, time.time() - started, resumed_from=resume_from)
+    if trainer.is_world_process_zero():
+        from grtool.store.stage import atomic_write_bytes
+
+        atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+    return record
+
+
+def _is_main() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | None = None) -> dict[str, Any]:
+    import datetime as dt
+
+    from grtool import __version__
+    from grtool.invocation import current_command
+    from grtool.train.model import marker_ids
+
+    report = p.report()
+    return {
+        "kind": f"train {p.kind}",
+        "command": current_command(),
+        "versions": {"grtool": __version__, "trl": _version("trl"), "peft": _version("peft"), "torch": _version("torch"),
+                     "transformers": _version("transformers"), "python": platform.python_version()},  # fmt: skip
+        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "data": {"source": p.data.source, "format": p.data.fmt, "rows": len(p.data.rows), "sha256": p.data.sha256,
+                 "fingerprint": p.data.fingerprint, **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {})},  # fmt: skip
+        "base_model": {"name": p.model.name, "path": p.model.path},
+        "hyperparameters": report["config"],
+        "processes": world_size(),
+        "effective_batch_size": report["effective_batch_size"],
+        "global_step": trainer.state.global_step,
+        "resumed_from": resumed_from,
+        "train_loss": _finite(getattr(output, "training_loss", None)),
+        "first_loss": p.losses[0][1] if p.losses else None,
+        "final_loss": p.losses[-1][1] if p.losses else None,
+        "losses": [{"step": s, "loss": v} for s, v in p.losses],
+        "markers": dict(zip(("docid_start", "docid_end"), marker_ids(trainer.processing_class))),
+        "adapter": str(p.out / "adapter") if p.cfg.lora else None,
+        "seconds": round(seconds, 1),
+    }
+
+
+def _finite(x: float | None) -> float | None:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
