@@ -36,7 +36,7 @@ def retrieve_cmd(
     samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling); 1 = greedy, more = sampled at --temperature with seeds --seed, --seed+1, ...")] = 1,
     max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
-    beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers; default 1, gmr usually 4).")] = 1,
+    beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers only; gmr usually 4).")] = 1,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,
     max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty responses.")] = 0.2,
