@@ -134,18 +134,31 @@ def _common_args(p: Plan) -> dict[str, Any]:
     )
 
 
-def _peft_config(p: Plan, tokenizer):
-    from peft import LoraConfig
+def _lora(p: Plan, model, tokenizer, added: list[str]):
+    """The model with LoRA adapters; markers just added also get their embedding rows trained.
+
+    TRL's fused LM head reads ``lm_head.weight`` directly, so peft's token wrappers (``trainable_token_indices``,
+    ``modules_to_save``) on the head fail or are bypassed; instead the embedding matrix stays a plain parameter
+    that requires grad, and a gradient mask keeps every row but the markers' at zero (zero gradient, zero Adam
+    update, no weight decay by default). The rows end up in the merged weights of the checkpoint."""
+    import torch
+    from peft import LoraConfig, get_peft_model
 
     from grtool.train.model import marker_ids
 
     cfg = p.cfg
     target: Any = cfg.lora_target if cfg.lora_target == "all-linear" else [t.strip() for t in cfg.lora_target.split(",") if t.strip()]
-    # The marker rows are new: they are trained too (only those rows of the embedding, tied head included).
-    return LoraConfig(
-        r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=target, task_type="CAUSAL_LM",
-        trainable_token_indices=marker_ids(tokenizer),
-    )  # fmt: skip
+    model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=target, task_type="CAUSAL_LM"))
+    if added:
+        ids = marker_ids(tokenizer)
+        base = model.get_base_model()
+        weights = {id(w): w for w in (base.get_input_embeddings().weight, getattr(base.get_output_embeddings(), "weight", None)) if w is not None}
+        for weight in weights.values():
+            mask = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
+            mask[ids] = 1
+            weight.requires_grad_(True)
+            weight.register_hook(lambda grad, mask=mask: grad * mask)
+    return model
 
 
 def build_trainer(p: Plan, callbacks: list | None = None):
@@ -169,7 +182,8 @@ def build_trainer(p: Plan, callbacks: list | None = None):
     resize_and_init(model, tokenizer, added)
     if added:
         log.info("added %s as special tokens (ids %s), initialised from [ and ]", " ".join(added), [tokenizer.convert_tokens_to_ids(t) for t in added])
-    peft_config = _peft_config(p, tokenizer) if cfg.lora else None
+    if cfg.lora:
+        model = _lora(p, model, tokenizer, added)
     dataset = Dataset.from_list(p.data.rows)
     callbacks = list(callbacks or [])
     if p.kind == "sft":
@@ -178,7 +192,7 @@ def build_trainer(p: Plan, callbacks: list | None = None):
         # prompt/completion rows + completion_only_loss: the loss falls on the assistant turn only, whatever the
         # chat template (assistant_only_loss would need {% generation %} markers in it).
         args = SFTConfig(**_common_args(p), packing=cfg.packing, completion_only_loss=True)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
     else:
         from trl import KTOConfig, KTOTrainer
 
@@ -186,7 +200,7 @@ def build_trainer(p: Plan, callbacks: list | None = None):
         # The reference model is the starting checkpoint (the SFT model), markers included; with LoRA the
         # trainer disables the adapter instead.
         ref_model = None if cfg.lora else copy.deepcopy(model)
-        trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+        trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # grtool's progress callback reports the loss
