@@ -9,7 +9,9 @@ which the processor loads from the engine's config)::
     llm.generate(prompts, SamplingParams(extra_args={"docid_index": {"index": "out/run/index", "markers": "brackets"}}))
 
 Requests without ``docid_index`` are left alone. vLLM hands each request's live output-token list to
-``update_state``; every step advances the request's state by the tokens added since the last step.
+``update_state``; ``apply`` advances the request's state by the tokens added since the last step. Not in
+``update_state``: under async scheduling (vLLM's default on GPU) the last sampled token is still a ``-1``
+placeholder there, and vLLM fills it in only just before the sampler runs the logits processors.
 """
 
 from __future__ import annotations
@@ -24,17 +26,24 @@ EXTRA_ARG = "docid_index"
 
 
 class _Request:
-    __slots__ = ("constraint", "state", "outputs", "seen")
+    __slots__ = ("constraint", "prompt", "state", "outputs", "seen")
 
     def __init__(self, constraint, prompt: list[int] | None, outputs: list[int]):
         self.constraint = constraint
-        self.state = constraint.initial(prompt or [])
+        self.prompt = prompt or []
+        self.state = constraint.initial(self.prompt)
         self.outputs = outputs  # vLLM's running list of this request's output tokens
         self.seen = 0
 
     def catch_up(self) -> None:
-        while self.seen < len(self.outputs):
-            self.state = self.constraint.advance(self.state, self.outputs[self.seen])
+        outputs = self.outputs
+        if self.seen > len(outputs):  # vLLM dropped tokens (rejected drafts, a failed KV load): walk again
+            self.state, self.seen = self.constraint.initial(self.prompt), 0
+        while self.seen < len(outputs):
+            token = outputs[self.seen]
+            if token < 0:  # an async-scheduling placeholder: its token is not known yet
+                break
+            self.state = self.constraint.advance(self.state, token)
             self.seen += 1
 
 
@@ -81,11 +90,10 @@ class DocidVllmLogitsProcessor(LogitsProcessor):
                     self.requests[b] = ra
                 if rb is not None and direction == MoveDirectionality.SWAP:
                     self.requests[a] = rb
-        for request in self.requests.values():
-            request.catch_up()
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         for index, request in self.requests.items():
+            request.catch_up()
             allowed = request.constraint.allowed(request.state)
             if allowed is not None:
                 mask_row(logits[index], allowed)
