@@ -66,7 +66,7 @@ class Plan:
         return out
 
 
-def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True) -> Plan:
+def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True, check_template: bool = True) -> Plan:
     """Everything checked, nothing written."""
     from grtool.train.model import resolve
 
@@ -79,6 +79,10 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
             "lower --per-device-batch-size / --gradient-accumulation or give more data"
         )
     ref = resolve(model)
+    if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
+        from grtool.train.model import load_tokenizer
+
+        load_tokenizer(ref, cfg.chat_template)
     result = Plan(kind, loaded, ref, Path(out), cfg, resume=resume, overwrite=overwrite)
     if kind == "kto":
         from grtool.export.kto import balancing_weights

@@ -1,0 +1,218 @@
+"""`grtool train sft|kto` with real TRL on the CPU and the embedded SmolLM2 (tiny runs: cutoff 256, batch 2)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from grtool.docid import DOCID_END, DOCID_START
+from grtool.export.formats import dataset_info_stanza, instruction, kto_row, sft_row, update_dataset_info
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--cutoff-len", "256", "--per-device-batch-size", "2"]
+PEOPLE = [("Ada Lovelace", "London", "England"), ("Marie Curie", "Warsaw", "Poland"), ("Alan Turing", "Maida Vale", "England"),
+          ("Niels Bohr", "Copenhagen", "Denmark"), ("Emmy Noether", "Erlangen", "Germany"), ("Enrico Fermi", "Rome", "Italy"),
+          ("Lise Meitner", "Vienna", "Austria"), ("Paul Dirac", "Bristol", "England")]  # fmt: skip
+
+
+def question(i: int) -> str:
+    person = PEOPLE[i % len(PEOPLE)][0]
+    return f"In which country is the birthplace of {person}?" if i < len(PEOPLE) else f"Which country holds the city where {person} was born?"
+
+
+def chain(i: int, good: bool = True) -> str:
+    person, city, country = PEOPLE[i % len(PEOPLE)]
+    first = f"{DOCID_START}{person}, place of birth, {city}{DOCID_END}"
+    if not good:
+        return f"{first} The triples do not say where {city} is, so the question cannot be answered."
+    return f"{person} was born in {first}. {city} lies in {DOCID_START}{city}, country, {country}{DOCID_END}. So the answer is {country}."
+
+
+def write_sft(path: Path, n: int = 16, fmt: str = "llamafactory-sharegpt") -> Path:
+    """Rows exactly as `export sft` writes them, registered in dataset_info.json like it does."""
+    rows = [sft_row(fmt, instruction(question(i)), chain(i), None) for i in range(n)]
+    if fmt.startswith("llamafactory"):
+        path.write_bytes(orjson.dumps(rows))
+        update_dataset_info(path.parent, {path.stem: dataset_info_stanza(fmt, path.name, system=False)})
+    else:
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def write_kto(path: Path, desirable: int = 8, undesirable: int = 8, fmt: str = "llamafactory") -> Path:
+    rows = [kto_row(fmt, instruction(question(i)), chain(i, True), True, None) for i in range(desirable)]
+    rows += [kto_row(fmt, instruction(question(i)), chain(i, False), False, None) for i in range(undesirable)]
+    if fmt == "llamafactory":
+        path.write_bytes(orjson.dumps(rows))
+        update_dataset_info(path.parent, {path.stem: dataset_info_stanza("llamafactory-sharegpt", path.name, system=False, kto=True)})
+    else:
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def record(ckpt: Path) -> dict:
+    return orjson.loads((ckpt / "grtool.json").read_bytes())
+
+
+def generate(ckpt: Path) -> str:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ckpt))
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt))
+    inputs = tokenizer.apply_chat_template([{"role": "user", "content": instruction(question(0))}], add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    assert out.shape[1] > inputs["input_ids"].shape[1]
+    return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])
+
+
+@pytest.fixture(scope="module")
+def sft_ckpt(tmp_path_factory) -> Path:
+    """A full SFT of 4 steps on 16 rows, checkpointed every 2 steps (also the start of KTO and of the resume test)."""
+    from tests.conftest import run_cli
+
+    root = tmp_path_factory.mktemp("sft")
+    data = write_sft(root / "thinkgr_sft.json")
+    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
+    return root / "ckpt"
+
+
+def test_sft_lowers_the_loss_and_ships_the_markers(sft_ckpt):
+    from transformers import AutoTokenizer
+
+    meta = record(sft_ckpt)
+    assert meta["global_step"] == 4 and len(meta["losses"]) == 4
+    assert meta["final_loss"] < meta["first_loss"], meta["losses"]
+    assert meta["data"]["format"] == "llamafactory-sharegpt" and meta["data"]["rows"] == 16 and len(meta["data"]["sha256"]) == 64
+    assert meta["command"][:3] == ["grtool", "train", "sft"]
+    assert {"grtool", "trl", "torch"} <= set(meta["versions"]) and meta["hyperparameters"]["learning_rate"] == 1e-4
+    tokenizer = AutoTokenizer.from_pretrained(str(sft_ckpt))
+    start, end = (tokenizer.encode(t, add_special_tokens=False) for t in (DOCID_START, DOCID_END))
+    assert len(start) == 1 and len(end) == 1 and start != end
+    assert [start[0], end[0]] == [meta["markers"]["docid_start"], meta["markers"]["docid_end"]]
+    assert tokenizer.encode(f"{DOCID_START}a, b, c{DOCID_END}", add_special_tokens=False)[0] == start[0]
+    generate(sft_ckpt)
+
+
+def test_labels_cover_the_assistant_turn_only(tmp_path):
+    from grtool.train.config import resolve
+    from grtool.train.run import build_trainer, plan
+
+    data = write_sft(tmp_path / "sft.jsonl", n=4, fmt="trl-messages")
+    p = plan("sft", data, None, tmp_path / "ckpt", resolve("sft", {"max_steps": 1, "cutoff_len": 512, "per_device_batch_size": 2}))
+    trainer = build_trainer(p)
+    tokenizer = trainer.processing_class
+    for n, example in enumerate(trainer.train_dataset):
+        labels = example["labels"]
+        trained = [t for t in labels if t != -100]
+        assert tokenizer.decode(trained).startswith(chain(n)), tokenizer.decode(trained)
+        first = next(i for i, t in enumerate(labels) if t != -100)
+        assert all(t != -100 for t in labels[first:])  # one contiguous span at the end: the assistant turn
+        assert question(n) in tokenizer.decode(example["input_ids"][:first])  # the user turn is not trained
+
+
+def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli):
+    data = write_sft(tmp_path / "sft.json", n=4)
+    out = tmp_path / "lora"
+    cli("train", "sft", data, "--out", out, "--lora", "--lora-rank", "4", "--lora-alpha", "8", "--lora-target", "q_proj,v_proj", "--max-steps", "1", "--learning-rate", "1e-3", *TINY)
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    meta = record(out)
+    assert meta["adapter"] == str(out / "adapter") and meta["hyperparameters"]["lora_rank"] == 4
+    adapter = orjson.loads((out / "adapter" / "adapter_config.json").read_bytes())
+    assert sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
+    generate(out)
+
+
+def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):
+    data = write_kto(tmp_path / "thinkgr_kto.json", 8, 8)
+    out = tmp_path / "kto"
+    cli("train", "kto", data, "--model", sft_ckpt, "--out", out, "--max-steps", "1", *TINY)
+    meta = record(out)
+    assert meta["kind"] == "train kto" and meta["global_step"] == 1
+    assert meta["data"]["desirable"] == 8 and meta["data"]["undesirable"] == 8
+    assert meta["hyperparameters"]["beta"] == 0.1 and meta["hyperparameters"]["desirable_weight"] == 1.0
+    assert meta["base_model"]["path"] == str(sft_ckpt)
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_resume_continues_the_killed_run(sft_ckpt, tmp_path, cli):
+    """A run killed after its step-4 checkpoint (the fixture's, without its final files) continues with --resume."""
+    out = tmp_path / "resumed"
+    shutil.copytree(sft_ckpt, out)
+    for leftover in out.iterdir():
+        if not leftover.name.startswith("checkpoint-"):
+            leftover.unlink()
+    data = write_sft(tmp_path / "thinkgr_sft.json")
+    cli("train", "sft", data, "--out", out, "--resume", "--max-steps", "6", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
+    meta = record(out)
+    assert meta["resumed_from"].endswith("checkpoint-4") and meta["global_step"] == 6
+    assert [x["step"] for x in meta["losses"]] == [5, 6]
+
+
+def test_resume_refuses_an_occupied_out_without_resume(sft_ckpt, tmp_path, cli):
+    data = write_sft(tmp_path / "thinkgr_sft.json")
+    proc = cli("train", "sft", data, "--out", sft_ckpt, "--max-steps", "5", *TINY, check=2)
+    assert "--resume" in proc.stderr and "--overwrite" in proc.stderr
+
+
+def test_dry_run_and_llamafactory_yaml(tmp_path, cli):
+    data = write_sft(tmp_path / "thinkgr_sft.json", n=600)  # the paper's batch of 512 needs that many rows
+    proc = cli("train", "sft", data, "--out", tmp_path / "ckpt", "--preset", "thinkgr", "--per-device-batch-size", "4", "--dry-run", "--json")
+    report = orjson.loads(proc.stdout)
+    assert report["rows"] == 600 and report["effective_batch_size"] == 512 and report["steps"] == 1
+    cfg = report["config"]
+    assert (cfg["learning_rate"], cfg["cutoff_len"], cfg["warmup_ratio"], cfg["lora"], cfg["gradient_accumulation"]) == (1e-6, 2048, 0.05, False, 128)
+    assert not (tmp_path / "ckpt").exists()
+    # --config file, explicit options win over it
+    conf = tmp_path / "sft.yaml"
+    conf.write_text("learning_rate: 3.0e-5\nper_device_batch_size: 2\ngradient_accumulation: 4\nepochs: 2\n")
+    report = orjson.loads(cli("train", "sft", data, "--out", tmp_path / "ckpt", "--config", conf, "--learning-rate", "1e-5", "--dry-run", "--json").stdout)
+    assert report["config"]["learning_rate"] == 1e-5 and report["effective_batch_size"] == 8 and report["steps"] == 150
+    plain = cli("train", "sft", data, "--out", tmp_path / "ckpt", "--dry-run").stderr
+    assert "effective batch" in plain and "steps" in plain
+
+    target = tmp_path / "lf" / "thinkgr_sft.yaml"
+    cli("train", "sft", data, "--out", target, "--preset", "thinkgr", "--deepspeed", Path("examples/deepspeed/zero3.json").resolve(), "--format", "llamafactory-yaml")
+    lf = yaml.safe_load(target.read_text())
+    assert lf["stage"] == "sft" and lf["finetuning_type"] == "full" and lf["dataset"] == "thinkgr_sft" and lf["dataset_dir"] == str(tmp_path)
+    assert lf["learning_rate"] == 1e-6 and lf["cutoff_len"] == 2048 and lf["warmup_ratio"] == 0.05 and lf["add_special_tokens"] == f"{DOCID_START},{DOCID_END}"
+    assert lf["deepspeed"].endswith("zero3.json") and lf["output_dir"] == str(target.with_suffix(""))
+    kto = write_kto(tmp_path / "thinkgr_kto.json", 160, 40)
+    lf = yaml.safe_load(cli("train", "kto", kto, "--out", "-", "--preset", "thinkgr", "--format", "llamafactory-yaml").stdout)
+    assert lf["stage"] == "kto" and lf["pref_beta"] == 0.1 and lf["learning_rate"] == 4e-7
+    assert (lf["kto_chosen_weight"], lf["kto_rejected_weight"]) == (1.0, 4.0)
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
+    out = tmp_path / "ckpt"
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert "empty" in cli("train", "sft", empty, "--out", out, check=2).stderr
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"messages": [')
+    assert "broken.jsonl" in cli("train", "sft", broken, "--out", out, check=2).stderr
+    one_class = write_kto(tmp_path / "one.json", 6, 0)
+    assert "both desirable and undesirable" in cli("train", "kto", one_class, "--out", out, check=2).stderr
+    small = write_sft(tmp_path / "small.json", n=3)
+    err = cli("train", "sft", small, "--out", out, "--per-device-batch-size", "2", "--gradient-accumulation", "2", check=2).stderr
+    assert "small.json" in err and "effective batch of 4" in err
+    # a base model without a chat template: say what to pass
+    from grtool.llm.models import resolve_model
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        shutil.copy(Path(resolve_model(None).path) / name, bare / name)
+    config = orjson.loads((bare / "tokenizer_config.json").read_bytes())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    data = write_sft(tmp_path / "sft.json", n=4)
+    assert "--chat-template" in cli("train", "sft", data, "--model", bare, "--out", out, check=2).stderr
+    template = tmp_path / "chatml.jinja"
+    template.write_text((Path(resolve_model(None).path) / "chat_template.jinja").read_text())
+    cli("train", "sft", data, "--model", bare, "--chat-template", template, "--out", out, "--dry-run")
+    assert not out.exists()
