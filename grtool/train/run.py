@@ -91,7 +91,7 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         dw, uw = balancing_weights(counts.get(True, 0), counts.get(False, 0))
         result.weights = (cfg.desirable_weight if cfg.desirable_weight is not None else round(dw, 6),
                           cfg.undesirable_weight if cfg.undesirable_weight is not None else round(uw, 6))  # fmt: skip
-    if check_out:
+    if check_out and _is_main():  # other ranks would see the directory rank 0 is already filling
         _check_out(result)
     return result
 
