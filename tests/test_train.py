@@ -11,6 +11,7 @@ import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.export.formats import dataset_info_stanza, instruction, kto_row, sft_row, update_dataset_info
+from tests.test_export import samples  # noqa: F401  (fixture: the real samples ingested once)
 
 pytestmark = pytest.mark.slow
 
@@ -216,3 +217,21 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
     template.write_text((Path(resolve_model(None).path) / "chat_template.jinja").read_text())
     cli("train", "sft", data, "--model", bare, "--chat-template", template, "--out", out, "--dry-run")
     assert not out.exists()
+
+
+def test_sft_from_a_filtered_chains_stage(tmp_path, cli, samples):
+    """DATA may be the filtered-chains stage: rows built as `export sft` builds them (selected chains, known qids)."""
+    from tests.test_export import write_chains
+
+    from grtool.train.data import load_sft
+
+    chains = write_chains(samples, tmp_path / "filtered")
+    data = load_sft(tmp_path / "filtered", corpus=str(samples["root"]))
+    assert data.fmt == "filtered-chains" and len(data.rows) == len(chains)
+    by_question = {row["prompt"][-1]["content"]: row["completion"][0]["content"] for row in data.rows}
+    for qid, text in chains.items():
+        assert by_question[instruction(samples["question"][qid])] == text
+    report = orjson.loads(cli("train", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "ckpt", "--dry-run", "--json").stdout)
+    assert report["rows"] == len(chains) and report["data_format"] == "filtered-chains"
+    err = cli("train", "sft", tmp_path / "filtered", "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
+    assert "--corpus" in err
