@@ -236,21 +236,65 @@ def test_a_triple_in_two_gold_documents_covers_both(cli, world, collided):
     assert not kept and [e["record"]["reasons"] for e in rejects.values()] == [["gold-recall"]]
 
 
-def test_a_distinct_triple_adding_no_document_is_rejected_not_trimmed(cli, world, collided):
-    """The second hop carries the answer but its document was already retrieved through the colliding first
-    triple: trimming it would lose information, so both modes reject the chain and nothing is rewritten."""
+def test_a_distinct_triple_adding_no_document_is_new_information(cli, world, collided):
+    """The second hop's document was already retrieved through the colliding first triple, but the triple
+    is new information (SMR): both modes keep the chain unchanged."""
     qid = collided["gold-gold"]
     q, facts = world["questions"][qid], world["facts"][qid]
     text, docids, _ = good_text(q, facts)
-    reordered, redocids, _ = good_text(q, facts[::-1])  # the non-colliding triple first: both add a document
+    reordered, redocids, _ = good_text(q, facts[::-1])
     rows = [chain_row(qid, text, docids), chain_row(qid, reordered, redocids, candidate=1)]
     for mode in ("reject", "trim"):
         report, kept, rejects, _ = run(cli, world, f"stale-{mode}", rows, "--redundant", mode, "--all-candidates", triples=collided["path"])
-        assert list(kept) == [(qid, 1)] and kept[(qid, 1)]["text"] == reordered
-        entry = rejects[(qid, 0)]
-        assert entry["record"]["reasons"] == ["redundant-no-new-document"] and "adds no new document" in entry["detail"]
-        assert entry["record"]["text"] == text and entry["record"]["docids"] == docids  # not trimmed
-        assert report["rules"]["redundant"] == 1 and report.get("trimmed", 0) == 0
+        assert not rejects and kept[(qid, 0)]["text"] == text and kept[(qid, 1)]["text"] == reordered
+        assert report["rules"]["redundant"] == 0 and report["trimmed"] == 0
+
+
+MOZA = "20aa14f60bdc11eba7f7acde48001122"  # Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?
+SPOUSE = ("Moza bint Nasser", "spouse", "Hamad bin Khalifa Al Thani")  # the paragraph: "the consort of Sheikh Hamad bin Khalifa Al Thani"
+
+
+@pytest.fixture(scope="module")
+def two_of_one(world):
+    """The world's triples plus a second real triple of Moza bint Nasser's paragraph."""
+    moza_doc = world["facts"][MOZA][1][3]
+    assert world["documents"][moza_doc]["title"] == "Moza bint Nasser" and "consort of Sheikh Hamad bin Khalifa Al Thani" in world["documents"][moza_doc]["text"]
+    triples = list(iter_rows(world["triples"]))
+    triples.append({"doc_id": moza_doc, "idx": 999, "head": SPOUSE[0], "relation": SPOUSE[1], "tail": SPOUSE[2], "docid": docid(*SPOUSE)})
+    path = world["root"] / "two-of-one-triples"
+    write_stage(path, "triples", TRIPLES, triples)
+    return path
+
+
+def test_two_triples_of_one_document_pass_and_repeated_steps_are_redundant(cli, world, two_of_one):
+    (h0, r0, t0, _), (h1, r1, t1, _) = world["facts"][MOZA]
+    mother, born, spouse = docid(h0, r0, t0), docid(h1, r1, t1), docid(*SPOUSE)
+    opening = f"Mohammed's mother is given by {mother}."
+    cases = {
+        # the prompt examples' shape: two triples of one document in one sentence
+        "one-sentence": (f"{opening} Moza bint Nasser is the consort in {spouse} and was born as {born} says. So the answer is Al Khor.", [mother, spouse, born]),
+        "two-sentences": (f"{opening} She married as {spouse}. Her birthplace is in {born}. So the answer is Al Khor.", [mother, spouse, born]),
+        # the same thought and the same document twice: the second step re-asks (SMR's equivalent state)
+        "repeated-step": (f"{opening} Where was Moza born? {spouse}. Where was Moza born? {born}. So the answer is Al Khor.", [mother, spouse, born]),
+        "repeated-docid": (f"{opening} Her birthplace is in {born}. Again, {born}. So the answer is Al Khor.", [mother, born, born]),
+        "repeated-flip": (f"{opening} Her birthplace is in {born}. Read backwards, {docid(t1, r1, h1)}. So the answer is Al Khor.", [mother, born, docid(t1, r1, h1)]),
+    }
+    names = list(cases)
+    rows = [chain_row(MOZA, t, d, candidate=i) for i, (t, d) in enumerate(cases.values())]
+    report, kept, rejects, _ = run(cli, world, "two-of-one", rows, "--all-candidates", triples=two_of_one)
+    assert {names[c] for _, c in kept} == {"one-sentence", "two-sentences"}
+    reasons = {names[c]: e["record"]["reasons"] for (_, c), e in rejects.items()}
+    assert reasons == {"repeated-step": ["redundant-repeated-step"], "repeated-docid": ["redundant"], "repeated-flip": ["redundant"]}
+    assert "repeats the previous step" in rejects[(MOZA, names.index("repeated-step"))]["detail"]
+
+    report, kept, rejects, _ = run(cli, world, "two-of-one-trim", rows, "--all-candidates", "--redundant", "trim", triples=two_of_one)
+    assert not rejects and report["trimmed"] == 3
+    by_name = {names[c]: r for (_, c), r in kept.items()}
+    assert by_name["one-sentence"]["text"] == cases["one-sentence"][0]  # nothing to trim
+    assert by_name["repeated-step"]["docids"] == [mother, spouse]
+    assert by_name["repeated-step"]["text"] == f"{opening} Where was Moza born? {spouse}. So the answer is Al Khor."
+    assert by_name["repeated-docid"]["text"] == f"{opening} Her birthplace is in {born}. So the answer is Al Khor."
+    assert by_name["repeated-flip"]["docids"] == [mother, born] and by_name["repeated-flip"]["flipped"] == [False, False]
 
 
 def test_a_triple_in_a_gold_and_a_non_gold_document_counts_for_the_gold_one(cli, world, collided):

@@ -115,9 +115,10 @@ class ChainFilter:
             )
             at = end
             if self.trim and not chain.parsed.problem and chain.parsed.docids == chain.docids:
-                steps = redundant_steps(chain)[0]  # exact repeats only: see check_redundant
-                if steps:
-                    chain = trim(chain, steps, settings, pattern)
+                # Removing a step can make its neighbours adjacent repeats: trim until none is left.
+                while steps := redundant_steps(chain):
+                    thoughts = frozenset(k for k, code in steps if code == "redundant-repeated-step")
+                    chain = trim(chain, [k for k, _ in steps], settings, pattern, thoughts)
                     out.rewritten[i] = chain
             failures = [f for check in self.checks if (f := check(chain, settings)) is not None]
             if question is None:

@@ -122,33 +122,39 @@ def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     return None
 
 
-def redundant_steps(chain: Chain) -> tuple[list[int], list[int]]:
-    """Retrievals that repeat a state: (repeats of a triple already retrieved, in either orientation;
-    different triples whose documents were all retrieved before, e.g. through a colliding triple)."""
+def _thought(segment: str) -> str:
+    return " ".join(normalize_answer(segment).split())
+
+
+def redundant_steps(chain: Chain) -> list[tuple[int, str]]:
+    """Retrievals that repeat a state, as SMR defines it, with their reason code: a triple already retrieved
+    (in either orientation: the flip names the same stored triple), or a step whose thought text and
+    documents both equal the previous step's. A different triple of a document already retrieved is new
+    information, not a repeat."""
     seen: set = set()
-    retrieved: set[int] = set()
-    repeats, stale = [], []
+    steps = []
+    outside = chain.parsed.outside if not chain.parsed.problem and len(chain.parsed.outside) == len(chain.docids) + 1 else None
     for i, (docid, triple, docs) in enumerate(zip(chain.docids, chain.triples, chain.docs)):
         key = triple or docid
         if key in seen:
-            repeats.append(i)
-        elif triple and retrieved.issuperset(docs):
-            stale.append(i)
+            steps.append((i, "redundant"))
+        elif (
+            i and outside is not None and docs and set(docs) == set(chain.docs[i - 1])
+            and (thought := _thought(outside[i])) and thought == _thought(outside[i - 1])
+        ):  # fmt: skip  (no words before a docid: it continues the previous step's list, it does not re-ask)
+            steps.append((i, "redundant-repeated-step"))
         seen.add(key)
-        retrieved.update(docs)
-    return repeats, stale
+    return steps
 
 
 def check_redundant(chain: Chain, settings: Settings) -> Failure | None:
-    """Only repeats can be trimmed (their information is already in the chain); a different triple may carry
-    the answer, so a chain with one that adds no document is rejected in both modes."""
-    repeats, stale = redundant_steps(chain)
-    if repeats:
-        return Failure("redundant", f"retrieval {repeats[0] + 1} repeats an earlier triple: {chain.docids[repeats[0]]}")
-    if stale:
-        k = stale[0]
-        return Failure("redundant-no-new-document", f"retrieval {k + 1} is a different triple but adds no new document: {chain.docids[k]}")
-    return None
+    steps = redundant_steps(chain)
+    if not steps:
+        return None
+    k, code = steps[0]
+    if code == "redundant":
+        return Failure(code, f"retrieval {k + 1} repeats an earlier triple: {chain.docids[k]}")
+    return Failure(code, f"retrieval {k + 1} repeats the previous step's thought and documents: {chain.docids[k]}")
 
 
 def check_length(chain: Chain, settings: Settings) -> Failure | None:
@@ -188,11 +194,13 @@ _TRAILING_LINK = re.compile(r"(?:,|\s+and|\s+or|\s+then)$")
 _LEADING_LINK = re.compile(r"^(?:and|or|then|,)\s+")
 
 
-def trim(c: Chain, steps: list[int], s: Settings, pattern: re.Pattern[str]) -> Chain:
+def trim(c: Chain, steps: list[int], s: Settings, pattern: re.Pattern[str], thoughts: frozenset[int] = frozenset()) -> Chain:
     """The chain without the given retrievals.
 
     A retrieval whose sentence holds no other docid and no "answer is" is removed with its sentence;
     otherwise only the docid is cut out of the sentence (and a dangling "and" or space before punctuation).
+    For the steps in ``thoughts`` (a repeated step) the repeated thought goes too: everything from the end of
+    the previous docid's sentence to the end of this docid's sentence.
     """
     outside = list(c.parsed.outside)
     docids = list(c.parsed.docids)
@@ -200,6 +208,12 @@ def trim(c: Chain, steps: list[int], s: Settings, pattern: re.Pattern[str]) -> C
     for k in sorted(steps, reverse=True):
         before, after = outside[k], outside[k + 1]
         b_bounds, a_bounds = sentence_bounds(before), sentence_bounds(after)
+        if k in thoughts and b_bounds:
+            a_end = a_bounds[0] if a_bounds else len(after)
+            if not has_answer_phrase(before[b_bounds[0] :] + after[:a_end]):
+                outside[k : k + 2] = [before[: b_bounds[0]] + after[a_end:]]
+                del docids[k]
+                continue
         starts = b_bounds[-1] if b_bounds else (0 if k == 0 else None)
         ends = a_bounds[0] if a_bounds else (len(after) if k == len(docids) - 1 else None)
         sentence = None if starts is None or ends is None else before[starts:] + docids[k] + after[:ends]
