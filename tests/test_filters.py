@@ -24,11 +24,14 @@ def docid(h: str, r: str, t: str, markers: tuple[str, str] = (S, E)) -> str:
     return f"{markers[0]}{h}, {r}, {t}{markers[1]}"
 
 
-def write_stage(path, table, schema, rows, parts=1, params=None):
+def write_stage(path, table, schema, rows, parts=1, params=None, by=None):
+    """Rows dealt round-robin over the parts, or by the key ``by`` (all candidates of a qid in one part, as
+    `chains synthesize` writes them)."""
     stage = StageWriter(path, StageSpec(table, schema, params=params or {}), num_parts=parts)
+    keys = list(dict.fromkeys(r[by] for r in rows)) if by else None
     for p in range(parts):
         with stage.shard(p) as sh:
-            chunk = rows[p::parts]
+            chunk = rows[p::parts] if by is None else [r for r in rows if keys.index(r[by]) % parts == p]
             sh.count_in(len(chunk))
             sh.write_rows(chunk)
     stage.finish()
@@ -99,7 +102,7 @@ def chain_row(qid, text, docids, flipped=None, candidate=0, selected=True):
 def run(cli, world, name, rows, *args, check=True, triples=None, params=None):
     chains = world["root"] / f"{name}-chains"
     out = world["root"] / f"{name}-out"
-    write_stage(chains, "chains", CHAINS, rows, parts=2 if len(rows) > 3 else 1, params=params)
+    write_stage(chains, "chains", CHAINS, rows, parts=2 if len(rows) > 3 else 1, params=params, by="qid")
     triples = triples or world["triples"]
     proc = cli("filters", "apply", chains, "--corpus", world["corpus"], "--triples", triples, "--out", out, "--json", *args, check=check)
     report = json.loads(proc.stdout) if proc.returncode == 0 else None
@@ -155,11 +158,11 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     }
     rows = [chain_row(qid, t, d, candidate=i) for i, (t, d) in enumerate(cases.values())]
     rows.append(chain_row("no-such-question", text, docids, candidate=0))
-    rows.append(chain_row(qid, text, docids, candidate=99, selected=False))  # not judged by default
+    rows.append(chain_row(qid, text, docids, candidate=99, selected=False))  # judged too; passes, but 0 is kept
     report, kept, rejects, out = run(cli, world, "bad", rows, "--report", tmp_path / "r.md")
     names = list(cases)
     reasons = {names[k[1]] if k[0] == qid else k[0]: e["record"]["reasons"] for k, e in rejects.items()}
-    assert set(kept) == {(qid, 0)}
+    assert set(kept) == {(qid, 0), (qid, 99)} and kept[(qid, 0)]["selected"] and not kept[(qid, 99)]["selected"]
     assert reasons["missing"] == ["docid-exists-missing", "gold-unknown-docid"]
     assert reasons["repeat"] == ["redundant"]
     assert reasons["repeat-flipped"] == ["redundant"]
@@ -174,14 +177,16 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     assert reasons["no-such-question"] == ["unknown-qid"]
     assert rejects[(qid, 1)]["reason"] == "docid-exists-missing" and "Atlantis" in rejects[(qid, 1)]["detail"]
 
-    assert report["chains"] == len(cases) + 1 and report["kept"] == 1 and report["not_selected"] == 1
+    assert report["chains"] == len(cases) + 2 and report["passed"] == 2 and report["kept"] == 1
+    assert report["questions"] == 2 and report["questions_kept"] == 1 and report["yield"] == 0.5
+    assert report["lost"]["question"] == 1 and sum(report["lost"].values()) == 1
     assert report["rules"]["format"] == 5 and report["rules"]["question"] == 1 and report["rules"]["redundant"] == 2
     assert report["reasons"]["redundant"] == 2 and len(report["examples"]["redundant"]) == 2
     assert all(1 <= len(v) <= 2 for v in report["examples"].values())
     md = (tmp_path / "r.md").read_text()
     assert "# Chain filter report" in md and "| 2wikimultihopqa |" in md and "### `answer-wrong`" in md and "Doha" in md
     counters = load_manifest(out)["counters"]
-    assert counters["in"] == counters["out"] + sum(counters["rejected"].values()) == len(cases) + 1
+    assert counters["in"] == counters["out"] + sum(counters["rejected"].values()) == len(cases) + 2
 
     # Lower thresholds let the partial chain through; --rules narrows what is checked.
     _, kept, _, _ = run(cli, world, "recall", [rows[names.index("half-gold")]], "--min-recall", "0.5")
@@ -321,6 +326,60 @@ def test_trim_removes_the_repeated_step(cli, world):
     assert kept[(qid, 0)]["text"] == text and kept[(qid, 0)]["docids"] == docids
     assert kept[(qid, 1)]["docids"] == docids and kept[(qid, 1)]["flipped"] == [False, False]
     assert kept[(qid, 1)]["text"] == text.replace(f"{docids[1]} tells", f"{docids[1]} tell")
+
+
+def test_the_kept_chain_is_the_lowest_score_among_passing_candidates_and_export_sft_takes_it(cli, world, tmp_path):
+    """A question whose selected candidate fails keeps a passing one; losses are counted per rule; the yield is
+    questions with a kept chain / questions synthesized; `export sft` exports exactly the kept chains."""
+    qa, qb, qc, qd = two_hop_qids(world)[:4]
+
+    def variants(qid):
+        q = world["questions"][qid]
+        text, docids, _ = good_text(q, world["facts"][qid])
+        return {
+            "good": (text, docids),
+            "wrong": (text.replace(f"answer is {q['answer']}", "answer is Doha"), docids),
+            "half": (f"Only {docids[0]}. So the answer is {q['answer']}.", [docids[0]]),
+            "half-wrong": (f"Only {docids[0]}. So the answer is Doha.", [docids[0]]),
+            "flipped": good_text(q, world["facts"][qid], flip={1})[:2],
+        }
+
+    def row(qid, c, kind, score, selected=False):
+        r = chain_row(qid, *variants(qid)[kind], candidate=c, selected=selected)
+        r["score"] = score
+        return r
+
+    rows = [
+        # A: synthesis selected candidate 0 (lowest entropy) but it fails; of the passing 1 and 2, 2 is surer
+        row(qa, 0, "wrong", 0.1, selected=True), row(qa, 1, "good", 0.9), row(qa, 2, "flipped", 0.4), row(qa, 3, "half", 0.2),
+        # B: no scores (--select first): the first passing candidate in candidate order
+        row(qb, 0, "wrong", None, selected=True), row(qb, 1, "flipped", None), row(qb, 2, "good", None),
+        # C: no candidate passes gold; D: each rule passed by some candidate, never all by one
+        row(qc, 0, "half", 0.1, selected=True), row(qc, 1, "half-wrong", 0.2),
+        row(qd, 0, "wrong", 0.1, selected=True), row(qd, 1, "half", 0.2),
+    ]
+    report, kept, rejects, out = run(cli, world, "choose", rows, "--report", tmp_path / "r.md")
+    assert {k for k, r in kept.items() if r["selected"]} == {(qa, 2), (qb, 1)}
+    assert set(kept) == {(qa, 1), (qa, 2), (qb, 1), (qb, 2)}  # every passing candidate stays, one marked kept
+    assert report["chains"] == 11 and report["passed"] == 4 and report["kept"] == 2
+    assert (report["questions"], report["questions_kept"], report["questions_lost"], report["yield"]) == (4, 2, 2, 0.5)
+    assert report["lost"] == {"format": 0, "docid-exists": 0, "gold": 1, "answer": 0, "redundant": 0, "length": 0, "question": 0, "mixed": 1}
+    d = report["datasets"]["2wikimultihopqa"]
+    assert (d["questions"], d["questions_kept"], d["yield"], d["lost"]) == (4, 2, 0.5, {"gold": 1, "mixed": 1})
+    md = (tmp_path / "r.md").read_text()
+    assert "- yield: **2** of **4** questions keep a chain (**50.0%**)" in md and "| 2wikimultihopqa | 4 | 2 | 50.0% | 11 | 4 | 36.4% |" in md
+    assert "| **all** | 2 | 0 | 0 | 1 | 0 | 0 | 0 | 0 | 1 |" in md
+
+    sft = cli("export", "sft", out, "--corpus", world["corpus"], "--out", "-", "--format", "trl-messages")
+    exported = sorted(json.loads(line)["messages"][-1]["content"] for line in sft.stdout.splitlines())
+    assert exported == sorted([variants(qa)["flipped"][0], variants(qb)["flipped"][0]])
+
+    # --all-candidates keeps (selects) every passing candidate; the summary table carries the yield
+    report, kept, _, _ = run(cli, world, "choose-all", rows, "--all-candidates")
+    assert all(r["selected"] for r in kept.values()) and report["kept"] == 4 and report["yield"] == 0.5
+    chains = world["root"] / "choose-chains"
+    proc = cli("filters", "apply", chains, "--corpus", world["corpus"], "--triples", world["triples"], "--out", tmp_path / "o", env={"COLUMNS": "250"})
+    assert "2 of 4 questions keep a chain (yield 50.0%)" in " ".join(proc.stderr.split())
 
 
 def test_custom_markers_from_the_chains_manifest_or_the_options(cli, world):

@@ -53,7 +53,7 @@ def sft_cmd(
     max_per_dataset: Annotated[Optional[int], typer.Option("--max-per-dataset", min=0, help="At most N training examples per dataset (a seeded random sample).")] = None,
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
-    all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain, not only each question's selected one.")] = False,
+    all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain (of a filtered stage: every passing candidate), not only each question's kept (selected) one.")] = False,
     as_json: Json = False,
 ) -> None:
     """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.

@@ -32,7 +32,9 @@ def apply_cmd(
         Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")
     ] = None,
     min_recall: Annotated[float, typer.Option("--min-recall", min=0.0, max=1.0, help="Share of gold documents a chain must retrieve.")] = 1.0,
-    redundant: Annotated[Redundant, typer.Option("--redundant", help="A repeated triple: reject the chain, or trim the step.")] = Redundant.reject,
+    redundant: Annotated[
+        Redundant, typer.Option("--redundant", help="A repeated triple or a repeated step (same thought, same documents): reject the chain, or trim the step.")
+    ] = Redundant.reject,
     max_docids: Annotated[int, typer.Option("--max-docids", min=1, help="At most this many docids per chain.")] = 10,
     max_chain_tokens: Annotated[int, typer.Option("--max-chain-tokens", min=1, help="At most this many whitespace-separated tokens.")] = 512,
     docid_start: Annotated[
@@ -41,14 +43,21 @@ def apply_cmd(
     docid_end: Annotated[
         Optional[str], typer.Option("--docid-end", help="Marker after each docid (default: as recorded in the chains manifest, else <docid_end>).")
     ] = None,
-    all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Judge every candidate, not only the selected one per question.")] = False,
+    all_candidates: Annotated[
+        bool, typer.Option("--all-candidates", help="Mark every passing candidate selected (kept), not only the lowest-score one per question.")
+    ] = False,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
     as_json: Json = False,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
 ) -> None:
-    """Keep the chains that pass every rule; reject the others to _rejects with all their reasons.
+    """Judge every candidate; write those that pass every rule, reject the others to _rejects with all their reasons.
+
+    Per question the kept chain (selected = true) is the passing candidate with the lowest score (GReG's
+    entropy), or the first passing one in candidate order when they have no score; export sft exports those.
+    The report gives the yield per dataset (questions with a kept chain / questions synthesized) and the
+    questions lost because no candidate passed, per rule.
 
     Rules: format (balanced, unnested markers; at least one docid; no empty triple part), docid-exists (each
     docid is a stored triple, as written or flipped tail-to-head), gold (each docid a stored triple of a gold
@@ -56,8 +65,8 @@ def apply_cmd(
     unanswerable questions, which have no gold), answer (the conclusion, i.e. the text after the last
     "answer is", else after the last docid, contains the gold answer or an alias after SQuAD normalization;
     "cannot answer" fails an answerable question and is required for an unanswerable one), redundant (the
-    same triple twice, which --redundant trim removes, or a different triple that adds no new document,
-    always rejected), length (--max-docids, --max-chain-tokens). Chains whose qid is not in the corpus are
+    same triple twice, either orientation, or a step whose thought text and documents repeat the previous
+    step's; --redundant trim removes such steps; a different triple of a retrieved document is new), length (--max-docids, --max-chain-tokens). Chains whose qid is not in the corpus are
     rejected.
     Exit 0 when it ran, whatever it rejected; 2 on input errors.
 
@@ -84,10 +93,19 @@ def apply_cmd(
     if as_json:
         typer.echo(orjson.dumps(result).decode())
         return
-    table = Table(title=f"filters: kept {result['kept']} of {result['chains']} chains")
-    for col in ("dataset", "judged", "kept", "pass rate", *result["rules"]):
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}%"
+
+    table = Table(
+        title=f"filters: {result['questions_kept']} of {result['questions']} questions keep a chain (yield {pct(result['yield'])}); "
+        f"{result['passed']} of {result['chains']} candidates passed"
+    )
+    lost = [f"lost: {r}" for r in result["lost"]]
+    for col in ("dataset", "questions", "kept", "yield", "judged", "passed", "pass rate", *result["rules"], *lost):
         table.add_column(col, justify="left" if col == "dataset" else "right", overflow="fold")  # never "…" in a header
     for name, d in result["datasets"].items():
-        rate = "–" if d["pass_rate"] is None else f"{100 * d['pass_rate']:.1f}%"
-        table.add_row(name, str(d["chains"]), str(d["kept"]), rate, *(str(d["rules"].get(r, 0)) for r in result["rules"]))
+        table.add_row(
+            name, str(d["questions"]), str(d["questions_kept"]), pct(d["yield"]), str(d["chains"]), str(d["passed"]), pct(d["pass_rate"]),
+            *(str(d["rules"].get(r, 0)) for r in result["rules"]), *(str(d["lost"].get(r, 0)) for r in result["lost"]),
+        )  # fmt: skip
     stage_summary.print(table)

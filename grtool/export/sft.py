@@ -32,7 +32,7 @@ class SftOptions:
     max_per_dataset: int | None = None
     dev_share: float = 0.0
     seed: int = 0
-    all_candidates: bool = False  # export every chain of the stage, not only each question's selected one
+    all_candidates: bool = False  # every chain, not only the selected ones (filters apply marks the kept chain selected)
 
     def check(self, out: str | Path) -> None:
         if self.fmt not in SFT_FORMATS:

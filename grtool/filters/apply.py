@@ -1,9 +1,13 @@
-"""`filters apply`: run the rules over a chains stage, keep the chains that pass, reject the rest with reasons.
+"""`filters apply`: run the rules over every candidate of a chains stage, write the candidates that pass, reject
+the rest with reasons, and keep one chain per question among those that pass.
 
 Work is per input part (one output part each, so sharding and resume follow the chains stage) and per Arrow
 batch: the docids of a whole batch are hashed and resolved against the triple index at once, then each chain
-goes through the rules in plain Python. Kept chains are written by ``take`` on the input batch, i.e. byte for
-byte unchanged, unless ``--redundant trim`` rewrote them.
+goes through the rules in plain Python. Passing candidates are taken from the input batch unchanged (unless
+``--redundant trim`` rewrote them) except ``selected``, which marks the kept chain: the lowest ``score``
+among the passing candidates of a question (GReG's rule applied after the filters), the first passing one in
+candidate order when no passing candidate has a score. `chains synthesize` writes all candidates of a question
+into one part, so the choice is made per part, after its last batch.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class FilterConfig:
             "max_docids": s.max_docids,
             "max_chain_tokens": s.max_chain_tokens,
             "all_candidates": self.all_candidates,
+            "keep": "every passing candidate" if self.all_candidates else "lowest score among passing candidates",
             "markers": [s.markers.start, s.markers.end],
         }
 
@@ -64,10 +69,11 @@ class FilterConfig:
 class Outcome:
     """What happened to one batch."""
 
-    kept: list[int] = field(default_factory=list)  # row indexes in the (selected) batch
-    rewritten: dict[int, Chain] = field(default_factory=dict)  # trimmed chains among the kept
+    kept: list[int] = field(default_factory=list)  # row indexes of the passing candidates
+    rewritten: dict[int, Chain] = field(default_factory=dict)  # trimmed chains among the passing
     failures: dict[int, list[Failure]] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    datasets: list[str] = field(default_factory=list)  # per row
 
 
 class ChainFilter:
@@ -82,13 +88,8 @@ class ChainFilter:
         self.trim = config.settings.redundant == "trim" and "redundant" in config.rules
 
     def judge(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, Outcome]:
-        """Filter one batch; returns the batch actually judged (selected candidates only, by default)."""
+        """Judge every candidate of one batch (the choice among the passing ones is :class:`Chooser`'s)."""
         out = Outcome()
-        if not self.config.all_candidates:
-            selected = pc.fill_null(batch.column("selected"), False)
-            judged = batch.filter(selected)
-            out.counts["not_selected"] += batch.num_rows - judged.num_rows
-            batch = judged
         n = batch.num_rows
         if n == 0:
             return batch, out
@@ -124,6 +125,7 @@ class ChainFilter:
             if question is None:
                 failures.insert(0, Failure(UNKNOWN_QID, f"qid {qids[i]!r} is not in the corpus questions"))
             dataset = question.dataset if question is not None else "unknown"
+            out.datasets.append(dataset)
             judged_in[dataset] += 1
             if failures:
                 out.failures[i] = failures
@@ -138,7 +140,7 @@ class ChainFilter:
                 kept_in[dataset] += 1
                 if i in out.rewritten:
                     out.counts["trimmed"] += 1
-        for what, per_dataset in (("in", judged_in), ("kept", kept_in)):
+        for what, per_dataset in (("in", judged_in), ("passed", kept_in)):
             for dataset, count in per_dataset.items():
                 out.counts[f"dataset/{dataset}/{what}"] += count
         return batch, out
@@ -181,10 +183,10 @@ def _batches(table: InputTable, index: int) -> Iterator[pa.RecordBatch]:
     yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=CHAINS.names)
 
 
-def _write(sh, batch: pa.RecordBatch, out: Outcome) -> None:
+def _passed(batch: pa.RecordBatch, out: Outcome) -> pa.Table:
+    """The passing candidates of a batch, as read except for trimmed chains."""
     if not out.rewritten:
-        sh.write_table(pa.Table.from_batches([batch]).take(pa.array(out.kept, pa.int64())))
-        return
+        return pa.Table.from_batches([batch]).take(pa.array(out.kept, pa.int64()))
     rows = []
     for i in out.kept:
         row = batch.slice(i, 1).to_pylist()[0]
@@ -192,7 +194,70 @@ def _write(sh, batch: pa.RecordBatch, out: Outcome) -> None:
         if chain is not None:
             row.update(text=chain.text, docids=chain.docids, flipped=chain.flipped)
         rows.append(row)
-    sh.write_rows(rows)
+    return pa.Table.from_pylist(rows, schema=batch.schema)
+
+
+@dataclass(slots=True)
+class _QuestionState:
+    dataset: str
+    best: tuple | None = None  # sort key of the best passing candidate so far; its output position last
+    common: set[str] | None = None  # the rules every failing candidate so far failed
+
+
+class Chooser:
+    """Per part: which passing candidate each question keeps, and the rules that lost the others."""
+
+    def __init__(self, all_candidates: bool):
+        self.all_candidates = all_candidates
+        self.questions: dict[str, _QuestionState] = {}
+        self.passed = 0  # passing candidates so far = the output position of the next one
+
+    def add(self, batch: pa.RecordBatch, out: Outcome) -> None:
+        qids = batch.column("qid").to_pylist()
+        candidates = batch.column("candidate").to_pylist()
+        scores = batch.column("score").to_pylist()
+        passing = set(out.kept)
+        for i, qid in enumerate(qids):
+            q = self.questions.get(qid)
+            if q is None:
+                q = self.questions[qid] = _QuestionState(out.datasets[i])
+            if i in passing:
+                score = scores[i]
+                unscored = score is None or score != score  # None or NaN
+                # Lowest score first; unscored ones after, in candidate order; the position breaks ties.
+                order = candidates[i] if candidates[i] is not None else self.passed
+                key = (unscored, 0.0 if unscored else score, order, self.passed)
+                if q.best is None or key < q.best:
+                    q.best = key
+                self.passed += 1
+            else:
+                failed = {rule_of(f.code) for f in out.failures.get(i, ())}
+                q.common = failed if q.common is None else q.common & failed
+
+    def selected(self) -> pa.Array:
+        """``selected`` for the part's passing candidates, in output order."""
+        if self.all_candidates:
+            return pa.array([True] * self.passed, pa.bool_())
+        mask = [False] * self.passed
+        for q in self.questions.values():
+            if q.best is not None:
+                mask[q.best[-1]] = True
+        return pa.array(mask, pa.bool_())
+
+    def counts(self) -> Counter[str]:
+        c: Counter[str] = Counter()
+        for q in self.questions.values():
+            d = q.dataset
+            c[f"dataset/{d}/questions"] += 1
+            if q.best is not None:
+                c[f"dataset/{d}/questions_kept"] += 1
+            elif q.common:
+                for rule in q.common:  # no candidate passed this rule
+                    c[f"dataset/{d}/lost/{rule}"] += 1
+            else:
+                c[f"dataset/{d}/lost/mixed"] += 1  # every rule passed by some candidate, never all by one
+        c["kept"] = self.passed if self.all_candidates else sum(q.best is not None for q in self.questions.values())
+        return c
 
 
 def _reject(sh, batch: pa.RecordBatch, out: Outcome, examples: dict[str, list[dict]]) -> None:
@@ -249,14 +314,24 @@ def apply_filters(
         task = bar.add_task("filtering chains", total=len(todo))
         for i in todo:
             with writer.shard(i) as sh:
+                chooser, passed = Chooser(config.all_candidates), []
                 for batch in _batches(source, i):
                     judged, outcome = judge.judge(batch)
                     sh.count_in(judged.num_rows)
-                    _write(sh, judged, outcome)
+                    passed.append(_passed(judged, outcome))
+                    chooser.add(judged, outcome)
                     _reject(sh, judged, outcome, examples)
                     for key, value in outcome.counts.items():
                         sh.count(key, value)
                     counts.update(outcome.counts)
+                if passed:  # written once the part's questions are complete: `selected` marks the kept chains
+                    table = pa.concat_tables(passed)
+                    at = table.schema.get_field_index("selected")
+                    sh.write_table(table.set_column(at, table.schema.field(at), chooser.selected()))
+                chosen = chooser.counts()
+                for key, value in chosen.items():
+                    sh.count(key, value)
+                counts.update(chosen)
             bar.advance(task)
     manifest = writer.finish()
     if not is_stdio(out):

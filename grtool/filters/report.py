@@ -1,4 +1,5 @@
-"""The filter report: counts per rule, per reason and per dataset, pass rate, two examples per failure."""
+"""The filter report: counts per rule, per reason and per dataset, pass rate, the yield (questions with a kept
+chain / questions synthesized), the questions lost per rule, two examples per failure."""
 
 from __future__ import annotations
 
@@ -12,29 +13,48 @@ if TYPE_CHECKING:
 def build_report(counts: Counter[str], examples: dict[str, list[dict]], config: "FilterConfig") -> dict[str, Any]:
     datasets: dict[str, dict[str, Any]] = {}
     for key, value in counts.items():
-        parts = key.split("/")  # dataset/<name>/in, dataset/<name>/kept, dataset/<name>/rule/<rule>
+        # dataset/<name>/{in,passed,questions,questions_kept}, dataset/<name>/rule/<rule>, dataset/<name>/lost/<rule>
+        parts = key.split("/")
         if parts[0] != "dataset" or len(parts) not in (3, 4):
             continue
-        d = datasets.setdefault(parts[1], {"chains": 0, "kept": 0, "rules": {}})
-        if len(parts) == 4:
-            d["rules"][parts[3]] = d["rules"].get(parts[3], 0) + value
+        d = datasets.setdefault(parts[1], {"chains": 0, "passed": 0, "questions": 0, "questions_kept": 0, "rules": {}, "lost": {}})
+        if len(parts) == 4 and parts[2] in ("rule", "lost"):
+            bucket = d["rules" if parts[2] == "rule" else "lost"]
+            bucket[parts[3]] = bucket.get(parts[3], 0) + value
         elif parts[2] == "in":
             d["chains"] += value
-        elif parts[2] == "kept":
-            d["kept"] += value
+        elif parts[2] in ("passed", "questions", "questions_kept"):
+            d[parts[2]] += value
     for d in datasets.values():
-        d["rejected"] = d["chains"] - d["kept"]
-        d["pass_rate"] = d["kept"] / d["chains"] if d["chains"] else None
+        d["rejected"] = d["chains"] - d["passed"]
+        d["kept"] = d["passed"] if config.all_candidates else d["questions_kept"]
+        d["pass_rate"] = d["passed"] / d["chains"] if d["chains"] else None
+        d["yield"] = d["questions_kept"] / d["questions"] if d["questions"] else None
+        d["questions_lost"] = d["questions"] - d["questions_kept"]
         d["rules"] = dict(sorted(d["rules"].items()))
-    total = sum(d["chains"] for d in datasets.values())
-    kept = sum(d["kept"] for d in datasets.values())
+        d["lost"] = dict(sorted(d["lost"].items()))
+
+    def total(key: str) -> int:
+        return sum(d[key] for d in datasets.values())
+
+    chains, passed, questions, questions_kept = total("chains"), total("passed"), total("questions"), total("questions_kept")
+    lost: Counter[str] = Counter()
+    for d in datasets.values():
+        lost.update(d["lost"])
     return {
-        "chains": total,
-        "kept": kept,
-        "rejected": total - kept,
-        "pass_rate": kept / total if total else None,
+        "chains": chains,
+        "passed": passed,
+        "rejected": chains - passed,
+        "pass_rate": passed / chains if chains else None,
+        "kept": total("kept"),
+        "questions": questions,
+        "questions_kept": questions_kept,
+        "questions_lost": questions - questions_kept,
+        "yield": questions_kept / questions if questions else None,
+        # per rule: lost questions none of whose candidates passed that rule; "mixed": each rule passed by some
+        # candidate, but no candidate passed them all
+        "lost": {r: lost.get(r, 0) for r in (*config.rules, "question", "mixed")},
         "trimmed": counts.get("trimmed", 0),
-        "not_selected": counts.get("not_selected", 0),
         "rules": {r: counts.get(f"rule/{r}", 0) for r in (*config.rules, "question")},
         "reasons": dict(sorted((k.split("/", 1)[1], v) for k, v in counts.items() if k.startswith("reason/"))),
         "datasets": dict(sorted(datasets.items())),
@@ -51,28 +71,52 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Chain filter report", ""]
     s = report["settings"]
     lines += [
-        f"- chains judged: **{report['chains']}**, kept **{report['kept']}**, rejected **{report['rejected']}** "
-        f"(pass rate **{_pct(report['pass_rate'])}**)",
-        f"- redundant retrievals trimmed from kept chains: {report['trimmed']}",
-        f"- candidates not judged (not the selected one; `--all-candidates` judges them): {report['not_selected']}",
+        f"- yield: **{report['questions_kept']}** of **{report['questions']}** questions keep a chain (**{_pct(report['yield'])}**); "
+        f"{report['questions_lost']} lost because no candidate passed",
+        f"- candidates judged: **{report['chains']}**, passed **{report['passed']}**, rejected **{report['rejected']}** "
+        f"(pass rate **{_pct(report['pass_rate'])}**); chains kept: **{report['kept']}** ({s['keep']})",
+        f"- redundant retrievals trimmed from passing chains: {report['trimmed']}",
         f"- rules: {', '.join(s['rules'])}; min recall {s['min_recall']}, redundant = {s['redundant']}, "
         f"max docids {s['max_docids']}, max chain tokens {s['max_chain_tokens']}",
         "",
-        "A rejected chain counts once under every rule it fails, so the rule counts can add up to more than the rejects.",
+        "## Yield per dataset",
         "",
-        "## Failures per rule",
+        "| dataset | questions | with a kept chain | yield | candidates | passed | pass rate |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, d in report["datasets"].items():
+        lines.append(f"| {name} | {d['questions']} | {d['questions_kept']} | {_pct(d['yield'])} | {d['chains']} | {d['passed']} | {_pct(d['pass_rate'])} |")
+    lost = list(report["lost"])
+    lines += [
         "",
-        "| rule | chains failing | share of judged |",
+        "## Questions lost, per rule",
+        "",
+        "A lost question counts under every rule that none of its candidates passed (so the counts can add up to more "
+        "than the questions lost); `mixed`: each rule was passed by some candidate, but no candidate passed them all.",
+        "",
+        "| dataset | lost | " + " | ".join(lost) + " |",
+        "|---|---:|" + "---:|" * len(lost),
+    ]
+    for name, d in report["datasets"].items():
+        lines.append(f"| {name} | {d['questions_lost']} | " + " | ".join(str(d["lost"].get(r, 0)) for r in lost) + " |")
+    lines.append(f"| **all** | {report['questions_lost']} | " + " | ".join(str(report["lost"][r]) for r in lost) + " |")
+    lines += [
+        "",
+        "## Candidates failing, per rule",
+        "",
+        "A rejected candidate counts once under every rule it fails, so the rule counts can add up to more than the rejects.",
+        "",
+        "| rule | candidates failing | share of judged |",
         "|---|---:|---:|",
     ]
     for rule, n in report["rules"].items():
         lines.append(f"| {rule} | {n} | {_pct(n / report['chains'] if report['chains'] else None)} |")
-    lines += ["", "## Failures per reason", "", "| reason | chains |", "|---|---:|"]
+    lines += ["", "## Failures per reason", "", "| reason | candidates |", "|---|---:|"]
     lines += [f"| `{code}` | {n} |" for code, n in report["reasons"].items()] or ["| (none) | 0 |"]
     rules = list(report["rules"])
-    lines += ["", "## Per dataset", "", "| dataset | judged | kept | pass rate | " + " | ".join(rules) + " |", "|---|---:|---:|---:|" + "---:|" * len(rules)]
+    lines += ["", "## Per dataset", "", "| dataset | judged | passed | pass rate | " + " | ".join(rules) + " |", "|---|---:|---:|---:|" + "---:|" * len(rules)]
     for name, d in report["datasets"].items():
-        lines.append(f"| {name} | {d['chains']} | {d['kept']} | {_pct(d['pass_rate'])} | " + " | ".join(str(d["rules"].get(r, 0)) for r in rules) + " |")
+        lines.append(f"| {name} | {d['chains']} | {d['passed']} | {_pct(d['pass_rate'])} | " + " | ".join(str(d["rules"].get(r, 0)) for r in rules) + " |")
     lines += ["", "## Examples", ""]
     if not report["examples"]:
         lines.append("No chain was rejected.")
