@@ -194,11 +194,12 @@ def test_word_uncertainty_is_the_max_over_its_tokens_and_entities_over_their_wor
     doc = scorer.nlp(text)
     assert [e.text for e in doc.ents] == ["Al Khor", "Qatar"]
     s, h, u = token_entropy(tok("x", *SURE)), math.log(2), math.log(4)
-    words, entities = uncertainties(doc, starts, ends, ent)
-    assert words == pytest.approx([s, s, h, h, h, u, s])  # He was born in Al Khor Qatar (no punctuation)
-    assert entities == pytest.approx([u, s])
-    # Median over the nine values s s s s h h h u u.
-    assert score_doc(doc, starts, ends, ent) == pytest.approx(h)
+    # Units: He was born in [Al Khor] Qatar (no punctuation). "Al Khor" replaces its two words (max h, u = u);
+    # the single-word entity "Qatar" is its word, counted once.
+    assert uncertainties(doc, starts, ends, ent) == pytest.approx([s, s, h, h, u, s])
+    # Median over the six units s s s h h u: the mean of the middle two, (s + h) / 2. (Counting words and
+    # entities side by side, s s s s h h h u u, gave h.)
+    assert score_doc(doc, starts, ends, ent) == pytest.approx((s + h) / 2)
 
 
 def test_entropy_selection_picks_the_most_certain_candidate(scorer):
@@ -209,7 +210,8 @@ def test_entropy_selection_picks_the_most_certain_candidate(scorer):
 
     mild = (math.log(0.9), math.log(0.05), math.log(0.05))
     confident = cand([SURE] * 9)
-    unsure_facts = cand([SURE] * 3 + [UNSURE, SURE, UNSURE, SURE, UNSURE, SURE])
+    # 4 of its 7 units unsure (entities count once, as their words: 3 of 7 would leave the median sure)
+    unsure_facts = cand([SURE, UNSURE, SURE, UNSURE, SURE, UNSURE, SURE, UNSURE, SURE])
     hesitant = cand([HALF] * 9)
     everywhere_mild = cand([mild] * 9)
     # One very unsure word in an otherwise sure chain: its median is low, though its mean is above the mild one's.

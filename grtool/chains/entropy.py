@@ -2,8 +2,9 @@
 
 For every generated token, the entropy of its top-k distribution (the backend's logprobs, renormalized over
 the k alternatives plus the chosen token). A word's uncertainty is the largest entropy among the tokens it
-overlaps; a named-entity span's (spaCy NER) is the largest among its words. A candidate's score is the median
-over all word and entity uncertainties; lower is more certain.
+overlaps; a multi-word named-entity span's (spaCy NER) is the largest among its words and stands in for them
+(GReG: no word counted twice); a single-word entity is its word. A candidate's score is the median over these
+units; lower is more certain.
 
 Words and entities are found by spaCy on the concatenated token strings, so character offsets of words
 and of the model's tokens always refer to the same text.
@@ -67,9 +68,10 @@ def aligned_tokens(logprobs: Sequence[TokenLogprobs], text: str | None = None) -
     return (text if text is not None and spelled.startswith(text) else spelled), starts, ends, entropies
 
 
-def uncertainties(doc: Any, starts: list[int], ends: list[int], entropies: list[float]) -> tuple[list[float], list[float]]:
-    """Per word (spaCy tokens but spaces and punctuation) the max entropy of the model tokens it overlaps;
-    per named-entity span the max over its words."""
+def uncertainties(doc: Any, starts: list[int], ends: list[int], entropies: list[float]) -> list[float]:
+    """The units' uncertainties in text order: per word (spaCy tokens but spaces and punctuation) the max
+    entropy of the model tokens it overlaps, except that a multi-word entity span is one unit, the max over
+    its words, in place of them."""
     word_unc: dict[int, float] = {}
     for word in doc:
         if word.is_space or word.is_punct:
@@ -79,19 +81,21 @@ def uncertainties(doc: Any, starts: list[int], ends: list[int], entropies: list[
         hi = bisect_left(starts, e)  # first token starting at or after the word ends
         if lo < hi:
             word_unc[word.i] = max(entropies[lo:hi])
-    entity_unc = []
-    for ent in doc.ents:
-        inside = [word_unc[i] for i in range(ent.start, ent.end) if i in word_unc]
+    spans = {ent.start: ent.end for ent in doc.ents}  # spaCy entities never overlap
+    units, i = [], 0
+    while i < len(doc):
+        end = spans.get(i, i + 1)
+        inside = [word_unc[j] for j in range(i, end) if j in word_unc]
         if inside:
-            entity_unc.append(max(inside))
-    return list(word_unc.values()), entity_unc
+            units.append(max(inside))
+        i = end
+    return units
 
 
 def score_doc(doc: Any, starts: list[int], ends: list[int], entropies: list[float]) -> float | None:
-    """Median over word and entity uncertainties (None: the chain has no words)."""
-    words, entities = uncertainties(doc, starts, ends, entropies)
-    values = words + entities
-    return statistics.median(values) if values else None
+    """Median over the word and entity units (None: the chain has no words)."""
+    units = uncertainties(doc, starts, ends, entropies)
+    return statistics.median(units) if units else None
 
 
 class EntropyScorer:
