@@ -237,3 +237,16 @@ def test_missing_logprobs_is_a_clear_error(scorer):
 
 def test_a_chain_without_words_scores_none(scorer):
     assert scorer.score([(".", [tok(".", *SURE)]), ("", [])]) == [None, None]
+
+
+def test_default_candidates_are_greg_s_five_one_greedy_four_sampled():
+    from typer.testing import CliRunner
+
+    from grtool.chains.synthesize import ChainSettings
+    from grtool.cli.main import app
+
+    settings = ChainSettings()
+    assert settings.candidates == 5
+    assert [settings.sampling(c).temperature for c in range(5)] == [0.0, 0.7, 0.7, 0.7, 0.7]
+    help_text = " ".join(CliRunner().invoke(app, ["chains", "synthesize", "--help"], env={"COLUMNS": "300"}).output.split())
+    assert "(GReG: 5)" in help_text and "[default: 5]" in help_text

@@ -52,7 +52,7 @@ class LLM(Protocol):
 class ChainSettings:
     """Everything that changes the chains; all of it goes into the manifest's parameters."""
 
-    candidates: int = 4
+    candidates: int = 5  # GReG: one greedy, four sampled at T = 0.7
     temperature: float = 0.7  # of candidates 1..N-1; candidate 0 is greedy
     top_p: float = 1.0
     max_tokens: int = 512

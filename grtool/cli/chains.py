@@ -26,7 +26,7 @@ def synthesize(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
     triples: Annotated[Path, typer.Argument(help="Triples stage directory (from `grtool triples extract`), or a run directory holding triples/.")],
     out: Out,
-    candidates: Annotated[int, typer.Option("--candidates", "-n", min=1, help="Chains per question: one greedy, the rest sampled at --temperature.")] = 4,
+    candidates: Annotated[int, typer.Option("--candidates", "-n", min=1, help="Chains per question: one greedy, the rest sampled at --temperature (GReG: 5).")] = 5,
     select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
