@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json
+from grtool.cli.options import Json, Plot
 from grtool.errors import DataProblem
 from grtool.log import console
 
@@ -73,3 +73,29 @@ def print_recall(report: dict) -> None:
             f"{report['incomplete_gold']} for questions whose gold is incomplete (meta.gold_titles_missing)",
             highlight=False,
         )
+
+
+@app.command("compare")
+def compare_cmd(
+    reports: Annotated[list[str], typer.Argument(help="Recall reports of `eval recall --json`, as LABEL=FILE (or FILE: labelled by its name).")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the Markdown table here (default: print it).")] = None,
+    plot: Plot = None,
+    as_json: Json = False,
+) -> None:
+    """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO).
+
+    Example: grtool eval compare base=reports/recall-base.json sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
+    """
+    from grtool.evaluation.compare import load_runs, markdown, plot as plot_runs, table
+
+    runs = load_runs(reports)
+    if as_json:
+        typer.echo(orjson.dumps(table(runs)).decode())
+    text = markdown(runs)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    elif not as_json:
+        typer.echo(text)
+    if plot is not None:
+        plot_runs(runs, plot)

@@ -29,6 +29,7 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "export kto": ("grtool.cli.export", "kto_cmd"),
     "export gmr": ("grtool.cli.export", "gmr_cmd"),
     "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
+    "eval compare": ("grtool.cli.evaluate", "compare_cmd"),
     "retrieve": ("grtool.cli.retrieve", "retrieve_cmd"),
     "train sft": ("grtool.cli.train", "sft_cmd"),
     "train kto": ("grtool.cli.train", "kto_cmd"),
