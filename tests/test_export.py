@@ -204,6 +204,26 @@ def test_kto_labels_at_the_tau_boundary(cli, samples, tmp_path, tau, desirable, 
     assert not (out.parent / "dataset_info.json").exists()  # TRL needs no registry
 
 
+def test_kto_desirable_rule_exact_or_all_gold(cli, samples, tmp_path):
+    """exact (default): MOZA_COLLIDING (every gold document plus the colliding extras) is dropped; all-gold: it
+    is desirable. The summary and --json state the rule."""
+    root = samples["root"]
+    responses = write_responses(tmp_path / "samples.jsonl")
+    labels = {}
+    for rule in (None, "exact", "all-gold"):
+        out = tmp_path / f"kto-{rule}.jsonl"
+        proc = cli("export", "kto", responses, "--corpus", root, "--triples", root, "--format", "trl", "--out", out, "--json", *(["--desirable", rule] if rule else []))
+        summary = json.loads(proc.stdout)
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        labels[rule] = {r["completion"][0]["content"]: r["label"] for r in rows}
+        assert summary["desirable_rule"] == (rule or "exact") and summary["rule"] in flat(proc.stderr)
+    assert labels[None] == labels["exact"] and MOZA_COLLIDING not in labels["exact"]
+    assert [c for c, label in labels["all-gold"].items() if label] == [MOZA_EXACT, MOZA_COLLIDING, ANA_FLIPPED_EXACT]
+    assert {c: label for c, label in labels["all-gold"].items() if c != MOZA_COLLIDING} == labels["exact"]
+    assert summary["rule"] == "desirable: retrieves every gold document (extra documents allowed); undesirable: recall < 0.5; dropped: the rest"
+    assert "is not one of" in cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", tmp_path / "x.jsonl", "--desirable", "some", check=2).stderr
+
+
 def test_kto_llamafactory_rows_and_stanza(cli, samples, tmp_path):
     root = samples["root"]
     responses = write_responses(tmp_path / "samples.jsonl")

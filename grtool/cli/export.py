@@ -28,6 +28,11 @@ class KtoFormat(str, Enum):
     trl = "trl"
 
 
+class Desirable(str, Enum):
+    exact = "exact"
+    all_gold = "all-gold"
+
+
 class Markers(str, Enum):
     special = "special"
     brackets = "brackets"
@@ -93,25 +98,29 @@ def kto_cmd(
     fmt: Annotated[KtoFormat, typer.Option("--format", help="Trainer format.")] = KtoFormat.llamafactory,
     system: System = None,
     markers: MarkersOpt = Markers.special,
+    desirable: Annotated[
+        Desirable, typer.Option("--desirable", help="Desirable: exactly the gold documents (exact), or every gold document, extras allowed (all-gold).")
+    ] = Desirable.exact,
     as_json: Json = False,
 ) -> None:
     """Label sampled responses for KTO by the documents they retrieve.
 
-    Desirable when a response retrieves exactly the gold documents, undesirable when its recall is below tau, dropped in between (recall exactly tau is dropped). Prints the class counts and the desirable_weight / undesirable_weight (TRL KTOConfig) that balance them; exits 1 when either class is empty.
+    Desirable when a response retrieves exactly the gold documents (--desirable all-gold: every gold document, extra documents allowed), undesirable when its recall is below tau, dropped in between (recall exactly tau is dropped). Prints the class counts and the desirable_weight / undesirable_weight (TRL KTOConfig) that balance them; exits 1 when either class is empty.
 
     Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --tau 0.5 --out data/thinkgr_kto.json
     """
     from grtool.export.kto import export_kto
 
-    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value)
+    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value)
     summary = result.as_dict()
-    table = Table(title=f"KTO labels (tau = {tau})")
+    table = Table(title=f"KTO labels (--desirable {desirable.value}, tau = {tau})")
     for col in ("dataset", "desirable", "undesirable", "dropped"):
         table.add_column(col, justify="left" if col == "dataset" else "right")
     for name, c in summary["per_dataset"].items():
         table.add_row(name, str(c["desirable"]), str(c["undesirable"]), str(c["dropped"]))
     table.add_row("all", str(result.desirable), str(result.undesirable), str(result.dropped), style="bold")
     stage_summary.print(table)
+    stage_summary.print(f"rule: {summary['rule']}", highlight=False)
     stage_summary.print(
         f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
         f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold, "

@@ -1,9 +1,11 @@
 """`grtool export kto`: sampled responses → KTO data labelled by retrieval.
 
-A response is desirable when the documents it retrieves are exactly the gold set, undesirable when its
-recall is below ``tau``, and dropped in between (recall exactly ``tau`` is dropped; so is recall ≥ tau with
-a missing or an extra document). An extra document includes one pulled in by a colliding triple: the
-retrieved set is what the response would hand to a reader.
+A response is desirable when the documents it retrieves are exactly the gold set (``--desirable exact``, the
+default: the paper's "match the ground truth exactly"), or, with ``--desirable all-gold``, when it retrieves
+every gold document, extra documents allowed (the paper's equation: accuracy 1). It is undesirable when its
+recall is below ``tau``, and dropped in between (recall exactly ``tau`` is dropped; so is, under ``exact``,
+recall ≥ tau with a missing or an extra document). An extra document includes one pulled in by a colliding
+triple: the retrieved set is what the response would hand to a reader.
 
 The prompt is rebuilt from the question with the same template, markers and system prompt as
 `export sft`, so the KTO prompt is the one the SFT model was trained on. Rows are written in input order
@@ -24,9 +26,15 @@ from grtool.evaluation.recall import Score, Skipped, iter_scores
 from grtool.store.io import is_stdio
 
 
-def kto_label(score: Score, tau: float) -> bool | None:
+DESIRABLE_RULES = {
+    "exact": "retrieves exactly the gold documents",
+    "all-gold": "retrieves every gold document (extra documents allowed)",
+}
+
+
+def kto_label(score: Score, tau: float, desirable: str = "exact") -> bool | None:
     """True (desirable), False (undesirable) or None (dropped)."""
-    if score.exact:
+    if score.exact or (desirable == "all-gold" and score.recall >= 1.0):
         return True
     if score.recall < tau:
         return False
@@ -51,6 +59,8 @@ class KtoResult:
     dropped: int = 0
     skipped: Skipped = field(default_factory=Skipped)
     per_dataset: dict[str, dict[str, int]] = field(default_factory=dict)
+    desirable_rule: str = "exact"
+    tau: float = 0.5
     file: str | None = None
     dataset_info: str | None = None
 
@@ -61,6 +71,9 @@ class KtoResult:
     def as_dict(self) -> dict[str, Any]:
         dw, uw = self.weights
         return {
+            "desirable_rule": self.desirable_rule,
+            "rule": f"desirable: {DESIRABLE_RULES[self.desirable_rule]}; undesirable: recall < {self.tau:g}; dropped: the rest",
+            "tau": self.tau,
             "desirable": self.desirable,
             "undesirable": self.undesirable,
             "dropped": self.dropped,
@@ -85,17 +98,20 @@ def export_kto(
     fmt: str = "llamafactory",
     system: str | None = None,
     markers: str = "special",
+    desirable: str = "exact",
 ) -> KtoResult:
+    if desirable not in DESIRABLE_RULES:
+        raise GrtoolError(f"--desirable must be one of {', '.join(DESIRABLE_RULES)}, got {desirable!r}")
     if fmt not in KTO_FORMATS:
         raise GrtoolError(f"--format must be one of {', '.join(KTO_FORMATS)}, got {fmt!r}")
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
     questions = QuestionIndex.build(corpus)
     index = DocidIndex.build(triples)
-    result = KtoResult()
+    result = KtoResult(desirable_rule=desirable, tau=tau)
     with open_rows(out, json_array=fmt == "llamafactory") as writer:
         for score in iter_scores(responses, questions, index, result.skipped):
-            label = kto_label(score, tau)
+            label = kto_label(score, tau, desirable)
             counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
             if label is None:
                 result.dropped += 1
