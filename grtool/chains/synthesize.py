@@ -33,6 +33,7 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
 
 SELECT_METHODS = ("entropy", "first")
+OFFERED_TRIPLES = {"markers": "brackets", "source": "prompt"}  # the constraint spec of --constrain
 QUESTION_BATCH = 4096  # questions whose gold triples are looked up together: one filtered scan of the triples
 GENERATE_BATCH = 512  # questions whose candidates (text + top-k logprobs per token) are held at once
 _CANNOT_ANSWER = re.compile(r"not enough to answer|cannot (?:be )?answer|can't answer|unable to answer", re.IGNORECASE)
@@ -61,6 +62,7 @@ class ChainSettings:
     distractors: int = 0
     seed: int = 0
     markers: Markers = field(default_factory=Markers)
+    constrain: bool = False  # citations can only be the offered triples (grtool.index.constraints.OfferedTriples)
 
     def __post_init__(self) -> None:
         if self.candidates < 1:
@@ -79,6 +81,7 @@ class ChainSettings:
             max_tokens=self.max_tokens,
             seed=self.seed + candidate,
             logprobs=self.top_logprobs if self.select == "entropy" else None,
+            constraint=OFFERED_TRIPLES if self.constrain else None,
         )
 
     def params(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ def synthesize(
     select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
+    constrain: Annotated[Optional[bool], typer.Option("--constrain/--no-constrain", help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm, which run it; openai cannot).")] = None,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
@@ -68,6 +69,7 @@ def synthesize(
         distractors=distractors,
         seed=llm.seed,
         markers=Markers(docid_start, docid_end),
+        constrain=_constrain(constrain, llm.backend),
     )
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
@@ -88,3 +90,12 @@ def synthesize(
         extra.get("questions_chained", 0), counters.get("out", 0), counters.get("rejected") or "none",
         extra.get("docids", 0), extra.get("docids_flipped", 0), extra.get("docids_not_offered", 0), stats.hits, stats.misses,
     )  # fmt: skip
+
+
+def _constrain(asked: bool | None, backend: str) -> bool:
+    """--constrain defaults to on where grtool runs the decoder; a server (openai) cannot take the constraint."""
+    if asked and backend == "openai":
+        from grtool.errors import InputError
+
+        raise InputError("--constrain needs a backend that runs grtool's decoding constraint: transformers or vllm")
+    return backend != "openai" if asked is None else asked

@@ -12,16 +12,21 @@ A spec is a small JSON-able dict, so it can travel in the request cache key and 
 
 ``max_docids`` wraps either in :class:`DocidLimit`, which forbids opening a docid after that many were closed.
 
+- ``{"markers": "brackets", "source": "prompt"}`` (`chains synthesize --constrain`): :class:`OfferedTriples`, a bracket
+  constraint per row over the triples its own prompt lists (either way round), so one spec serves a whole batch.
 - ``documents`` (`retrieve --mode gmr`): :class:`DocumentConstraint` over an index of ``--source documents``: the
   whole output is one document sequence or ``DONE``, then EOS (the backend passes its EOS ids).
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
 import numpy as np
 
+from grtool.docid import flip, is_triple
 from grtool.errors import InputError
 from grtool.index.decoding import Forbidden
 
@@ -32,6 +37,12 @@ def constraint_from_spec(spec: dict[str, Any], tokenizer=None, eos_ids=None) -> 
     """The constraint object for a spec; ``tokenizer`` (the model's ``tokenizers.Tokenizer``) for brackets,
     ``eos_ids`` (the token ids generation stops at) for documents."""
     markers = spec.get("markers", "special")
+    if spec.get("source") == "prompt":
+        if markers != "brackets" or tokenizer is None:
+            raise InputError("a constraint to the prompt's triples needs bracket markers and the model's tokenizer")
+        from grtool.index.text_constraint import vocab_of
+
+        return OfferedTriples.for_vocab(vocab_of(tokenizer))
     vocab_key = id(tokenizer) if markers == "brackets" else None  # a backend keeps its tokenizer for its lifetime
     eos_key = tuple(sorted(int(t) for t in eos_ids or ())) if markers == "documents" else None
     key = (spec["index"], spec.get("fingerprint"), markers, spec.get("max_docids"), vocab_key, eos_key)
@@ -156,3 +167,68 @@ class DocumentConstraint:
         if not parts or not sum(len(p) for p in parts):
             return self.eos  # cannot happen under the constraint; end rather than mask every token
         return np.unique(np.concatenate(parts))
+
+
+TRIPLES_HEADING = "Triples:"  # the chains prompt lists the offered triples under it, one "N. [head, relation, tail]" a line
+_LISTED = re.compile(r"^\d+\. \[(.+)\]$")
+
+
+def offered_docids(prompt_text: str) -> list[str]:
+    """The triples the prompt's last ``Triples:`` list offers, as docid texts, each also tail-first."""
+    at = prompt_text.rfind(f"\n{TRIPLES_HEADING}\n")
+    if at < 0:
+        return []
+    docids: list[str] = []
+    for line in prompt_text[at + len(TRIPLES_HEADING) + 2 :].split("\n"):
+        m = _LISTED.match(line.strip())
+        if m is None:
+            if docids:
+                break
+            continue
+        inner = m.group(1)
+        docids.append(inner)
+        if is_triple(inner):
+            head, relation, tail = (part.strip() for part in inner.split(",", 2))
+            docids.append(", ".join(flip((head, relation, tail))))
+    return docids
+
+
+class OfferedTriples:
+    """Per row, a :class:`~grtool.index.text_constraint.BracketConstraint` over the triples its prompt offers.
+
+    The prompt is read once per row (``initial``); rows offering the same triples share one constraint. The
+    state is ``(constraint, inner state)``, starting free (the listed triples' brackets are the prompt's, not a
+    docid being written).
+    """
+
+    _BY_VOCAB: dict[int, tuple[list, "OfferedTriples"]] = {}
+
+    def __init__(self, vocab: list[bytes | None]):
+        from grtool.index.text_constraint import BracketConstraint
+
+        self.vocab = vocab
+        self._build = functools.lru_cache(maxsize=4096)(lambda docids: BracketConstraint(docids, vocab))
+        self.openers = self._build(()).openers
+
+    @classmethod
+    def for_vocab(cls, vocab: list[bytes | None]) -> "OfferedTriples":
+        held = cls._BY_VOCAB.get(id(vocab))
+        if held is None or held[0] is not vocab:
+            held = (vocab, cls(vocab))
+            cls._BY_VOCAB[id(vocab)] = held
+        return held[1]
+
+    def initial(self, prompt_ids: list[int]) -> tuple[Any, Any]:
+        text = b"".join(self.vocab[t] or b"" for t in prompt_ids if 0 <= t < len(self.vocab)).decode("utf-8", "replace")
+        return self._build(tuple(sorted(set(offered_docids(text))))), None
+
+    def advance(self, state: tuple[Any, Any], token: int) -> tuple[Any, Any]:
+        constraint, inner = state
+        return constraint, constraint.advance(inner, token)
+
+    def is_free(self, state: tuple[Any, Any]) -> bool:
+        return state[1] is None
+
+    def allowed(self, state: tuple[Any, Any]):
+        constraint, inner = state
+        return constraint.allowed(inner)

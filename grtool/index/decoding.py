@@ -129,25 +129,30 @@ class DocidLogitsProcessor(_transformers_base()):
             constraint = constraint_for(constraint)
         self.constraint = constraint
         self._prompt_len: int | None = None
-        self._states: dict[tuple[int, ...], Any] = {}
+        self._prompts: list[int] = []
+        self._states: dict[tuple, Any] = {}
 
     def __call__(self, input_ids, scores):
         rows = input_ids.tolist()
         if self._prompt_len is None or len(rows[0]) <= self._prompt_len:  # a new generate() call
             self._prompt_len = len(rows[0])
+            # A state may depend on the row's prompt (the chains constraint reads the offered triples from it), so
+            # rows are told apart by their prompt too; a beam never leaves its prompt's group of rows.
+            self._prompts = [hash(tuple(row)) for row in rows]
             self._states = {}
-        states: dict[tuple[int, ...], Any] = {}
+        states: dict[tuple, Any] = {}
         for b, row in enumerate(rows):
-            key = tuple(row[self._prompt_len :])
+            generated = tuple(row[self._prompt_len :])
+            key = (self._prompts[b], generated)
             if key in states:
                 state = states[key]
-            elif not key:
+            elif not generated:
                 state = self.constraint.initial(row)
-            elif key[:-1] in self._states:
-                state = self.constraint.advance(self._states[key[:-1]], key[-1])
+            elif (self._prompts[b], generated[:-1]) in self._states:
+                state = self.constraint.advance(self._states[(self._prompts[b], generated[:-1])], generated[-1])
             else:  # should not happen; recover by walking this row once
                 state = self.constraint.initial(row[: self._prompt_len])
-                for t in key:
+                for t in generated:
                     state = self.constraint.advance(state, t)
             states[key] = state
             allowed = self.constraint.allowed(state)

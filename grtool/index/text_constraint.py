@@ -115,6 +115,30 @@ def token_bytes(tokenizer) -> list[bytes | None]:
 # ------------------------------------------------------------------------------------------ the constraint
 
 
+class _Vocab:
+    """What a constraint needs of a vocabulary, shared by every constraint over it (built once per vocabulary)."""
+
+    def __init__(self, vocab: list[bytes | None], ob: bytes):
+        by_bytes: dict[bytes, list[int]] = {}
+        for i, b in enumerate(vocab):
+            if b:  # empty tokens would never advance a docid
+                by_bytes.setdefault(b, []).append(i)
+        self.ids = {b: np.array(ids, dtype=np.int64) for b, ids in by_bytes.items()}
+        self.toks = sorted(by_bytes)  # distinct token byte strings, for prefix bisects
+        self.openers = np.array([i for i, b in enumerate(vocab) if b and ob in b], dtype=np.int64)
+
+
+_VOCABS: dict[tuple[int, bytes], tuple[list, _Vocab]] = {}
+
+
+def _shared_vocab(vocab: list[bytes | None], ob: bytes) -> _Vocab:
+    held = _VOCABS.get((id(vocab), ob))
+    if held is None or held[0] is not vocab:
+        held = (vocab, _Vocab(vocab, ob))  # holding the list keeps its id unique
+        _VOCABS[(id(vocab), ob)] = held
+    return held[1]
+
+
 class BracketConstraint:
     """Per-sequence state machine for bracket-mode hybrid decoding (free text, index-valid text in ``[…]``)."""
 
@@ -129,14 +153,8 @@ class BracketConstraint:
         self.docs = [d for d in self.docs if ob not in d and cb not in d]
         self._doc_set = frozenset(self.docs)
         self.vocab = vocab
-
-        by_bytes: dict[bytes, list[int]] = {}
-        for i, b in enumerate(vocab):
-            if b:  # empty tokens would never advance a docid
-                by_bytes.setdefault(b, []).append(i)
-        self._ids = {b: np.array(ids, dtype=np.int64) for b, ids in by_bytes.items()}
-        self._toks = sorted(by_bytes)  # distinct token byte strings, for prefix bisects
-        self.openers = np.array([i for i, b in enumerate(vocab) if b and ob in b], dtype=np.int64)
+        shared = _shared_vocab(vocab, ob)
+        self._ids, self._toks, self.openers = shared.ids, shared.toks, shared.openers
         self._close_only = self._ids.get(cb, np.zeros(0, dtype=np.int64))
         # The free state is always the same, so its forbidden set is computed once.
         bad = np.array([i for i in self.openers if self._feed(None, vocab[i]) is _BAD], dtype=np.int64)
@@ -157,7 +175,7 @@ class BracketConstraint:
 
             texts = pq.read_table(f, columns=["docid"]).column("docid").to_pylist()
             inner = [t[len(DOCID_START) : len(t) - len(DOCID_END)] if t.startswith(DOCID_START) and t.endswith(DOCID_END) else t for t in texts]
-            _OPEN[key] = cls(inner, token_bytes(tok))
+            _OPEN[key] = cls(inner, vocab_of(tok))
         return _OPEN[key]
 
     # -------------------------------------------------------------------------- the state machine
@@ -268,6 +286,16 @@ class BracketConstraint:
 
 
 _OPEN: dict[tuple[str, str], BracketConstraint] = {}
+_VOCAB_BYTES: dict[str, list[bytes | None]] = {}
+
+
+def vocab_of(tokenizer) -> list[bytes | None]:
+    """:func:`token_bytes` of a tokenizer, once per tokenizer content (constraints share it and its trie)."""
+    tok = _unwrap(tokenizer)
+    key = _fingerprint(tok)
+    if key not in _VOCAB_BYTES:
+        _VOCAB_BYTES[key] = token_bytes(tok)
+    return _VOCAB_BYTES[key]
 _FINGERPRINTS: dict[int, tuple[object, str]] = {}
 
 

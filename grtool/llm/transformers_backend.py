@@ -127,8 +127,7 @@ class TransformersBackend:
                     n, hit_eos = j + 1, True
                     break
             content_ids = ids[: n - 1] if hit_eos else ids[:n]
-            # Under a docid constraint the markers are special tokens that belong to the text.
-            text = self.tokenizer.decode(content_ids, skip_special_tokens=sampling.constraint is None)
+            text = self.tokenizer.decode(content_ids, skip_special_tokens=not _keeps_markers(sampling))
             finish = "stop" if hit_eos or n < sampling.max_tokens else "length"
             text, stopped = _cut_at_stop(text, sampling.stop)
             if stopped:
@@ -169,6 +168,11 @@ def _with_adapter(lm, adapter: str):
     except ImportError as e:
         raise MissingDependency("--adapter", "peft", "peft", e) from None
     return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
+
+
+def _keeps_markers(sampling: Sampling) -> bool:
+    """Under a special-marker docid constraint the markers are special tokens that belong to the text."""
+    return sampling.constraint is not None and sampling.constraint.get("markers") == "special"
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

@@ -98,8 +98,8 @@ class VLLMBackend:
             from grtool.index.vllm_processor import EXTRA_ARG
 
             kwargs["extra_args"] = {EXTRA_ARG: sampling.constraint}
-            # the docid markers belong to the text, written as they are
-            kwargs.update(skip_special_tokens=False, spaces_between_special_tokens=False)
+            if sampling.constraint.get("markers") == "special":  # the marker tokens belong to the text, as written
+                kwargs.update(skip_special_tokens=False, spaces_between_special_tokens=False)
         if sampling.beams > 1:
             raise GrtoolError("the vllm backend does not run constrained beam search here: use --backend transformers for --beams")
         if sampling.json_schema is not None:

@@ -1,0 +1,45 @@
+"""`chains synthesize --constrain`: citations can only be the triples the prompt offers (either way round).
+
+Real embedded model (SmolLM2-135M, CPU) on the real 2WikiMultihopQA samples with their evidence triples
+(``test_export.build_samples``); the constraint reads each row's offered triples from its own prompt.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SHARED_DATA, run_cli
+from test_export import build_samples
+
+from grtool.chains.prompt import user_turn
+from grtool.index.constraints import offered_docids
+from grtool.store.stage import load_manifest, read_table
+
+
+def test_offered_docids_read_back_what_the_prompt_lists():
+    triples = [("Walkman", "manufacturer", "Sony"), ("Sony", "founded by", "Masaru Ibuka, Akio Morita")]
+    earlier = user_turn("An example question?", [("Rusalka", "composer of", "Antonín Dvořák")])
+    text = f"{earlier}\nassistant: ... [Rusalka, composer of, Antonín Dvořák]\n{user_turn('Who founded it?', triples)}"
+    assert offered_docids(text) == [
+        "Walkman, manufacturer, Sony", "Sony, manufacturer, Walkman",
+        "Sony, founded by, Masaru Ibuka, Akio Morita", "Masaru Ibuka, Akio Morita, founded by, Sony",
+    ]  # fmt: skip
+    assert offered_docids("no list here") == []
+
+
+@pytest.mark.slow
+def test_constrained_chains_cite_only_offered_triples(tmp_path):
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path / "run"
+    build_samples(SHARED_DATA, root)
+    out = tmp_path / "chains"
+    run_cli("chains", "synthesize", root, root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first")
+    extra = load_manifest(out)["counters"]["extra"]
+    assert extra["docids"] > 0
+    assert extra["docids_not_offered"] == 0, extra
+    rows = read_table(out).to_pylist()
+    assert rows and all(r["docids"] is not None for r in rows)
+    # the same run unconstrained cites triples that were not offered (what the constraint prevents)
+    free = tmp_path / "free"
+    run_cli("chains", "synthesize", root, root / "triples", "--out", free, "--candidates", "2", "--max-tokens", "120", "--select", "first", "--no-constrain")
+    assert load_manifest(free)["counters"]["extra"]["docids_not_offered"] > 0
