@@ -133,30 +133,65 @@ class DocidLogitsProcessor(_transformers_base()):
         self._states: dict[tuple, Any] = {}
 
     def __call__(self, input_ids, scores):
-        rows = input_ids.tolist()
-        if self._prompt_len is None or len(rows[0]) <= self._prompt_len:  # a new generate() call
-            self._prompt_len = len(rows[0])
+        new_call = self._prompt_len is None or input_ids.shape[1] <= self._prompt_len
+        if new_call:  # a new generate() call
+            self._prompt_len = input_ids.shape[1]
             # A state may depend on the row's prompt (the chains constraint reads the offered triples from it), so
-            # rows are told apart by their prompt too; a beam never leaves its prompt's group of rows.
-            self._prompts = [hash(tuple(row)) for row in rows]
+            # rows are told apart by their prompt too (hashed once per call); a beam never leaves its prompt's rows.
+            self._prompts = [hash(tuple(row)) for row in input_ids.tolist()]
             self._states = {}
+        # Only the generated tokens: listing the whole prompt at every step cost more than the constraint.
+        rows = input_ids[:, self._prompt_len :].tolist()
         states: dict[tuple, Any] = {}
-        for b, row in enumerate(rows):
-            generated = tuple(row[self._prompt_len :])
-            key = (self._prompts[b], generated)
+        masks = []
+        for b, generated in enumerate(rows):
+            prompt = self._prompts[b]
+            key = (prompt, tuple(generated))
             if key in states:
                 state = states[key]
             elif not generated:
-                state = self.constraint.initial(row)
-            elif (self._prompts[b], generated[:-1]) in self._states:
-                state = self.constraint.advance(self._states[(self._prompts[b], generated[:-1])], generated[-1])
+                state = self.constraint.initial(input_ids[b].tolist())
+            elif (prompt, key[1][:-1]) in self._states:
+                state = self.constraint.advance(self._states[(prompt, key[1][:-1])], generated[-1])
             else:  # should not happen; recover by walking this row once
-                state = self.constraint.initial(row[: self._prompt_len])
+                state = self.constraint.initial(input_ids[b, : self._prompt_len].tolist())
                 for t in generated:
                     state = self.constraint.advance(state, t)
             states[key] = state
             allowed = self.constraint.allowed(state)
             if allowed is not None:
-                mask_row(scores[b], allowed)
+                masks.append((b, allowed))
         self._states = states
+        self.mask_rows(scores, masks)
         return scores
+
+    @staticmethod
+    def mask_rows(scores, masks: list[tuple[int, Any]]) -> None:
+        """:func:`mask_row` for many rows of a 2-D tensor in four ops: each op per row is a kernel launch (GPU) or
+        an OpenMP region (CPU, where a busy machine made each one cost milliseconds)."""
+        if not masks:
+            return
+        if not scores.is_contiguous():
+            for b, allowed in masks:
+                mask_row(scores[b], allowed)
+            return
+        import torch
+
+        vocab = scores.shape[-1]
+        keep_rows, keep, ban = [], [], []
+        for b, allowed in masks:
+            if isinstance(allowed, Forbidden):
+                ban.append(allowed.ids[allowed.ids < vocab] + b * vocab)
+            else:
+                keep_rows.append(b)
+                keep.append(allowed[allowed < vocab] + b * vocab)
+        flat = scores.view(-1)
+        if keep_rows:
+            index = torch.as_tensor(np.concatenate(keep), device=scores.device)
+            kept = flat.index_select(0, index)
+            scores.index_fill_(0, torch.as_tensor(keep_rows, device=scores.device), float("-inf"))
+            flat.index_copy_(0, index, kept)
+        if ban:
+            index = np.concatenate(ban)
+            if len(index):
+                flat.index_fill_(0, torch.as_tensor(index, device=scores.device), float("-inf"))

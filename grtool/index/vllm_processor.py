@@ -20,7 +20,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from grtool.index.constraints import constraint_from_spec
-from grtool.index.decoding import mask_row
+from grtool.index.decoding import DocidLogitsProcessor
 
 EXTRA_ARG = "docid_index"
 
@@ -92,10 +92,12 @@ class DocidVllmLogitsProcessor(LogitsProcessor):
                     self.requests[a] = rb
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        masks = []
         for index, request in self.requests.items():
             request.catch_up()
             allowed = request.constraint.allowed(request.state)
             if allowed is not None:
-                mask_row(logits[index], allowed)
+                masks.append((index, allowed))
+        DocidLogitsProcessor.mask_rows(logits, masks)  # a few batched ops, not a few per row
         return logits
 
