@@ -1,8 +1,13 @@
-"""`grtool triples collisions` on a hand-computed table."""
+"""`grtool triples collisions` on a hand-computed table and on a real merged 2Wiki + MoreHopQA corpus."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import EXAMPLES, SHARED_DATA
 
 from PIL import Image
 
@@ -40,7 +45,8 @@ def test_collision_shares_are_exact(tmp_path, cli):
         _t("d3", 2, "R", "of", "S"), _t("d4", 2, "R", "of", "S"),                                # R in 2 docs
     ])  # fmt: skip
     plot = tmp_path / "c.png"
-    report = json.loads(cli("triples", "collisions", run / "triples", "--json", "--plot", plot).stdout)
+    report = json.loads(cli("triples", "collisions", run / "triples", "--json", "--plot", plot, "--view", "own").stdout)
+    assert report["view"] == "own"
     # 7 distinct docids; in >= 2 docs: X, P, R = 3; in >= 3 docs: X = 1
     assert report["distinct_triples"] == 7 and report["documents"] == 4
     assert report["share_in_2plus_docs"] == 3 / 7 and report["share_in_3plus_docs"] == 1 / 7
@@ -56,6 +62,12 @@ def test_collision_shares_are_exact(tmp_path, cli):
     assert per["morehopqa"] == {"distinct_triples": 3, "in_2plus_docs": 0, "in_3plus_docs": 0, "share_in_2plus_docs": 0.0, "share_in_3plus_docs": 0.0}
     assert Image.open(plot).size[0] > 100
 
+    # reachable (default): d4 joins 2wiki and morehopqa, so both rows are over d3 + d4: X, P, R(2), only-d3, only-d4
+    reach = json.loads(cli("triples", "collisions", run / "triples", "--json").stdout)
+    assert reach["view"] == "reachable" and reach["per_dataset"]["hotpotqa"] == per["hotpotqa"]
+    assert reach["per_dataset"]["morehopqa"] == reach["per_dataset"]["2wikimultihopqa"] == per["2wikimultihopqa"]
+    assert reach["reaches"] == {"hotpotqa": ["hotpotqa"], "2wikimultihopqa": ["2wikimultihopqa", "morehopqa"], "morehopqa": ["2wikimultihopqa", "morehopqa"]}
+
     # The run directory works too, and the table goes to stderr without --json.
     text = cli("triples", "collisions", run)
     assert "42.86%" in text.stderr and "hotpotqa" in text.stderr
@@ -67,3 +79,49 @@ def test_collisions_without_documents_table(tmp_path, cli):
     assert report["share_in_2plus_docs"] == 1.0 and report["per_dataset"] == {} and report["corpus"] is None
     missing = cli("triples", "collisions", tmp_path / "nope", check=2)
     assert "nope" in missing.stderr
+
+
+def _parquet_rows(stage):
+    return [r for f in sorted(stage.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def _expected(triples, docs):
+    """The report's shares over the triples of ``docs``, counted by hand."""
+    holders = defaultdict(set)
+    for t in triples:
+        if t["doc_id"] in docs:
+            holders[t["docid"]].add(t["doc_id"])
+    n = len(holders)
+    two, three = sum(len(h) >= 2 for h in holders.values()), sum(len(h) >= 3 for h in holders.values())
+    return {"distinct_triples": n, "in_2plus_docs": two, "in_3plus_docs": three, "share_in_2plus_docs": two / n, "share_in_3plus_docs": three / n}
+
+
+@pytest.mark.parametrize("root", [SHARED_DATA, EXAMPLES], ids=["shared", "examples"])
+def test_merged_corpus_rows_cover_the_reachable_documents(root, cli, tmp_path):
+    """MoreHopQA's questions reach 2Wiki's documents after `corpus merge`: its row counts them (its own view does not)."""
+    if not root.is_dir():
+        pytest.skip(f"{root} is not present")
+    for name in ("2wikimultihopqa", "morehopqa"):
+        cli("corpus", "ingest", root / name, "--out", tmp_path / name)
+    run = tmp_path / "merged"
+    cli("corpus", "merge", tmp_path / "2wikimultihopqa", tmp_path / "morehopqa", "--out", run)
+    documents = _parquet_rows(run / "documents")
+    own = {name: {d["doc_id"] for d in documents if name in d["datasets"]} for name in ("2wikimultihopqa", "morehopqa")}
+    # One triple per document keyed by its title: documents of one title (both datasets hold some) collide.
+    triples = [_t(d["doc_id"], 0, d["title"], "is the title of", "a Wikipedia article") for d in documents]
+    triples += [_t(d["doc_id"], 1, d["doc_id"], "is", "unique") for d in documents]
+    _stage(tmp_path / "triples", "triples", TRIPLES, triples, inputs=[str(run / "documents")])
+
+    reach = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json").stdout)
+    assert reach["corpus"] == str(run / "documents")
+    every = own["2wikimultihopqa"] | own["morehopqa"]
+    assert reach["reaches"]["morehopqa"] == reach["reaches"]["2wikimultihopqa"] == ["2wikimultihopqa", "morehopqa"]
+    assert reach["per_dataset"]["morehopqa"] == reach["per_dataset"]["2wikimultihopqa"] == _expected(triples, every)
+    assert reach["per_dataset"]["morehopqa"]["distinct_triples"] > len(own["morehopqa"])
+
+    mine = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json", "--view", "own").stdout)
+    for name, docs in own.items():
+        assert mine["per_dataset"][name] == _expected(triples, docs)
+    assert mine["per_dataset"]["morehopqa"] != reach["per_dataset"]["morehopqa"]
+    table = cli("triples", "collisions", tmp_path / "triples").stderr
+    assert "reachable" in table and "2wikimultihopqa, morehopqa" in table

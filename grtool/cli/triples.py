@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +13,12 @@ from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import Json, NumShards, Out, Overwrite, Plot, ShardIndex
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
+
+
+class CollisionView(str, Enum):
+    reachable = "reachable"
+    own = "own"
+
 
 app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
 
@@ -96,10 +103,19 @@ def collisions_command(
         Optional[Path], typer.Option("--corpus", help="Documents stage (or ingest output) for per-dataset shares (default: found from the triples manifest).")
     ] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most colliding triples to list.")] = 20,
+    view: Annotated[
+        CollisionView,
+        typer.Option(
+            "--view",
+            help="Per-dataset rows over the documents the dataset's questions can reach in a merged corpus (reachable: its own and those of the datasets joined to it by shared documents or MoreHopQA's source dataset, as the paper's table) or over its own documents only (own).",
+        ),
+    ] = CollisionView.reachable,
     as_json: Json = False,
     plot: Plot = None,
 ) -> None:
     """Share of distinct triples found in ≥2 and ≥3 documents, overall and per dataset, and the worst offenders.
+
+    With the default --view reachable, MoreHopQA's row after `corpus merge` with 2Wiki counts 2Wiki's documents too.
 
     Example: grtool triples collisions out/hotpot --json --plot collisions.png
     """
@@ -107,18 +123,19 @@ def collisions_command(
 
     from grtool.triples.collisions import collision_stats, plot_docs_per_triple
 
-    report = collision_stats(triples, corpus, top)
+    report = collision_stats(triples, corpus, top, view.value)
     if plot is not None:
         plot_docs_per_triple(report, plot)
     if as_json:
         typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         return
-    table = Table(title=f"triple collisions in {report['triples']}")
-    for col in ("scope", "distinct triples", "in ≥2 docs", "in ≥3 docs"):
-        table.add_column(col, justify="right" if col != "scope" else "left")
+    table = Table(title=f"triple collisions in {report['triples']} (per dataset: {report['view']} documents)")
+    for col in ("scope", "documents of", "distinct triples", "in ≥2 docs", "in ≥3 docs"):
+        table.add_column(col, justify="left" if col in ("scope", "documents of") else "right")
     rows = [("all", report), *sorted(report["per_dataset"].items())]
     for name, r in rows:
-        table.add_row(name, f"{r['distinct_triples']:,}", f"{r['share_in_2plus_docs']:.2%}", f"{r['share_in_3plus_docs']:.2%}")
+        reach = "all" if name == "all" else ", ".join(report["reaches"][name])
+        table.add_row(name, reach, f"{r['distinct_triples']:,}", f"{r['share_in_2plus_docs']:.2%}", f"{r['share_in_3plus_docs']:.2%}")
     console.print(table)
     if report["corpus"] is None:
         console.print("no documents table found: per-dataset shares need --corpus", highlight=False)

@@ -1,9 +1,13 @@
 """`triples collisions`: how often one docid string is found in several documents (it then retrieves all of them).
 
 Counted over distinct docid strings: a docid is "in ≥ k documents" when at least k distinct doc_ids produced it.
-Per dataset, only the documents of that dataset count (a document may belong to several datasets, e.g. a
-paragraph shared by 2WikiMultihopQA and MoreHopQA); the document → datasets map comes from the documents table
-(``--corpus``, else the input recorded in the triples manifest, else a ``documents/`` stage beside the triples).
+Per dataset there are two views. ``reachable`` (the default, as the paper's table): a dataset's row counts the
+documents its questions can reach in a merged corpus, i.e. the documents of every dataset joined to it, where
+two datasets are joined when they share a document (``corpus merge`` unites their ``datasets``) or when one's
+questions were built from the other (MoreHopQA's ``meta.source_dataset``), transitively; so MoreHopQA's row is
+over 2Wiki's documents too. ``own``: only the documents listing that dataset. The document → datasets map comes
+from the documents table (``--corpus``, else the input recorded in the triples manifest, else a ``documents/``
+stage beside the triples); the source links from the ``questions/`` stage beside it, when there is one.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from grtool.errors import GrtoolError, InputError
-from grtool.store.stage import load_manifest, resolve_stage, shard_paths
+from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
+
+VIEWS = ("reachable", "own")
 
 
 def find_documents(triples_stage: Path, corpus: str | Path | None) -> Path | None:
@@ -43,7 +50,51 @@ def _shares(counts: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: int = 20) -> dict[str, Any]:
+def _source_links(docs: Path) -> set[tuple[str, str]]:
+    """(dataset, dataset its questions were built from) pairs from the questions stage beside the documents."""
+    try:
+        questions = resolve_stage(docs.parent, "questions")
+    except InputError:
+        return set()
+    links: set[tuple[str, str]] = set()
+    for batch in iter_batches(questions, ["dataset", "meta"]):
+        for dataset, meta in zip(batch.column("dataset").to_pylist(), batch.column("meta").to_pylist()):
+            source = orjson.loads(meta).get("source_dataset") if meta else None
+            if isinstance(source, str) and source != dataset:
+                links.add((dataset, source))
+    return links
+
+
+def reach_groups(datasets: pl.DataFrame, links: set[tuple[str, str]]) -> dict[str, str]:
+    """dataset → the name of its joined group (union-find over shared documents and source links)."""
+    parent = {d: d for d in datasets["dataset"].unique().to_list()}
+
+    def root(d: str) -> str:
+        while parent[d] != d:
+            parent[d] = parent[parent[d]]
+            d = parent[d]
+        return d
+
+    def union(a: str, b: str) -> None:
+        if a in parent and b in parent:  # a source absent from this corpus joins nothing
+            ra, rb = sorted((root(a), root(b)))
+            parent[rb] = ra
+
+    shared = datasets.group_by("doc_id").agg(pl.col("dataset").unique().sort()).filter(pl.col("dataset").list.len() > 1)
+    for names in {tuple(n) for n in shared["dataset"].to_list()}:
+        for other in names[1:]:
+            union(names[0], other)
+    for a, b in sorted(links):
+        union(a, b)
+    members: dict[str, list[str]] = {}
+    for d in sorted(parent):
+        members.setdefault(root(d), []).append(d)
+    return {d: "+".join(members[root(d)]) for d in parent}
+
+
+def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: int = 20, view: str = "reachable") -> dict[str, Any]:
+    if view not in VIEWS:
+        raise InputError(f"--view {view!r}: expected one of {', '.join(VIEWS)}")
     stage = resolve_stage(triples, "triples")
     shards = [str(p) for p in shard_paths(stage)]
     if not shards:
@@ -60,7 +111,9 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     ]
     docs = find_documents(stage, corpus)
     report["corpus"] = str(docs) if docs is not None else None
+    report["view"] = view
     report["per_dataset"] = {}
+    report["reaches"] = {}
     if docs is not None:
         datasets = (
             pl.scan_parquet([str(p) for p in shard_paths(docs)])
@@ -68,15 +121,21 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
             .explode("dataset")
             .drop_nulls("dataset")
             .unique()
+            .collect()
         )
+        groups = reach_groups(datasets, _source_links(docs)) if view == "reachable" else {d: d for d in datasets["dataset"].unique().to_list()}
+        scoped = datasets.with_columns(pl.col("dataset").replace_strict(groups).alias("scope")).select("doc_id", "scope").unique()
         per = (
-            rows.join(datasets, on="doc_id", how="inner")
-            .group_by("dataset", "docid")
+            rows.join(scoped.lazy(), on="doc_id", how="inner")
+            .group_by("scope", "docid")
             .agg(pl.col("doc_id").n_unique().alias("n"))
             .collect()
         )
-        for (name,), group in sorted(per.group_by("dataset"), key=lambda g: g[0][0]):
-            report["per_dataset"][name] = _shares(group)
+        by_scope = {name: _shares(group) for (name,), group in per.group_by("scope")}
+        for name in sorted(groups):
+            if groups[name] in by_scope:
+                report["per_dataset"][name] = by_scope[groups[name]]
+                report["reaches"][name] = groups[name].split("+")
     return report
 
 
