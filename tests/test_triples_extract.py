@@ -15,7 +15,7 @@ from test_llm_openai import FlakyServer, _serve
 
 # (answer, finish_reason, why the document gives no triple or None): four of five documents give none.
 GUARD_ANSWERS = [
-    ('{"triples": [["A", "is a", "B"]]}', "stop", None),
+    ('{"triples": [["MLS Cup 2005", "was played at", "Pizza Hut Park"]]}', "stop", None),  # grounded in the first document
     ("I could not find any triples in this document.", "stop", "no readable triple"),
     ('{"triples": [], "note": "none", "count": 0}', "stop", "no readable triple"),
     ('{"triples": [["Paris", "capital of", "Fr', "length", "truncated before the first triple"),
@@ -113,5 +113,63 @@ def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, shared
         # The guard is not part of the stage's identity: a looser one accepts the finished part as it is.
         cli(*args, "--max-empty-share", "0.8", env=env)
         assert len(server.posts) == len(docs)
+    finally:
+        server.shutdown()
+
+
+def test_extract_drops_self_loops_example_copies_and_ungrounded_triples(tmp_path, examples, cli):
+    """Real MoreHopQA paragraphs, canned answers holding the issue's bad triples: they go to _rejects with their
+    reason, the counts balance, and the summary and --json give the shares."""
+    wanted = {"Jaws (film)", "Steven Spielberg"}
+    docs = {}
+    for rec in json.loads((examples / "morehopqa" / "morehopqa_final.example.json").read_text()):
+        for title, sentences in rec["context"]:
+            if title in wanted:
+                docs[title] = {"doc_id": title.split()[0].lower(), "title": title, "text": "".join(sentences), "datasets": ["morehopqa"]}
+    answers = {
+        "Jaws (film)": json.dumps({"triples": [
+            ["Jaws", "was directed by", "Steven Spielberg"],  # kept
+            ["Jaws", "is based on", "1974 novel by Peter Benchley"],  # kept
+            ["Jaws", "lives in", "Aberystwyth"],  # prompt_example
+            ["a clockmaker", "lives in", "Aberystwyth"],  # prompt_example, verbatim
+            ["Jaws", "is a", "shark film"],  # ungrounded under strict, kept under loose
+        ]}),
+        "Steven Spielberg": json.dumps({"triples": [
+            ["Steven Spielberg", "associated with", "Steven Spielberg"],  # self_loop
+            ["Steven Spielberg", "was born in", "Cincinnati, Ohio"],  # kept
+            ["Dodoma", "is the national capital of", "Djibouti"],  # ungrounded
+        ]}),
+    }  # fmt: skip
+    documents = write_documents(tmp_path / "corpus" / "documents", list(docs.values()))
+    server = FlakyServer({t: (a, "stop") for t, a in answers.items()}, flaky=False)
+    _serve(server)
+    out = tmp_path / "out"
+    args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url, "--json")
+    try:
+        proc = cli(*args, env={"COLUMNS": "10000"})
+        assert "dropped (strict grounding): self_loop 1 (12.5%), prompt_example 2 (25.0%), ungrounded 2 (25.0%)" in proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["dropped"]["ungrounded"] == {"dropped": 2, "share": 0.25} and report["grounding"] == "strict"
+        kept = read_table(out / "triples").to_pylist()
+        assert sorted((r["head"], r["tail"]) for r in kept) == [
+            ("Jaws", "1974 novel by Peter Benchley"), ("Jaws", "Steven Spielberg"), ("Steven Spielberg", "Cincinnati, Ohio")
+        ]  # fmt: skip
+        assert sorted(r["idx"] for r in kept if r["doc_id"] == "jaws") == [0, 1]
+        rejects = [json.loads(line) for line in (out / "triples" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
+        by_reason = sorted((r["reason"], r["record"]["head"], r["record"]["tail"]) for r in rejects)
+        assert by_reason == [
+            ("prompt_example", "Jaws", "Aberystwyth"), ("prompt_example", "a clockmaker", "Aberystwyth"),
+            ("self_loop", "Steven Spielberg", "Steven Spielberg"),
+            ("ungrounded", "Dodoma", "Djibouti"), ("ungrounded", "Jaws", "shark film"),
+        ]  # fmt: skip
+        counters = json.loads((out / "triples" / "_manifest.json").read_text())["counters"]
+        assert counters["in"] == 8 == counters["out"] + counters["merged"] + sum(counters["rejected"].values())
+        cli("validate", out / "triples")
+
+        # Loose keeps "shark film" (half its words); a different mode is a different stage: --overwrite re-parses
+        # the cached answers without sending anything.
+        loose = cli(*args, "--grounding", "loose", "--overwrite", env={"COLUMNS": "10000"})
+        assert json.loads(loose.stdout)["dropped"]["ungrounded"]["dropped"] == 1
+        assert len(server.posts) == 2
     finally:
         server.shutdown()

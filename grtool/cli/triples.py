@@ -20,6 +20,12 @@ class CollisionView(str, Enum):
     own = "own"
 
 
+class Grounding(str, Enum):
+    strict = "strict"
+    loose = "loose"
+    off = "off"
+
+
 app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
 
 
@@ -40,10 +46,22 @@ def extract_command(
     max_empty_share: Annotated[
         float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")
     ] = 0.2,
+    grounding: Annotated[
+        Grounding,
+        typer.Option(
+            "--grounding",
+            help="Drop triples whose head or tail the document does not hold. Tokens: NFKC, lowercase, accents and punctuation "
+            "removed, stopwords ignored; a token also matches a document word that differs only by up to 3 trailing characters "
+            "(the shorter ≥4 long: Russia/Russian). strict: every content token of the head and of the tail is in the title+text; "
+            "loose: at least half of each side's, and at least one; off: no check. Self-loops and the prompt examples' "
+            "entities absent from the document are dropped in every mode.",
+        ),
+    ] = Grounding.strict,
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Documents read and sent per generate call (rows are written per chunk; progress moves per request).")] = 2048,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
+    as_json: Json = False,
     llm: LLMSettings = None,  # type: ignore[assignment]
 ) -> None:
     """Summarize every document into knowledge triples with an LLM; write OUT/triples and OUT/llm_calls.
@@ -56,9 +74,11 @@ def extract_command(
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
     from grtool.triples.extract import ExtractConfig, extract
+    from grtool.triples.grounding import drop_shares
     from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
 
     documents = InputTable.open(corpus, "documents")
+    grounding = Grounding(grounding).value
     spec = load_prompt(prompt, few_shot)
     if structured is None:
         structured = llm.backend in ("vllm", "openai")
@@ -70,6 +90,7 @@ def extract_command(
         "prompt_sha256": spec.sha256(),
         "docid_markers": [docid_start, docid_end],
         "limit": limit,
+        "grounding": grounding,
     }
     report = extract(
         documents,
@@ -78,7 +99,7 @@ def extract_command(
         sampling,
         spec,
         params=params,
-        config=ExtractConfig(docid_start, docid_end, limit, max_empty_share, chunk_size),
+        config=ExtractConfig(docid_start, docid_end, limit, max_empty_share, chunk_size, grounding),
         cache_dir=llm.cache_dir_for(out),
         num_shards=num_shards,
         shard_index=shard_index,
@@ -86,10 +107,18 @@ def extract_command(
     )
     c = (report.manifest or {}).get("counters", {})
     extra = c.get("extra", {})
+    shares = drop_shares(c)
+    if as_json:
+        typer.echo(orjson.dumps({
+            "triples": c.get("out", 0), "documents": extra.get("documents", 0), "grounding": grounding, "dropped": shares,
+            "parts_done": report.parts_done, "parts_skipped": report.parts_skipped, "counters": c, "this_run": report.counters,
+        }, option=orjson.OPT_INDENT_2).decode())  # fmt: skip
     if c:
+        dropped = ", ".join(f"{r} {v['dropped']} ({v['share']:.1%})" for r, v in shares.items())
         stage_summary.print(
             f"triples: {c.get('out', 0)} from {extra.get('documents', 0)} documents "
             f"({extra.get('documents_without_triples', 0)} without triples, {extra.get('truncated_outputs', 0)} truncated); "
+            f"dropped ({grounding} grounding): {dropped}; "
             f"this run: {len(report.parts_done)} parts done, {len(report.parts_skipped)} already done, "
             f"cache hits {report.counters.get('cache_hits', 0)}, misses {report.counters.get('cache_misses', 0)}",
             highlight=False,

@@ -10,13 +10,18 @@ With ``--out -`` the triples go to stdout as JSON Lines and no ``llm_calls`` tab
 
 Accounting of the triples stage (in == out + merged + rejected): ``in`` counts the triples read from the outputs
 plus one per document that gave none; ``merged`` are duplicates within a document; rejects are triples with an
-empty part (``empty_part``) and documents without triples (``no_triples``, kept with the raw output) or without
-text (``empty_text``). Extra counters: documents, documents_without_triples, parse_failures, truncated_outputs,
-cache_hits, cache_misses, prompt_tokens, completion_tokens.
+empty part (``empty_part``), self-loops (``self_loop``), copies of the prompt's examples (``prompt_example``),
+triples whose head or tail the document does not hold (``ungrounded``, by ``--grounding``; the rules are in
+:mod:`grtool.triples.grounding`), and documents without triples (``no_triples``, kept with the raw output) or
+without text (``empty_text``). A document whose every triple was dropped counts as a document without triples
+(no ``no_triples`` reject: its triples are rejected one by one). Extra counters: documents,
+documents_without_triples, documents_all_triples_dropped, parse_failures, truncated_outputs, cache_hits,
+cache_misses, prompt_tokens, completion_tokens.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,7 @@ from grtool.log import log
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.schemas import LLM_CALLS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
+from grtool.triples.grounding import DocumentTokens, TripleChecks
 from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
 
@@ -44,6 +50,7 @@ class ExtractConfig:
     limit: int | None = None
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE  # the empty-output guard (grtool.llm.guard), over documents
     chunk_size: int = 2048  # documents read and sent per generate call (memory); progress moves per request
+    grounding: str = "strict"  # strict | loose | off: grtool.triples.grounding
 
 
 PartResult = EmptyOutputs  # a part's documents and those without triples: the empty-output guard's count
@@ -136,6 +143,7 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
     llm, shard, result = part.llm, part.shard, part.empty
     calls = part.shards[1] if len(part.shards) > 1 else None
     left = budget
+    checks = TripleChecks((t for ex in prompt.examples for t in ex.triples), config.grounding)
     for batch in corpus.iter_part(part.index, columns=["doc_id", "title", "text"], batch_size=config.chunk_size):
         if left is not None:
             if left <= 0:
@@ -154,7 +162,7 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
         gens = llm.generate(messages, sampling, on_progress=part.meter)
         rows, call_rows = [], []
         for doc, msgs, gen in zip(docs, messages, gens):
-            rows.extend(_rows_for(doc, gen, shard, config, result, corpus.source))
+            rows.extend(_rows_for(doc, gen, shard, config, result, corpus.source, checks))
             if calls is not None:
                 call_rows.append(call_row(llm.key(msgs, sampling), doc["doc_id"], llm.model, msgs, sampling, gen))
             shard.count("prompt_tokens", gen.prompt_tokens)
@@ -169,7 +177,9 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
         log.info("%s: %d of %d documents gave no triples", result.part, result.empty, result.total)
 
 
-def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str) -> list[dict[str, Any]]:
+def _rows_for(
+    doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str, checks: TripleChecks
+) -> list[dict[str, Any]]:
     doc_id = doc["doc_id"]
     parsed = parse_output(gen.text, gen.finish_reason)
     result.add()
@@ -192,6 +202,20 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
         )
         result.add_empty(example(doc_id, why, gen.finish_reason, gen.text) if result.wants_examples else None)
         return []
+    doc_tokens = DocumentTokens(doc.get("title"), doc["text"])
+    kept, dropped = [], Counter()
+    for h, r, t in parsed.triples:
+        verdict = checks.check((h, r, t), doc_tokens)
+        if verdict is None:
+            kept.append((h, r, t))
+            continue
+        dropped[verdict.reason] += 1
+        shard.reject({"doc_id": doc_id, "head": h, "relation": r, "tail": t}, verdict.reason, source=source, detail=verdict.detail)
+    if not kept:  # no docid for this document: the guard counts it, its triples are already rejected
+        shard.count("documents_all_triples_dropped")
+        why = "all triples dropped (" + ", ".join(f"{k} {n}" for k, n in sorted(dropped.items())) + ")"
+        result.add_empty(example(doc_id, why, gen.finish_reason, gen.text) if result.wants_examples else None)
+        return []
     return [
         {
             "doc_id": doc_id,
@@ -201,5 +225,5 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
             "tail": t,
             "docid": render_docid((h, r, t), config.docid_start, config.docid_end),
         }
-        for idx, (h, r, t) in enumerate(parsed.triples)
+        for idx, (h, r, t) in enumerate(kept)
     ]
