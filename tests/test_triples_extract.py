@@ -165,6 +165,8 @@ def test_extract_drops_self_loops_example_copies_and_ungrounded_triples(tmp_path
         counters = json.loads((out / "triples" / "_manifest.json").read_text())["counters"]
         assert counters["in"] == 8 == counters["out"] + counters["merged"] + sum(counters["rejected"].values())
         cli("validate", out / "triples")
+        collisions = json.loads(cli("triples", "collisions", out, "--json").stdout)
+        assert collisions["dropped"]["prompt_example"] == {"dropped": 2, "share": 0.25}
 
         # Loose keeps "shark film" (half its words); a different mode is a different stage: --overwrite re-parses
         # the cached answers without sending anything.

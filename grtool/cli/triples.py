@@ -166,6 +166,8 @@ def collisions_command(
         reach = "all" if name == "all" else ", ".join(report["reaches"][name])
         table.add_row(name, reach, f"{r['distinct_triples']:,}", f"{r['share_in_2plus_docs']:.2%}", f"{r['share_in_3plus_docs']:.2%}")
     console.print(table)
+    dropped = ", ".join(f"{r} {v['dropped']} ({v['share']:.1%})" for r, v in report["dropped"].items())
+    console.print(f"dropped before these triples (of kept + dropped): {dropped}", highlight=False)
     if report["corpus"] is None:
         console.print("no documents table found: per-dataset shares need --corpus", highlight=False)
     if report["top_colliding"]:

@@ -20,6 +20,7 @@ import polars as pl
 
 from grtool.errors import GrtoolError, InputError
 from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
+from grtool.triples.grounding import drop_shares
 
 VIEWS = ("reachable", "own")
 
@@ -103,6 +104,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     counts = rows.group_by("docid").agg(pl.col("doc_id").n_unique().alias("n")).collect()
     report: dict[str, Any] = {"triples": str(stage), **_shares(counts)}
     report["documents"] = int(rows.select(pl.col("doc_id").n_unique()).collect().item())
+    report["dropped"] = drop_shares(load_manifest(stage).get("counters", {}))  # triples extract's checks, per reason
     report["docs_per_triple"] = {
         str(k): int(v) for k, v in counts.group_by("n").len().sort("n").iter_rows()
     }
