@@ -93,7 +93,8 @@ def marker_model(out: Path) -> Path:
 
 
 def prompts(run: Path, markers: str, n: int) -> list:
-    from grtool.retrieve.prompt import RetrievePrompt, pick_examples
+    from grtool.chains.corpus_examples import pick_examples
+    from grtool.retrieve.prompt import RetrievePrompt
     from grtool.store.stage import read_table
 
     prompt = RetrievePrompt(markers, pick_examples(run, run / "triples", 3), 3)

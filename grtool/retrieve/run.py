@@ -63,7 +63,8 @@ def model_tokenizer(model: str | None, adapter: Path | None):
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.export.readers import DocidIndex
-    from grtool.retrieve.prompt import RetrievePrompt, pick_examples
+    from grtool.chains.corpus_examples import pick_examples
+    from grtool.retrieve.prompt import RetrievePrompt
     from grtool.retrieve.stage import RetrieveSettings, Selection, run_retrieve
 
     if request.adapter is not None and not Path(request.adapter).is_dir():
