@@ -210,13 +210,14 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     assert manifest["complete"] and manifest["params"]["model"] == "fake-70b"
 
     c = manifest["counters"]
-    assert c["rejected"] == {"gold documents without triples": 1, "no gold documents": 1, "not answerable": 1}
+    # unanswerable with no meta.context_doc_ids: nothing to offer (--unanswerable keep, the default)
+    assert c["rejected"] == {"gold documents without triples": 1, "no gold documents": 1, "unanswerable without context documents": 1}
     chained = len(records) - 3
     assert c["extra"]["questions"] == len(records) and c["extra"]["questions_chained"] == chained
     assert c["out"] == 4 * chained and c["in"] == c["out"] + 3
     rejects = [json.loads(line) for f in sorted((out / "_rejects").glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert {r["record"]["qid"]: r["reason"] for r in rejects} == {
-        no_gold: "no gold documents", unanswerable: "not answerable", no_triples: "gold documents without triples",
+        no_gold: "no gold documents", unanswerable: "unanswerable without context documents", no_triples: "gold documents without triples",
     }  # fmt: skip
 
     # Every request asked for logprobs; candidate 0 was greedy, the others sampled with their own seeds.
@@ -436,4 +437,4 @@ def test_batch_boundaries_keep_every_question_and_reject_positions(tmp_path, rec
     assert read_table(tmp_path / "small").to_pylist() == read_table(tmp_path / "big").to_pylist()
     rejects = [json.loads(line) for line in (tmp_path / "small" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
     assert sorted(r["position"] for r in rejects) == [4, 9]
-    assert {r["reason"] for r in rejects} == {"no gold documents", "not answerable"}
+    assert {r["reason"] for r in rejects} == {"no gold documents", "unanswerable without context documents"}

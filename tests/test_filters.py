@@ -456,12 +456,17 @@ def test_unanswerable_questions_need_a_cannot_answer_chain_and_no_gold(cli, musi
     q, facts = musique["questions"][qid], musique["facts"][qid]
     assert q["gold_doc_ids"] == []
     h, r, t, _ = facts[0]
-    cannot = f"{h} gives {docid(h, r, t)}. No retrieved triple gives the next hop, so the question cannot be answered."
+    cannot = f"{h} gives {docid(h, r, t)}. No retrieved triple gives the next hop. The retrieved triples are not enough to answer the question."
     answering, docids, _ = good_text(q, facts)
-    rows = [chain_row(qid, cannot, [docid(h, r, t)]), chain_row(qid, answering, docids, candidate=1)]
+    # Only the recipe's ending passes: not an answer, not an answer beside it, not another wording.
+    both = cannot.replace(" The retrieved", f" So the answer is {q['answer']}. The retrieved")
+    worded = cannot.replace("The retrieved triples are not enough to answer the question.", "So the question cannot be answered.")
+    rows = [chain_row(qid, text, [docid(h, r, t)] if i != 1 else docids, candidate=i) for i, text in enumerate((cannot, answering, both, worded))]
     _, kept, rejects, _ = run(cli, musique, "unanswerable", rows, "--all-candidates")
     assert list(kept) == [(qid, 0)]
     assert rejects[(qid, 1)]["record"]["reasons"] == ["answer-unanswerable"]  # and no gold-no-gold
+    assert rejects[(qid, 2)]["record"]["reasons"] == ["answer-unanswerable"]
+    assert rejects[(qid, 3)]["record"]["reasons"] == ["answer-unanswerable-ending"]
     # An answerable twin-style question still fails a "cannot answer" chain and a chain without its gold.
     other = next(q for q, f in musique["facts"].items() if musique["questions"][q]["answerable"] and len(f) >= 2)
     h2, r2, t2, _ = musique["facts"][other][0]

@@ -1,4 +1,9 @@
-"""`chains synthesize`: for every answerable question, candidate reasoning chains over its gold triples.
+"""`chains synthesize`: for every question, candidate reasoning chains over its gold triples.
+
+Unanswerable questions (MuSiQue-full ``answerable = false``, no gold) are offered the triples of their own
+context paragraphs (``meta.context_doc_ids``, written by ingest) with ``unanswerable = "keep"`` (the default):
+the chain the recipe wants for them ends in the cannot-answer sentence, which the filters check. ``"skip"``
+rejects them before synthesis (``not answerable``).
 
 One output part per questions input part (resume and Slurm sharding work per part). Within a part,
 questions go in batches: the triples of the batch's gold documents are looked up together, every candidate
@@ -22,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
 from grtool.chains.docids import Markers, OfferedTriples, Triple, citation_pattern, normalize_chain
 from grtool.chains.entropy import EntropyScorer, pick_lowest
 from grtool.chains.prompt import ChainPrompt, offer_triples
@@ -33,6 +40,7 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
 
 SELECT_METHODS = ("entropy", "first")
+UNANSWERABLE = ("keep", "skip")
 OFFERED_TRIPLES = {"markers": "brackets", "source": "prompt"}  # the constraint spec of --constrain
 QUESTION_BATCH = 4096  # questions whose gold triples are looked up together: one filtered scan of the triples
 GENERATE_BATCH = 512  # questions whose candidates (text + top-k logprobs per token) are held at once
@@ -63,6 +71,7 @@ class ChainSettings:
     seed: int = 0
     markers: Markers = field(default_factory=Markers)
     constrain: bool = False  # citations can only be the offered triples (grtool.index.constraints.OfferedTriples)
+    unanswerable: str = "keep"  # keep: chain over context triples, expect the cannot-answer ending; skip: reject
 
     def __post_init__(self) -> None:
         if self.candidates < 1:
@@ -73,6 +82,8 @@ class ChainSettings:
             raise GrtoolError(f"--distractors must be at least 0, got {self.distractors}")
         if self.select == "entropy" and self.top_logprobs < 1:
             raise GrtoolError("--top-logprobs must be at least 1 for --select entropy")
+        if self.unanswerable not in UNANSWERABLE:
+            raise GrtoolError(f"--unanswerable must be one of {', '.join(UNANSWERABLE)}, got {self.unanswerable!r}")
 
     def sampling(self, candidate: int) -> Sampling:
         return Sampling(
@@ -97,9 +108,18 @@ class Question:
     qid: str
     question: str
     gold_doc_ids: list[str]
+    context_doc_ids: list[str] = field(default_factory=list)  # unanswerable questions: what is offered instead of gold
+
+    @property
+    def answerable(self) -> bool:
+        return not self.context_doc_ids
+
+    @property
+    def offered_doc_ids(self) -> list[str]:
+        return self.gold_doc_ids if self.answerable else self.context_doc_ids
 
 
-def check_question(row: dict[str, Any]) -> tuple[Question | None, str | None, str | None]:
+def check_question(row: dict[str, Any], unanswerable: str = "keep") -> tuple[Question | None, str | None, str | None]:
     """A question ready for a prompt, or (None, reason, detail) saying why it cannot have a chain."""
     qid, text = row.get("qid"), row.get("question")
     if not isinstance(qid, str) or not qid:
@@ -107,11 +127,36 @@ def check_question(row: dict[str, Any]) -> tuple[Question | None, str | None, st
     if not isinstance(text, str) or not text.strip():
         return None, "malformed question", f"{qid}: empty question text"
     if row.get("answerable") is False:
-        return None, "not answerable", None
+        if unanswerable == "skip":
+            return None, "not answerable", None
+        context = _context_doc_ids(row.get("meta"))
+        if not context:
+            return None, "unanswerable without context documents", "meta.context_doc_ids is empty (ingested before grtool recorded it? ingest again)"
+        return Question(qid, text, [], context), None, None
     gold = [g for g in (row.get("gold_doc_ids") or []) if g]
     if not gold:
         return None, "no gold documents", None
     return Question(qid, text, list(dict.fromkeys(gold))), None, None
+
+
+def _context_doc_ids(meta: Any) -> list[str]:
+    try:
+        ids = orjson.loads(meta).get("context_doc_ids") if isinstance(meta, str) and meta else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i)) if isinstance(ids, list) else []
+
+
+def context_triples(question: Question, by_doc: dict[str, list[Triple]]) -> list[Triple]:
+    """An unanswerable question's context triples (none is gold; a context paragraph without triples is fine)."""
+    triples, seen = [], set()
+    for doc_id in question.context_doc_ids:
+        for t in by_doc.get(doc_id, ()):
+            key = t.text().casefold()
+            if key not in seen:
+                seen.add(key)
+                triples.append(t)
+    return triples
 
 
 def gold_triples(question: Question, by_doc: dict[str, list[Triple]]) -> tuple[list[Triple], list[str]]:
@@ -174,16 +219,25 @@ class ChainSynthesizer:
         checked: list[tuple[int, dict[str, Any], Question]] = []
         for offset, row in enumerate(rows):
             shard.count("questions")
-            q, reason, detail = check_question(row)
+            q, reason, detail = check_question(row, self.settings.unanswerable)
             if q is None:
                 shard.count_in(1)
                 shard.reject(row, reason, source=source, position=first_position + offset, detail=detail)
                 continue
             checked.append((first_position + offset, row, q))
-        by_doc = self.triples.for_docs(g for _, _, q in checked for g in q.gold_doc_ids)
+        by_doc = self.triples.for_docs(g for _, _, q in checked for g in q.offered_doc_ids)
         prepared = []
         for position, row, q in checked:
-            gold, missing = gold_triples(q, by_doc)
+            if not q.answerable:
+                gold, missing = context_triples(q, by_doc), []
+                if not gold:
+                    shard.count_in(1)
+                    shard.reject(row, "context documents without triples", source=source, position=position,
+                                 detail=f"none of {len(q.context_doc_ids)} context documents has triples")  # fmt: skip
+                    continue
+                shard.count("questions_unanswerable")
+            else:
+                gold, missing = gold_triples(q, by_doc)
             if missing:
                 shard.count_in(1)
                 shard.reject(

@@ -20,6 +20,11 @@ class Select(str, Enum):
     first = "first"
 
 
+class Unanswerable(str, Enum):
+    keep = "keep"
+    skip = "skip"
+
+
 @app.command()
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
@@ -31,6 +36,13 @@ def synthesize(
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
     constrain: Annotated[Optional[bool], typer.Option("--constrain/--no-constrain", help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm, which run it; openai cannot).")] = None,
+    unanswerable: Annotated[
+        Unanswerable,
+        typer.Option(
+            "--unanswerable",
+            help="Questions marked unanswerable (MuSiQue-full): keep = offer their context paragraphs' triples (no gold) and expect a chain ending in the cannot-answer sentence; skip = reject them (not answerable).",
+        ),
+    ] = Unanswerable.keep,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
@@ -43,9 +55,10 @@ def synthesize(
     shard_index: ShardIndex = None,
     llm: LLMSettings = None,
 ) -> None:
-    r"""Write candidate reasoning chains for every answerable question, citing its gold documents' triples.
+    r"""Write candidate reasoning chains for every question, citing its gold documents' triples.
 
-    Each prompt offers the question's gold triples (plus --distractors others), numbered in a seeded shuffle.
+    Each prompt offers the question's gold triples (plus --distractors others), numbered in a seeded shuffle;
+    an unanswerable question (--unanswerable keep) is offered its context paragraphs' triples instead.
     Citations the model writes as \[head, relation, tail] are stored as marked docids, flipped ones flagged.
     Questions without gold documents or without triples for them are rejected with the reason, never dropped.
     Empty answers are never selected over non-empty ones; too many of them in a part (--max-empty-share) exit 1.
@@ -70,6 +83,7 @@ def synthesize(
         seed=llm.seed,
         markers=Markers(docid_start, docid_end),
         constrain=_constrain(constrain, llm.backend),
+        unanswerable=unanswerable.value,
     )
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")

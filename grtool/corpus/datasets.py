@@ -295,6 +295,8 @@ def convert_musique(rec: dict, split: str, setting: str | None = None) -> Conver
         hops=len(decomposition),
         supporting_idx=supporting,
         musique_id=None if answerable else qid,
+        # No gold to offer: `chains synthesize --unanswerable keep` offers these paragraphs' triples instead.
+        context_doc_ids=None if answerable else _unique([did for did, _, _ in docs]),
     )
     # MuSiQue-full pairs every answerable question with an unanswerable twin under the same id.
     key = qid if answerable else qid + UNANSWERABLE_SUFFIX

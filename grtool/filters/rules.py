@@ -11,12 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
 from grtool.filters.questions import QuestionInfo
 from grtool.filters.text import (
     Markers,
     Parsed,
     conclusion,
     contains_answer,
+    ends_with_cannot_answer,
     has_answer_phrase,
     normalize_answer,
     parse_markers,
@@ -111,7 +113,7 @@ def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     start = chain.conclusion_start
     cannot = says_cannot_answer(chain.text[start:])
     if not question.answerable:
-        return None if cannot else Failure("answer-unanswerable", "answers a question the dataset marks unanswerable")
+        return _check_unanswerable(chain.text, start, cannot)
     if cannot:
         return Failure("answer-cannot-answer", "says it cannot answer an answerable question")
     if not question.answers:
@@ -120,6 +122,17 @@ def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     if not contains_answer(normalize_answer(said), question.answers):
         return Failure("answer-wrong", f"conclusion {said.strip()[:80]!r} does not contain {question.answers[0]!r}")
     return None
+
+
+def _check_unanswerable(text: str, start: int, cannot: bool) -> Failure | None:
+    """Only the recipe's ending is accepted: a chain that also states an answer, or ends another way, fails."""
+    if has_answer_phrase(text[start:]):
+        return Failure("answer-unanswerable", f"claims an answer ({conclusion(text, start).strip()[:80]!r}) to a question the dataset marks unanswerable")
+    if ends_with_cannot_answer(text):
+        return None
+    if cannot:
+        return Failure("answer-unanswerable-ending", f"does not end with {CANNOT_ANSWER_SENTENCE!r}")
+    return Failure("answer-unanswerable", "answers a question the dataset marks unanswerable")
 
 
 def _thought(segment: str) -> str:

@@ -6,6 +6,7 @@ import re
 import string
 from dataclasses import dataclass
 
+from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
 from grtool.docid import NESTED, UNCLOSED, UNOPENED, Markers, cut
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -66,6 +67,21 @@ def conclusion(text: str, last_docid_end: int) -> str:
 
 def says_cannot_answer(text: str) -> bool:
     return _CANNOT_ANSWER.search(text) is not None
+
+
+def last_sentence(text: str) -> str:
+    text = text.rstrip()
+    bounds = [b for b in sentence_bounds(text) if b < len(text)]
+    return text[bounds[-1] :] if bounds else text
+
+
+_CANNOT_ANSWER_KEY = normalize_answer(CANNOT_ANSWER_SENTENCE)
+
+
+def ends_with_cannot_answer(text: str) -> bool:
+    """The chain's last sentence is the recipe's cannot-answer sentence (SQuAD-normalized, so case and
+    punctuation are free, the words are not)."""
+    return normalize_answer(last_sentence(text)) == _CANNOT_ANSWER_KEY
 
 
 def contains_answer(normalized_conclusion: str, answers: tuple[str, ...]) -> bool:
