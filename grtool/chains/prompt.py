@@ -40,6 +40,15 @@ class ChainPrompt:
 
     system: str
     examples: tuple[FewShot, ...]
+    shown: int | None = None  # examples per prompt (None: all); corpus examples hold one spare
+
+    def with_corpus_examples(self, corpus: str | Path, triples: str | Path, k: int) -> "ChainPrompt":
+        """This prompt with K worked examples from the corpus's own questions and gold triples instead of its own."""
+        from grtool.chains.corpus_examples import example_answer, pick_examples
+
+        picked = pick_examples(corpus, triples, k)
+        examples = tuple(FewShot(e.question, e.triples, example_answer(e, "brackets")) for e in picked)
+        return ChainPrompt(self.system, examples, k)
 
     @classmethod
     def load(cls, prompt_file: Path | None = None, few_shot_file: Path | None = None) -> "ChainPrompt":
@@ -54,12 +63,17 @@ class ChainPrompt:
 
     def sha256(self) -> str:
         """Recorded in the manifest: a changed prompt or example set is a different run."""
-        payload = orjson.dumps({"system": self.system, "examples": [[e.question, e.triples, e.chain] for e in self.examples]})
+        fields = {"system": self.system, "examples": [[e.question, e.triples, e.chain] for e in self.examples]}
+        if self.shown is not None:  # only then: the digest of a prompt without it stays what earlier runs recorded
+            fields["shown"] = self.shown
+        payload = orjson.dumps(fields)
         return hashlib.sha256(payload).hexdigest()
 
     def messages(self, question: str, triples: Sequence[tuple[str, str, str]]) -> Messages:
         msgs: Messages = [{"role": "system", "content": self.system}]
-        for ex in self.examples:
+        # Examples drawn from the corpus may include the very question: never show its own answer.
+        shown = [ex for ex in self.examples if ex.question.strip() != question.strip()][: self.shown]
+        for ex in shown:
             msgs.append({"role": "user", "content": user_turn(ex.question, ex.triples)})
             msgs.append({"role": "assistant", "content": ex.chain})
         msgs.append({"role": "user", "content": user_turn(question, triples)})

@@ -45,6 +45,7 @@ def synthesize(
     ] = Unanswerable.keep,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
+    few_shot_corpus: Annotated[Optional[int], typer.Option("--few-shot-corpus", min=1, help="K worked examples from the corpus's own questions and gold triples instead of the built-in ones (never the question asked); small models copy these far better.")] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = DOCID_END,
     max_empty_share: Annotated[
@@ -88,6 +89,8 @@ def synthesize(
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
     chain_prompt = ChainPrompt.load(prompt, few_shot)
+    if few_shot_corpus:
+        chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus)
     manifest, stats = run(
         corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
         backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),

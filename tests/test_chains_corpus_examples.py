@@ -1,0 +1,45 @@
+"""Few-shot turns built from the corpus's own questions (`chains synthesize --few-shot-corpus`, `retrieve --few-shot`)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SHARED_DATA
+from test_export import build_samples
+
+from grtool.chains.corpus_examples import example_answer, pick_examples
+from grtool.chains.prompt import ChainPrompt
+from grtool.docid import parse
+from grtool.store.stage import read_table
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path_factory.mktemp("examples") / "run"
+    build_samples(SHARED_DATA, root)
+    return root
+
+
+def test_examples_cite_one_gold_triple_per_gold_document(run):
+    examples = pick_examples(run, run / "triples", 2)
+    assert len(examples) == 3  # K + 1: a prompt can leave its own question out and still show K
+    questions = {q["qid"]: q for q in read_table(run / "questions").to_pylist()}
+    triples = {(t["head"], t["relation"], t["tail"]): t["doc_id"] for t in read_table(run / "triples").to_pylist()}
+    for ex in examples:
+        gold = questions[ex.qid]["gold_doc_ids"]
+        assert [triples[t] for t in ex.triples] == list(gold)  # hop order
+        text = example_answer(ex, "brackets")
+        assert len(parse(text).docids) == len(gold) and text.endswith(f"So the answer is {ex.answer}.")
+    assert pick_examples(run, run / "triples", 2) == examples  # the same every run
+
+
+def test_chain_prompt_never_shows_the_question_its_own_example(run):
+    prompt = ChainPrompt.load().with_corpus_examples(run, run / "triples", 2)
+    asked = prompt.examples[0].question
+    msgs = prompt.messages(asked, [("a", "b", "c")])
+    shown = [m["content"] for m in msgs if m["role"] == "user"][:-1]
+    assert len(shown) == 2 and not any(asked in turn for turn in shown)
+    other = prompt.messages("A question of no example?", [("a", "b", "c")])
+    assert len([m for m in other if m["role"] == "user"]) == 3  # K examples, then the question
+    assert prompt.sha256() != ChainPrompt.load().sha256()
