@@ -116,7 +116,7 @@ def test_bad_jsonl_line_names_file_and_line(cli, samples, tmp_path):
     proc = cli("eval", "recall", bad, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "bad.jsonl, line 3, character 26: not valid JSON" in flat(proc.stderr) and "Traceback" not in proc.stderr
     missing = tmp_path / "missing.jsonl"
-    missing.write_text(json.dumps({"qid": Q_MOZA, "text": "no response field"}) + "\n")
+    missing.write_text(json.dumps({"qid": Q_MOZA, "answer": "no response field"}) + "\n")
     proc = cli("eval", "recall", missing, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "missing.jsonl, line 1: 'response' must be a string" in flat(proc.stderr)
 
