@@ -94,4 +94,18 @@ def resolve_model(model: str | None, cache_dir: Path | None = None) -> ModelRef:
         if not path.is_file():
             raise GrtoolError(f"{model}: no such GGUF file")
         return ModelRef(str(convert_gguf(path, cache_dir)), path.stem)
+    if Path(model).is_dir():  # a local folder (a checkpoint): retrained weights at the same path are another model
+        return ModelRef(model, f"{model}@{weights_digest(model)}")
     return ModelRef(model, model)
+
+
+def weights_digest(folder: str | Path) -> str:
+    """A short digest of a model folder's weights and config (BLAKE3 of their content, cached per process), so the
+    request cache and the manifests tell a retrained checkpoint from the one that was at its path before."""
+    from grtool.store.stage import file_hash
+
+    files = sorted(f for f in Path(folder).iterdir() if f.is_file() and (f.suffix in (".safetensors", ".bin", ".pt") or f.name == "config.json"))
+    h = hashlib.blake2b(digest_size=6)
+    for f in files:
+        h.update(f"{f.name}:{file_hash(f)}\n".encode())
+    return h.hexdigest()

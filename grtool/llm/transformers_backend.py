@@ -15,7 +15,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, InputError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
-from grtool.llm.models import resolve_model
+from grtool.llm.models import resolve_model, weights_digest
 from grtool.log import log
 
 
@@ -53,7 +53,7 @@ class TransformersBackend:
             raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
         if adapter is not None:
             self.lm = _with_adapter(self.lm, adapter)
-            self.model = f"{ref.name}+{Path(adapter).name}"
+            self.model = f"{ref.name}+{Path(adapter).name}@{weights_digest(adapter)}"
         if self.tokenizer.chat_template is None:
             raise GrtoolError(f"model {ref.name!r}: its tokenizer has no chat template")
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row

@@ -14,7 +14,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
-from grtool.llm.models import resolve_model
+from grtool.llm.models import resolve_model, weights_digest
 
 
 class VLLMBackend:
@@ -71,7 +71,7 @@ class VLLMBackend:
 
             engine_args["enable_lora"] = True
             self.lora = LoRARequest(Path(adapter).name, 1, str(Path(adapter).resolve()))
-            self.model = f"{ref.name}+{Path(adapter).name}"
+            self.model = f"{ref.name}+{Path(adapter).name}@{weights_digest(adapter)}"
         from grtool.index.vllm_processor import DocidVllmLogitsProcessor
 
         # Requests without a docid constraint pass through it untouched (`grtool retrieve` sets one).
