@@ -154,32 +154,10 @@ def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup:
     return row, sum(1 for found, _ in resolved if not found)
 
 
-def run_retrieve(
-    selection: Selection,
-    prompt: RetrievePrompt,
-    index: Index,
-    lookup: DocidIndex,
-    out: str | Path,
-    backend: Callable[[], Backend],
-    settings: RetrieveSettings,
-    *,
-    model_name: str,
-    params: dict[str, Any],
-    inputs: list[str],
-    cache_dir: Path | None = None,
-    overwrite: bool = False,
-    num_shards: int | None = None,
-    shard_index: int | None = None,
-    max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
-):
-    """Run the stage over this task's parts; returns the :class:`~grtool.llm.stage_runner.StageRun`."""
-    from grtool.llm.stage_runner import Guard, ModelStage, Output, Part
-    from grtool.store.schemas import RESPONSES
-    from grtool.store.stage import StageSpec
+def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIndex, settings: RetrieveSettings, spec: dict[str, Any]):
+    """The part function of the docid modes: every sample of every question of the part, one row each."""
 
-    spec = constraint_spec(index, settings.markers, settings.max_docids)
-
-    def part_fn(part: Part) -> None:
+    def part_fn(part: Any) -> None:
         questions = selection.rows(part.index)
         part.shard.count_in(len(questions))
         prompts = [prompt.messages(q["qid"], q["question"]) for q in questions]
@@ -199,10 +177,38 @@ def run_retrieve(
                 part.shard.count("malformed", row["malformed"])
             part.shard.write_rows(rows)
 
+    return part_fn
+
+
+def run_retrieve(
+    selection: Selection,
+    prompt: RetrievePrompt,
+    index: Index,
+    lookup: DocidIndex,
+    out: str | Path,
+    backend: Callable[[], Backend],
+    settings: RetrieveSettings,
+    *,
+    model_name: str,
+    params: dict[str, Any],
+    inputs: list[str],
+    cache_dir: Path | None = None,
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    shard_index: int | None = None,
+    max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
+):
+    """Run the stage over this task's parts; returns the :class:`~grtool.llm.stage_runner.StageRun`."""
+    from grtool.llm.stage_runner import Guard, ModelStage, Output
+    from grtool.store.schemas import RESPONSES
+    from grtool.store.stage import StageSpec
+
     if settings.mode == "gmr":  # one whole document per step until DONE: its own loop
         from grtool.retrieve.gmr import MARKERS, gmr_part_fn
 
-        part_fn = gmr_part_fn(selection, index, settings, constraint_spec(index, MARKERS, None))  # noqa: F811
+        part_fn = gmr_part_fn(selection, index, settings, constraint_spec(index, MARKERS, None))
+    else:
+        part_fn = docids_part_fn(selection, prompt, lookup, settings, constraint_spec(index, settings.markers, settings.max_docids))
 
     guard = Guard(
         max_empty_share, "responses", "are empty", _recorded_empty,
