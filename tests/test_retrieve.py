@@ -118,6 +118,7 @@ def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
     run_cli(*args, "--out", tmp_path / "a")
     a = sorted(_rows(tmp_path / "a"), key=lambda r: (r["qid"], r["sample"]))
     assert len(a) == 12 and {r["sample"] for r in a} == {0, 1, 2, 3}
+    run_cli("validate", tmp_path / "a")  # 3 questions in, 12 rows out: the accounting counts (question, sample)
     assert len({r["text"] for r in a if r["qid"] == a[0]["qid"]}) > 1  # sampled, not four greedy copies
     stdout = run_cli(*args, "--out", "-").stdout
     b = sorted((json.loads(line) for line in stdout.splitlines()), key=lambda r: (r["qid"], r["sample"]))

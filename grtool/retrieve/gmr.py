@@ -88,7 +88,7 @@ def gmr_part_fn(selection: Any, index: Index, settings: Any, spec: dict[str, Any
 
     def part_fn(part: Any) -> None:
         questions = selection.rows(part.index)
-        part.shard.count_in(len(questions))
+        part.shard.count_in(len(questions) * settings.samples)  # one row per (question, sample): in = out
         for sample in range(settings.samples):
             sampling = settings.sampling(sample, spec)
             walks = [Walk(q) for q in questions]

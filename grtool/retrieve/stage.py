@@ -159,7 +159,7 @@ def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIn
 
     def part_fn(part: Any) -> None:
         questions = selection.rows(part.index)
-        part.shard.count_in(len(questions))
+        part.shard.count_in(len(questions) * settings.samples)  # one row per (question, sample): in = out
         prompts = [prompt.messages(q["qid"], q["question"]) for q in questions]
         for sample in range(settings.samples):
             gens = part.llm.generate(prompts, settings.sampling(sample, spec), on_progress=part.meter) if prompts else []
