@@ -65,7 +65,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     from grtool.export.readers import DocidIndex
     from grtool.chains.corpus_examples import pick_examples
     from grtool.retrieve.prompt import RetrievePrompt
-    from grtool.retrieve.stage import RetrieveSettings, Selection, run_retrieve
+    from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
 
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
@@ -107,7 +107,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     params = {
         **settings.params(), "backend": llm.backend, "model": model_name, "adapter": options["adapter"],
-        "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index.meta.get("tokenizer", {}).get("sha256"),
+        "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
