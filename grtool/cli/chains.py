@@ -35,7 +35,7 @@ def synthesize(
     select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
-    constrain: Annotated[Optional[bool], typer.Option("--constrain/--no-constrain", help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm, which run it; openai cannot).")] = None,
+    constrain: Annotated[Optional[bool], typer.Option("--constrain/--no-constrain", help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm; with openai, pass it for a vLLM server: sent as a structured-output regex).")] = None,
     unanswerable: Annotated[
         Unanswerable,
         typer.Option(
@@ -110,9 +110,6 @@ def synthesize(
 
 
 def _constrain(asked: bool | None, backend: str) -> bool:
-    """--constrain defaults to on where grtool runs the decoder; a server (openai) cannot take the constraint."""
-    if asked and backend == "openai":
-        from grtool.errors import InputError
-
-        raise InputError("--constrain needs a backend that runs grtool's decoding constraint: transformers or vllm")
+    """--constrain defaults to on where grtool runs the decoder. A server takes it as a structured-output regex
+    (vLLM's ``structured_outputs``), which other OpenAI-compatible servers reject or ignore: asked for, not default."""
     return backend != "openai" if asked is None else asked

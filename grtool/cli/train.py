@@ -41,6 +41,7 @@ LoraAlpha = Annotated[Optional[int], typer.Option("--lora-alpha", min=1, help="L
 LoraTarget = Annotated[Optional[str], typer.Option("--lora-target", help="Modules to adapt: all-linear or names, comma-separated (q_proj,v_proj).")]
 SaveSteps = Annotated[Optional[int], typer.Option("--save-steps", min=1, help="Write a resumable checkpoint every N steps (default 500).")]
 SaveLimit = Annotated[Optional[int], typer.Option("--save-total-limit", min=1, help="Keep the last N checkpoints (default 2).")]
+KeepCheckpoints = Annotated[Optional[bool], typer.Option("--keep-checkpoints", help="Keep the checkpoint-* folders after a finished run (removed by default: they only serve --resume, and hold optimizer state several times the model's size).")]
 ReportTo = Annotated[Optional[str], typer.Option("--report-to", help="Trainer loggers, comma-separated (tensorboard, wandb, ...; default none).")]
 ChatTemplate = Annotated[Optional[Path], typer.Option("--chat-template", help="Jinja chat template file for a base model without one.")]
 PresetOpt = Annotated[Optional[Preset], typer.Option("--preset", help="The paper's values: thinkgr (SFT full, lr 1e-6, batch 512, cutoff 2048, warmup 0.05; KTO lr 4e-7, batch 128, beta 0.1).")]
@@ -124,6 +125,7 @@ def sft_cmd(
     lora_target: LoraTarget = None,
     save_steps: SaveSteps = None,
     save_total_limit: SaveLimit = None,
+    keep_checkpoints: KeepCheckpoints = None,
     report_to: ReportTo = None,
     chat_template: ChatTemplate = None,
     deepspeed: DeepSpeed = None,
@@ -168,6 +170,7 @@ def kto_cmd(
     lora_target: LoraTarget = None,
     save_steps: SaveSteps = None,
     save_total_limit: SaveLimit = None,
+    keep_checkpoints: KeepCheckpoints = None,
     report_to: ReportTo = None,
     chat_template: ChatTemplate = None,
     deepspeed: DeepSpeed = None,

@@ -193,6 +193,19 @@ def offered_docids(prompt_text: str) -> list[str]:
     return docids
 
 
+_REGEX_SPECIAL = re.compile(r"([\\.^$*+?()\[\]{}|/-])")
+
+
+def offered_regex(prompt_text: str) -> str:
+    """The same rule as :class:`OfferedTriples` as one regular expression over the whole output, for servers that
+    take structured output (vLLM's ``structured_outputs.regex``): free text without ``[``, and ``[`` only opening
+    one of the offered docids, closed by ``]``. Only plain groups and backslash escapes, which every regex backend
+    of vLLM (xgrammar, guidance, outlines) reads."""
+    docids = sorted(set(offered_docids(prompt_text)))
+    spans = "|".join(_REGEX_SPECIAL.sub(r"\\\1", d) for d in docids)
+    return f"([^\\[]|\\[({spans})\\])*" if docids else "[^\\[]*"
+
+
 class OfferedTriples:
     """Per row, a :class:`~grtool.index.text_constraint.BracketConstraint` over the triples its prompt offers.
 

@@ -4,7 +4,8 @@
 - connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full jitter (a
   ``Retry-After`` header is honoured); other 4xx answers fail at once with the server's message;
 - a JSON schema goes out as ``response_format: {type: json_schema}`` — never as ``guided_json``, which
-  current vLLM servers silently ignore;
+  current vLLM servers silently ignore; `chains synthesize --constrain` goes out as vLLM's
+  ``structured_outputs: {regex}`` (the offered triples, :func:`grtool.index.constraints.offered_regex`);
 - the API key comes from an environment variable (``OPENAI_API_KEY`` or the one named by ``--api-key-env``),
   lives only in the request header, and is scrubbed from every error message;
 - credentials written into the URL (``http://user:password@host/v1``) are taken out of it and sent as HTTP Basic
@@ -97,8 +98,7 @@ class OpenAIBackend:
         return ids[0]
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
-        if sampling.constraint is not None:
-            raise GrtoolError("the openai backend cannot constrain docids to an index: use --backend transformers or vllm")
+        regex = _constraint_regex(messages, sampling.constraint)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -117,6 +117,8 @@ class OpenAIBackend:
                 "type": "json_schema",
                 "json_schema": {"name": "output", "schema": sampling.json_schema, "strict": True},
             }
+        if regex is not None:
+            body["structured_outputs"] = {"regex": regex}
         return body
 
     # ------------------------------------------------------------------ generation
@@ -218,3 +220,15 @@ def _retry_after(r: httpx.Response) -> float | None:
         return min(60.0, max(0.0, float(value))) if value is not None else None
     except ValueError:
         return None
+
+
+def _constraint_regex(messages: Messages, constraint: dict[str, Any] | None) -> str | None:
+    """A constraint to the prompt's offered triples travels as a vLLM server's ``structured_outputs`` regex; an index
+    lives on this machine, not on the server, so index constraints are refused."""
+    if constraint is None:
+        return None
+    if constraint.get("source") != "prompt":
+        raise GrtoolError("the openai backend cannot constrain docids to an index: use --backend transformers or vllm")
+    from grtool.index.constraints import offered_regex
+
+    return offered_regex("\n".join(str(m.get("content") or "") for m in messages))

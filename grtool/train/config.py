@@ -46,6 +46,7 @@ class TrainConfig:
     lr_scheduler: str = "cosine"
     save_steps: int = 500
     save_total_limit: int = 2
+    keep_checkpoints: bool = False  # checkpoint-* folders only serve --resume: removed once the run has finished
     logging_steps: int = 1
     report_to: str = "none"
     deepspeed: str | None = None

@@ -248,6 +248,9 @@ def train(p: Plan) -> dict[str, Any]:
             tokenizer.save_pretrained(str(p.out))
     record = provenance(p, trainer, output, time.time() - started, resumed_from=resume_from)
     if trainer.is_world_process_zero():
+        if not p.cfg.keep_checkpoints:
+            for finished in p.out.glob("checkpoint-*"):
+                shutil.rmtree(finished)
         from grtool.store.stage import atomic_write_bytes
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
