@@ -44,7 +44,8 @@ def docid_model(tmp_path_factory):
         if f.name.startswith("tokenizer") or f.name in ("special_tokens_map.json", "chat_template.jinja"):
             shutil.copy(f, model_dir / f.name)
     shutil.copy(root / "index_fm" / "tokenizer.json", model_dir / "tokenizer.json")
-    return root, model_dir
+    yield root, model_dir
+    shutil.rmtree(root, ignore_errors=True)  # 0.5 GB of weights: gone with the module, not at the session's end
 
 
 def _bundled_stage(path: Path) -> Path:

@@ -35,7 +35,7 @@ def run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def marker_model(tmp_path_factory) -> Path:
+def marker_model(tmp_path_factory):
     """The embedded model with the two docid markers added to its tokenizer, their embeddings taken from the
     tokens ``[`` and ``]`` (slightly scaled, so the marker wins where the model would open a bracket): a stand-in
     for a model trained with the markers (`grtool train sft` adds them the same way)."""
@@ -57,7 +57,8 @@ def marker_model(tmp_path_factory) -> Path:
             emb[tok.convert_tokens_to_ids(marker)] = emb[tok.convert_tokens_to_ids(tok.tokenize(like)[0])] * 1.2
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    return out
+    yield out
+    shutil.rmtree(out, ignore_errors=True)  # 0.5 GB of weights: gone with the module, not at the session's end
 
 
 def _rows(path: Path) -> list[dict]:

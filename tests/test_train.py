@@ -72,14 +72,16 @@ def generate(ckpt: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def sft_ckpt(tmp_path_factory) -> Path:
-    """A full SFT of 4 steps on 16 rows, checkpointed every 2 steps and kept (also the start of KTO and of the resume test)."""
+def sft_ckpt(tmp_path_factory):
+    """A full SFT of 4 steps on 16 rows, its last checkpoint (step 4) kept: the start of KTO and of the resume test."""
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("sft")
     data = write_sft(root / "thinkgr_sft.json")
-    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--keep-checkpoints", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
-    return root / "ckpt"
+    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--save-total-limit", "1", "--keep-checkpoints",
+            "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)  # fmt: skip
+    yield root / "ckpt"
+    shutil.rmtree(root, ignore_errors=True)  # weights and a checkpoint with optimizer state: ~2 GB
 
 
 def test_sft_lowers_the_loss_and_ships_the_markers(sft_ckpt):
@@ -237,3 +239,25 @@ def test_sft_from_a_filtered_chains_stage(tmp_path, cli, samples):
     assert report["rows"] == len(chains) and report["data_format"] == "filtered-chains"
     err = cli("train", "sft", tmp_path / "filtered", "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
     assert "--corpus" in err
+
+
+def test_kto_labels_responses_on_the_fly(tmp_path, cli, samples):
+    """DATA may be sampled responses with --corpus and --triples: labelled with `export kto`'s rule, same rows."""
+    from tests.test_export import write_responses
+
+    from grtool.train.data import load_kto
+
+    root = samples["root"]
+    responses = write_responses(tmp_path / "responses.jsonl")
+    exported = tmp_path / "kto.jsonl"
+    cli("export", "kto", responses, "--corpus", root, "--triples", root / "triples", "--format", "trl", "--out", exported)
+    on_the_fly = load_kto(responses, corpus=str(root), triples=str(root / "triples"))
+    assert on_the_fly.rows == load_kto(exported).rows and on_the_fly.fmt == "responses"
+    assert on_the_fly.fingerprint["labelling"]["desirable"] == 2 and on_the_fly.fingerprint["labelling"]["unknown_qid"] == 1
+    args = ("train", "kto", responses, "--corpus", root, "--triples", root / "triples", "--out", tmp_path / "ckpt", "--dry-run", "--json")
+    for extra, desirable, undesirable in (((), 2, 2), (("--tau", "1.0"), 2, 6), (("--desirable", "all-gold"), 3, 2)):
+        report = orjson.loads(cli(*args, *extra).stdout)
+        assert (report["desirable"], report["undesirable"]) == (desirable, undesirable), extra
+    assert "--triples" in cli("train", "kto", responses, "--corpus", root, "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
+    assert "--corpus" in cli("train", "kto", tmp_path, "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
+    assert not (tmp_path / "ckpt").exists()

@@ -47,6 +47,7 @@ ChatTemplate = Annotated[Optional[Path], typer.Option("--chat-template", help="J
 PresetOpt = Annotated[Optional[Preset], typer.Option("--preset", help="The paper's values: thinkgr (SFT full, lr 1e-6, batch 512, cutoff 2048, warmup 0.05; KTO lr 4e-7, batch 128, beta 0.1).")]
 ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file with the same keys as the options (learning_rate: 1e-6); options given here win.")]
 DeepSpeed = Annotated[Optional[Path], typer.Option("--deepspeed", help="DeepSpeed config (examples/deepspeed/zero3.json for full fine-tuning of 8B models).")]
+System = Annotated[Optional[str], typer.Option("--system", help="With a chains or responses directory: system prompt, as `export sft/kto --system`.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue from the last checkpoint in --out (after a kill).")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the resolved configuration, effective batch and steps; write nothing.")]
 Format = Annotated[OutFormat, typer.Option("--format", help="checkpoint: train; llamafactory-yaml: write the equivalent LLaMA-Factory config instead.")]
@@ -108,7 +109,7 @@ def sft_cmd(
     out: CkptOut,
     model: Model = None,
     corpus: Annotated[Optional[str], typer.Option("--corpus", help="With a chains directory as DATA: the corpus run holding questions/.")] = None,
-    system: Annotated[Optional[str], typer.Option("--system", help="With a chains directory: system prompt, as `export sft --system`.")] = None,
+    system: System = None,
     learning_rate: LearningRate = None,
     per_device_batch_size: PerDevice = None,
     gradient_accumulation: Accumulation = None,
@@ -149,9 +150,14 @@ def sft_cmd(
 
 @app.command("kto")
 def kto_cmd(
-    data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label).")],
+    data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples.")],
     out: CkptOut,
     model: Annotated[Optional[str], typer.Option("--model", help="The SFT checkpoint (also the reference model).")] = None,
+    corpus: Annotated[Optional[str], typer.Option("--corpus", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
+    triples: Annotated[Optional[str], typer.Option("--triples", help="With responses as DATA: the triples the docids resolve against, as `export kto`.")] = None,
+    tau: Annotated[Optional[float], typer.Option("--tau", help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
+    desirable: Annotated[Optional[str], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
+    system: System = None,
     beta: Annotated[Optional[float], typer.Option("--beta", help="KTO beta (default 0.1, as the paper).")] = None,
     desirable_weight: Annotated[Optional[float], typer.Option("--desirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,
     undesirable_weight: Annotated[Optional[float], typer.Option("--undesirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,
@@ -185,6 +191,8 @@ def kto_cmd(
     """KTO on responses labelled by retrieval (desirable / undesirable), from the SFT checkpoint, which is also the reference model.
 
     Desirable/undesirable weights default to the ones that balance the data's class counts (as `export kto` prints). A file with one class only is refused.
+
+    Responses are labelled on the fly with `export kto`'s rule (--corpus, --triples, --tau, --desirable); the counts and the rule go into grtool.json.
 
     Example: grtool train kto data/thinkgr_kto.json --model ckpt/sft --out ckpt/kto --preset thinkgr
     """

@@ -58,6 +58,10 @@ class TrainConfig:
     undesirable_weight: float | None = None
     # a filtered-chains stage directory as DATA: how to build the rows (as `export sft`)
     corpus: str | None = None
+    # responses as KTO DATA (with corpus): labelled on the fly by retrieval, as `export kto` labels them
+    triples: str | None = None
+    tau: float = 0.5
+    desirable: str = "exact"
     system: str | None = None
     markers: str = "special"
 
@@ -148,6 +152,10 @@ def check(cfg: TrainConfig) -> None:
         raise InputError(f"--learning-rate must be > 0, got {cfg.lr}")
     if cfg.max_steps <= 0 and cfg.epochs <= 0:
         raise InputError("give --epochs > 0 or --max-steps > 0")
+    if not 0.0 < cfg.tau <= 1.0:
+        raise InputError(f"--tau must be in (0, 1], got {cfg.tau}")
+    if cfg.desirable not in ("exact", "all-gold"):
+        raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
     if cfg.deepspeed and not Path(cfg.deepspeed).is_file():

@@ -7,7 +7,8 @@ KTO: the same plus ``"label": bool``.
 Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
 KTO), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
 ``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
-turned into rows the way `export sft` does (its own functions, into a temporary file).
+turned into rows the way `export sft` does, and responses (a `retrieve` directory or its JSON Lines, with the
+corpus and triples) are labelled the way `export kto` does (their own functions, into a temporary file).
 """
 
 from __future__ import annotations
@@ -156,18 +157,49 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
     return TrainData(rows, str(stage), "filtered-chains", None, fingerprint)
 
 
-def load_kto(data: str | Path) -> TrainData:
+def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None = None, system: str | None = None,
+             markers: str = "special", tau: float = 0.5, desirable: str = "exact") -> TrainData:
     data = Path(data)
-    if data.is_dir():
-        raise InputError(f"{data}: is a directory; pass the file `grtool export kto` wrote")
-    if not data.exists():
+    if triples is not None or corpus is not None:
+        loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable)
+    elif data.is_dir():
+        raise InputError(f"{data}: is a directory; pass the file `grtool export kto` wrote, or a `retrieve` directory with --corpus and --triples")
+    elif not data.exists():
         raise InputError(f"{data}: no such file")
-    rows, fmt = load_rows(data)
-    missing = sum("label" not in r for r in rows)
+    else:
+        rows, fmt = load_rows(data)
+        loaded = TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+    missing = sum("label" not in r for r in loaded.rows)
     if missing:
         raise InputError(f"{data}: {missing} rows have no label (kto_tag / label): not a file `grtool export kto` wrote")
-    counts = Counter(r["label"] for r in rows)
+    counts = loaded.labels()
     if len(counts) < 2:
         only = "desirable" if True in counts else "undesirable"
         raise InputError(f"{data}: every row is {only}: KTO needs both desirable and undesirable responses")
-    return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+    return loaded
+
+
+def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str) -> TrainData:
+    """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
+    from grtool.export.kto import export_kto
+    from grtool.export.provenance import input_fingerprint
+
+    if corpus is None or triples is None:
+        raise InputError(f"{responses}: responses as KTO data need both --corpus (the run holding questions/) and --triples to be labelled")
+    if not responses.exists():
+        raise InputError(f"{responses}: no such file or directory")
+    with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
+        out = Path(tmp) / "kto.jsonl"
+        result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable)
+        if not out.exists() or not out.stat().st_size:
+            raise InputError(f"{responses}: no response could be labelled (dropped {result.dropped}, unknown qid {result.skipped.unknown_qid}, "
+                             f"no gold {result.skipped.no_gold}): nothing to train on")  # fmt: skip
+        rows, _ = load_rows(out)
+    labelling = result.as_dict()
+    fingerprint = {
+        "responses": input_fingerprint(responses),
+        "questions": input_fingerprint(corpus, "questions"),
+        "triples": input_fingerprint(triples, "triples"),
+        "labelling": {k: labelling[k] for k in ("rule", "desirable", "undesirable", "dropped", "unknown_qid", "no_gold", "incomplete_gold")},
+    }
+    return TrainData(rows, str(responses), "responses", None, fingerprint)

@@ -70,7 +70,10 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
     """Everything checked, nothing written."""
     from grtool.train.model import resolve
 
-    loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers) if kind == "sft" else load_kto(data)
+    if kind == "sft":
+        loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers)
+    else:
+        loaded = load_kto(data, corpus=cfg.corpus, triples=cfg.triples, system=cfg.system, markers=cfg.markers, tau=cfg.tau, desirable=cfg.desirable)
     batch = effective_batch(cfg)
     if batch > len(loaded.rows):
         raise InputError(
