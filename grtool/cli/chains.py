@@ -112,4 +112,9 @@ def synthesize(
 def _constrain(asked: bool | None, backend: str) -> bool:
     """--constrain defaults to on where grtool runs the decoder. A server takes it as a structured-output regex
     (vLLM's ``structured_outputs``), which other OpenAI-compatible servers reject or ignore: asked for, not default."""
-    return backend != "openai" if asked is None else asked
+    if asked is None and backend == "openai":
+        from grtool.log import log
+
+        log.info("openai: citations are not constrained; pass --constrain when the server is vLLM (structured outputs)")
+        return False
+    return True if asked is None else asked
