@@ -304,6 +304,12 @@ def stats(index) -> dict[str, Any]:
         # indexes built before --flips existed hold none
         "flipped_sequences": m["sizes"].get("flipped_sequences", 0),
         "flips_token_share": m["sizes"].get("flips_token_share", 0.0),
+        # each search array's bytes and share of the bits per token (where an index's size goes)
+        "arrays": {
+            name.removesuffix(".npy"): {"bytes": f["bytes"], "bits_per_token": round(8 * f["bytes"] / max(int(m["sizes"]["tokens"]), 1), 3)}
+            for name, f in m.get("files", {}).items()
+            if name.startswith(("fm_", "trie_", "oracle_"))
+        },
     }
 
 

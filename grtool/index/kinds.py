@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, InputError
 from grtool.index.base import Index, load_array
 
 DEFAULT_SAMPLE_RATE = 32
@@ -38,52 +38,80 @@ def _native():
     return _fm
 
 
-def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> dict[str, Any]:
-    """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout)."""
-    from pydivsufsort import divsufsort
+CHUNK = 1 << 24
+WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
+WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
+CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # token ids scanned per numpy pass: keeps temporaries small next to the index
 
+
+def _drop_pages(arr: np.ndarray) -> None:
+    """Give back the resident pages of a memory-mapped input (they stay in the page cache): a build reads its
+    token ids once, and holding them would count against its peak memory."""
+    import mmap
+
+    base = arr
+    while base is not None:
+        m = getattr(base, "_mmap", None) if isinstance(base, np.memmap) else base if isinstance(base, mmap.mmap) else None
+        if m is not None and hasattr(m, "madvise"):
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):
+                pass
+            return
+        base = getattr(base, "base", None)
+
+
+def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> dict[str, Any]:
+    """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout).
+
+    Memory: the reversed text (4 bytes a symbol) and the suffix array, turned into the BWT in place (4 bytes
+    a symbol), then the wavelet matrix built from the BWT; the input token ids are read in chunks."""
     _fm = _native()
-    flat = np.asarray(flat)
-    if flat.size and int(flat.min()) < 0:
-        raise GrtoolError("token ids must be non-negative")
+    flat = np.asarray(flat) if not isinstance(flat, np.ndarray) else flat
+    lengths = np.asarray(lengths, dtype=np.int64)
+    present = np.zeros(1, dtype=bool)
+    for lo in range(0, int(flat.size), CHUNK):
+        chunk = flat[lo : lo + CHUNK]
+        if int(chunk.min()) < 0:
+            raise GrtoolError("token ids must be non-negative")
+        seen = np.bincount(chunk.astype(np.int64, copy=False), minlength=len(present)) > 0
+        seen[: len(present)] |= present
+        present = seen
     # Dense symbols keep the alphabet (and the wavelet matrix depth) as small as the corpus allows.
-    present = np.bincount(flat, minlength=1) > 0 if flat.size else np.zeros(1, bool)
+    if not flat.size:
+        present = np.zeros(1, bool)
     sym2tok = np.concatenate([[0], np.flatnonzero(present)]).astype(np.uint32)
     tok2sym = np.full(len(present), -1, dtype=np.int32)
     tok2sym[sym2tok[1:]] = np.arange(1, len(sym2tok), dtype=np.int32)
     sigma = len(sym2tok)
     seps = separator_positions(lengths)
     n = int(flat.size + len(lengths))
-    if n >= 1 << 32:
-        raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^32 tokens and separators; split the corpus")
-    text = np.zeros(n, dtype=np.uint32)
-    is_token = np.ones(n, dtype=bool)
-    is_token[seps.astype(np.int64)] = False
-    text[is_token] = tok2sym[flat]
-    del is_token
-    rev = np.ascontiguousarray(text[::-1])
+    if n >= (1 << 31) - 1:
+        raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^31 - 1 tokens and separators; split the corpus")
+    text = _fm.reversed_text(np.ascontiguousarray(flat), lengths, tok2sym)
+    _drop_pages(flat)
+    bwt, marks, marks_idx, samples, dollar_row, counts = _fm.build_bwt(text, sigma, sample_rate)
     del text
-    # Suffix array over the symbols packed big-endian into 3 bytes each (4 past 2^24 symbols): byte order
-    # equals symbol order, and libdivsufsort sorts bytes; misaligned suffixes are dropped afterwards.
-    width = 3 if sigma <= 1 << 24 else 4
-    packed = np.ascontiguousarray(rev.astype(">u4").view(np.uint8).reshape(n, 4)[:, 4 - width :]).reshape(-1)
-    sa = divsufsort(packed)
-    del packed
-    bwt, marks, marks_idx, samples, dollar_row = _fm.bwt_from_packed_sa(sa, width, rev, sample_rate)
-    del sa
-    counts = np.bincount(rev, minlength=sigma).astype(np.int64)
-    del rev
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
-    L = max(int(sigma - 1).bit_length(), 0)
-    levels, levels_idx, zeros = _fm.build_wavelet_matrix(bwt, L)
+    # Huffman-shaped wavelet matrix: a symbol costs its code length in bits and in rank steps (frequent tokens
+    # are short), instead of log2(sigma) for every symbol.
+    codes, code_lens, tree = _fm.huffman_codes(counts)
+    levels, levels_idx, level_sizes, zeros = _fm.build_wavelet_matrix(bwt, codes, code_lens)
     del bwt
+    L = len(level_sizes)
     arrays = {
-        "levels": levels, "levels_idx": levels_idx, "zeros": zeros, "offsets": np.zeros(sigma, np.int64),
-        "marks": marks, "marks_idx": marks_idx, "samples": samples, "seps": seps.astype(np.uint32),
-        "tok2sym": tok2sym, "sym2tok": sym2tok,
+        "levels": levels, "levels_idx": levels_idx, "level_sizes": level_sizes, "zeros": zeros,
+        "offsets": np.zeros(sigma, np.int64), "marks": marks, "marks_idx": marks_idx, "samples": samples,
+        "seps": seps.astype(np.uint32), "tok2sym": tok2sym, "sym2tok": sym2tok, "codes": codes, "code_lens": code_lens,
+        "tree": tree,
     }  # fmt: skip
     probe = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
     arrays["offsets"] = (first_row - probe.symbol_starts(sigma).astype(np.int64)).astype(np.int64)
+    # The next tokens of the widest ranges (the first tokens after <docid_start> list tens of thousands) are
+    # computed here once and persisted, so a decoder's first visit of them is a copy, not a traversal.
+    full = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
+    ranges, offsets, ids, counts = full.wide_ranges(WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
+    arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=counts)
     return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
 
 
@@ -91,7 +119,10 @@ class FMIndex(Index):
     """The native FM-index; its hot methods are the C++ methods themselves (no Python wrapper per call)."""
 
     kind = "fm"
-    FILES = ("levels", "levels_idx", "zeros", "offsets", "marks", "marks_idx", "samples", "seps", "tok2sym", "sym2tok")
+    FILES = (
+        "levels", "levels_idx", "level_sizes", "zeros", "offsets", "marks", "marks_idx", "samples", "seps", "tok2sym", "sym2tok",
+        "codes", "code_lens", "tree",
+    )  # fmt: skip
 
     def __init__(self, path: Path, meta: dict[str, Any], native):
         super().__init__(path, meta)
@@ -106,6 +137,15 @@ class FMIndex(Index):
         return self.native.start(anchored)
 
     @staticmethod
+    def _native_index(arrays: dict[str, Any], n: int, L: int, sample_rate: int, dollar_row: int):
+        native = _native().FMIndex(
+            **{k: v for k, v in arrays.items() if k not in CACHE_FILES}, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row
+        )
+        if all(arrays.get(k) is not None for k in CACHE_FILES):
+            native.set_persisted(*(np.ascontiguousarray(arrays[k]).reshape(-1) for k in CACHE_FILES))
+        return native
+
+    @staticmethod
     def write(out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, **_: Any) -> dict[str, Any]:
         built = build_fm_arrays(flat, lengths, sample_rate)
         for name, arr in built["arrays"].items():
@@ -114,18 +154,20 @@ class FMIndex(Index):
 
     @classmethod
     def load(cls, path: Path, meta: dict[str, Any]) -> "FMIndex":
+        if not (path / "fm_tree.npy").is_file():
+            raise InputError(f"{path}: an FM-index from an older grtool (before its Huffman-shaped levels); rebuild it with `grtool index build`")
         arrays = {name: load_array(path / f"fm_{name}.npy") for name in cls.FILES}
+        # persisted wide ranges (indexes built before them have none: answers are computed on first visit)
+        arrays.update({name: load_array(path / f"fm_{name}.npy") for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file()})
         p = meta["params"]
-        native = _native().FMIndex(
-            **arrays, n=int(p["n"]), L=int(p["levels"]), sample_rate=int(p["sample_rate"]), dollar_row=int(p["dollar_row"])
-        )
+        native = cls._native_index(arrays, int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"]))
         return cls(path, meta, native)
 
     @classmethod
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> "FMIndex":
         """An in-memory index (tests, benchmarks); no directory, no document map."""
         built = build_fm_arrays(flat, lengths, sample_rate)
-        native = _native().FMIndex(**built["arrays"], n=built["n"], L=built["L"], sample_rate=sample_rate, dollar_row=built["dollar_row"])
+        native = cls._native_index(built["arrays"], built["n"], built["L"], sample_rate, built["dollar_row"])
         return cls(Path("<memory>"), {"params": {}}, native)
 
 

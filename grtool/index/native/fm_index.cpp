@@ -18,6 +18,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <queue>
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
@@ -58,6 +59,20 @@ struct BitRank {
     }
     inline u64 rank0(u64 i) const { return i - rank1(i); }
     inline bool get(u64 i) const { return (bits[i >> 6] >> (i & 63)) & 1; }
+    // Ones in [a, b) for a narrow range: the words in between, no second directory read.
+    inline u64 ones_between(u64 a, u64 b) const {
+        u64 wa = a >> 6, wb = b >> 6;
+        if (wa == wb) return __builtin_popcountll((bits[wa] >> (a & 63)) & ((1ULL << (b - a)) - 1));
+        u64 r = __builtin_popcountll(bits[wa] >> (a & 63));
+        for (u64 w = wa + 1; w < wb; ++w) r += __builtin_popcountll(bits[w]);
+        if (b & 63) r += __builtin_popcountll(bits[wb] << (64 - (b & 63)));
+        return r;
+    }
+    // rank1 at both ends of [a, b)
+    inline void rank1_pair(u64 a, u64 b, u64& ra, u64& rb) const {
+        ra = rank1(a);
+        rb = (b - a <= 512) ? ra + ones_between(a, b) : rank1(b);
+    }
 };
 
 // Fill the index entries of a bit vector whose words are already set.
@@ -80,81 +95,359 @@ const T* ptr_of(const py::array_t<T, py::array::c_style>& a) {
 
 // ------------------------------------------------------------------------------------------- build
 
-// From the suffix array of the byte-packed reversed text (each symbol = `width` big-endian bytes), keep
-// the aligned suffixes, and produce the BWT, the sampled-row marks and the samples in one pass.
-template <typename SA>
-py::tuple bwt_from_packed_sa(py::array_t<SA, py::array::c_style> sa, int width,
-                             py::array_t<u32, py::array::c_style> rev, u64 sample_rate) {
-    const u64 n = static_cast<u64>(rev.size());
-    if (static_cast<u64>(sa.size()) != n * static_cast<u64>(width))
-        throw std::invalid_argument("suffix array length does not match the packed text");
+// The reversed text as the suffix sorter wants it: s[i] = symbol of R[i] + 1 (separator 0 -> 1), s[n] = 0 (a
+// unique smallest sentinel, so the empty suffix is row 0 and a suffix sorts before its extensions). Read
+// straight from the caller's token ids (any integer dtype, possibly memory-mapped): no temporaries.
+template <typename F>
+void fill_reversed(const F* flat, u64 tokens, const int64_t* lengths, u64 k, const int32_t* t2s, u64 vocab, u32* out, u64 n) {
+    // T = 0 s1 0 s2 ... 0 sk; R[i] = T[n - 1 - i]
+    u64 pos = 0, f = 0;
+    for (u64 s = 0; s < k; ++s) {
+        out[n - 1 - pos] = 1;  // separator
+        ++pos;
+        const u64 len = static_cast<u64>(lengths[s]);
+        if (f + len > tokens) throw std::invalid_argument("lengths exceed the token ids");
+        for (u64 j = 0; j < len; ++j, ++f, ++pos) {
+            const int64_t t = static_cast<int64_t>(flat[f]);
+            if (t < 0 || static_cast<u64>(t) >= vocab || t2s[t] <= 0) throw std::invalid_argument("token id without a symbol");
+            out[n - 1 - pos] = static_cast<u32>(t2s[t]) + 1;
+        }
+    }
+    if (f != tokens) throw std::invalid_argument("lengths do not add up to the token ids");
+    out[n] = 0;
+}
+
+py::array_t<u32> reversed_text(py::array flat, py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+                               py::array_t<int32_t, py::array::c_style> tok2sym) {
+    const u64 tokens = static_cast<u64>(flat.size());
+    const u64 k = static_cast<u64>(lengths.size());
+    const u64 n = tokens + k;
+    py::array_t<u32> out(n + 1);
+    u32* o = out.mutable_data();
+    const int64_t* len = lengths.data();
+    const int32_t* t2s = tok2sym.data();
+    const u64 vocab = static_cast<u64>(tok2sym.size());
+    if (!(flat.flags() & py::array::c_style)) throw std::invalid_argument("token ids must be contiguous");
+    const char kind = flat.dtype().kind();
+    const auto size = flat.itemsize();
+    const void* d = flat.data();
+    py::gil_scoped_release release;
+    if ((kind == 'i' || kind == 'u') && size == 8) fill_reversed(static_cast<const int64_t*>(d), tokens, len, k, t2s, vocab, o, n);
+    else if (kind == 'u' && size == 4) fill_reversed(static_cast<const u32*>(d), tokens, len, k, t2s, vocab, o, n);
+    else if (kind == 'i' && size == 4) fill_reversed(static_cast<const int32_t*>(d), tokens, len, k, t2s, vocab, o, n);
+    else if (kind == 'u' && size == 2) fill_reversed(static_cast<const uint16_t*>(d), tokens, len, k, t2s, vocab, o, n);
+    else throw std::invalid_argument("token ids must be 16, 32 or 64-bit integers");
+    return out;
+}
+
+// SA-IS (Nong, Zhang and Chan 2009) over an integer text s[0..n) in [0, K] with s[n-1] = 0 the unique
+// smallest symbol. SA needs n entries; the reduced problem is solved inside SA. Memory: SA, the text, one
+// type bit per symbol and K + 1 bucket counters.
+template <typename Idx>
+struct Sais {
+    std::vector<uint8_t> tbits;
+    inline bool stype(Idx i) const { return (tbits[static_cast<u64>(i) >> 3] >> (i & 7)) & 1; }
+    inline void set_type(Idx i, bool b) {
+        if (b) tbits[static_cast<u64>(i) >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+        else tbits[static_cast<u64>(i) >> 3] &= static_cast<uint8_t>(~(1u << (i & 7)));
+    }
+    inline bool lms(Idx i) const { return i > 0 && stype(i) && !stype(i - 1); }
+};
+
+template <typename Idx, typename C>
+void sais_buckets(const C* s, Idx n, Idx K, std::vector<Idx>& bkt, bool end) {
+    bkt.assign(static_cast<size_t>(K) + 1, 0);
+    for (Idx i = 0; i < n; ++i) ++bkt[s[i]];
+    Idx sum = 0;
+    for (Idx i = 0; i <= K; ++i) {
+        sum += bkt[i];
+        bkt[i] = end ? sum : sum - bkt[i];
+    }
+}
+
+template <typename Idx, typename C>
+void sais_induce(const C* s, Idx* SA, Idx n, Idx K, std::vector<Idx>& bkt, const Sais<Idx>& ty) {
+    sais_buckets(s, n, K, bkt, false);
+    for (Idx i = 0; i < n; ++i) {
+        const Idx j = SA[i] - 1;
+        if (SA[i] > 0 && !ty.stype(j)) SA[bkt[s[j]]++] = j;
+    }
+    sais_buckets(s, n, K, bkt, true);
+    for (Idx i = n - 1; i >= 0; --i) {
+        const Idx j = SA[i] - 1;
+        if (SA[i] > 0 && ty.stype(j)) SA[--bkt[s[j]]] = j;
+    }
+}
+
+template <typename Idx, typename C>
+void sais(const C* s, Idx* SA, Idx n, Idx K) {
+    if (n == 1) {
+        SA[0] = 0;
+        return;
+    }
+    Sais<Idx> ty;
+    ty.tbits.assign(static_cast<size_t>(n) / 8 + 1, 0);
+    ty.set_type(n - 1, true);
+    ty.set_type(n - 2, false);
+    for (Idx i = n - 3; i >= 0; --i) ty.set_type(i, s[i] < s[i + 1] || (s[i] == s[i + 1] && ty.stype(i + 1)));
+    std::vector<Idx> bkt;
+    sais_buckets(s, n, K, bkt, true);
+    std::fill(SA, SA + n, Idx(-1));
+    for (Idx i = 1; i < n; ++i)
+        if (ty.lms(i)) SA[--bkt[s[i]]] = i;
+    sais_induce(s, SA, n, K, bkt, ty);
+    Idx n1 = 0;
+    for (Idx i = 0; i < n; ++i)
+        if (ty.lms(SA[i])) SA[n1++] = SA[i];
+    std::fill(SA + n1, SA + n, Idx(-1));
+    Idx name = 0, prev = -1;
+    for (Idx i = 0; i < n1; ++i) {
+        const Idx pos = SA[i];
+        bool diff = false;
+        for (Idx d = 0; d < n; ++d) {
+            if (prev == -1 || s[pos + d] != s[prev + d] || ty.stype(pos + d) != ty.stype(prev + d)) {
+                diff = true;
+                break;
+            } else if (d > 0 && (ty.lms(pos + d) || ty.lms(prev + d))) {
+                break;
+            }
+        }
+        if (diff) {
+            ++name;
+            prev = pos;
+        }
+        SA[n1 + pos / 2] = name - 1;
+    }
+    for (Idx i = n - 1, j = n - 1; i >= n1; --i)
+        if (SA[i] >= 0) SA[j--] = SA[i];
+    Idx* SA1 = SA;
+    Idx* s1 = SA + n - n1;
+    if (name < n1) {
+        std::vector<Idx>().swap(bkt);
+        sais<Idx, Idx>(s1, SA1, n1, name - 1);
+    } else {
+        for (Idx i = 0; i < n1; ++i) SA1[s1[i]] = i;
+    }
+    sais_buckets(s, n, K, bkt, true);
+    for (Idx i = 1, j = 0; i < n; ++i)
+        if (ty.lms(i)) s1[j++] = i;
+    for (Idx i = 0; i < n1; ++i) SA1[i] = s1[SA1[i]];
+    std::fill(SA + n1, SA + n, Idx(-1));
+    for (Idx i = n1 - 1; i >= 0; --i) {
+        const Idx j = SA[i];
+        SA[i] = -1;
+        SA[--bkt[s[j]]] = j;
+    }
+    sais_induce(s, SA, n, K, bkt, ty);
+}
+
+// Suffix array of the text from `reversed_text` (n + 1 entries, values < 2^31), then in the same buffer the
+// BWT, with the sampled-row marks, the samples and the symbol counts: returns (bwt, marks, marks_idx,
+// samples, dollar_row, counts). Peak memory: the text, this buffer and one bit per symbol.
+py::tuple build_bwt(py::array_t<u32, py::array::c_style> text, u64 sigma, u64 sample_rate) {
+    const u64 rows = static_cast<u64>(text.size());  // n + 1
+    if (rows == 0 || text.data()[rows - 1] != 0) throw std::invalid_argument("text must end with the 0 sentinel");
+    if (rows >= (1ULL << 31)) throw std::invalid_argument("the FM-index builds up to 2^31 - 1 tokens and separators");
     if (sample_rate == 0) throw std::invalid_argument("sample_rate must be positive");
-    const SA* s = sa.data();
-    const u32* r = rev.data();
-    const u64 rows = n + 1;
-    py::array_t<u32> bwt(rows);
+    const u64 n = rows - 1;
+    const u32* s = text.data();
+    py::array_t<u32> out(rows);
+    u32* b = out.mutable_data();
+    int32_t* SA = reinterpret_cast<int32_t*>(b);
     const u64 nblocks = blocks_for(rows);
     py::array_t<u64> marks(nblocks * kBlockWords);
     py::array_t<u64> marks_idx(nblocks);
-    u32* b = bwt.mutable_data();
+    py::array_t<int64_t> counts(sigma);
     u64* mk = marks.mutable_data();
     u64* mki = marks_idx.mutable_data();
-    std::fill(mk, mk + nblocks * kBlockWords, 0ULL);
+    int64_t* cnt = counts.mutable_data();
     std::vector<u32> samples;
-    samples.reserve(n / sample_rate + 2);
     u64 dollar_row = 0;
     {
         py::gil_scoped_release release;
-        b[0] = n ? r[n - 1] : 0;  // row 0: the empty suffix, preceded by the last symbol
-        u64 row = 1;
-        const u64 total = n * static_cast<u64>(width);
-        for (u64 i = 0; i < total; ++i) {
-            const u64 p = static_cast<u64>(s[i]);
-            if (p % width) continue;
-            const u64 q = p / width;
-            b[row] = q ? r[q - 1] : 0;
+        sais<int32_t, u32>(s, SA, static_cast<int32_t>(rows), static_cast<int32_t>(sigma));
+        std::fill(mk, mk + nblocks * kBlockWords, 0ULL);
+        std::fill(cnt, cnt + sigma, 0);
+        samples.reserve(n / sample_rate + 2);
+        for (u64 row = 0; row < rows; ++row) {
+            const u64 q = static_cast<u64>(SA[row]);  // row 0: q = n, the empty suffix
             if (q == 0) dollar_row = row;
-            if (q % sample_rate == 0) {
-                set_bit(mk, row);
-                samples.push_back(static_cast<u32>(q / sample_rate));
+            if (q < n) {
+                ++cnt[s[q] - 1];
+                if (q % sample_rate == 0) {
+                    set_bit(mk, row);
+                    samples.push_back(static_cast<u32>(q / sample_rate));
+                }
             }
-            ++row;
+            b[row] = q ? s[q - 1] - 1 : 0;  // BWT over R: the symbol before; a stand-in 0 for the whole text
         }
-        if (row != rows) throw std::runtime_error("suffix array does not hold every aligned suffix");
         finish_ranks(mk, mki, nblocks);
     }
     py::array_t<u32> samp(samples.size());
     std::copy(samples.begin(), samples.end(), samp.mutable_data());
-    return py::make_tuple(bwt, marks, marks_idx, samp, dollar_row);
+    return py::make_tuple(out, marks, marks_idx, samp, dollar_row, counts);
 }
 
-// Wavelet matrix over `symbols` (consumed: used as the work buffer). Returns (levels[L][words], zeros[L]).
-py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, int L) {
+// Huffman shape: code lengths from the symbol counts (at most kMaxCode bits), then codes assigned level by
+// level so that, in the wavelet matrix's order at each level (the bits read so far, latest bit most
+// significant), the codes that end there are the largest. The symbols that end at a level then form the tail
+// of the next level's order and are cut off: level l holds only the symbols whose code is longer than l.
+// Returns (codes [sigma] u32, MSB = first level; code_lens [sigma] u8; tree [internal][2] i32: a child >= 0 is
+// an internal node, < 0 the leaf of symbol -child - 1).
+constexpr int kMaxCode = 32;
+
+std::vector<int> huffman_lengths(const std::vector<u64>& freq) {
+    const size_t m = freq.size();
+    std::vector<int> len(m, 0);
+    if (m <= 1) return len;
+    std::vector<u32> order(m);
+    for (size_t i = 0; i < m; ++i) order[i] = static_cast<u32>(i);
+    std::sort(order.begin(), order.end(), [&](u32 x, u32 y) { return freq[x] < freq[y] || (freq[x] == freq[y] && x < y); });
+    // two-queue Huffman: leaves in order, internal nodes in creation order (non-decreasing weights)
+    std::vector<u64> w(2 * m - 1);
+    std::vector<u32> parent(2 * m - 1, 0);
+    for (size_t i = 0; i < m; ++i) w[i] = freq[order[i]];
+    size_t li = 0, ii = m, next = m;
+    auto take = [&]() -> size_t {
+        if (li < m && (ii >= next || w[li] <= w[ii])) return li++;
+        return ii++;
+    };
+    while (next < 2 * m - 1) {
+        const size_t x = take(), y = take();
+        w[next] = w[x] + w[y];
+        parent[x] = parent[y] = static_cast<u32>(next);
+        ++next;
+    }
+    std::vector<int> depth(2 * m - 1, 0);
+    for (size_t i = 2 * m - 2; i-- > 0;) depth[i] = depth[parent[i]] + 1;
+    for (size_t i = 0; i < m; ++i) len[order[i]] = depth[i];
+    return len;
+}
+
+inline u32 reverse_bits(u32 code, int d) {
+    u32 r = 0;
+    for (int i = 0; i < d; ++i) r |= ((code >> i) & 1u) << (d - 1 - i);
+    return r;
+}
+
+py::tuple huffman_codes(py::array_t<int64_t, py::array::c_style | py::array::forcecast> counts) {
+    const u64 sigma = static_cast<u64>(counts.size());
+    std::vector<u64> freq(sigma);
+    for (u64 c = 0; c < sigma; ++c) freq[c] = std::max<int64_t>(counts.data()[c], 1);
+    std::vector<int> len = huffman_lengths(freq);
+    for (u64 floor = 2; *std::max_element(len.begin(), len.end()) > kMaxCode; floor *= 2) {
+        for (auto& f : freq) f = std::max<u64>(f, floor);  // flatten the rarest until the codes fit
+        len = huffman_lengths(freq);
+    }
+    const int maxlen = sigma ? *std::max_element(len.begin(), len.end()) : 0;
+    std::vector<std::vector<u32>> by_len(maxlen + 1);
+    for (u64 c = 0; c < sigma; ++c) by_len[len[c]].push_back(static_cast<u32>(c));
+    py::array_t<u32> codes(sigma);
+    py::array_t<uint8_t> lens(sigma);
+    u32* co = codes.mutable_data();
+    uint8_t* le = lens.mutable_data();
+    std::fill(co, co + sigma, 0u);
+    std::fill(le, le + sigma, 0);
+    std::vector<int32_t> tree;  // [internal][2]
+    if (maxlen > 0) {
+        // internal nodes at the current depth: (code, node id)
+        std::vector<std::pair<u32, int32_t>> internal{{0u, 0}};
+        tree.assign(2, 0);
+        for (int d = 1; d <= maxlen; ++d) {
+            std::vector<std::tuple<u32, u32, int32_t, int>> nodes;  // (key, code, parent, bit)
+            for (auto& [code, id] : internal)
+                for (int bit = 0; bit < 2; ++bit) {
+                    const u32 c2 = (code << 1) | static_cast<u32>(bit);
+                    nodes.emplace_back(reverse_bits(c2, d), c2, id, bit);
+                }
+            std::sort(nodes.begin(), nodes.end());
+            const auto& leaves = by_len[d];
+            if (leaves.size() > nodes.size()) throw std::runtime_error("huffman: bad code lengths");
+            const size_t n_int = nodes.size() - leaves.size();
+            std::vector<std::pair<u32, int32_t>> next_internal;
+            for (size_t i = 0; i < nodes.size(); ++i) {
+                const auto& [key, c2, par, bit] = nodes[i];
+                if (i < n_int) {
+                    const int32_t id = static_cast<int32_t>(tree.size() / 2);
+                    tree.push_back(0);
+                    tree.push_back(0);
+                    tree[2 * par + bit] = id;
+                    next_internal.emplace_back(c2, id);
+                } else {
+                    const u32 sym = leaves[i - n_int];
+                    tree[2 * par + bit] = -static_cast<int32_t>(sym) - 1;
+                    co[sym] = c2;
+                    le[sym] = static_cast<uint8_t>(d);
+                }
+            }
+            internal.swap(next_internal);
+        }
+        if (!internal.empty()) throw std::runtime_error("huffman: incomplete code tree");
+    }
+    py::array_t<int32_t> tr({static_cast<py::ssize_t>(tree.size() / 2), static_cast<py::ssize_t>(2)});
+    std::copy(tree.begin(), tree.end(), tr.mutable_data());
+    return py::make_tuple(codes, lens, tr);
+}
+
+// Huffman-shaped wavelet matrix over `symbols` (consumed: used as the work buffer). Level l is a bit vector
+// over the level_sizes[l] symbols whose code is longer than l. Returns (levels, levels_idx: every level's
+// words and rank entries concatenated; level_sizes [L]; zeros [L]).
+py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, py::array_t<u32, py::array::c_style> codes,
+                               py::array_t<uint8_t, py::array::c_style> code_lens) {
     const u64 n = static_cast<u64>(symbols.size());
-    const u64 nblocks = blocks_for(n);
-    const u64 words = nblocks * kBlockWords;
-    py::array_t<u64> levels({static_cast<py::ssize_t>(std::max(L, 1)), static_cast<py::ssize_t>(words)});
-    py::array_t<u64> levels_idx({static_cast<py::ssize_t>(std::max(L, 1)), static_cast<py::ssize_t>(nblocks)});
-    py::array_t<u64> zeros(std::max(L, 1));
+    const u32* co = codes.data();
+    const uint8_t* le = code_lens.data();
+    const u64 sigma = static_cast<u64>(codes.size());
+    u32* cur = symbols.mutable_data();
+    int L = 0;
+    for (u64 c = 0; c < sigma; ++c) L = std::max<int>(L, le[c]);
+    std::vector<u64> per_len(L + 2, 0);
+    for (u64 i = 0; i < n; ++i) {
+        if (cur[i] >= sigma) throw std::invalid_argument("symbol out of range");
+        ++per_len[le[cur[i]]];
+    }
+    std::vector<u64> sizes(L, 0);  // symbols with code length > l
+    {
+        u64 left = n;
+        for (int l = 0; l < L; ++l) {
+            left -= per_len[l];
+            sizes[l] = left;
+        }
+    }
+    u64 words = 0, nblocks = 0;
+    for (int l = 0; l < L; ++l) {
+        words += blocks_for(sizes[l]) * kBlockWords;
+        nblocks += blocks_for(sizes[l]);
+    }
+    py::array_t<u64> levels(std::max<u64>(words, 1));
+    py::array_t<u64> levels_idx(std::max<u64>(nblocks, 1));
+    py::array_t<u64> level_sizes(L);
+    py::array_t<u64> zeros(L);
     u64* lv = levels.mutable_data();
     u64* lvi = levels_idx.mutable_data();
     u64* z = zeros.mutable_data();
-    u32* cur = symbols.mutable_data();
+    std::copy(sizes.begin(), sizes.end(), level_sizes.mutable_data());
     {
         py::gil_scoped_release release;
-        std::fill(lv, lv + static_cast<u64>(std::max(L, 1)) * words, 0ULL);
-        std::fill(lvi, lvi + static_cast<u64>(std::max(L, 1)) * nblocks, 0ULL);
-        std::fill(z, z + std::max(L, 1), 0ULL);
+        std::fill(lv, lv + std::max<u64>(words, 1), 0ULL);
+        std::fill(lvi, lvi + std::max<u64>(nblocks, 1), 0ULL);
         std::vector<u32> ones;
-        ones.reserve(n / 2);
+        u64 wo = 0, io = 0;
         for (int l = 0; l < L; ++l) {
-            const int bit = L - 1 - l;
-            u64* d = lv + static_cast<u64>(l) * words;
+            const u64 m = sizes[l];
+            const u64 keep = l + 1 < L ? sizes[l + 1] : 0;
+            u64* d = lv + wo;
+            u64 n1 = 0;
+            for (u64 i = 0; i < m; ++i) n1 += (co[cur[i]] >> (le[cur[i]] - 1 - l)) & 1;
+            if (n1 > ones.capacity()) {
+                std::vector<u32>().swap(ones);
+                ones.reserve(n1);
+            }
             ones.clear();
             u64 nz = 0;
-            for (u64 i = 0; i < n; ++i) {
+            for (u64 i = 0; i < m; ++i) {
                 const u32 c = cur[i];
-                if ((c >> bit) & 1) {
+                if ((co[c] >> (le[c] - 1 - l)) & 1) {
                     set_bit(d, i);
                     ones.push_back(c);
                 } else {
@@ -162,11 +455,15 @@ py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, int
                 }
             }
             std::copy(ones.begin(), ones.end(), cur + nz);
+            for (u64 i = keep; i < m; ++i)
+                if (le[cur[i]] != l + 1) throw std::runtime_error("wavelet matrix: codes that end are not last");
             z[l] = nz;
-            finish_ranks(d, lvi + static_cast<u64>(l) * nblocks, nblocks);
+            finish_ranks(d, lvi + io, blocks_for(m));
+            wo += blocks_for(m) * kBlockWords;
+            io += blocks_for(m);
         }
     }
-    return py::make_tuple(levels, levels_idx, zeros);
+    return py::make_tuple(levels, levels_idx, level_sizes, zeros);
 }
 
 // ------------------------------------------------------------------------------------------ query
@@ -174,23 +471,29 @@ py::tuple build_wavelet_matrix(py::array_t<u32, py::array::c_style> symbols, int
 class FMIndex {
    public:
     FMIndex(py::array_t<u64, py::array::c_style> levels, py::array_t<u64, py::array::c_style> levels_idx,
-            py::array_t<u64, py::array::c_style> zeros,
+            py::array_t<u64, py::array::c_style> level_sizes, py::array_t<u64, py::array::c_style> zeros,
             py::array_t<int64_t, py::array::c_style> offsets, py::array_t<u64, py::array::c_style> marks,
             py::array_t<u64, py::array::c_style> marks_idx, py::array_t<u32, py::array::c_style> samples, py::array_t<u32, py::array::c_style> seps,
             py::array_t<int32_t, py::array::c_style> tok2sym, py::array_t<u32, py::array::c_style> sym2tok,
-            u64 n, int L, u64 sample_rate, u64 dollar_row)
-        : dollar_row_(dollar_row), levels_(levels), levels_idx_(levels_idx), zeros_(zeros), offsets_(offsets), marks_(marks), marks_idx_(marks_idx), samples_(samples), seps_(seps),
-          tok2sym_(tok2sym), sym2tok_(sym2tok), n_(n), L_(L), sample_rate_(sample_rate) {
-        if (levels.ndim() != 2 || (L > 0 && levels.shape(0) < L)) throw std::invalid_argument("levels: bad shape");
-        const u64 words = static_cast<u64>(levels.shape(1));
-        if (words != blocks_for(n + 1) * kBlockWords) throw std::invalid_argument("levels: size does not match n");
+            py::array_t<u32, py::array::c_style> codes, py::array_t<uint8_t, py::array::c_style> code_lens,
+            py::array_t<int32_t, py::array::c_style> tree, u64 n, int L, u64 sample_rate, u64 dollar_row)
+        : dollar_row_(dollar_row), levels_(levels), levels_idx_(levels_idx), level_sizes_(level_sizes), zeros_(zeros), offsets_(offsets), marks_(marks), marks_idx_(marks_idx), samples_(samples), seps_(seps),
+          tok2sym_(tok2sym), sym2tok_(sym2tok), codes_(codes), code_lens_(code_lens), tree_(tree), n_(n), L_(L), sample_rate_(sample_rate) {
+        if (static_cast<int>(level_sizes.size()) != L || static_cast<int>(zeros.size()) < L) throw std::invalid_argument("level_sizes: bad shape");
+        if (codes.size() != offsets.size() || code_lens.size() != offsets.size()) throw std::invalid_argument("codes: size does not match sigma");
+        if (L > 0 && (tree.ndim() != 2 || tree.shape(1) != 2)) throw std::invalid_argument("tree: bad shape");
+        u64 wo = 0, io = 0;
+        for (int l = 0; l < L; ++l) {
+            const u64 m = level_sizes.data()[l];
+            if (l == 0 && m != n + 1) throw std::invalid_argument("levels: size does not match n");
+            lv_.push_back(BitRank{levels.data() + wo, levels_idx.data() + io});
+            wo += blocks_for(m) * kBlockWords;
+            io += blocks_for(m);
+        }
+        if (static_cast<u64>(levels.size()) < wo || static_cast<u64>(levels_idx.size()) < io) throw std::invalid_argument("levels: too short");
         const u64 nblocks = blocks_for(n + 1);
-        if (static_cast<u64>(marks.size()) != words) throw std::invalid_argument("marks: size does not match n");
+        if (static_cast<u64>(marks.size()) != nblocks * kBlockWords) throw std::invalid_argument("marks: size does not match n");
         if (static_cast<u64>(marks_idx.size()) != nblocks) throw std::invalid_argument("marks_idx: size does not match n");
-        if (levels_idx.ndim() != 2 || static_cast<u64>(levels_idx.shape(1)) != nblocks || levels_idx.shape(0) != levels.shape(0))
-            throw std::invalid_argument("levels_idx: bad shape");
-        for (int l = 0; l < L; ++l)
-            lv_.push_back(BitRank{levels.data() + static_cast<u64>(l) * words, levels_idx.data() + static_cast<u64>(l) * nblocks});
         mk_ = BitRank{marks.data(), marks_idx.data()};
         z_ = zeros.data();
         off_ = offsets.data();
@@ -201,6 +504,9 @@ class FMIndex {
         t2s_ = tok2sym.data();
         vocab_ = static_cast<u64>(tok2sym.size());
         s2t_ = sym2tok.data();
+        code_ = codes.data();
+        clen_ = code_lens.data();
+        tree_p_ = tree.data();
     }
 
     u64 size() const { return n_; }
@@ -224,49 +530,73 @@ class FMIndex {
         const int c = sym_of(token);
         if (c <= 0 || sp >= ep) return {0, 0, m + 1};
         u64 a = sp, b = ep;
-        for (int l = 0; l < L_; ++l) {
+        const u32 code = code_[c];
+        const int len = clen_[c];
+        for (int l = 0; l < len; ++l) {
             const BitRank& bv = lv_[l];
-            if ((static_cast<u32>(c) >> (L_ - 1 - l)) & 1) {
-                a = z_[l] + bv.rank1(a);
-                b = z_[l] + bv.rank1(b);
+            u64 ra, rb;
+            bv.rank1_pair(a, b, ra, rb);
+            if ((code >> (len - 1 - l)) & 1) {
+                a = z_[l] + ra;
+                b = z_[l] + rb;
             } else {
-                a = bv.rank0(a);
-                b = bv.rank0(b);
+                a -= ra;
+                b -= rb;
             }
+            if (a >= b) return {0, 0, m + 1};
         }
         const int64_t o = off_[c];
         return {static_cast<u64>(o + static_cast<int64_t>(a)), static_cast<u64>(o + static_cast<int64_t>(b)), m + 1};
     }
 
-    // Distinct symbols of BWT[sp, ep) with their counts, ascending (separator excluded).
+    // Distinct symbols of BWT[sp, ep) with their counts, ascending by token id (separator excluded).
     void distinct(u64 sp, u64 ep, std::vector<u32>& ids, std::vector<u64>& counts) const {
         if (sp >= ep) return;
         if (L_ == 0) return;  // only the separator exists
         struct Frame {
             u64 a, b;
-            u32 value;
+            int32_t node;
             int level;
         };
-        Frame stack[64 * 2 + 2];
+        Frame stack[kMaxCode * 2 + 2];
         int top = 0;
         stack[top++] = {sp, ep, 0, 0};
+        const size_t first = ids.size();
         while (top) {
             const Frame f = stack[--top];
-            if (f.level == L_) {
-                if (f.value) {
-                    ids.push_back(s2t_[f.value]);
-                    counts.push_back(f.b - f.a);
-                }
-                continue;
-            }
             const BitRank& bv = lv_[f.level];
-            const u64 r1a = bv.rank1(f.a), r1b = bv.rank1(f.b);
-            const u64 oa = r1b - r1a;              // ones in range
-            const u64 za = (f.b - f.a) - oa;       // zeros in range
-            // push ones first so zeros (smaller values) pop first: ascending output
-            if (oa) stack[top++] = {z_[f.level] + r1a, z_[f.level] + r1b, f.value | (1u << (L_ - 1 - f.level)), f.level + 1};
-            if (za) stack[top++] = {f.a - r1a, f.b - r1b, f.value, f.level + 1};
+            u64 r1a, r1b;
+            bv.rank1_pair(f.a, f.b, r1a, r1b);
+            const u64 oa = r1b - r1a;         // ones in range
+            const u64 za = (f.b - f.a) - oa;  // zeros in range
+            const int32_t* ch = tree_p_ + 2 * f.node;
+            if (oa) {
+                const u64 a1 = z_[f.level] + r1a, b1 = z_[f.level] + r1b;
+                if (ch[1] < 0) emit(static_cast<u32>(-ch[1] - 1), b1 - a1, ids, counts);
+                else stack[top++] = {a1, b1, ch[1], f.level + 1};
+            }
+            if (za) {
+                const u64 a0 = f.a - r1a, b0 = f.b - r1b;
+                if (ch[0] < 0) emit(static_cast<u32>(-ch[0] - 1), b0 - a0, ids, counts);
+                else stack[top++] = {a0, b0, ch[0], f.level + 1};
+            }
         }
+        const size_t got = ids.size() - first;
+        if (got > 1) {  // the code order is not the id order
+            std::vector<std::pair<u32, u64>> pairs(got);
+            for (size_t i = 0; i < got; ++i) pairs[i] = {ids[first + i], counts[first + i]};
+            std::sort(pairs.begin(), pairs.end());
+            for (size_t i = 0; i < got; ++i) {
+                ids[first + i] = pairs[i].first;
+                counts[first + i] = pairs[i].second;
+            }
+        }
+    }
+
+    inline void emit(u32 sym, u64 count, std::vector<u32>& ids, std::vector<u64>& counts) const {
+        if (sym == 0) return;  // the separator
+        ids.push_back(s2t_[sym]);
+        counts.push_back(count);
     }
 
     py::tuple next_tokens(const std::tuple<u64, u64, u64>& st) const {
@@ -279,17 +609,22 @@ class FMIndex {
             auto hit = cache_.find(key);
             if (hit != cache_.end() && hit->second.sp == sp && hit->second.ep == ep) return hit->second.answer;
         }
-        std::vector<u32> ids;
-        std::vector<u64> counts;
-        distinct(sp, ep, ids, counts);
-        py::array_t<u32> a(ids.size());
-        py::array_t<u64> c(counts.size());
-        std::copy(ids.begin(), ids.end(), a.mutable_data());
-        std::copy(counts.begin(), counts.end(), c.mutable_data());
+        py::array_t<u32> a;
+        py::array_t<u64> c;
+        if (wide && persisted(sp, ep, a, c)) {
+        } else {
+            std::vector<u32> ids;
+            std::vector<u64> counts;
+            distinct(sp, ep, ids, counts);
+            a = py::array_t<u32>(ids.size());
+            c = py::array_t<u64>(counts.size());
+            std::copy(ids.begin(), ids.end(), a.mutable_data());
+            std::copy(counts.begin(), counts.end(), c.mutable_data());
+        }
         py::tuple answer = py::make_tuple(a, c);
         if (wide) {
-            a.attr("flags").attr("writeable") = false;
-            c.attr("flags").attr("writeable") = false;
+            py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+            py::detail::array_proxy(c.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
             if (cache_.size() >= kCacheEntries) cache_.clear();
             cache_[key] = Cached{sp, ep, answer};
         }
@@ -300,14 +635,17 @@ class FMIndex {
     inline std::pair<u32, u64> lf(u64 row) const {
         u32 c = 0;
         u64 i = row;
+        int32_t node = 0;
         for (int l = 0; l < L_; ++l) {
             const BitRank& bv = lv_[l];
-            if (bv.get(i)) {
-                c |= 1u << (L_ - 1 - l);
-                i = z_[l] + bv.rank1(i);
-            } else {
-                i = bv.rank0(i);
+            const bool bit = bv.get(i);
+            i = bit ? z_[l] + bv.rank1(i) : bv.rank0(i);
+            const int32_t nx = tree_p_[2 * node + bit];
+            if (nx < 0) {
+                c = static_cast<u32>(-nx - 1);
+                break;
             }
+            node = nx;
         }
         // The whole-text suffix has no predecessor; its BWT slot holds a stand-in 0 that separator ranks
         // must not count.
@@ -332,20 +670,82 @@ class FMIndex {
         return ep > sp ? ep - sp : 0;
     }
 
+    // Suffix positions of many rows at once: their LF walks advance level by level side by side, with the next
+    // level's words prefetched, so the memory latencies of the walks overlap instead of adding up.
+    void suffixes_at(const u64* rows, u64 cnt, u64* out) const {
+        std::vector<u64> pos(rows, rows + cnt), steps(cnt, 0), cur(cnt);
+        std::vector<u32> sym(cnt), active(cnt);
+        for (u64 i = 0; i < cnt; ++i) active[i] = static_cast<u32>(i);
+        while (!active.empty()) {
+            size_t w = 0;
+            for (u32 a : active) {
+                if (mk_.get(pos[a])) {
+                    out[a] = static_cast<u64>(samp_[mk_.rank1(pos[a])]) * sample_rate_ + steps[a];
+                } else {
+                    active[w++] = a;
+                    cur[a] = pos[a];
+                    sym[a] = 0;  // the node while walking (>= 0), then the symbol
+                    if (L_ > 0) {
+                        __builtin_prefetch(lv_[0].bits + (pos[a] >> 6));
+                        __builtin_prefetch(lv_[0].idx + (pos[a] >> 11));
+                    }
+                }
+            }
+            active.resize(w);
+            std::vector<u32> walking(active), done;
+            std::vector<int32_t> node(cnt, 0);
+            for (int l = 0; l < L_ && !walking.empty(); ++l) {
+                const BitRank& bv = lv_[l];
+                const BitRank* nx = l + 1 < L_ ? &lv_[l + 1] : nullptr;
+                size_t keep = 0;
+                for (u32 a : walking) {
+                    const u64 i = cur[a];
+                    const bool bit = bv.get(i);
+                    const u64 j = bit ? z_[l] + bv.rank1(i) : bv.rank0(i);
+                    cur[a] = j;
+                    const int32_t t = tree_p_[2 * node[a] + bit];
+                    if (t < 0) {
+                        sym[a] = static_cast<u32>(-t - 1);
+                        continue;
+                    }
+                    node[a] = t;
+                    walking[keep++] = a;
+                    if (nx) {
+                        __builtin_prefetch(nx->bits + (j >> 6));
+                        __builtin_prefetch(nx->idx + (j >> 11));
+                    }
+                }
+                walking.resize(keep);
+            }
+            for (u32 a : active) {
+                const u32 c = sym[a];
+                const u64 fix = (c == 0 && pos[a] > dollar_row_) ? 1 : 0;
+                pos[a] = static_cast<u64>(off_[c] + static_cast<int64_t>(cur[a])) - fix;
+                ++steps[a];
+                __builtin_prefetch(mk_.bits + (pos[a] >> 6));
+            }
+        }
+    }
+
     py::array_t<int64_t> locate(const std::tuple<u64, u64, u64>& st, u64 limit) const {
         const auto [sp, ep, m] = st;
         if (m == 0) throw std::invalid_argument("locate needs a non-empty prefix");
         const u64 take = sp < ep ? std::min(limit, ep - sp) : 0;
+        std::vector<u64> rows(take), qs(take);
+        for (u64 i = 0; i < take; ++i) rows[i] = sp + i;
         std::vector<std::pair<int64_t, int64_t>> hits;
         hits.reserve(take);
-        for (u64 row = sp; row < sp + take; ++row) {
-            const u64 q = suffix_at(row);
-            const u64 j = n_ - q - m;  // start of the prefix in T
-            const u64 seq = static_cast<u64>(std::upper_bound(sep_, sep_ + k_, static_cast<u32>(j)) - sep_) - 1;
-            const int64_t off = static_cast<int64_t>(j) - static_cast<int64_t>(sep_[seq]) - 1;
-            hits.emplace_back(static_cast<int64_t>(seq), std::max<int64_t>(off, 0));
+        {
+            py::gil_scoped_release release;
+            suffixes_at(rows.data(), take, qs.data());
+            for (u64 i = 0; i < take; ++i) {
+                const u64 j = n_ - qs[i] - m;  // start of the prefix in T
+                const u64 seq = static_cast<u64>(std::upper_bound(sep_, sep_ + k_, static_cast<u32>(j)) - sep_) - 1;
+                const int64_t off = static_cast<int64_t>(j) - static_cast<int64_t>(sep_[seq]) - 1;
+                hits.emplace_back(static_cast<int64_t>(seq), std::max<int64_t>(off, 0));
+            }
+            std::sort(hits.begin(), hits.end());
         }
-        std::sort(hits.begin(), hits.end());
         py::array_t<int64_t> out({static_cast<py::ssize_t>(hits.size()), static_cast<py::ssize_t>(2)});
         int64_t* o = out.mutable_data();
         for (size_t i = 0; i < hits.size(); ++i) {
@@ -355,15 +755,89 @@ class FMIndex {
         return out;
     }
 
+    // The wide ranges a decoder meets first, widest first (anchored at a sequence start, at least `min_rows`
+    // rows, up to `max_entries` next-token entries in all), for persisting at build time:
+    // (ranges [m, 2] (sp, ep) sorted, offsets [m + 1], ids, counts).
+    py::tuple wide_ranges(u64 min_rows, u64 max_entries) const {
+        struct R {
+            u64 sp, ep;
+            bool operator<(const R& o) const { return (ep - sp) < (o.ep - o.sp); }
+        };
+        std::vector<std::tuple<u64, u64, std::vector<u32>, std::vector<u64>>> got;
+        u64 entries = 0;
+        {
+            py::gil_scoped_release release;
+            std::priority_queue<R> todo;
+            if (k_ >= min_rows) todo.push({1, 1 + k_});
+            std::vector<u32> ids;
+            std::vector<u64> counts;
+            while (!todo.empty()) {
+                const R r = todo.top();
+                todo.pop();
+                ids.clear();
+                counts.clear();
+                distinct(r.sp, r.ep, ids, counts);
+                for (size_t i = 0; i < ids.size(); ++i) {
+                    if (counts[i] < min_rows) continue;
+                    const auto [a, b, m] = extend({r.sp, r.ep, 1}, ids[i]);
+                    if (b > a) todo.push({a, b});
+                }
+                if (entries + ids.size() > max_entries) continue;  // too long for what is left; its children may fit
+                entries += ids.size();
+                got.emplace_back(r.sp, r.ep, ids, counts);
+            }
+            std::sort(got.begin(), got.end(), [](const auto& x, const auto& y) {
+                return std::make_pair(std::get<0>(x), std::get<1>(x)) < std::make_pair(std::get<0>(y), std::get<1>(y));
+            });
+        }
+        py::array_t<u64> ranges({static_cast<py::ssize_t>(got.size()), static_cast<py::ssize_t>(2)});
+        py::array_t<u64> offsets(got.size() + 1);
+        py::array_t<u32> ids(entries);
+        py::array_t<u64> counts(entries);
+        u64* rg = ranges.mutable_data();
+        u64* of = offsets.mutable_data();
+        u32* id = ids.mutable_data();
+        u64* ct = counts.mutable_data();
+        u64 at = 0;
+        of[0] = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            rg[2 * i] = std::get<0>(got[i]);
+            rg[2 * i + 1] = std::get<1>(got[i]);
+            const auto& gi = std::get<2>(got[i]);
+            const auto& gc = std::get<3>(got[i]);
+            for (size_t j = 0; j < gi.size(); ++j, ++at) {
+                id[at] = gi[j];
+                ct[at] = gc[j];
+            }
+            of[i + 1] = at;
+        }
+        return py::make_tuple(ranges, offsets, ids, counts);
+    }
+
+    // Use persisted wide ranges (from `wide_ranges`, kept alive here; may be memory-mapped).
+    void set_persisted(py::array_t<u64, py::array::c_style> ranges, py::array_t<u64, py::array::c_style> offsets,
+                       py::array_t<u32, py::array::c_style> ids, py::array_t<u64, py::array::c_style> counts) {
+        if (ranges.size() % 2 || static_cast<u64>(offsets.size()) != static_cast<u64>(ranges.size()) / 2 + 1 || ids.size() != counts.size())
+            throw std::invalid_argument("persisted ranges: bad shapes");
+        p_ranges_ = ranges;
+        p_offsets_ = offsets;
+        p_ids_ = ids;
+        p_counts_ = counts;
+        p_n_ = static_cast<u64>(ranges.size()) / 2;
+    }
+
+    void clear_cache() { cache_.clear(); }
+
     // Where each symbol's block starts in the last level's order (for building `offsets`).
     py::array_t<u64> symbol_starts(u64 sigma) const {
         py::array_t<u64> out(sigma);
         u64* o = out.mutable_data();
         for (u64 c = 0; c < sigma; ++c) {
             u64 a = 0;
-            for (int l = 0; l < L_; ++l) {
+            const int len = clen_[c];
+            for (int l = 0; l < len; ++l) {
                 const BitRank& bv = lv_[l];
-                a = ((c >> (L_ - 1 - l)) & 1) ? z_[l] + bv.rank1(a) : bv.rank0(a);
+                a = ((code_[c] >> (len - 1 - l)) & 1) ? z_[l] + bv.rank1(a) : bv.rank0(a);
             }
             o[c] = a;
         }
@@ -371,6 +845,28 @@ class FMIndex {
     }
 
    private:
+    bool persisted(u64 sp, u64 ep, py::array_t<u32>& a, py::array_t<u64>& c) const {
+        if (!p_n_) return false;
+        const u64* rg = p_ranges_.data();
+        u64 lo = 0, hi = p_n_;
+        while (lo < hi) {
+            const u64 mid = (lo + hi) / 2;
+            if (rg[2 * mid] < sp || (rg[2 * mid] == sp && rg[2 * mid + 1] < ep)) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == p_n_ || rg[2 * lo] != sp || rg[2 * lo + 1] != ep) return false;
+        const u64 b = p_offsets_.data()[lo], e = p_offsets_.data()[lo + 1];
+        // read-only views into the persisted arrays (no copy; they keep the arrays alive)
+        a = py::array_t<u32>({static_cast<py::ssize_t>(e - b)}, {static_cast<py::ssize_t>(sizeof(u32))}, p_ids_.data() + b, p_ids_);
+        c = py::array_t<u64>({static_cast<py::ssize_t>(e - b)}, {static_cast<py::ssize_t>(sizeof(u64))}, p_counts_.data() + b, p_counts_);
+        py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        py::detail::array_proxy(c.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        return true;
+    }
+    py::array_t<u64, py::array::c_style> p_ranges_, p_offsets_;
+    py::array_t<u32, py::array::c_style> p_ids_;
+    py::array_t<u64, py::array::c_style> p_counts_;
+    u64 p_n_ = 0;
     static constexpr u64 kCacheMinRows = 1024;
     static constexpr size_t kCacheEntries = 4096;
     struct Cached {
@@ -380,13 +876,19 @@ class FMIndex {
     mutable std::unordered_map<u64, Cached> cache_;
     u64 dollar_row_;
     // Keep the Python buffers alive (they may be memory maps).
-    py::array_t<u64, py::array::c_style> levels_, levels_idx_, zeros_;
+    py::array_t<u64, py::array::c_style> levels_, levels_idx_, level_sizes_, zeros_;
     py::array_t<int64_t, py::array::c_style> offsets_;
     py::array_t<u64, py::array::c_style> marks_, marks_idx_;
     py::array_t<u32, py::array::c_style> samples_;
     py::array_t<u32, py::array::c_style> seps_;
     py::array_t<int32_t, py::array::c_style> tok2sym_;
     py::array_t<u32, py::array::c_style> sym2tok_;
+    py::array_t<u32, py::array::c_style> codes_;
+    py::array_t<uint8_t, py::array::c_style> code_lens_;
+    py::array_t<int32_t, py::array::c_style> tree_;
+    const u32* code_ = nullptr;
+    const uint8_t* clen_ = nullptr;
+    const int32_t* tree_p_ = nullptr;
     u64 n_;
     int L_;
     u64 sample_rate_;
@@ -407,21 +909,22 @@ class FMIndex {
 
 PYBIND11_MODULE(_fm, m) {
     m.doc() = "Native FM-index (wavelet matrix over the BWT of reversed token sequences).";
-    m.def("bwt_from_packed_sa", &bwt_from_packed_sa<int32_t>, py::arg("sa"), py::arg("width"), py::arg("rev"),
-          py::arg("sample_rate"));
-    m.def("bwt_from_packed_sa", &bwt_from_packed_sa<int64_t>, py::arg("sa"), py::arg("width"), py::arg("rev"),
-          py::arg("sample_rate"));
-    m.def("build_wavelet_matrix", &build_wavelet_matrix, py::arg("symbols"), py::arg("levels"));
+    m.def("reversed_text", &reversed_text, py::arg("flat"), py::arg("lengths"), py::arg("tok2sym"));
+    m.def("build_bwt", &build_bwt, py::arg("text"), py::arg("sigma"), py::arg("sample_rate"));
+    m.def("huffman_codes", &huffman_codes, py::arg("counts"));
+    m.def("build_wavelet_matrix", &build_wavelet_matrix, py::arg("symbols"), py::arg("codes"), py::arg("code_lens"));
     py::class_<FMIndex>(m, "FMIndex")
         .def(py::init<py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>,
-                      py::array_t<u64, py::array::c_style>, py::array_t<int64_t, py::array::c_style>,
+                      py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>, py::array_t<int64_t, py::array::c_style>,
                       py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>,
                       py::array_t<u32, py::array::c_style>, py::array_t<u32, py::array::c_style>,
-                      py::array_t<int32_t, py::array::c_style>, py::array_t<u32, py::array::c_style>, u64, int, u64, u64>(),
-             py::arg("levels"), py::arg("levels_idx"), py::arg("zeros"), py::arg("offsets"), py::arg("marks"),
+                      py::array_t<int32_t, py::array::c_style>, py::array_t<u32, py::array::c_style>,
+                      py::array_t<u32, py::array::c_style>, py::array_t<uint8_t, py::array::c_style>,
+                      py::array_t<int32_t, py::array::c_style>, u64, int, u64, u64>(),
+             py::arg("levels"), py::arg("levels_idx"), py::arg("level_sizes"), py::arg("zeros"), py::arg("offsets"), py::arg("marks"),
              py::arg("marks_idx"), py::arg("samples"),
-             py::arg("seps"), py::arg("tok2sym"), py::arg("sym2tok"), py::arg("n"), py::arg("L"),
-             py::arg("sample_rate"), py::arg("dollar_row"))
+             py::arg("seps"), py::arg("tok2sym"), py::arg("sym2tok"), py::arg("codes"), py::arg("code_lens"), py::arg("tree"),
+             py::arg("n"), py::arg("L"), py::arg("sample_rate"), py::arg("dollar_row"))
         .def_property_readonly("size", &FMIndex::size)
         .def_property_readonly("sequences", &FMIndex::sequences)
         .def_property_readonly("sigma", &FMIndex::sigma)
@@ -431,5 +934,8 @@ PYBIND11_MODULE(_fm, m) {
         .def("next_tokens", &FMIndex::next_tokens, py::arg("state"))
         .def("count", &FMIndex::count, py::arg("state"))
         .def("locate", &FMIndex::locate, py::arg("state"), py::arg("limit"))
-        .def("symbol_starts", &FMIndex::symbol_starts, py::arg("sigma"));
+        .def("symbol_starts", &FMIndex::symbol_starts, py::arg("sigma"))
+        .def("wide_ranges", &FMIndex::wide_ranges, py::arg("min_rows"), py::arg("max_entries"))
+        .def("set_persisted", &FMIndex::set_persisted, py::arg("ranges"), py::arg("offsets"), py::arg("ids"), py::arg("counts"))
+        .def("clear_cache", &FMIndex::clear_cache);
 }
