@@ -74,7 +74,7 @@ def main() -> None:
                                  env={"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"})  # fmt: skip
             counters = orjson.loads((out / "_manifest.json").read_bytes())["counters"]
             extra = counters["extra"]
-            print(f"{backend:13} {side:12} {counters['in']:>9} {extra['questions_chained']:>8} {extra['docids']:>7} "
+            print(f"{backend:13} {side:12} {extra['questions']:>9} {extra['questions_chained']:>8} {extra['docids']:>7} "
                   f"{extra['docids_not_offered']:>11} {times[side]:>8.0f}", flush=True)  # fmt: skip
         print(f"{backend}: constrained / free time = {times['constrain'] / times['no-constrain']:.3f}", flush=True)
     print(f"work: {work}")
