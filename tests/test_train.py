@@ -71,6 +71,36 @@ def generate(ckpt: Path) -> str:
     return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :])
 
 
+def people_corpus(root: Path) -> Path:
+    """A corpus of the questions above (one person and one city paragraph each) with their triples: the docids
+    the trained models learnt to write."""
+    import json
+
+    from grtool.store.stage import read_table
+    from tests.conftest import run_cli
+    from tests.test_index import write_triples_stage
+
+    records = [
+        {"_id": f"p{i}", "question": question(i), "answer": country, "type": "bridge", "level": "easy", "supporting_facts": [[person, 0], [city, 0]],
+         "context": [[person, [f"{person} was born in {city}."]], [city, [f"{city} is a city in {country}."]]]}
+        for i, (person, city, country) in enumerate(PEOPLE)
+    ]  # fmt: skip
+    (root / "hotpot_dev_distractor_v1.json").write_text(json.dumps(records))
+    run_cli("corpus", "ingest", root / "hotpot_dev_distractor_v1.json", "--out", root / "run")
+    docs = {d["title"]: d["doc_id"] for d in read_table(root / "run" / "documents").to_pylist()}
+    triples = {(person, "place of birth", city): person for person, city, _ in PEOPLE} | {(city, "country", country): city for _, city, country in PEOPLE}
+    rows = [{"doc_id": docs[title], "idx": 0, "head": h, "relation": r, "tail": t, "docid": f"{DOCID_START}{h}, {r}, {t}{DOCID_END}"} for (h, r, t), title in triples.items()]
+    write_triples_stage(root / "run" / "triples", rows)
+    return root / "run"
+
+
+def retrieve_with(ckpt: Path, root: Path, cli, *extra) -> dict:
+    """`retrieve` with a trained checkpoint over an index built with its tokenizer; the summary."""
+    run = people_corpus(root)
+    cli("index", "build", run / "triples", "--tokenizer", ckpt, "--flips", "--out", root / "index")
+    return orjson.loads(cli("retrieve", run, "--index", root / "index", "--model", ckpt, "--out", root / "responses", "--max-tokens", "48", *extra, "--json").stdout)
+
+
 @pytest.fixture(scope="module")
 def sft_ckpt(tmp_path_factory):
     """A full SFT of 4 steps on 16 rows, its last checkpoint (step 4) kept: the start of KTO and of the resume test."""
@@ -101,6 +131,13 @@ def test_sft_lowers_the_loss_and_ships_the_markers(sft_ckpt):
     generate(sft_ckpt)
 
 
+def test_sft_checkpoint_retrieves_under_the_constraint(sft_ckpt, tmp_path, cli):
+    """The SFT checkpoint loads in `retrieve` (special markers) and writes docids the index holds."""
+    summary = retrieve_with(sft_ckpt, tmp_path, cli)
+    assert summary["responses"] == len(PEOPLE) and summary["docids"] > 0 and summary["hallucinated"] == 0, summary
+    assert summary["recall"]["recall"] > 0
+
+
 def test_labels_cover_the_assistant_turn_only(tmp_path):
     from grtool.train.config import resolve
     from grtool.train.run import build_trainer, plan
@@ -128,6 +165,10 @@ def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli):
     adapter = orjson.loads((out / "adapter" / "adapter_config.json").read_bytes())
     assert sorted(adapter["target_modules"]) == ["q_proj", "v_proj"]
     generate(out)
+    summary = retrieve_with(out, tmp_path, cli)  # the merged checkpoint, markers included
+    assert summary["responses"] == len(PEOPLE) and summary["hallucinated"] == 0
+    err = cli("retrieve", tmp_path / "run", "--index", tmp_path / "index", "--adapter", out / "adapter", "--out", tmp_path / "x", check=2).stderr
+    assert f"--model {out}" in " ".join(err.split())  # the base model has no marker rows: the merged checkpoint does
 
 
 def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):

@@ -60,6 +60,19 @@ def model_tokenizer(model: str | None, adapter: Path | None):
         raise InputError(f"--model {model}: cannot load its tokenizer ({e})") from None
 
 
+def _check_adapter(adapter: Path, tokenizer) -> None:
+    """`train sft --lora` adds the markers to the base model and trains their embedding rows, which live in the
+    merged checkpoint beside the adapter, not in the adapter: the base model with the adapter cannot write them."""
+    from grtool.docid import DOCID_START
+
+    checkpoint = adapter.resolve().parent
+    if (checkpoint / "grtool.json").is_file() and tokenizer.token_to_id(DOCID_START) is None:
+        raise InputError(
+            f"--adapter {adapter}: trained with <docid_start>/<docid_end> added to the base model; their embedding rows "
+            f"are in the merged checkpoint, not in the adapter: use --model {checkpoint}"
+        )
+
+
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.export.readers import DocidIndex
@@ -79,6 +92,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         fix = "--source documents" if wanted == "documents" else "--source docids (the default)"
         raise InputError(f"{request.index}: an index of {index.source}, but --mode {request.mode} needs one of {wanted} (`grtool index build … {fix}`)")
     tokenizer, model_name = model_tokenizer(llm.model, request.adapter)
+    if request.adapter is not None and request.markers == "special" and request.mode == "docids":
+        _check_adapter(Path(request.adapter), tokenizer)
     from grtool.index.agreement import check_agreement
 
     # gmr writes no markers: only the vocabulary must agree (documents and DONE), as with brackets.
