@@ -38,7 +38,7 @@ def _native():
     return _fm
 
 
-CHUNK = 1 << 24
+CHUNK = 1 << 20  # token ids scanned per numpy pass: keeps the temporaries small next to the index
 WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
 WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # token ids scanned per numpy pass: keeps temporaries small next to the index
@@ -61,6 +61,23 @@ def _drop_pages(arr: np.ndarray) -> None:
         base = getattr(base, "base", None)
 
 
+def _separators32(lengths: np.ndarray) -> np.ndarray:
+    """separator_positions as uint32 (T < 2^31 symbols), made after the suffix array: no 8-byte temporaries."""
+    seps = np.zeros(len(lengths), dtype=np.uint32)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1] + 1, out=seps[1:], dtype=np.uint32)
+    return seps
+
+
+def _read_only_map(arr: np.ndarray) -> bool:
+    base = arr
+    while base is not None:
+        if isinstance(base, np.memmap):
+            return base.mode == "r"
+        base = getattr(base, "base", None)
+    return False
+
+
 def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> dict[str, Any]:
     """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout).
 
@@ -69,6 +86,7 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
     _fm = _native()
     flat = np.asarray(flat) if not isinstance(flat, np.ndarray) else flat
     lengths = np.asarray(lengths, dtype=np.int64)
+    drop = _read_only_map(flat)
     present = np.zeros(1, dtype=bool)
     for lo in range(0, int(flat.size), CHUNK):
         chunk = flat[lo : lo + CHUNK]
@@ -77,6 +95,10 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
         seen = np.bincount(chunk.astype(np.int64, copy=False), minlength=len(present)) > 0
         seen[: len(present)] |= present
         present = seen
+        if drop and (lo // CHUNK) % 16 == 15:
+            _drop_pages(flat)
+    if drop:
+        _drop_pages(flat)
     # Dense symbols keep the alphabet (and the wavelet matrix depth) as small as the corpus allows.
     if not flat.size:
         present = np.zeros(1, bool)
@@ -84,12 +106,13 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
     tok2sym = np.full(len(present), -1, dtype=np.int32)
     tok2sym[sym2tok[1:]] = np.arange(1, len(sym2tok), dtype=np.int32)
     sigma = len(sym2tok)
-    seps = separator_positions(lengths)
     n = int(flat.size + len(lengths))
     if n >= (1 << 31) - 1:
         raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^31 - 1 tokens and separators; split the corpus")
-    text = _fm.reversed_text(np.ascontiguousarray(flat), lengths, tok2sym)
-    _drop_pages(flat)
+    # A read-only memory map of the token ids gives its pages back while they are read (file-backed: safe).
+    text = _fm.reversed_text(np.ascontiguousarray(flat), lengths, tok2sym, drop_pages=drop)
+    if drop:
+        _drop_pages(flat)
     bwt, marks, marks_idx, samples, dollar_row, counts = _fm.build_bwt(text, sigma, sample_rate)
     del text
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
@@ -102,7 +125,7 @@ def build_fm_arrays(flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DE
     arrays = {
         "levels": levels, "levels_idx": levels_idx, "level_sizes": level_sizes, "zeros": zeros,
         "offsets": np.zeros(sigma, np.int64), "marks": marks, "marks_idx": marks_idx, "samples": samples,
-        "seps": seps.astype(np.uint32), "tok2sym": tok2sym, "sym2tok": sym2tok, "codes": codes, "code_lens": code_lens,
+        "seps": _separators32(lengths), "tok2sym": tok2sym, "sym2tok": sym2tok, "codes": codes, "code_lens": code_lens,
         "tree": tree,
     }  # fmt: skip
     probe = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)

@@ -17,7 +17,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstring>
 #include <queue>
 #include <cstdint>
 #include <stdexcept>
@@ -98,46 +101,96 @@ const T* ptr_of(const py::array_t<T, py::array::c_style>& a) {
 // The reversed text as the suffix sorter wants it: s[i] = symbol of R[i] + 1 (separator 0 -> 1), s[n] = 0 (a
 // unique smallest sentinel, so the empty suffix is row 0 and a suffix sorts before its extensions). Read
 // straight from the caller's token ids (any integer dtype, possibly memory-mapped): no temporaries.
-template <typename F>
-void fill_reversed(const F* flat, u64 tokens, const int64_t* lengths, u64 k, const int32_t* t2s, u64 vocab, u32* out, u64 n) {
+// The reversed text, 3 bytes a symbol while the symbols fit (one padding byte for the 4-byte reads), else 4.
+struct Packed3 {
+    uint8_t* p;
+    inline u32 operator[](u64 i) const {
+        u32 v;
+        std::memcpy(&v, p + 3 * i, 4);
+        return v & 0xFFFFFFu;
+    }
+    inline void set(u64 i, u32 v) const {
+        p[3 * i] = static_cast<uint8_t>(v);
+        p[3 * i + 1] = static_cast<uint8_t>(v >> 8);
+        p[3 * i + 2] = static_cast<uint8_t>(v >> 16);
+    }
+};
+struct Plain32 {
+    u32* p;
+    inline u32 operator[](u64 i) const { return p[i]; }
+    inline void set(u64 i, u32 v) const { p[i] = v; }
+};
+
+// Drop the pages of [from, to) of a read-only file mapping from this process (they stay in the page cache).
+inline void drop_mapped(const void* from, const void* to) {
+    const uintptr_t page = 4096;
+    uintptr_t a = (reinterpret_cast<uintptr_t>(from) + page - 1) & ~(page - 1);
+    uintptr_t b = reinterpret_cast<uintptr_t>(to) & ~(page - 1);
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
+template <typename F, typename Out>
+void fill_reversed(const F* flat, u64 tokens, const int64_t* lengths, u64 k, const int32_t* t2s, u64 vocab, Out out, u64 n,
+                   bool drop) {
     // T = 0 s1 0 s2 ... 0 sk; R[i] = T[n - 1 - i]
-    u64 pos = 0, f = 0;
+    u64 pos = 0, f = 0, dropped = 0;
+    constexpr u64 kDropEvery = (16u << 20) / sizeof(F);
     for (u64 s = 0; s < k; ++s) {
-        out[n - 1 - pos] = 1;  // separator
+        if (drop && f - dropped >= kDropEvery) {
+            drop_mapped(flat + dropped, flat + f);
+            dropped = f;
+        }
+        out.set(n - 1 - pos, 1);  // separator
         ++pos;
         const u64 len = static_cast<u64>(lengths[s]);
         if (f + len > tokens) throw std::invalid_argument("lengths exceed the token ids");
         for (u64 j = 0; j < len; ++j, ++f, ++pos) {
             const int64_t t = static_cast<int64_t>(flat[f]);
             if (t < 0 || static_cast<u64>(t) >= vocab || t2s[t] <= 0) throw std::invalid_argument("token id without a symbol");
-            out[n - 1 - pos] = static_cast<u32>(t2s[t]) + 1;
+            out.set(n - 1 - pos, static_cast<u32>(t2s[t]) + 1);
         }
     }
     if (f != tokens) throw std::invalid_argument("lengths do not add up to the token ids");
-    out[n] = 0;
+    out.set(n, 0);
 }
 
-py::array_t<u32> reversed_text(py::array flat, py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
-                               py::array_t<int32_t, py::array::c_style> tok2sym) {
+template <typename Out>
+void fill_any(const py::array& flat, u64 tokens, const int64_t* len, u64 k, const int32_t* t2s, u64 vocab, Out o, u64 n, bool drop) {
+    const char kind = flat.dtype().kind();
+    const auto size = flat.itemsize();
+    const void* d = flat.data();
+    if ((kind == 'i' || kind == 'u') && size == 8) fill_reversed(static_cast<const int64_t*>(d), tokens, len, k, t2s, vocab, o, n, drop);
+    else if (kind == 'u' && size == 4) fill_reversed(static_cast<const u32*>(d), tokens, len, k, t2s, vocab, o, n, drop);
+    else if (kind == 'i' && size == 4) fill_reversed(static_cast<const int32_t*>(d), tokens, len, k, t2s, vocab, o, n, drop);
+    else if (kind == 'u' && size == 2) fill_reversed(static_cast<const uint16_t*>(d), tokens, len, k, t2s, vocab, o, n, drop);
+    else throw std::invalid_argument("token ids must be 16, 32 or 64-bit integers");
+}
+
+// uint8 [3 (n + 1) + 1] when every symbol + 1 fits 24 bits, else uint32 [n + 1].
+py::array reversed_text(py::array flat, py::array_t<int64_t, py::array::c_style | py::array::forcecast> lengths,
+                        py::array_t<int32_t, py::array::c_style> tok2sym, bool drop_pages) {
     const u64 tokens = static_cast<u64>(flat.size());
     const u64 k = static_cast<u64>(lengths.size());
     const u64 n = tokens + k;
-    py::array_t<u32> out(n + 1);
-    u32* o = out.mutable_data();
     const int64_t* len = lengths.data();
     const int32_t* t2s = tok2sym.data();
     const u64 vocab = static_cast<u64>(tok2sym.size());
     if (!(flat.flags() & py::array::c_style)) throw std::invalid_argument("token ids must be contiguous");
-    const char kind = flat.dtype().kind();
-    const auto size = flat.itemsize();
-    const void* d = flat.data();
+    int32_t max_sym = 0;
+    for (u64 t = 0; t < vocab; ++t) max_sym = std::max(max_sym, t2s[t]);
+    if (static_cast<u64>(max_sym) + 1 < (1ULL << 24)) {
+        py::array_t<uint8_t> out(3 * (n + 1) + 1);
+        out.mutable_data()[3 * (n + 1)] = 0;
+        Packed3 o{out.mutable_data()};
+        py::gil_scoped_release release;
+        fill_any(flat, tokens, len, k, t2s, vocab, o, n, drop_pages);
+        return std::move(out);
+    }
+    py::array_t<u32> out(n + 1);
+    Plain32 o{out.mutable_data()};
     py::gil_scoped_release release;
-    if ((kind == 'i' || kind == 'u') && size == 8) fill_reversed(static_cast<const int64_t*>(d), tokens, len, k, t2s, vocab, o, n);
-    else if (kind == 'u' && size == 4) fill_reversed(static_cast<const u32*>(d), tokens, len, k, t2s, vocab, o, n);
-    else if (kind == 'i' && size == 4) fill_reversed(static_cast<const int32_t*>(d), tokens, len, k, t2s, vocab, o, n);
-    else if (kind == 'u' && size == 2) fill_reversed(static_cast<const uint16_t*>(d), tokens, len, k, t2s, vocab, o, n);
-    else throw std::invalid_argument("token ids must be 16, 32 or 64-bit integers");
-    return out;
+    fill_any(flat, tokens, len, k, t2s, vocab, o, n, drop_pages);
+    return std::move(out);
 }
 
 // SA-IS (Nong, Zhang and Chan 2009) over an integer text s[0..n) in [0, K] with s[n-1] = 0 the unique
@@ -154,9 +207,9 @@ struct Sais {
     inline bool lms(Idx i) const { return i > 0 && stype(i) && !stype(i - 1); }
 };
 
-template <typename Idx, typename C>
-void sais_buckets(const C* s, Idx n, Idx K, std::vector<Idx>& bkt, bool end) {
-    bkt.assign(static_cast<size_t>(K) + 1, 0);
+template <typename Idx, typename Text>
+void sais_buckets(const Text& s, Idx n, Idx K, Idx* bkt, bool end) {
+    std::fill(bkt, bkt + static_cast<size_t>(K) + 1, Idx(0));
     for (Idx i = 0; i < n; ++i) ++bkt[s[i]];
     Idx sum = 0;
     for (Idx i = 0; i <= K; ++i) {
@@ -165,8 +218,8 @@ void sais_buckets(const C* s, Idx n, Idx K, std::vector<Idx>& bkt, bool end) {
     }
 }
 
-template <typename Idx, typename C>
-void sais_induce(const C* s, Idx* SA, Idx n, Idx K, std::vector<Idx>& bkt, const Sais<Idx>& ty) {
+template <typename Idx, typename Text>
+void sais_induce(const Text& s, Idx* SA, Idx n, Idx K, Idx* bkt, const Sais<Idx>& ty) {
     sais_buckets(s, n, K, bkt, false);
     for (Idx i = 0; i < n; ++i) {
         const Idx j = SA[i] - 1;
@@ -179,8 +232,10 @@ void sais_induce(const C* s, Idx* SA, Idx n, Idx K, std::vector<Idx>& bkt, const
     }
 }
 
-template <typename Idx, typename C>
-void sais(const C* s, Idx* SA, Idx n, Idx K) {
+// `work`: free space the caller lends for the buckets (the recursion's alphabet can be as large as a third
+// of the text: its counters go into the unused middle of the suffix array instead of new memory).
+template <typename Idx, typename Text>
+void sais(const Text& s, Idx* SA, Idx n, Idx K, Idx* work = nullptr, u64 work_len = 0) {
     if (n == 1) {
         SA[0] = 0;
         return;
@@ -190,7 +245,10 @@ void sais(const C* s, Idx* SA, Idx n, Idx K) {
     ty.set_type(n - 1, true);
     ty.set_type(n - 2, false);
     for (Idx i = n - 3; i >= 0; --i) ty.set_type(i, s[i] < s[i + 1] || (s[i] == s[i + 1] && ty.stype(i + 1)));
-    std::vector<Idx> bkt;
+    const bool lent = work != nullptr && work_len >= static_cast<u64>(K) + 1;
+    std::vector<Idx> own;
+    if (!lent) own.resize(static_cast<size_t>(K) + 1);
+    Idx* bkt = lent ? work : own.data();
     sais_buckets(s, n, K, bkt, true);
     std::fill(SA, SA + n, Idx(-1));
     for (Idx i = 1; i < n; ++i)
@@ -223,8 +281,12 @@ void sais(const C* s, Idx* SA, Idx n, Idx K) {
     Idx* SA1 = SA;
     Idx* s1 = SA + n - n1;
     if (name < n1) {
-        std::vector<Idx>().swap(bkt);
-        sais<Idx, Idx>(s1, SA1, n1, name - 1);
+        if (!lent) std::vector<Idx>().swap(own);
+        // SA[n1, n - n1) is free while the reduced problem is solved in SA[0, n1) over s1 = SA[n - n1, n)
+        const Idx* s1c = s1;
+        sais<Idx, const Idx*>(s1c, SA1, n1, name - 1, SA + n1, static_cast<u64>(n - 2 * n1));
+        if (!lent) own.resize(static_cast<size_t>(K) + 1);
+        bkt = lent ? work : own.data();
     } else {
         for (Idx i = 0; i < n1; ++i) SA1[s1[i]] = i;
     }
@@ -244,13 +306,12 @@ void sais(const C* s, Idx* SA, Idx n, Idx K) {
 // Suffix array of the text from `reversed_text` (n + 1 entries, values < 2^31), then in the same buffer the
 // BWT, with the sampled-row marks, the samples and the symbol counts: returns (bwt, marks, marks_idx,
 // samples, dollar_row, counts). Peak memory: the text, this buffer and one bit per symbol.
-py::tuple build_bwt(py::array_t<u32, py::array::c_style> text, u64 sigma, u64 sample_rate) {
-    const u64 rows = static_cast<u64>(text.size());  // n + 1
-    if (rows == 0 || text.data()[rows - 1] != 0) throw std::invalid_argument("text must end with the 0 sentinel");
+template <typename Text>
+py::tuple build_bwt_of(const Text& s, u64 rows, u64 sigma, u64 sample_rate) {
+    if (rows == 0 || s[rows - 1] != 0) throw std::invalid_argument("text must end with the 0 sentinel");
     if (rows >= (1ULL << 31)) throw std::invalid_argument("the FM-index builds up to 2^31 - 1 tokens and separators");
     if (sample_rate == 0) throw std::invalid_argument("sample_rate must be positive");
     const u64 n = rows - 1;
-    const u32* s = text.data();
     py::array_t<u32> out(rows);
     u32* b = out.mutable_data();
     int32_t* SA = reinterpret_cast<int32_t*>(b);
@@ -265,7 +326,7 @@ py::tuple build_bwt(py::array_t<u32, py::array::c_style> text, u64 sigma, u64 sa
     u64 dollar_row = 0;
     {
         py::gil_scoped_release release;
-        sais<int32_t, u32>(s, SA, static_cast<int32_t>(rows), static_cast<int32_t>(sigma));
+        sais<int32_t, Text>(s, SA, static_cast<int32_t>(rows), static_cast<int32_t>(sigma));
         std::fill(mk, mk + nblocks * kBlockWords, 0ULL);
         std::fill(cnt, cnt + sigma, 0);
         samples.reserve(n / sample_rate + 2);
@@ -286,6 +347,17 @@ py::tuple build_bwt(py::array_t<u32, py::array::c_style> text, u64 sigma, u64 sa
     py::array_t<u32> samp(samples.size());
     std::copy(samples.begin(), samples.end(), samp.mutable_data());
     return py::make_tuple(out, marks, marks_idx, samp, dollar_row, counts);
+}
+
+py::tuple build_bwt(py::array text, u64 sigma, u64 sample_rate) {
+    if (!(text.flags() & py::array::c_style)) throw std::invalid_argument("text must be contiguous");
+    if (text.dtype().kind() == 'u' && text.itemsize() == 1) {
+        if (text.size() < 4 || (text.size() - 1) % 3) throw std::invalid_argument("packed text: bad size");
+        return build_bwt_of(Packed3{static_cast<uint8_t*>(text.mutable_data())}, static_cast<u64>((text.size() - 1) / 3), sigma, sample_rate);
+    }
+    if (text.dtype().kind() == 'u' && text.itemsize() == 4)
+        return build_bwt_of(Plain32{static_cast<u32*>(text.mutable_data())}, static_cast<u64>(text.size()), sigma, sample_rate);
+    throw std::invalid_argument("text: expected reversed_text's array");
 }
 
 // Huffman shape: code lengths from the symbol counts (at most kMaxCode bits), then codes assigned level by
@@ -909,7 +981,7 @@ class FMIndex {
 
 PYBIND11_MODULE(_fm, m) {
     m.doc() = "Native FM-index (wavelet matrix over the BWT of reversed token sequences).";
-    m.def("reversed_text", &reversed_text, py::arg("flat"), py::arg("lengths"), py::arg("tok2sym"));
+    m.def("reversed_text", &reversed_text, py::arg("flat"), py::arg("lengths"), py::arg("tok2sym"), py::arg("drop_pages") = false);
     m.def("build_bwt", &build_bwt, py::arg("text"), py::arg("sigma"), py::arg("sample_rate"));
     m.def("huffman_codes", &huffman_codes, py::arg("counts"));
     m.def("build_wavelet_matrix", &build_wavelet_matrix, py::arg("symbols"), py::arg("codes"), py::arg("code_lens"));
