@@ -476,7 +476,16 @@ def compare_sdsl(tokens: int, workdir: Path, exe: Path | None, flips: bool, memo
     loc_prefixes = [np.array([START, c]) for c in common if (first == c).sum() >= 100][:10] or [np.array([START])]
     res: dict = {"tokens": n_tokens, "sequences": int(len(lengths))}
     print(f"corpus: {n_tokens:,} tokens, {len(lengths):,} docid occurrences{' (with flips)' if flips else ''}", file=sys.stderr)
-    g = build("fm", workdir, workdir / "flat.npy", workdir / "lengths.npy", memory_limit)
+    try:
+        g = build("fm", workdir, workdir / "flat.npy", workdir / "lengths.npy", memory_limit)
+    except RuntimeError:
+        print(f"grtool: the build was refused or failed under --memory-limit {memory_limit}", file=sys.stderr)
+        raise
+    if memory_limit:
+        from grtool.index.kinds import parse_bytes
+
+        within = g["peak_rss_mb"] <= parse_bytes(memory_limit) / 2**20
+        print(f"grtool build peak {g['peak_rss_mb']:.0f} MB, --memory-limit {memory_limit}: {'within' if within else 'OVER'}", file=sys.stderr)
     g.update(_grtool_queries(workdir, walks, loc_prefixes, seq2doc))
     res["grtool"] = g
     shutil.rmtree(workdir / "fm", ignore_errors=True)
@@ -565,7 +574,7 @@ def main() -> None:
     ap.add_argument("--sdsl", action="store_true", help="compare with a SEAL-equivalent sdsl csa_wt_int<> index (needs libsdsl-dev)")
     ap.add_argument("--sizes", default="2M,10M,50M", help="with --sdsl: corpus sizes, run one at a time (default 2M,10M,50M)")
     ap.add_argument("--flips", action="store_true", help="with --sdsl: add tail-first spellings; project to 500M docid tokens")
-    ap.add_argument("--memory-limit", default=None, help="passed to grtool's FM build (e.g. 2G)")
+    ap.add_argument("--memory-limit", default=None, help="passed to grtool's FM build (e.g. 2G): refused when it would not fit; the peak is checked")
     ap.add_argument("--child-build", nargs=4, metavar=("KIND", "FLAT", "LENGTHS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_build:

@@ -129,6 +129,64 @@ def test_sparse_large_token_ids_and_long_sequences():
     assert fm.count(fm.extend(fm.start(), 2_000_001)) == 0  # unknown token: dead state, no error
 
 
+def test_skewed_large_alphabet_huffman_levels():
+    """Zipf-distributed tokens over thousands of ids: codes of many lengths (levels that end early), the
+    suffix sorter's recursion, and locate across every level, against the oracle."""
+    rng = np.random.default_rng(11)
+    seqs = [((rng.zipf(1.2, size=rng.integers(1, 12)) * 7) % 50_000).tolist() for _ in range(3000)]
+    flat, lengths = flatten(seqs)
+    fm, oracle = FMIndex.from_sequences(flat, lengths, sample_rate=5), NumpyIndex.from_sequences(flat, lengths)
+    assert fm.native.levels > int(len(np.unique(flat))).bit_length()  # a Huffman shape: rare codes run deeper
+    for s in seqs[:150]:
+        for cut in (0, 1, 2, len(s)):
+            assert answers(fm, s[:cut]) == answers(oracle, s[:cut])
+        assert answers(fm, s[1:4], anchored=False) == answers(oracle, s[1:4], anchored=False)
+
+
+def test_persisted_wide_ranges(tmp_path):
+    """The widest ranges' next tokens are written at build time; a cleared cache answers from them (read-only
+    views), identical to a traversal."""
+    from grtool.index.kinds import FMIndex as Fm
+
+    rng = np.random.default_rng(3)
+    seqs = [[5, *rng.integers(10, 400, rng.integers(1, 6)).tolist(), 6] for _ in range(3000)]
+    flat, lengths = flatten(seqs)
+    params = Fm.write(tmp_path, flat, lengths)
+    assert np.load(tmp_path / "fm_cache_ids.npy").size > 0
+    index = Fm.load(tmp_path, {"params": params})
+    oracle = NumpyIndex.from_sequences(flat, lengths)
+    for prefix in ([], [5], [5, 10], [5, 11]):
+        index.native.clear_cache()
+        ids, counts = index.next_tokens(walk(index, prefix))
+        want_ids, want_counts = oracle.next_tokens(walk(oracle, prefix))
+        assert (ids.tolist(), counts.tolist()) == (want_ids.tolist(), want_counts.tolist()), prefix
+    ids, counts = index.next_tokens(walk(index, [5]))
+    assert len(ids) > 300 and not ids.flags.writeable and not counts.flags.writeable
+
+
+def test_fm_index_from_before_huffman_levels_is_refused(tmp_path):
+    from grtool.errors import InputError
+    from grtool.index.kinds import FMIndex as Fm
+
+    flat, lengths = flatten([[1, 2, 3], [1, 4]])
+    params = Fm.write(tmp_path, flat, lengths)
+    (tmp_path / "fm_tree.npy").unlink()
+    with pytest.raises(InputError, match="rebuild it with `grtool index build`"):
+        Fm.load(tmp_path, {"params": params})
+
+
+def test_memory_limit_refuses_a_build_that_does_not_fit(tmp_path):
+    from grtool.errors import GrtoolError
+    from grtool.index.kinds import FMIndex as Fm
+    from grtool.index.kinds import parse_bytes
+
+    flat, lengths = flatten([[1, 2, 3]] * 1000)
+    with pytest.raises(GrtoolError, match="more than --memory-limit 1M"):
+        Fm.write(tmp_path, flat, lengths, memory_limit="1M")
+    assert Fm.write(tmp_path, flat, lengths, memory_limit="1G")["n"] == 4000
+    assert parse_bytes("1.5G") == 3 * 2**29 and parse_bytes("512MB") == 2**29 and parse_bytes(4096) == 4096
+
+
 # ---------------------------------------------------------------------------------- save / load
 
 
@@ -236,6 +294,8 @@ def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
     assert stats["kind"] == "fm" and stats["sequences"] == len(distinct) and stats["documents"] == 4
     assert stats["collisions"] == 3 and stats["tokenizer"]["docid_start_id"] == 151851 and stats["bits_per_token"] > 0
     assert stats["command"][:3] == ["grtool", "index", "build"]
+    arrays = stats["arrays"]  # where the bytes go, per search array
+    assert arrays["fm_levels"]["bytes"] > 0 and sum(a["bytes"] for a in arrays.values()) == stats["index_bytes"]
     got = json.loads(cli("index", "query", out, "Old Harbor Bridge, designed by, Irmgard Voß<docid_end>", "--json").stdout)
     assert got["docs"] == ["d-harbor", "d-voss"] and got["next"] == [] and got["count"] == 1
     got = json.loads(cli("index", "query", out, "Old Harbor Bridge,", "--json").stdout)

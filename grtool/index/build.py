@@ -256,8 +256,10 @@ def build_index(
     sample_rate: int | None = None,
     overwrite: bool = False,
     flips: bool = False,
+    memory_limit: str | int | None = None,
 ) -> dict[str, Any]:
-    """``flips``: index each docid's tail-first spelling too (the chains teach it; filters and recall credit it)."""
+    """``flips``: index each docid's tail-first spelling too (the chains teach it; filters and recall credit it).
+    ``memory_limit`` (``8G``): an FM build that would take more memory is refused before it starts."""
     if source not in SOURCES:
         raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
     if flips and source != "docids":
@@ -275,6 +277,8 @@ def build_index(
     flat, lengths = tokenize(tok, texts)
     log.info("building %s index over %d tokens", kind, flat.size)
     params = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
+    if kind == "fm" and memory_limit is not None:
+        params["memory_limit"] = memory_limit
     return write_index(
         Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
         source=source, docids=texts if source == "docids" else None,
