@@ -1,15 +1,19 @@
-// FM-index over an integer alphabet: a wavelet matrix over the BWT of the reversed token text.
+// FM-index over an integer alphabet: a Huffman-shaped wavelet matrix over the BWT of the reversed token text.
 //
 // Layout (all flat arrays owned by Python, possibly memory-mapped, and only read here):
 //   T  = 0 s1 0 s2 ... 0 sk        the sequences as dense symbols (>= 1), each preceded by separator 0
 //   R  = reverse(T), n symbols      searching R backwards = extending a prefix of T to the right
 //   rows = n + 1 suffixes of R (row 0 = the empty suffix), BWT[row] = R[SA[row] - 1] (0 where SA = 0)
-//   levels  [L][blocks * 32]        wavelet matrix bits, with levels_idx [L][blocks] rank entries (BitRank)
+//   codes [sigma], code_lens [sigma] each symbol's Huffman code (MSB = first level); tree [internal][2] the
+//                                   code tree (a child < 0 is the leaf of symbol -child - 1)
+//   levels, levels_idx              every level's bits and rank entries (BitRank), concatenated; level l
+//                                   holds the level_sizes[l] symbols whose code is longer than l
 //   zeros   [L]                     zero bits per level
-//   offsets [sigma]                 C[c] minus where symbol c starts in the wavelet matrix's last order
+//   offsets [sigma]                 C[c] minus where symbol c starts in the order after its last level
 //   marks   [blocks * 32]           rows whose suffix position is a multiple of sample_rate (+ marks_idx)
 //   samples [marked rows]           suffix position / sample_rate, in row order
-//   seps    [k]                     position in T of each sequence's separator (uint32: T < 2^32 symbols)
+//   seps    [k]                     position in T of each sequence's separator (uint32: T < 2^31 symbols)
+//   cache_* (optional)              next tokens of the widest ranges, computed at build time
 // A search state is (sp, ep, m): the row range of the reversed prefix and the prefix length in symbols
 // (the leading separator of an anchored prefix counts).
 
