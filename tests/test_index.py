@@ -285,6 +285,15 @@ def test_query_matches_brute_force_on_2wiki(cli, shared_data, tmp_path, kind):
     assert by_text["prefix_ids"] == ids[docid][: len(by_text["prefix_ids"])] and by_text["count"] >= 1
 
 
+def test_memory_limit_on_the_command_line(cli, tmp_path):
+    out = tmp_path / "idx"
+    proc = cli("index", "build", "-", "--tokenizer", "qwen", "--memory-limit", "1K", "--out", out, input=BUNDLED.read_text(), check=False)
+    assert proc.returncode != 0 and "--memory-limit 1K" in " ".join(proc.stderr.split())
+    assert not out.exists()
+    cli("index", "build", "-", "--tokenizer", "qwen", "--memory-limit", "1G", "--out", out, input=BUNDLED.read_text())
+    assert Index.open(out).kind == "fm"
+
+
 def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
     out = tmp_path / "idx"

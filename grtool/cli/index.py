@@ -21,6 +21,7 @@ def build_cmd(
     source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
     flips: Annotated[bool, typer.Option("--flips", help="Also index each docid tail-first (tail, relation, head), as the chains teach, mapping to the same documents.")] = False,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="FM-index: refuse up front a build that would take more memory (8G, 512M); it builds in memory, about 8 bytes a token.")] = None,
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:
@@ -35,7 +36,7 @@ def build_cmd(
     from grtool.index.base import Index
     from grtool.log import stage_summary
 
-    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips)
+    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips, memory_limit=memory_limit)
     report = stats(Index.open(out))
     if as_json:
         typer.echo(dump_json(report))
