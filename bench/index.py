@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -541,7 +540,7 @@ def report_sdsl(results: list[dict], flips: bool) -> None:
         print("(no sdsl columns: the baseline was skipped)")
         return
     ratios = [_ratios(r) for r in both]
-    print(f"\n| figure (grtool / sdsl, all occurrences) | " + " | ".join(f"{r['tokens'] / 1e6:.0f}M tokens" for r in both) + " | goal |")
+    print("\n| figure (grtool / sdsl, all occurrences) | " + " | ".join(f"{r['tokens'] / 1e6:.0f}M tokens" for r in both) + " | goal |")
     print("|---|" + "---|" * len(both) + "---|")
     for key, label in FIGURES.items():
         cells = [f"{x[key]:.2f}{'' if x[key] <= GOALS[key] else ' ✗'}" for x in ratios]

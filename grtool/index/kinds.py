@@ -41,7 +41,7 @@ def _native():
 CHUNK = 1 << 20  # token ids scanned per numpy pass: keeps the temporaries small next to the index
 WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
 WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
-CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # token ids scanned per numpy pass: keeps temporaries small next to the index
+CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
 
 
 def _drop_pages(arr: np.ndarray) -> None:
