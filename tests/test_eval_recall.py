@@ -110,6 +110,25 @@ def test_parse_docids_counts_malformed_markers(text, docids, malformed):
     assert parsed.malformed == malformed
 
 
+def test_parse_reads_only_the_syntax_the_response_was_decoded_with():
+    text = "<docid_start>A, b, c<docid_end> thinking [p, q, r] and [x] <docid_start><docid_end>"
+    assert (sorted(parse_docids(text).docids), parse_docids(text).malformed) == (["A,b,c", "p,q,r"], 2)
+    assert (parse_docids(text, "special").docids, parse_docids(text, "special").malformed) == (["A,b,c"], 1)
+    assert (parse_docids(text, "brackets").docids, parse_docids(text, "brackets").malformed) == (["p,q,r"], 1)
+
+
+def test_retrieve_rows_are_scored_in_their_own_syntax(cli, samples):
+    """A `retrieve --markers special` row: a bracket the model wrote in its free text is thought, not a retrieval
+    (the decoder constrains the marker spans only), so it is neither a document nor a hallucination."""
+    row = {"qid": Q_MOZA, "text": MOZA_EXACT + " [Moza bint Nasser, is a, who, lives there]"}
+    read = {}
+    for markers in (None, "special"):
+        line = json.dumps({**row, **({"markers": markers} if markers else {})}) + "\n"
+        read[markers] = json.loads(cli("eval", "recall", "-", "--corpus", samples["root"], "--triples", samples["root"], "--json", input=line).stdout)
+    assert (read[None]["docids"], read[None]["hallucinated"]) == (3, 1)
+    assert (read["special"]["docids"], read["special"]["hallucinated"], read["special"]["recall"]) == (2, 0, 1.0)
+
+
 def test_bad_jsonl_line_names_file_and_line(cli, samples, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"qid": Q_MOZA, "response": MOZA_EXACT}) + "\n\n" + '{"qid": "x", "response": \n')

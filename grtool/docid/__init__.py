@@ -212,11 +212,20 @@ class Parsed:
     malformed: int
 
 
-def parse(text: str) -> Parsed:
+def parse(text: str, markers: str | None = None) -> Parsed:
     """Read a response the way recall and KTO do: special-token spans first, then square brackets in the text
     outside them (a broken special span leaves its text outside, so brackets inside it are still read).
-    Positions of the bracket spans are in ``text`` too (the well-formed special spans are blanked out)."""
+    Positions of the bracket spans are in ``text`` too (the well-formed special spans are blanked out).
+
+    ``markers`` names the syntax the response was decoded with (`grtool retrieve --markers`), when known: then only
+    that syntax's spans are docids. Under ``special`` the decoder constrains the marker spans only, so a bracket
+    the model writes is free thought text, not a retrieval; under ``brackets`` the markers are not in play."""
+    if markers == "brackets":
+        spans = scan(text, BRACKETS)
+        return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
     special = scan(text, SPECIAL)
+    if markers == "special":
+        return Parsed(special, [s.key for s in special if s.problem is None], sum(s.problem is not None for s in special))
     rest = text
     if special:
         chars = list(text)

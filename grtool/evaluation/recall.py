@@ -39,7 +39,7 @@ class Score:
 
 
 def score_response(response: Response, question: Question, index: DocidIndex) -> Score:
-    parsed = parse(response.text)
+    parsed = parse(response.text, response.markers)
     return _score(response, question, parsed, index.resolve_many(parsed.docids))
 
 
@@ -93,7 +93,7 @@ def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidInd
         if response.documents is not None:  # a GMR response: the documents it generated, nothing to look up
             yield Score(question, response, frozenset(response.documents), len(response.documents), 0, 0, 0)
             continue
-        pending.append((response, question, parse(response.text)))
+        pending.append((response, question, parse(response.text, response.markers)))
         if len(pending) == SCORE_BATCH:
             yield from _score_batch(pending, index)
             pending = []

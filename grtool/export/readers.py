@@ -106,6 +106,7 @@ class Response:
     qid: str
     text: str
     documents: tuple[str, ...] | None = None  # GMR responses name their documents; docid responses are parsed
+    markers: str | None = None  # the docid syntax `retrieve` decoded with (special | brackets); None: read both
 
 
 def iter_responses(path: str | Path) -> Iterator[Response]:
@@ -141,7 +142,7 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
                 raise InputError(f"{name}, line {lineno}: missing or invalid 'qid'")
             if not isinstance(text, str):
                 raise InputError(f"{name}, line {lineno}: 'response' must be a string, got {type(text).__name__}")
-            yield Response(lineno, str(qid), text, _gmr_documents(row))
+            yield Response(lineno, str(qid), text, _gmr_documents(row), _markers(row))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
@@ -149,11 +150,17 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
 
 def _stage_responses(path: Path) -> Iterator[Response]:
     row_no = 0
-    for batch in iter_batches(resolve_stage(path, "responses"), columns=["qid", "text", "doc_ids", "mode"]):
+    for batch in iter_batches(resolve_stage(path, "responses"), columns=["qid", "text", "doc_ids", "mode", "markers"]):
         for row in batch.to_pylist():
             row_no += 1
-            yield Response(row_no, row["qid"], row["text"] or "", _gmr_documents(row))
+            yield Response(row_no, row["qid"], row["text"] or "", _gmr_documents(row), _markers(row))
 
 
 def _gmr_documents(row: dict) -> tuple[str, ...] | None:
     return tuple(row.get("doc_ids") or ()) if row.get("mode") == "gmr" else None
+
+
+def _markers(row: dict) -> str | None:
+    """The syntax a `retrieve` row was decoded with; other sources say nothing, and both syntaxes are read."""
+    markers = row.get("markers")
+    return markers if markers in ("special", "brackets") else None

@@ -128,7 +128,7 @@ def constraint_spec(index: Index, markers: str, max_docids: int | None) -> dict[
 
 def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup: DocidIndex, settings: RetrieveSettings, model: str) -> tuple[dict[str, Any], int]:
     """One output row (the response and its docids as written, flipped, their documents) and its hallucinated docids."""
-    parsed = parse(gen.text)
+    parsed = parse(gen.text, settings.markers)
     good = [s for s in parsed.spans if s.problem is None]
     resolved = lookup.resolve_many([s.key for s in good])
     docs: list[str] = []
