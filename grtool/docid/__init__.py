@@ -221,11 +221,10 @@ def parse(text: str, markers: str | None = None) -> Parsed:
     that syntax's spans are docids. Under ``special`` the decoder constrains the marker spans only, so a bracket
     the model writes is free thought text, not a retrieval; under ``brackets`` the markers are not in play."""
     if markers == "brackets":
-        spans = scan(text, BRACKETS)
-        return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
+        return _parsed(scan(text, BRACKETS))
     special = scan(text, SPECIAL)
     if markers == "special":
-        return Parsed(special, [s.key for s in special if s.problem is None], sum(s.problem is not None for s in special))
+        return _parsed(special)
     rest = text
     if special:
         chars = list(text)
@@ -233,6 +232,9 @@ def parse(text: str, markers: str | None = None) -> Parsed:
             chars[s.start : s.end] = " " * (s.end - s.start)
         rest = "".join(chars)
     brackets = scan(rest, BRACKETS) if BRACKET_START in rest or BRACKET_END in rest else []
-    spans = special + brackets
+    return _parsed(special + brackets)
+
+
+def _parsed(spans: list[Span]) -> Parsed:
     return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
 

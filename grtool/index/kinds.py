@@ -18,12 +18,11 @@ from grtool.index.base import Index, load_array
 DEFAULT_SAMPLE_RATE = 32
 
 
-def separator_positions(lengths: np.ndarray) -> np.ndarray:
-    """Where each sequence's separator sits in T = 0 s1 0 s2 ... 0 sk."""
-    lengths = np.asarray(lengths, dtype=np.uint64)
-    seps = np.zeros(len(lengths), dtype=np.uint64)
+def separator_positions(lengths: np.ndarray, dtype: Any = np.uint64) -> np.ndarray:
+    """Where each sequence's separator sits in T = 0 s1 0 s2 ... 0 sk (the FM-index keeps them as uint32: T < 2^31)."""
+    seps = np.zeros(len(lengths), dtype=dtype)
     if len(lengths) > 1:
-        np.cumsum(lengths[:-1] + 1, out=seps[1:])
+        np.cumsum(np.asarray(lengths[:-1], dtype=dtype) + 1, out=seps[1:], dtype=dtype)
     return seps
 
 
@@ -44,38 +43,30 @@ WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigm
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
 
 
+def _memmap_of(arr: np.ndarray) -> np.memmap | None:
+    """The memory map (a numpy memmap holding the file's map) an array is a view of, if any."""
+    base = arr
+    while base is not None and not (isinstance(base, np.memmap) and getattr(base, "_mmap", None) is not None):
+        base = getattr(base, "base", None)
+    return base
+
+
+def _read_only_map(arr: np.ndarray) -> bool:
+    m = _memmap_of(arr)
+    return m is not None and m.mode == "r"
+
+
 def _drop_pages(arr: np.ndarray) -> None:
     """Give back the resident pages of a memory-mapped input (they stay in the page cache): a build reads its
     token ids once, and holding them would count against its peak memory."""
     import mmap
 
-    base = arr
-    while base is not None:
-        m = getattr(base, "_mmap", None) if isinstance(base, np.memmap) else base if isinstance(base, mmap.mmap) else None
-        if m is not None and hasattr(m, "madvise"):
-            try:
-                m.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):
-                pass
-            return
-        base = getattr(base, "base", None)
-
-
-def _separators32(lengths: np.ndarray) -> np.ndarray:
-    """separator_positions as uint32 (T < 2^31 symbols), made after the suffix array: no 8-byte temporaries."""
-    seps = np.zeros(len(lengths), dtype=np.uint32)
-    if len(lengths) > 1:
-        np.cumsum(lengths[:-1] + 1, out=seps[1:], dtype=np.uint32)
-    return seps
-
-
-def _read_only_map(arr: np.ndarray) -> bool:
-    base = arr
-    while base is not None:
-        if isinstance(base, np.memmap):
-            return base.mode == "r"
-        base = getattr(base, "base", None)
-    return False
+    m = getattr(_memmap_of(arr), "_mmap", None)
+    if m is not None and hasattr(m, "madvise"):
+        try:
+            m.madvise(mmap.MADV_DONTNEED)
+        except (OSError, ValueError):
+            pass
 
 
 BUILD_BYTES_PER_SYMBOL = 8  # measured build peak over the interpreter: 7.7 bytes a token or separator (bench/index.py --sdsl)
@@ -122,8 +113,6 @@ def build_fm_arrays(
     if drop:
         _drop_pages(flat)
     # Dense symbols keep the alphabet (and the wavelet matrix depth) as small as the corpus allows.
-    if not flat.size:
-        present = np.zeros(1, bool)
     sym2tok = np.concatenate([[0], np.flatnonzero(present)]).astype(np.uint32)
     tok2sym = np.full(len(present), -1, dtype=np.int32)
     tok2sym[sym2tok[1:]] = np.arange(1, len(sym2tok), dtype=np.int32)
@@ -154,7 +143,7 @@ def build_fm_arrays(
     arrays = {
         "levels": levels, "levels_idx": levels_idx, "level_sizes": level_sizes, "zeros": zeros,
         "offsets": np.zeros(sigma, np.int64), "marks": marks, "marks_idx": marks_idx, "samples": samples,
-        "seps": _separators32(lengths), "tok2sym": tok2sym, "sym2tok": sym2tok, "codes": codes, "code_lens": code_lens,
+        "seps": separator_positions(lengths, np.uint32), "tok2sym": tok2sym, "sym2tok": sym2tok, "codes": codes, "code_lens": code_lens,
         "tree": tree,
     }  # fmt: skip
     probe = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
@@ -162,8 +151,8 @@ def build_fm_arrays(
     # The next tokens of the widest ranges (the first tokens after <docid_start> list tens of thousands) are
     # computed here once and persisted, so a decoder's first visit of them is a copy, not a traversal.
     full = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
-    ranges, offsets, ids, counts = full.wide_ranges(WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
-    arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=counts)
+    ranges, offsets, ids, next_counts = full.wide_ranges(WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
+    arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=next_counts)
     return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
 
 
