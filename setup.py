@@ -25,6 +25,7 @@ setup(
         Pybind11Extension(
             "grtool.index._fm",
             sorted(str(p) for p in Path("grtool/index/native").glob("*.cpp")),
+            depends=sorted(str(p) for p in Path("grtool/index/native").glob("*.hpp")),
             cxx_std=17,
             extra_compile_args=["-O3", *_cpu_flags()],
         )

@@ -167,7 +167,7 @@ def run(tokens: int, workdir: Path, kinds: list[str]) -> dict:
     flat, lengths = generate(tokens)
     gen_s = time.perf_counter() - t
     np.save(workdir / "flat.npy", flat.astype(np.uint32))
-    np.save(workdir / "lengths.npy", lengths)
+    np.save(workdir / "lengths.npy", lengths.astype(np.uint32))  # as sdsl reads them
     n_tokens = int(flat.size)
     print(f"corpus: {n_tokens:,} tokens, {len(lengths):,} distinct docids, generated in {gen_s:.1f} s", file=sys.stderr)
     rng = np.random.default_rng(1)
@@ -464,7 +464,7 @@ def compare_sdsl(tokens: int, workdir: Path, exe: Path | None, flips: bool, memo
     seq2doc = (np.arange(len(lengths)) // per_doc).astype(np.uint32)
     flat32 = flat.astype(np.uint32)
     np.save(workdir / "flat.npy", flat32)
-    np.save(workdir / "lengths.npy", lengths)
+    np.save(workdir / "lengths.npy", lengths.astype(np.uint32))  # as sdsl reads them
     n_tokens = int(flat.size)
     rng = np.random.default_rng(1)
     ends = np.cumsum(lengths)

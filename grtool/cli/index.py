@@ -21,7 +21,7 @@ def build_cmd(
     source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
     flips: Annotated[bool, typer.Option("--flips", help="Also index each docid tail-first (tail, relation, head), as the chains teach, mapping to the same documents.")] = False,
-    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="FM-index: refuse up front a build that would take more memory (8G, 512M); it builds in memory, about 8 bytes a token.")] = None,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="FM-index: size the build's suffix-sorting buckets to stay under this (8G, 512M); refused up front when the text alone (about 2.2 bytes a token) does not fit.")] = None,
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:

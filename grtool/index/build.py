@@ -259,7 +259,8 @@ def build_index(
     memory_limit: str | int | None = None,
 ) -> dict[str, Any]:
     """``flips``: index each docid's tail-first spelling too (the chains teach it; filters and recall credit it).
-    ``memory_limit`` (``8G``): an FM build that would take more memory is refused before it starts."""
+    ``memory_limit`` (``8G``): the FM build sorts in buckets that keep it under the limit, and is refused
+    before it starts when even its fixed part (the packed text, a rank per docid) does not fit."""
     if source not in SOURCES:
         raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
     if flips and source != "docids":

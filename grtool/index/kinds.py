@@ -37,7 +37,6 @@ def _native():
     return _fm
 
 
-CHUNK = 1 << 20  # token ids scanned per numpy pass: keeps the temporaries small next to the index
 WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
 WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
@@ -69,9 +68,6 @@ def _drop_pages(arr: np.ndarray) -> None:
             pass
 
 
-BUILD_BYTES_PER_SYMBOL = 8  # measured build peak over the interpreter: 7.7 bytes a token or separator (bench/index.py --sdsl)
-
-
 def parse_bytes(text: str | int) -> int:
     """``2G``, ``512M``, ``1.5GB`` or a number of bytes."""
     if isinstance(text, int):
@@ -84,61 +80,77 @@ def parse_bytes(text: str | int) -> int:
         raise GrtoolError(f"--memory-limit {text!r}: expected a size like 8G or 512M") from None
 
 
-def fm_build_bytes(tokens: int, sequences: int, sigma: int) -> int:
-    """What building an FM-index takes in memory beyond the interpreter and the caller's token ids."""
-    return BUILD_BYTES_PER_SYMBOL * (tokens + sequences) + 40 * sigma + (16 << 20)
+SORT_ITEM_BYTES = 16  # one suffix while its bucket is sorted (native/build.hpp)
+MIN_SORT_ITEMS = 1 << 16
+SORT_SHARE = 64  # by default a bucket holds about 1/64 of the suffixes: 0.25 bytes a symbol
+
+
+def fm_fixed_bytes(tokens: int, sequences: int, sigma: int) -> int:
+    """What an FM build holds in memory besides one sorting bucket: the text at log2(sigma) bits a symbol, a
+    rank per sequence (two while they are computed), the sampled rows, the per-symbol tables, then the index."""
+    n = tokens + sequences
+    text = n * max(1, int(sigma).bit_length()) // 8
+    return text + 8 * sequences + n // 4 + 64 * sigma + (8 << 20)
+
+
+def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | int | None) -> int:
+    """How many suffixes one sorting pass may hold: the default share, or what fits under ``memory_limit``
+    beside the fixed part (refused when even the smallest bucket does not fit)."""
+    n = tokens + sequences
+    default = max(MIN_SORT_ITEMS, n // SORT_SHARE)
+    if memory_limit is None:
+        return default
+    limit, fixed = parse_bytes(memory_limit), fm_fixed_bytes(tokens, sequences, sigma)
+    fit = (limit - fixed) // SORT_ITEM_BYTES
+    if fit < MIN_SORT_ITEMS:
+        need = fixed + MIN_SORT_ITEMS * SORT_ITEM_BYTES
+        raise GrtoolError(
+            f"building this FM-index takes at least {need / 2**20:,.0f} MiB (the text at {max(1, int(sigma).bit_length())} bits a "
+            f"symbol, a rank per sequence, the index), more than --memory-limit {memory_limit}: raise the limit or split the corpus"
+        )
+    return int(min(fit, max(default, n // 4)))
 
 
 def build_fm_arrays(
-    flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None
+    flat: np.ndarray,
+    lengths: np.ndarray,
+    sample_rate: int = DEFAULT_SAMPLE_RATE,
+    memory_limit: str | int | None = None,
+    scratch_dir: Path | None = None,
+    sort_items: int | None = None,
 ) -> dict[str, Any]:
-    """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout).
+    """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout, native/build.hpp
+    for the construction). The suffixes are sorted in buckets through scratch files in ``scratch_dir`` (the
+    system's temporary directory by default); ``memory_limit`` sizes the buckets (``sort_items`` sets them:
+    tests make them tiny to exercise the splits)."""
+    import tempfile
 
-    Memory: the reversed text (4 bytes a symbol) and the suffix array, turned into the BWT in place (4 bytes
-    a symbol), then the wavelet matrix built from the BWT; the input token ids are read in chunks."""
     _fm = _native()
     flat = np.asarray(flat) if not isinstance(flat, np.ndarray) else flat
-    lengths = np.asarray(lengths, dtype=np.int64)
-    drop = _read_only_map(flat)
-    present = np.zeros(1, dtype=bool)
-    for lo in range(0, int(flat.size), CHUNK):
-        chunk = flat[lo : lo + CHUNK]
-        if int(chunk.min()) < 0:
-            raise GrtoolError("token ids must be non-negative")
-        seen = np.bincount(chunk.astype(np.int64, copy=False), minlength=len(present)) > 0
-        seen[: len(present)] |= present
-        present = seen
-        if drop and (lo // CHUNK) % 16 == 15:
-            _drop_pages(flat)
-    if drop:
-        _drop_pages(flat)
-    # Dense symbols keep the alphabet (and the wavelet matrix depth) as small as the corpus allows.
-    sym2tok = np.concatenate([[0], np.flatnonzero(present)]).astype(np.uint32)
-    tok2sym = np.full(len(present), -1, dtype=np.int32)
-    tok2sym[sym2tok[1:]] = np.arange(1, len(sym2tok), dtype=np.int32)
+    lengths = np.asarray(lengths)
+    if lengths.dtype not in (np.int64, np.uint32, np.int32):
+        lengths = lengths.astype(np.int64)
+    if len(lengths) == 0:
+        raise GrtoolError("no sequences to index")
+    drop = _read_only_map(flat)  # a read-only memory map of the token ids gives its pages back as they are read
+    try:
+        tok2sym, sym2tok = _fm.dense_alphabet(np.ascontiguousarray(flat), drop)
+    except ValueError as e:
+        raise GrtoolError(str(e)) from None
     sigma = len(sym2tok)
     n = int(flat.size + len(lengths))
     if n >= (1 << 31) - 1:
         raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^31 - 1 tokens and separators; split the corpus")
-    if memory_limit is not None:  # refused up front rather than swapping or being killed half way
-        need, limit = fm_build_bytes(int(flat.size), len(lengths), sigma), parse_bytes(memory_limit)
-        if need > limit:
-            raise GrtoolError(
-                f"building this FM-index takes about {need / 2**30:.2f} GiB ({BUILD_BYTES_PER_SYMBOL} bytes a token, in memory), "
-                f"more than --memory-limit {memory_limit}: raise the limit or split the corpus into smaller indexes"
-            )
-    # A read-only memory map of the token ids gives its pages back while they are read (file-backed: safe).
-    text = _fm.reversed_text(np.ascontiguousarray(flat), lengths, tok2sym, drop_pages=drop)
+    max_items = sort_items or fm_sort_items(int(flat.size), len(lengths), sigma, memory_limit)
+    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix=".fm-build-") as scratch:
+        try:
+            built = _fm.build_fm(np.ascontiguousarray(flat), np.ascontiguousarray(lengths), tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
+        except ValueError as e:  # the native checks of the input
+            raise GrtoolError(str(e)) from None
+    levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built
     if drop:
         _drop_pages(flat)
-    bwt, marks, marks_idx, samples, dollar_row, counts = _fm.build_bwt(text, sigma, sample_rate)
-    del text
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
-    # Huffman-shaped wavelet matrix: a symbol costs its code length in bits and in rank steps (frequent tokens
-    # are short), instead of log2(sigma) for every symbol.
-    codes, code_lens, tree = _fm.huffman_codes(counts)
-    levels, levels_idx, level_sizes, zeros = _fm.build_wavelet_matrix(bwt, codes, code_lens)
-    del bwt
     L = len(level_sizes)
     arrays = {
         "levels": levels, "levels_idx": levels_idx, "level_sizes": level_sizes, "zeros": zeros,
@@ -190,7 +202,7 @@ class FMIndex(Index):
     def write(
         out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None, **_: Any
     ) -> dict[str, Any]:
-        built = build_fm_arrays(flat, lengths, sample_rate, memory_limit)
+        built = build_fm_arrays(flat, lengths, sample_rate, memory_limit, scratch_dir=out)
         for name, arr in built["arrays"].items():
             np.save(out / f"fm_{name}.npy", arr)
         return {"n": built["n"], "levels": built["L"], "sample_rate": sample_rate, "sigma": built["sigma"], "dollar_row": built["dollar_row"]}
@@ -207,9 +219,9 @@ class FMIndex(Index):
         return cls(path, meta, native)
 
     @classmethod
-    def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE) -> "FMIndex":
+    def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, sort_items: int | None = None) -> "FMIndex":
         """An in-memory index (tests, benchmarks); no directory, no document map."""
-        built = build_fm_arrays(flat, lengths, sample_rate)
+        built = build_fm_arrays(flat, lengths, sample_rate, sort_items=sort_items)
         native = cls._native_index(built["arrays"], built["n"], built["L"], sample_rate, built["dollar_row"])
         return cls(Path("<memory>"), {"params": {}}, native)
 
