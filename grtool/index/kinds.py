@@ -82,7 +82,7 @@ def parse_bytes(text: str | int) -> int:
 
 SORT_ITEM_BYTES = 16  # one suffix while its bucket is sorted (native/build.hpp)
 MIN_SORT_ITEMS = 1 << 16
-SORT_SHARE = 64  # by default a bucket holds about 1/64 of the suffixes: 0.25 bytes a symbol
+SORT_SHARE = 128  # by default a bucket holds about 1/128 of the suffixes: 0.125 bytes a symbol
 
 
 def fm_fixed_bytes(tokens: int, sequences: int, sigma: int) -> int:

@@ -380,7 +380,7 @@ class BucketSorter {
 
     template <typename Tie, typename Emit>
     void run(Tie tie_of, bool want_same, Emit emit) {
-        std::vector<u64> counts(sigma_ + 1, 0);
+        std::vector<u32> counts(sigma_ + 1, 0);  // n < 2^31
         scan([&](u64, u32 c, u64) { ++counts[c]; });
         Split root = split_by_symbol(counts, 0);
         release(counts);
@@ -392,7 +392,7 @@ class BucketSorter {
     }
 
    private:
-    static constexpr u64 kBufferBytes = 1 << 20;  // a split's write buffers together, and a bucket's read chunk
+    static constexpr u64 kBufferBytes = 512 << 10;  // a split's write buffers together, and a bucket's read chunk
 
     struct Piece {
         u64 offset, count;  // in items
@@ -446,7 +446,7 @@ class BucketSorter {
     }
 
     // Buckets of the symbol at `depth`: ranges of symbols up to max_items suffixes, one symbol alone when more.
-    Split split_by_symbol(const std::vector<u64>& counts, u32 depth) {
+    Split split_by_symbol(const std::vector<u32>& counts, u32 depth) {
         Split sp{this, std::vector<u32>(sigma_ + 1, 0), 0, {}, {}, {}, 0};
         u64 sum = 0;
         for (u32 c = 0; c <= sigma_; ++c) {
@@ -509,7 +509,7 @@ class BucketSorter {
             sub.open();
             for_each_item(bk, [&](const Suffix& x) { sub.add(x.tie, x); });
         } else {
-            std::vector<u64> counts(sigma_ + 1, 0);
+            std::vector<u32> counts(sigma_ + 1, 0);
             for_each_item(bk, [&](const Suffix& x) { ++counts[symbol_at(x, bk.depth)]; });
             sub = split_by_symbol(counts, bk.depth);
             for_each_item(bk, [&](const Suffix& x) { sub.add(symbol_at(x, bk.depth), x); });
@@ -701,7 +701,7 @@ class Spill {
 // Fills the Huffman-shaped wavelet matrix from the BWT in `spill` in one pass. Level l holds the symbols whose
 // code is longer than l, in the order of the code tree's internal nodes at depth l (huffman_codes numbers
 // them in that order), each node's symbols in BWT order: a symbol's place at a level is its node's next slot.
-py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u64>& bwt_counts, const py::tuple& huffman) {
+py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u32>& bwt_counts, const py::tuple& huffman) {
     const auto codes = huffman[0].cast<py::array_t<u32, py::array::c_style>>();
     const auto lens = huffman[1].cast<py::array_t<uint8_t, py::array::c_style>>();
     const auto tree_a = huffman[2].cast<py::array_t<int32_t, py::array::c_style>>();
@@ -805,7 +805,7 @@ py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::a
     u64* mk = marks.mutable_data();
     int64_t* cnt = counts.mutable_data();
     std::vector<u32> samples;
-    std::vector<u64> bwt_counts(sigma, 0);
+    std::vector<u32> bwt_counts(sigma, 0);  // n < 2^31
     u64 dollar_row = 0;
     Spill spill(scratch + ".bwt");
     {
