@@ -27,7 +27,8 @@ setup(
             sorted(str(p) for p in Path("grtool/index/native").glob("*.cpp")),
             depends=sorted(str(p) for p in Path("grtool/index/native").glob("*.hpp")),
             cxx_std=17,
-            extra_compile_args=["-O3", *_cpu_flags()],
+            extra_compile_args=["-O3", "-pthread", *_cpu_flags()],
+            extra_link_args=["-pthread"],
         )
     ],
     cmdclass={"build_ext": build_ext},

@@ -101,7 +101,7 @@ py::tuple dense_alphabet(py::array flat, bool drop_pages) {
     {
         py::gil_scoped_release release;
         with_tokens(flat, [&](const auto* ids, u64 tokens) {
-            constexpr u64 kDropEvery = 4u << 20;
+            constexpr u64 kDropEvery = (4u << 20) / sizeof(*ids);
             for (u64 i = 0; i < tokens; ++i) {
                 const int64_t t = static_cast<int64_t>(ids[i]);
                 if (t < 0) throw std::invalid_argument("token ids must be non-negative");
@@ -239,7 +239,6 @@ void sais(const Text& s, Idx* SA, Idx n, Idx K, Idx* work = nullptr, u64 work_le
     sais_induce(s, SA, n, K, bkt, ty);
 }
 
-
 // ------------------------------------------------------------------ suffixes by (local string, tie)
 
 template <typename T>
@@ -274,54 +273,68 @@ struct Keys {
     inline u32 symbol(u64 key, unsigned d) const { return static_cast<u32>((key >> (spare + s.w * (per_key - 1 - d))) & s.mask); }  // d < per_key
 };
 
-// Sorts a[0, m) by key: most significant digit first (11 bits below the bits all keys share), permuted in
-// place; small groups by comparison.
-void sort_by_key(Suffix* a, u64 m) {
-    constexpr u64 kSmall = 192;
-    if (m < kSmall) {
-        std::sort(a, a + m, [](const Suffix& x, const Suffix& y) { return x.key < y.key; });
-        return;
-    }
+// One most-significant-digit pass of radix_sort: a[0, m) permuted in place into the groups of its 11-bit digit
+// below the bits all values share (American flag sort: each item swapped straight to its digit's place).
+// end[d] is where digit d's group ends; returns the digit's shift, or -1 when all values are equal.
+template <typename Field>
+int digit_pass(Suffix* a, u64 m, Field field, u64 (&end)[2048]) {
     u64 diff = 0;
-    for (u64 i = 1; i < m; ++i) diff |= a[i].key ^ a[0].key;
-    if (!diff) return;
-    const int top = 63 - __builtin_clzll(diff);
-    const int shift = std::max(0, top - 10);
-    auto digit = [&](const Suffix& x) { return static_cast<u32>(x.key >> shift) & 2047u; };
-    u64 count[2048] = {0}, next[2048], end[2048];
+    for (u64 i = 1; i < m; ++i) diff |= static_cast<u64>(field(a[i]) ^ field(a[0]));
+    if (!diff) return -1;
+    const int shift = std::max(0, 63 - __builtin_clzll(diff) - 10);
+    auto digit = [&](const Suffix& x) { return static_cast<u32>(static_cast<u64>(field(x)) >> shift) & 2047u; };
+    u64 count[2048] = {0}, next[2048];
     for (u64 i = 0; i < m; ++i) ++count[digit(a[i])];
     for (u64 d = 0, sum = 0; d < 2048; ++d) {
         next[d] = sum;
         sum += count[d];
         end[d] = sum;
     }
-    for (u64 d = 0; d < 2048; ++d)  // American flag sort: each item swapped straight to its digit's place
+    for (u64 d = 0; d < 2048; ++d)
         while (next[d] < end[d]) {
             Suffix x = a[next[d]];
             for (u32 e = digit(x); e != d; e = digit(x)) std::swap(x, a[next[e]++]);
             a[next[d]++] = x;
         }
-    if (shift == 0) return;
-    for (u64 d = 0, lo = 0; d < 2048; lo = end[d++])
-        if (end[d] - lo > 1) sort_by_key(a + lo, end[d] - lo);
+    return shift;
 }
 
-// Sorts a[0, m) by (local string, tie). `same[i]` (when given, m zeros) is set when a[i]'s local string
-// equals a[i - 1]'s.
-void sort_suffixes(Suffix* a, u64 m, const Keys& keys, std::vector<uint8_t>* same) {
+// Sorts a[0, m) by field(x) (an unsigned integer): digit passes, small groups by comparison.
+template <typename Field>
+void radix_sort(Suffix* a, u64 m, Field field) {
+    if (m < 192) {
+        std::sort(a, a + m, [&](const Suffix& x, const Suffix& y) { return field(x) < field(y); });
+        return;
+    }
+    u64 end[2048];
+    if (digit_pass(a, m, field, end) <= 0) return;
+    for (u64 d = 0, lo = 0; d < 2048; lo = end[d++])
+        if (end[d] - lo > 1) radix_sort(a + lo, end[d] - lo, field);
+}
+
+struct ByKey {
+    u64 operator()(const Suffix& x) const { return x.key; }
+};
+struct ByTie {
+    u32 operator()(const Suffix& x) const { return x.tie; }
+};
+
+// Sorts a[lo, hi) by (local string, tie), the keys holding the local strings from `depth` on. `same[i]` (when
+// given, zeros) is set when a[i]'s local string equals a[i - 1]'s.
+void sort_suffixes(Suffix* a, u64 lo, u64 hi, u64 depth, const Keys& keys, std::vector<uint8_t>* same) {
     struct Range {
         u64 lo, hi, depth;
     };
-    std::vector<Range> todo{{0, m, 0}};
+    std::vector<Range> todo{{lo, hi, depth}};
     while (!todo.empty()) {
         const Range r = todo.back();
         todo.pop_back();
-        sort_by_key(a + r.lo, r.hi - r.lo);
+        radix_sort(a + r.lo, r.hi - r.lo, ByKey{});
         for (u64 i = r.lo, j; i < r.hi; i = j) {
             for (j = i + 1; j < r.hi && a[j].key == a[i].key;) ++j;
             if (j - i == 1) continue;
             if (keys.ended(a[i].key)) {  // equal local strings: the blocks after them decide
-                std::sort(a + i, a + j, [](const Suffix& x, const Suffix& y) { return x.tie < y.tie; });
+                radix_sort(a + i, j - i, ByTie{});
                 if (same) std::fill(same->begin() + static_cast<std::ptrdiff_t>(i) + 1, same->begin() + static_cast<std::ptrdiff_t>(j), 1);
             } else {
                 const u64 d = r.depth + keys.per_key;
@@ -333,6 +346,40 @@ void sort_suffixes(Suffix* a, u64 m, const Keys& keys, std::vector<uint8_t>* sam
             }
         }
     }
+}
+
+// first() here and second() on a thread of its own; an exception in either is rethrown after both ended.
+template <typename F, typename G>
+void in_parallel(F first, G second) {
+    std::exception_ptr failed;
+    std::thread other([&] {
+        try {
+            second();
+        } catch (...) {
+            failed = std::current_exception();
+        }
+    });
+    try {
+        first();
+    } catch (...) {
+        other.join();
+        throw;
+    }
+    other.join();
+    if (failed) std::rethrow_exception(failed);
+}
+
+constexpr u64 kParallelItems = 1 << 15;  // from this many suffixes, a bucket is sorted by two threads
+
+// A bucket's sort: after the first digit pass, the two halves (split at a digit boundary, so no equal keys
+// straddle it) are sorted by two threads.
+void sort_bucket_items(Suffix* a, u64 m, const Keys& keys, std::vector<uint8_t>* same) {
+    u64 end[2048];
+    if (m < kParallelItems || digit_pass(a, m, ByKey{}, end) < 0) return sort_suffixes(a, 0, m, 0, keys, same);
+    u64 mid = 0;
+    for (u64 d = 0; d < 2048 && 2 * end[d] <= m; ++d) mid = end[d];
+    if (mid == 0) mid = end[std::find_if(end, end + 2048, [](u64 e) { return e > 0; }) - end];
+    in_parallel([&] { sort_suffixes(a, 0, mid, 0, keys, same); }, [&] { sort_suffixes(a, mid, m, 0, keys, same); });
 }
 
 // A scratch file of the build, removed when done: what would otherwise be held in memory goes through it
@@ -497,7 +544,7 @@ class BucketSorter {
                 at += pc.count;
             }
             if (want_same) same.assign(items.size(), 0);
-            sort_suffixes(items.data(), items.size(), keys_, want_same ? &same : nullptr);
+            sort_bucket_items(items.data(), items.size(), keys_, want_same ? &same : nullptr);
             if (want_same && continued) same[0] = 1;
             emit(items, same);
             return;
@@ -511,6 +558,15 @@ class BucketSorter {
         } else {
             std::vector<u32> counts(sigma_ + 1, 0);
             for_each_item(bk, [&](const Suffix& x) { ++counts[symbol_at(x, bk.depth)]; });
+            const auto first_used = std::find_if(counts.begin(), counts.end(), [](u32 x) { return x > 0; });
+            if (*first_used == bk.count) {  // one next symbol for all: the same bucket, one symbol deeper
+                Bucket deeper = bk;
+                deeper.depth += 1;
+                deeper.ended = first_used - counts.begin() <= 1;
+                release(counts);
+                sort_bucket(deeper, want_same, continued, items, same, emit);
+                return;
+            }
             sub = split_by_symbol(counts, bk.depth);
             for_each_item(bk, [&](const Suffix& x) { sub.add(symbol_at(x, bk.depth), x); });
         }
@@ -672,6 +728,8 @@ py::tuple huffman_codes(py::array_t<int64_t, py::array::c_style | py::array::for
 
 // ------------------------------------------------------------------ the build
 
+constexpr u64 kParallelRows = 1 << 20;  // from this many rows, two threads fill the wavelet matrix
+
 // The BWT symbols, written in row order and read back once.
 class Spill {
    public:
@@ -752,32 +810,48 @@ py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u32>& bwt_count
         for (u64 c = 0; c < sigma; ++c)
             for (int l = 0; l < le[c]; ++l) z[l] += ((co[c] >> (le[c] - 1 - l)) & 1) ? 0 : bwt_counts[c];
         spill.flush();
-        // A chunk at a time, level by level (the few nodes of a level keep their write cursors in cache): the
-        // chunk's symbols still coded below the level, each with its node there.
-        std::vector<u32> chunk(Spill::kChunk);
-        std::vector<std::pair<u32, int32_t>> live;
-        live.reserve(chunk.size());
-        u64 seen = 0;
-        for (size_t got; (got = spill.read(seen, chunk.data(), chunk.size())) > 0; seen += got) {
-            live.clear();
-            for (size_t i = 0; i < got; ++i) {
-                if (chunk[i] >= sigma) throw std::runtime_error("wavelet matrix: symbol out of range");
-                if (le[chunk[i]] > 0) live.emplace_back(chunk[i], 0);
-            }
-            for (int l = 0; !live.empty(); ++l) {
-                u64* words = lv + word_at[l];
-                size_t keep = 0;
-                for (const auto& [c, v] : live) {
-                    const int len = le[c];
-                    const u32 bit = (co[c] >> (len - 1 - l)) & 1;
-                    const u64 at = next[v]++;
-                    words[at >> 6] |= static_cast<u64>(bit) << (at & 63);
-                    if (l + 1 < len) live[keep++] = {c, tree[2 * v + bit]};
+        // Levels [from, to): a chunk at a time, level by level (the few nodes of a level keep their write cursors
+        // in cache), the chunk's symbols still coded below the level each with its node there.
+        auto fill_levels = [&](int from, int to) {
+            std::vector<int32_t> start(sigma, 0);  // each symbol's node at level `from`
+            for (u64 c = 0; c < sigma; ++c)
+                for (int l = 0; l < std::min<int>(from, le[c] - 1); ++l) start[c] = tree[2 * start[c] + ((co[c] >> (le[c] - 1 - l)) & 1)];
+            std::vector<u32> chunk(Spill::kChunk);
+            std::vector<std::pair<u32, int32_t>> live;
+            live.reserve(chunk.size());
+            u64 seen = 0;
+            for (size_t got; (got = spill.read(seen, chunk.data(), chunk.size())) > 0; seen += got) {
+                live.clear();
+                for (size_t i = 0; i < got; ++i) {
+                    if (chunk[i] >= sigma) throw std::runtime_error("wavelet matrix: symbol out of range");
+                    if (le[chunk[i]] > from) live.emplace_back(chunk[i], start[chunk[i]]);
                 }
-                live.resize(keep);
+                for (int l = from; l < to && !live.empty(); ++l) {
+                    u64* words = lv + word_at[l];
+                    size_t keep = 0;
+                    for (const auto& [c, v] : live) {
+                        const int len = le[c];
+                        const u32 bit = (co[c] >> (len - 1 - l)) & 1;
+                        const u64 at = next[v]++;
+                        words[at >> 6] |= static_cast<u64>(bit) << (at & 63);
+                        if (l + 1 < len) live[keep++] = {c, tree[2 * v + bit]};
+                    }
+                    live.resize(keep);
+                }
             }
+            if (seen != rows) throw std::runtime_error("scratch file: short read");
+        };
+        // A big matrix is filled by two threads, the top levels and the rest (about the same number of bits);
+        // each reads the file itself, and the nodes, cursors and words of a level are only its own.
+        int split = L;
+        if (rows >= kParallelRows && L > 1) {
+            u64 total = 0, upper = 0;
+            for (int l = 0; l < L; ++l) total += sizes[l];
+            for (split = 0; split < L - 1 && 2 * (upper + sizes[split]) <= total;) upper += sizes[split++];
+            split = std::max(split, 1);
         }
-        if (seen != rows) throw std::runtime_error("scratch file: short read");
+        if (split < L) in_parallel([&] { fill_levels(0, split); }, [&] { fill_levels(split, L); });
+        else fill_levels(0, L);
         for (int l = 0; l < L; ++l) finish_ranks(lv + word_at[l], lvi + idx_at[l], blocks_for(sizes[l]));
     }
     return py::make_tuple(levels, levels_idx, level_sizes, zeros);
@@ -824,7 +898,7 @@ py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::a
             .run([&](u64 p, u64 b) { return p < n ? static_cast<u32>(ties[b]) : 0u; }, false,
                  [&](const std::vector<Suffix>& a, const std::vector<uint8_t>&) {
                      for (size_t i = 0; i < a.size(); ++i) {
-                         if (i + 16 < a.size() && a[i + 16].pos) s.prefetch(a[i + 16].pos - 1);  // the BWT symbols are read at random
+                         if (i + 48 < a.size() && a[i + 48].pos) s.prefetch(a[i + 48].pos - 1);  // the BWT symbols are read at random
                          const u64 q = a[i].pos;  // row 0: q = n, the empty suffix
                          if (q == 0) dollar_row = row;
                          if (q < n && q % sample_rate == 0) {

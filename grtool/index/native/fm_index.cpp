@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 #include <cstdio>
 #include <string>
 #include <cstring>
