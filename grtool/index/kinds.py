@@ -55,19 +55,6 @@ def _read_only_map(arr: np.ndarray) -> bool:
     return m is not None and m.mode == "r"
 
 
-def _drop_pages(arr: np.ndarray) -> None:
-    """Give back the resident pages of a memory-mapped input (they stay in the page cache): a build reads its
-    token ids once, and holding them would count against its peak memory."""
-    import mmap
-
-    m = getattr(_memmap_of(arr), "_mmap", None)
-    if m is not None and hasattr(m, "madvise"):
-        try:
-            m.madvise(mmap.MADV_DONTNEED)
-        except (OSError, ValueError):
-            pass
-
-
 def parse_bytes(text: str | int) -> int:
     """``2G``, ``512M``, ``1.5GB`` or a number of bytes."""
     if isinstance(text, int):
@@ -94,19 +81,23 @@ def fm_fixed_bytes(tokens: int, sequences: int, sigma: int) -> int:
 
 
 def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | int | None) -> int:
-    """How many suffixes one sorting pass may hold: the default share, or what fits under ``memory_limit``
-    beside the fixed part (refused when even the smallest bucket does not fit)."""
+    """How many suffixes one sorting bucket may hold: the default share, or what keeps this process under
+    ``memory_limit`` (what it holds already, the build's fixed part, the bucket); refused when even the
+    smallest bucket would not fit."""
     n = tokens + sequences
     default = max(MIN_SORT_ITEMS, n // SORT_SHARE)
     if memory_limit is None:
         return default
-    limit, fixed = parse_bytes(memory_limit), fm_fixed_bytes(tokens, sequences, sigma)
-    fit = (limit - fixed) // SORT_ITEM_BYTES
+    import psutil
+
+    limit, held, fixed = parse_bytes(memory_limit), psutil.Process().memory_info().rss, fm_fixed_bytes(tokens, sequences, sigma)
+    fit = (limit - held - fixed) // SORT_ITEM_BYTES
     if fit < MIN_SORT_ITEMS:
-        need = fixed + MIN_SORT_ITEMS * SORT_ITEM_BYTES
+        need = held + fixed + MIN_SORT_ITEMS * SORT_ITEM_BYTES
         raise GrtoolError(
-            f"building this FM-index takes at least {need / 2**20:,.0f} MiB (the text at {max(1, int(sigma).bit_length())} bits a "
-            f"symbol, a rank per sequence, the index), more than --memory-limit {memory_limit}: raise the limit or split the corpus"
+            f"building this FM-index takes about {need / 2**20:,.0f} MiB in this process ({held / 2**20:,.0f} MiB held already, the "
+            f"text at {max(1, int(sigma).bit_length())} bits a symbol, a rank per sequence, the sampled rows), more than "
+            f"--memory-limit {memory_limit}: raise the limit or split the corpus"
         )
     return int(min(fit, max(default, n // 4)))
 
@@ -132,7 +123,9 @@ def build_fm_arrays(
         lengths = lengths.astype(np.int64)
     if len(lengths) == 0:
         raise GrtoolError("no sequences to index")
-    drop = _read_only_map(flat)  # a read-only memory map of the token ids gives its pages back as they are read
+    # A read-only memory map of the token ids gives its pages back as the native code reads them (file-backed:
+    # they stay in the page cache; holding them would count against the build's peak).
+    drop = _read_only_map(flat)
     try:
         tok2sym, sym2tok = _fm.dense_alphabet(np.ascontiguousarray(flat), drop)
     except ValueError as e:
@@ -148,8 +141,6 @@ def build_fm_arrays(
         except ValueError as e:  # the native checks of the input
             raise GrtoolError(str(e)) from None
     levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built
-    if drop:
-        _drop_pages(flat)
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
     L = len(level_sizes)
     arrays = {

@@ -463,7 +463,7 @@ class BucketSorter {
         u64 per = 0;
 
         void open() {
-            per = std::max<u64>(256, kBufferBytes / sizeof(Suffix) / buckets.size());
+            per = std::max<u64>(64, kBufferBytes / sizeof(Suffix) / buckets.size());
             buf.resize(per * buckets.size());
             used.assign(buckets.size(), 0);
         }
