@@ -500,7 +500,7 @@ class BucketSorter {
             const u64 x = counts[c];
             if (!x) continue;
             const bool heavy = x > max_items_;
-            if (sp.buckets.empty() || heavy || sum + x > max_items_ || sp.buckets.back().ended) {
+            if (sp.buckets.empty() || heavy || sum + x > max_items_) {
                 sp.buckets.push_back(Bucket{{}, 0, heavy ? depth + 1 : depth, heavy && c <= 1});
                 sum = 0;
             }
@@ -858,7 +858,7 @@ py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u32>& bwt_count
 }
 
 // The FM-index arrays of T = 0 s1 0 s2 ... 0 sk from the token ids `flat`, `lengths` tokens per sequence and
-// the dense symbol of each token id. `max_items` bounds a sorting pass (16 bytes an item). Returns (levels,
+// the dense symbol of each token id. `max_items` bounds a sorting bucket (16 bytes an item). Returns (levels,
 // levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree).
 py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::array::c_style> tok2sym, u64 sigma, u64 sample_rate,
                    u64 max_items, const std::string& scratch, bool drop_pages) {
