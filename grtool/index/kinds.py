@@ -42,17 +42,12 @@ WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigm
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
 
 
-def _memmap_of(arr: np.ndarray) -> np.memmap | None:
-    """The memory map (a numpy memmap holding the file's map) an array is a view of, if any."""
+def _read_only_map(arr: np.ndarray) -> bool:
+    """Whether an array is a view of a read-only numpy memory map (file-backed pages it may give back)."""
     base = arr
     while base is not None and not (isinstance(base, np.memmap) and getattr(base, "_mmap", None) is not None):
         base = getattr(base, "base", None)
-    return base
-
-
-def _read_only_map(arr: np.ndarray) -> bool:
-    m = _memmap_of(arr)
-    return m is not None and m.mode == "r"
+    return base is not None and base.mode == "r"
 
 
 def parse_bytes(text: str | int) -> int:
@@ -117,17 +112,18 @@ def build_fm_arrays(
     import tempfile
 
     _fm = _native()
-    flat = np.asarray(flat) if not isinstance(flat, np.ndarray) else flat
-    lengths = np.asarray(lengths)
+    flat = np.ascontiguousarray(flat)  # once: the native passes need contiguous ids (a copy only if they are not)
+    lengths = np.ascontiguousarray(lengths)
     if lengths.dtype not in (np.int64, np.uint32, np.int32):
         lengths = lengths.astype(np.int64)
     if len(lengths) == 0:
         raise GrtoolError("no sequences to index")
     # A read-only memory map of the token ids gives its pages back as the native code reads them (file-backed:
-    # they stay in the page cache; holding them would count against the build's peak).
+    # they stay in the page cache; holding them would count against the build's peak). Asked of the contiguous
+    # array: a copy is the process's own memory, whose pages must not be dropped.
     drop = _read_only_map(flat)
     try:
-        tok2sym, sym2tok = _fm.dense_alphabet(np.ascontiguousarray(flat), drop)
+        tok2sym, sym2tok = _fm.dense_alphabet(flat, drop)
     except ValueError as e:
         raise GrtoolError(str(e)) from None
     sigma = len(sym2tok)
@@ -137,7 +133,7 @@ def build_fm_arrays(
     max_items = sort_items or fm_sort_items(int(flat.size), len(lengths), sigma, memory_limit)
     with tempfile.TemporaryDirectory(dir=scratch_dir, prefix=".fm-build-") as scratch:
         try:
-            built = _fm.build_fm(np.ascontiguousarray(flat), np.ascontiguousarray(lengths), tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
+            built = _fm.build_fm(flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
         except ValueError as e:  # the native checks of the input
             raise GrtoolError(str(e)) from None
     levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built

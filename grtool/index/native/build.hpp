@@ -67,17 +67,6 @@ void fill_reversed(const F* flat, u64 tokens, const Len* lengths, u64 k, const i
     if (drop) drop_mapped(flat + dropped, flat + tokens);
 }
 
-template <typename F>
-void fill_with_lengths(const F* flat, u64 tokens, const py::array& lengths, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop) {
-    const u64 k = static_cast<u64>(lengths.size());
-    const char kind = lengths.dtype().kind();
-    const void* d = lengths.data();
-    if ((kind == 'i' || kind == 'u') && lengths.itemsize() == 8) fill_reversed(flat, tokens, static_cast<const int64_t*>(d), k, t2s, vocab, out, n, drop);
-    else if (kind == 'u' && lengths.itemsize() == 4) fill_reversed(flat, tokens, static_cast<const u32*>(d), k, t2s, vocab, out, n, drop);
-    else if (kind == 'i' && lengths.itemsize() == 4) fill_reversed(flat, tokens, static_cast<const int32_t*>(d), k, t2s, vocab, out, n, drop);
-    else throw std::invalid_argument("lengths must be 32 or 64-bit integers");
-}
-
 // fn(pointer, count) over the token ids in their own integer type.
 template <typename Fn>
 void with_tokens(const py::array& flat, Fn fn) {
@@ -90,6 +79,18 @@ void with_tokens(const py::array& flat, Fn fn) {
     else if (kind == 'i' && size == 4) fn(static_cast<const int32_t*>(d), tokens);
     else if (kind == 'u' && size == 2) fn(static_cast<const uint16_t*>(d), tokens);
     else throw std::invalid_argument("token ids must be 16, 32 or 64-bit integers");
+}
+
+// fn(pointer, count) over the sequence lengths in their own integer type.
+template <typename Fn>
+void with_lengths(const py::array& lengths, Fn fn) {
+    const char kind = lengths.dtype().kind();
+    const u64 k = static_cast<u64>(lengths.size());
+    const void* d = lengths.data();
+    if ((kind == 'i' || kind == 'u') && lengths.itemsize() == 8) fn(static_cast<const int64_t*>(d), k);
+    else if (kind == 'u' && lengths.itemsize() == 4) fn(static_cast<const u32*>(d), k);
+    else if (kind == 'i' && lengths.itemsize() == 4) fn(static_cast<const int32_t*>(d), k);
+    else throw std::invalid_argument("lengths must be 32 or 64-bit integers");
 }
 
 // The dense alphabet of the token ids (the text's bits and the wavelet matrix's depth follow the symbols that
@@ -126,7 +127,9 @@ py::tuple dense_alphabet(py::array flat, bool drop_pages) {
 }
 
 void fill_text(const py::array& flat, const py::array& lengths, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop) {
-    with_tokens(flat, [&](const auto* ids, u64 tokens) { fill_with_lengths(ids, tokens, lengths, t2s, vocab, out, n, drop); });
+    with_tokens(flat, [&](const auto* ids, u64 tokens) {
+        with_lengths(lengths, [&](const auto* lens, u64 k) { fill_reversed(ids, tokens, lens, k, t2s, vocab, out, n, drop); });
+    });
 }
 
 // SA-IS (Nong, Zhang and Chan 2009) over an integer text s[0..n) in [0, K] with s[n-1] = 0 the unique

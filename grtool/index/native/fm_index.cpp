@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <exception>
 #include <thread>
-#include <cstdio>
 #include <string>
 #include <cstring>
 #include <queue>
