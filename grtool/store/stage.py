@@ -17,13 +17,9 @@ folded into another row (deduplication), never dropped.
 from __future__ import annotations
 
 import datetime as _dt
-import errno
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import socket
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -31,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import blake3
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,24 +36,42 @@ from grtool import __version__
 from grtool.errors import GrtoolError, InputError
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
+from grtool.store.layout import (  # noqa: F401  (the names of a stage directory, re-exported)
+    LLM_CACHE,
+    LOCK,
+    MANIFEST,
+    REJECTS_DIR,
+    RUN_LOCK,
+    SHARDS_DIR,
+    TASK_LOCK,
+    TMP_SUFFIX,
+    part_name,
+)
+from grtool.store.fingerprints import (  # noqa: F401
+    _HASHES,
+    _legacy_fingerprint,
+    _sample_hash,
+    changed_inputs,
+    file_hash,
+    fingerprint,
+    tree_files,
+)
+from grtool.store.locks import (  # noqa: F401
+    _HOLDS,
+    RunLock,
+    _describe,
+    _live_tasks,
+    _read_holder,
+    _try_flock,
+    _unflock,
+    output_lock,
+    run_lock,
+)
+from grtool.store.outputs import STAGE, claim
+from grtool.store.paths import check_name, prepare_out_dir, printable  # noqa: F401
 
-MANIFEST = "_manifest.json"
-SHARDS_DIR = "_shards"
-REJECTS_DIR = "_rejects"
-LOCK = "_manifest.lock"
-RUN_LOCK = "_run.lock"  # held by the run writing the directory: exclusively by a whole run, shared by array tasks
-TASK_LOCK = "_run.task-{index:05d}-of-{count:05d}.lock"  # held exclusively by one array task
-TMP_SUFFIX = ".tmp"
 MAX_ROWS_PER_SHARD = 100_000
 PARQUET_COMPRESSION = "zstd"
-# A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
-# re-parses the stored answers instead of generating them again.
-KEEP_ON_OVERWRITE = ("_llm_cache",)
-KEEP_ON_OVERWRITE_PATTERNS = (LOCK, "_run.*lock")  # the locks the run itself holds while it deletes
-
-
-def part_name(index: int) -> str:
-    return f"part-{index:05d}"
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -104,347 +117,6 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-
-
-# ------------------------------------------------------------------------------------- fingerprints
-
-
-def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[str, Any]:
-    """A stable fingerprint of an input: a file, a stage directory or a tree of files.
-
-    Files: size plus a BLAKE3 hash of the whole content (memory-mapped, multi-threaded: several GB/s, far
-    faster than any stage reads; see ``bench/ingest.py``), so an edit anywhere is seen, even one that keeps
-    the size. Stage directories: the shards' sha256. Trees: every file's relative name, size and hash;
-    ``exclude`` leaves out paths below the tree (a run's own output written inside its input directory).
-    ``path`` is the resolved absolute path: the same input named relatively or absolutely is the same input.
-    """
-    if str(path) == "-":
-        return {"path": "-", "kind": "stdin"}
-    p = Path(path)
-    check_name(p)
-    if not p.exists():
-        raise InputError(f"{p}: no such file or directory")
-    resolved = p.resolve()
-    if p.is_file():
-        return {"path": str(resolved), "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
-    if (p / MANIFEST).exists():
-        records = sorted(load_shard_records(p).items())
-        h = hashlib.blake2b(digest_size=16)
-        for name, rec in records:
-            h.update(f"{name}:{rec.get('sha256')}\n".encode())
-        return {"path": str(resolved), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
-    h = blake3.blake3()
-    files = tree_files(p, exclude)
-    for rel, f in files:
-        h.update(os.fsencode(rel) + f":{f.stat().st_size}:{file_hash(f)}\n".encode())
-    return {"path": str(resolved), "kind": "tree", "files": len(files), "blake3": h.hexdigest()}
-
-
-def tree_files(root: Path, exclude: Iterable[str | Path] = ()) -> list[tuple[str, Path]]:
-    """``(relative name, path)`` of every file below ``root`` in path order, without the ``exclude`` subtrees
-    and without grtool stage directories (outputs written inside an input directory are never its input)."""
-    skip = {Path(e).resolve() for e in exclude}
-    found: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        dirnames[:] = [n for n in dirnames if not (d / n / MANIFEST).is_file() and not (skip and (d / n).resolve() in skip)]
-        for n in filenames:
-            f = d / n
-            if f.is_file() and not (skip and f.resolve() in skip):
-                found.append((str(f.relative_to(root)), f))
-    return sorted(found, key=lambda item: item[1])  # path order (by components), as input discovery always read
-
-
-_HASHES: dict[tuple, str] = {}
-
-
-def file_hash(path: Path) -> str:
-    """BLAKE3 of a file's content, computed once per process for an unchanged file (identity checks repeat)."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    digest = _HASHES.get(key)
-    if digest is None:
-        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        if st.st_size:
-            h.update_mmap(path)
-        digest = _HASHES[key] = h.hexdigest()
-    return digest
-
-
-def _sample_hash(path: Path, span: int = 1 << 20) -> str:
-    """The fingerprint of grtool ≤ 0.x manifests (first and last MiB): kept to resume their outputs."""
-    h = hashlib.blake2b(digest_size=16)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        h.update(f.read(span))
-        if size > 2 * span:
-            f.seek(size - span)
-        h.update(f.read(span))
-    return h.hexdigest()
-
-
-def _legacy_fingerprint(p: Path) -> dict[str, Any]:
-    if p.is_file():
-        return {"kind": "file", "size": p.stat().st_size, "sample_blake2b": _sample_hash(p)}
-    h = hashlib.blake2b(digest_size=16)
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    for f in files:
-        h.update(f"{f.relative_to(p)}:{f.stat().st_size}:{_sample_hash(f)}\n".encode())
-    return {"kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
-
-
-def changed_inputs(old: list[dict[str, Any]] | None, spec: "StageSpec") -> list[str]:
-    """The inputs of ``spec`` that differ from the fingerprints ``old`` recorded (``[]``: the same inputs).
-
-    Paths compare resolved. A manifest written before whole-file hashes (``sample_blake2b``) is compared with
-    the fingerprint it used, so its output still resumes.
-    """
-    new = spec.input_fingerprints()
-    old = list(old or [])
-    if old == new:
-        return []
-    if len(old) != len(new):
-        return [str(i) for i in spec.inputs] or ["(the list of inputs)"]
-    changed = []
-    for o, n, name in zip(old, new, spec.inputs):
-        if o == n:
-            continue
-        if o.get("kind") != n.get("kind") or (n["path"] != "-" and str(Path(str(o.get("path"))).resolve()) != n["path"]):
-            changed.append(str(name))
-            continue
-        rest = {k: v for k, v in o.items() if k != "path"}
-        if n["kind"] in ("file", "tree") and "blake3" not in o:
-            now = _legacy_fingerprint(Path(name))
-        else:
-            now = {k: v for k, v in n.items() if k != "path"}
-        if rest != now:
-            changed.append(str(name))
-    return changed
-
-
-# ------------------------------------------------------------------------------ output paths and locks
-
-
-def printable(path: str | Path) -> str:
-    """A path for messages, whatever bytes its name holds (non-UTF-8 bytes shown as ``\\xff``)."""
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
-
-
-def check_name(path: str | Path) -> None:
-    """Refuse a path whose name is not valid UTF-8: manifests, rejects and Parquet record names as UTF-8."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise InputError(f"{printable(path)}: the file name is not valid UTF-8; rename it") from None
-
-
-def prepare_out_dir(path: str | Path) -> Path:
-    """Create an output directory (and its parents), or say in one line why it cannot be one."""
-    if str(path) == "":
-        raise InputError("--out is empty: name an output directory ('-' writes JSON Lines to stdout)")
-    p = Path(path)
-    check_name(p)
-    if p.exists() and not p.is_dir():
-        raise InputError(f"{p}: --out names an existing file, not a directory")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as e:
-        raise InputError(f"{p}: cannot create the output directory: {printable(e.filename)} is a file, not a directory") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot create the output directory ({e.strerror})") from None
-    return p
-
-
-class _Hold:
-    def __init__(self, fd: int, mode: int):
-        self.fd, self.mode, self.count = fd, mode, 1
-
-
-_HOLDS: dict[str, _Hold] = {}  # lock file -> this process's hold (re-entrant: one process runs stages in turn)
-_NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
-_warned_no_locks = False
-
-
-def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> bool:
-    """Take an flock on ``path`` without waiting (False: another process holds it); ``holder`` is written in."""
-    global _warned_no_locks
-    key = os.path.abspath(path)
-    hold = _HOLDS.get(key)
-    if hold is not None:
-        if hold.mode != fcntl.LOCK_EX and mode == fcntl.LOCK_EX:
-            return False  # this process already writes here as an array task; no upgrade (not atomic)
-        hold.count += 1
-        return True
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in _NO_LOCKS:  # e.g. Lustre mounted without flock: run unguarded, but say so
-                if not _warned_no_locks:
-                    from grtool.log import log
-
-                    log.warning("%s: the file system does not support file locks; concurrent runs are not detected", path.parent)
-                    _warned_no_locks = True
-                break
-            os.close(fd)
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
-        except BaseException:
-            os.close(fd)
-            raise
-        try:  # deleted and re-created meanwhile? then this lock guards nothing: take the new file's
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
-    _HOLDS[key] = _Hold(fd, mode)
-    if holder is not None and mode == fcntl.LOCK_EX:
-        data = dumps(holder)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
-    return True
-
-
-def _unflock(path: Path) -> None:
-    key = os.path.abspath(path)
-    hold = _HOLDS.get(key)
-    if hold is None:
-        return
-    hold.count -= 1
-    if hold.count == 0:
-        del _HOLDS[key]
-        if hold.mode == fcntl.LOCK_EX:  # nobody else holds it: no lock file left behind (a waiting process
-            try:  # that opened this file sees it gone once it gets the lock, and takes a new one)
-                os.unlink(path)
-            except OSError:
-                pass
-        os.close(hold.fd)  # the lock ends with the last descriptor of its open file
-
-
-def _read_holder(path: Path) -> dict[str, Any] | None:
-    try:
-        info = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
-
-
-def _describe(info: dict[str, Any] | None) -> str:
-    if not info:
-        return "a grtool process that has not recorded itself yet"
-    command = " ".join(info.get("command") or [])
-    return f"pid {info.get('pid')} on host {info.get('host')}, started {info.get('started')}, command: {command}"
-
-
-def _live_tasks(directory: Path) -> list[dict[str, Any]]:
-    """Holders of the array-task locks of a directory that are held right now (by other processes)."""
-    live = []
-    for f in sorted(directory.glob("_run.task-*.lock")):
-        if os.path.abspath(f) in _HOLDS:
-            continue
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                live.append(_read_holder(f) or {})
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-    return live
-
-
-class RunLock:
-    """The right to write one directory, held by one run from its start to its end.
-
-    ``shards=(count, index)`` from ``--num-shards/--shard-index``; ``None`` or a count of 1 is a whole run.
-    A whole run holds ``_run.lock`` exclusively; an array task holds it shared plus its own
-    ``_run.task-I-of-N.lock`` exclusively. So tasks with distinct indices write together, while a second
-    whole run, a whole run during tasks, a task during a whole run and a duplicate task fail at once (exit 2)
-    naming the live run (host, pid, start, command). These are flock locks: they end with their process,
-    also when it is killed, so there is never a stale lock to remove. One process may take the same lock again
-    (a pipeline runs its stages in turn).
-    """
-
-    def __init__(self, directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None):
-        self.dir = Path(directory)
-        self.count, self.index = shards if shards is not None else (1, 0)
-        self.command = command
-        self._held: list[Path] = []
-
-    @property
-    def held(self) -> bool:
-        return bool(self._held)
-
-    def _holder(self) -> dict[str, Any]:
-        info: dict[str, Any] = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": _now(),
-            "command": redact_argv(self.command if self.command is not None else _argv()),
-        }
-        if self.count > 1:
-            info.update(task=self.index, tasks=self.count)
-        return info
-
-    def acquire(self) -> "RunLock":
-        if self.held:
-            return self
-        prepare_out_dir(self.dir)
-        run = self.dir / RUN_LOCK
-        holder = self._holder()
-        if self.count == 1:
-            if not _try_flock(run, fcntl.LOCK_EX, holder):
-                raise self._busy(run)
-            self._held.append(run)
-            return self
-        if not _try_flock(run, fcntl.LOCK_SH):
-            raise self._busy(run)
-        self._held.append(run)
-        task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
-        if not _try_flock(task, fcntl.LOCK_EX, holder):
-            self.release()
-            raise GrtoolError(
-                f"{self.dir}: array task {self.index} of {self.count} is already running here "
-                f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
-            )
-        self._held.append(task)
-        return self
-
-    def _busy(self, run: Path) -> GrtoolError:
-        tasks = _live_tasks(self.dir)
-        if tasks:
-            who = "; ".join(f"array task {t.get('task')} of {t.get('tasks')}: {_describe(t)}" for t in tasks)
-        else:
-            who = f"another run: {_describe(_read_holder(run))}"
-        this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
-        return GrtoolError(
-            f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that "
-            "run ends (or stop it), then run again"
-        )
-
-    def release(self) -> None:
-        while self._held:
-            _unflock(self._held.pop())
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-
-def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None) -> RunLock:
-    """``with run_lock(out):`` guards a run that writes more than stage directories (ingest's work directory)."""
-    return RunLock(directory, shards, command)
 
 
 # -------------------------------------------------------------------------------------------- reads
@@ -688,14 +360,16 @@ class StageWriter:
         self.spec = spec
         self.num_parts = num_parts
         self.identity = spec.identity()
-        if overwrite and self.path.is_dir() and not is_stage_dir(self.path) and _own_entries(self.path):
-            raise GrtoolError(f"{self.path}: exists and is not a stage directory; refusing to delete it")
-        self.run = RunLock(self.path, shards, spec.command).acquire()
+        # The output is never one of the inputs; --overwrite deletes only a stage of this table, and of it only
+        # the entries a stage writer makes (store/outputs.py). A run directory or a directory of raw files
+        # given as input may hold the output.
+        claimed = claim(self.path, STAGE, holders=[i for i in spec.inputs if str(i) != "-"], overwrite=overwrite,
+                        table=spec.table, shards=shards, command=spec.command)
+        self.run = claimed.lock
         weakref.finalize(self, self.run.release)  # a writer dropped without finish() (an error) lets go too
         try:
             if overwrite:
-                for child in _own_entries(self.path):
-                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+                claimed.clear()
             (self.path / SHARDS_DIR).mkdir(exist_ok=True)
             with self._lock():
                 self._open_manifest()
@@ -773,17 +447,6 @@ def refuse_stdin_resume(path: Path, old_manifest: dict[str, Any]) -> None:
     """Output made from standard input cannot be resumed: nobody can tell whether the same rows come in again."""
     if any(i.get("kind") == "stdin" for i in old_manifest.get("inputs") or []):
         raise GrtoolError(f"{path}: exists from a run that read standard input, which cannot be resumed; use --overwrite")
-
-
-def _own_entries(path: Path) -> list[Path]:
-    """A directory's entries that ``--overwrite`` deletes: all but the request cache and the run's locks."""
-    import fnmatch
-
-    return [
-        child
-        for child in path.iterdir()
-        if child.name not in KEEP_ON_OVERWRITE and not any(fnmatch.fnmatch(child.name, pat) for pat in KEEP_ON_OVERWRITE_PATTERNS)
-    ]
 
 
 def _owner() -> str:

@@ -1,0 +1,133 @@
+"""Fingerprints of inputs: what a manifest records so a changed input is seen (resume refuses a silent mix)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import blake3
+
+from grtool.errors import InputError
+from grtool.store.layout import MANIFEST
+from grtool.store.paths import check_name
+
+if TYPE_CHECKING:
+    from grtool.store.stage import StageSpec
+
+
+def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """A stable fingerprint of an input: a file, a stage directory or a tree of files.
+
+    Files: size plus a BLAKE3 hash of the whole content (memory-mapped, multi-threaded: several GB/s, far
+    faster than any stage reads; see ``bench/ingest.py``), so an edit anywhere is seen, even one that keeps
+    the size. Stage directories: the shards' sha256. Trees: every file's relative name, size and hash;
+    ``exclude`` leaves out paths below the tree (a run's own output written inside its input directory).
+    ``path`` is the resolved absolute path: the same input named relatively or absolutely is the same input.
+    """
+    if str(path) == "-":
+        return {"path": "-", "kind": "stdin"}
+    p = Path(path)
+    check_name(p)
+    if not p.exists():
+        raise InputError(f"{p}: no such file or directory")
+    resolved = p.resolve()
+    if p.is_file():
+        return {"path": str(resolved), "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
+    if (p / MANIFEST).exists():
+        from grtool.store.stage import load_shard_records  # the stage reader (stage.py imports this module)
+
+        records = sorted(load_shard_records(p).items())
+        h = hashlib.blake2b(digest_size=16)
+        for name, rec in records:
+            h.update(f"{name}:{rec.get('sha256')}\n".encode())
+        return {"path": str(resolved), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
+    h = blake3.blake3()
+    files = tree_files(p, exclude)
+    for rel, f in files:
+        h.update(os.fsencode(rel) + f":{f.stat().st_size}:{file_hash(f)}\n".encode())
+    return {"path": str(resolved), "kind": "tree", "files": len(files), "blake3": h.hexdigest()}
+
+
+def tree_files(root: Path, exclude: Iterable[str | Path] = ()) -> list[tuple[str, Path]]:
+    """``(relative name, path)`` of every file below ``root`` in path order, without the ``exclude`` subtrees
+    and without grtool stage directories (outputs written inside an input directory are never its input)."""
+    skip = {Path(e).resolve() for e in exclude}
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames[:] = [n for n in dirnames if not (d / n / MANIFEST).is_file() and not (skip and (d / n).resolve() in skip)]
+        for n in filenames:
+            f = d / n
+            if f.is_file() and not (skip and f.resolve() in skip):
+                found.append((str(f.relative_to(root)), f))
+    return sorted(found, key=lambda item: item[1])  # path order (by components), as input discovery always read
+
+
+_HASHES: dict[tuple, str] = {}
+
+
+def file_hash(path: Path) -> str:
+    """BLAKE3 of a file's content, computed once per process for an unchanged file (identity checks repeat)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    digest = _HASHES.get(key)
+    if digest is None:
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if st.st_size:
+            h.update_mmap(path)
+        digest = _HASHES[key] = h.hexdigest()
+    return digest
+
+
+def _sample_hash(path: Path, span: int = 1 << 20) -> str:
+    """The fingerprint of grtool ≤ 0.x manifests (first and last MiB): kept to resume their outputs."""
+    h = hashlib.blake2b(digest_size=16)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        h.update(f.read(span))
+        if size > 2 * span:
+            f.seek(size - span)
+        h.update(f.read(span))
+    return h.hexdigest()
+
+
+def _legacy_fingerprint(p: Path) -> dict[str, Any]:
+    if p.is_file():
+        return {"kind": "file", "size": p.stat().st_size, "sample_blake2b": _sample_hash(p)}
+    h = hashlib.blake2b(digest_size=16)
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    for f in files:
+        h.update(f"{f.relative_to(p)}:{f.stat().st_size}:{_sample_hash(f)}\n".encode())
+    return {"kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
+
+
+def changed_inputs(old: list[dict[str, Any]] | None, spec: "StageSpec") -> list[str]:
+    """The inputs of ``spec`` that differ from the fingerprints ``old`` recorded (``[]``: the same inputs).
+
+    Paths compare resolved. A manifest written before whole-file hashes (``sample_blake2b``) is compared with
+    the fingerprint it used, so its output still resumes.
+    """
+    new = spec.input_fingerprints()
+    old = list(old or [])
+    if old == new:
+        return []
+    if len(old) != len(new):
+        return [str(i) for i in spec.inputs] or ["(the list of inputs)"]
+    changed = []
+    for o, n, name in zip(old, new, spec.inputs):
+        if o == n:
+            continue
+        if o.get("kind") != n.get("kind") or (n["path"] != "-" and str(Path(str(o.get("path"))).resolve()) != n["path"]):
+            changed.append(str(name))
+            continue
+        rest = {k: v for k, v in o.items() if k != "path"}
+        if n["kind"] in ("file", "tree") and "blake3" not in o:
+            now = _legacy_fingerprint(Path(name))
+        else:
+            now = {k: v for k, v in n.items() if k != "path"}
+        if rest != now:
+            changed.append(str(name))
+    return changed

@@ -1,0 +1,18 @@
+"""The names inside a stage directory (DESIGN §2), shared by the writer, the locks and the overwrite rule."""
+
+from __future__ import annotations
+
+MANIFEST = "_manifest.json"
+SHARDS_DIR = "_shards"
+REJECTS_DIR = "_rejects"
+LOCK = "_manifest.lock"
+RUN_LOCK = "_run.lock"  # held by the run writing the directory: exclusively by a whole run, shared by array tasks
+TASK_LOCK = "_run.task-{index:05d}-of-{count:05d}.lock"  # held exclusively by one array task
+TMP_SUFFIX = ".tmp"
+# A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
+# re-parses the stored answers instead of generating them again.
+LLM_CACHE = "_llm_cache"
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}"

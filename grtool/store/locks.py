@@ -1,0 +1,243 @@
+"""One writer per output (DESIGN §8): flock locks that name the live run, for every kind of output.
+
+A stage directory is locked from inside (``_run.lock``, plus one lock per array task). An output that is
+replaced whole or renamed into place (an index, a checkpoint, an exported file) is locked by a file beside it
+(``.<name>.grtool.lock``): a lock inside would go with the directory it guards.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.errors import GrtoolError
+from grtool.invocation import current_command
+from grtool.secrets import redact_argv
+from grtool.store.layout import RUN_LOCK, TASK_LOCK
+from grtool.store.paths import prepare_out_dir
+
+BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
+
+
+def beside_lock(out: str | Path) -> Path:
+    """The lock file of an output that is replaced whole (an index, a checkpoint, an exported file)."""
+    p = Path(os.path.abspath(out))
+    return p.parent / BESIDE_LOCK.format(name=p.name)
+
+
+class _Hold:
+    def __init__(self, fd: int, mode: int):
+        self.fd, self.mode, self.count = fd, mode, 1
+
+
+_HOLDS: dict[str, _Hold] = {}  # lock file -> this process's hold (re-entrant: one process runs stages in turn)
+_NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
+_warned_no_locks = False
+
+
+def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> bool:
+    """Take an flock on ``path`` without waiting (False: another process holds it); ``holder`` is written in."""
+    global _warned_no_locks
+    key = os.path.abspath(path)
+    hold = _HOLDS.get(key)
+    if hold is not None:
+        if hold.mode != fcntl.LOCK_EX and mode == fcntl.LOCK_EX:
+            return False  # this process already writes here as an array task; no upgrade (not atomic)
+        hold.count += 1
+        return True
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in _NO_LOCKS:  # e.g. Lustre mounted without flock: run unguarded, but say so
+                if not _warned_no_locks:
+                    from grtool.log import log
+
+                    log.warning("%s: the file system does not support file locks; concurrent runs are not detected", path.parent)
+                    _warned_no_locks = True
+                break
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
+        try:  # deleted and re-created meanwhile? then this lock guards nothing: take the new file's
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    _HOLDS[key] = _Hold(fd, mode)
+    if holder is not None and mode == fcntl.LOCK_EX:
+        data = orjson.dumps(holder, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+    return True
+
+
+def _unflock(path: Path) -> None:
+    key = os.path.abspath(path)
+    hold = _HOLDS.get(key)
+    if hold is None:
+        return
+    hold.count -= 1
+    if hold.count == 0:
+        del _HOLDS[key]
+        if hold.mode == fcntl.LOCK_EX:  # nobody else holds it: no lock file left behind (a waiting process
+            try:  # that opened this file sees it gone once it gets the lock, and takes a new one)
+                os.unlink(path)
+            except OSError:
+                pass
+        os.close(hold.fd)  # the lock ends with the last descriptor of its open file
+
+
+def _read_holder(path: Path) -> dict[str, Any] | None:
+    try:
+        info = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _describe(info: dict[str, Any] | None) -> str:
+    if not info:
+        return "a grtool process that has not recorded itself yet"
+    command = " ".join(info.get("command") or [])
+    return f"pid {info.get('pid')} on host {info.get('host')}, started {info.get('started')}, command: {command}"
+
+
+def _live_tasks(directory: Path) -> list[dict[str, Any]]:
+    """Holders of the array-task locks of a directory that are held right now (by other processes)."""
+    live = []
+    for f in sorted(directory.glob("_run.task-*.lock")):
+        if os.path.abspath(f) in _HOLDS:
+            continue
+        try:
+            fd = os.open(f, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                live.append(_read_holder(f) or {})
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return live
+
+
+class RunLock:
+    """The right to write one directory, held by one run from its start to its end.
+
+    ``shards=(count, index)`` from ``--num-shards/--shard-index``; ``None`` or a count of 1 is a whole run.
+    A whole run holds ``_run.lock`` exclusively; an array task holds it shared plus its own
+    ``_run.task-I-of-N.lock`` exclusively. So tasks with distinct indices write together, while a second
+    whole run, a whole run during tasks, a task during a whole run and a duplicate task fail at once (exit 2)
+    naming the live run (host, pid, start, command). These are flock locks: they end with their process,
+    also when it is killed, so there is never a stale lock to remove. One process may take the same lock again
+    (a pipeline runs its stages in turn).
+    """
+
+    def __init__(self, directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None,
+                 lock_file: str | Path | None = None):
+        """``lock_file``: lock this file instead of ``directory/_run.lock`` (an output replaced whole, see
+        :func:`output_lock`); ``directory`` then only names the output in messages and is not created."""
+        self.dir = Path(directory)
+        self.count, self.index = shards if shards is not None else (1, 0)
+        self.command = command
+        self.lock_file = Path(lock_file) if lock_file is not None else None
+        if self.lock_file is not None and self.count > 1:
+            raise ValueError("array tasks lock a stage directory, not a lock file beside an output")
+        self._held: list[Path] = []
+
+    @property
+    def held(self) -> bool:
+        return bool(self._held)
+
+    def _holder(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": _now(),
+            "command": redact_argv(self.command if self.command is not None else current_command()),
+        }
+        if self.count > 1:
+            info.update(task=self.index, tasks=self.count)
+        return info
+
+    def acquire(self) -> "RunLock":
+        if self.held:
+            return self
+        if self.lock_file is None:
+            prepare_out_dir(self.dir)
+            run = self.dir / RUN_LOCK
+        else:
+            prepare_out_dir(self.lock_file.parent)
+            run = self.lock_file
+        holder = self._holder()
+        if self.count == 1:
+            if not _try_flock(run, fcntl.LOCK_EX, holder):
+                raise self._busy(run)
+            self._held.append(run)
+            return self
+        if not _try_flock(run, fcntl.LOCK_SH):
+            raise self._busy(run)
+        self._held.append(run)
+        task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
+        if not _try_flock(task, fcntl.LOCK_EX, holder):
+            self.release()
+            raise GrtoolError(
+                f"{self.dir}: array task {self.index} of {self.count} is already running here "
+                f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
+            )
+        self._held.append(task)
+        return self
+
+    def _busy(self, run: Path) -> GrtoolError:
+        tasks = _live_tasks(self.dir) if self.lock_file is None else []
+        if tasks:
+            who = "; ".join(f"array task {t.get('task')} of {t.get('tasks')}: {_describe(t)}" for t in tasks)
+        else:
+            who = f"another run: {_describe(_read_holder(run))}"
+        this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
+        return GrtoolError(
+            f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that "
+            "run ends (or stop it), then run again"
+        )
+
+    def release(self) -> None:
+        while self._held:
+            _unflock(self._held.pop())
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None) -> RunLock:
+    """``with run_lock(out):`` guards a run that writes more than stage directories (ingest's work directory)."""
+    return RunLock(directory, shards, command)
+
+def output_lock(out: str | Path, command: list[str] | None = None) -> RunLock:
+    """``with output_lock(out):`` the lock of an output that is replaced whole, taken beside it."""
+    return RunLock(out, command=command, lock_file=beside_lock(out))
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,274 @@
+"""Which paths a command may write, and what ``--overwrite`` may delete (DESIGN §8).
+
+Every command that writes an output calls :func:`claim` before it writes anything:
+
+- the output never equals, lies inside or contains one of the command's inputs (symlinks resolved);
+- with ``--overwrite``, an existing output must carry the record that grtool wrote *that kind of output*
+  there (a stage's ``_manifest.json`` of the same table, an index's ``index.json``, a checkpoint's
+  ``grtool.json``, an export's ``<file>.grtool.json``); a non-empty directory without one is refused;
+- one writer per output: the claim holds the output's lock (:mod:`grtool.store.locks`) until released;
+- :meth:`Claim.clear` deletes only the entries grtool writes there; unknown files beside them stay.
+
+All refusals are exit 2 and say what was found.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import InputError
+from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
+from grtool.store.locks import RunLock, output_lock
+from grtool.store.paths import check_name, is_within, printable, real
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """A kind of output: the record that proves grtool wrote it, and the entries grtool writes there."""
+
+    name: str
+    what: str  # for messages: "an index directory"
+    record: str  # the record file (for an export: the suffix of the record beside the file)
+    own: tuple[str, ...]  # fnmatch patterns of the entries grtool writes (the record included)
+    keep: tuple[str, ...] = ()  # grtool's entries that --overwrite keeps (a request cache, the run's own locks)
+    directory: bool = True
+
+
+STAGE = OutputKind(
+    "stage", "a stage directory", MANIFEST,
+    own=(MANIFEST, f"{MANIFEST}.*.tmp", "part-*.parquet", "part-*.parquet.*.tmp", SHARDS_DIR, REJECTS_DIR),
+    keep=(LLM_CACHE, LOCK, "_run.lock", "_run.task-*.lock"),
+)  # fmt: skip
+INDEX = OutputKind(
+    "index", "an index directory", "index.json",
+    own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*", "trie_*", "oracle_*"),
+)  # fmt: skip
+CHECKPOINT = OutputKind(
+    "checkpoint", "a checkpoint directory", "grtool.json",
+    own=("grtool.json", "grtool.json.*.tmp", "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+         "pytorch_model*.bin", "training_args.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+         "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
+         "checkpoint-*", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
+)  # fmt: skip
+EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
+
+
+def export_record(path: Path) -> Path:
+    return path.with_name(path.name + EXPORT.record)
+
+
+# -------------------------------------------------------------------------------- outputs vs inputs
+
+
+def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
+                               flag: str = "--out") -> None:
+    """Exit 2 when ``out`` equals, lies inside or contains an input.
+
+    ``inputs``: what the command reads (files, stage directories, a model directory). ``holders``: directories
+    an input is found in (a run directory holding stages, a directory of raw files): an output may lie inside
+    one (a run directory holds its stages; what a run writes there is never read as its input) but may not be
+    one or contain one. A stage directory or a file given as a holder is an input.
+    """
+    if str(out) == "-":
+        return
+    o = real(out)
+    strict = [(i, real(i)) for i in inputs if i is not None and str(i) not in ("", "-")]
+    loose = []
+    for h in holders:
+        if h is None or str(h) in ("", "-"):
+            continue
+        p = Path(h)
+        (strict if p.is_file() or (p / MANIFEST).is_file() else loose).append((h, real(h)))
+    for name, r in strict:
+        if o == r:
+            raise InputError(f"{flag} {printable(out)}: is the input {printable(name)}; write the output somewhere else")
+        if is_within(o, r):
+            raise InputError(f"{flag} {printable(out)}: lies inside the input {printable(name)}; write the output somewhere else")
+    for name, r in strict + loose:
+        if is_within(r, o):
+            what = "is" if o == r else "contains"
+            raise InputError(f"{flag} {printable(out)}: {what} the input {printable(name)}; write the output somewhere else")
+
+
+def input_stage(path: str | Path | None, table: str) -> Path | str | None:
+    """The stage directory a command will read for ``table`` (a run directory resolved), else the path as
+    given (its own reading reports what is wrong with it)."""
+    if path is None or str(path) == "-":
+        return None
+    from grtool.store.stage import resolve_stage
+
+    try:
+        return resolve_stage(path, table)
+    except InputError:
+        return path
+
+
+# ------------------------------------------------------------------------------ what an output holds
+
+
+def _listing(entries: list[Path], limit: int = 8) -> str:
+    names = [e.name + ("/" if e.is_dir() else "") for e in sorted(entries)]
+    shown = ", ".join(printable(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
+
+
+def found_entries(out: Path, kind: OutputKind) -> list[Path]:
+    """What a directory holds, without grtool's entries that survive --overwrite (caches, locks)."""
+    return [c for c in out.iterdir() if not _matches(c.name, kind.keep)]
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = None, export_kind: str | None = None,
+                      flag: str = "--out") -> None:
+    """Exit 2 unless ``out`` is absent, empty, or what grtool wrote as ``kind`` (of ``table``) — the record says so."""
+    p = Path(out)
+    if not p.exists() and not p.is_symlink():
+        return
+    if not kind.directory:
+        record = export_record(p)
+        if p.is_dir():
+            raise InputError(f"{flag} {printable(p)}: is a directory, not a file grtool exported; name a file")
+        meta = _read_record(record)
+        if meta is None:
+            raise InputError(
+                f"{flag} {printable(p)}: exists and there is no {printable(record.name)} saying grtool exported it; "
+                "grtool replaces only its own exports: remove the file yourself or choose another --out"
+            )
+        if export_kind is not None and meta.get("kind") not in (None, export_kind):
+            raise InputError(f"{flag} {printable(p)}: is a {meta.get('kind')} export, not {export_kind}; choose another --out")
+        return
+    if not p.is_dir():
+        raise InputError(f"{flag} {printable(p)}: names an existing file, not {kind.what}")
+    entries = found_entries(p, kind)
+    if not entries:
+        return
+    record = p / kind.record
+    if not record.is_file():
+        raise InputError(
+            f"{flag} {printable(p)}: --overwrite refused: it holds {_listing(entries)} and no {kind.record}, so grtool did not "
+            f"write {kind.what} there; remove what you do not need yourself or choose another --out"
+        )
+    if kind is STAGE and table is not None:
+        got = (_read_record(record) or {}).get("table")
+        if got != table:
+            raise InputError(
+                f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command "
+                f"writes {table!r}; choose another --out"
+            )
+
+
+def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
+    """``(grtool's entries, unknown entries)`` of an output directory; the kept ones (caches, locks) in neither."""
+    own: list[Path] = []
+    unknown: list[Path] = []
+    listed: set[str] = set()
+    if kind is INDEX:  # the files its record lists, whatever their names
+        listed = set(((_read_record(out / kind.record) or {}).get("files") or {}).keys())
+    for entry in found_entries(out, kind):
+        (own if entry.name in listed or _matches(entry.name, kind.own) else unknown).append(entry)
+    return sorted(own), sorted(unknown)
+
+
+def _delete(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _say_left(out: Path, unknown: list[Path]) -> None:
+    if unknown:
+        from grtool.log import log
+
+        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown),
+                    "y" if len(unknown) == 1 else "ies", _listing(unknown))
+
+
+# ------------------------------------------------------------------------------------------ the claim
+
+
+@dataclass
+class Claim:
+    """The right to write one output: checked, locked; :meth:`clear` and :meth:`install` replace grtool's entries."""
+
+    out: Path
+    kind: OutputKind
+    lock: RunLock
+    left: list[Path] = field(default_factory=list)
+
+    def clear(self) -> list[Path]:
+        """Delete the entries grtool writes in the output directory (the record first, so a half-deleted
+        output never looks whole); unknown entries stay (and are named in a warning). Returns those left."""
+        if not self.out.is_dir():
+            return []
+        own, self.left = own_entries(self.out, self.kind)
+        own.sort(key=lambda e: e.name != self.kind.record)
+        for entry in own:
+            _delete(entry)
+        _say_left(self.out, self.left)
+        return self.left
+
+    def install(self, tmp: Path) -> None:
+        """Put a complete output built in the directory ``tmp`` in place of ``out``: a rename when nothing of the
+        user's is there, else grtool's entries replaced one by one, the record last (readers see it complete)."""
+        if self.out.is_dir():
+            self.clear()
+            if not any(self.out.iterdir()):
+                self.out.rmdir()
+        if not self.out.exists():
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, self.out)
+            return
+        names = sorted(os.listdir(tmp), key=lambda n: n == self.kind.record)
+        for name in names:
+            os.replace(tmp / name, self.out / name)
+        tmp.rmdir()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
+          overwrite: bool = False, table: str | None = None, export_kind: str | None = None,
+          shards: tuple[int, int] | None = None, command: list[str] | None = None, flag: str = "--out") -> Claim:
+    """Check ``out`` against the inputs and (with ``overwrite``) against its record, then lock it.
+
+    Nothing is created before every check passed. Exports are always replaced, so their record is checked with
+    or without ``overwrite``. The caller deletes with :meth:`Claim.clear` or :meth:`Claim.install` once it is
+    ready to write, and releases the claim (``with claim(...):``) when done. A stage directory takes its run
+    lock inside (``shards`` for array tasks); other outputs lock a file beside them.
+    """
+    p = Path(out)
+    if str(p) == "":
+        raise InputError(f"{flag} is empty: name an output")
+    check_name(p)
+    refuse_output_among_inputs(p, inputs, holders, flag=flag)
+    if overwrite or not kind.directory:
+        check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)
+    lock = RunLock(p, shards, command) if kind is STAGE else output_lock(p, command)
+    lock.acquire()
+    return Claim(p, kind, lock)

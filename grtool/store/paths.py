@@ -1,0 +1,48 @@
+"""Output paths: names that can be written and recorded, and where one path lies relative to another."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grtool.errors import InputError
+
+
+def printable(path: str | Path) -> str:
+    """A path for messages, whatever bytes its name holds (non-UTF-8 bytes shown as ``\\xff``)."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def check_name(path: str | Path) -> None:
+    """Refuse a path whose name is not valid UTF-8: manifests, rejects and Parquet record names as UTF-8."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{printable(path)}: the file name is not valid UTF-8; rename it") from None
+
+
+def prepare_out_dir(path: str | Path) -> Path:
+    """Create an output directory (and its parents), or say in one line why it cannot be one."""
+    if str(path) == "":
+        raise InputError("--out is empty: name an output directory ('-' writes JSON Lines to stdout)")
+    p = Path(path)
+    check_name(p)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{p}: --out names an existing file, not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise InputError(f"{p}: cannot create the output directory: {printable(e.filename)} is a file, not a directory") from None
+    except OSError as e:
+        raise InputError(f"{p}: cannot create the output directory ({e.strerror})") from None
+    return p
+
+
+def real(path: str | Path) -> Path:
+    """The absolute path with every symlink resolved (also of a path that does not exist yet)."""
+    return Path(os.path.realpath(path))
+
+
+def is_within(path: Path, other: Path) -> bool:
+    """``path`` equals ``other`` or lies below it (both resolved)."""
+    return path == other or other in path.parents
