@@ -29,6 +29,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
+from grtool.store.outputs import INDEX, Claim, claim, input_stage
 from grtool.store.stage import dumps, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
@@ -165,13 +166,16 @@ def write_index(
     command: list[str] | None = None,
     seq_flipped: list[bool] | None = None,
     flip_counts: dict[str, int] | None = None,
+    claimed: Claim | None = None,
 ) -> dict[str, Any]:
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
-    flips): per sequence whether it is a flipped orientation; ``flip_counts`` go to ``sizes``."""
+    flips): per sequence whether it is a flipped orientation; ``flip_counts`` go to ``sizes``. ``claimed``:
+    the output as :func:`claim_index` checked and locked it (else it is claimed here)."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if out.exists() and not overwrite:
-        raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
+    own_claim = claimed is None
+    if claimed is None:
+        claimed = claim_index(out, overwrite=overwrite)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -236,14 +240,22 @@ def write_index(
             "files": files,
         }
         (tmp / META).write_bytes(dumps(meta))
-        if out.exists():
-            shutil.rmtree(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
+        claimed.install(tmp)  # replaces only what an index build writes; a user's files beside it stay
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if own_claim:
+            claimed.release()
     return meta
+
+
+def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
+    """Check ``--out`` before anything is read or written (never an input; --overwrite replaces only an index)
+    and lock it for this build: a second build into the same directory is refused, naming this one."""
+    if out.exists() and not overwrite:
+        raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
+    return claim(out, INDEX, inputs=inputs, holders=holders, overwrite=overwrite)
 
 
 def build_index(
@@ -265,7 +277,17 @@ def build_index(
         raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
     if flips and source != "docids":
         raise GrtoolError("--flips indexes the tail-first spelling of docids: it needs --source docids, not --source documents")
+    if kind not in KINDS:
+        raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     tok = load_tokenizer(tokenizer)
+    table = "triples" if source == "docids" else "documents"
+    with claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed:
+        return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
+                      overwrite=overwrite, flips=flips, memory_limit=memory_limit)
+
+
+def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenizer, *, tokenizer: str, kind: str, source: str,
+           sample_rate: int | None, overwrite: bool, flips: bool, memory_limit: str | int | None) -> dict[str, Any]:
     log.info("reading %s", source)
     read = read_docids(input_path, flips=flips) if source == "docids" else None
     if read is not None:
@@ -286,7 +308,7 @@ def build_index(
         inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
         if str(input_path) != "-"
         else [{"path": "-", "kind": "stdin"}],
-        params=params, overwrite=overwrite,
+        params=params, overwrite=overwrite, claimed=claimed,
         seq_flipped=read.flipped if read is not None and flips else None,
         flip_counts={"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if read is not None and flips else None,
     )  # fmt: skip
