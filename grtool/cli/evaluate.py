@@ -88,6 +88,12 @@ def compare_cmd(
     """
     from grtool.evaluation.compare import load_runs, markdown, plot as plot_runs, table
 
+    from grtool.store.outputs import refuse_output_among_inputs
+
+    given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]
+    for flag, target in (("--out", out), ("--plot", plot)):
+        if target is not None:
+            refuse_output_among_inputs(target, inputs=given, flag=flag)
     runs = load_runs(reports)
     if as_json:
         typer.echo(orjson.dumps(table(runs)).decode())

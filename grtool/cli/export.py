@@ -153,15 +153,16 @@ def gmr_cmd(
     """
     from grtool.export.formats import open_rows
     from grtool.export.gmr import GmrResult, iter_gmr
-    from grtool.export.provenance import input_fingerprint, write_sidecar
+    from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
 
     result = GmrResult()
-    with open_rows(out, json_array=False) as writer:
-        for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions):
-            writer.write(pair)
-    if str(out) != "-":
-        inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
-        write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs)
+    with claim_export([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")]):
+        with open_rows(out, json_array=False) as writer:
+            for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions):
+                writer.write(pair)
+        if str(out) != "-":
+            inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
+            write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs)
     stage_summary.print(
         f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
         f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"

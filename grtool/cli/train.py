@@ -64,7 +64,8 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         options["deepspeed"] = str(options["deepspeed"])
     cfg = resolve(kind, options, config_file=config, preset=preset.value if preset else None)
     yaml_out = fmt == OutFormat.llamafactory_yaml
-    p = plan(kind, data, model, out, cfg, resume=resume, overwrite=overwrite, check_out=not (dry_run or yaml_out), check_template=not yaml_out)
+    p = plan(kind, data, model, out, cfg, resume=resume, overwrite=overwrite, check_out=not (dry_run or yaml_out), check_template=not yaml_out,
+             writes_checkpoint=not yaml_out)
     report = p.report()
     if dry_run:
         if as_json:

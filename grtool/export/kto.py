@@ -21,7 +21,7 @@ from typing import Any
 from grtool.errors import GrtoolError
 from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
 from grtool.export.readers import DocidIndex, QuestionIndex
-from grtool.export.provenance import input_fingerprint, write_sidecar
+from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
 from grtool.evaluation.recall import Score, Skipped, iter_scores
 from grtool.store.io import is_stdio
 
@@ -106,30 +106,31 @@ def export_kto(
         raise GrtoolError(f"--format must be one of {', '.join(KTO_FORMATS)}, got {fmt!r}")
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
-    questions = QuestionIndex.build(corpus)
-    index = DocidIndex.build(triples)
-    result = KtoResult(desirable_rule=desirable, tau=tau)
-    with open_rows(out, json_array=fmt == "llamafactory") as writer:
-        for score in iter_scores(responses, questions, index, result.skipped):
-            label = kto_label(score, tau, desirable)
-            counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
-            if label is None:
-                result.dropped += 1
-                counts["dropped"] += 1
-                continue
-            prompt = instruction(score.question.question, markers)
-            writer.write(kto_row(fmt, prompt, score.response.text, label, system))
-            key = "desirable" if label else "undesirable"
-            setattr(result, key, getattr(result, key) + 1)
-            counts[key] += 1
-    if not is_stdio(out):
-        result.file = str(out)
-        if fmt == "llamafactory":
-            stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
-            result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
-        inputs = [input_fingerprint(responses), input_fingerprint(corpus, "questions"), input_fingerprint(triples, "triples")]
-        write_sidecar(
-            out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
-            inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
-        )  # fmt: skip
+    with claim_export([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")]):
+        questions = QuestionIndex.build(corpus)
+        index = DocidIndex.build(triples)
+        result = KtoResult(desirable_rule=desirable, tau=tau)
+        with open_rows(out, json_array=fmt == "llamafactory") as writer:
+            for score in iter_scores(responses, questions, index, result.skipped):
+                label = kto_label(score, tau, desirable)
+                counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
+                if label is None:
+                    result.dropped += 1
+                    counts["dropped"] += 1
+                    continue
+                prompt = instruction(score.question.question, markers)
+                writer.write(kto_row(fmt, prompt, score.response.text, label, system))
+                key = "desirable" if label else "undesirable"
+                setattr(result, key, getattr(result, key) + 1)
+                counts[key] += 1
+        if not is_stdio(out):
+            result.file = str(out)
+            if fmt == "llamafactory":
+                stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
+                result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
+            inputs = [input_fingerprint(responses), input_fingerprint(corpus, "questions"), input_fingerprint(triples, "triples")]
+            write_sidecar(
+                out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
+                inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
+            )  # fmt: skip
     return result

@@ -16,6 +16,7 @@ Nothing is written for ``--out -``.
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from grtool import __version__
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.io import is_stdio
+from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
 
 SIDECAR_SUFFIX = ".grtool.json"
@@ -92,3 +94,23 @@ def read_sidecar(path: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != SIDECAR_FORMAT:
         raise ValueError(f"not a grtool export record (format {meta.get('format') if isinstance(meta, dict) else None!r}, expected {SIDECAR_FORMAT})")
     return meta
+
+
+def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str | Path | None, str | None]]) -> ExitStack:
+    """Check and lock the files an export writes, before anything is read or written (``-``: nothing to claim).
+
+    ``inputs``: ``(path, table)`` pairs as the export reads them (a run directory resolves to its ``table``
+    stage). A file is never one of the inputs nor inside one (an input shard overwritten); an existing file is
+    replaced only when its ``<file>.grtool.json`` says grtool exported it; one writer per file.
+    """
+    stages = [input_stage(path, table) if table else path for path, table in inputs]
+    given = [path for path, _ in inputs]
+    stack = ExitStack()
+    try:
+        for f in files:
+            if not is_stdio(f):
+                stack.enter_context(claim(f, EXPORT, inputs=stages, holders=given, export_kind=kind))
+    except BaseException:
+        stack.close()
+        raise
+    return stack

@@ -19,7 +19,7 @@ import orjson
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
 from grtool.export.readers import QuestionIndex
-from grtool.export.provenance import input_fingerprint, write_sidecar
+from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.io import InputTable, is_stdio
 
@@ -85,47 +85,49 @@ def dev_path(out: Path) -> Path:
 
 def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions) -> SftResult:
     opts.check(out)
-    questions = QuestionIndex.build(corpus)
-    chains = InputTable.open(filtered, "chains")
-    result = SftResult()
-    spill_dir = None if is_stdio(out) else Path(out).parent
-    if spill_dir is not None:
-        spill_dir.mkdir(parents=True, exist_ok=True)
-    with KeyedSpill(spill_dir) as spill:
-        for row in chains.iter_rows(columns=["qid", "candidate", "text", "selected"]):
-            result.rows_in += 1
-            if not opts.all_candidates and not row.get("selected"):
-                result.not_selected += 1
-                continue
-            question = questions.get(row["qid"])
-            if question is None:
-                result.unknown_qid += 1
-                if len(result.unknown_examples) < 5:
-                    result.unknown_examples.append(str(row["qid"]))
-                continue
-            if not (row.get("text") or "").strip():
-                result.empty_chain += 1
-                continue
-            counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
-            counts.chains += 1
-            example = sft_row(opts.fmt, instruction(question.question, opts.markers), with_markers(row["text"], opts.markers), opts.system)
-            split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
-            spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
-        _write_splits(spill, out, opts, result)
-    if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
-        entries = {}
-        for split, path in result.files.items():
-            name = Path(path).stem
-            entries[name] = dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system))
-        result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
-    if not is_stdio(out):
-        inputs = [input_fingerprint(filtered, "chains"), input_fingerprint(corpus, "questions")]
-        for split, path in result.files.items():
-            write_sidecar(
-                path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
-                json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
-                dataset_info_entry=Path(path).stem if result.dataset_info else None,
-            )  # fmt: skip
+    files = [out, dev_path(Path(out))] if opts.dev_share > 0 and not is_stdio(out) else [out]
+    with claim_export(files, "sft", inputs=[(filtered, "chains"), (corpus, "questions")]):
+        questions = QuestionIndex.build(corpus)
+        chains = InputTable.open(filtered, "chains")
+        result = SftResult()
+        spill_dir = None if is_stdio(out) else Path(out).parent
+        if spill_dir is not None:
+            spill_dir.mkdir(parents=True, exist_ok=True)
+        with KeyedSpill(spill_dir) as spill:
+            for row in chains.iter_rows(columns=["qid", "candidate", "text", "selected"]):
+                result.rows_in += 1
+                if not opts.all_candidates and not row.get("selected"):
+                    result.not_selected += 1
+                    continue
+                question = questions.get(row["qid"])
+                if question is None:
+                    result.unknown_qid += 1
+                    if len(result.unknown_examples) < 5:
+                        result.unknown_examples.append(str(row["qid"]))
+                    continue
+                if not (row.get("text") or "").strip():
+                    result.empty_chain += 1
+                    continue
+                counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
+                counts.chains += 1
+                example = sft_row(opts.fmt, instruction(question.question, opts.markers), with_markers(row["text"], opts.markers), opts.system)
+                split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
+                spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
+            _write_splits(spill, out, opts, result)
+        if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
+            entries = {}
+            for split, path in result.files.items():
+                name = Path(path).stem
+                entries[name] = dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system))
+            result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
+        if not is_stdio(out):
+            inputs = [input_fingerprint(filtered, "chains"), input_fingerprint(corpus, "questions")]
+            for split, path in result.files.items():
+                write_sidecar(
+                    path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
+                    json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
+                    dataset_info_entry=Path(path).stem if result.dataset_info else None,
+                )  # fmt: skip
     return result
 
 

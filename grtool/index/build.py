@@ -29,7 +29,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
-from grtool.store.outputs import INDEX, Claim, claim, input_stage
+from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
 from grtool.store.stage import dumps, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
@@ -253,6 +253,7 @@ def write_index(
 def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
     """Check ``--out`` before anything is read or written (never an input; --overwrite replaces only an index)
     and lock it for this build: a second build into the same directory is refused, naming this one."""
+    refuse_output_among_inputs(out, inputs, holders)
     if out.exists() and not overwrite:
         raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
     return claim(out, INDEX, inputs=inputs, holders=holders, overwrite=overwrite)

@@ -73,6 +73,22 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
         )
 
 
+def _check_out(request: RetrieveRequest, llm) -> None:
+    """--out before the model loads: never the index, the model, the adapter or a stage it reads; --overwrite
+    only of a responses stage (the stage writer checks it again under its lock)."""
+    if is_stdio(request.out):
+        return
+    from grtool.store.outputs import STAGE, check_replaceable, input_stage, refuse_output_among_inputs
+
+    model = llm.model if llm.model and Path(llm.model).exists() else None
+    refuse_output_among_inputs(
+        request.out, inputs=[request.index, model, request.adapter, input_stage(request.corpus, "questions"), input_stage(request.triples, "triples")],
+        holders=[request.corpus, request.triples],
+    )
+    if request.overwrite:
+        check_replaceable(request.out, STAGE, table="responses")
+
+
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.export.readers import DocidIndex
@@ -86,6 +102,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
         raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
+    _check_out(request, llm)
     index = Index.open(request.index)
     wanted = "documents" if request.mode == "gmr" else "docids"
     if index.source != wanted:

@@ -74,7 +74,7 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
     ``inputs``: what the command reads (files, stage directories, a model directory). ``holders``: directories
     an input is found in (a run directory holding stages, a directory of raw files): an output may lie inside
     one (a run directory holds its stages; what a run writes there is never read as its input) but may not be
-    one or contain one. A stage directory or a file given as a holder is an input.
+    one or contain one. A file, a stage, an index or a model directory given as a holder is an input.
     """
     if str(out) == "-":
         return
@@ -84,8 +84,7 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
     for h in holders:
         if h is None or str(h) in ("", "-"):
             continue
-        p = Path(h)
-        (strict if p.is_file() or (p / MANIFEST).is_file() else loose).append((h, real(h)))
+        (strict if _is_artefact(Path(h)) else loose).append((h, real(h)))
     for name, r in strict:
         if o == r:
             raise InputError(f"{flag} {printable(out)}: is the input {printable(name)}; write the output somewhere else")
@@ -95,6 +94,11 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
         if is_within(r, o):
             what = "is" if o == r else "contains"
             raise InputError(f"{flag} {printable(out)}: {what} the input {printable(name)}; write the output somewhere else")
+
+
+def _is_artefact(p: Path) -> bool:
+    """A file, or a directory that is one thing read whole: a stage, an index, a checkpoint or model."""
+    return p.is_file() or any((p / record).is_file() for record in (MANIFEST, INDEX.record, CHECKPOINT.record, "config.json"))
 
 
 def input_stage(path: str | Path | None, table: str) -> Path | str | None:

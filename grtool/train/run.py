@@ -9,6 +9,7 @@ in ``out/adapter`` beside the merged weights, so ``--model out`` is always a com
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -66,8 +67,9 @@ class Plan:
         return out
 
 
-def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True, check_template: bool = True) -> Plan:
-    """Everything checked, nothing written."""
+def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True, check_template: bool = True,
+         writes_checkpoint: bool = True) -> Plan:
+    """Everything checked, nothing written. ``writes_checkpoint=False``: ``out`` is a LLaMA-Factory YAML file."""
     from grtool.train.model import resolve
 
     if kind == "sft":
@@ -94,9 +96,27 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         dw, uw = balancing_weights(counts.get(True, 0), counts.get(False, 0))
         result.weights = (cfg.desirable_weight if cfg.desirable_weight is not None else round(dw, 6),
                           cfg.undesirable_weight if cfg.undesirable_weight is not None else round(uw, 6))  # fmt: skip
+    if str(out) != "-":  # also for --dry-run: what the real run would refuse
+        _check_paths(result, replace=writes_checkpoint and overwrite and not resume)
     if check_out and _is_main():  # other ranks would see the directory rank 0 is already filling
         _check_out(result)
     return result
+
+
+def _inputs(p: Plan) -> tuple[list[Any], list[Any]]:
+    """``(inputs, directories inputs are found in)`` of a training run, for the rule that --out is none of them."""
+    model = p.model.path if Path(p.model.path).exists() else None
+    return [model, p.cfg.deepspeed, p.cfg.chat_template], [p.data.source, p.cfg.corpus, p.cfg.triples]
+
+
+def _check_paths(p: Plan, *, replace: bool) -> None:
+    """--out is not an input (the base model, the data, ...); --overwrite replaces only a grtool checkpoint."""
+    from grtool.store.outputs import CHECKPOINT, check_replaceable, refuse_output_among_inputs
+
+    inputs, holders = _inputs(p)
+    refuse_output_among_inputs(p.out, inputs, holders)
+    if replace:
+        check_replaceable(p.out, CHECKPOINT)
 
 
 def _check_out(p: Plan) -> None:
@@ -216,12 +236,29 @@ def build_trainer(p: Plan, callbacks: list | None = None):
 
 def train(p: Plan) -> dict[str, Any]:
     """Train and save; returns the provenance record written to ``out/grtool.json``."""
+    with claim_checkpoint(p):
+        return _train(p)
+
+
+def claim_checkpoint(p: Plan) -> Any:
+    """Lock ``out`` for this run (a second run into it is refused, naming this one) and, with --overwrite, delete
+    only what a training run writes there (the main process; the others write into what it prepared)."""
+    if not _is_main():
+        return contextlib.nullcontext()
+    from grtool.store.outputs import CHECKPOINT, claim
+
+    inputs, holders = _inputs(p)
+    claimed = claim(p.out, CHECKPOINT, inputs=inputs, holders=holders, overwrite=p.overwrite and not p.resume)
+    if p.overwrite and not p.resume:
+        claimed.clear()
+    return claimed
+
+
+def _train(p: Plan) -> dict[str, Any]:
     from transformers.trainer_utils import get_last_checkpoint
 
     from grtool.train.progress import TrainProgress
 
-    if p.overwrite and not p.resume and p.out.exists() and _is_main():
-        shutil.rmtree(p.out)
     resume_from = None
     if p.resume and p.out.is_dir():
         resume_from = get_last_checkpoint(str(p.out))
