@@ -1,0 +1,247 @@
+"""Issue 25, items 1, 2 and 4: what --overwrite may delete, outputs that are inputs, one writer per output.
+
+Real CLI runs in subprocesses on a real ingest of the shared samples (the `samples` fixture of test_export:
+documents, questions and a triples stage), a filtered-chains stage and a base-model directory with the
+embedded model's tokenizer. Every refusal is exit 2 and leaves every file as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from grtool.store.locks import beside_lock, output_lock
+from grtool.store.schemas import TRIPLES
+from grtool.store.stage import StageSpec, StageWriter
+from tests.test_export import samples, write_chains  # noqa: F401  (fixture: the real samples ingested once)
+from tests.test_train import write_sft
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file below ``root`` (or ``root`` itself) with its sha256: equal snapshots = nothing touched."""
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(f.relative_to(root.parent)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def run(samples, tmp_path_factory) -> dict:  # noqa: F811
+    """A copy of the sample run directory (documents/, questions/, triples/, a user's notes.txt), a filtered
+    chains stage, a base model directory and SFT data, shared by the tests (the refused runs change nothing)."""
+    base = tmp_path_factory.mktemp("overwrite")
+    root = base / "RUN"
+    shutil.copytree(samples["root"], root)
+    (root / "notes.txt").write_text("my notes about this run\n")
+    write_chains(samples, base / "filtered")
+    from grtool.llm.models import resolve_model
+
+    model = base / "base-model"
+    model.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json", "chat_template.jinja"):
+        shutil.copy(Path(resolve_model(None).path) / name, model / name)
+    return {"root": root, "filtered": base / "filtered", "model": model, "sft": write_sft(base / "thinkgr_sft.json", n=4)}
+
+
+def index_build(run: dict, out: Path, *extra) -> tuple:
+    return ("index", "build", run["root"] / "triples", "--tokenizer", "llama3", "--kind", "numpy", "--out", out, *extra)
+
+
+def filters_apply(run: dict, out: Path, *extra) -> tuple:
+    return ("filters", "apply", run["filtered"], "--corpus", run["root"], "--triples", run["root"], "--out", out, *extra)
+
+
+def train_sft(run: dict, out: Path, *extra) -> tuple:
+    return ("train", "sft", run["sft"], "--model", run["model"], "--out", out, "--max-steps", "1", "--cutoff-len", "64", "--per-device-batch-size", "2", *extra)
+
+
+def export_gmr(run: dict, out: Path, *extra) -> tuple:
+    return ("export", "gmr", run["root"], "--out", out, *extra)
+
+
+def export_sft(run: dict, out: Path, *extra) -> tuple:
+    return ("export", "sft", run["filtered"], "--corpus", run["root"], "--out", out, *extra)
+
+
+def refused(args: tuple, *watched: Path) -> str:
+    """Run ``args``: exit 2, one `error:` line, every watched file unchanged. Returns stderr on one line."""
+    before = [snapshot(w) for w in watched]
+    proc = run_cli(*args, check=2)
+    assert [snapshot(w) for w in watched] == before
+    err = one_line(proc.stderr)
+    assert "error:" in err and "Traceback" not in err
+    return err
+
+
+# ------------------------------------------------------------------ 1: --overwrite deletes only its own
+
+
+def test_the_issue_index_build_over_the_run_directory_deletes_nothing(run):
+    """`index build RUN/documents --source documents --out RUN --overwrite` deleted RUN with its stages and notes."""
+    root = run["root"]
+    args = ("index", "build", root / "documents", "--source", "documents", "--tokenizer", "llama3", "--out", root, "--overwrite")
+    err = refused(args, root)
+    assert f"--out {root}: contains the input {root / 'documents'}" in err
+
+
+UNKNOWN = {  # command, what its refusal says is missing
+    "index build": (index_build, "no index.json"),
+    "filters apply": (filters_apply, "no _manifest.json"),
+    "train sft": (train_sft, "no grtool.json"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(UNKNOWN))
+def test_overwrite_of_an_unknown_non_empty_directory_is_refused(run, tmp_path, command):
+    make, missing = UNKNOWN[command]
+    mine = tmp_path / "mine"
+    (mine / "photos").mkdir(parents=True)
+    (mine / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 a cat")
+    (mine / "thesis.tex").write_text("\\chapter{One}\n")
+    err = refused(make(run, mine, "--overwrite"), mine)
+    assert "--overwrite refused" in err and f"holds photos/, thesis.tex and {missing}" in err
+
+
+@pytest.mark.parametrize("command", ["index build", "filters apply"])
+def test_overwrite_of_a_stage_of_another_table_is_refused(run, tmp_path, command):
+    """A triples stage given as the output of a chains command (or of an index build)."""
+    other = tmp_path / "triples-copy"
+    shutil.copytree(run["root"] / "triples", other)
+    make, _ = UNKNOWN[command]
+    err = refused(make(run, other, "--overwrite"), other)
+    if command == "filters apply":
+        assert "a stage directory of table 'triples', and this command writes 'chains'" in err
+    else:
+        assert "--overwrite refused" in err and "_manifest.json" in err
+
+
+def test_train_out_naming_the_base_model_is_refused(run):
+    model = run["model"]
+    for extra in (("--overwrite",), ("--dry-run",)):
+        err = refused(train_sft(run, model, *extra), model)
+        assert f"--out {model}: is the input {model}" in err
+
+
+@pytest.mark.parametrize("command", ["index build", "filters apply"])
+def test_overwrite_keeps_an_unknown_file_beside_the_outputs_own_files(run, tmp_path, command):
+    make, _ = UNKNOWN[command]
+    out = tmp_path / "out"
+    run_cli(*make(run, out))
+    (out / "notes.txt").write_text("keep me\n")
+    (out / "part-notes").mkdir()  # a name close to grtool's own, still not one it writes
+    proc = run_cli(*make(run, out, "--overwrite"))
+    assert (out / "notes.txt").read_text() == "keep me\n" and (out / "part-notes").is_dir()
+    assert "--overwrite left 2 entries grtool did not write: notes.txt, part-notes/" in one_line(proc.stderr)
+    run_cli("validate", out) if command == "filters apply" else run_cli("index", "stats", out)
+
+
+def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_path):
+    out = tmp_path / "idx"
+    run_cli(*index_build(run, out))
+    (out / "notes.txt").write_text("keep me\n")
+    first = (out / "index.json").read_bytes()
+    run_cli(*index_build(run, out, "--overwrite"))
+    assert (out / "index.json").read_bytes() != first and (out / "notes.txt").is_file()
+    assert not list(tmp_path.glob(".idx*")), "no build directory or lock file left beside the index"
+
+
+# --------------------------------------------------------------------------- 2: an output is an input
+
+
+INPUT_AS_OUTPUT = {  # name -> (args, the input it hits, what the message says)
+    "export gmr onto a questions shard": (lambda r: export_gmr(r, r["root"] / "questions" / "part-00000.parquet"), "lies inside the input"),
+    "export sft onto a chains shard": (lambda r: export_sft(r, r["filtered"] / "part-00000.parquet"), "lies inside the input"),
+    "filters apply into its chains": (lambda r: filters_apply(r, r["filtered"]), "is the input"),
+    "filters apply over the run": (lambda r: filters_apply(r, r["root"].parent, "--overwrite"), "contains the input"),
+    "filters --report onto a shard": (lambda r: filters_apply(r, r["root"].parent / "f2", "--report", r["filtered"] / "part-00000.parquet"), "lies inside the input"),
+    "index build inside its triples": (lambda r: index_build(r, r["root"] / "triples" / "idx"), "lies inside the input"),
+    "train onto its data": (lambda r: train_sft(r, r["sft"], "--format", "llamafactory-yaml"), "is the input"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INPUT_AS_OUTPUT))
+def test_an_output_that_is_an_input_or_holds_one_is_refused(run, case):
+    make, says = INPUT_AS_OUTPUT[case]
+    args = make(run)
+    err = refused(args, run["root"], run["filtered"], run["sft"])
+    assert says in err
+    assert not (run["root"].parent / "f2").exists()  # refused before anything was created
+
+
+def test_an_output_reached_through_a_symlink_is_still_the_input(run, tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(run["root"] / "questions")
+    err = refused(export_gmr(run, link / "part-00000.parquet"), run["root"])
+    assert "lies inside the input" in err
+
+
+def test_export_replaces_only_its_own_exports(run, tmp_path):
+    out = tmp_path / "pairs.jsonl"
+    out.write_text("my own file\n")
+    err = refused(export_gmr(run, out), out)
+    assert "pairs.jsonl.grtool.json" in err
+    out.unlink()
+    run_cli(*export_gmr(run, out))
+    run_cli(*export_gmr(run, out))  # its own export: replaced
+    assert "is a gmr export, not sft" in refused(export_sft(run, out), out)
+
+
+# ------------------------------------------------------------------------------ 4: one writer per output
+
+
+def test_two_index_builds_into_one_out_the_second_is_refused_naming_the_first(tmp_path):
+    """The first build (a generated stage of 100k triples: several seconds) holds the lock beside --out."""
+    n = 100_000
+    rows = [{"doc_id": f"d{i // 4:06d}", "idx": i % 4, "head": f"Person {i}", "relation": "place of birth", "tail": f"City {i % 977}",
+             "docid": f"<docid_start>Person {i}, place of birth, City {i % 977}<docid_end>"} for i in range(n)]  # fmt: skip
+    stage = StageWriter(tmp_path / "triples", StageSpec("triples", TRIPLES), num_parts=1)
+    with stage.shard(0) as shard:
+        shard.count_in(n)
+        shard.write_rows(rows)
+    stage.finish()
+    out = tmp_path / "idx"
+    args = ["index", "build", str(tmp_path / "triples"), "--tokenizer", "llama3", "--out", str(out)]
+    first = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (beside_lock(out).is_file() and beside_lock(out).stat().st_size):  # the holder is written in
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        second = run_cli(*args, "--overwrite", check=2)
+        assert first.poll() is None, "the first build must still be running"
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    err = one_line(second.stderr)
+    assert f"pid {first.pid} on host" in err and "index build" in err and "wait until that run ends" in err
+    assert not out.exists()
+
+
+LOCKED = {
+    "export gmr": lambda run, tmp: (export_gmr(run, tmp / "pairs.jsonl"), tmp / "pairs.jsonl"),
+    "export sft": lambda run, tmp: (export_sft(run, tmp / "sft.json"), tmp / "sft.json"),
+    "train sft": lambda run, tmp: (train_sft(run, tmp / "ckpt"), tmp / "ckpt"),
+    "index build": lambda run, tmp: (index_build(run, tmp / "idx"), tmp / "idx"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(LOCKED))
+def test_a_second_writer_of_an_export_checkpoint_or_index_is_refused(run, tmp_path, command):
+    """This test process holds the output's lock (as a running grtool would); the command exits 2 naming it."""
+    args, out = LOCKED[command](run, tmp_path)
+    with output_lock(out, command=["grtool", "pretend", "run"]):
+        err = refused(args, tmp_path)
+    import os
+
+    assert f"pid {os.getpid()} on host" in err and "grtool pretend run" in err
+    assert not out.exists() and not beside_lock(out).exists()
