@@ -29,7 +29,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
-from grtool.store.stage import dumps, fingerprint, resolve_stage, sha256_file
+from grtool.store.stage import dumps, file_hash, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
 TOKENIZE_BATCH = 50_000
@@ -201,7 +201,8 @@ def write_index(
             pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
         kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}))
         seconds = time.perf_counter() - started
-        files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
+        # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
+        files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
         search_bytes = sum(v["bytes"] for k, v in files.items() if k.startswith(("fm_", "trie_", "oracle_")))
         tokens = int(flat.size)
         meta = {

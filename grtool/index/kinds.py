@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from grtool.errors import GrtoolError, InputError
-from grtool.index.base import Index, load_array
+from grtool.index.base import META, REBUILD, Index, damaged, load_array
 
 DEFAULT_SAMPLE_RATE = 32
 
@@ -40,6 +40,11 @@ def _native():
 WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
 WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
+FM_DTYPES = {
+    "levels": np.uint64, "levels_idx": np.uint64, "level_sizes": np.uint64, "zeros": np.uint64, "offsets": np.int64, "marks": np.uint64,
+    "marks_idx": np.uint64, "samples": np.uint32, "seps": np.uint32, "tok2sym": np.int32, "sym2tok": np.uint32, "codes": np.uint32,
+    "code_lens": np.uint8, "tree": np.int32, "cache_ranges": np.uint64, "cache_offsets": np.uint64, "cache_ids": np.uint32, "cache_counts": np.uint64,
+}  # fmt: skip  # what each file holds: the native code reads them in place
 
 
 def _read_only_map(arr: np.ndarray) -> bool:
@@ -198,11 +203,21 @@ class FMIndex(Index):
     def load(cls, path: Path, meta: dict[str, Any]) -> "FMIndex":
         if not (path / "fm_tree.npy").is_file():
             raise InputError(f"{path}: an FM-index from an older grtool (before its Huffman-shaped levels); rebuild it with `grtool index build`")
-        arrays = {name: load_array(path / f"fm_{name}.npy") for name in cls.FILES}
+        names = [*cls.FILES, *(name for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file())]
         # persisted wide ranges (indexes built before them have none: answers are computed on first visit)
-        arrays.update({name: load_array(path / f"fm_{name}.npy") for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file()})
-        p = meta["params"]
-        native = cls._native_index(arrays, int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"]))
+        arrays = {name: load_array(path / f"fm_{name}.npy", dtype=FM_DTYPES[name], ndim=2 if name in ("tree", "cache_ranges") else 1) for name in names}
+        try:
+            p = meta["params"]
+            n, levels, sample_rate, dollar_row = int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"])
+        except (KeyError, TypeError, ValueError):
+            raise damaged(path, META, "no FM-index parameters (n, levels, sample_rate, dollar_row)") from None
+        try:
+            # the native constructor checks the arrays' shapes and the values it follows (the code tree, symbols,
+            # persisted offsets); every query checks each offset it reads against its array (a DamagedIndex)
+            native = cls._native_index(arrays, n, levels, sample_rate, dollar_row)
+            native.set_label(str(path))
+        except (ValueError, TypeError) as e:
+            raise InputError(f"index {path}: {e} (damaged); {REBUILD}") from None
         return cls(path, meta, native)
 
     @classmethod
@@ -323,7 +338,7 @@ class TrieIndex(Index):
         nxt, keys = marisa_trie.BytesTrie(), marisa_trie.Trie()
         nxt.mmap(str(path / "trie_next.marisa"))
         keys.mmap(str(path / "trie_keys.marisa"))
-        return cls(path, meta, nxt, keys, load_array(path / "trie_key_offsets.npy"), load_array(path / "trie_key_seqs.npy"))
+        return cls(path, meta, nxt, keys, load_array(path / "trie_key_offsets.npy", dtype=np.int64), load_array(path / "trie_key_seqs.npy", dtype=np.uint32))
 
     @classmethod
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, workdir: Path) -> "TrieIndex":
@@ -404,7 +419,7 @@ class NumpyIndex(Index):
 
     @classmethod
     def load(cls, path: Path, meta: dict[str, Any]) -> "NumpyIndex":
-        return cls(path, meta, load_array(path / "oracle_text.npy", mmap=False), load_array(path / "oracle_seps.npy"))
+        return cls(path, meta, load_array(path / "oracle_text.npy", mmap=False, dtype=np.int32), load_array(path / "oracle_seps.npy", dtype=np.int64))
 
     @classmethod
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray) -> "NumpyIndex":
