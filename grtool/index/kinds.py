@@ -6,7 +6,11 @@ concatenated, lengths = tokens per sequence) and ``load(dir, meta)``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +106,62 @@ def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | i
     return int(min(fit, max(default, n // 4)))
 
 
+SCRATCH_PREFIX = ".fm-build-"  # + the building process's pid + "-": a later build removes those of dead processes
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_scratch(where: Path) -> None:
+    """Scratch directories of FM builds whose process is gone (killed: SIGKILL, a crash, a power cut)."""
+    try:
+        entries = list(where.glob(f"{SCRATCH_PREFIX}*-*"))
+    except OSError:
+        return
+    for d in entries:
+        pid = d.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir() and d.stat().st_uid == os.getuid():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_cancellable(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a native build step on a worker thread (it releases the GIL), so this thread stays free to take
+    SIGINT/SIGTERM: their exception here sets the native cancel flag, the step stops within a fraction of a
+    second (its scratch files removed as it unwinds), and the exception goes on."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)  # signals only reach the main thread
+    _fm = _native()
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["value"] = fn(*args)
+        except BaseException as e:  # handed to the waiting thread
+            result["error"] = e
+
+    worker = threading.Thread(target=work, name="fm-build", daemon=True)
+    _fm.set_cancel(False)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except BaseException:
+        _fm.set_cancel(True)
+        worker.join()
+        _fm.set_cancel(False)
+        raise
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def build_fm_arrays(
     flat: np.ndarray,
     lengths: np.ndarray,
@@ -136,9 +196,11 @@ def build_fm_arrays(
     if n >= (1 << 31) - 1:
         raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^31 - 1 tokens and separators; split the corpus")
     max_items = sort_items or fm_sort_items(int(flat.size), len(lengths), sigma, memory_limit)
-    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix=".fm-build-") as scratch:
+    where = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
+    remove_stale_scratch(where)
+    with tempfile.TemporaryDirectory(dir=where, prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         try:
-            built = _fm.build_fm(flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
+            built = run_cancellable(_fm.build_fm, flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
         except ValueError as e:  # the native checks of the input
             raise GrtoolError(str(e)) from None
     levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built
@@ -155,7 +217,7 @@ def build_fm_arrays(
     # The next tokens of the widest ranges (the first tokens after <docid_start> list tens of thousands) are
     # computed here once and persisted, so a decoder's first visit of them is a copy, not a traversal.
     full = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
-    ranges, offsets, ids, next_counts = full.wide_ranges(WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
+    ranges, offsets, ids, next_counts = run_cancellable(full.wide_ranges, WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
     arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=next_counts)
     return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
 
