@@ -46,7 +46,7 @@ def load_array(path: Path, mmap: bool = True, dtype: Any = None, ndim: int = 1) 
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise InputError(f"{path.parent}: index file {path.name} is missing") from None
-    except (ValueError, EOFError, OSError) as e:  # a bad header, a truncated or empty file
+    except Exception as e:  # a bad header (numpy parses it: ValueError, SyntaxError, TokenError ...), a truncated or empty file
         raise damaged(path.parent, path.name, f"not a readable array ({e})") from None
     if dtype is not None and (arr.dtype != np.dtype(dtype) or arr.ndim != ndim or not arr.flags.c_contiguous):
         raise damaged(path.parent, path.name, f"holds {arr.dtype.str} {arr.shape}, expected {np.dtype(dtype).str} with {ndim} dimension(s)")

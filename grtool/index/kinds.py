@@ -268,6 +268,9 @@ class FMIndex(Index):
         names = [*cls.FILES, *(name for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file())]
         # persisted wide ranges (indexes built before them have none: answers are computed on first visit)
         arrays = {name: load_array(path / f"fm_{name}.npy", dtype=FM_DTYPES[name], ndim=2 if name in ("tree", "cache_ranges") else 1) for name in names}
+        k = meta.get("sizes", {}).get("sequences")
+        if k is not None and len(arrays["seps"]) != k:  # locate's sequence numbers index the per-sequence files
+            raise damaged(path, "fm_seps.npy", f"{len(arrays['seps']):,} separators for {k:,} sequences")
         try:
             p = meta["params"]
             n, levels, sample_rate, dollar_row = int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"])
