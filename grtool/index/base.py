@@ -26,18 +26,63 @@ from typing import Any
 import numpy as np
 
 from grtool.errors import InputError
+from grtool.log import log
 
 META = "index.json"
 TOKENIZER = "tokenizer.json"
 FORMAT = "grtool-index/1"
+REBUILD = "rebuild it with `grtool index build`"
 
 
-def load_array(path: Path, mmap: bool = True) -> np.ndarray:
-    """A flat array file, memory-mapped (read-only) so opening a large index costs no copy."""
+def damaged(index_dir: Path, name: str, what: str) -> InputError:
+    """The one-line error of a damaged index file."""
+    return InputError(f"index {index_dir}: {name}: {what} (damaged); {REBUILD}")
+
+
+def load_array(path: Path, mmap: bool = True, dtype: Any = None, ndim: int = 1) -> np.ndarray:
+    """A flat array file, memory-mapped (read-only) so opening a large index costs no copy. With ``dtype``
+    the array must be exactly that (the native code reads it in place): C order, ``ndim`` dimensions."""
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
         raise InputError(f"{path.parent}: index file {path.name} is missing") from None
+    except Exception as e:  # a bad header (numpy parses it: ValueError, SyntaxError, TokenError ...), a truncated or empty file
+        raise damaged(path.parent, path.name, f"not a readable array ({e})") from None
+    if dtype is not None and (arr.dtype != np.dtype(dtype) or arr.ndim != ndim or not arr.flags.c_contiguous):
+        raise damaged(path.parent, path.name, f"holds {arr.dtype.str} {arr.shape}, expected {np.dtype(dtype).str} with {ndim} dimension(s)")
+    return arr
+
+
+_WARNED_UNVERIFIED: set[str] = set()
+
+
+def verify_files(index_dir: Path, meta: dict[str, Any]) -> None:
+    """Every file index.json lists exists with its recorded size and (indexes built since blake3 digests are
+    recorded) content. The digests are computed once per process for an unchanged file (grtool.store.stage
+    file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning."""
+    from grtool.store.stage import file_hash
+
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        raise damaged(index_dir, META, "lists no files")
+    unverified = False
+    for name, rec in files.items():
+        if not isinstance(name, str) or Path(name).name != name or not isinstance(rec, dict):
+            raise damaged(index_dir, META, f"bad file entry {name!r}")
+        try:
+            size = (index_dir / name).stat().st_size
+        except FileNotFoundError:
+            raise damaged(index_dir, name, "missing") from None
+        if size != rec.get("bytes"):
+            raise damaged(index_dir, name, f"{size:,} bytes, index.json records {rec.get('bytes')}")
+        digest = rec.get("blake3")
+        if digest is None:
+            unverified = True
+        elif file_hash(index_dir / name) != digest:
+            raise damaged(index_dir, name, "content does not match index.json")
+    if unverified and str(index_dir) not in _WARNED_UNVERIFIED:
+        _WARNED_UNVERIFIED.add(str(index_dir))
+        log.warning("index %s: built before grtool recorded content digests: sizes checked, content not verified (rebuild to verify it)", index_dir)
 
 
 class Index:
@@ -70,6 +115,7 @@ class Index:
         cls = kinds.KINDS.get(meta.get("kind"))
         if cls is None:
             raise InputError(f"{p / META}: unknown index kind {meta.get('kind')!r}")
+        verify_files(p, meta)
         return cls.load(p, meta)
 
     # ---- the search API (each kind overrides these)
@@ -113,17 +159,38 @@ class Index:
     def end_id(self) -> int:
         return int(self.meta["tokenizer"]["docid_end_id"])
 
+    @property
+    def num_sequences(self) -> int | None:
+        return self.meta.get("sizes", {}).get("sequences")
+
+    def _per_sequence(self, name: str, dtype: Any) -> np.ndarray:
+        arr = load_array(self.path / name, dtype=dtype)
+        if self.num_sequences is not None and len(arr) != self.num_sequences:
+            raise damaged(self.path, name, f"{len(arr):,} entries for {self.num_sequences:,} sequences")
+        return arr
+
     @cached_property
     def seq_lengths(self) -> np.ndarray:
-        return load_array(self.path / "seq_lengths.npy")
+        return self._per_sequence("seq_lengths.npy", np.uint32)
 
     @cached_property
     def _seq_docs(self) -> tuple[np.ndarray, np.ndarray]:
-        return load_array(self.path / "seq_docs_offsets.npy"), load_array(self.path / "seq_docs.npy")
+        """The CSR map sequence -> documents, checked once (offsets ascend within seq_docs, documents exist)."""
+        offsets = load_array(self.path / "seq_docs_offsets.npy", dtype=np.int64)
+        docs = load_array(self.path / "seq_docs.npy", dtype=np.uint32)
+        k = self.num_sequences if self.num_sequences is not None else len(offsets) - 1
+        if len(offsets) != k + 1 or offsets[0] != 0 or offsets[-1] != len(docs) or (np.diff(offsets) < 0).any():
+            raise damaged(self.path, "seq_docs_offsets.npy", f"not {k + 1:,} ascending offsets into seq_docs.npy")
+        if len(docs) and int(docs.max()) >= len(self.doc_ids):
+            raise damaged(self.path, "seq_docs.npy", f"a document index beyond the {len(self.doc_ids):,} documents")
+        return offsets, docs
 
     @cached_property
     def doc_ids(self) -> list[str]:
-        return (self.path / "doc_ids.txt").read_text().split("\n")[:-1]
+        try:
+            return (self.path / "doc_ids.txt").read_text().split("\n")[:-1]
+        except UnicodeDecodeError:
+            raise damaged(self.path, "doc_ids.txt", "not UTF-8 text") from None
 
     def docs_of_sequence(self, seq: int) -> list[str]:
         offsets, docs = self._seq_docs
@@ -156,7 +223,7 @@ class Index:
 
     @cached_property
     def _seq_flipped(self) -> np.ndarray | None:
-        return load_array(self.path / "seq_flipped.npy") if (self.path / "seq_flipped.npy").is_file() else None
+        return self._per_sequence("seq_flipped.npy", np.uint8) if (self.path / "seq_flipped.npy").is_file() else None
 
     def is_flipped(self, seq: int) -> bool:
         """Whether sequence ``seq`` is a flipped (tail-first) spelling; False in an index without flips."""

@@ -7,10 +7,15 @@ never leaves a half index that looks usable.
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import json
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +28,14 @@ from grtool import __version__
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, flip, is_triple, normalize
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
-from grtool.index.kinds import KINDS
+from grtool.index.kinds import KINDS, pid_alive
 from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
-from grtool.store.stage import dumps, fingerprint, resolve_stage, sha256_file
+from grtool.store.stage import dumps, file_hash, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
 TOKENIZE_BATCH = 50_000
@@ -177,6 +182,7 @@ def write_index(
     if claimed is None:
         claimed = claim_index(out, overwrite=overwrite)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    remove_stale_builds(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     started = time.perf_counter()
@@ -205,7 +211,8 @@ def write_index(
             pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
         kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}))
         seconds = time.perf_counter() - started
-        files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
+        # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
+        files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
         search_bytes = sum(v["bytes"] for k, v in files.items() if k.startswith(("fm_", "trie_", "oracle_")))
         tokens = int(flat.size)
         meta = {
@@ -259,6 +266,45 @@ def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: lis
     return claim(out, INDEX, inputs=inputs, holders=holders, overwrite=overwrite)
 
 
+def remove_stale_builds(out: Path) -> None:
+    """Temporary directories of earlier builds of ``out`` whose process is gone (``.<out>.<pid>.tmp``, with the
+    FM build's scratch inside): a killed build leaves them, the next one removes them."""
+    if not out.parent.is_dir():
+        return
+    for d in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        pid = d.name[len(out.name) + 2 : -len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir() and d.stat().st_uid == os.getuid():
+            log.info("removing %s, left by an interrupted build", d)
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@contextmanager
+def terminate_as_exit():
+    """SIGTERM ends a build as SystemExit(143) instead of killing the process outright, so the temporary index
+    directory and the scratch files are removed on the way out; then the process ends at once (SIGTERM's own
+    default: no interpreter teardown, which takes seconds on a busy machine). SIGINT stays KeyboardInterrupt
+    (the same cleanup, exit 130)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield  # a handler someone else installed stays in charge
+        return
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except SystemExit as e:
+        if e.code != 128 + signal.SIGTERM:
+            raise
+        log.warning("terminated (SIGTERM): the partial index and its scratch files were removed")
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(e.code)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def build_index(
     input_path: str | Path,
     out: str | Path,
@@ -303,16 +349,17 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenize
     params = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
         params["memory_limit"] = memory_limit
-    return write_index(
-        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
-        source=source, docids=texts if source == "docids" else None,
-        inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
-        if str(input_path) != "-"
-        else [{"path": "-", "kind": "stdin"}],
-        params=params, overwrite=overwrite, claimed=claimed,
-        seq_flipped=read.flipped if read is not None and flips else None,
-        flip_counts={"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if read is not None and flips else None,
-    )  # fmt: skip
+    with terminate_as_exit():  # the temporary index and the FM build's scratch are removed on SIGTERM too
+        return write_index(
+            Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
+            source=source, docids=texts if source == "docids" else None,
+            inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
+            if str(input_path) != "-"
+            else [{"path": "-", "kind": "stdin"}],
+            params=params, overwrite=overwrite, claimed=claimed,
+            seq_flipped=read.flipped if read is not None and flips else None,
+            flip_counts={"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if read is not None and flips else None,
+        )  # fmt: skip
 
 
 def stats(index) -> dict[str, Any]:

@@ -6,14 +6,18 @@ concatenated, lengths = tokens per sequence) and ``load(dir, meta)``.
 
 from __future__ import annotations
 
+import os
+import shutil
+import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from grtool.errors import GrtoolError, InputError
-from grtool.index.base import Index, load_array
+from grtool.index.base import META, REBUILD, Index, damaged, load_array
 
 DEFAULT_SAMPLE_RATE = 32
 
@@ -40,6 +44,11 @@ def _native():
 WIDE_MIN_ROWS = 1024  # the native next_tokens memoizes ranges at least this wide; the build persists the widest
 WIDE_TOKENS_PER_ENTRY = 128  # persisted next-token entries: one full list (sigma) plus one per 128 tokens
 CACHE_FILES = ("cache_ranges", "cache_offsets", "cache_ids", "cache_counts")  # the persisted wide ranges' next tokens
+FM_DTYPES = {
+    "levels": np.uint64, "levels_idx": np.uint64, "level_sizes": np.uint64, "zeros": np.uint64, "offsets": np.int64, "marks": np.uint64,
+    "marks_idx": np.uint64, "samples": np.uint32, "seps": np.uint32, "tok2sym": np.int32, "sym2tok": np.uint32, "codes": np.uint32,
+    "code_lens": np.uint8, "tree": np.int32, "cache_ranges": np.uint64, "cache_offsets": np.uint64, "cache_ids": np.uint32, "cache_counts": np.uint64,
+}  # fmt: skip  # what each file holds: the native code reads them in place
 
 
 def _read_only_map(arr: np.ndarray) -> bool:
@@ -97,6 +106,62 @@ def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | i
     return int(min(fit, max(default, n // 4)))
 
 
+SCRATCH_PREFIX = ".fm-build-"  # + the building process's pid + "-": a later build removes those of dead processes
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_scratch(where: Path) -> None:
+    """Scratch directories of FM builds whose process is gone (killed: SIGKILL, a crash, a power cut)."""
+    try:
+        entries = list(where.glob(f"{SCRATCH_PREFIX}*-*"))
+    except OSError:
+        return
+    for d in entries:
+        pid = d.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir() and d.stat().st_uid == os.getuid():
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_cancellable(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a native build step on a worker thread (it releases the GIL), so this thread stays free to take
+    SIGINT/SIGTERM: their exception here sets the native cancel flag, the step stops within a fraction of a
+    second (its scratch files removed as it unwinds), and the exception goes on."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)  # signals only reach the main thread
+    _fm = _native()
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["value"] = fn(*args)
+        except BaseException as e:  # handed to the waiting thread
+            result["error"] = e
+
+    worker = threading.Thread(target=work, name="fm-build", daemon=True)
+    _fm.set_cancel(False)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except BaseException:
+        _fm.set_cancel(True)
+        worker.join()
+        _fm.set_cancel(False)
+        raise
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def build_fm_arrays(
     flat: np.ndarray,
     lengths: np.ndarray,
@@ -131,9 +196,11 @@ def build_fm_arrays(
     if n >= (1 << 31) - 1:
         raise GrtoolError(f"{n:,} tokens: the FM-index holds up to 2^31 - 1 tokens and separators; split the corpus")
     max_items = sort_items or fm_sort_items(int(flat.size), len(lengths), sigma, memory_limit)
-    with tempfile.TemporaryDirectory(dir=scratch_dir, prefix=".fm-build-") as scratch:
+    where = Path(scratch_dir) if scratch_dir is not None else Path(tempfile.gettempdir())
+    remove_stale_scratch(where)
+    with tempfile.TemporaryDirectory(dir=where, prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         try:
-            built = _fm.build_fm(flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
+            built = run_cancellable(_fm.build_fm, flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
         except ValueError as e:  # the native checks of the input
             raise GrtoolError(str(e)) from None
     levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built
@@ -150,7 +217,7 @@ def build_fm_arrays(
     # The next tokens of the widest ranges (the first tokens after <docid_start> list tens of thousands) are
     # computed here once and persisted, so a decoder's first visit of them is a copy, not a traversal.
     full = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
-    ranges, offsets, ids, next_counts = full.wide_ranges(WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
+    ranges, offsets, ids, next_counts = run_cancellable(full.wide_ranges, WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
     arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=next_counts)
     return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
 
@@ -198,11 +265,24 @@ class FMIndex(Index):
     def load(cls, path: Path, meta: dict[str, Any]) -> "FMIndex":
         if not (path / "fm_tree.npy").is_file():
             raise InputError(f"{path}: an FM-index from an older grtool (before its Huffman-shaped levels); rebuild it with `grtool index build`")
-        arrays = {name: load_array(path / f"fm_{name}.npy") for name in cls.FILES}
+        names = [*cls.FILES, *(name for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file())]
         # persisted wide ranges (indexes built before them have none: answers are computed on first visit)
-        arrays.update({name: load_array(path / f"fm_{name}.npy") for name in CACHE_FILES if (path / f"fm_{name}.npy").is_file()})
-        p = meta["params"]
-        native = cls._native_index(arrays, int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"]))
+        arrays = {name: load_array(path / f"fm_{name}.npy", dtype=FM_DTYPES[name], ndim=2 if name in ("tree", "cache_ranges") else 1) for name in names}
+        k = meta.get("sizes", {}).get("sequences")
+        if k is not None and len(arrays["seps"]) != k:  # locate's sequence numbers index the per-sequence files
+            raise damaged(path, "fm_seps.npy", f"{len(arrays['seps']):,} separators for {k:,} sequences")
+        try:
+            p = meta["params"]
+            n, levels, sample_rate, dollar_row = int(p["n"]), int(p["levels"]), int(p["sample_rate"]), int(p["dollar_row"])
+        except (KeyError, TypeError, ValueError):
+            raise damaged(path, META, "no FM-index parameters (n, levels, sample_rate, dollar_row)") from None
+        try:
+            # the native constructor checks the arrays' shapes and the values it follows (the code tree, symbols,
+            # persisted offsets); every query checks each offset it reads against its array (a DamagedIndex)
+            native = cls._native_index(arrays, n, levels, sample_rate, dollar_row)
+            native.set_label(str(path))
+        except (ValueError, TypeError) as e:
+            raise InputError(f"index {path}: {e} (damaged); {REBUILD}") from None
         return cls(path, meta, native)
 
     @classmethod
@@ -323,7 +403,7 @@ class TrieIndex(Index):
         nxt, keys = marisa_trie.BytesTrie(), marisa_trie.Trie()
         nxt.mmap(str(path / "trie_next.marisa"))
         keys.mmap(str(path / "trie_keys.marisa"))
-        return cls(path, meta, nxt, keys, load_array(path / "trie_key_offsets.npy"), load_array(path / "trie_key_seqs.npy"))
+        return cls(path, meta, nxt, keys, load_array(path / "trie_key_offsets.npy", dtype=np.int64), load_array(path / "trie_key_seqs.npy", dtype=np.uint32))
 
     @classmethod
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray, workdir: Path) -> "TrieIndex":
@@ -404,7 +484,7 @@ class NumpyIndex(Index):
 
     @classmethod
     def load(cls, path: Path, meta: dict[str, Any]) -> "NumpyIndex":
-        return cls(path, meta, load_array(path / "oracle_text.npy", mmap=False), load_array(path / "oracle_seps.npy"))
+        return cls(path, meta, load_array(path / "oracle_text.npy", mmap=False, dtype=np.int32), load_array(path / "oracle_seps.npy", dtype=np.int64))
 
     @classmethod
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray) -> "NumpyIndex":

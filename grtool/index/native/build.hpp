@@ -13,6 +13,18 @@
 // Peak memory: the text at log2(sigma) bits a symbol, a tie per sequence and one bucket of 16-byte items.
 // Local strings are short (a docid, a title, a document), which is what keeps the sorting fast.
 
+// A build stops within a fraction of a second of a cancel (SIGINT/SIGTERM, set from Python while the build runs on
+// a worker thread): its long loops look at this flag every so often and throw BuildCancelled; the scratch
+// files are removed as the exception unwinds (ScratchFile, Spill).
+std::atomic<bool> g_cancel{false};
+struct BuildCancelled : std::runtime_error {
+    BuildCancelled() : std::runtime_error("the index build was cancelled") {}
+};
+inline void check_cancel() {
+    if (g_cancel.load(std::memory_order_relaxed)) throw BuildCancelled();
+}
+constexpr u64 kCancelEvery = (1u << 20) - 1;  // positions between two looks at the flag in the text scans
+
 // Drop the pages of [from, to) of a read-only file mapping from this process (they stay in the page cache).
 inline void drop_mapped(const void* from, const void* to) {
     const uintptr_t page = 4096;
@@ -57,6 +69,7 @@ void fill_reversed(const F* flat, u64 tokens, const Len* lengths, u64 k, const i
         ++pos;
         const int64_t len = static_cast<int64_t>(lengths[s]);
         if (len < 0 || f + static_cast<u64>(len) > tokens) throw std::invalid_argument("lengths exceed the token ids");
+        if ((s & 0xFFFF) == 0) check_cancel();
         for (int64_t j = 0; j < len; ++j, ++f, ++pos) {
             const int64_t t = static_cast<int64_t>(flat[f]);
             if (t < 0 || static_cast<u64>(t) >= vocab || t2s[t] <= 0) throw std::invalid_argument("token id without a symbol");
@@ -104,6 +117,7 @@ py::tuple dense_alphabet(py::array flat, bool drop_pages) {
         with_tokens(flat, [&](const auto* ids, u64 tokens) {
             constexpr u64 kDropEvery = (4u << 20) / sizeof(*ids);
             for (u64 i = 0; i < tokens; ++i) {
+                if ((i & kCancelEvery) == 0) check_cancel();
                 const int64_t t = static_cast<int64_t>(ids[i]);
                 if (t < 0) throw std::invalid_argument("token ids must be non-negative");
                 if (static_cast<u64>(t) >= present.size()) present.resize(std::max<u64>(t + 1, 2 * present.size()), 0);
@@ -188,11 +202,13 @@ void sais(const Text& s, Idx* SA, Idx n, Idx K, Idx* work = nullptr, u64 work_le
     std::vector<Idx> own;
     if (!lent) own.resize(static_cast<size_t>(K) + 1);
     Idx* bkt = lent ? work : own.data();
+    check_cancel();
     sais_buckets(s, n, K, bkt, true);
     std::fill(SA, SA + n, Idx(-1));
     for (Idx i = 1; i < n; ++i)
         if (ty.lms(i)) SA[--bkt[s[i]]] = i;
     sais_induce(s, SA, n, K, bkt, ty);
+    check_cancel();
     Idx n1 = 0;
     for (Idx i = 0; i < n; ++i)
         if (ty.lms(SA[i])) SA[n1++] = SA[i];
@@ -215,6 +231,7 @@ void sais(const Text& s, Idx* SA, Idx n, Idx K, Idx* work = nullptr, u64 work_le
         }
         SA[n1 + pos / 2] = name - 1;
     }
+    check_cancel();
     for (Idx i = n - 1, j = n - 1; i >= n1; --i)
         if (SA[i] >= 0) SA[j--] = SA[i];
     Idx* SA1 = SA;
@@ -229,6 +246,7 @@ void sais(const Text& s, Idx* SA, Idx n, Idx K, Idx* work = nullptr, u64 work_le
     } else {
         for (Idx i = 0; i < n1; ++i) SA1[s1[i]] = i;
     }
+    check_cancel();
     sais_buckets(s, n, K, bkt, true);
     for (Idx i = 1, j = 0; i < n; ++i)
         if (ty.lms(i)) s1[j++] = i;
@@ -330,6 +348,7 @@ void sort_suffixes(Suffix* a, u64 lo, u64 hi, u64 depth, const Keys& keys, std::
     };
     std::vector<Range> todo{{lo, hi, depth}};
     while (!todo.empty()) {
+        check_cancel();
         const Range r = todo.back();
         todo.pop_back();
         radix_sort(a + r.lo, r.hi - r.lo, ByKey{});
@@ -526,6 +545,7 @@ class BucketSorter {
         for (const Piece& pc : bk.pieces)
             for (u64 done = 0; done < pc.count;) {
                 const u64 m = std::min<u64>(chunk.size(), pc.count - done);
+                check_cancel();
                 file_.read_at(chunk.data(), m * sizeof(Suffix), (pc.offset + done) * sizeof(Suffix));
                 for (u64 i = 0; i < m; ++i) fn(chunk[i]);
                 done += m;
@@ -535,6 +555,7 @@ class BucketSorter {
     // `continued`: its first local string equals the last one emitted (a tie range after the first)
     template <typename Emit>
     void sort_bucket(const Bucket& bk, bool want_same, bool continued, std::vector<Suffix>& items, std::vector<uint8_t>& same, Emit& emit) {
+        check_cancel();
         if (bk.count <= max_items_) {
             if (bk.count > items.capacity()) {  // exactly this many, the old buffer freed first
                 std::vector<Suffix>().swap(items);
@@ -588,6 +609,7 @@ class BucketSorter {
         u64 b = 0;
         bool start = true;
         for (u64 p = 0; p <= n_; ++p) {
+            if ((p & kCancelEvery) == 0) check_cancel();
             const u32 c = s_[p];
             if (!starts_ || (start && p < n_)) fn(p, c, b);
             start = c == 1;
@@ -824,6 +846,7 @@ py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u32>& bwt_count
             live.reserve(chunk.size());
             u64 seen = 0;
             for (size_t got; (got = spill.read(seen, chunk.data(), chunk.size())) > 0; seen += got) {
+                check_cancel();
                 live.clear();
                 for (size_t i = 0; i < got; ++i) {
                     if (chunk[i] >= sigma) throw std::runtime_error("wavelet matrix: symbol out of range");

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <thread>
 #include <string>
@@ -55,6 +56,7 @@ inline u64 blocks_for(u64 nbits) { return nbits / kBlockBits + 1; }  // +1 so ra
 struct BitRank {
     const u64* bits = nullptr;
     const u64* idx = nullptr;
+    u64 size = 0;  // bits; rank1(i) reads in bounds for i <= size, get(i) for i < size
 
     inline u64 rank1(u64 i) const {
         const u64 e = idx[i >> 11];
@@ -111,6 +113,12 @@ const T* ptr_of(const py::array_t<T, py::array::c_style>& a) {
 
 // ------------------------------------------------------------------------------------------ query
 
+// A value read from an index's arrays that points outside them: the index is damaged (grtool.index._fm.DamagedIndex,
+// an InputError). Every offset a query follows is checked before it is read, so no byte pattern crashes.
+struct DamagedIndex : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 class FMIndex {
    public:
     FMIndex(py::array_t<u64, py::array::c_style> levels, py::array_t<u64, py::array::c_style> levels_idx,
@@ -125,11 +133,29 @@ class FMIndex {
         if (static_cast<int>(level_sizes.size()) != L || static_cast<int>(zeros.size()) < L) throw std::invalid_argument("level_sizes: bad shape");
         if (codes.size() != offsets.size() || code_lens.size() != offsets.size()) throw std::invalid_argument("codes: size does not match sigma");
         if (L > 0 && (tree.ndim() != 2 || tree.shape(1) != 2)) throw std::invalid_argument("tree: bad shape");
+        if (L < 0 || L > kMaxCode) throw std::invalid_argument("levels: more than the longest code");
+        if (sample_rate == 0) throw std::invalid_argument("sample_rate: zero");
+        if (dollar_row > n) throw std::invalid_argument("dollar_row: beyond the rows");
+        if (static_cast<u64>(seps.size()) > n) throw std::invalid_argument("seps: more sequences than symbols");
+        const u64 sigma = static_cast<u64>(offsets.size());
+        if (static_cast<u64>(sym2tok.size()) < sigma) throw std::invalid_argument("sym2tok: shorter than sigma");
+        for (py::ssize_t c = 0; c < codes.size(); ++c)
+            if (code_lens.data()[c] > L) throw std::invalid_argument("code_lens: a code longer than the levels");
+        for (py::ssize_t t = 0; t < tok2sym.size(); ++t)
+            if (tok2sym.data()[t] >= static_cast<int64_t>(sigma)) throw std::invalid_argument("tok2sym: a symbol beyond sigma");
+        // the code tree: every child an internal node of it or the leaf of a symbol
+        const int64_t inner = L > 0 ? static_cast<int64_t>(tree.shape(0)) : 0;
+        if (L > 0 && inner < 1) throw std::invalid_argument("tree: empty");
+        for (int64_t v = 0; v < 2 * inner; ++v) {
+            const int64_t ch = tree.data()[v];
+            if (ch >= inner || (ch < 0 && -ch - 1 >= static_cast<int64_t>(sigma))) throw std::invalid_argument("tree: a child outside the tree");
+        }
         u64 wo = 0, io = 0;
         for (int l = 0; l < L; ++l) {
             const u64 m = level_sizes.data()[l];
             if (l == 0 && m != n + 1) throw std::invalid_argument("levels: size does not match n");
-            lv_.push_back(BitRank{levels.data() + wo, levels_idx.data() + io});
+            if (m > n + 1) throw std::invalid_argument("level_sizes: a level larger than the rows");
+            lv_.push_back(BitRank{levels.data() + wo, levels_idx.data() + io, m});
             wo += blocks_for(m) * kBlockWords;
             io += blocks_for(m);
         }
@@ -137,11 +163,12 @@ class FMIndex {
         const u64 nblocks = blocks_for(n + 1);
         if (static_cast<u64>(marks.size()) != nblocks * kBlockWords) throw std::invalid_argument("marks: size does not match n");
         if (static_cast<u64>(marks_idx.size()) != nblocks) throw std::invalid_argument("marks_idx: size does not match n");
-        mk_ = BitRank{marks.data(), marks_idx.data()};
+        mk_ = BitRank{marks.data(), marks_idx.data(), n + 1};
         z_ = zeros.data();
         off_ = offsets.data();
         sigma_ = static_cast<u64>(offsets.size());
         samp_ = samples.data();
+        n_samples_ = static_cast<u64>(samples.size());
         sep_ = seps.data();
         k_ = static_cast<u64>(seps.size());
         t2s_ = tok2sym.data();
@@ -150,6 +177,16 @@ class FMIndex {
         code_ = codes.data();
         clen_ = code_lens.data();
         tree_p_ = tree.data();
+    }
+
+    void set_label(const std::string& label) { label_ = label; }
+
+    // Throws the damaged-index error naming the index (cold: the checks' branches stay predicted).
+    [[noreturn]] __attribute__((noinline, cold)) void damaged(const char* what) const {
+        throw DamagedIndex("index " + label_ + ": " + what + " (damaged); rebuild it with `grtool index build`");
+    }
+    inline void check_range(u64 sp, u64 ep) const {
+        if (ep > n_ + 1 || sp > ep) throw std::invalid_argument("a search state outside this index");
     }
 
     u64 size() const { return n_; }
@@ -172,11 +209,13 @@ class FMIndex {
         const auto [sp, ep, m] = st;
         const int c = sym_of(token);
         if (c <= 0 || sp >= ep) return {0, 0, m + 1};
+        check_range(sp, ep);
         u64 a = sp, b = ep;
         const u32 code = code_[c];
         const int len = clen_[c];
         for (int l = 0; l < len; ++l) {
             const BitRank& bv = lv_[l];
+            if (__builtin_expect(b > bv.size, 0)) damaged("fm_levels: a rank beyond its level");
             u64 ra, rb;
             bv.rank1_pair(a, b, ra, rb);
             if ((code >> (len - 1 - l)) & 1) {
@@ -189,7 +228,9 @@ class FMIndex {
             if (a >= b) return {0, 0, m + 1};
         }
         const int64_t o = off_[c];
-        return {static_cast<u64>(o + static_cast<int64_t>(a)), static_cast<u64>(o + static_cast<int64_t>(b)), m + 1};
+        const int64_t ra = o + static_cast<int64_t>(a), rb = o + static_cast<int64_t>(b);
+        if (__builtin_expect(ra < 0 || rb > static_cast<int64_t>(n_ + 1) || ra > rb, 0)) damaged("fm_offsets: a row beyond the index");
+        return {static_cast<u64>(ra), static_cast<u64>(rb), m + 1};
     }
 
     // Distinct symbols of BWT[sp, ep) with their counts, ascending by token id (separator excluded).
@@ -208,6 +249,7 @@ class FMIndex {
         while (top) {
             const Frame f = stack[--top];
             const BitRank& bv = lv_[f.level];
+            if (__builtin_expect(f.b > bv.size, 0)) damaged("fm_levels: a rank beyond its level");
             u64 r1a, r1b;
             bv.rank1_pair(f.a, f.b, r1a, r1b);
             const u64 oa = r1b - r1a;         // ones in range
@@ -216,11 +258,13 @@ class FMIndex {
             if (oa) {
                 const u64 a1 = z_[f.level] + r1a, b1 = z_[f.level] + r1b;
                 if (ch[1] < 0) emit(static_cast<u32>(-ch[1] - 1), b1 - a1, ids, counts);
+                else if (f.level + 1 >= L_) damaged("fm_tree: deeper than the levels");
                 else stack[top++] = {a1, b1, ch[1], f.level + 1};
             }
             if (za) {
                 const u64 a0 = f.a - r1a, b0 = f.b - r1b;
                 if (ch[0] < 0) emit(static_cast<u32>(-ch[0] - 1), b0 - a0, ids, counts);
+                else if (f.level + 1 >= L_) damaged("fm_tree: deeper than the levels");
                 else stack[top++] = {a0, b0, ch[0], f.level + 1};
             }
         }
@@ -244,6 +288,7 @@ class FMIndex {
 
     py::tuple next_tokens(const std::tuple<u64, u64, u64>& st) const {
         const u64 sp = std::get<0>(st), ep = std::get<1>(st);
+        check_range(sp, ep);
         // Wide ranges (the first tokens after <docid_start>) list thousands of tokens and recur at every
         // docid a decoder starts: keep their answers (read-only arrays), bounded.
         const bool wide = ep > sp && ep - sp >= kCacheMinRows;
@@ -281,6 +326,7 @@ class FMIndex {
         int32_t node = 0;
         for (int l = 0; l < L_; ++l) {
             const BitRank& bv = lv_[l];
+            if (__builtin_expect(i >= bv.size, 0)) damaged("fm_levels: a rank beyond its level");
             const bool bit = bv.get(i);
             i = bit ? z_[l] + bv.rank1(i) : bv.rank0(i);
             const int32_t nx = tree_p_[2 * node + bit];
@@ -293,7 +339,22 @@ class FMIndex {
         // The whole-text suffix has no predecessor; its BWT slot holds a stand-in 0 that separator ranks
         // must not count.
         const u64 fix = (c == 0 && row > dollar_row_) ? 1 : 0;
-        return {c, static_cast<u64>(off_[c] + static_cast<int64_t>(i)) - fix};
+        return {c, next_row(off_[c] + static_cast<int64_t>(i), fix)};
+    }
+
+    // The row an LF step lands on, checked: a walk only ever visits rows [0, n].
+    inline u64 next_row(int64_t at, u64 fix) const {
+        if (__builtin_expect(at < static_cast<int64_t>(fix) || at - static_cast<int64_t>(fix) > static_cast<int64_t>(n_), 0))
+            damaged("fm_offsets: an LF step beyond the rows");
+        return static_cast<u64>(at) - fix;
+    }
+    // The suffix position of a marked row (a sample) plus the LF steps that led to it, checked.
+    inline u64 sampled(u64 row, u64 steps) const {
+        const u64 r = mk_.rank1(row);
+        if (__builtin_expect(r >= n_samples_, 0)) damaged("fm_marks: a mark beyond the samples");
+        const u64 q = static_cast<u64>(samp_[r]) * sample_rate_ + steps;
+        if (__builtin_expect(q > n_, 0)) damaged("fm_samples: a position beyond the text");
+        return q;
     }
 
     // Position in R of the suffix at a row.
@@ -301,9 +362,9 @@ class FMIndex {
         u64 steps = 0;
         while (!mk_.get(row)) {
             row = lf(row).second;
-            ++steps;
+            if (++steps > sample_rate_) damaged("fm_marks: a walk that meets no sample");
         }
-        return static_cast<u64>(samp_[mk_.rank1(row)]) * sample_rate_ + steps;
+        return sampled(row, steps);
     }
 
     // (sequence, offset of the first prefix token in it) for up to `limit` occurrences, sorted.
@@ -323,7 +384,9 @@ class FMIndex {
             size_t w = 0;
             for (u32 a : active) {
                 if (mk_.get(pos[a])) {
-                    out[a] = static_cast<u64>(samp_[mk_.rank1(pos[a])]) * sample_rate_ + steps[a];
+                    out[a] = sampled(pos[a], steps[a]);
+                } else if (steps[a] >= sample_rate_) {
+                    damaged("fm_marks: a walk that meets no sample");
                 } else {
                     active[w++] = a;
                     cur[a] = pos[a];
@@ -343,6 +406,7 @@ class FMIndex {
                 size_t keep = 0;
                 for (u32 a : walking) {
                     const u64 i = cur[a];
+                    if (__builtin_expect(i >= bv.size, 0)) damaged("fm_levels: a rank beyond its level");
                     const bool bit = bv.get(i);
                     const u64 j = bit ? z_[l] + bv.rank1(i) : bv.rank0(i);
                     cur[a] = j;
@@ -363,7 +427,7 @@ class FMIndex {
             for (u32 a : active) {
                 const u32 c = sym[a];
                 const u64 fix = (c == 0 && pos[a] > dollar_row_) ? 1 : 0;
-                pos[a] = static_cast<u64>(off_[c] + static_cast<int64_t>(cur[a])) - fix;
+                pos[a] = next_row(off_[c] + static_cast<int64_t>(cur[a]), fix);
                 ++steps[a];
                 __builtin_prefetch(mk_.bits + (pos[a] >> 6));
             }
@@ -373,6 +437,7 @@ class FMIndex {
     py::array_t<int64_t> locate(const std::tuple<u64, u64, u64>& st, u64 limit) const {
         const auto [sp, ep, m] = st;
         if (m == 0) throw std::invalid_argument("locate needs a non-empty prefix");
+        if (sp < ep) check_range(sp, ep);
         const u64 take = sp < ep ? std::min(limit, ep - sp) : 0;
         std::vector<u64> rows(take), qs(take);
         for (u64 i = 0; i < take; ++i) rows[i] = sp + i;
@@ -382,8 +447,11 @@ class FMIndex {
             py::gil_scoped_release release;
             suffixes_at(rows.data(), take, qs.data());
             for (u64 i = 0; i < take; ++i) {
+                if (qs[i] + m > n_) damaged("fm_samples: an occurrence beyond the text");
                 const u64 j = n_ - qs[i] - m;  // start of the prefix in T
-                const u64 seq = static_cast<u64>(std::upper_bound(sep_, sep_ + k_, static_cast<u32>(j)) - sep_) - 1;
+                const u32* after = std::upper_bound(sep_, sep_ + k_, static_cast<u32>(j));
+                if (after == sep_) damaged("fm_seps: an occurrence before the first sequence");
+                const u64 seq = static_cast<u64>(after - sep_) - 1;
                 const int64_t off = static_cast<int64_t>(j) - static_cast<int64_t>(sep_[seq]) - 1;
                 hits.emplace_back(static_cast<int64_t>(seq), std::max<int64_t>(off, 0));
             }
@@ -415,6 +483,7 @@ class FMIndex {
             std::vector<u32> ids;
             std::vector<u64> counts;
             while (!todo.empty()) {
+                check_cancel();
                 const R r = todo.top();
                 todo.pop();
                 ids.clear();
@@ -462,6 +531,13 @@ class FMIndex {
                        py::array_t<u32, py::array::c_style> ids, py::array_t<u64, py::array::c_style> counts) {
         if (ranges.size() % 2 || static_cast<u64>(offsets.size()) != static_cast<u64>(ranges.size()) / 2 + 1 || ids.size() != counts.size())
             throw std::invalid_argument("persisted ranges: bad shapes");
+        // the answers are views into ids/counts: their offsets ascend within them; ranges inside the rows
+        const u64* of = offsets.data();
+        if (of[0] != 0 || of[offsets.size() - 1] > static_cast<u64>(ids.size())) throw std::invalid_argument("cache_offsets: beyond cache_ids");
+        for (py::ssize_t i = 1; i < offsets.size(); ++i)
+            if (of[i] < of[i - 1]) throw std::invalid_argument("cache_offsets: not ascending");
+        for (py::ssize_t i = 0; i < ranges.size(); i += 2)
+            if (ranges.data()[i] > ranges.data()[i + 1] || ranges.data()[i + 1] > n_ + 1) throw std::invalid_argument("cache_ranges: beyond the rows");
         p_ranges_ = ranges;
         p_offsets_ = offsets;
         p_ids_ = ids;
@@ -541,6 +617,8 @@ class FMIndex {
     const int64_t* off_ = nullptr;
     u64 sigma_ = 0;
     const u32* samp_ = nullptr;
+    u64 n_samples_ = 0;
+    std::string label_ = "<memory>";
     const u32* sep_ = nullptr;
     u64 k_ = 0;
     const int32_t* t2s_ = nullptr;
@@ -552,6 +630,11 @@ class FMIndex {
 
 PYBIND11_MODULE(_fm, m) {
     m.doc() = "Native FM-index (wavelet matrix over the BWT of reversed token sequences).";
+    // A damaged index is bad input: the error is grtool's InputError (one line, exit 2), not a crash.
+    py::register_exception<DamagedIndex>(m, "DamagedIndex", py::module_::import("grtool.errors").attr("InputError"));
+    py::register_exception<BuildCancelled>(m, "BuildCancelled", PyExc_RuntimeError);
+    m.def("set_cancel", [](bool on) { g_cancel.store(on); }, py::arg("on"),
+          "Ask a running build (on another thread) to stop: it throws BuildCancelled within a fraction of a second.");
     m.def("dense_alphabet", &dense_alphabet, py::arg("flat"), py::arg("drop_pages") = false);
     m.def("build_fm", &build_fm, py::arg("flat"), py::arg("lengths"), py::arg("tok2sym"), py::arg("sigma"), py::arg("sample_rate"),
           py::arg("max_items"), py::arg("scratch"), py::arg("drop_pages") = false);
@@ -579,5 +662,6 @@ PYBIND11_MODULE(_fm, m) {
         .def("symbol_starts", &FMIndex::symbol_starts, py::arg("sigma"))
         .def("wide_ranges", &FMIndex::wide_ranges, py::arg("min_rows"), py::arg("max_entries"))
         .def("set_persisted", &FMIndex::set_persisted, py::arg("ranges"), py::arg("offsets"), py::arg("ids"), py::arg("counts"))
-        .def("clear_cache", &FMIndex::clear_cache);
+        .def("clear_cache", &FMIndex::clear_cache)
+        .def("set_label", &FMIndex::set_label, py::arg("label"));
 }
