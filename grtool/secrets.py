@@ -174,9 +174,9 @@ def register_url(url: str | None) -> None:
     _install_hooks()
 
 
-def scrub(text: str, *, generic: bool = True) -> str:
-    """``text`` without any registered credential (in any encoding) or URL user-info, and (``generic``) without
-    any ``Authorization``/``Bearer``/``Basic`` header value, registered or not."""
+def scrub(text: str, *, generic: bool = True, userinfo: bool = True) -> str:
+    """``text`` without any registered credential (in any encoding), without (``userinfo``) any URL user-info, and
+    (``generic``) without any ``Authorization``/``Bearer``/``Basic`` header value, registered or not."""
     if not text:
         return text
     with _lock:
@@ -189,7 +189,41 @@ def scrub(text: str, *, generic: bool = True) -> str:
     if generic:
         text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
         text = _AUTH_SCHEME.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
-    return _USERINFO.sub(r"\1" + MASK + "@", text)
+    return _USERINFO.sub(r"\1" + MASK + "@", text) if userinfo else text
+
+
+def registered() -> bool:
+    """Whether this process was given any credential to keep out of what it prints and stores."""
+    with _lock:
+        return bool(_patterns or _exact)
+
+
+def known_spans(text: str) -> list[tuple[int, int]]:
+    """Where the registered credentials (in any of their encodings) occur in ``text``: (start, end) pairs."""
+    if not text:
+        return []
+    with _lock:
+        patterns = list(_patterns.values())
+        exact = list(_exact)
+    spans = [m.span() for pattern in patterns for m in pattern.finditer(text)]
+    for form in exact:
+        at = text.find(form)
+        while at >= 0:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    return sorted(spans)
+
+
+def redact_known(text: str) -> str:
+    """``text`` with the registered credentials (every encoding) masked, and nothing else changed.
+
+    For what grtool *stores* from a model or server (rows, ``llm_calls``, the request cache, rejects): unlike
+    :func:`scrub`, prose that merely looks like a header or a URL with user-info ("Basic Instinct",
+    ``ssh://git@host``) is data and is kept.
+    """
+    if not text or not registered():
+        return text
+    return scrub(text, generic=False, userinfo=False)
 
 
 def forget_all() -> None:
