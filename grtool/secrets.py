@@ -1,6 +1,6 @@
 """Credentials: what is redacted, in which encodings, before anything is printed or written.
 
-Two kinds of redaction:
+Three kinds of redaction:
 
 - **Command lines** (:func:`redact_argv`, recorded in manifests, index.json and export sidecars): the value of an
   option *named* like a credential (``--api-key``, ``--token``, ``--password``, ``--hf-token``; whole words of the
@@ -12,6 +12,9 @@ Two kinds of redaction:
   (any character, either hex case, ``+`` for space: servers and HTTP libraries echo URLs encoded), and as the
   base64 of an HTTP Basic ``user:password`` — plus any ``Authorization``/``Bearer``/``Basic`` header value and
   any URL user-info, registered or not.
+- **Stored answers** (:func:`redact_known`: what a model or server answered, as kept in rows, ``llm_calls``,
+  rejects and the request cache): the registered credentials in all those encodings, and nothing else, so
+  that data which merely looks like a header or a URL with user-info is kept as it is.
 
 Registering a credential also installs the scrubbing on the ``grtool`` logger and on uncaught-exception
 tracebacks, so a message that escapes its own scrubbing is still cleaned before it reaches stderr.

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ import pytest
 from grtool import secrets
 from grtool.errors import GrtoolError
 from grtool.llm import Sampling, make_backend
-from grtool.llm.base import Generation, TokenLogprobs, redact_generation
+from grtool.llm.base import Generation, TokenLogprobs
 from grtool.store.stage import load_manifest, read_table
 from llm_helpers import write_documents
 
@@ -147,7 +148,7 @@ def test_a_trickling_server_times_out_per_request_not_per_read(tmp_path):
            "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--timeout", "2", "--max-retries", "1"]  # fmt: skip
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "COLUMNS": "10000"})
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "10000"})
     finally:
         server.shutdown()
     elapsed = time.monotonic() - started
@@ -317,6 +318,8 @@ def test_a_key_echoed_in_a_200_answer_is_stored_nowhere(tmp_path, cli):
 
 
 def test_a_key_spread_over_logprob_tokens_is_masked_token_by_token():
+    from grtool.llm.base import redact_generation
+
     secrets.forget_all()
     secrets.register(SECRET)
     try:
