@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from grtool import secrets
 from grtool.errors import GrtoolError, InputError
 
 Messages = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": "..."}]
@@ -140,8 +141,6 @@ def redact_generation(gen: Generation) -> Generation:
     A server can echo a key it was sent (an error page, a model repeating its input); such a key must not end up
     in the outputs any more than on stderr. A key spread over several tokens masks every token it touches.
     """
-    from grtool import secrets
-
     if not secrets.registered():
         return gen
     gen.text = secrets.redact_known(gen.text)
@@ -153,8 +152,6 @@ def redact_generation(gen: Generation) -> Generation:
 
 
 def _redact_tokens(tokens: list[TokenLogprobs]) -> None:
-    from grtool import secrets
-
     joined = "".join(t.token for t in tokens)
     spans = secrets.known_spans(joined)
     alternatives = [alt for t in tokens for alt in t.top]
