@@ -1,6 +1,6 @@
 """Credentials: what is redacted, in which encodings, before anything is printed or written.
 
-Two kinds of redaction:
+Three kinds of redaction:
 
 - **Command lines** (:func:`redact_argv`, recorded in manifests, index.json and export sidecars): the value of an
   option *named* like a credential (``--api-key``, ``--token``, ``--password``, ``--hf-token``; whole words of the
@@ -12,6 +12,9 @@ Two kinds of redaction:
   (any character, either hex case, ``+`` for space: servers and HTTP libraries echo URLs encoded), and as the
   base64 of an HTTP Basic ``user:password`` — plus any ``Authorization``/``Bearer``/``Basic`` header value and
   any URL user-info, registered or not.
+- **Stored answers** (:func:`redact_known`: what a model or server answered, as kept in rows, ``llm_calls``,
+  rejects and the request cache): the registered credentials in all those encodings, and nothing else, so
+  that data which merely looks like a header or a URL with user-info is kept as it is.
 
 Registering a credential also installs the scrubbing on the ``grtool`` logger and on uncaught-exception
 tracebacks, so a message that escapes its own scrubbing is still cleaned before it reaches stderr.
@@ -174,9 +177,9 @@ def register_url(url: str | None) -> None:
     _install_hooks()
 
 
-def scrub(text: str, *, generic: bool = True) -> str:
-    """``text`` without any registered credential (in any encoding) or URL user-info, and (``generic``) without
-    any ``Authorization``/``Bearer``/``Basic`` header value, registered or not."""
+def scrub(text: str, *, generic: bool = True, userinfo: bool = True) -> str:
+    """``text`` without any registered credential (in any encoding), without (``userinfo``) any URL user-info, and
+    (``generic``) without any ``Authorization``/``Bearer``/``Basic`` header value, registered or not."""
     if not text:
         return text
     with _lock:
@@ -189,7 +192,41 @@ def scrub(text: str, *, generic: bool = True) -> str:
     if generic:
         text = _AUTH_HEADER.sub(lambda m: m.group(1) + MASK, text)
         text = _AUTH_SCHEME.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
-    return _USERINFO.sub(r"\1" + MASK + "@", text)
+    return _USERINFO.sub(r"\1" + MASK + "@", text) if userinfo else text
+
+
+def registered() -> bool:
+    """Whether this process was given any credential to keep out of what it prints and stores."""
+    with _lock:
+        return bool(_patterns or _exact)
+
+
+def known_spans(text: str) -> list[tuple[int, int]]:
+    """Where the registered credentials (in any of their encodings) occur in ``text``: (start, end) pairs."""
+    if not text:
+        return []
+    with _lock:
+        patterns = list(_patterns.values())
+        exact = list(_exact)
+    spans = [m.span() for pattern in patterns for m in pattern.finditer(text)]
+    for form in exact:
+        at = text.find(form)
+        while at >= 0:
+            spans.append((at, at + len(form)))
+            at = text.find(form, at + 1)
+    return sorted(spans)
+
+
+def redact_known(text: str) -> str:
+    """``text`` with the registered credentials (every encoding) masked, and nothing else changed.
+
+    For what grtool *stores* from a model or server (rows, ``llm_calls``, the request cache, rejects): unlike
+    :func:`scrub`, prose that merely looks like a header or a URL with user-info ("Basic Instinct",
+    ``ssh://git@host``) is data and is kept.
+    """
+    if not text or not registered():
+        return text
+    return scrub(text, generic=False, userinfo=False)
 
 
 def forget_all() -> None:

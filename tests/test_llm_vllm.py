@@ -41,6 +41,10 @@ SCRIPT = textwrap.dedent(
         sampled = Sampling(temperature=1.0, max_tokens=12, seed=7)
         a = backend.generate(msgs * 3, sampled)  # the same seeded request, batched with itself
         report["seeded"] = [x.text for x in a]
+        # A prompt over --max-model-len next to a short one: refused alone, the batch still generated.
+        long_msgs = [[{"role": "user", "content": "word " * 3000}]] + msgs
+        report["too_long"] = [[x.finish_reason, x.too_long, x.completion_tokens] for x in backend.generate(long_msgs, Sampling(max_tokens=6))]
+        report["context_length"] = backend.context_length
         sampling = Sampling(max_tokens=96, json_schema=TRIPLES_SCHEMA)
         params = {"backend": "vllm", "model": backend.model, "sampling": sampling.as_dict()}
         result = extract(InputTable.open(corpus, "documents"), out, backend, sampling, load_prompt(), params=params,
@@ -72,6 +76,9 @@ def test_vllm_offline_backend(tmp_path, shared_data):
     text, finish = report["structured"]
     assert finish == "stop" and isinstance(json.loads(text)["city"], str)
     assert len(set(report["seeded"])) == 1  # a per-request seed makes sampling reproducible
+    (long_reason, why, _), (short_reason, no_why, short_tokens) = report["too_long"]
+    assert report["context_length"] == 2048 and long_reason == "too_long" and "context of 2048 tokens" in why
+    assert short_reason in ("stop", "length") and no_why is None and short_tokens > 0
 
     c = report["counters"]
     assert c["extra"]["documents"] == 3 and c["extra"]["cache_misses"] == 3

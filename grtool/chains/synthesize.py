@@ -11,7 +11,8 @@ of every question is generated (candidate 0 greedy, the others sampled with thei
 a distinct cached request), the citations are normalized, and one candidate per question is selected.
 
 Accounting: a question that gets chains accounts for its ``candidates`` rows; a question that cannot get
-any (no gold documents, not answerable, gold documents without triples, malformed) is one rejected record.
+any (no gold documents, not answerable, gold documents without triples, malformed, or a prompt that does not
+fit the model's context with ``--max-tokens``: ``too_long``, never sent nor truncated) is one rejected record.
 So ``in == out + rejected`` holds per part; the ``questions_*`` counters give the per-question view.
 
 Empty outputs: a candidate whose generated text is empty is kept as a row (counter ``candidates_empty``) but
@@ -34,7 +35,7 @@ from grtool.chains.entropy import EntropyScorer, pick_lowest
 from grtool.chains.prompt import ChainPrompt, offer_triples
 from grtool.chains.triples import TripleStore
 from grtool.errors import GrtoolError
-from grtool.llm.base import Backend, Generation, Messages, Sampling
+from grtool.llm.base import TOO_LONG, Backend, Generation, Messages, Sampling
 from grtool.llm.cache import CacheStats
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
@@ -181,6 +182,7 @@ class PreparedQuestion:
     question: Question
     messages: Messages
     offered: OfferedTriples
+    position: int | None = None  # of its row in the part (for a reject)
 
 
 class ChainSynthesizer:
@@ -245,12 +247,11 @@ class ChainSynthesizer:
                     detail=f"{len(missing)} of {len(q.gold_doc_ids)} gold documents have no triples: {', '.join(missing[:5])}",
                 )
                 continue
-            shard.count_in(n)
             offered = offer_triples(q.qid, gold, self.pool, self.settings.distractors, self.settings.seed)
             if len(offered) - len(gold) < self.settings.distractors:
                 shard.count("questions_short_of_distractors")
             msgs = self.prompt.messages(q.question, [(t.head, t.relation, t.tail) for t in offered])
-            prepared.append(PreparedQuestion(q, msgs, OfferedTriples.of(offered)))
+            prepared.append(PreparedQuestion(q, msgs, OfferedTriples.of(offered), position))
         return prepared
 
     # -- generating
@@ -284,6 +285,7 @@ class ChainSynthesizer:
             scores = [[None] * s.candidates for _ in generations]
         rows = []
         for p, gens, cand_scores in zip(prepared, generations, scores):
+            shard.count_in(len(gens))
             blank = [not g.text.strip() for g in gens]
             chosen = _choose(cand_scores, blank, s.select)
             shard.count("questions_chained")
@@ -333,7 +335,26 @@ class ChainSynthesizer:
         # Generations with their logprobs are the bulky part: held for GENERATE_BATCH questions at a time.
         for lo in range(0, len(prepared), GENERATE_BATCH):
             chunk = prepared[lo : lo + GENERATE_BATCH]
-            shard.write_rows(self.rows(llm.model, chunk, self.generate(llm, chunk, meter), shard, empty))
+            chunk, generations = self.reject_too_long(chunk, self.generate(llm, chunk, meter), shard, source)
+            shard.write_rows(self.rows(llm.model, chunk, generations, shard, empty))
+
+    def reject_too_long(
+        self, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any, source: str
+    ) -> tuple[list[PreparedQuestion], list[Sequence[Generation]]]:
+        """The questions whose prompt fitted the model's context; the others are rejected (``too_long``)."""
+        kept: list[PreparedQuestion] = []
+        kept_generations: list[Sequence[Generation]] = []
+        for p, gens in zip(prepared, generations):
+            why = next((g.too_long for g in gens if g.too_long is not None), None)
+            if why is None:
+                kept.append(p)
+                kept_generations.append(gens)
+                continue
+            shard.count_in(1)
+            shard.count("questions_too_long")
+            record = {"qid": p.question.qid, "chars": len(p.question.question)}
+            shard.reject(record, TOO_LONG, source=source, position=p.position, detail=why)
+        return kept, kept_generations
 
 
 def _choose(scores: Sequence[float | None], blank: Sequence[bool], select: str) -> int:

@@ -41,6 +41,7 @@ class LLMSettings:
     concurrency: Optional[int] = None
     timeout: Optional[float] = None
     max_retries: Optional[int] = None
+    max_context: Optional[int] = None
     tensor_parallel_size: Optional[int] = None
     gpu_memory_utilization: Optional[float] = None
     max_model_len: Optional[int] = None
@@ -52,7 +53,7 @@ class LLMSettings:
 
     def backend_options(self) -> dict[str, Any]:
         """The options meant for the backend (unset ones are None and ignored by make_backend)."""
-        names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "tensor_parallel_size",
+        names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "max_context", "tensor_parallel_size",
                  "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size", "threads")  # fmt: skip
         return {n: getattr(self, n) for n in names}
 
@@ -90,8 +91,9 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         ("base_url", Annotated[Optional[str], O("--base-url", help="openai: server URL up to /v1 (default http://127.0.0.1:8000/v1).")], None),
         ("api_key_env", Annotated[Optional[str], O("--api-key-env", help="openai: environment variable holding the API key (default OPENAI_API_KEY). The key itself is never taken on the command line.")], None),
         ("concurrency", Annotated[Optional[int], O("--concurrency", min=1, help="openai: requests in flight (default 16).")], None),
-        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, help="openai: seconds per request before retrying (default 600).")], None),
+        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, help="openai: seconds one request attempt may take in all, answer read to its end, before it counts as failed and is retried (default 600).")], None),
         ("max_retries", Annotated[Optional[int], O("--max-retries", min=0, help="openai: retries per request on connection errors, timeouts, 429 and 5xx (default 8).")], None),
+        ("max_context", Annotated[Optional[int], O("--max-context", min=16, help="openai: the served model's context in tokens (default: the max_model_len the server reports in /models, if any); prompts certain to exceed it with --max-tokens are rejected as too_long without being sent.")], None),
         ("tensor_parallel_size", Annotated[Optional[int], O("--tensor-parallel-size", min=1, help="vllm: GPUs per model (default 1).")], None),
         ("gpu_memory_utilization", Annotated[Optional[float], O("--gpu-memory-utilization", min=0.05, max=1.0, help="vllm: share of GPU memory for the engine (default 0.9).")], None),
         ("max_model_len", Annotated[Optional[int], O("--max-model-len", min=16, help="vllm: context length (default: the model's).")], None),

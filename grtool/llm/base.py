@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from grtool.errors import GrtoolError
+from grtool import secrets
+from grtool.errors import GrtoolError, InputError
 
 Messages = list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": "..."}]
 
@@ -61,9 +62,15 @@ class Generation:
     logprobs: list[TokenLogprobs] | None = None
     cached: bool = False
     latency_ms: float | None = None  # wall time until this generation was ready (its batch or chunk)
+    # Set when nothing was generated because the prompt does not fit the model's context: why (finish_reason
+    # is then "too_long"). Stages reject such a record with reason ``too_long``; the cache never keeps it.
+    too_long: str | None = None
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        d = asdict(self)
+        if d["too_long"] is None:
+            del d["too_long"]  # the cache's entries stay as they were before this field existed
+        return orjson.dumps(d)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> "Generation":
@@ -100,6 +107,66 @@ class Backend(Protocol):
         moves per request rather than per call.
         """
         ...
+
+
+TOO_LONG = "too_long"  # the finish reason and the reject reason of a prompt that does not fit the context
+
+
+def context_check(prompt_tokens: int, max_tokens: int, context: int | None, *, estimated: bool = False) -> str | None:
+    """Why a prompt cannot be sent (its tokens and the most it may generate exceed the context), or None.
+
+    Every backend asks this before generating: a model given more than its context either fails the whole batch
+    (vLLM) or silently answers from a truncated or out-of-range prompt (transformers).
+    """
+    if context is None or prompt_tokens + max_tokens <= context:
+        return None
+    if max_tokens >= context:  # no prompt fits: the option is wrong, not the record
+        raise InputError(f"--max-tokens {max_tokens} leaves no room for a prompt in the model's context of {context} tokens")
+    counted = "at least " if estimated else ""
+    return (
+        f"the prompt has {counted}{prompt_tokens} tokens; with --max-tokens {max_tokens} that exceeds the model's context "
+        f"of {context} tokens"
+    )
+
+
+def not_generated(why: str, prompt_tokens: int = 0) -> Generation:
+    """The answer for a prompt that was not sent because it does not fit the model's context."""
+    return Generation(text="", finish_reason=TOO_LONG, prompt_tokens=prompt_tokens, too_long=why)
+
+
+def redact_generation(gen: Generation) -> Generation:
+    """``gen`` with every known credential (:mod:`grtool.secrets`) masked in its text and its logprobs' tokens, in
+    place: whatever a stage stores (rows, ``llm_calls``, the request cache, rejects) comes from these texts.
+
+    A server can echo a key it was sent (an error page, a model repeating its input); such a key must not end up
+    in the outputs any more than on stderr. A key spread over several tokens masks every token it touches.
+    """
+    if not secrets.registered():
+        return gen
+    gen.text = secrets.redact_known(gen.text)
+    if gen.too_long:
+        gen.too_long = secrets.redact_known(gen.too_long)
+    if gen.logprobs:
+        _redact_tokens(gen.logprobs)
+    return gen
+
+
+def _redact_tokens(tokens: list[TokenLogprobs]) -> None:
+    joined = "".join(t.token for t in tokens)
+    spans = secrets.known_spans(joined)
+    alternatives = [alt for t in tokens for alt in t.top]
+    if not spans and not any(secrets.redact_known(a) != a for a in alternatives):
+        return
+    start = 0
+    for t in tokens:
+        end = start + len(t.token)
+        if any(s < end and start < e for s, e in spans):
+            best = max(t.top.values(), default=t.logprob)
+            t.token, t.top = secrets.MASK, {secrets.MASK: best}  # the alternatives here may hold the key's next piece
+        else:
+            t.token = secrets.redact_known(t.token)
+            t.top = {secrets.redact_known(k): v for k, v in t.top.items()}
+        start = end
 
 
 def request_hash(model: str, messages: Messages, sampling: Sampling) -> str:

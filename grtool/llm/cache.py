@@ -5,7 +5,10 @@ JSON schema included); what a stage makes of the text (parsing) is outside the k
 re-running re-parses without generating again. Answers are committed to SQLite chunk by chunk as they arrive
 (chunks no larger than the backend's own), and a backend that fails part of a chunk raises
 :class:`PartialGenerations` so the answers that did arrive are committed too: a crashed run loses at most the
-chunk in flight, a failed request loses only itself. Nothing about the transport (URLs, keys, headers) is stored.
+chunk in flight, a failed request loses only itself. Nothing about the transport (URLs, keys, headers) is stored,
+and every answer has the known credentials masked (:func:`~grtool.llm.base.redact_generation`) before it is
+stored or handed to a stage, so a server echoing the API key cannot put it into the cache or any output. A
+prompt that does not fit the model's context comes back as a ``too_long`` generation and is never stored.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from grtool.llm.base import (
     Sampling,
     chunks,
     logprobs_summary,
+    redact_generation,
     request_hash,
     require_logprobs,
 )
+from grtool.secrets import redact_known
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS generations (
@@ -131,6 +136,7 @@ class CachedLLM:
             hit = cached.get(key)
             if hit is not None and not (sampling.logprobs and hit.completion_tokens and not hit.logprobs):
                 hit.cached = True
+                redact_generation(hit)  # an entry stored before the key was known to be one
                 results[i] = hit
             else:
                 todo.setdefault(key, []).append(i)
@@ -145,12 +151,14 @@ class CachedLLM:
             try:
                 gens = self.backend.generate([prompts[todo[k][0]] for k in batch], sampling, **self._on_done(on_progress, reported))
             except PartialGenerations as e:
-                answered = [(k, g) for k, g in zip(batch, e.generations) if g is not None]
+                answered = [(k, redact_generation(g)) for k, g in zip(batch, e.generations) if g is not None]
                 self._store(answered, sampling)
                 self.stats.misses += len(answered)
                 raise
             if len(gens) != len(batch):
                 raise RuntimeError(f"{self.backend.name} backend returned {len(gens)} generations for {len(batch)} prompts")
+            for g in gens:
+                redact_generation(g)  # in place: the backend's on_done already reported these objects
             self._store(list(zip(batch, gens)), sampling)
             done = []
             for k, g in zip(batch, gens):
@@ -177,6 +185,7 @@ class CachedLLM:
         return {"on_done": on_done}
 
     def _store(self, answered: list[tuple[str, Generation]], sampling: Sampling) -> None:
+        answered = [(k, g) for k, g in answered if g.too_long is None]  # not generated: nothing to keep
         require_logprobs(self.backend.name, [g for _, g in answered], sampling)
         if self.cache is not None and answered:
             self.cache.put_many([(k, self.model, g) for k, g in answered])
@@ -187,15 +196,15 @@ class CachedLLM:
 
 
 def call_row(key: str, row_key: str, model: str, messages: Messages, sampling: Sampling, gen: Generation) -> dict[str, Any]:
-    """One row of the ``llm_calls`` audit table (schema ``LLM_CALLS``)."""
+    """One row of the ``llm_calls`` audit table (schema ``LLM_CALLS``), known credentials masked in its texts."""
     summary = logprobs_summary(gen)
     return {
         "request_hash": key,
         "row_key": row_key,
         "model": model,
-        "prompt": orjson.dumps(messages).decode(),
+        "prompt": redact_known(orjson.dumps(messages).decode()),
         "sampling": orjson.dumps(sampling.as_dict(), option=orjson.OPT_SORT_KEYS).decode(),
-        "output": gen.text,
+        "output": redact_known(gen.text),
         "finish_reason": gen.finish_reason,
         "prompt_tokens": gen.prompt_tokens,
         "completion_tokens": gen.completion_tokens,

@@ -1,8 +1,15 @@
 """Any OpenAI-compatible chat server (``vllm serve``, SGLang, llama.cpp server, hosted APIs) over httpx.
 
 - at most ``concurrency`` requests in flight;
+- ``timeout`` bounds each attempt as a whole (connecting, sending, waiting and reading the whole answer), not
+  each network read: a server that trickles a byte every few seconds times out like a silent one;
 - connection errors, timeouts, 429 and 5xx are retried with exponential backoff and full jitter (a
   ``Retry-After`` header is honoured); other 4xx answers fail at once with the server's message;
+- a prompt that does not fit the model's context is not a failure of the run: it comes back as a ``too_long``
+  generation (the stage rejects that record). The context is ``max_context``, else the ``max_model_len`` the
+  server reports in ``/models`` (vLLM does); a prompt certain to exceed it (counting at least one token per
+  :data:`MAX_CHARS_PER_TOKEN` characters) is not sent, and a server's own 400 "context length" answer is
+  taken the same way;
 - a JSON schema goes out as ``response_format: {type: json_schema}`` — never as ``guided_json``, which
   current vLLM servers silently ignore; `chains synthesize --constrain` goes out as vLLM's
   ``structured_outputs: {regex}`` (the offered triples, :func:`grtool.index.constraints.offered_regex`);
@@ -20,21 +27,32 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 from typing import Any
 
 import httpx
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
 from grtool import secrets
 from grtool.log import log
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+# No server tokenizer here: a prompt is counted at no fewer tokens than its characters / this (real tokenizers
+# average 3-5 characters per token on prose), so only prompts certain not to fit are held back; the server's
+# own context-length answer catches the rest.
+MAX_CHARS_PER_TOKEN = 8
+MODELS_TIMEOUT = 30.0  # seconds for the /models request made at start
+# How OpenAI-compatible servers word "the prompt does not fit" (vLLM, OpenAI, SGLang, llama.cpp, TGI).
+_CONTEXT_EXCEEDED = re.compile(r"context[ _-]?(?:length|size|window)|maximum context|`inputs` tokens \+ `max_new_tokens`", re.IGNORECASE)
+# ... unless it is --max-tokens alone that does not fit: every request would fail the same way.
+_MAX_TOKENS_TOO_LARGE = re.compile(r"max_(?:completion_|new_)?tokens'? (?:\S+ )*?is too large", re.IGNORECASE)
+_CONTEXT_STATUS = {400, 413, 422}
 
 
 class OpenAIBackend:
     name = "openai"
-    OPTIONS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "chunk_size")
+    OPTIONS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "chunk_size", "max_context")
 
     def __init__(
         self,
@@ -47,6 +65,7 @@ class OpenAIBackend:
         max_retries: int = 8,
         backoff: float = 1.0,
         chunk_size: int | None = None,
+        max_context: int | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         # Requests go to the URL without its user-info (so no HTTP library prints it), with the credentials as
@@ -66,7 +85,10 @@ class OpenAIBackend:
             raise GrtoolError(f"--api-key-env {api_key_env}: that environment variable is not set")
         log.info("%s: %s", self._shown, self._credential_used(api_key_env))
         self.requests_sent = 0  # every HTTP attempt, retries included
+        self._models_cache: list[dict[str, Any]] | None = None
         self.model = model if model is not None else self._served_model()
+        # The context, in tokens: given, else reported by the server for this model, else unknown (None).
+        self.context_length = max_context if max_context is not None else self._reported_context()
 
     # ------------------------------------------------------------------ transport
     def _credential_used(self, api_key_env: str) -> str:
@@ -88,14 +110,41 @@ class OpenAIBackend:
     def _served_model(self) -> str:
         """Without --model, use the server's model when it serves exactly one."""
         try:
-            r = httpx.get(f"{self._url}/models", headers=self._headers(), auth=self._auth, timeout=min(self.timeout, 30))
-            r.raise_for_status()
-            ids = [m["id"] for m in r.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-            raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({e}); pass --model")) from None
+            ids = [m["id"] for m in self._models()]
+        except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
+            why = f"no answer within {self._models_timeout:g}s" if isinstance(e, TimeoutError) else str(e)
+            raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
         if len(ids) != 1:
             raise GrtoolError(self._scrub(f"{self._shown} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
         return ids[0]
+
+    def _reported_context(self) -> int | None:
+        """The ``max_model_len`` the server reports for this model in ``/models`` (vLLM does), if any."""
+        try:
+            entries = [m for m in self._models() if m.get("id") == self.model]
+        except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
+            log.debug("%s/models: no context length reported (%s)", self._shown, self._scrub(f"{type(e).__name__}: {e}"))
+            return None
+        value = entries[0].get("max_model_len") if entries else None
+        return value if isinstance(value, int) and value > 0 else None
+
+    @property
+    def _models_timeout(self) -> float:
+        return min(self.timeout, MODELS_TIMEOUT)
+
+    def _models(self) -> list[dict[str, Any]]:
+        """The ``data`` entries of ``GET /models`` (fetched once), under a deadline for the whole request."""
+        if self._models_cache is None:
+
+            async def get() -> httpx.Response:
+                async with httpx.AsyncClient(headers=self._headers(), auth=self._auth, timeout=self._models_timeout) as client:
+                    async with asyncio.timeout(self._models_timeout):
+                        return await client.get(f"{self._url}/models")
+
+            r = asyncio.run(get())
+            r.raise_for_status()
+            self._models_cache = list(r.json().get("data", []))
+        return self._models_cache
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
         regex = _constraint_regex(messages, sampling.constraint)
@@ -136,7 +185,9 @@ class OpenAIBackend:
                     if failed:  # a request failed for good: a dead or refusing server should not get the rest
                         return None
                     try:
-                        gen = await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
+                        gen = self._held_back(messages, sampling) or await self._post_with_retries(
+                            client, self.request_body(messages, sampling), sampling
+                        )
                     except Exception as e:  # the others in flight go on: their answers are worth keeping
                         failed.append(e)
                         return None
@@ -159,6 +210,14 @@ class OpenAIBackend:
             ) from failed[0]
         return gens  # type: ignore[return-value]
 
+    def _held_back(self, messages: Messages, sampling: Sampling) -> Generation | None:
+        """A ``too_long`` generation for a prompt certain not to fit the known context (not sent), else None."""
+        if self.context_length is None:
+            return None
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        why = context_check(-(-chars // MAX_CHARS_PER_TOKEN), sampling.max_tokens, self.context_length, estimated=True)
+        return not_generated(why) if why is not None else None
+
     async def _post_with_retries(self, client: httpx.AsyncClient, body: dict[str, Any], sampling: Sampling) -> Generation:
         url = f"{self._url}/chat/completions"
         shown = f"{self._shown}/chat/completions"
@@ -166,13 +225,20 @@ class OpenAIBackend:
             self.requests_sent += 1
             wait: float | None = None
             try:
-                r = await client.post(url, json=body)
+                # The whole attempt under one deadline: httpx's own timeouts bound each read, so a server
+                # sending a byte now and then would otherwise hold the request forever.
+                async with asyncio.timeout(self.timeout):
+                    r = await client.post(url, json=body)
+            except TimeoutError:
+                problem = f"no complete answer within --timeout {self.timeout:g}s"
             except httpx.TransportError as e:  # refused, reset, timed out, protocol errors
                 problem = f"{type(e).__name__}: {e}"
             else:
                 if r.status_code == 200:
                     return self._parse(r, sampling)
                 problem = f"HTTP {r.status_code}: {self._scrub(r.text)[:500]}"  # scrub first: a cut key would leak its start
+                if r.status_code in _CONTEXT_STATUS and _CONTEXT_EXCEEDED.search(r.text) and not _MAX_TOKENS_TOO_LARGE.search(r.text):
+                    return not_generated(f"the server says: {problem}")  # this record's fault, not the server's
                 if r.status_code not in RETRY_STATUS:
                     raise GrtoolError(self._scrub(f"{shown}: {problem}"))
                 wait = _retry_after(r)

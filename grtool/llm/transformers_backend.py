@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import GrtoolError, InputError, MissingDependency
-from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
 from grtool.llm.models import resolve_model, weights_digest
 from grtool.log import log
 
@@ -59,6 +59,7 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.context_length = context_length(self.lm.config, self.tokenizer)
         self._warned_schema = False
         self._prefix = _SharedPrefix(self.lm)
         if self.device == "cpu" and self.lm.config._attn_implementation == "sdpa":
@@ -70,10 +71,21 @@ class TransformersBackend:
             self._warned_schema = True
         texts = [self.tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        prefix = self._prefix.shared_by(ids)
-        # Similar lengths in one batch waste less padding; results go back in the callers' order.
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         results: list[Generation | None] = [None] * len(ids)
+        # A prompt beyond the context is not generated: the model would answer from positions it never saw.
+        for i, row in enumerate(ids):
+            why = context_check(len(row), sampling.max_tokens, self.context_length)
+            if why is not None:
+                results[i] = not_generated(why, len(row))
+        refused = [g for g in results if g is not None]
+        if refused and on_done is not None:
+            on_done(refused)
+        fitting = [i for i, g in enumerate(results) if g is None]
+        if not fitting:
+            return results  # type: ignore[return-value]
+        prefix = self._prefix.shared_by([ids[i] for i in fitting])
+        # Similar lengths in one batch waste less padding; results go back in the callers' order.
+        order = sorted(fitting, key=lambda i: len(ids[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
             batch = self._generate_batch([ids[i] for i in idx], prefix, sampling)
@@ -157,6 +169,22 @@ class TransformersBackend:
                 top.setdefault(self.tokenizer.decode([a]), v)
             out.append(TokenLogprobs(self.tokenizer.decode([token_id]), float(lp[token_id]), top))
         return out
+
+
+CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+UNSET_MODEL_MAX_LENGTH = 10**9  # tokenizers without a limit report a huge sentinel (int(1e30))
+
+
+def context_length(config, tokenizer) -> int | None:
+    """The model's context in tokens: its config's position limit, else the tokenizer's ``model_max_length``
+    when that is a real value (tokenizers without one report a huge sentinel), else unknown (None)."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in CONTEXT_ATTRIBUTES:
+        value = getattr(text_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < UNSET_MODEL_MAX_LENGTH else None
 
 
 def _with_adapter(lm, adapter: str):

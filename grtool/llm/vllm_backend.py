@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
-from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs
+from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
 from grtool.llm.models import resolve_model, weights_digest
 
 
@@ -78,6 +78,8 @@ class VLLMBackend:
         engine_args["logits_processors"] = [DocidVllmLogitsProcessor]
         self.llm = LLM(**engine_args)
         self.tokenizer = self.llm.get_tokenizer()
+        # The engine's context (--max-model-len, else the model's): a longer prompt would fail the whole batch.
+        self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
 
     def close(self) -> None:
         """Stop the engine's processes now: left to interpreter exit, their shutdown could hang the command after
@@ -90,6 +92,12 @@ class VLLMBackend:
     def render(self, messages: Messages) -> str:
         """The prompt text from the tokenizer's chat template."""
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    def _refused(self, text: str, sampling: Sampling) -> Generation | None:
+        """A ``too_long`` generation for a rendered prompt that does not fit the engine's context, else None."""
+        tokens = len(self.tokenizer.encode(text))  # as vLLM tokenizes a text prompt
+        why = context_check(tokens, sampling.max_tokens, self.context_length)
+        return not_generated(why, tokens) if why is not None else None
 
     def sampling_params(self, sampling: Sampling):
         from vllm import SamplingParams
@@ -121,13 +129,15 @@ class VLLMBackend:
         results: list[Generation] = []
         for start in range(0, len(prompts), self.chunk_size):
             texts = [self.render(m) for m in prompts[start : start + self.chunk_size]]
+            chunk: list[Generation | None] = [self._refused(t, sampling) for t in texts]
+            fitting = [i for i, g in enumerate(chunk) if g is None]
             started = time.perf_counter()
-            outputs = self.llm.generate(texts, params, use_tqdm=False, lora_request=self.lora)
+            outputs = self.llm.generate([texts[i] for i in fitting], params, use_tqdm=False, lora_request=self.lora) if fitting else []
             latency_ms = (time.perf_counter() - started) * 1000
-            chunk = [_to_generation(o, sampling.logprobs) for o in outputs]
-            for gen in chunk:
-                gen.latency_ms = latency_ms
-            results.extend(chunk)
+            for i, o in zip(fitting, outputs):
+                chunk[i] = _to_generation(o, sampling.logprobs)
+                chunk[i].latency_ms = latency_ms  # type: ignore[union-attr]
+            results.extend(chunk)  # type: ignore[arg-type]
             if on_done is not None:  # per chunk: vllm.LLM.generate returns when its whole batch is done
                 on_done(chunk)
         return results

@@ -12,11 +12,13 @@ Accounting of the triples stage (in == out + merged + rejected): ``in`` counts t
 plus one per document that gave none; ``merged`` are duplicates within a document; rejects are triples with an
 empty part (``empty_part``), self-loops (``self_loop``), copies of the prompt's examples (``prompt_example``),
 triples whose head or tail the document does not hold (``ungrounded``, by ``--grounding``; the rules are in
-:mod:`grtool.triples.grounding`), and documents without triples (``no_triples``, kept with the raw output) or
-without text (``empty_text``). A document whose every triple was dropped counts as a document without triples
-(no ``no_triples`` reject: its triples are rejected one by one). Extra counters: documents,
+:mod:`grtool.triples.grounding`), and documents without triples (``no_triples``, kept with the raw output),
+without text (``empty_text``) or whose prompt does not fit the model's context with ``--max-tokens``
+(``too_long``: never sent nor truncated, no ``llm_calls`` row; counter documents_too_long). A document whose
+every triple was dropped counts as a document without triples (no ``no_triples`` reject: its triples are
+rejected one by one). Extra counters: documents,
 documents_without_triples, documents_all_triples_dropped, parse_failures, truncated_outputs, cache_hits,
-cache_misses, prompt_tokens, completion_tokens.
+cache_misses, prompt_tokens, completion_tokens, documents_too_long.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import orjson
 
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.llm.base import Backend, Generation, Sampling
+from grtool.llm.base import TOO_LONG, Backend, Generation, Sampling
 from grtool.llm.cache import call_row
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Guard, ModelStage, Output, Part, part_rows
@@ -162,6 +164,12 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
         gens = llm.generate(messages, sampling, on_progress=part.meter)
         rows, call_rows = [], []
         for doc, msgs, gen in zip(docs, messages, gens):
+            if gen.too_long is not None:  # an input the model cannot take whole, like an empty one: rejected
+                shard.count_in(1)
+                shard.count("documents_too_long")
+                record = {"doc_id": doc["doc_id"], "title": doc.get("title"), "chars": len(doc["text"])}
+                shard.reject(record, TOO_LONG, source=corpus.source, detail=gen.too_long)
+                continue
             rows.extend(_rows_for(doc, gen, shard, config, result, corpus.source, checks))
             if calls is not None:
                 call_rows.append(call_row(llm.key(msgs, sampling), doc["doc_id"], llm.model, msgs, sampling, gen))
