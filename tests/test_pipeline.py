@@ -94,7 +94,7 @@ def test_partial_stage_is_reported(tmp_path, examples, cli):
 def test_bad_configs(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("out = 'x'\n[[stages]]\nname = 'a'\n")
-    with pytest.raises(InputError, match="no 'run'"):
+    with pytest.raises(InputError, match="stage 'a': missing key 'run'"):
         load_pipeline(bad)
     bad.write_text("[[stages]]\nname='a'\nrun='corpus stats'\n[[stages]]\nname='a'\nrun='corpus stats'\n")
     with pytest.raises(InputError, match="used twice"):

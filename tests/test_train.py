@@ -184,21 +184,6 @@ def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):
     assert not list(out.glob("checkpoint-*"))  # a finished run removes what only --resume needed
 
 
-def test_resume_continues_the_killed_run(sft_ckpt, tmp_path, cli):
-    """A run killed after its step-4 checkpoint (the fixture's, without its final files) continues with --resume."""
-    out = tmp_path / "resumed"
-    shutil.copytree(sft_ckpt, out)
-    for leftover in out.iterdir():
-        if not leftover.name.startswith("checkpoint-"):
-            leftover.unlink()
-    data = write_sft(tmp_path / "thinkgr_sft.json")
-    cli("train", "sft", data, "--out", out, "--resume", "--max-steps", "6", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
-    meta = record(out)
-    assert meta["resumed_from"].endswith("checkpoint-4") and meta["global_step"] == 6
-    assert [x["step"] for x in meta["losses"]] == [5, 6]
-    assert not list(out.glob("checkpoint-*"))
-
-
 def test_resume_refuses_an_occupied_out_without_resume(sft_ckpt, tmp_path, cli):
     data = write_sft(tmp_path / "thinkgr_sft.json")
     proc = cli("train", "sft", data, "--out", sft_ckpt, "--max-steps", "5", *TINY, check=2)
@@ -302,3 +287,74 @@ def test_kto_labels_responses_on_the_fly(tmp_path, cli, samples):
     assert "--triples" in cli("train", "kto", responses, "--corpus", root, "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
     assert "--corpus" in cli("train", "kto", tmp_path, "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
     assert not (tmp_path / "ckpt").exists()
+
+
+def _checkpoint_step(folder: Path) -> int:
+    return int(folder.name.rsplit("-", 1)[1])
+
+
+def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_ckpt, tmp_path, cli):
+    """A run killed after its step-4 checkpoint (the fixture's, without its final files) continues with --resume.
+    It was also killed during later saves: one as saves were before they were atomic (checkpoint-6 under its
+    final name without its trainer state, optimizer.pt cut), one during an atomic save (the temporary folder).
+    --resume removes both, says so, and resumes from checkpoint-4 (before: a traceback loading checkpoint-6)."""
+    from grtool.train.run import STAGING, checkpoint_problem
+
+    out = tmp_path / "resumed"
+    shutil.copytree(sft_ckpt / "checkpoint-4", out / "checkpoint-4")
+    complete = out / "checkpoint-4"
+    assert checkpoint_problem(complete) is None
+    cut = out / "checkpoint-6"
+    cut.mkdir()
+    for name in ("config.json", "generation_config.json"):  # written before the kill, as the weights
+        shutil.copy(complete / name, cut / name)
+    (cut / "model.safetensors").hardlink_to(complete / "model.safetensors")  # read only, never written
+    (cut / "optimizer.pt").write_bytes((complete / "optimizer.pt").read_bytes()[: 1 << 20])  # the kill came mid-write
+    assert checkpoint_problem(cut) == "no trainer_state.json"
+    shutil.copy(complete / "trainer_state.json", cut / "trainer_state.json")
+    assert checkpoint_problem(cut) == "optimizer.pt is cut short"
+    (cut / "trainer_state.json").unlink()
+    staged = out / STAGING / "checkpoint-8"
+    staged.mkdir(parents=True)
+    (staged / "model.safetensors").write_bytes(b"\0" * 64)
+    data = write_sft(tmp_path / "thinkgr_sft.json")
+    proc = cli("train", "sft", data, "--out", out, "--resume", "--max-steps", "6", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
+    err = " ".join(proc.stderr.split())
+    assert "resuming from checkpoint-4" in err and "checkpoint-6 is incomplete (no trainer_state.json" in err and STAGING in err, proc.stderr
+    meta = record(out)
+    assert meta["resumed_from"].endswith("checkpoint-4") and meta["global_step"] == 6
+    assert [x["step"] for x in meta["losses"]] == [5, 6]
+    assert not list(out.glob("checkpoint-*")) and not (out / STAGING).exists()  # a finished run keeps none
+
+
+def test_a_kill_during_a_save_leaves_only_complete_checkpoints(tmp_path, cli):
+    """SIGTERM while checkpoint-2 is being written: no checkpoint-N under its final name misses a file (before:
+    checkpoint-2 without its trainer state, which --resume then picked). Resuming from what is left is the test
+    above; here only the choice is checked (no second model load)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from grtool.train.run import STAGING, checkpoint_problem, last_complete_checkpoint
+
+    data = write_sft(tmp_path / "thinkgr_sft.json")
+    out = tmp_path / "ckpt"
+    train = ["train", "sft", str(data), "--out", str(out), "--save-steps", "1", "--save-total-limit", "1", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY]
+    log = tmp_path / "train.log"
+    with open(log, "w") as stderr:  # a file, not a pipe nobody reads while it trains
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", *train, "--max-steps", "8"], stdout=subprocess.DEVNULL, stderr=stderr)
+
+    def saving() -> list[Path]:  # a save after the first in progress: its trainer state is written last
+        folders = [*out.glob("checkpoint-*"), *out.glob(f"{STAGING}/checkpoint-*")]
+        return [f for f in folders if _checkpoint_step(f) >= 2 and not (f / "trainer_state.json").exists()]
+
+    deadline = time.monotonic() + 600
+    while not (out.is_dir() and saving()):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == -signal.SIGTERM
+    finals = list(out.glob("checkpoint-*"))
+    assert finals and all(checkpoint_problem(f) is None for f in finals), {f.name: checkpoint_problem(f) for f in finals}
+    assert last_complete_checkpoint(out) == max(finals, key=_checkpoint_step)

@@ -15,15 +15,23 @@ A pipeline file is TOML::
 
 Options become ``--key value`` (``_`` → ``-``); ``true`` becomes ``--key``, ``false`` ``--no-key``; a list
 repeats the option. Each stage runs the very command a user would type, so the plan prints it verbatim.
+
+The file is checked against :class:`PipelineFile` before anything runs: every key's type (``args`` is a list of
+strings, never a string split into characters), no unknown keys, and ``{out}`` (or a ``[vars]`` name) as the only
+placeholders; ``{{`` and ``}}`` write literal braces. A problem is one line naming the file, the stage and the key.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Union
+
+import msgspec
 
 from grtool.errors import InputError
 
@@ -86,21 +94,138 @@ def _coerce(text: str) -> Any:
         return text
 
 
-def _expand(value: Any, variables: dict[str, str]) -> Any:
+# ---- the schema of a pipeline file: msgspec checks the types, the messages below name stage and key
+
+Scalar = Union[str, int, float, bool]
+
+
+class StageTable(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    run: str
+    args: list[str] = []
+    options: dict[str, Union[Scalar, list[Scalar]]] = {}
+    outputs: list[str] = []
+    stdout: Optional[str] = None
+
+
+class PipelineFile(msgspec.Struct, forbid_unknown_fields=True):
+    stages: list[StageTable]
+    out: str = "out"
+    note: str = ""
+    vars: dict[str, Scalar] = {}  # more placeholders beside {out}
+
+
+_TYPE_WORDS = {"array": "a list", "object": "a table", "str": "a string", "int": "an integer", "float": "a number",
+               "bool": "true or false", "date": "a date", "datetime": "a date-time", "time": "a time"}  # fmt: skip
+_EXPECTED = {"args": "a list of strings", "outputs": "a list of strings", "options": "a table of option = value",
+             "stdout": "a string (a file path)", "name": "a string", "run": "a string (a grtool command)",
+             "stages": "a list of [[stages]] tables", "out": "a string", "note": "a string", "vars": "a table of name = value"}  # fmt: skip
+_OPTION_VALUE = "a string, number, true/false or a list of those"
+
+
+def _words(msgspec_types: str) -> str:
+    return " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in msgspec_types.strip("`").split("|"))
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _schema_error(path: Path, raw: dict[str, Any], error: msgspec.ValidationError) -> InputError:
+    """msgspec's ``Expected `array`, got `str` - at `$.stages[2].args``` as a line naming the stage and the key."""
+    text = str(error)
+    message, _, at = text.partition(" - at ")
+    at = at.strip("`")
+    m = re.match(r"\$\.stages\[(\d+)\]\.?(\w*)(.*)$", at)
+    where = ""
+    key = ""
+    if m:
+        index, key, rest = int(m[1]), m[2], m[3]
+        entry = raw["stages"][index]
+        name = entry.get("name") if isinstance(entry, dict) else None
+        where = f"stage {name!r}" if isinstance(name, str) else f"stage {index + 1}"
+        if key == "options" and rest.startswith("[...]"):
+            bad = next((k for k, v in entry["options"].items() if not _valid_option_value(v)), "?")
+            return InputError(f"{path}: {where}, option {bad!r}: {_got(message)}, expected {_OPTION_VALUE}")
+        if key in ("args", "outputs") and rest:  # an item of the list
+            item = int(re.sub(r"\D", "", rest) or 0) + 1
+            return InputError(f"{path}: {where}, key {key!r}, item {item}: {_got(message)}, expected a string (quote it)")
+    elif at.startswith("$."):
+        key = at[2:].split("[")[0].split(".")[0]
+    unknown = re.match(r"Object contains unknown field `(.+)`", message)
+    if unknown:
+        fields = list(StageTable.__struct_fields__ if m else PipelineFile.__struct_fields__)
+        field_ = unknown[1]
+        return InputError(f"{path}: {where or 'top level'}: unknown key {field_!r}{_did_you_mean(field_, fields)}; known keys: {', '.join(fields)}")
+    missing = re.match(r"Object missing required field `(.+)`", message)
+    if missing:
+        return InputError(f"{path}: {where or 'top level'}: missing key {missing[1]!r}")
+    if where and not key:  # the stage entry itself
+        return InputError(f"{path}: {where}: {_got(message)}, expected a [[stages]] table")
+    hint = ""
+    if key in ("args", "outputs") and "got `str`" in message:
+        hint = f' (write {key} = ["a", "b"], one string per argument)'
+    expected = _EXPECTED.get(key, _words(message.split(",")[0].removeprefix("Expected ")))
+    return InputError(f"{path}: {where + ', ' if where else ''}key {key!r}: {_got(message)}, expected {expected}{hint}")
+
+
+def _got(message: str) -> str:
+    m = re.search(r"got `(\w+)`", message)
+    return f"got {_TYPE_WORDS.get(m[1], m[1])}" if m else message
+
+
+def _valid_option_value(value: Any) -> bool:
+    try:
+        msgspec.convert(value, Union[Scalar, list[Scalar]], strict=True)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+# ---- placeholders: {out} and the [vars] names only; {{ and }} are literal braces
+
+_FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+
+
+def expand(text: str, variables: dict[str, str], where: str) -> str:
+    """``text`` with ``{name}`` replaced; any other ``{…}`` (format specs, attributes, indices) is an error."""
+
+    def replace(m: re.Match) -> str:
+        token = m[0]
+        if token in ("{{", "}}"):
+            return token[0]
+        if token in ("{", "}"):
+            raise InputError(f"{where}: a lone {token!r} in {text!r}; write {{{{ and }}}} for literal braces, {{out}} for the out directory")
+        if m[1] not in variables:
+            known = ", ".join("{" + v + "}" for v in variables)
+            raise InputError(f"{where}: unknown placeholder {token} in {text!r}{_did_you_mean(m[1], list(variables))}; "
+                             f"placeholders: {known} (write {{{{ and }}}} for literal braces)")  # fmt: skip
+        return variables[m[1]]
+
+    return _FIELD.sub(replace, text)
+
+
+def _expand(value: Any, variables: dict[str, str], where: str) -> Any:
     if isinstance(value, str):
-        try:
-            return value.format(**variables)
-        except (KeyError, IndexError, ValueError) as e:
-            raise InputError(f"cannot expand {value!r}: unknown placeholder {e}") from None
+        return expand(value, variables, where)
     if isinstance(value, list):
-        return [_expand(v, variables) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand(v, variables) for k, v in value.items()}
+        return [_expand(v, variables, where) for v in value]
     return value
 
 
+def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) -> dict[str, Any]:
+    expanded = {}
+    for key, value in entry.items():
+        if key == "options":
+            expanded[key] = {k: _expand(v, variables, f"{where}, option {k!r}") for k, v in value.items()}
+        else:
+            expanded[key] = _expand(value, variables, f"{where}, key {key!r}")
+    return expanded
+
+
 def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipeline:
-    """Read a pipeline file; ``overrides`` are ``stage.key=value`` (``key`` is an option, or args/outputs/stdout)."""
+    """Read and check a pipeline file; ``overrides`` are ``stage.key=value`` (``key`` is an option, or args/outputs/stdout)."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -108,42 +233,40 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         raise InputError(f"{path}: no such pipeline file") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: not valid TOML ({e})") from None
-    variables = {"out": raw.get("out", "out"), **{k: str(v) for k, v in raw.get("vars", {}).items()}}
-    entries = raw.get("stages")
-    if not isinstance(entries, list) or not entries:
+    try:
+        spec = msgspec.convert(raw, PipelineFile, strict=True)
+    except msgspec.ValidationError as e:
+        raise _schema_error(path, raw, e) from None
+    if not spec.stages:
         raise InputError(f"{path}: needs at least one [[stages]] table")
+    variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
     by_name: dict[str, dict[str, Any]] = {}
-    for i, entry in enumerate(entries):
-        for required in ("name", "run"):
-            if not isinstance(entry.get(required), str):
-                raise InputError(f"{path}: stage {i + 1} has no {required!r} string")
-        unknown = set(entry) - {"name", "run", "args", "options", "outputs", "stdout"}
-        if unknown:
-            raise InputError(f"{path}: stage {entry['name']!r} has unknown keys {sorted(unknown)}")
-        if entry["name"] in by_name:
-            raise InputError(f"{path}: stage name {entry['name']!r} is used twice")
-        by_name[entry["name"]] = {"args": [], "options": {}, **entry}
-
+    for stage in spec.stages:
+        if stage.name in by_name:
+            raise InputError(f"{path}: stage name {stage.name!r} is used twice")
+        by_name[stage.name] = msgspec.structs.asdict(stage)
+    # Placeholders are expanded (and checked) in the file's values first, then in each --set value.
+    by_name = {name: _expand_stage(entry, variables, f"{path}: stage {name!r}") for name, entry in by_name.items()}
     for item in overrides or []:
         target, sep, value = item.partition("=")
         stage_name, dot, key = target.partition(".")
         if not sep or not dot or not key:
             raise InputError(f"--set {item!r}: expected stage.key=value")
         if stage_name not in by_name:
-            raise InputError(f"--set {item!r}: no stage named {stage_name!r} (stages: {', '.join(by_name)})")
+            raise InputError(f"--set {item!r}: no stage named {stage_name!r}{_did_you_mean(stage_name, list(by_name))} (stages: {', '.join(by_name)})")
         entry = by_name[stage_name]
+        where = f"--set {item!r}"
         if key in ("args", "outputs"):
-            entry[key] = shlex.split(value)
+            entry[key] = _expand(shlex.split(value), variables, where)
         elif key == "stdout":
-            entry[key] = value
+            entry[key] = _expand(value, variables, where)
         else:
-            entry["options"] = {**entry["options"], key: _coerce(value)}
+            entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
 
     stages = []
     for entry in by_name.values():
-        entry = _expand(entry, variables)
-        outputs = entry.get("outputs") or ([entry["options"]["out"]] if "out" in entry["options"] else [])
-        if entry.get("stdout"):
+        outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
+        if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]
-        stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry.get("stdout")))
-    return Pipeline(path, variables["out"], stages, str(raw.get("note", "")))
+        stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"]))
+    return Pipeline(path, variables["out"], stages, spec.note)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError
 from grtool.pipeline.config import Pipeline, Stage
-from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, merge_counters
+from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
 
 RECORDS_DIR = "_pipeline"
@@ -132,17 +133,29 @@ def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if stage.stdout:
-            Path(stage.stdout).parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(stage.stdout, "w"))))
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(_replaced_on_success(Path(stage.stdout)))))
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.
         stack.enter_context(command(["grtool", *argv]))
         try:
             code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
         except GrtoolError as e:
             raise GrtoolError(f"stage {stage.name!r} failed: {e}", e.exit_code) from None
-    if isinstance(code, int) and code != 0:
-        raise GrtoolError(f"stage {stage.name!r} failed with exit code {code}: {stage.command_line(overwrite)}", code)
+        if isinstance(code, int) and code != 0:
+            raise GrtoolError(f"stage {stage.name!r} failed with exit code {code}: {stage.command_line(overwrite)}", code)
     return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _replaced_on_success(path: Path):
+    """A text file that becomes ``path`` only when the block succeeds: a failed stage keeps the earlier report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")  # beside it: the rename stays on one filesystem
+    try:
+        with open(tmp, "w") as f:
+            yield f
+        commit_file(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def mark_done(pipeline: Pipeline, stage: Stage, seconds: float) -> None:

@@ -4,7 +4,9 @@ A plan is built from the inputs and checked before anything is written: bad data
 template or an effective batch larger than the data stop here with a message naming the file (exit 2).
 :func:`build_trainer` makes the TRL trainer (tests inspect its tokenized rows), :func:`train` runs it and saves
 the checkpoint: full weights with the tokenizer (markers included) in ``out``, and with ``--lora`` the adapter
-in ``out/adapter`` beside the merged weights, so ``--model out`` is always a complete model.
+in ``out/adapter`` beside the merged weights, so ``--model out`` is always a complete model. Resumable
+checkpoints are saved atomically (:func:`atomic_checkpoints`) and ``--resume`` continues from the newest complete
+one (:func:`last_complete_checkpoint`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import contextlib
 import math
 import os
 import platform
+import re
 import shutil
+import struct
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +224,7 @@ def build_trainer(p: Plan, callbacks: list | None = None):
         # prompt/completion rows + completion_only_loss: the loss falls on the assistant turn only, whatever the
         # chat template (assistant_only_loss would need {% generation %} markers in it).
         args = SFTConfig(**_common_args(p), packing=cfg.packing, completion_only_loss=True)
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
+        trainer = atomic_checkpoints(SFTTrainer)(model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
     else:
         from trl import KTOConfig, KTOTrainer
 
@@ -227,7 +232,7 @@ def build_trainer(p: Plan, callbacks: list | None = None):
         # The reference model is the starting checkpoint (the SFT model), markers included; with LoRA the
         # trainer disables the adapter instead.
         ref_model = None if cfg.lora else copy.deepcopy(model)
-        trainer = KTOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
+        trainer = atomic_checkpoints(KTOTrainer)(model=model, ref_model=ref_model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks)
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # grtool's progress callback reports the loss
@@ -255,17 +260,16 @@ def claim_checkpoint(p: Plan) -> Any:
 
 
 def _train(p: Plan) -> dict[str, Any]:
-    from transformers.trainer_utils import get_last_checkpoint
-
     from grtool.train.progress import TrainProgress
 
     resume_from = None
     if p.resume and p.out.is_dir():
-        resume_from = get_last_checkpoint(str(p.out))
-        if resume_from is None:
-            log.info("--resume: no checkpoint in %s yet, starting from the beginning", p.out)
+        found = last_complete_checkpoint(p.out, remove_incomplete=_is_main())  # every rank picks the same one
+        if found is None:
+            log.info("--resume: no complete checkpoint in %s yet, starting from the beginning", p.out)
         else:
-            log.info("resuming from %s", resume_from)
+            resume_from = str(found)
+            log.info("resuming from %s (%s)", found.name, found)
     started = time.time()
     progress = TrainProgress(f"train {p.kind}", p.losses)
     trainer = build_trainer(p, callbacks=[progress])
@@ -289,12 +293,144 @@ def _train(p: Plan) -> dict[str, Any]:
     record = provenance(p, trainer, output, time.time() - started, resumed_from=resume_from)
     if trainer.is_world_process_zero():
         if not p.cfg.keep_checkpoints:
-            for finished in p.out.glob("checkpoint-*"):
-                shutil.rmtree(finished)
+            for finished in [*p.out.glob("checkpoint-*"), p.out / STAGING]:
+                shutil.rmtree(finished, ignore_errors=True)
         from grtool.store.stage import atomic_write_bytes
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     return record
+
+
+# ---- checkpoints: written under a temporary name, renamed to checkpoint-N once complete
+
+STAGING = "incomplete-checkpoint"  # out/incomplete-checkpoint/checkpoint-N while it is being written
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def atomic_checkpoints(trainer_class: type) -> type:
+    """``trainer_class`` (a transformers Trainer) saving each checkpoint atomically.
+
+    The Trainer writes a checkpoint file by file into ``checkpoint-N``, trainer_state.json last: a kill during the
+    save (SIGTERM from a scheduler, a preemption) left a folder under its final name that ``--resume`` then
+    failed to load. Here the whole save goes to ``out/incomplete-checkpoint/checkpoint-N`` (the Trainer's own
+    code, with its output folder moved for the duration of the save), and only the finished folder, synced to
+    disk, is renamed to ``out/checkpoint-N``; then the old ones are rotated as the Trainer would."""
+
+    class AtomicCheckpoints(trainer_class):
+        _staging: str | None = None
+
+        def _get_output_dir(self, trial):
+            return self._staging or super()._get_output_dir(trial)
+
+        def _save_checkpoint(self, model, trial):
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+            run_dir = Path(self._get_output_dir(trial))
+            staging = run_dir / STAGING
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            if self.args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)  # a save cut short earlier
+            self.accelerator.wait_for_everyone()
+            self._staging = str(staging)
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self._staging = None
+            self.accelerator.wait_for_everyone()  # every rank has written its part (RNG state, shards)
+            if self.args.should_save:
+                _commit_checkpoint(staging / name, run_dir / name)
+                shutil.rmtree(staging, ignore_errors=True)
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)  # fmt: skip
+            self.accelerator.wait_for_everyone()
+
+    AtomicCheckpoints.__name__ = AtomicCheckpoints.__qualname__ = f"Atomic{trainer_class.__name__}"
+    return AtomicCheckpoints
+
+
+def _commit_checkpoint(written: Path, final: Path) -> None:
+    """fsync every file of a finished checkpoint folder, then rename it into place."""
+    from grtool.store.stage import _fsync_dir
+
+    for folder, _, files in os.walk(written):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(folder))
+    if final.exists():  # the same step saved again (after a resume from an earlier one)
+        shutil.rmtree(final)
+    os.replace(written, final)
+    _fsync_dir(final.parent)
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """What a resume from ``folder`` would miss, or None when it holds everything: the trainer state (the
+    Trainer writes it last), the model weights whole, the optimizer and scheduler state."""
+    state = folder / "trainer_state.json"
+    if not state.is_file():
+        return "no trainer_state.json"
+    try:
+        orjson.loads(state.read_bytes())["global_step"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return "trainer_state.json is cut short"
+    subfolders = [d for d in folder.iterdir() if d.is_dir()]  # DeepSpeed (global_stepN) and FSDP keep their state there
+    weights = [f for f in folder.iterdir() if f.is_file() and re.fullmatch(r"(adapter_model|model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)", f.name)]
+    if not weights and not subfolders:
+        return "no model weights"
+    for index in folder.glob("*.index.json"):
+        try:
+            shards = set(orjson.loads(index.read_bytes())["weight_map"].values())
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            return f"{index.name} is cut short"
+        missing = sorted(s for s in shards if not (folder / s).is_file())
+        if missing:
+            return f"{index.name} names missing shards {', '.join(missing)}"
+    for f in weights:
+        if f.suffix == ".safetensors" and not _safetensors_whole(f):
+            return f"{f.name} is cut short"
+    for f in folder.iterdir():  # torch.save writes zip archives: a cut one has no central directory
+        if f.is_file() and f.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(f):
+            return f"{f.name} is cut short"
+    has_optimizer = any((folder / n).is_file() for n in ("optimizer.pt", "optimizer.bin")) or subfolders
+    if not has_optimizer:
+        return "no optimizer state (optimizer.pt)"
+    if (folder / "optimizer.pt").is_file() and not (folder / "scheduler.pt").is_file():
+        return "no scheduler state (scheduler.pt)"
+    return None
+
+
+def _safetensors_whole(path: Path) -> bool:
+    """The header parses and the file is as long as the tensors it lists (a truncated file is shorter)."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = orjson.loads(f.read(length))
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        return path.stat().st_size >= 8 + length + end
+    except (struct.error, orjson.JSONDecodeError, KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return False
+
+
+def last_complete_checkpoint(out: Path, remove_incomplete: bool = True) -> Path | None:
+    """The newest ``checkpoint-N`` in ``out`` that a resume can load. A save cut short (the temporary folder, or a
+    checkpoint-N missing files as versions before atomic saves left it after a kill) is skipped with a message,
+    and removed when ``remove_incomplete`` (rank 0): it can serve nothing, and would confuse the rotation."""
+    staging = out / STAGING
+    if staging.exists() and remove_incomplete:
+        log.warning("--resume: removing %s, a checkpoint save that was cut short", staging)
+        shutil.rmtree(staging, ignore_errors=True)
+    found = sorted((int(m[1]), d) for d in out.iterdir() if d.is_dir() and (m := _CHECKPOINT.fullmatch(d.name)))
+    for _, folder in reversed(found):
+        try:
+            problem = checkpoint_problem(folder)
+        except OSError as e:  # unreadable, or removed by rank 0 meanwhile
+            problem = str(e)
+        if problem is None:
+            return folder
+        if remove_incomplete:
+            log.warning("--resume: %s is incomplete (%s), a save cut short: removed, resuming from an earlier one", folder, problem)
+            shutil.rmtree(folder, ignore_errors=True)
+    return None
 
 
 def _is_main() -> bool:
