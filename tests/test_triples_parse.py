@@ -33,7 +33,8 @@ SHAPES = [
     ("chatty line list", "Here are the triples:\n1. (Paris, capital of, France)\nI hope this helps, good luck, bye.", [PARIS]),
     ("comma inside the tail", "(Tim Bergling, was born on, September 8, 1989)", [BORN]),
     ("comma inside the tail, json", '[["Tim Bergling", "was born on", "September 8, 1989"]]', [BORN]),
-    ("quoted csv with comma in head", '"Washington, D.C.", "capital of", "United States"', [("Washington, D.C.", "capital of", "United States")]),
+    # read (parse_line), then rejected: only the tail may hold a comma (tests/test_docid_syntax.py)
+    ("quoted csv with comma in head", '"Washington, D.C.", "capital of", "United States"', []),
     ("arrows", "Paris -> capital of -> France", [PARIS]),
     ("labels", "Triple 1: Paris; capital of; France", [PARIS]),
     (
@@ -46,7 +47,8 @@ SHAPES = [
     ("bracketed line, not json", "[Paris, capital of, France]\n[Paris, lies on, Seine]", [PARIS, SEINE]),
     ("parenthesized quoted line", '("Paris", "capital of", "France")', [PARIS]),
     ("json number as a part", '[["Avicii", "born in", 1989]]', [("Avicii", "born in", "1989")]),
-    ("citation number is not json", "[1] Paris | capital of | France", [("[1] Paris", "capital of", "France")]),
+    # not JSON: read as a line, then rejected: a bracket cannot live inside a docid (tests/test_docid_syntax.py)
+    ("citation number is not json", "[1] Paris | capital of | France", []),
 ]
 
 
