@@ -120,13 +120,14 @@ class PartProblem:
     detail: str
 
 
-def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = ()) -> PartProblem | None:
+def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = (), commas: bool | None = None) -> PartProblem | None:
     """Why one part (``name``: head, relation or tail) cannot live inside a docid, None when it can.
 
     A part may not be empty or whitespace only, nor hold a docid marker (:data:`DOCID_START`, :data:`DOCID_END`,
     or ``markers``: a run's own), ``[`` or ``]``, a control character (newline, CR, tab, NUL, ...; U+2028/U+2029),
     and the head and the relation may not hold a comma: a docid's text is read back as its parts by splitting at
-    the first two commas (:func:`split_parts`), so only the tail may hold commas."""
+    the first two commas (:func:`split_parts`), so only the tail may hold commas (``commas``: allowed or not,
+    whatever the name: a whole docid's text may hold its two separators)."""
     if not isinstance(part, str) or not part.strip():
         return PartProblem(EMPTY_PART, f"{name} is empty")
     if m := _FORBIDDEN.search(part):
@@ -135,7 +136,7 @@ def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = ()
     for marker in markers:
         if marker and marker in part:
             return PartProblem(DOCID_MARKER_IN_PART, f"{name} {part[:80]!r} holds the docid marker {marker!r}")
-    if name != "tail" and "," in part:
+    if not (name == "tail" if commas is None else commas) and "," in part:
         return PartProblem(SEPARATOR_IN_PART, f"{name} {part[:80]!r} holds a comma (only the tail may)")
     return None
 
