@@ -33,8 +33,7 @@ SHAPES = [
     ("chatty line list", "Here are the triples:\n1. (Paris, capital of, France)\nI hope this helps, good luck, bye.", [PARIS]),
     ("comma inside the tail", "(Tim Bergling, was born on, September 8, 1989)", [BORN]),
     ("comma inside the tail, json", '[["Tim Bergling", "was born on", "September 8, 1989"]]', [BORN]),
-    # read (parse_line), then rejected: only the tail may hold a comma (tests/test_docid_syntax.py)
-    ("quoted csv with comma in head", '"Washington, D.C.", "capital of", "United States"', []),
+    ("quoted csv with comma in head", '"Washington, D.C.", "capital of", "United States"', [("Washington, D.C.", "capital of", "United States")]),
     ("arrows", "Paris -> capital of -> France", [PARIS]),
     ("labels", "Triple 1: Paris; capital of; France", [PARIS]),
     (

@@ -22,9 +22,11 @@ One home for what every stage needs to know about docids (chains, filters, expor
   offered triples more loosely (:func:`loose_key`: case folded too), then writes the stored spelling.
 - **Flip**: a docid may be written tail-first, ``tail, relation, head``; :func:`flip` turns a triple round
   and :func:`flip_key` gives the key of its tail-first reading.
-- **Syntax**: :func:`triple_problem` says whether a triple's parts can live inside a docid, and why not (a reason
-  code): a stored docid must read back as the same three parts. The tail may hold commas (``July 31, 2012``),
-  so a tail-first spelling cannot be split: every flip is rendered from the stored parts, never from text.
+- **Syntax**: a docid's text is never split back into its parts (a head may hold commas, ``Ana, mon amour``,
+  and so may a tail, ``July 31, 2012``): recall, KTO and the filters compare whole keys and the lookup gives the
+  stored parts back; every rendering and every flip is made from the stored parts. :func:`triple_problem` says
+  whether a triple's parts can live inside a docid, and why not (a reason code), so that the docid and its
+  tail-first spelling both read back, in either marker syntax, as one well-formed docid with the triple's key.
 - **Lookup**: :mod:`grtool.docid.lookup` resolves docid keys to stored triples and their documents, as
   written or flipped.
 """
@@ -85,31 +87,21 @@ def flip(triple: Triple) -> Triple:
     return triple[2], triple[1], triple[0]
 
 
-def split_parts(inner: str) -> Triple | None:
-    """The three parts of a forward docid's text (between the markers): split at the first two commas, each part
-    stripped; None when that is not three non-empty parts. Only a triple :func:`triple_problem` accepts is read
-    back as its own parts; a tail-first spelling is never split (its head position may hold the tail's commas)."""
-    parts = inner.split(",", 2)
-    if len(parts) != 3:
-        return None
-    head, relation, tail = (p.strip() for p in parts)
-    return (head, relation, tail) if head and relation and tail else None
-
-
 # --- syntax of the parts ---------------------------------------------------------------------------------
 
-# Reason codes (the rejects of `triples extract`, the index build's report): why a part cannot live in a docid.
+# Reason codes (the rejects of `triples extract`, the index build's skipped docids): why a part cannot be in a docid.
 EMPTY_PART = "empty_part"  # empty or whitespace only: the docid is not three parts
-DOCID_MARKER_IN_PART = "docid_marker_in_part"  # a marker inside would end or nest the docid's span
-BRACKET_IN_PART = "bracket_in_part"  # "[" / "]" end or nest the docid written with square brackets
-CONTROL_CHAR_IN_PART = "control_char_in_part"  # newline, CR, NUL, any other control or line-separator character
-SEPARATOR_IN_PART = "separator_in_part"  # a comma in the head or relation: the text splits at the wrong comma
+DOCID_MARKER_IN_PART = "docid_marker_in_part"  # a marker inside ends or nests the docid's span
+BRACKET_IN_PART = "bracket_in_part"  # "[" / "]" end or nest a docid written with square brackets
+CONTROL_CHAR_IN_PART = "control_char_in_part"  # newline, CR, tab, NUL, any control or line-separator character
+SEPARATOR_IN_PART = "separator_in_part"  # a comma with nothing on one side: the docid or its flip has an empty part
 SYNTAX_REASONS = (EMPTY_PART, DOCID_MARKER_IN_PART, BRACKET_IN_PART, CONTROL_CHAR_IN_PART, SEPARATOR_IN_PART)
 
 PART_NAMES = ("head", "relation", "tail")
 # Unicode Cc (C0, DEL, C1: newline, CR, tab, NUL, ...) and the line / paragraph separators str.splitlines cuts at.
 _CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
 _FORBIDDEN = re.compile(f"({re.escape(DOCID_START)}|{re.escape(DOCID_END)})|" + r"([\[\]])|" + f"([{_CONTROL}])")
+_EMPTY_PIECE = re.compile(r"^\s*,|,\s*,|,\s*$")  # a comma at either end, or two with nothing between
 
 
 @dataclass(frozen=True)
@@ -120,30 +112,37 @@ class PartProblem:
     detail: str
 
 
-def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = (), commas: bool | None = None) -> PartProblem | None:
-    """Why one part (``name``: head, relation or tail) cannot live inside a docid, None when it can.
-
-    A part may not be empty or whitespace only, nor hold a docid marker (:data:`DOCID_START`, :data:`DOCID_END`,
-    or ``markers``: a run's own), ``[`` or ``]``, a control character (newline, CR, tab, NUL, ...; U+2028/U+2029),
-    and the head and the relation may not hold a comma: a docid's text is read back as its parts by splitting at
-    the first two commas (:func:`split_parts`), so only the tail may hold commas (``commas``: allowed or not,
-    whatever the name: a whole docid's text may hold its two separators)."""
-    if not isinstance(part, str) or not part.strip():
+def text_problem(text: object, name: str = "docid text", markers: tuple[str, ...] = ()) -> PartProblem | None:
+    """Why ``text`` cannot stand between a docid's markers, whatever its commas: empty or whitespace only, or it
+    holds a docid marker (:data:`DOCID_START`, :data:`DOCID_END`, or ``markers``: a run's own), ``[`` or ``]``,
+    or a control character (newline, CR, tab, NUL, ...; U+2028/U+2029)."""
+    if not isinstance(text, str) or not text.strip():
         return PartProblem(EMPTY_PART, f"{name} is empty")
-    if m := _FORBIDDEN.search(part):
+    if m := _FORBIDDEN.search(text):
         reason = DOCID_MARKER_IN_PART if m.group(1) else BRACKET_IN_PART if m.group(2) else CONTROL_CHAR_IN_PART
-        return PartProblem(reason, f"{name} {part[:80]!r} holds {m.group(0)!r}")
+        return PartProblem(reason, f"{name} {text[:80]!r} holds {m.group(0)!r}")
     for marker in markers:
-        if marker and marker in part:
-            return PartProblem(DOCID_MARKER_IN_PART, f"{name} {part[:80]!r} holds the docid marker {marker!r}")
-    if not (name == "tail" if commas is None else commas) and "," in part:
-        return PartProblem(SEPARATOR_IN_PART, f"{name} {part[:80]!r} holds a comma (only the tail may)")
+        if marker and marker in text:
+            return PartProblem(DOCID_MARKER_IN_PART, f"{name} {text[:80]!r} holds the docid marker {marker!r}")
+    return None
+
+
+def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = ()) -> PartProblem | None:
+    """Why one part (``name``: head, relation or tail) cannot live inside a docid, None when it can:
+    :func:`text_problem`, and every comma of the part stands between text (``Ana, mon amour``, ``July 31, 2012``),
+    never at its start or end or next to another (``Paris,``, ``, Texas``, ``a, , b``): the docid or its
+    tail-first spelling would read as having an empty part."""
+    if problem := text_problem(part, name, markers):
+        return problem
+    if "," in part and _EMPTY_PIECE.search(part):  # type: ignore[operator]
+        return PartProblem(SEPARATOR_IN_PART, f"{name} {part[:80]!r} has a comma with nothing on one side")
     return None
 
 
 def triple_problem(triple: Triple, markers: tuple[str, ...] = ()) -> PartProblem | None:
     """The first part of ``(head, relation, tail)`` that cannot live inside a docid (:func:`part_problem`), None
-    when the triple renders to a docid that reads back as these three parts (in both marker syntaxes)."""
+    when the docid and its tail-first spelling both parse, in either marker syntax, as one well-formed docid
+    whose key is the triple's (:func:`triple_key`, :func:`flip_key`)."""
     for name, part in zip(PART_NAMES, triple):
         if problem := part_problem(part, name, markers):
             return problem
@@ -187,7 +186,8 @@ def loose_key(text: str) -> str:
 
 def is_triple(inner: str) -> bool:
     """Three non-empty parts separated by commas (the tail may hold more commas: 'July 31, 2012')."""
-    return split_parts(inner) is not None
+    parts = inner.split(",", 2)
+    return len(parts) == 3 and all(p.strip() for p in parts)
 
 
 def looks_like_triple(inner: str) -> bool:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__
-from grtool.docid import DOCID_END, DOCID_START, SEPARATOR_IN_PART, SPECIAL, PartProblem, flip, normalize, part_problem, triple_key, triple_problem
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, flip, normalize, text_problem, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS
@@ -63,8 +63,7 @@ class DocidRows:
 
     by_docid: dict[str, set[str]]
     flip_of: dict[str, str | None]
-    skipped: SyntaxReport  # not indexed: a part holds a marker, a bracket, a control character, or is empty
-    separator: SyntaxReport  # indexed: a comma in the head or relation (`triples extract` rejects them now)
+    skipped: SyntaxReport  # not indexed: a part the docid syntax rejects (grtool.docid.triple_problem)
 
 
 def _text_is_parts(docid: str, parts: tuple[object, object, object]) -> bool:
@@ -77,16 +76,16 @@ def _text_is_parts(docid: str, parts: tuple[object, object, object]) -> bool:
 def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
     """Each distinct docid string → the documents holding it (read as written, markers checked).
 
-    A docid whose parts cannot live inside a docid is skipped (counted, the first one named): it could never be
-    written and read back as one docid. Parts are checked as stored when the docid text is their rendering, else
-    the text itself (markers, brackets, control characters). ``flips``: the tail-first spelling of each docid,
-    rendered from the stored head, relation, tail: the text is never split (a head may hold a comma in stages
-    written before the syntax rule, a tail may hold commas)."""
+    A docid whose parts cannot live inside a docid (stages written before `triples extract` checked them) is
+    skipped, counted by reason, the first one named: it, or its tail-first spelling, could never be written and
+    read back as one docid. Parts are checked as stored when the docid text is their rendering, else the text
+    itself (:func:`grtool.docid.text_problem`). ``flips``: the tail-first spelling of each docid, rendered from the
+    stored head, relation, tail; the text is never split (a head may hold commas, ``Paris, Texas``)."""
     table = InputTable.open(path, "triples")
     by_docid: dict[str, set[str]] = {}
     flip_of: dict[str, str | None] = {}
     skipped_docids: set[str] = set()
-    skipped, separator = SyntaxReport(), SyntaxReport()
+    skipped = SyntaxReport()
     for part in range(table.num_parts):
         where = table.parts[part] or "<stdin>"
         row_no = 0
@@ -108,19 +107,17 @@ def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
                     continue
                 parts = (row.get("head"), row.get("relation"), row.get("tail"))
                 is_parts = _text_is_parts(docid, parts)
-                problem = triple_problem(parts) if is_parts else part_problem(_inner(docid), "docid text", commas=True)  # type: ignore[arg-type]
-                if problem is not None and problem.reason != SEPARATOR_IN_PART:
+                problem = triple_problem(parts) if is_parts else text_problem(_inner(docid))  # type: ignore[arg-type]
+                if problem is not None:
                     skipped.add(where, row_no, docid, problem)
                     skipped_docids.add(docid)
                     continue
-                if problem is not None:
-                    separator.add(where, row_no, docid, problem)
                 by_docid[docid] = {doc_id}
                 if flips:
                     flip_of[docid] = SPECIAL.render(*flip(parts)) if is_parts else None  # type: ignore[arg-type]
     if not by_docid:
         raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
-    return DocidRows(by_docid, flip_of, skipped, separator)
+    return DocidRows(by_docid, flip_of, skipped)
 
 
 def _inner(docid: str) -> str:
@@ -139,7 +136,6 @@ class Docids:
     unsplit: int = 0  # forward docids whose text is not the rendering of their stored parts (indexed forward only)
     symmetric: int = 0  # flipped spellings equal to a forward docid (merged into it, no new sequence)
     skipped: SyntaxReport = field(default_factory=SyntaxReport)  # docids the docid syntax rejects: not indexed
-    separator: SyntaxReport = field(default_factory=SyntaxReport)  # a comma in the head or relation: indexed
 
 
 def read_docids(path: str | Path, flips: bool = False) -> Docids:
@@ -172,7 +168,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
     docids = sorted(texts)
     seq_docs = [sorted(doc_index[d] for d in by_key[normalize(_inner(s))]) for s in docids]
     flags = [texts[s] for s in docids] if flips else None
-    return Docids(docids, seq_docs, doc_ids, flags, unsplit, symmetric, rows.skipped, rows.separator)
+    return Docids(docids, seq_docs, doc_ids, flags, unsplit, symmetric, rows.skipped)
 
 
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
@@ -333,11 +329,6 @@ def build_index(
         texts, seq_docs, doc_ids = read_documents(input_path)
     if read is not None and read.skipped.count:
         log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", read.skipped.count, read.skipped.summary(), read.skipped.first)
-    if read is not None and read.separator.count:
-        log.warning(
-            "%d docids hold a comma in the head or relation (separator_in_part; `triples extract` rejects them now): indexed%s; the first: %s",
-            read.separator.count, ", their flips rendered from the stored parts" if flips else "", read.separator.first,
-        )  # fmt: skip
     if flips and read is not None and read.unsplit:
         log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", read.unsplit)
     log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
@@ -362,7 +353,7 @@ def _read_counts(read: Docids | None, flips: bool) -> dict[str, int] | None:
     """What reading the docids skipped or flagged, for the index's ``sizes`` (`index stats`)."""
     if read is None:
         return None
-    counts = {"docids_skipped": read.skipped.count, "docids_separator_in_part": read.separator.count}
+    counts = {"docids_skipped": read.skipped.count}
     return {**counts, "flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if flips else counts
 
 

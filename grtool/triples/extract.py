@@ -189,10 +189,12 @@ def _rows_for(
         shard.count("truncated_outputs")
     if parsed.failed:
         shard.count("parse_failures")
+    dropped: Counter[str] = Counter()
     for triple, problem in parsed.rejected:  # a part that cannot live inside a docid (grtool.docid.triple_problem)
+        dropped[problem.reason] += 1
         shard.reject({"doc_id": doc_id, "head": triple[0], "relation": triple[1], "tail": triple[2]}, problem.reason, source=source, detail=problem.detail)
     shard.count_merged(parsed.duplicates)
-    if not parsed.triples:
+    if not parsed.triples and not parsed.rejected:
         shard.count_in(1)
         why = "empty output" if not gen.text.strip() else "truncated before the first triple" if parsed.truncated else "no readable triple"
         shard.reject(
@@ -204,7 +206,7 @@ def _rows_for(
         result.add_empty(example(doc_id, why, gen.finish_reason, gen.text) if result.wants_examples else None)
         return []
     doc_tokens = DocumentTokens(doc.get("title"), doc["text"])
-    kept, dropped = [], Counter()
+    kept = []
     for h, r, t in parsed.triples:
         verdict = checks.check((h, r, t), doc_tokens)
         if verdict is None:
