@@ -22,6 +22,11 @@ One home for what every stage needs to know about docids (chains, filters, expor
   offered triples more loosely (:func:`loose_key`: case folded too), then writes the stored spelling.
 - **Flip**: a docid may be written tail-first, ``tail, relation, head``; :func:`flip` turns a triple round
   and :func:`flip_key` gives the key of its tail-first reading.
+- **Syntax**: a docid's text is never split back into its parts (a head may hold commas, ``Ana, mon amour``,
+  and so may a tail, ``July 31, 2012``): recall, KTO and the filters compare whole keys and the lookup gives the
+  stored parts back; every rendering and every flip is made from the stored parts. :func:`triple_problem` says
+  whether a triple's parts can live inside a docid, and why not (a reason code), so that the docid and its
+  tail-first spelling both read back, in either marker syntax, as one well-formed docid with the triple's key.
 - **Lookup**: :mod:`grtool.docid.lookup` resolves docid keys to stored triples and their documents, as
   written or flipped.
 """
@@ -80,6 +85,68 @@ def render(triple: Triple, markers: Markers = SPECIAL) -> str:
 def flip(triple: Triple) -> Triple:
     """The tail-first reading ``tail, relation, head``."""
     return triple[2], triple[1], triple[0]
+
+
+# --- syntax of the parts ---------------------------------------------------------------------------------
+
+# Reason codes (the rejects of `triples extract`, the index build's skipped docids): why a part cannot be in a docid.
+EMPTY_PART = "empty_part"  # empty or whitespace only: the docid is not three parts
+DOCID_MARKER_IN_PART = "docid_marker_in_part"  # a marker inside ends or nests the docid's span
+BRACKET_IN_PART = "bracket_in_part"  # "[" / "]" end or nest a docid written with square brackets
+CONTROL_CHAR_IN_PART = "control_char_in_part"  # newline, CR, tab, NUL, any control or line-separator character
+SEPARATOR_IN_PART = "separator_in_part"  # a comma with nothing on one side: the docid or its flip has an empty part
+SYNTAX_REASONS = (EMPTY_PART, DOCID_MARKER_IN_PART, BRACKET_IN_PART, CONTROL_CHAR_IN_PART, SEPARATOR_IN_PART)
+
+PART_NAMES = ("head", "relation", "tail")
+# Unicode Cc (C0, DEL, C1: newline, CR, tab, NUL, ...) and the line / paragraph separators str.splitlines cuts at.
+_CONTROL = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+_FORBIDDEN = re.compile(f"({re.escape(DOCID_START)}|{re.escape(DOCID_END)})|" + r"([\[\]])|" + f"([{_CONTROL}])")
+_EMPTY_PIECE = re.compile(r"^\s*,|,\s*,|,\s*$")  # a comma at either end, or two with nothing between
+
+
+@dataclass(frozen=True)
+class PartProblem:
+    """Why a triple cannot be a docid: the reason code and a sentence naming the part."""
+
+    reason: str
+    detail: str
+
+
+def text_problem(text: object, name: str = "docid text", markers: tuple[str, ...] = ()) -> PartProblem | None:
+    """Why ``text`` cannot stand between a docid's markers, whatever its commas: empty or whitespace only, or it
+    holds a docid marker (:data:`DOCID_START`, :data:`DOCID_END`, or ``markers``: a run's own), ``[`` or ``]``,
+    or a control character (newline, CR, tab, NUL, ...; U+2028/U+2029)."""
+    if not isinstance(text, str) or not text.strip():
+        return PartProblem(EMPTY_PART, f"{name} is empty")
+    if m := _FORBIDDEN.search(text):
+        reason = DOCID_MARKER_IN_PART if m.group(1) else BRACKET_IN_PART if m.group(2) else CONTROL_CHAR_IN_PART
+        return PartProblem(reason, f"{name} {text[:80]!r} holds {m.group(0)!r}")
+    for marker in markers:
+        if marker and marker in text:
+            return PartProblem(DOCID_MARKER_IN_PART, f"{name} {text[:80]!r} holds the docid marker {marker!r}")
+    return None
+
+
+def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = ()) -> PartProblem | None:
+    """Why one part (``name``: head, relation or tail) cannot live inside a docid, None when it can:
+    :func:`text_problem`, and every comma of the part stands between text (``Ana, mon amour``, ``July 31, 2012``),
+    never at its start or end or next to another (``Paris,``, ``, Texas``, ``a, , b``): the docid or its
+    tail-first spelling would read as having an empty part."""
+    if problem := text_problem(part, name, markers):
+        return problem
+    if "," in part and _EMPTY_PIECE.search(part):  # type: ignore[operator]
+        return PartProblem(SEPARATOR_IN_PART, f"{name} {part[:80]!r} has a comma with nothing on one side")
+    return None
+
+
+def triple_problem(triple: Triple, markers: tuple[str, ...] = ()) -> PartProblem | None:
+    """The first part of ``(head, relation, tail)`` that cannot live inside a docid (:func:`part_problem`), None
+    when the docid and its tail-first spelling both parse, in either marker syntax, as one well-formed docid
+    whose key is the triple's (:func:`triple_key`, :func:`flip_key`)."""
+    for name, part in zip(PART_NAMES, triple):
+        if problem := part_problem(part, name, markers):
+            return problem
+    return None
 
 
 # --- normalize -------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__
-from grtool.docid import DOCID_END, DOCID_START, SPECIAL, flip, is_triple, normalize
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, flip, normalize, text_problem, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, pid_alive
@@ -41,14 +41,61 @@ SOURCES = ("docids", "documents")
 TOKENIZE_BATCH = 50_000
 
 
-def read_docid_map(path: str | Path) -> dict[str, set[str]]:
-    """Each distinct docid string → the documents holding it (read as written, markers checked)."""
+@dataclass
+class SyntaxReport:
+    """Docids of an (older) triples stage that the docid syntax (:func:`grtool.docid.triple_problem`) rejects:
+    how many distinct docids per reason code, and the first of them (file, row, docid, why)."""
+
+    reasons: dict[str, int] = field(default_factory=dict)
+    first: str | None = None
+
+    def add(self, where: str, row_no: int, docid: str, problem: PartProblem) -> None:
+        self.reasons[problem.reason] = self.reasons.get(problem.reason, 0) + 1
+        if self.first is None:
+            self.first = f"{where}, row {row_no}: {docid[:120]!r}: {problem.detail}"
+
+    @property
+    def count(self) -> int:
+        return sum(self.reasons.values())
+
+    def summary(self) -> str:
+        return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reasons.items()))
+
+
+@dataclass
+class DocidRows:
+    """What the triples stage holds for a docid index: each distinct docid string → its documents; with flips each
+    docid's tail-first spelling rendered from its stored parts (None: the text is not its parts' rendering)."""
+
+    by_docid: dict[str, set[str]]
+    flip_of: dict[str, str | None]
+    skipped: SyntaxReport  # not indexed: a part the docid syntax rejects (grtool.docid.triple_problem)
+
+
+def _text_is_parts(docid: str, parts: tuple[object, object, object]) -> bool:
+    """The docid text is the rendering of the row's own head, relation, tail (as written or by its key)."""
+    if not all(isinstance(p, str) for p in parts):
+        return False
+    return docid == SPECIAL.render(*parts) or normalize(_inner(docid)) == triple_key(*parts)  # type: ignore[arg-type]
+
+
+def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
+    """Each distinct docid string → the documents holding it (read as written, markers checked).
+
+    A docid whose parts cannot live inside a docid (stages written before `triples extract` checked them) is
+    skipped, counted by reason, the first one named: it, or its tail-first spelling, could never be written and
+    read back as one docid. Parts are checked as stored when the docid text is their rendering, else the text
+    itself (:func:`grtool.docid.text_problem`). ``flips``: the tail-first spelling of each docid, rendered from the
+    stored head, relation, tail; the text is never split (a head may hold commas, ``Paris, Texas``)."""
     table = InputTable.open(path, "triples")
     by_docid: dict[str, set[str]] = {}
+    flip_of: dict[str, str | None] = {}
+    skipped_docids: set[str] = set()
+    skipped = SyntaxReport()
     for part in range(table.num_parts):
         where = table.parts[part] or "<stdin>"
         row_no = 0
-        for batch in table.iter_part(part, columns=["doc_id", "docid"]):
+        for batch in table.iter_part(part, columns=["doc_id", "head", "relation", "tail", "docid"]):
             for row in batch:
                 row_no += 1
                 docid, doc_id = row.get("docid"), row.get("doc_id")
@@ -58,24 +105,29 @@ def read_docid_map(path: str | Path) -> dict[str, set[str]]:
                     raise InputError(f"{where}, row {row_no}: docid {docid[:80]!r} is not '{DOCID_START}head, relation, tail{DOCID_END}'")
                 if not isinstance(doc_id, str) or not doc_id:
                     raise InputError(f"{where}, row {row_no}: empty doc_id")
-                by_docid.setdefault(docid, set()).add(doc_id)
+                docs = by_docid.get(docid)
+                if docs is not None:
+                    docs.add(doc_id)
+                    continue
+                if docid in skipped_docids:
+                    continue
+                parts = (row.get("head"), row.get("relation"), row.get("tail"))
+                is_parts = _text_is_parts(docid, parts)
+                problem = triple_problem(parts) if is_parts else text_problem(_inner(docid))  # type: ignore[arg-type]
+                if problem is not None:
+                    skipped.add(where, row_no, docid, problem)
+                    skipped_docids.add(docid)
+                    continue
+                by_docid[docid] = {doc_id}
+                if flips:
+                    flip_of[docid] = SPECIAL.render(*flip(parts)) if is_parts else None  # type: ignore[arg-type]
     if not by_docid:
-        raise InputError(f"{path}: no triples to index")
-    return by_docid
+        raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
+    return DocidRows(by_docid, flip_of, skipped)
 
 
 def _inner(docid: str) -> str:
     return docid[len(DOCID_START) : len(docid) - len(DOCID_END)]
-
-
-def flipped_spelling(docid: str) -> str | None:
-    """``<docid_start>tail, relation, head<docid_end>`` for a forward docid, split as grtool.docid.is_triple
-    splits (first two commas: the tail may hold commas); None when the text is not three parts."""
-    inner = _inner(docid)
-    if not is_triple(inner):
-        return None
-    head, relation, tail = (p.strip() for p in inner.split(",", 2))
-    return SPECIAL.render(*flip((head, relation, tail)))
 
 
 @dataclass
@@ -87,13 +139,15 @@ class Docids:
     seq_docs: list[list[int]]
     doc_ids: list[str]
     flipped: list[bool] | None = None
-    unsplit: int = 0  # forward docids whose text is not three parts (indexed forward only)
+    unsplit: int = 0  # forward docids whose text is not the rendering of their stored parts (indexed forward only)
     symmetric: int = 0  # flipped spellings equal to a forward docid (merged into it, no new sequence)
+    skipped: SyntaxReport = field(default_factory=SyntaxReport)  # docids the docid syntax rejects: not indexed
 
 
 def read_docids(path: str | Path, flips: bool = False) -> Docids:
-    """Distinct docids (and with ``flips`` their tail-first spellings) and their documents."""
-    by_docid = read_docid_map(path)
+    """Distinct docids (and with ``flips`` their tail-first spellings, from the stored parts) and their documents."""
+    rows = read_docid_rows(path, flips=flips)
+    by_docid = rows.by_docid
     # Spellings of one triple (by the docid key, grtool.docid.normalize) map to the documents of them all, as
     # the filters and recall count them; each spelling stays in the index as written.
     # A flipped spelling joins this map by its key too, so a symmetric pair (A r B, B r A) maps both
@@ -105,8 +159,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
     unsplit = symmetric = 0
     if flips:
         forward_docs = {k: set(v) for k, v in by_key.items()}  # before flips add to it: order-independent
-        for docid in by_docid:
-            f = flipped_spelling(docid)
+        for docid, f in rows.flip_of.items():
             if f is None:
                 unsplit += 1
                 continue
@@ -120,7 +173,8 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     docids = sorted(texts)
     seq_docs = [sorted(doc_index[d] for d in by_key[normalize(_inner(s))]) for s in docids]
-    return Docids(docids, seq_docs, doc_ids, [texts[s] for s in docids] if flips else None, unsplit, symmetric)
+    flags = [texts[s] for s in docids] if flips else None
+    return Docids(docids, seq_docs, doc_ids, flags, unsplit, symmetric, rows.skipped)
 
 
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
@@ -174,8 +228,9 @@ def write_index(
     claimed: Claim | None = None,
 ) -> dict[str, Any]:
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
-    flips): per sequence whether it is a flipped orientation; ``flip_counts`` go to ``sizes``. ``claimed``:
-    the output as :func:`claim_index` checked and locked it (else it is claimed here)."""
+    flips): per sequence whether it is a flipped orientation; ``flip_counts`` (what reading the docids skipped,
+    flagged or could not flip) go to ``sizes``. ``claimed``: the output as :func:`claim_index` checked and locked it
+    (else it is claimed here)."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     own_claim = claimed is None
@@ -204,7 +259,6 @@ def write_index(
                 "flipped_tokens": flipped_tokens,
                 # the search structures grow with the tokens, so this is also the share of index bytes
                 "flips_token_share": round(flipped_tokens / max(int(flat.size), 1), 4),
-                **(flip_counts or {}),
             }
         if docids is not None:
             columns = {"docid": docids} if seq_flipped is None else {"docid": docids, "flipped": [bool(f) for f in seq_flipped]}
@@ -243,6 +297,7 @@ def write_index(
                 "bits_per_token": round(8 * search_bytes / max(tokens, 1), 3),
                 "total_bytes": sum(v["bytes"] for v in files.values()),
                 **flip_sizes,
+                **(flip_counts or {}),
             },
             "files": files,
         }
@@ -341,8 +396,10 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenize
         texts, seq_docs, doc_ids = read.docids, read.seq_docs, read.doc_ids
     else:
         texts, seq_docs, doc_ids = read_documents(input_path)
+    if read is not None and read.skipped.count:
+        log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", read.skipped.count, read.skipped.summary(), read.skipped.first)
     if flips and read is not None and read.unsplit:
-        log.warning("%d docids are not three comma-separated parts: indexed forward only", read.unsplit)
+        log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", read.unsplit)
     log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
     flat, lengths = tokenize(tok, texts)
     log.info("building %s index over %d tokens", kind, flat.size)
@@ -358,8 +415,16 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenize
             else [{"path": "-", "kind": "stdin"}],
             params=params, overwrite=overwrite, claimed=claimed,
             seq_flipped=read.flipped if read is not None and flips else None,
-            flip_counts={"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if read is not None and flips else None,
+            flip_counts=_read_counts(read, flips),
         )  # fmt: skip
+
+
+def _read_counts(read: Docids | None, flips: bool) -> dict[str, int] | None:
+    """What reading the docids skipped or flagged, for the index's ``sizes`` (`index stats`)."""
+    if read is None:
+        return None
+    counts = {"docids_skipped": read.skipped.count}
+    return {**counts, "flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if flips else counts
 
 
 def stats(index) -> dict[str, Any]:

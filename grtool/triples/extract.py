@@ -9,8 +9,9 @@ Layout of ``--out DIR`` (a run directory, like the ingest output)::
 With ``--out -`` the triples go to stdout as JSON Lines and no ``llm_calls`` table is written.
 
 Accounting of the triples stage (in == out + merged + rejected): ``in`` counts the triples read from the outputs
-plus one per document that gave none; ``merged`` are duplicates within a document; rejects are triples with an
-empty part (``empty_part``), self-loops (``self_loop``), copies of the prompt's examples (``prompt_example``),
+plus one per document that gave none; ``merged`` are duplicates within a document; rejects are triples with a
+part that cannot live inside a docid (``empty_part``, ``docid_marker_in_part``, ``bracket_in_part``,
+``control_char_in_part``, ``separator_in_part``: :func:`grtool.docid.triple_problem`), self-loops (``self_loop``), copies of the prompt's examples (``prompt_example``),
 triples whose head or tail the document does not hold (``ungrounded``, by ``--grounding``; the rules are in
 :mod:`grtool.triples.grounding`), and documents without triples (``no_triples``, kept with the raw output),
 without text (``empty_text``) or whose prompt does not fit the model's context with ``--max-tokens``
@@ -189,17 +190,19 @@ def _rows_for(
     doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str, checks: TripleChecks
 ) -> list[dict[str, Any]]:
     doc_id = doc["doc_id"]
-    parsed = parse_output(gen.text, gen.finish_reason)
+    parsed = parse_output(gen.text, gen.finish_reason, (config.docid_start, config.docid_end))
     result.add()
     shard.count_in(parsed.candidates)
     if parsed.truncated:
         shard.count("truncated_outputs")
     if parsed.failed:
         shard.count("parse_failures")
-    for triple in parsed.empty_parts:
-        shard.reject({"doc_id": doc_id, "head": triple[0], "relation": triple[1], "tail": triple[2]}, "empty_part", source=source)
+    dropped: Counter[str] = Counter()
+    for triple, problem in parsed.rejected:  # a part that cannot live inside a docid (grtool.docid.triple_problem)
+        dropped[problem.reason] += 1
+        shard.reject({"doc_id": doc_id, "head": triple[0], "relation": triple[1], "tail": triple[2]}, problem.reason, source=source, detail=problem.detail)
     shard.count_merged(parsed.duplicates)
-    if not parsed.triples:
+    if not parsed.triples and not parsed.rejected:
         shard.count_in(1)
         why = "empty output" if not gen.text.strip() else "truncated before the first triple" if parsed.truncated else "no readable triple"
         shard.reject(
@@ -211,7 +214,7 @@ def _rows_for(
         result.add_empty(example(doc_id, why, gen.finish_reason, gen.text) if result.wants_examples else None)
         return []
     doc_tokens = DocumentTokens(doc.get("title"), doc["text"])
-    kept, dropped = [], Counter()
+    kept = []
     for h, r, t in parsed.triples:
         verdict = checks.check((h, r, t), doc_tokens)
         if verdict is None:

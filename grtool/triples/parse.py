@@ -17,7 +17,7 @@ import re
 import orjson
 from dataclasses import dataclass, field
 
-from grtool.docid import DOCID_END, DOCID_START, Markers, render
+from grtool.docid import DOCID_END, DOCID_START, EMPTY_PART, Markers, PartProblem, render, triple_problem
 
 Triple = tuple[str, str, str]
 
@@ -54,9 +54,14 @@ class Parsed:
 
     triples: list[Triple] = field(default_factory=list)
     candidates: int = 0  # triples read before normalization and deduplication
-    empty_parts: list[Triple] = field(default_factory=list)  # dropped: a part was empty after normalization
+    rejected: list[tuple[Triple, PartProblem]] = field(default_factory=list)  # dropped: a part cannot live in a docid
     duplicates: int = 0  # dropped: the same triple again in this output
     truncated: bool = False  # the output hit the length limit (complete triples were kept)
+
+    @property
+    def empty_parts(self) -> list[Triple]:
+        """The rejected triples with a part empty after normalization."""
+        return [t for t, problem in self.rejected if problem.reason == EMPTY_PART]
 
     @property
     def failed(self) -> bool:
@@ -239,8 +244,10 @@ def _strip_fences(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- api
 
 
-def parse_output(text: str, finish_reason: str | None = "stop") -> Parsed:
-    """Triples from one model output, normalized and deduplicated (case-insensitively) in order."""
+def parse_output(text: str, finish_reason: str | None = "stop", markers: tuple[str, ...] = ()) -> Parsed:
+    """Triples from one model output, normalized and deduplicated (case-insensitively) in order. A triple whose
+    parts cannot live inside a docid (:func:`grtool.docid.triple_problem`; ``markers``: the run's own docid
+    markers, besides the standard ones) is rejected with the reason code."""
     result = Parsed(truncated=finish_reason == "length")
     body = _strip_fences(text or "")
     raw, shaped = _from_json(body) if ("{" in body or "[" in body) else ([], False)
@@ -253,8 +260,8 @@ def parse_output(text: str, finish_reason: str | None = "stop") -> Parsed:
     seen: set[tuple[str, str, str]] = set()
     for h, r, t in raw:
         triple = (normalize(h), normalize(r), normalize(t))
-        if not all(triple):
-            result.empty_parts.append(triple)
+        if problem := triple_problem(triple, markers):
+            result.rejected.append((triple, problem))
             continue
         key = (triple[0].casefold(), triple[1].casefold(), triple[2].casefold())
         if key in seen:
