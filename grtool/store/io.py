@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.store.reading import iter_shard_batches
 from grtool.store.stage import StageSpec, StageWriter, load_manifest, resolve_stage, shard_paths
 
 STDIO = "-"
@@ -60,7 +60,7 @@ class InputTable:
         if part is None:
             yield from _stdin_batches(self.table, batch_size)
             return
-        for batch in pq.ParquetFile(part).iter_batches(batch_size=batch_size, columns=columns):
+        for batch in iter_shard_batches(part, columns, batch_size):
             yield batch.to_pylist()
 
     def iter_rows(self, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:

@@ -40,6 +40,7 @@ from filelock import FileLock
 from grtool import __version__
 from grtool.errors import GrtoolError, InputError
 from grtool.invocation import current_command
+from grtool.store import reading
 from grtool.secrets import redact_argv
 
 MANIFEST = "_manifest.json"
@@ -491,16 +492,27 @@ def resolve_stage(path: str | Path, table: str) -> Path:
 
 
 def shard_paths(path: str | Path) -> list[Path]:
-    """Committed shard files in part order."""
+    """Committed shard files in part order, each checked against its completion record before anyone reads it
+    (present, size, sha256, the table's schema: :func:`grtool.store.reading.verify_shard`); a damaged shard is
+    a one-line :class:`~grtool.errors.DataProblem` naming it."""
+    from grtool.store.schemas import TABLES
+
     p = Path(path)
-    return [p / f"{name}.parquet" for name in sorted(load_shard_records(p))]
+    records = load_shard_records(p)
+    table = load_manifest(p).get("table") if records and is_stage_dir(p) else None
+    expected = TABLES[table][0] if table in TABLES else None
+    shards = []
+    for name, record in sorted(records.items()):
+        shard = p / f"{name}.parquet"
+        reading.verify_shard(shard, record, expected)
+        shards.append(shard)
+    return shards
 
 
 def iter_batches(path: str | Path, columns: list[str] | None = None, batch_size: int = 65_536) -> Iterator[pa.RecordBatch]:
     """Stream a stage directory's rows as Arrow record batches, shard by shard (bounded memory)."""
     for shard in shard_paths(path):
-        pf = pq.ParquetFile(shard)
-        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        yield from reading.iter_shard_batches(shard, columns, batch_size)
 
 
 def iter_rows(path: str | Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
@@ -512,7 +524,7 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     shards = shard_paths(path)
     if not shards:
         return pa.table({})
-    return pa.concat_tables(pq.read_table(s, columns=columns) for s in shards)
+    return pa.concat_tables(reading.read_shard(s, columns) for s in shards)
 
 
 # ------------------------------------------------------------------------------------------- writes
