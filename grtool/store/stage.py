@@ -41,6 +41,7 @@ from grtool import __version__
 from grtool.errors import GrtoolError, InputError
 from grtool.invocation import current_command
 from grtool.store import reading
+from grtool.store.diskfull import writing
 from grtool.secrets import redact_argv
 
 MANIFEST = "_manifest.json"
@@ -79,10 +80,14 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either nothing or the whole file."""
     tmp = path.with_name(path.name + f".{os.getpid()}" + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with writing(path, len(data)), open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a disk-full write leaves no half file taking the space
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
@@ -621,9 +626,10 @@ class ShardWriter:
         if table.num_rows == 0:
             return
         table = table.select(self.stage.spec.schema.names).cast(self.stage.spec.schema)
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
-        self._writer.write_table(table)
+        with writing(self.final, table.nbytes):
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+            self._writer.write_table(table)
         self.rows_out += table.num_rows
 
     def reject(self, record: Any, reason: str, *, source: str | None = None, position: Any = None, detail: str | None = None) -> None:
@@ -632,7 +638,8 @@ class ShardWriter:
             self.rejects_tmp.parent.mkdir(parents=True, exist_ok=True)
             self._rejects_file = open(self.rejects_tmp, "wb")
         entry = {"reason": reason, "source": source, "position": position, "detail": detail, "record": record}
-        self._rejects_file.write(orjson.dumps(entry, default=str) + b"\n")
+        with writing(self.rejects_final):
+            self._rejects_file.write(orjson.dumps(entry, default=str) + b"\n")
         self.rejected[reason] += 1
 
     # -- commit
@@ -643,14 +650,16 @@ class ShardWriter:
         return c
 
     def commit(self) -> dict[str, Any]:
-        if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
-            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
-        self._writer.close()
-        commit_file(self.tmp, self.final)
+        with writing(self.final):
+            if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
+                self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+            self._writer.close()
+            commit_file(self.tmp, self.final)
         n_rejects = sum(self.rejected.values())
         if self._rejects_file is not None:
-            self._rejects_file.close()
-            commit_file(self.rejects_tmp, self.rejects_final)
+            with writing(self.rejects_final):
+                self._rejects_file.close()
+                commit_file(self.rejects_tmp, self.rejects_final)
         record = {
             "part": self.name,
             "file": self.final.name,
@@ -665,10 +674,14 @@ class ShardWriter:
         return record
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._rejects_file is not None:
-            self._rejects_file.close()
+        # Closing may fail again (a full disk fails the footer's write too): the temporary files go regardless,
+        # so a failed run never keeps the space it could not finish with.
+        for handle in (self._writer, self._rejects_file):
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError:
+                    pass
         for f in (self.tmp, self.rejects_tmp):
             f.unlink(missing_ok=True)
 
