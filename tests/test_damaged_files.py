@@ -282,4 +282,4 @@ def test_validate_json_with_a_non_utf8_file_name(run, cli):
     assert any(p.endswith("documents_\\xff\\xfe") for p in paths), paths
     assert "Traceback" not in proc.stderr
     plain = cli("validate", run, check=1)  # the table view prints it too
-    assert "documents_\\xff\\xfe" in plain.stdout and "Traceback" not in plain.stderr
+    assert "documents_\\xff\\xfe" in plain.stdout + plain.stderr and "Traceback" not in plain.stderr
