@@ -10,7 +10,7 @@ from rich.markup import escape
 import typer.rich_utils
 
 from grtool import __version__
-from grtool.errors import GrtoolError
+from grtool.errors import EXIT_DATA, GrtoolError
 from grtool.log import configure, console, log_width
 
 if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
@@ -84,6 +84,16 @@ def run() -> None:
     except _click_errors() as e:  # usage errors: missing or unknown options, bad values
         e.show()
         sys.exit(2)
+    except Exception as e:  # a full disk or quota, wherever it is met: one line, exit 1 (the output stays resumable)
+        from grtool.invocation import current_command
+        from grtool.store.diskfull import is_disk_full, message, quiet_stdout
+
+        if not is_disk_full(e):
+            raise
+        text = message(e, current_command())
+        quiet_stdout()
+        console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_DATA)
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

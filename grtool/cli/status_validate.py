@@ -7,11 +7,13 @@ from typing import Annotated
 
 import orjson
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
+from grtool.store.stage import printable
 from grtool.store.validate import describe, find_stage_dirs, status, validate_tree
 
 
@@ -65,15 +67,16 @@ def validate_cmd(
     if not reports:
         raise InputError(f"{directory}: no stage directory here")
     bad = [r for r in reports if not r.ok]
+    shown = [r.printable() for r in reports]  # names that are not UTF-8 shown as \xff, in JSON and on the terminal
     if as_json:
-        typer.echo(orjson.dumps({"ok": not bad, "stages": [r.__dict__ for r in reports]}).decode())
+        typer.echo(orjson.dumps({"ok": not bad, "stages": shown}).decode())
     else:
-        for r in reports:
+        for r, s in zip(reports, shown):
             mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {r.path} ({describe(r)})", soft_wrap=True)
-            for p in r.problems:  # one line each, unwrapped: easy to grep in a CI log
+            console.print(f"{mark} {escape(s['path'])} ({escape(printable(describe(r)))})", soft_wrap=True)
+            for p in s["problems"]:  # one line each, unwrapped: easy to grep in a CI log
                 console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
-            for n in r.notes:
+            for n in s["notes"]:
                 console.print(f"    note: {n}", highlight=False, markup=False, soft_wrap=True)
     if bad:
         raise typer.Exit(EXIT_DATA)

@@ -18,7 +18,7 @@ from grtool.errors import InputError
 from grtool.log import progress
 from grtool.store.io import is_stdio, stdin_rows
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MANIFEST, StageSpec, iter_batches, load_manifest, resolve_stage
+from grtool.store.stage import MANIFEST, StageSpec, iter_batches, load_manifest, resolve_stage, shard_paths
 
 WORK_DIR = "_merge_work"
 ROWS_PER_BUCKET = 50_000
@@ -37,6 +37,7 @@ def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
     for d in docs + questions:
         if not load_manifest(d).get("complete"):
             raise InputError(f"{d}: incomplete stage directory (finish or resume the run that writes it first)")
+        shard_paths(d)  # a damaged shard is named before OUT is created (each is hashed once per process)
     return docs, questions
 
 

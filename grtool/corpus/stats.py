@@ -16,6 +16,7 @@ from rich.table import Table
 
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
+from grtool.store.reading import collect
 from grtool.store.stage import is_stage_dir, load_manifest, shard_paths
 
 
@@ -26,8 +27,8 @@ def _stage(directory: Path, table: str) -> Path | None:
     return None
 
 
-def _scan(stage: Path) -> pl.LazyFrame:
-    return pl.scan_parquet([str(p) for p in shard_paths(stage)])
+def _scan(shards: list[Path]) -> pl.LazyFrame:
+    return pl.scan_parquet([str(p) for p in shards])
 
 
 def corpus_stats(directory: str | Path) -> dict[str, Any]:
@@ -37,14 +38,16 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
         raise InputError(f"{directory}: no questions/ or documents/ stage directory here")
     result: dict[str, Any] = {"path": str(directory), "groups": [], "documents": {}}
 
-    if d_stage is not None and shard_paths(d_stage):
-        docs = _scan(d_stage)
-        result["documents"]["total"] = docs.select(pl.len()).collect().item()
-        by_ds = docs.select(pl.col("datasets").alias("dataset")).explode("dataset").group_by("dataset").agg(pl.len()).collect()
+    d_shards = shard_paths(d_stage) if d_stage is not None else []
+    if d_shards:
+        docs = _scan(d_shards)
+        result["documents"]["total"] = collect(docs.select(pl.len()), d_shards).item()
+        by_ds = collect(docs.select(pl.col("datasets").alias("dataset")).explode("dataset").group_by("dataset").agg(pl.len()), d_shards)
         result["documents"]["by_dataset"] = {r["dataset"]: r["len"] for r in by_ds.sort("dataset").iter_rows(named=True)}
 
-    if q_stage is not None and shard_paths(q_stage):
-        q = _scan(q_stage).select(
+    q_shards = shard_paths(q_stage) if q_stage is not None else []
+    if q_shards:
+        q = _scan(q_shards).select(
             "dataset",
             "split",
             "answerable",
@@ -54,7 +57,7 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
             # HotpotQA fullwiki: supporting-fact titles absent from the retrieved context (gold is partial)
             gold_incomplete_expr().alias("gold_incomplete"),
         )
-        groups = (
+        groups = collect(
             q.group_by("dataset", "split")
             .agg(
                 pl.len().alias("questions"),
@@ -65,10 +68,10 @@ def corpus_stats(directory: str | Path) -> dict[str, Any]:
                 pl.col("gold_doc_ids").list.explode().drop_nulls().n_unique().alias("gold_documents"),
                 pl.col("gold_incomplete").sum().alias("gold_incomplete"),
             )
-            .sort("dataset", "split")
-            .collect()
+            .sort("dataset", "split"),
+            q_shards,
         )
-        hops = q.group_by("dataset", "split", "hops").agg(pl.len().alias("n")).collect()
+        hops = collect(q.group_by("dataset", "split", "hops").agg(pl.len().alias("n")), q_shards)
         hop_map: dict[tuple[str, str], dict[str, int]] = {}
         for r in hops.sort("hops", nulls_last=True).iter_rows(named=True):
             key = "unknown" if r["hops"] is None else str(r["hops"])

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from grtool.docid import Markers, normalize_expr
 from grtool.errors import InputError
+from grtool.store.reading import read_shard_frame
 from grtool.store.stage import resolve_stage, shard_paths
 
 HASH_SEED = 0x6772746F6F6C  # any fixed seed: hashes are only compared within one process
@@ -141,7 +142,7 @@ class TripleLookup:
         names: list[pa.Array] = []
         for shard in shards:
             part = (
-                pl.read_parquet(shard, columns=["doc_id", "head", "relation", "tail"])
+                read_shard_frame(shard, ["doc_id", "head", "relation", "tail"])
                 .filter(pl.all_horizontal(pl.col("head", "relation", "tail", "doc_id").is_not_null()))
                 .select(*keys)
                 .select(*hashed, pl.col("doc_id"))

@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from grtool.errors import InputError
 from grtool.docid.lookup import TripleLookup, docid_hashes
@@ -32,6 +31,7 @@ from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_step
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
+from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.stage import REJECTS_DIR, StageSpec
@@ -176,11 +176,11 @@ def _batches(table: InputTable, index: int) -> Iterator[pa.RecordBatch]:
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
                 raise InputError(f"<stdin>: chains rows do not fit the chains schema ({e})") from None
         return
-    pf = pq.ParquetFile(part)
+    pf = open_shard(part)
     missing = set(CHAINS.names) - set(pf.schema_arrow.names)
     if missing:
         raise InputError(f"{part}: not a chains table (missing columns {sorted(missing)})")
-    yield from pf.iter_batches(batch_size=BATCH_ROWS, columns=CHAINS.names)
+    yield from iter_shard_batches(part, CHAINS.names, BATCH_ROWS)
 
 
 def _passed(batch: pa.RecordBatch, out: Outcome) -> pa.Table:

@@ -216,6 +216,6 @@ class ModelStage:
 
 def part_rows(table: Any, parts: list[int]) -> list[int | None]:
     """Rows of these parts of an :class:`~grtool.store.io.InputTable` from the Parquet footers (None: stdin)."""
-    import pyarrow.parquet as pq
+    from grtool.store.reading import shard_rows
 
-    return [pq.ParquetFile(table.parts[i]).metadata.num_rows if table.parts[i] is not None else None for i in parts]
+    return [shard_rows(table.parts[i]) if table.parts[i] is not None else None for i in parts]

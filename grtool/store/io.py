@@ -14,10 +14,11 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.store.diskfull import writing
+from grtool.store.reading import iter_shard_batches
 from grtool.store.stage import StageSpec, StageWriter, load_manifest, resolve_stage, shard_paths
 
 STDIO = "-"
@@ -60,7 +61,7 @@ class InputTable:
         if part is None:
             yield from _stdin_batches(self.table, batch_size)
             return
-        for batch in pq.ParquetFile(part).iter_batches(batch_size=batch_size, columns=columns):
+        for batch in iter_shard_batches(part, columns, batch_size):
             yield batch.to_pylist()
 
     def iter_rows(self, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
@@ -117,10 +118,11 @@ class _JsonlShard:
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         out = sys.stdout.buffer
         tag = self.stage.tag
-        for row in rows:
-            if tag:
-                row = {"_table": tag, **row}
-            out.write(orjson.dumps(row, default=str, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        with writing(STDIO):
+            for row in rows:
+                if tag:
+                    row = {"_table": tag, **row}
+                out.write(orjson.dumps(row, default=str, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
         self.rows_out += len(rows)
 
     def write_table(self, table: pa.Table) -> None:
@@ -135,7 +137,8 @@ class _JsonlShard:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        sys.stdout.buffer.flush()
+        with writing(STDIO):
+            sys.stdout.buffer.flush()
 
 
 class JsonlOutput:
@@ -153,7 +156,8 @@ class JsonlOutput:
         return _JsonlShard(self, index)
 
     def finish(self, **extra: Any) -> dict[str, Any]:
-        sys.stdout.buffer.flush()
+        with writing(STDIO):
+            sys.stdout.buffer.flush()
         return {"table": self.spec.table, "stdout": True}
 
 

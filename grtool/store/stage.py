@@ -35,6 +35,8 @@ from filelock import FileLock
 from grtool import __version__
 from grtool.errors import GrtoolError, InputError
 from grtool.invocation import current_command
+from grtool.store import reading
+from grtool.store.diskfull import writing
 from grtool.secrets import redact_argv
 from grtool.store.layout import (  # noqa: F401  (the names of a stage directory, re-exported)
     LLM_CACHE,
@@ -91,10 +93,14 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either nothing or the whole file."""
     tmp = path.with_name(path.name + f".{os.getpid()}" + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with writing(path, len(data)), open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a disk-full write leaves no half file taking the space
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
 
@@ -163,16 +169,27 @@ def resolve_stage(path: str | Path, table: str) -> Path:
 
 
 def shard_paths(path: str | Path) -> list[Path]:
-    """Committed shard files in part order."""
+    """Committed shard files in part order, each checked against its completion record before anyone reads it
+    (present, size, sha256, the table's schema: :func:`grtool.store.reading.verify_shard`); a damaged shard is
+    a one-line :class:`~grtool.errors.DataProblem` naming it."""
+    from grtool.store.schemas import TABLES
+
     p = Path(path)
-    return [p / f"{name}.parquet" for name in sorted(load_shard_records(p))]
+    records = load_shard_records(p)
+    table = load_manifest(p).get("table") if records and is_stage_dir(p) else None
+    expected = TABLES[table][0] if table in TABLES else None
+    shards = []
+    for name, record in sorted(records.items()):
+        shard = p / f"{name}.parquet"
+        reading.verify_shard(shard, record, expected)
+        shards.append(shard)
+    return shards
 
 
 def iter_batches(path: str | Path, columns: list[str] | None = None, batch_size: int = 65_536) -> Iterator[pa.RecordBatch]:
     """Stream a stage directory's rows as Arrow record batches, shard by shard (bounded memory)."""
     for shard in shard_paths(path):
-        pf = pq.ParquetFile(shard)
-        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        yield from reading.iter_shard_batches(shard, columns, batch_size)
 
 
 def iter_rows(path: str | Path, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
@@ -184,7 +201,7 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     shards = shard_paths(path)
     if not shards:
         return pa.table({})
-    return pa.concat_tables(pq.read_table(s, columns=columns) for s in shards)
+    return pa.concat_tables(reading.read_shard(s, columns) for s in shards)
 
 
 # ------------------------------------------------------------------------------------------- writes
@@ -281,9 +298,10 @@ class ShardWriter:
         if table.num_rows == 0:
             return
         table = table.select(self.stage.spec.schema.names).cast(self.stage.spec.schema)
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
-        self._writer.write_table(table)
+        with writing(self.final, table.nbytes):
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+            self._writer.write_table(table)
         self.rows_out += table.num_rows
 
     def reject(self, record: Any, reason: str, *, source: str | None = None, position: Any = None, detail: str | None = None) -> None:
@@ -292,7 +310,8 @@ class ShardWriter:
             self.rejects_tmp.parent.mkdir(parents=True, exist_ok=True)
             self._rejects_file = open(self.rejects_tmp, "wb")
         entry = {"reason": reason, "source": source, "position": position, "detail": detail, "record": record}
-        self._rejects_file.write(orjson.dumps(entry, default=str) + b"\n")
+        with writing(self.rejects_final):
+            self._rejects_file.write(orjson.dumps(entry, default=str) + b"\n")
         self.rejected[reason] += 1
 
     # -- commit
@@ -303,14 +322,16 @@ class ShardWriter:
         return c
 
     def commit(self) -> dict[str, Any]:
-        if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
-            self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
-        self._writer.close()
-        commit_file(self.tmp, self.final)
+        with writing(self.final):
+            if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
+                self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
+            self._writer.close()
+            commit_file(self.tmp, self.final)
         n_rejects = sum(self.rejected.values())
         if self._rejects_file is not None:
-            self._rejects_file.close()
-            commit_file(self.rejects_tmp, self.rejects_final)
+            with writing(self.rejects_final):
+                self._rejects_file.close()
+                commit_file(self.rejects_tmp, self.rejects_final)
         record = {
             "part": self.name,
             "file": self.final.name,
@@ -325,10 +346,14 @@ class ShardWriter:
         return record
 
     def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._rejects_file is not None:
-            self._rejects_file.close()
+        # Closing may fail again (a full disk fails the footer's write too): the temporary files go regardless,
+        # so a failed run never keeps the space it could not finish with.
+        for handle in (self._writer, self._rejects_file):
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError:
+                    pass
         for f in (self.tmp, self.rejects_tmp):
             f.unlink(missing_ok=True)
 

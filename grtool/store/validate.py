@@ -36,6 +36,7 @@ from grtool.store.stage import (
     load_shard_records,
     merge_counters,
     part_name,
+    printable,
     sha256_file,
     shard_paths,
 )
@@ -84,6 +85,21 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def printable(self) -> dict[str, Any]:
+        """The report with every text made printable: a file name that is not UTF-8 (held with surrogate escapes)
+        shows its bytes as ``\\xff`` instead of breaking the JSON or the terminal."""
+        return _printable_tree(self.__dict__)
+
+
+def _printable_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_printable_tree(k): _printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable_tree(v) for v in value]
+    return value
 
 
 SHARD_FACTS = ("rows", "bytes", "sha256")
