@@ -199,3 +199,15 @@ def test_recall_finds_the_stored_triple_from_its_docid_either_way_round(tmp_path
             got = parse(text)
             assert got.malformed == 0 and got.docids == [triple_key(*triple), flip_key(*triple)]
             assert [index.resolve(k) for k in got.docids] == [({row["doc_id"]}, False), ({row["doc_id"]}, True)]
+
+
+def test_chains_never_offer_a_triple_the_syntax_rejects(tmp_path):
+    from grtool.chains.triples import TripleStore
+
+    rows = [_row("a", 0, "Paris", "capital of", "France"), _row("a", 1, "Paris", "capital of", "France [1]"),
+            _row("a", 2, "Paris, Texas", "named after", "Paris"), _row("b", 0, "<docid_start>x", "y", "z")]  # fmt: skip
+    store = TripleStore(write_triples_stage(tmp_path / "triples", rows))
+    offered = store.for_docs(["a", "b"])
+    assert [(t.head, t.tail) for t in offered["a"]] == [("Paris", "France"), ("Paris, Texas", "Paris")] and "b" not in offered
+    assert store.skipped == 2
+    assert {t.head for t in store.distractor_pool(seed=1)} == {"Paris", "Paris, Texas"}

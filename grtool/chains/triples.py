@@ -11,7 +11,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from grtool.chains.docids import Triple
+from grtool.docid import triple_problem
 from grtool.errors import InputError
+from grtool.log import log
 from grtool.store.stage import resolve_stage, shard_paths
 
 COLUMNS = ["doc_id", "idx", "head", "relation", "tail"]
@@ -26,6 +28,19 @@ class TripleStore:
         self.path = resolve_stage(path, "triples")
         self.parts = shard_paths(self.path)
         self.dataset = ds.dataset([str(p) for p in self.parts], format="parquet") if self.parts else None
+        self.skipped = 0  # triples never offered: parts the docid syntax rejects (stages from before the check)
+
+    def _offerable(self, r: dict) -> bool:
+        """A triple whose docid can be written and read back (grtool.docid.triple_problem); the index skips the
+        others, so a chain citing one would teach a docid the model can never decode."""
+        problem = triple_problem((r["head"], r["relation"], r["tail"]))
+        if problem is None:
+            return True
+        if not self.skipped:
+            log.warning("%s holds triples the docid syntax rejects, never offered to chains (the first: doc %s, %s: %s)",
+                        self.path, r["doc_id"], problem.reason, problem.detail)  # fmt: skip
+        self.skipped += 1
+        return False
 
     def for_docs(self, doc_ids: Iterable[str]) -> dict[str, list[Triple]]:
         """Each document's triples in extraction order; documents without triples are absent."""
@@ -36,6 +51,8 @@ class TripleStore:
         table = self.dataset.to_table(columns=COLUMNS, filter=pc.field("doc_id").isin(wanted))
         table = table.sort_by([("doc_id", "ascending"), ("idx", "ascending")])
         for r in table.to_pylist():
+            if not self._offerable(r):
+                continue
             out.setdefault(r["doc_id"], []).append(Triple(r["doc_id"], r["idx"], r["head"], r["relation"], r["tail"]))
         return out
 
@@ -54,5 +71,6 @@ class TripleStore:
         for part, group in sorted(chosen):
             rows = pq.ParquetFile(part).read_row_group(group, columns=COLUMNS).to_pylist()
             for r in rng.sample(rows, min(per_group, len(rows))):
-                pool.append(Triple(r["doc_id"], r["idx"], r["head"], r["relation"], r["tail"]))
+                if self._offerable(r):
+                    pool.append(Triple(r["doc_id"], r["idx"], r["head"], r["relation"], r["tail"]))
         return pool

@@ -139,6 +139,22 @@ def part_problem(part: object, name: str = "head", markers: tuple[str, ...] = ()
     return None
 
 
+# What part_problem rejects in any part shows in the rendered text too (a blank part leaves a comma with nothing
+# on one side): one scan decides for a whole docid text.
+_BAD_IN_TEXT = re.compile(f"{_FORBIDDEN.pattern}|{_EMPTY_PIECE.pattern}")
+
+
+def docid_text_problem(inner: str) -> PartProblem | None:
+    """Why the text between a docid's markers cannot be a docid's: what :func:`part_problem` rejects in any of
+    the parts it renders, found in one scan of the text (the index build reads whole stages this way); the
+    reason names the text, not the part. Text that is not three parts (``just a title``) is not judged here."""
+    if inner.strip() and not _BAD_IN_TEXT.search(inner):
+        return None
+    if problem := text_problem(inner):
+        return problem
+    return PartProblem(SEPARATOR_IN_PART, f"docid text {inner[:80]!r} has a comma with nothing on one side")
+
+
 def triple_problem(triple: Triple, markers: tuple[str, ...] = ()) -> PartProblem | None:
     """The first part of ``(head, relation, tail)`` that cannot live inside a docid (:func:`part_problem`), None
     when the docid and its tail-first spelling both parse, in either marker syntax, as one well-formed docid

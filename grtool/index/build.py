@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__
-from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, flip, normalize, text_problem, triple_key, triple_problem
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, Triple, docid_text_problem, flip, normalize, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, pid_alive
@@ -72,30 +72,36 @@ class DocidRows:
     skipped: SyntaxReport  # not indexed: a part the docid syntax rejects (grtool.docid.triple_problem)
 
 
-def _text_is_parts(docid: str, parts: tuple[object, object, object]) -> bool:
-    """The docid text is the rendering of the row's own head, relation, tail (as written or by its key)."""
+def _flip_from_parts(docid: str, parts: tuple[object, object, object]) -> str | None:
+    """The tail-first spelling of ``docid`` rendered from the row's own head, relation, tail, when the text is
+    their rendering (as written, or by its key and parts the syntax accepts); else None."""
     if not all(isinstance(p, str) for p in parts):
-        return False
-    return docid == SPECIAL.render(*parts) or normalize(_inner(docid)) == triple_key(*parts)  # type: ignore[arg-type]
+        return None
+    triple: Triple = parts  # type: ignore[assignment]
+    if docid == SPECIAL.render(*triple) or (normalize(_inner(docid)) == triple_key(*triple) and triple_problem(triple) is None):
+        return SPECIAL.render(*flip(triple))
+    return None
 
 
 def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
     """Each distinct docid string → the documents holding it (read as written, markers checked).
 
-    A docid whose parts cannot live inside a docid (stages written before `triples extract` checked them) is
-    skipped, counted by reason, the first one named: it, or its tail-first spelling, could never be written and
-    read back as one docid. Parts are checked as stored when the docid text is their rendering, else the text
-    itself (:func:`grtool.docid.text_problem`). ``flips``: the tail-first spelling of each docid, rendered from the
-    stored head, relation, tail; the text is never split (a head may hold commas, ``Paris, Texas``)."""
+    A docid the docid syntax rejects (stages written before `triples extract` checked parts) is skipped, counted
+    by reason, the first one named: it, or its tail-first spelling, could never be written and read back as one
+    docid. One scan of the text decides (:func:`grtool.docid.docid_text_problem`, the same with or without flips);
+    with flips the reason names the stored part. ``flips``: the tail-first spelling of each docid, rendered from
+    the stored head, relation, tail when the text is their rendering (else none: ``flips_unsplit``); the text is
+    never split (a head may hold commas, ``Paris, Texas``)."""
     table = InputTable.open(path, "triples")
     by_docid: dict[str, set[str]] = {}
     flip_of: dict[str, str | None] = {}
     skipped_docids: set[str] = set()
     skipped = SyntaxReport()
+    columns = ["doc_id", "head", "relation", "tail", "docid"] if flips else ["doc_id", "docid"]
     for part in range(table.num_parts):
         where = table.parts[part] or "<stdin>"
         row_no = 0
-        for batch in table.iter_part(part, columns=["doc_id", "head", "relation", "tail", "docid"]):
+        for batch in table.iter_part(part, columns=columns):
             for row in batch:
                 row_no += 1
                 docid, doc_id = row.get("docid"), row.get("doc_id")
@@ -111,16 +117,17 @@ def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
                     continue
                 if docid in skipped_docids:
                     continue
-                parts = (row.get("head"), row.get("relation"), row.get("tail"))
-                is_parts = _text_is_parts(docid, parts)
-                problem = triple_problem(parts) if is_parts else text_problem(_inner(docid))  # type: ignore[arg-type]
+                problem = docid_text_problem(_inner(docid))
                 if problem is not None:
+                    parts = (row.get("head"), row.get("relation"), row.get("tail"))
+                    if flips and all(isinstance(p, str) for p in parts) and docid == SPECIAL.render(*parts):  # type: ignore[arg-type]
+                        problem = triple_problem(parts) or problem  # type: ignore[arg-type]  # name the part
                     skipped.add(where, row_no, docid, problem)
                     skipped_docids.add(docid)
                     continue
                 by_docid[docid] = {doc_id}
                 if flips:
-                    flip_of[docid] = SPECIAL.render(*flip(parts)) if is_parts else None  # type: ignore[arg-type]
+                    flip_of[docid] = _flip_from_parts(docid, (row.get("head"), row.get("relation"), row.get("tail")))
     if not by_docid:
         raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
     return DocidRows(by_docid, flip_of, skipped)

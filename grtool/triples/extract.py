@@ -11,15 +11,14 @@ With ``--out -`` the triples go to stdout as JSON Lines and no ``llm_calls`` tab
 Accounting of the triples stage (in == out + merged + rejected): ``in`` counts the triples read from the outputs
 plus one per document that gave none; ``merged`` are duplicates within a document; rejects are triples with a
 part that cannot live inside a docid (``empty_part``, ``docid_marker_in_part``, ``bracket_in_part``,
-``control_char_in_part``, ``separator_in_part``: :func:`grtool.docid.triple_problem`), self-loops (``self_loop``), copies of the prompt's examples (``prompt_example``),
-triples whose head or tail the document does not hold (``ungrounded``, by ``--grounding``; the rules are in
-:mod:`grtool.triples.grounding`), and documents without triples (``no_triples``, kept with the raw output),
-without text (``empty_text``) or whose prompt does not fit the model's context with ``--max-tokens``
-(``too_long``: never sent nor truncated, no ``llm_calls`` row; counter documents_too_long). A document whose
-every triple was dropped counts as a document without triples (no ``no_triples`` reject: its triples are
-rejected one by one). Extra counters: documents,
-documents_without_triples, documents_all_triples_dropped, parse_failures, truncated_outputs, cache_hits,
-cache_misses, prompt_tokens, completion_tokens, documents_too_long.
+``control_char_in_part``, ``separator_in_part``: :func:`grtool.docid.triple_problem`), self-loops (``self_loop``),
+copies of the prompt's examples (``prompt_example``), triples whose head or tail the document does not hold
+(``ungrounded``, by ``--grounding``; the rules are in :mod:`grtool.triples.grounding`), and documents without
+triples (``no_triples``, kept with the raw output), without text (``empty_text``) or whose prompt does not fit the
+model's context with ``--max-tokens`` (``too_long``: never sent nor truncated, no ``llm_calls`` row). A document
+whose every triple was dropped counts as a document without triples (no ``no_triples`` reject: its triples are
+rejected one by one). Extra counters: documents, documents_without_triples, documents_all_triples_dropped,
+parse_failures, truncated_outputs, cache_hits, cache_misses, prompt_tokens, completion_tokens, documents_too_long.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ values one after another), ``(head, relation, tail)`` lines, ``head | relation |
 tables, numbered or bulleted lists, code fences, chatty text before and after, commas inside the tail (split on
 the first two separators only), and JSON cut off by the length limit (every complete triple is kept).
 
+A triple whose parts cannot live inside a docid (:func:`grtool.docid.triple_problem`: empty, a docid marker, a square
+bracket, a control character, a comma with nothing on one side) is rejected with that reason code.
+
 JSON-shaped output (a JSON value with text decoded, or the first ``[``/``{`` opens real JSON) is never handed to the
 line parser: splitting raw JSON on commas gives garbage, so such output without a complete triple is a failure.
 """
