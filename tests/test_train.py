@@ -174,7 +174,7 @@ def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli):
 def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):
     data = write_kto(tmp_path / "thinkgr_kto.json", 8, 8)
     out = tmp_path / "kto"
-    cli("train", "kto", data, "--model", sft_ckpt, "--out", out, "--max-steps", "1", *TINY)
+    cli("train", "kto", data, "--model", sft_ckpt, "--out", out, "--max-steps", "1", "--save-steps", "1", *TINY)  # KTO's checkpoint save too
     meta = record(out)
     assert meta["kind"] == "train kto" and meta["global_step"] == 1
     assert meta["data"]["desirable"] == 8 and meta["data"]["undesirable"] == 8

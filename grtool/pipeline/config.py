@@ -123,10 +123,6 @@ _EXPECTED = {"args": "a list of strings", "outputs": "a list of strings", "optio
 _OPTION_VALUE = "a string, number, true/false or a list of those"
 
 
-def _words(msgspec_types: str) -> str:
-    return " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in msgspec_types.strip("`").split("|"))
-
-
 def _did_you_mean(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -153,6 +149,9 @@ def _schema_error(path: Path, raw: dict[str, Any], error: msgspec.ValidationErro
             return InputError(f"{path}: {where}, key {key!r}, item {item}: {_got(message)}, expected a string (quote it)")
     elif at.startswith("$."):
         key = at[2:].split("[")[0].split(".")[0]
+        if key == "vars" and "[" in at:
+            bad = next((k for k, v in raw["vars"].items() if not isinstance(v, (str, int, float))), "?")
+            return InputError(f"{path}: [vars] {bad!r}: {_got(message)}, expected a string or a number")
     unknown = re.match(r"Object contains unknown field `(.+)`", message)
     if unknown:
         fields = list(StageTable.__struct_fields__ if m else PipelineFile.__struct_fields__)
@@ -166,7 +165,7 @@ def _schema_error(path: Path, raw: dict[str, Any], error: msgspec.ValidationErro
     hint = ""
     if key in ("args", "outputs") and "got `str`" in message:
         hint = f' (write {key} = ["a", "b"], one string per argument)'
-    expected = _EXPECTED.get(key, _words(message.split(",")[0].removeprefix("Expected ")))
+    expected = _EXPECTED.get(key, message.split(",")[0].removeprefix("Expected "))
     return InputError(f"{path}: {where + ', ' if where else ''}key {key!r}: {_got(message)}, expected {expected}{hint}")
 
 
