@@ -250,6 +250,7 @@ def claim_checkpoint(p: Plan) -> Any:
     claimed = claim(p.out, CHECKPOINT, inputs=inputs, holders=holders, overwrite=p.overwrite and not p.resume)
     if p.overwrite and not p.resume:
         claimed.clear()
+    claimed.mark_started()  # a run killed before its grtool.json can still be started over with --overwrite
     return claimed
 
 
