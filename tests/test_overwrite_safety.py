@@ -245,3 +245,23 @@ def test_a_second_writer_of_an_export_checkpoint_or_index_is_refused(run, tmp_pa
 
     assert f"pid {os.getpid()} on host" in err and "grtool pretend run" in err
     assert not out.exists() and not beside_lock(out).exists()
+
+
+def test_a_training_run_killed_before_its_record_can_be_started_over(run, tmp_path):
+    """A run records that it started (grtool-run.json) before the model loads: killed then, --overwrite accepts
+    the directory; the refused base-model case above has no such record."""
+    out = tmp_path / "ckpt"
+    args = ["train", "sft", str(run["sft"]), "--out", str(out), "--max-steps", "1", "--cutoff-len", "64", "--per-device-batch-size", "2"]
+    first = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "grtool-run.json").is_file():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+    (out / "checkpoint-1").mkdir(exist_ok=True)  # what a run killed after its first save holds besides
+    assert "--overwrite" in one_line(run_cli(*args, check=2).stderr)  # still refused without it
+    run_cli(*args, "--overwrite", "--dry-run")

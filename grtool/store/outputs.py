@@ -37,6 +37,7 @@ class OutputKind:
     what: str  # for messages: "an index directory"
     record: str  # the record file (for an export: the suffix of the record beside the file)
     own: tuple[str, ...]  # fnmatch patterns of the entries grtool writes (the record included)
+    started: str | None = None  # a record written when a run starts, before the complete one (a killed run has it)
     keep: tuple[str, ...] = ()  # grtool's entries that --overwrite keeps (a request cache, the run's own locks)
     directory: bool = True
 
@@ -51,8 +52,8 @@ INDEX = OutputKind(
     own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*", "trie_*", "oracle_*"),
 )  # fmt: skip
 CHECKPOINT = OutputKind(
-    "checkpoint", "a checkpoint directory", "grtool.json",
-    own=("grtool.json", "grtool.json.*.tmp", "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
+    "checkpoint", "a checkpoint directory", "grtool.json", started="grtool-run.json",
+    own=("grtool.json", "grtool.json.*.tmp", "grtool-run.json", "grtool-run.json.*.tmp", "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
          "pytorch_model*.bin", "training_args.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
          "checkpoint-*", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
@@ -165,7 +166,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
     if not entries:
         return
     record = p / kind.record
-    if not record.is_file():
+    if not record.is_file() and not (kind.started and (p / kind.started).is_file()):
         raise InputError(
             f"{flag} {printable(p)}: --overwrite refused: it holds {_listing(entries)} and no {kind.record}, so grtool did not "
             f"write {kind.what} there; remove what you do not need yourself or choose another --out"
@@ -224,11 +225,23 @@ class Claim:
         if not self.out.is_dir():
             return []
         own, self.left = own_entries(self.out, self.kind)
-        own.sort(key=lambda e: e.name != self.kind.record)
+        own.sort(key=lambda e: e.name not in (self.kind.record, self.kind.started))
         for entry in own:
             _delete(entry)
         _say_left(self.out, self.left)
         return self.left
+
+    def mark_started(self) -> None:
+        """Record in the output that grtool started writing it (a killed run can then be overwritten)."""
+        from grtool.invocation import current_command
+        from grtool.secrets import redact_argv
+        from grtool.store.locks import _now
+        from grtool.store.stage import atomic_write_bytes, dumps
+
+        if self.kind.started:
+            self.out.mkdir(parents=True, exist_ok=True)
+            info = {"kind": self.kind.name, "started": _now(), "command": redact_argv(self.lock.command or current_command())}
+            atomic_write_bytes(self.out / self.kind.started, dumps(info))
 
     def install(self, tmp: Path) -> None:
         """Put a complete output built in the directory ``tmp`` in place of ``out``: a rename when nothing of the

@@ -89,6 +89,8 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
             "lower --per-device-batch-size / --gradient-accumulation or give more data"
         )
     ref = resolve(model)
+    if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
+        _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
         from grtool.train.model import load_tokenizer
 
@@ -101,27 +103,24 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         dw, uw = balancing_weights(counts.get(True, 0), counts.get(False, 0))
         result.weights = (cfg.desirable_weight if cfg.desirable_weight is not None else round(dw, 6),
                           cfg.undesirable_weight if cfg.undesirable_weight is not None else round(uw, 6))  # fmt: skip
-    if str(out) != "-":  # also for --dry-run: what the real run would refuse
-        _check_paths(result, replace=writes_checkpoint and overwrite and not resume)
     if check_out and _is_main():  # other ranks would see the directory rank 0 is already filling
         _check_out(result)
     return result
 
 
-def _inputs(p: Plan) -> tuple[list[Any], list[Any]]:
+def _inputs(model: ModelRef, data_source: str, cfg: TrainConfig) -> tuple[list[Any], list[Any]]:
     """``(inputs, directories inputs are found in)`` of a training run, for the rule that --out is none of them."""
-    model = p.model.path if Path(p.model.path).exists() else None
-    return [model, p.cfg.deepspeed, p.cfg.chat_template], [p.data.source, p.cfg.corpus, p.cfg.triples]
+    path = model.path if Path(model.path).exists() else None
+    return [path, cfg.deepspeed, cfg.chat_template], [data_source, cfg.corpus, cfg.triples]
 
 
-def _check_paths(p: Plan, *, replace: bool) -> None:
+def _check_paths(out: Path, inputs: list[Any], holders: list[Any], *, replace: bool) -> None:
     """--out is not an input (the base model, the data, ...); --overwrite replaces only a grtool checkpoint."""
     from grtool.store.outputs import CHECKPOINT, check_replaceable, refuse_output_among_inputs
 
-    inputs, holders = _inputs(p)
-    refuse_output_among_inputs(p.out, inputs, holders)
+    refuse_output_among_inputs(out, inputs, holders)
     if replace:
-        check_replaceable(p.out, CHECKPOINT)
+        check_replaceable(out, CHECKPOINT)
 
 
 def _check_out(p: Plan) -> None:
@@ -252,10 +251,11 @@ def claim_checkpoint(p: Plan) -> Any:
         return contextlib.nullcontext()
     from grtool.store.outputs import CHECKPOINT, claim
 
-    inputs, holders = _inputs(p)
+    inputs, holders = _inputs(p.model, p.data.source, p.cfg)
     claimed = claim(p.out, CHECKPOINT, inputs=inputs, holders=holders, overwrite=p.overwrite and not p.resume)
     if p.overwrite and not p.resume:
         claimed.clear()
+    claimed.mark_started()  # a run killed before its grtool.json can still be started over with --overwrite
     return claimed
 
 
