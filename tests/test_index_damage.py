@@ -213,3 +213,19 @@ def test_the_cli_refuses_a_damaged_index_in_one_line(fm_index, tmp_path, cli):
     assert "fm_levels.npy: content does not match index.json (damaged)" in err and len(err.strip().splitlines()) == 1
     _damage(fm_index, tmp_path / "idx2", "fm_samples.npy", "missing", None, bypass=False)
     assert "fm_samples.npy: missing (damaged)" in cli("index", "query", tmp_path / "idx2", "--ids", "1", check=2).stderr
+
+
+def test_an_index_from_before_the_digests_opens_with_its_sizes_checked(fm_index, tmp_path, cli):
+    """index.json without blake3 (grtool before this check): sizes are checked, content is said to be unverified."""
+    old = tmp_path / "old"
+    _damage(fm_index, old, "seq_lengths.npy", "intact", None, bypass=False)
+    meta = json.loads((old / "index.json").read_text())
+    for rec in meta["files"].values():
+        del rec["blake3"]
+    (old / "index.json").write_text(json.dumps(meta))
+    proc = cli("index", "query", old, "--ids", "1", "--json", env={"COLUMNS": "400"})
+    assert "content not verified" in proc.stderr
+    assert json.loads(proc.stdout) == json.loads(cli("index", "query", fm_index, "--ids", "1", "--json").stdout)
+    meta["files"]["fm_levels.npy"]["bytes"] += 8
+    (old / "index.json").write_text(json.dumps(meta))
+    assert "fm_levels.npy: " in cli("index", "query", old, "--ids", "1", check=2).stderr

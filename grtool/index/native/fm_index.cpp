@@ -403,10 +403,11 @@ class FMIndex {
             for (int l = 0; l < L_ && !walking.empty(); ++l) {
                 const BitRank& bv = lv_[l];
                 const BitRank* nx = l + 1 < L_ ? &lv_[l + 1] : nullptr;
+                const u64 level_size = bv.size;  // in a register: the stores to cur[] could alias bv.size
                 size_t keep = 0;
                 for (u32 a : walking) {
                     const u64 i = cur[a];
-                    if (__builtin_expect(i >= bv.size, 0)) damaged("fm_levels: a rank beyond its level");
+                    if (__builtin_expect(i >= level_size, 0)) damaged("fm_levels: a rank beyond its level");
                     const bool bit = bv.get(i);
                     const u64 j = bit ? z_[l] + bv.rank1(i) : bv.rank0(i);
                     cur[a] = j;
