@@ -195,11 +195,13 @@ def test_triples_extract_names_the_shard_before_any_request(run, cli, tmp_path, 
         server.shutdown()
 
 
-def test_validate_still_reports_it(run, cli):
+@pytest.mark.parametrize("kind, problem", [("middle", "sha256 does not match"), ("page-recorded", "not readable as Parquet")])
+def test_validate_reports_what_the_hint_sends_the_user_to(run, cli, kind, problem):
+    """The commands' hint is `grtool validate`: it must find the damage too, also one only a full read finds."""
     shard = run / "documents" / "part-00000.parquet"
-    damage(shard, "middle")
+    damage(shard, kind, "text")
     proc = cli("validate", run, check=1)
-    assert "part-00000.parquet: sha256 does not match" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert f"part-00000.parquet: {problem}" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
 
 # ----------------------------------------------------------------------------------------------- disk full
