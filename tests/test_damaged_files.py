@@ -106,6 +106,10 @@ def damage(shard: Path, kind: str, column: str | None = None) -> None:
     elif base == "missing":
         shard.unlink()
         return
+    elif base == "gone":  # the file and its record, still listed in the manifest
+        shard.unlink()
+        (shard.parent / "_shards" / f"{shard.stem}.json").unlink()
+        return
     shard.write_bytes(bytes(data))
     if kind.endswith("-recorded"):
         record_path = shard.parent / "_shards" / f"{shard.stem}.json"
@@ -171,7 +175,7 @@ def test_index_build(run, cli, tmp_path, kind):
     assert not (out / "index.json").exists()
 
 
-@pytest.mark.parametrize("kind", ["empty", "magic-recorded"])
+@pytest.mark.parametrize("kind", ["empty", "magic-recorded", "gone"])
 def test_eval_recall(run, cli, tmp_path, kind):
     shard = run / "triples" / "part-00000.parquet"
     damage(shard, kind)
