@@ -106,6 +106,10 @@ def damage(shard: Path, kind: str, column: str | None = None) -> None:
     elif base == "missing":
         shard.unlink()
         return
+    elif base == "gone":  # the file and its record, still listed in the manifest
+        shard.unlink()
+        (shard.parent / "_shards" / f"{shard.stem}.json").unlink()
+        return
     shard.write_bytes(bytes(data))
     if kind.endswith("-recorded"):
         record_path = shard.parent / "_shards" / f"{shard.stem}.json"
@@ -171,7 +175,7 @@ def test_index_build(run, cli, tmp_path, kind):
     assert not (out / "index.json").exists()
 
 
-@pytest.mark.parametrize("kind", ["empty", "magic-recorded"])
+@pytest.mark.parametrize("kind", ["empty", "magic-recorded", "gone"])
 def test_eval_recall(run, cli, tmp_path, kind):
     shard = run / "triples" / "part-00000.parquet"
     damage(shard, kind)
@@ -195,11 +199,13 @@ def test_triples_extract_names_the_shard_before_any_request(run, cli, tmp_path, 
         server.shutdown()
 
 
-def test_validate_still_reports_it(run, cli):
+@pytest.mark.parametrize("kind, problem", [("middle", "sha256 does not match"), ("page-recorded", "not readable as Parquet")])
+def test_validate_reports_what_the_hint_sends_the_user_to(run, cli, kind, problem):
+    """The commands' hint is `grtool validate`: it must find the damage too, also one only a full read finds."""
     shard = run / "documents" / "part-00000.parquet"
-    damage(shard, "middle")
+    damage(shard, kind, "text")
     proc = cli("validate", run, check=1)
-    assert "part-00000.parquet: sha256 does not match" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert f"part-00000.parquet: {problem}" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
 
 # ----------------------------------------------------------------------------------------------- disk full

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from grtool.chains.docids import Triple
 from grtool.docid import triple_problem
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.store.reading import open_shard, read_row_group
 from grtool.store.stage import resolve_stage, shard_paths
 
 COLUMNS = ["doc_id", "idx", "head", "relation", "tail"]
@@ -62,14 +62,14 @@ class TripleStore:
         Several row groups from different parts keep the pool from being one neighbourhood of documents.
         """
         rng = random.Random(f"distractors:{seed}")
-        groups_all = [(p, g) for p in self.parts for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+        groups_all = [(p, g) for p in self.parts for g in range(open_shard(p).metadata.num_row_groups)]
         if not groups_all:
             return []
         chosen = rng.sample(groups_all, min(groups, len(groups_all)))
         per_group = max(1, size // len(chosen))
         pool: list[Triple] = []
         for part, group in sorted(chosen):
-            rows = pq.ParquetFile(part).read_row_group(group, columns=COLUMNS).to_pylist()
+            rows = read_row_group(part, group, COLUMNS).to_pylist()
             for r in rng.sample(rows, min(per_group, len(rows))):
                 if self._offerable(r):
                     pool.append(Triple(r["doc_id"], r["idx"], r["head"], r["relation"], r["tail"]))

@@ -106,6 +106,15 @@ def read_shard(shard: str | Path, columns: list[str] | None = None) -> pa.Table:
         raise damaged(shard, short(e)) from None
 
 
+def read_row_group(shard: str | Path, group: int, columns: list[str] | None = None) -> pa.Table:
+    try:
+        return open_shard(shard).read_row_group(group, columns=columns)
+    except DataProblem:
+        raise
+    except _READ_ERRORS as e:
+        raise damaged(shard, short(e)) from None
+
+
 def read_shard_frame(shard: str | Path, columns: list[str] | None = None) -> "pl.DataFrame":
     """A shard as a polars frame (polars' own reader), with its errors named like pyarrow's."""
     try:

@@ -176,7 +176,10 @@ def shard_paths(path: str | Path) -> list[Path]:
 
     p = Path(path)
     records = load_shard_records(p)
-    table = load_manifest(p).get("table") if records and is_stage_dir(p) else None
+    manifest = load_manifest(p) if is_stage_dir(p) else {}
+    for name in sorted(set(manifest.get("shards") or {}) - set(records)):  # a lagging manifest lists fewer, never more
+        raise reading.damaged(p / f"{name}.parquet", f"{MANIFEST} lists it but its record {SHARDS_DIR}/{name}.json is missing")
+    table = manifest.get("table")
     expected = TABLES[table][0] if table in TABLES else None
     shards = []
     for name, record in sorted(records.items()):

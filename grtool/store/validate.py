@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from grtool.store.reading import short
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
     MANIFEST,
@@ -190,8 +191,10 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
             continue
         try:
             meta = pq.ParquetFile(f)
+            for _ in meta.iter_batches(batch_size=65_536):  # every page decodes (a shard damaged before its record
+                pass  # was written matches it, and the other commands would fail on it)
         except Exception as e:
-            report.problems.append(f"{f.name}: not readable as Parquet ({e})")
+            report.problems.append(f"{f.name}: not readable as Parquet ({short(e)})")
             continue
         if meta.metadata.num_rows != rec.get("rows"):
             report.problems.append(f"{f.name}: {meta.metadata.num_rows} rows, {SHARDS_DIR}/{name}.json says {rec.get('rows')}")

@@ -19,6 +19,7 @@ import orjson
 import polars as pl
 
 from grtool.errors import GrtoolError, InputError
+from grtool.store.reading import collect
 from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
 from grtool.triples.grounding import drop_shares
 
@@ -101,7 +102,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     if not shards:
         raise GrtoolError(f"{stage}: no finished shards yet")
     rows = pl.scan_parquet(shards).select("doc_id", "docid")
-    counts = rows.group_by("docid").agg(pl.col("doc_id").n_unique().alias("n")).collect()
+    counts = collect(rows.group_by("docid").agg(pl.col("doc_id").n_unique().alias("n")), [Path(s) for s in shards])
     report: dict[str, Any] = {"triples": str(stage), **_shares(counts)}
     report["documents"] = int(rows.select(pl.col("doc_id").n_unique()).collect().item())
     report["dropped"] = drop_shares(load_manifest(stage).get("counters", {}))  # triples extract's checks, per reason
