@@ -150,6 +150,23 @@ class FMIndex {
             const int64_t ch = tree.data()[v];
             if (ch >= inner || (ch < 0 && -ch - 1 >= static_cast<int64_t>(sigma))) throw std::invalid_argument("tree: a child outside the tree");
         }
+        // a tree (each node reached once from the root) no deeper than the levels: a traversal stays in lv_
+        if (L > 0) {
+            std::vector<int> depth(static_cast<size_t>(inner), -1);
+            std::vector<int64_t> todo{0};
+            depth[0] = 0;
+            while (!todo.empty()) {
+                const int64_t v = todo.back();
+                todo.pop_back();
+                for (int bit = 0; bit < 2; ++bit) {
+                    const int64_t ch = tree.data()[2 * v + bit];
+                    if (ch < 0) continue;
+                    if (depth[ch] >= 0 || depth[v] + 1 >= L) throw std::invalid_argument("tree: not a code tree of the levels' depth");
+                    depth[ch] = depth[v] + 1;
+                    todo.push_back(ch);
+                }
+            }
+        }
         u64 wo = 0, io = 0;
         for (int l = 0; l < L; ++l) {
             const u64 m = level_sizes.data()[l];
@@ -258,13 +275,11 @@ class FMIndex {
             if (oa) {
                 const u64 a1 = z_[f.level] + r1a, b1 = z_[f.level] + r1b;
                 if (ch[1] < 0) emit(static_cast<u32>(-ch[1] - 1), b1 - a1, ids, counts);
-                else if (f.level + 1 >= L_) damaged("fm_tree: deeper than the levels");
                 else stack[top++] = {a1, b1, ch[1], f.level + 1};
             }
             if (za) {
                 const u64 a0 = f.a - r1a, b0 = f.b - r1b;
                 if (ch[0] < 0) emit(static_cast<u32>(-ch[0] - 1), b0 - a0, ids, counts);
-                else if (f.level + 1 >= L_) damaged("fm_tree: deeper than the levels");
                 else stack[top++] = {a0, b0, ch[0], f.level + 1};
             }
         }
