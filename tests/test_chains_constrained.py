@@ -1,7 +1,7 @@
 """`chains synthesize --constrain`: citations can only be the triples the prompt offers (either way round).
 
 Real embedded model (SmolLM2-135M, CPU) on the real 2WikiMultihopQA samples with their evidence triples
-(``test_export.build_samples``); the constraint reads each row's offered triples from its own prompt.
+(``test_export.build_samples``); the constraint reads each row's offered triples from its own prompt, their flips from the triples' parts.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ def test_offered_docids_read_back_what_the_prompt_lists():
     triples = [("Walkman", "manufacturer", "Sony"), ("Sony", "founded by", "Masaru Ibuka, Akio Morita")]
     earlier = user_turn("An example question?", [("Rusalka", "composer of", "Antonín Dvořák")])
     text = f"{earlier}\nassistant: ... [Rusalka, composer of, Antonín Dvořák]\n{user_turn('Who founded it?', triples)}"
-    assert offered_docids(text) == [
+    assert offered_docids(text, triples) == [
         "Walkman, manufacturer, Sony", "Sony, manufacturer, Walkman",
         "Sony, founded by, Masaru Ibuka, Akio Morita", "Masaru Ibuka, Akio Morita, founded by, Sony",
     ]  # fmt: skip
     assert offered_docids("no list here") == []
+    # without the parts a listed text is offered as written only, never flipped by cutting it at its commas
+    assert offered_docids(text) == ["Walkman, manufacturer, Sony", "Sony, founded by, Masaru Ibuka, Akio Morita"]
 
 
 @pytest.mark.slow

@@ -194,3 +194,30 @@ def test_max_docids_forbids_opening_another(run):
         state = limited.advance(state, t)
     after = limited.allowed(state)
     assert isinstance(after, Forbidden) and set(limited.openers) <= set(after.ids)
+
+
+def test_a_question_beyond_the_context_is_a_too_long_reject(run, tmp_path):
+    """A prompt over the model's context is never generated: a reject (reason too_long) per sample, counted, the
+    accounting kept (in = out + rejected), the summary saying how many; the other questions are answered."""
+    from test_export import _write_stage
+
+    from grtool.store.schemas import QUESTIONS
+
+    rows = read_table(run / "questions").to_pylist()[:3]
+    long_qid = rows[1]["qid"]
+    rows[1]["question"] = "Which of these came first? " + "a long list of names, " * 2300  # ~50K characters
+    _write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
+    out = tmp_path / "responses"
+    proc = run_cli(
+        "retrieve", tmp_path / "corpus", "--index", run / "index", "--triples", run / "triples", "--markers", "brackets",
+        "--few-shot", "0", "--samples", "2", "--max-tokens", "4", "--threads", "2", "--no-cache", "--out", out,
+    )  # fmt: skip
+    assert "1 question(s) not answered" in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
+    responses = _rows(out)
+    assert sorted((r["qid"], r["sample"]) for r in responses) == sorted((r["qid"], s) for r in rows if r["qid"] != long_qid for s in (0, 1))
+    counters = load_manifest(out)["counters"]
+    assert counters["in"] == 6 and counters["out"] == 4 and counters["rejected"] == {"too_long": 2}, counters
+    assert counters["extra"]["questions_too_long"] == 1
+    rejects = [json.loads(line) for f in sorted((out / "_rejects").iterdir()) for line in f.read_text().splitlines()]
+    assert [(r["reason"], r["record"]["qid"]) for r in rejects] == [("too_long", long_qid)] * 2
+    run_cli("validate", out)

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 
 from grtool.chains.docids import Triple
+from grtool.docid import BRACKETS, render
 from grtool.errors import InputError
 from grtool.llm.base import Messages
 
@@ -82,7 +83,8 @@ class ChainPrompt:
 
 def user_turn(question: str, triples: Sequence[tuple[str, str, str]]) -> str:
     lines = [f"Question: {question.strip()}", "", "Triples:"]
-    lines += [f"{i}. [{h}, {r}, {t}]" for i, (h, r, t) in enumerate(triples, 1)]
+    # rendered by the docid's home, as grtool.index.constraints.offered_docids reads it back
+    lines += [f"{i}. {render((h, r, t), BRACKETS)}" for i, (h, r, t) in enumerate(triples, 1)]
     lines += ["", "Write the reasoning chain."]
     return "\n".join(lines)
 

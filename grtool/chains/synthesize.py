@@ -86,14 +86,16 @@ class ChainSettings:
         if self.unanswerable not in UNANSWERABLE:
             raise GrtoolError(f"--unanswerable must be one of {', '.join(UNANSWERABLE)}, got {self.unanswerable!r}")
 
-    def sampling(self, candidate: int) -> Sampling:
+    def sampling(self, candidate: int, triples: Sequence[tuple[str, str, str]] = ()) -> Sampling:
+        """``triples``: the parts of the triples the batch's prompts offer, for the constraint (--constrain) to
+        render their tail-first spellings from (they are not part of the cache key: the prompt lists them)."""
         return Sampling(
             temperature=0.0 if candidate == 0 else self.temperature,
             top_p=1.0 if candidate == 0 else self.top_p,
             max_tokens=self.max_tokens,
             seed=self.seed + candidate,
             logprobs=self.top_logprobs if self.select == "entropy" else None,
-            constraint=OFFERED_TRIPLES if self.constrain else None,
+            constraint={**OFFERED_TRIPLES, "triples": [list(t) for t in triples]} if self.constrain else None,
         )
 
     def params(self) -> dict[str, Any]:
@@ -183,6 +185,7 @@ class PreparedQuestion:
     messages: Messages
     offered: OfferedTriples
     position: int | None = None  # of its row in the part (for a reject)
+    parts: tuple[tuple[str, str, str], ...] = ()  # the offered triples' (head, relation, tail), as listed
 
 
 class ChainSynthesizer:
@@ -250,17 +253,19 @@ class ChainSynthesizer:
             offered = offer_triples(q.qid, gold, self.pool, self.settings.distractors, self.settings.seed)
             if len(offered) - len(gold) < self.settings.distractors:
                 shard.count("questions_short_of_distractors")
-            msgs = self.prompt.messages(q.question, [(t.head, t.relation, t.tail) for t in offered])
-            prepared.append(PreparedQuestion(q, msgs, OfferedTriples.of(offered), position))
+            parts = tuple((t.head, t.relation, t.tail) for t in offered)
+            msgs = self.prompt.messages(q.question, parts)
+            prepared.append(PreparedQuestion(q, msgs, OfferedTriples.of(offered), position, parts))
         return prepared
 
     # -- generating
     def generate(self, llm: LLM, prepared: Sequence[PreparedQuestion], meter: Meter) -> list[list[Generation]]:
         """Every candidate of every question: ``result[q][c]`` (the LLM layer chunks and caches)."""
         messages = [p.messages for p in prepared]
+        triples = list(dict.fromkeys(t for p in prepared for t in p.parts)) if self.settings.constrain else []
         per_candidate = []
         for c in range(self.settings.candidates):
-            gens = llm.generate(messages, self.settings.sampling(c), on_progress=meter)
+            gens = llm.generate(messages, self.settings.sampling(c, triples), on_progress=meter)
             if len(gens) != len(messages):
                 raise GrtoolError(f"the LLM returned {len(gens)} generations for {len(messages)} prompts")
             per_candidate.append(gens)

@@ -83,6 +83,12 @@ def retrieve_cmd(
         f"{report['malformed']} malformed); latency per query p50 {latency['p50']} ms, p95 {latency['p95']} ms",
         highlight=False,
     )
+    if report["too_long"]:
+        console.print(
+            f"[yellow]too long for the model's context:[/] {report['too_long']:,} question(s) not answered "
+            f"(rejected with reason too_long, see {report['out']}/_rejects/)",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,8 +12,10 @@ A spec is a small JSON-able dict, so it can travel in the request cache key and 
 
 ``max_docids`` wraps either in :class:`DocidLimit`, which forbids opening a docid after that many were closed.
 
-- ``{"markers": "brackets", "source": "prompt"}`` (`chains synthesize --constrain`): :class:`OfferedTriples`, a bracket
-  constraint per row over the triples its own prompt lists (either way round), so one spec serves a whole batch.
+- ``{"markers": "brackets", "source": "prompt", "triples": [[head, relation, tail], ...]}`` (`chains synthesize
+  --constrain`): :class:`OfferedTriples`, a bracket constraint per row over the triples its own prompt lists, as
+  listed and tail-first; the tail-first spelling is rendered from the parts in ``triples`` (the batch's offered
+  triples; a backend may pass each request only its own, :func:`offered_triples`), never split from the text.
 - ``documents`` (`retrieve --mode gmr`): :class:`DocumentConstraint` over an index of ``--source documents``: the
   whole output is one document sequence or ``DONE``, then EOS (the backend passes its EOS ids).
 """
@@ -22,11 +24,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from grtool.docid import flip, is_triple
+from grtool.docid import BRACKETS, Triple, flip, render
 from grtool.errors import InputError
 from grtool.index.decoding import Forbidden
 
@@ -42,7 +45,7 @@ def constraint_from_spec(spec: dict[str, Any], tokenizer=None, eos_ids=None) -> 
             raise InputError("a constraint to the prompt's triples needs bracket markers and the model's tokenizer")
         from grtool.index.text_constraint import vocab_of
 
-        return OfferedTriples.for_vocab(vocab_of(tokenizer))
+        return OfferedTriples.for_vocab(vocab_of(tokenizer)).offering(spec.get("triples") or ())
     vocab_key = id(tokenizer) if markers == "brackets" else None  # a backend keeps its tokenizer for its lifetime
     eos_key = tuple(sorted(int(t) for t in eos_ids or ())) if markers == "documents" else None
     key = (spec["index"], spec.get("fingerprint"), markers, spec.get("max_docids"), vocab_key, eos_key)
@@ -173,35 +176,61 @@ TRIPLES_HEADING = "Triples:"  # the chains prompt lists the offered triples unde
 _LISTED = re.compile(r"^\d+\. \[(.+)\]$")
 
 
-def offered_docids(prompt_text: str) -> list[str]:
-    """The triples the prompt's last ``Triples:`` list offers, as docid texts, each also tail-first."""
+def listed_docids(prompt_text: str) -> list[str]:
+    """The docid texts (between the brackets) the prompt's last ``Triples:`` list shows, as written."""
     at = prompt_text.rfind(f"\n{TRIPLES_HEADING}\n")
     if at < 0:
         return []
-    docids: list[str] = []
+    listed: list[str] = []
     for line in prompt_text[at + len(TRIPLES_HEADING) + 2 :].split("\n"):
         m = _LISTED.match(line.strip())
         if m is None:
-            if docids:
+            if listed:
                 break
             continue
-        inner = m.group(1)
-        docids.append(inner)
-        if is_triple(inner):
-            head, relation, tail = (part.strip() for part in inner.split(",", 2))
-            docids.append(", ".join(flip((head, relation, tail))))
-    return docids
+        listed.append(m.group(1))
+    return listed
+
+
+def _inner(triple: Triple) -> str:
+    """A triple's docid text between square brackets, as the chains prompt lists it (rendered from its parts)."""
+    return BRACKETS.unwrap(render(triple, BRACKETS)) or ""
+
+
+def offered_triples(prompt_text: str, triples: Iterable[Sequence[str]]) -> list[Triple]:
+    """Those of ``triples`` (``[head, relation, tail]``, the spec's ``triples``) whose docid text the prompt lists."""
+    listed = set(listed_docids(prompt_text))
+    return [t for t in (_as_triple(t) for t in triples) if _inner(t) in listed]
+
+
+def _as_triple(parts: Sequence[str]) -> Triple:
+    head, relation, tail = parts
+    return str(head), str(relation), str(tail)
+
+
+def offered_docids(prompt_text: str, triples: Iterable[Sequence[str]] = ()) -> list[str]:
+    """The docid texts the prompt's last ``Triples:`` list offers: each listed text as written, and the tail-first
+    spelling of every triple of ``triples`` (the stored parts the prompt was built from) it lists. A text is never
+    split back into parts (a head may hold a comma: ``Paris, Texas``), so a listed text without its triple is
+    offered forward only."""
+    listed = listed_docids(prompt_text)
+    if not listed:
+        return []
+    flips: dict[str, list[str]] = {}
+    for t in map(_as_triple, triples):
+        flips.setdefault(_inner(t), []).append(_inner(flip(t)))
+    return list(dict.fromkeys(d for inner in listed for d in (inner, *flips.get(inner, ()))))
 
 
 _REGEX_SPECIAL = re.compile(r"([\\.^$*+?()\[\]{}|/-])")
 
 
-def offered_regex(prompt_text: str) -> str:
+def offered_regex(prompt_text: str, triples: Iterable[Sequence[str]] = ()) -> str:
     """The same rule as :class:`OfferedTriples` as one regular expression over the whole output, for servers that
     take structured output (vLLM's ``structured_outputs.regex``): free text without ``[``, and ``[`` only opening
     one of the offered docids, closed by ``]``. Only plain groups and backslash escapes, which every regex backend
     of vLLM (xgrammar, guidance, outlines) reads."""
-    docids = sorted(set(offered_docids(prompt_text)))
+    docids = sorted(set(offered_docids(prompt_text, triples)))
     spans = "|".join(_REGEX_SPECIAL.sub(r"\\\1", d) for d in docids)
     return f"([^\\[]|\\[({spans})\\])*" if docids else "[^\\[]*"
 
@@ -231,9 +260,13 @@ class OfferedTriples:
             cls._BY_VOCAB[id(vocab)] = held
         return held[1]
 
-    def initial(self, prompt_ids: list[int]) -> tuple[Any, Any]:
+    def offering(self, triples: Iterable[Sequence[str]]) -> "_Offering":
+        """This constraint with the parts of the triples the prompts were built from (the spec's ``triples``)."""
+        return _Offering(self, tuple(_as_triple(t) for t in triples))
+
+    def initial(self, prompt_ids: list[int], triples: tuple[Triple, ...] = ()) -> tuple[Any, Any]:
         text = b"".join(self.vocab[t] or b"" for t in prompt_ids if 0 <= t < len(self.vocab)).decode("utf-8", "replace")
-        return self._build(tuple(sorted(set(offered_docids(text))))), None
+        return self._build(tuple(sorted(set(offered_docids(text, triples))))), None
 
     def advance(self, state: tuple[Any, Any], token: int) -> tuple[Any, Any]:
         constraint, inner = state
@@ -245,3 +278,24 @@ class OfferedTriples:
     def allowed(self, state: tuple[Any, Any]):
         constraint, inner = state
         return constraint.allowed(inner)
+
+
+class _Offering:
+    """:class:`OfferedTriples` (shared per vocabulary, with its built constraints) with one spec's triples."""
+
+    def __init__(self, shared: OfferedTriples, triples: tuple[Triple, ...]):
+        self.shared = shared
+        self.triples = triples
+        self.openers = shared.openers
+
+    def initial(self, prompt_ids: list[int]) -> tuple[Any, Any]:
+        return self.shared.initial(prompt_ids, self.triples)
+
+    def advance(self, state: tuple[Any, Any], token: int) -> tuple[Any, Any]:
+        return self.shared.advance(state, token)
+
+    def is_free(self, state: tuple[Any, Any]) -> bool:
+        return self.shared.is_free(state)
+
+    def allowed(self, state: tuple[Any, Any]):
+        return self.shared.allowed(state)

@@ -41,6 +41,10 @@ class Sampling:
         for name, unset in (("constraint", None), ("beams", 1)):
             if d[name] == unset:
                 del d[name]  # keeps the cache keys of requests made before these fields existed
+        if d.get("constraint") and "triples" in d["constraint"]:
+            # The parts of the offered triples (`chains synthesize --constrain`) are the batch's; a request's
+            # prompt lists its own, so they stay out of its cache key.
+            d["constraint"] = {k: v for k, v in d["constraint"].items() if k != "triples"}
         return d
 
 

@@ -297,4 +297,4 @@ def _constraint_regex(messages: Messages, constraint: dict[str, Any] | None) -> 
         raise GrtoolError("the openai backend cannot constrain docids to an index: use --backend transformers or vllm")
     from grtool.index.constraints import offered_regex
 
-    return offered_regex("\n".join(str(m.get("content") or "") for m in messages))
+    return offered_regex("\n".join(str(m.get("content") or "") for m in messages), constraint.get("triples") or ())

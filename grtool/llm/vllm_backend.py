@@ -99,6 +99,21 @@ class VLLMBackend:
         why = context_check(tokens, sampling.max_tokens, self.context_length)
         return not_generated(why, tokens) if why is not None else None
 
+    def _per_request(self, params: Any, sampling: Sampling, texts: list[str]) -> Any:
+        """One parameter set for all prompts, or, under a constraint carrying the batch's offered triples, one per
+        prompt with only the triples it lists (each request travels to the engine with its own)."""
+        if sampling.constraint is None or "triples" not in sampling.constraint:
+            return params
+        from grtool.index.constraints import offered_triples
+        from grtool.index.vllm_processor import EXTRA_ARG
+
+        requests = []
+        for text in texts:
+            own = params.clone()
+            own.extra_args = {EXTRA_ARG: {**sampling.constraint, "triples": [list(t) for t in offered_triples(text, sampling.constraint["triples"])]}}
+            requests.append(own)
+        return requests
+
     def sampling_params(self, sampling: Sampling):
         from vllm import SamplingParams
 
@@ -132,7 +147,8 @@ class VLLMBackend:
             chunk: list[Generation | None] = [self._refused(t, sampling) for t in texts]
             fitting = [i for i, g in enumerate(chunk) if g is None]
             started = time.perf_counter()
-            outputs = self.llm.generate([texts[i] for i in fitting], params, use_tqdm=False, lora_request=self.lora) if fitting else []
+            per_request = self._per_request(params, sampling, [texts[i] for i in fitting])
+            outputs = self.llm.generate([texts[i] for i in fitting], per_request, use_tqdm=False, lora_request=self.lora) if fitting else []
             latency_ms = (time.perf_counter() - started) * 1000
             for i, o in zip(fitting, outputs):
                 chunk[i] = _to_generation(o, sampling.logprobs)

@@ -18,7 +18,7 @@ from typing import Any
 
 from grtool.export.gmr import DONE, step_input
 from grtool.index.base import Index
-from grtool.llm.base import Generation, Messages
+from grtool.llm.base import TOO_LONG, Generation, Messages
 from grtool.log import log
 
 MARKERS = "documents"
@@ -43,12 +43,16 @@ class Walk:
     cached: bool = True
     finish: str | None = None
     unresolved: int = 0  # documents that did not map back to the index (a tokenizer round trip that differs)
+    too_long: str | None = None  # why a step's input did not fit the model's context (the walk is then a reject)
 
     def add(self, gen: Generation, index: Index) -> None:
         self.tokens += gen.completion_tokens
         self.new_tokens += 0 if gen.cached else gen.completion_tokens
         self.latency_ms += gen.latency_ms or 0.0
         self.cached = self.cached and gen.cached
+        if gen.too_long is not None:
+            self.too_long, self.finish = gen.too_long, TOO_LONG
+            return
         if gen.finish_reason == "length":
             self.finish = "length"  # a cut document is no document
             return
@@ -106,6 +110,11 @@ def gmr_part_fn(selection: Any, index: Index, settings: Any, spec: dict[str, Any
             _progress(part, active)  # the ones that hit --max-steps
             rows = []
             for walk in walks:
+                if walk.too_long is not None:
+                    from grtool.retrieve.stage import reject_too_long
+
+                    reject_too_long(part.shard, walk.question, sample, walk.too_long, str(selection.table.source))
+                    continue
                 row = walk.row(sample, part.llm.model)
                 rows.append(row)
                 part.empty.add()

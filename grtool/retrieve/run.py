@@ -167,6 +167,7 @@ def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dic
         "hallucinated": int(extra.get("docids_hallucinated", 0)),
         "flipped": int(extra.get("docids_flipped", 0)),
         "malformed": int(extra.get("malformed", 0)),
+        "too_long": int(extra.get("questions_too_long", 0)),  # rejected (_rejects/, reason too_long): no response
         "latency_ms": {"p50": None, "p95": None},
         "recall": None,
         "recall_note": None,

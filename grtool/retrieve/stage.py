@@ -20,7 +20,7 @@ from grtool.docid import parse
 from grtool.errors import InputError
 from grtool.export.readers import DocidIndex
 from grtool.index.base import Index
-from grtool.llm.base import Backend, Generation, Sampling
+from grtool.llm.base import TOO_LONG, Backend, Generation, Sampling
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.retrieve.prompt import RetrievePrompt
 from grtool.store.io import InputTable
@@ -154,6 +154,15 @@ def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup:
     return row, sum(1 for found, _ in resolved if not found)
 
 
+def reject_too_long(shard: Any, question: dict[str, Any], sample: int, why: str, source: str) -> None:
+    """A question whose prompt does not fit the model's context: each of its samples is a reject (``too_long``),
+    counted once per question (``questions_too_long``)."""
+    if sample == 0:
+        shard.count("questions_too_long")
+    record = {"qid": question["qid"], "sample": sample, "dataset": question.get("dataset"), "chars": len(question.get("question") or "")}
+    shard.reject(record, TOO_LONG, source=source, detail=why)
+
+
 def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIndex, settings: RetrieveSettings, spec: dict[str, Any]):
     """The part function of the docid modes: every sample of every question of the part, one row each."""
 
@@ -165,6 +174,9 @@ def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIn
             gens = part.llm.generate(prompts, settings.sampling(sample, spec), on_progress=part.meter) if prompts else []
             rows = []
             for question, gen in zip(questions, gens):
+                if gen.too_long is not None:  # never generated: a reject, not an empty response
+                    reject_too_long(part.shard, question, sample, gen.too_long, str(selection.table.source))
+                    continue
                 row, hallucinated = response_row(question, sample, gen, lookup, settings, part.llm.model)
                 rows.append(row)
                 part.empty.add()
