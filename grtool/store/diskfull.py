@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from grtool.store.paths import printable
+
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded", "database or disk is full")
 STDOUT = "-"
@@ -66,7 +68,7 @@ def message(error: BaseException, command: list[str] | None = None) -> str:
         where = _stdout_target()
         free = f" ({needed}{_free(where)})" if Path(where).is_file() else f" ({needed.removesuffix(', ')})" if needed else ""
         return (
-            f"standard output ({_printable(where)}): no space left on the device{free}; what was written to it is incomplete: "
+            f"standard output ({printable(where)}): no space left on the device{free}; what was written to it is incomplete: "
             "free space and run the command again"
         )
     if path is None:
@@ -77,7 +79,7 @@ def message(error: BaseException, command: list[str] | None = None) -> str:
         target = path
     why = "the disk quota is exceeded" if _errno(error) == errno.EDQUOT else "no space left on the device"
     return (
-        f"{_printable(path)}: {why} while writing it ({needed}{_free(target)}); nothing incomplete was made visible and "
+        f"{printable(path)}: {why} while writing it ({needed}{_free(target)}); nothing incomplete was made visible and "
         "the output stays resumable: free space and re-run the same command to resume"
     )
 
@@ -131,7 +133,7 @@ def _free(path: str | Path) -> str:
         usage = shutil.disk_usage(p)
     except OSError:
         return "free space unknown"
-    return f"{_size(usage.free)} free of {_size(usage.total)} on the file system of {_printable(p)}"
+    return f"{_size(usage.free)} free of {_size(usage.total)} on the file system of {printable(p)}"
 
 
 def _size(n: int) -> str:
@@ -162,6 +164,3 @@ def _option(argv: list[str], *names: str) -> str | None:
                 return arg.split("=", 1)[1]
     return None
 
-
-def _printable(path: str | Path) -> str:
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")

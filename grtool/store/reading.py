@@ -12,7 +12,6 @@ becomes the same one-line :class:`~grtool.errors.DataProblem` (exit 1) naming th
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool.errors import DataProblem
+from grtool.store.paths import printable
 
 MAX_DETAIL = 200  # characters of a reader's message kept in the one-line error
 
@@ -39,7 +39,7 @@ _VERIFIED: set[tuple] = set()  # (path, dev, inode, size, mtime, ctime) of shard
 def damaged(shard: str | Path, what: str) -> DataProblem:
     """The one-line error for a shard that cannot be trusted or read."""
     shard = Path(shard)
-    return DataProblem(f"{_printable(shard)}: damaged Parquet shard ({what}); run grtool validate {_printable(shard.parent)}")
+    return DataProblem(f"{printable(shard)}: damaged Parquet shard ({what}); run grtool validate {printable(shard.parent)}")
 
 
 def short(error: BaseException) -> str:
@@ -68,7 +68,7 @@ def verify_shard(shard: Path, record: dict[str, Any], expected: pa.Schema | None
     if expected is not None:
         got = open_shard(shard).schema_arrow
         if not got.equals(expected):
-            raise damaged(shard, f"schema differs from the table's: {_schema_diff(got, expected)}")
+            raise damaged(shard, f"schema differs from the table's: {schema_diff(got, expected)}")
 
 
 def open_shard(shard: str | Path) -> pq.ParquetFile:
@@ -136,7 +136,7 @@ def collect(frame: "pl.LazyFrame", shards: list[Path]) -> "pl.DataFrame":
         raise
 
 
-def _schema_diff(got: pa.Schema, expected: pa.Schema) -> str:
+def schema_diff(got: pa.Schema, expected: pa.Schema) -> str:
     g = {f.name: str(f.type) for f in got}
     e = {f.name: str(f.type) for f in expected}
     parts = [f"missing {k}" for k in e if k not in g]
@@ -144,6 +144,3 @@ def _schema_diff(got: pa.Schema, expected: pa.Schema) -> str:
     parts += [f"{k} is {g[k]}, expected {e[k]}" for k in e if k in g and g[k] != e[k]]
     return "; ".join(parts) or "field order"
 
-
-def _printable(path: str | Path) -> str:
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from grtool.store.reading import short
+from grtool.store.reading import schema_diff, short
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
     MANIFEST,
@@ -199,7 +199,7 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
         if meta.metadata.num_rows != rec.get("rows"):
             report.problems.append(f"{f.name}: {meta.metadata.num_rows} rows, {SHARDS_DIR}/{name}.json says {rec.get('rows')}")
         if expected is not None and not meta.schema_arrow.equals(expected):
-            report.problems.append(f"{f.name}: schema differs from the {report.table} table: {_schema_diff(meta.schema_arrow, expected)}")
+            report.problems.append(f"{f.name}: schema differs from the {report.table} table: {schema_diff(meta.schema_arrow, expected)}")
         rows_total += meta.metadata.num_rows
         _check_accounting(path, f.name, rec, report)
     report.checked["rows"] = rows_total
@@ -255,15 +255,6 @@ def describe(report: Report) -> str:
 
 def _first(names: list[str], n: int = 5) -> str:
     return ", ".join(names[:n]) + (" …" if len(names) > n else "")
-
-
-def _schema_diff(got, expected) -> str:
-    g = {f.name: str(f.type) for f in got}
-    e = {f.name: str(f.type) for f in expected}
-    parts = [f"missing {k}" for k in e if k not in g]
-    parts += [f"unexpected {k}" for k in g if k not in e]
-    parts += [f"{k} is {g[k]}, expected {e[k]}" for k in e if k in g and g[k] != e[k]]
-    return "; ".join(parts) or "field order"
 
 
 def check_gold_references(questions: Path, documents: Path) -> list[str]:
