@@ -390,7 +390,8 @@ def build_index(
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     tok = load_tokenizer(tokenizer)
     table = "triples" if source == "docids" else "documents"
-    with claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed:
+    # SIGTERM unwinds through the claim too (its lock file beside --out goes) before the process ends
+    with terminate_as_exit(), claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed:
         return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
                       overwrite=overwrite, flips=flips, memory_limit=memory_limit)
 
@@ -413,17 +414,16 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenize
     params = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
         params["memory_limit"] = memory_limit
-    with terminate_as_exit():  # the temporary index and the FM build's scratch are removed on SIGTERM too
-        return write_index(
-            Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
-            source=source, docids=texts if source == "docids" else None,
-            inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
-            if str(input_path) != "-"
-            else [{"path": "-", "kind": "stdin"}],
-            params=params, overwrite=overwrite, claimed=claimed,
-            seq_flipped=read.flipped if read is not None and flips else None,
-            flip_counts=_read_counts(read, flips),
-        )  # fmt: skip
+    return write_index(
+        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
+        source=source, docids=texts if source == "docids" else None,
+        inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
+        if str(input_path) != "-"
+        else [{"path": "-", "kind": "stdin"}],
+        params=params, overwrite=overwrite, claimed=claimed,
+        seq_flipped=read.flipped if read is not None and flips else None,
+        flip_counts=_read_counts(read, flips),
+    )  # fmt: skip
 
 
 def _read_counts(read: Docids | None, flips: bool) -> dict[str, int] | None:
