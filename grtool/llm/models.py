@@ -123,12 +123,12 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
         return int(options["max_model_len"])
     if backend not in ("vllm", "transformers"):
         return None
-    path = resolve_model(model).path if model is None or model == DEFAULT_MODEL_NAME or model.endswith(".gguf") else model
     try:
+        path = resolve_model(model).path if model is None or model == DEFAULT_MODEL_NAME or model.endswith(".gguf") else model
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(path)
-    except (ImportError, OSError, ValueError):  # not a model this way: the backend says why when it loads it
+    except (GrtoolError, ImportError, OSError, ValueError):  # not a model this way: the backend says why when it loads it
         return None
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     if backend == "vllm" and getattr(text_config, "rope_scaling", None):
