@@ -476,7 +476,8 @@ def test_constraint_to_offered_triples_goes_out_as_a_regex():
 
     backend = make_backend("openai", model="m", base_url="http://127.0.0.1:9/v1")
     messages = [{"role": "user", "content": user_turn("Who made it?", [("Walkman", "manufacturer", "Sony (Japan)")])}]
-    regex = backend.request_body(messages, Sampling(constraint=OFFERED_TRIPLES))["structured_outputs"]["regex"]
+    offered = {**OFFERED_TRIPLES, "triples": [["Walkman", "manufacturer", "Sony (Japan)"]]}  # as `chains synthesize` sends it
+    regex = backend.request_body(messages, Sampling(constraint=offered))["structured_outputs"]["regex"]
     assert re.fullmatch(regex, "So [Sony (Japan), manufacturer, Walkman] made it: Sony.")
     assert not re.fullmatch(regex, "So [Sony, manufacturer, Walkman] made it.")
     assert "structured_outputs" not in backend.request_body(messages, Sampling())

@@ -200,8 +200,14 @@ def test_a_known_context_keeps_the_long_document_from_being_sent(tmp_path, cli, 
         cli(*args, *(["--max-context", "4096"] if how == "--max-context" else []))
         assert len(server.posts) == 2 and not any(is_long(p) for p in server.posts)
         # --max-tokens alone over the context: every request would fail, so the command does, before writing rows.
-        bad = cli(*args[:4], tmp_path / "o2", *args[5:], "--max-tokens", "5000", *(["--max-context", "4096"] if how == "--max-context" else []), check=2)
+        context = ["--max-context", "4096"] if how == "--max-context" else []
+        bad = cli(*args[:4], tmp_path / "o2", *args[5:], "--max-tokens", "5000", *context, check=2)
         assert "--max-tokens 5000 leaves no room for a prompt" in " ".join(bad.stderr.split())
+        if how == "--max-context":  # known without the model: refused before anything is created
+            assert not (tmp_path / "o2").exists() and len(server.posts) == 2
+        # the corrected command runs without --overwrite: the refused run left nothing recording its parameters
+        cli(*args[:4], tmp_path / "o2", *args[5:], *context)
+        assert load_manifest(tmp_path / "o2" / "triples")["complete"]
     finally:
         server.shutdown()
     c = assert_accounting(out / "triples")
@@ -209,6 +215,14 @@ def test_a_known_context_keeps_the_long_document_from_being_sent(tmp_path, cli, 
     (reject,) = rejects(out / "triples")
     assert reject["record"] == {"doc_id": "d-long", "title": "Long", "chars": LONG_CHARS}
     assert "at least" in reject["detail"] and "context of 4096 tokens" in reject["detail"]
+
+
+def test_max_tokens_past_the_models_configured_context_is_refused_before_loading_it(tmp_path, cli):
+    """The embedded model's config says 8192 tokens: the option is refused from it, before any output exists."""
+    docs, corpus = documents(tmp_path, long_text=False)
+    bad = cli("triples", "extract", corpus, "--out", tmp_path / "out", "--max-tokens", "9000", check=2)
+    assert "--max-tokens 9000 leaves no room for a prompt in the model's context of 8192 tokens" in " ".join(bad.stderr.split())
+    assert not (tmp_path / "out").exists()
 
 
 def test_max_tokens_too_large_for_the_server_stays_an_error():

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, make_backend
-from grtool.llm.base import Backend, Sampling
+from grtool.llm.base import Backend, Sampling, check_room
 from grtool.llm.models import cache_root
 
 _PANEL = "LLM"
@@ -56,6 +56,13 @@ class LLMSettings:
         names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "max_context", "tensor_parallel_size",
                  "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size", "threads")  # fmt: skip
         return {n: getattr(self, n) for n in names}
+
+    def check_room(self) -> None:
+        """Refuse a --max-tokens that leaves no room for any prompt before the command creates anything, when the
+        model's context is known without loading it (the backend checks again once loaded)."""
+        from grtool.llm.models import known_context
+
+        check_room(self.max_tokens, known_context(self.backend, self.model, self.backend_options()))
 
     def make_backend(self) -> Backend:
         return make_backend(self.backend, self.model, **self.backend_options())
@@ -125,6 +132,7 @@ def llm_options(**defaults: Any) -> Callable:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             settings = LLMSettings(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            settings.check_room()
             return command(*args, llm=settings, **kwargs)
 
         wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]

@@ -86,7 +86,7 @@ def retrieve_cmd(
     if report["too_long"]:
         console.print(
             f"[yellow]too long for the model's context:[/] {report['too_long']:,} question(s) not answered "
-            f"(rejected with reason too_long, see {report['out']}/_rejects/)",
+            f"(rejected with reason too_long{'' if report['out'] == '-' else ', see ' + report['out'] + '/_rejects/'})",
             highlight=False,
         )
 

@@ -197,10 +197,19 @@ def _inner(triple: Triple) -> str:
     return BRACKETS.unwrap(render(triple, BRACKETS)) or ""
 
 
-def offered_triples(prompt_text: str, triples: Iterable[Sequence[str]]) -> list[Triple]:
-    """Those of ``triples`` (``[head, relation, tail]``, the spec's ``triples``) whose docid text the prompt lists."""
-    listed = set(listed_docids(prompt_text))
-    return [t for t in (_as_triple(t) for t in triples) if _inner(t) in listed]
+def offered_triples(prompt_text: str, triples: Iterable[Sequence[str]] | dict[str, list[Triple]]) -> list[Triple]:
+    """Those of ``triples`` (``[head, relation, tail]``, the spec's ``triples``, or :func:`by_listed` of them, built
+    once for many prompts) whose docid text the prompt lists, in the prompt's order."""
+    by_text = triples if isinstance(triples, dict) else by_listed(triples)
+    return [t for inner in dict.fromkeys(listed_docids(prompt_text)) for t in by_text.get(inner, ())]
+
+
+def by_listed(triples: Iterable[Sequence[str]]) -> dict[str, list[Triple]]:
+    """The triples by their docid text as the prompt lists it."""
+    by_text: dict[str, list[Triple]] = {}
+    for t in map(_as_triple, triples):
+        by_text.setdefault(_inner(t), []).append(t)
+    return by_text
 
 
 def _as_triple(parts: Sequence[str]) -> Triple:
@@ -213,12 +222,18 @@ def offered_docids(prompt_text: str, triples: Iterable[Sequence[str]] = ()) -> l
     spelling of every triple of ``triples`` (the stored parts the prompt was built from) it lists. A text is never
     split back into parts (a head may hold a comma: ``Paris, Texas``), so a listed text without its triple is
     offered forward only."""
-    listed = listed_docids(prompt_text)
-    if not listed:
-        return []
-    flips: dict[str, list[str]] = {}
+    return _offered(listed_docids(prompt_text), tail_first(triples))
+
+
+def tail_first(triples: Iterable[Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    """Each triple's docid text as the prompt lists it → its tail-first text(s), rendered from the parts."""
+    flips: dict[str, tuple[str, ...]] = {}
     for t in map(_as_triple, triples):
-        flips.setdefault(_inner(t), []).append(_inner(flip(t)))
+        flips[_inner(t)] = (*flips.get(_inner(t), ()), _inner(flip(t)))
+    return flips
+
+
+def _offered(listed: list[str], flips: dict[str, tuple[str, ...]]) -> list[str]:
     return list(dict.fromkeys(d for inner in listed for d in (inner, *flips.get(inner, ()))))
 
 
@@ -262,11 +277,12 @@ class OfferedTriples:
 
     def offering(self, triples: Iterable[Sequence[str]]) -> "_Offering":
         """This constraint with the parts of the triples the prompts were built from (the spec's ``triples``)."""
-        return _Offering(self, tuple(_as_triple(t) for t in triples))
+        return _Offering(self, tail_first(triples))
 
-    def initial(self, prompt_ids: list[int], triples: tuple[Triple, ...] = ()) -> tuple[Any, Any]:
+    def initial(self, prompt_ids: list[int], flips: dict[str, tuple[str, ...]] | None = None) -> tuple[Any, Any]:
+        """``flips``: :func:`tail_first` of the triples the prompts were built from (none: listed spellings only)."""
         text = b"".join(self.vocab[t] or b"" for t in prompt_ids if 0 <= t < len(self.vocab)).decode("utf-8", "replace")
-        return self._build(tuple(sorted(set(offered_docids(text, triples))))), None
+        return self._build(tuple(sorted(set(_offered(listed_docids(text), flips or {}))))), None
 
     def advance(self, state: tuple[Any, Any], token: int) -> tuple[Any, Any]:
         constraint, inner = state
@@ -283,13 +299,13 @@ class OfferedTriples:
 class _Offering:
     """:class:`OfferedTriples` (shared per vocabulary, with its built constraints) with one spec's triples."""
 
-    def __init__(self, shared: OfferedTriples, triples: tuple[Triple, ...]):
+    def __init__(self, shared: OfferedTriples, flips: dict[str, tuple[str, ...]]):
         self.shared = shared
-        self.triples = triples
+        self.flips = flips  # built once per spec, read per row
         self.openers = shared.openers
 
     def initial(self, prompt_ids: list[int]) -> tuple[Any, Any]:
-        return self.shared.initial(prompt_ids, self.triples)
+        return self.shared.initial(prompt_ids, self.flips)
 
     def advance(self, state: tuple[Any, Any], token: int) -> tuple[Any, Any]:
         return self.shared.advance(state, token)

@@ -116,6 +116,14 @@ class Backend(Protocol):
 TOO_LONG = "too_long"  # the finish reason and the reject reason of a prompt that does not fit the context
 
 
+def check_room(max_tokens: int, context: int | None) -> None:
+    """Refuse a ``--max-tokens`` that leaves no room for any prompt: the option is wrong, not a record. Commands
+    ask it before creating anything when the context is known without loading the model
+    (:func:`grtool.llm.models.known_context`); backends ask it again with the loaded model's context."""
+    if context is not None and max_tokens >= context:
+        raise InputError(f"--max-tokens {max_tokens} leaves no room for a prompt in the model's context of {context} tokens")
+
+
 def context_check(prompt_tokens: int, max_tokens: int, context: int | None, *, estimated: bool = False) -> str | None:
     """Why a prompt cannot be sent (its tokens and the most it may generate exceed the context), or None.
 
@@ -124,8 +132,7 @@ def context_check(prompt_tokens: int, max_tokens: int, context: int | None, *, e
     """
     if context is None or prompt_tokens + max_tokens <= context:
         return None
-    if max_tokens >= context:  # no prompt fits: the option is wrong, not the record
-        raise InputError(f"--max-tokens {max_tokens} leaves no room for a prompt in the model's context of {context} tokens")
+    check_room(max_tokens, context)
     counted = "at least " if estimated else ""
     return (
         f"the prompt has {counted}{prompt_tokens} tokens; with --max-tokens {max_tokens} that exceeds the model's context "

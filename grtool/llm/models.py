@@ -15,6 +15,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
 from grtool.log import log
@@ -109,3 +110,29 @@ def weights_digest(folder: str | Path) -> str:
     for f in files:
         h.update(f"{f.name}:{file_hash(f)}\n".encode())
     return h.hexdigest()
+
+
+def known_context(backend: str, model: str | None, options: dict[str, Any]) -> int | None:
+    """The model's context in tokens when it is known without loading the model, else None: ``--max-context``
+    (openai), ``--max-model-len`` (vllm), else the model's config file (transformers, vllm; the same attributes the
+    transformers backend reads, :func:`~grtool.llm.transformers_backend.context_length`). vLLM stretches a context
+    with rope scaling, so a config that has it leaves the check to the loaded engine."""
+    if backend == "openai":
+        return options.get("max_context")
+    if backend == "vllm" and options.get("max_model_len"):
+        return int(options["max_model_len"])
+    if backend not in ("vllm", "transformers"):
+        return None
+    try:
+        path = resolve_model(model).path if model is None or model == DEFAULT_MODEL_NAME or model.endswith(".gguf") else model
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)
+    except (GrtoolError, ImportError, OSError, ValueError):  # not a model this way: the backend says why when it loads it
+        return None
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if backend == "vllm" and getattr(text_config, "rope_scaling", None):
+        return None
+    from grtool.llm.transformers_backend import context_length
+
+    return context_length(config, None)

@@ -104,13 +104,14 @@ class VLLMBackend:
         prompt with only the triples it lists (each request travels to the engine with its own)."""
         if sampling.constraint is None or "triples" not in sampling.constraint:
             return params
-        from grtool.index.constraints import offered_triples
+        from grtool.index.constraints import by_listed, offered_triples
         from grtool.index.vllm_processor import EXTRA_ARG
 
+        batch = by_listed(sampling.constraint["triples"])
         requests = []
         for text in texts:
             own = params.clone()
-            own.extra_args = {EXTRA_ARG: {**sampling.constraint, "triples": [list(t) for t in offered_triples(text, sampling.constraint["triples"])]}}
+            own.extra_args = {EXTRA_ARG: {**sampling.constraint, "triples": [list(t) for t in offered_triples(text, batch)]}}
             requests.append(own)
         return requests
 

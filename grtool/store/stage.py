@@ -34,6 +34,7 @@ from filelock import FileLock
 
 from grtool import __version__
 from grtool.errors import GrtoolError, InputError
+from grtool.log import log
 from grtool.invocation import current_command
 from grtool.store import reading
 from grtool.store.diskfull import writing
@@ -388,6 +389,7 @@ class StageWriter:
         self.spec = spec
         self.num_parts = num_parts
         self.identity = spec.identity()
+        self.whole_run = shards is None or shards[0] <= 1
         # The output is never one of the inputs; --overwrite deletes only a stage of this table, and of it only
         # the entries a stage writer makes (store/outputs.py). A run directory or a directory of raw files
         # given as input may hold the output.
@@ -415,13 +417,18 @@ class StageWriter:
             old = load_manifest(self.path)
             refuse_stdin_resume(self.path, old)
             problem = self.spec.mismatch(old)
-            if problem:
+            if problem is None and self.num_parts is not None and old.get("num_parts") not in (None, self.num_parts):
+                problem = f"planned parts ({old.get('num_parts')} before, {self.num_parts} now)"
+            if problem is None:
+                return
+            if not (self.whole_run and self._nothing_committed(old)):
                 raise GrtoolError(
                     f"{self.path}: exists with different {problem}; resume needs the same command, use --overwrite to start over"
                 )
-            if self.num_parts is not None and old.get("num_parts") not in (None, self.num_parts):
-                raise GrtoolError(f"{self.path}: planned {old.get('num_parts')} parts before, {self.num_parts} now; use --overwrite")
-            return
+            # A run that failed before committing anything (a refused option) left only its manifest: nothing in the
+            # directory is described by it, so the corrected command starts the stage afresh (a whole run holds the
+            # directory alone: no array task is writing into it).
+            log.info("%s: the run that created it committed nothing; starting afresh with the new parameters", self.path)
         manifest = {
             **self.identity,
             "grtool_version": __version__,
@@ -434,6 +441,13 @@ class StageWriter:
             "complete": False,
         }
         atomic_write_bytes(mpath, dumps(manifest))
+
+    def _nothing_committed(self, manifest: dict[str, Any]) -> bool:
+        """No part, no shard record and no rejects were committed under ``manifest`` (its run failed early)."""
+        if manifest.get("shards") or load_shard_records(self.path) or any(self.path.glob("*.parquet")):
+            return False
+        rejects = self.path / REJECTS_DIR
+        return not (rejects.is_dir() and any(not f.name.endswith(TMP_SUFFIX) for f in rejects.iterdir()))
 
     def _clean_stale_tmp(self) -> None:
         """Remove what killed runs left behind, once every part is committed.
