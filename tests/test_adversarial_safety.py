@@ -58,3 +58,46 @@ def test_overwrite_refused_for_one_table_replaces_neither(corpus, tmp_path):
         proc = run_cli(*command, "--out", x, "--overwrite", check=2)
         assert "notes.txt" in proc.stderr and "no _manifest.json" in proc.stderr
         assert snapshot(x) == before
+
+
+INDEX_TRIPLES = Path(__file__).resolve().parent / "data" / "index_triples.jsonl"
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("adv-index") / "idx"
+    run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", out, input=INDEX_TRIPLES.read_text())
+    return out
+
+
+def _edited_index(index_dir: Path, target: Path, edit) -> Path:
+    import json
+
+    shutil.copytree(index_dir, target)
+    meta = json.loads((target / "index.json").read_text())
+    new = edit(meta)
+    (target / "index.json").write_bytes(new if isinstance(new, bytes) else json.dumps(meta if new is None else new).encode())
+    return target
+
+
+EDITS = {
+    "list": lambda m: [m], "string": lambda m: "index", "not-utf8": lambda m: b"\xff\xfe{",
+    "files-a-list": lambda m: m.update(files=[1, 2], sizes=3, inputs=[5]),
+    "bad-entries": lambda m: m["files"].update({"x": 5, "../../index.json": {"bytes": 1}}),
+    "inputs-a-string": lambda m: m.update(inputs="abc"),
+}  # fmt: skip
+
+
+def test_an_edited_index_json_is_one_line_never_a_traceback(index_dir, tmp_path):
+    """index.json that is JSON but not an object, not UTF-8, or with entries of the wrong type: `index query` and
+    `validate` crashed with AttributeError tracebacks; `index build --overwrite` (own_entries) too for files=[...]."""
+    for name, edit in EDITS.items():
+        idx = _edited_index(index_dir, tmp_path / "all" / name, edit)
+        q = run_cli("index", "query", idx, "--ids", "1", check=False)
+        assert q.returncode in (0, 2) and "Traceback" not in q.stderr, (name, q.stderr)
+        v = run_cli("validate", idx, check=1)
+        assert "Traceback" not in v.stderr and "FAIL" in v.stdout + v.stderr, (name, v.stderr)
+    idx = tmp_path / "all" / "files-a-list"
+    run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", idx, "--overwrite",
+            input=INDEX_TRIPLES.read_text())
+    run_cli("validate", idx)

@@ -186,7 +186,8 @@ def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
     unknown: list[Path] = []
     listed: set[str] = set()
     if kind is INDEX:  # the files its record lists, whatever their names
-        listed = set(((_read_record(out / kind.record) or {}).get("files") or {}).keys())
+        files = (_read_record(out / kind.record) or {}).get("files")
+        listed = {name for name in files if isinstance(name, str)} if isinstance(files, dict) else set()
     for entry in found_entries(out, kind):
         (own if entry.name in listed or _matches(entry.name, kind.own) else unknown).append(entry)
     return sorted(own), sorted(unknown)

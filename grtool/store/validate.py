@@ -398,6 +398,8 @@ def check_inputs(inputs: list[dict[str, Any]], what: str) -> tuple[list[str], li
     makes ``what`` stale (a problem); an input not found from here, or fingerprinted differently, is a note."""
     problems: list[str] = []
     notes: list[str] = []
+    if not isinstance(inputs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), (str, type(None))) for r in inputs):
+        return [f"the inputs recorded for {what} are not a list of records (the record was edited or damaged)"], notes
     for rec in inputs:
         p = rec.get("path")
         if not p or rec.get("kind") == "stdin":
@@ -428,15 +430,20 @@ def validate_index(path: str | Path) -> Report:
     report = Report(str(path), "index")
     try:
         meta = json.loads((path / INDEX_META).read_bytes())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         report.problems.append(f"{INDEX_META}: cannot be read ({e})")
         return report
-    files: dict[str, dict[str, Any]] = meta.get("files") or {}
+    if not isinstance(meta, dict):
+        report.problems.append(f"{INDEX_META}: not an index record (a JSON {type(meta).__name__}, not an object)")
+        return report
+    files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     if not files:
         report.problems.append(f"{INDEX_META}: lists no files")
     for name, rec in sorted(files.items()):
         f = path / name
-        if not f.is_file():
+        if Path(name).name != name or not isinstance(rec, dict):  # an edited record: never read outside the index
+            report.problems.append(f"{INDEX_META}: bad file entry {name!r}")
+        elif not f.is_file():
             report.problems.append(f"{name}: listed in {INDEX_META} but missing")
         elif f.stat().st_size != rec.get("bytes"):
             report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.get('bytes')}")
@@ -445,7 +452,7 @@ def validate_index(path: str | Path) -> Report:
     unlisted = sorted(f.name for f in path.iterdir() if f.is_file() and f.name != INDEX_META and f.name not in files)
     if unlisted:
         report.notes.append(f"files not listed in {INDEX_META}: {_first(unlisted)}")
-    sizes = meta.get("sizes") or {}
+    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     report.checked = {"kind": meta.get("kind"), "source": meta.get("source"), "sequences": sizes.get("sequences"), "documents": sizes.get("documents")}
     if report.problems:  # never open (memory-map) files that are known to be damaged
         return report
@@ -463,7 +470,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
     from grtool.index.base import Index
 
     index = Index.open(path)
-    sizes = meta.get("sizes") or {}
+    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     lengths = index.seq_lengths
     if len(lengths) != sizes.get("sequences"):
         report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.get('sequences')}")
