@@ -101,3 +101,39 @@ def test_an_edited_index_json_is_one_line_never_a_traceback(index_dir, tmp_path)
     run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", idx, "--overwrite",
             input=INDEX_TRIPLES.read_text())
     run_cli("validate", idx)
+
+
+RECORD_EDITS = {
+    "manifest-list": ("documents/_manifest.json", b"[]"),
+    "manifest-bad-table": ("documents/_manifest.json", lambda m: m.update(table=["x"])),
+    "manifest-not-json": ("documents/_manifest.json", b"{bad"),
+    "shard-record-list": ("documents/_shards/part-00000.json", b"[1]"),
+    "shard-record-types": ("documents/_shards/part-00000.json", lambda r: r.update(rows="x", bytes=None)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", RECORD_EDITS)
+def test_an_edited_stage_record_is_one_line_and_never_a_silent_pass(corpus, tmp_path, name):
+    """A manifest or shard record that is JSON of the wrong shape crashed `corpus stats`, `corpus merge` and
+    `validate` with AttributeError/TypeError tracebacks (a shard record with a string `rows` was even read by
+    stats), and `validate RUN/questions` passed with its gold check silently skipped when the sibling
+    documents' manifest could not be read."""
+    import json
+
+    c = tmp_path / "c"
+    shutil.copytree(corpus, c)
+    rel, edit = RECORD_EDITS[name]
+    f = c / rel
+    if callable(edit):
+        data = json.loads(f.read_text())
+        edit(data)
+        edit = json.dumps(data).encode()
+    f.write_bytes(edit)
+    for args in (("corpus", "stats", c), ("corpus", "merge", c, "--out", tmp_path / "m")):
+        proc = run_cli(*args, check=2)
+        assert "Traceback" not in proc.stderr and str(f) in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in run_cli("validate", c, check=1).stderr
+    alone = run_cli("validate", c / "questions", check=1 if "manifest" in name else False)
+    assert "Traceback" not in alone.stderr
+    if "manifest" in name:
+        assert "gold doc ids not checked" in alone.stdout + alone.stderr

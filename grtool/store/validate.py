@@ -291,6 +291,18 @@ def sibling_stage(path: Path, table: str) -> Path | None:
     return None
 
 
+def sibling_unreadable(path: Path) -> Path | None:
+    """A stage directory next to ``path`` whose manifest cannot be read (so its table is unknown), if any."""
+    path = path.resolve()
+    for candidate in sorted(path.parent.iterdir()):
+        if candidate != path and is_stage_dir(candidate):
+            try:
+                load_manifest(candidate)
+            except Exception:
+                return candidate
+    return None
+
+
 @dataclass
 class Found:
     """What :func:`discover` finds under a directory."""
@@ -575,6 +587,12 @@ def _check_references(reports: list[Report], orphans: set[Path]) -> None:
         if q.table != "questions" or not q.ok or not q.checked.get("shards"):
             continue
         docs = sibling_stage(Path(q.path), "documents")
+        unreadable = sibling_unreadable(Path(q.path)) if docs is None else None
+        if unreadable is not None:  # a manifest edited or damaged: it may be the documents; never a silent pass
+            why = f"gold doc ids not checked: {unreadable} has a manifest that cannot be read"
+            d = by_path.get(unreadable.resolve())
+            (q.notes if d is not None and not d.ok else q.problems).append(why)
+            continue
         if docs is None:
             lost = sibling_orphan(Path(q.path), "documents")
             if lost is not None:  # the check is due and cannot be done: never a silent pass
