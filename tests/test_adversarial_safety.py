@@ -137,3 +137,31 @@ def test_an_edited_stage_record_is_one_line_and_never_a_silent_pass(corpus, tmp_
     assert "Traceback" not in alone.stderr
     if "manifest" in name:
         assert "gold doc ids not checked" in alone.stdout + alone.stderr
+
+
+def test_a_pipeline_report_never_replaces_an_input(tmp_path):
+    """A stage's `stdout` (or --summary-json) naming a file the pipeline reads replaced the user's raw data with a
+    JSON report: `stats` wrote its --json over the ingest input. Refused before any stage runs; reading an
+    earlier stage's report stays fine."""
+    raw = tmp_path / "in.jsonl"
+    shutil.copy(MUSIQUE, raw)
+    toml = tmp_path / "p.toml"
+    toml.write_text(f'''out = "{tmp_path / 'o'}"
+[[stages]]
+name = "ingest"
+run = "corpus ingest"
+args = ["{raw}"]
+options = {{ out = "{{out}}/c" }}
+[[stages]]
+name = "stats"
+run = "corpus stats"
+args = ["{{out}}/c"]
+options = {{ json = true }}
+stdout = "{{out}}/stats.json"
+''')
+    before = raw.read_bytes()
+    for extra in (("--set", f"stats.stdout={raw}"), ("--summary-json", raw)):
+        for dry in ((), ("--dry-run",)):
+            proc = run_cli("pipeline", "run", toml, *extra, *dry, check=2)
+            assert "is the input" in proc.stderr and not (tmp_path / "o").exists()
+    assert raw.read_bytes() == before
