@@ -165,3 +165,15 @@ stdout = "{{out}}/stats.json"
             proc = run_cli("pipeline", "run", toml, *extra, *dry, check=2)
             assert "is the input" in proc.stderr and not (tmp_path / "o").exists()
     assert raw.read_bytes() == before
+
+
+def test_index_build_out_dash_is_refused_not_a_directory_named_dash(tmp_path):
+    """`--out -` means standard output everywhere; `index build --out -` built an index in a directory `./-`."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "grtool", "index", "build", "-", "--tokenizer", "llama3", "--out", "-"],
+                          input=INDEX_TRIPLES.read_text(), capture_output=True, text=True, cwd=tmp_path, env=os.environ)  # fmt: skip
+    assert proc.returncode == 2 and "standard output" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
