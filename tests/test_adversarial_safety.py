@@ -177,3 +177,26 @@ def test_index_build_out_dash_is_refused_not_a_directory_named_dash(tmp_path):
                           input=INDEX_TRIPLES.read_text(), capture_output=True, text=True, cwd=tmp_path, env=os.environ)  # fmt: skip
     assert proc.returncode == 2 and "standard output" in proc.stderr and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("setting", ["ingest.overwrite=no", "ingest.strict='false'", "stats.json=1", "ingest.args='unclosed"])
+def test_pipeline_set_values_that_cannot_mean_what_they_say_are_refused(tmp_path, setting):
+    """`overwrite = "no"` (a string for a flag) became `--overwrite no`: overwrite ON and `no` read as an input;
+    an unclosed quote in `--set stage.args=...` was a ValueError traceback. Both refused in one line, exit 2."""
+    toml = tmp_path / "p.toml"
+    toml.write_text(f'''out = "{tmp_path / 'o'}"
+[[stages]]
+name = "ingest"
+run = "corpus ingest"
+args = ["{MUSIQUE}"]
+options = {{ out = "{{out}}/c" }}
+[[stages]]
+name = "stats"
+run = "corpus stats"
+args = ["{{out}}/c"]
+options = {{ json = true }}
+stdout = "{{out}}/stats.json"
+''')
+    proc = run_cli("pipeline", "run", toml, "--set", setting, "--dry-run", check=2)
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "o").exists()

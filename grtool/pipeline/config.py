@@ -256,14 +256,23 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         entry = by_name[stage_name]
         where = f"--set {item!r}"
         if key in ("args", "outputs"):
-            entry[key] = _expand(shlex.split(value), variables, where)
+            try:
+                words = shlex.split(value)
+            except ValueError as e:  # an unclosed quote
+                raise InputError(f"{where}: cannot split the value into words ({e})") from None
+            entry[key] = _expand(words, variables, where)
         elif key == "stdout":
             entry[key] = _expand(value, variables, where)
         else:
             entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
 
+    from grtool.pipeline.registry import is_flag
+
     stages = []
     for entry in by_name.values():
+        for key, value in entry["options"].items():
+            if not isinstance(value, bool) and is_flag(entry["run"], key):
+                raise InputError(f"{path}: stage {entry['name']!r}, option {key!r}: {value!r} is not true or false (a flag)")
         outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
         if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]
