@@ -200,3 +200,19 @@ stdout = "{{out}}/stats.json"
     proc = run_cli("pipeline", "run", toml, "--set", setting, "--dry-run", check=2)
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_index_overwrite_refuses_an_index_json_grtool_did_not_write(tmp_path):
+    """`index.json` is a common file name: any such file counted as grtool's record, so `index build --overwrite`
+    into a user's folder holding one deleted that index.json and every file with an index file's name
+    (tokenizer.json, doc_ids.txt, ...). Only an index.json of grtool's format is its record."""
+    user = tmp_path / "webapp"
+    user.mkdir()
+    (user / "index.json").write_text('{"name": "my web app", "files": {"app.js": {}}}')
+    (user / "tokenizer.json").write_text('{"mine": true}')
+    (user / "app.js").write_text("console.log(1)\n")
+    before = snapshot(user)
+    proc = run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", user, "--overwrite",
+                   input=INDEX_TRIPLES.read_text(), check=2)  # fmt: skip
+    assert "not one grtool wrote" in proc.stderr
+    assert snapshot(user) == before

@@ -171,6 +171,13 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             f"{flag} {printable(p)}: --overwrite refused: it holds {_listing(entries)} and no {kind.record}, so grtool did not "
             f"write {kind.what} there; remove what you do not need yourself or choose another --out"
         )
+    if kind is INDEX and record.is_file():  # index.json is a common name: only grtool's own counts as its record
+        fmt = (_read_record(record) or {}).get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("grtool-index")):
+            raise InputError(
+                f"{flag} {printable(p)}: --overwrite refused: its index.json is not one grtool wrote (format {fmt!r}) and it "
+                f"holds {_listing(entries)}; remove what you do not need yourself or choose another --out"
+            )
     if kind is STAGE and table is not None:
         got = (_read_record(record) or {}).get("table")
         if got != table:
