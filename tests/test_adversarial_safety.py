@@ -216,3 +216,14 @@ def test_index_overwrite_refuses_an_index_json_grtool_did_not_write(tmp_path):
                    input=INDEX_TRIPLES.read_text(), check=2)  # fmt: skip
     assert "not one grtool wrote" in proc.stderr
     assert snapshot(user) == before
+
+
+def test_an_out_that_is_a_dangling_symlink_is_refused_before_the_build(tmp_path):
+    """`index build --out LINK` with LINK pointing nowhere built the whole index and then died with a
+    NotADirectoryError traceback when moving it in place."""
+    link = tmp_path / "idx"
+    link.symlink_to(tmp_path / "missing" / "idx")
+    proc = run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", link,
+                   input=INDEX_TRIPLES.read_text(), check=2)  # fmt: skip
+    assert "symbolic link" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"] and link.is_symlink()

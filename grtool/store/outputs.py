@@ -291,6 +291,9 @@ def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | No
     if str(p) == "":
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
+    if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
+        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; "
+                         "name an existing directory or a new path")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)
     if overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)
