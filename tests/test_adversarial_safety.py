@@ -227,3 +227,13 @@ def test_an_out_that_is_a_dangling_symlink_is_refused_before_the_build(tmp_path)
                    input=INDEX_TRIPLES.read_text(), check=2)  # fmt: skip
     assert "symbolic link" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"] and link.is_symlink()
+
+
+def test_a_pipeline_with_an_empty_out_is_refused_not_written_at_the_root(tmp_path):
+    """`out = ""` made every "{out}/corpus" the absolute path "/corpus": the stages wrote at the file system root."""
+    toml = tmp_path / "p.toml"
+    toml.write_text(f'out = ""\n[[stages]]\nname = "ingest"\nrun = "corpus ingest"\nargs = ["{MUSIQUE}"]\n'
+                    'options = { out = "{out}/grtool-adversarial-test" }\n')  # fmt: skip
+    proc = run_cli("pipeline", "run", toml, "--dry-run", check=2)
+    assert "out is empty" in proc.stderr
+    assert not Path("/grtool-adversarial-test").exists()

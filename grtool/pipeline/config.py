@@ -238,6 +238,8 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         raise _schema_error(path, raw, e) from None
     if not spec.stages:
         raise InputError(f"{path}: needs at least one [[stages]] table")
+    if not spec.out.strip():  # "{out}/corpus" would become "/corpus": the root of the file system
+        raise InputError(f"{path}: out is empty; name the directory the stages write under (out = \"out/run\")")
     variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
     by_name: dict[str, dict[str, Any]] = {}
     for stage in spec.stages:

@@ -72,10 +72,10 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
     for stage in stages:
         external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
         written += stage.outputs
-    targets = {f"stage {stage.name!r} stdout": stage.stdout for stage in stages if stage.stdout}
-    for flag, target in {**targets, **(extra or {})}.items():
-        if target:
-            refuse_output_among_inputs(target, inputs=external, flag=flag)
+    targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
+    for flag, target in [*targets, *(extra or {}).items()]:
+        if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
+            refuse_output_among_inputs(target, holders=external, flag=flag)
 
 
 def input_fingerprints(stage: Stage) -> dict[str, Any]:
