@@ -11,7 +11,7 @@ from rich.table import Table
 
 from grtool.log import console, log, stage_summary
 from grtool.pipeline.config import Stage, load_pipeline
-from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, run_stage, stage_state, summarize
+from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, refuse_writes_over_inputs, run_stage, stage_state, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -31,6 +31,7 @@ def run(
     Example: grtool pipeline run examples/demo.toml --until triples --set triples.limit=20
     """
     pipeline = load_pipeline(config, overrides)
+    refuse_writes_over_inputs(pipeline.stages, {"--summary-json": str(summary_json) if summary_json else None})
     stages = pipeline.select(start, until)
     if dry_run:
         states = plan(pipeline, stages)

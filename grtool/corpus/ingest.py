@@ -133,6 +133,7 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
         return False
     out = Path(out)
     work = out / work_name
+    _refuse_outputs_early(out, [doc_spec, q_spec], overwrite)
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
@@ -150,6 +151,20 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
         write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
         shutil.rmtree(work, ignore_errors=True)
     return resumed
+
+
+def _refuse_outputs_early(out: Path, specs: list[StageSpec], overwrite: bool) -> None:
+    """The checks each table's stage writer makes (store/outputs.py), made for both tables before phase 1:
+    a refused output must not leave the spill behind (inside an input) nor one table replaced and not the other."""
+    from grtool.store.outputs import STAGE, check_replaceable, refuse_output_among_inputs
+    from grtool.store.paths import check_name
+
+    check_name(out)
+    for spec in specs:
+        target = out / spec.table
+        refuse_output_among_inputs(target, holders=[i for i in spec.inputs if str(i) != "-"])
+        if overwrite:
+            check_replaceable(target, STAGE, table=spec.table)
 
 
 # ------------------------------------------------------------------------------------------ phase 1

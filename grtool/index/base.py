@@ -105,9 +105,11 @@ class Index:
         if not (p / META).is_file():
             raise InputError(f"{p}: not an index directory (no {META}); build one with `grtool index build`")
         try:
-            meta = json.loads((p / META).read_text())
-        except json.JSONDecodeError as e:
+            meta = json.loads((p / META).read_bytes())
+        except ValueError as e:  # also bytes that are not UTF-8
             raise InputError(f"{p / META}: not valid JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise InputError(f"{p / META}: not an index record (a JSON {type(meta).__name__}, not an object); rebuild it with `grtool index build`")
         if meta.get("format") != FORMAT:
             raise InputError(f"{p / META}: unknown index format {meta.get('format')!r} (expected {FORMAT})")
         from grtool.index import kinds

@@ -322,6 +322,8 @@ def write_index(
 def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
     """Check ``--out`` before anything is read or written (never an input; --overwrite replaces only an index)
     and lock it for this build: a second build into the same directory is refused, naming this one."""
+    if str(out) == "-":  # '-' is standard output elsewhere; never a directory named '-'
+        raise InputError("--out -: an index is a directory of files and cannot be written to standard output; name a directory")
     refuse_output_among_inputs(out, inputs, holders)
     if out.exists() and not overwrite:
         raise GrtoolError(f"{out}: exists; use --overwrite to replace it")

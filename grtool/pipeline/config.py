@@ -238,6 +238,8 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         raise _schema_error(path, raw, e) from None
     if not spec.stages:
         raise InputError(f"{path}: needs at least one [[stages]] table")
+    if not spec.out.strip():  # "{out}/corpus" would become "/corpus": the root of the file system
+        raise InputError(f"{path}: out is empty; name the directory the stages write under (out = \"out/run\")")
     variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
     by_name: dict[str, dict[str, Any]] = {}
     for stage in spec.stages:
@@ -256,14 +258,23 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         entry = by_name[stage_name]
         where = f"--set {item!r}"
         if key in ("args", "outputs"):
-            entry[key] = _expand(shlex.split(value), variables, where)
+            try:
+                words = shlex.split(value)
+            except ValueError as e:  # an unclosed quote
+                raise InputError(f"{where}: cannot split the value into words ({e})") from None
+            entry[key] = _expand(words, variables, where)
         elif key == "stdout":
             entry[key] = _expand(value, variables, where)
         else:
             entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
 
+    from grtool.pipeline.registry import is_flag
+
     stages = []
     for entry in by_name.values():
+        for key, value in entry["options"].items():
+            if not isinstance(value, bool) and is_flag(entry["run"], key):
+                raise InputError(f"{path}: stage {entry['name']!r}, option {key!r}: {value!r} is not true or false (a flag)")
         outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
         if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]

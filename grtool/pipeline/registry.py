@@ -7,6 +7,7 @@ names every stage command of ``grtool`` and agrees with the options the CLI pars
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -56,3 +57,25 @@ def accepts(run: str, parameter: str) -> bool:
     """Whether the stage's command takes ``parameter`` (``"overwrite"`` for ``--overwrite``)."""
     function = stage_function(run)
     return function is not None and parameter in inspect.signature(function).parameters
+
+
+def is_flag(run: str, key: str) -> bool:
+    """Whether option ``key`` (``--key``) of the stage's command is an on/off flag: its value must then be a
+    bool, else ``--key VALUE`` would turn the flag on and pass VALUE as an argument (``overwrite = "no"``)."""
+    return "--" + key.replace("_", "-") in _flags(command_name(run))
+
+
+@functools.cache
+def _flags(run: str) -> frozenset[str]:
+    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
+    import typer
+
+    from grtool.cli.main import app
+
+    command: Any = typer.main.get_command(app)
+    ctx = command.context_class(command)  # typer's own click
+    for word in run.split():
+        command = command.get_command(ctx, word) if hasattr(command, "get_command") else None
+        if command is None:
+            return frozenset()
+    return frozenset(o for p in command.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts))

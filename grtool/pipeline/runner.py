@@ -61,6 +61,23 @@ def input_paths(stage: Stage) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
+    """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
+    a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
+    such a report would replace it. Reading an earlier stage's report (``eval compare``) stays fine."""
+    from grtool.store.outputs import refuse_output_among_inputs
+
+    external: list[str] = []
+    written: list[str] = []
+    for stage in stages:
+        external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
+        written += stage.outputs
+    targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
+    for flag, target in [*targets, *(extra or {}).items()]:
+        if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
+            refuse_output_among_inputs(target, holders=external, flag=flag)
+
+
 def input_fingerprints(stage: Stage) -> dict[str, Any]:
     """What the stage read: stage directories by their shard checksums, other files by size and content samples."""
     found: dict[str, Any] = {}

@@ -171,6 +171,13 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             f"{flag} {printable(p)}: --overwrite refused: it holds {_listing(entries)} and no {kind.record}, so grtool did not "
             f"write {kind.what} there; remove what you do not need yourself or choose another --out"
         )
+    if kind is INDEX and record.is_file():  # index.json is a common name: only grtool's own counts as its record
+        fmt = (_read_record(record) or {}).get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("grtool-index")):
+            raise InputError(
+                f"{flag} {printable(p)}: --overwrite refused: its index.json is not one grtool wrote (format {fmt!r}) and it "
+                f"holds {_listing(entries)}; remove what you do not need yourself or choose another --out"
+            )
     if kind is STAGE and table is not None:
         got = (_read_record(record) or {}).get("table")
         if got != table:
@@ -186,7 +193,8 @@ def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
     unknown: list[Path] = []
     listed: set[str] = set()
     if kind is INDEX:  # the files its record lists, whatever their names
-        listed = set(((_read_record(out / kind.record) or {}).get("files") or {}).keys())
+        files = (_read_record(out / kind.record) or {}).get("files")
+        listed = {name for name in files if isinstance(name, str)} if isinstance(files, dict) else set()
     for entry in found_entries(out, kind):
         (own if entry.name in listed or _matches(entry.name, kind.own) else unknown).append(entry)
     return sorted(own), sorted(unknown)
@@ -283,6 +291,9 @@ def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | No
     if str(p) == "":
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
+    if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
+        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; "
+                         "name an existing directory or a new path")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)
     if overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)

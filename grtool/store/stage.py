@@ -129,14 +129,31 @@ def dumps(obj: Any) -> bytes:
 # -------------------------------------------------------------------------------------------- reads
 
 
+# The fields grtool reads from its records, with their types: an edited or damaged record is one line, never a
+# TypeError deep inside a command.
+_MANIFEST_FIELDS = {"table": str, "schema": list, "inputs": list, "params": dict, "num_parts": int}
+_SHARD_FIELDS = {"file": str, "bytes": int, "rows": int, "sha256": str, "counters": dict, "rejects_file": str}
+
+
+def _checked_record(f: Path, data: Any, fields: dict[str, type], what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputError(f"{f}: {what} is a JSON {type(data).__name__}, not an object (edited or damaged)")
+    for key, typ in fields.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, typ) or (typ is int and isinstance(value, bool))):
+            raise InputError(f"{f}: {what} field {key!r} is {value!r}, not a{'n' if typ is int else ''} {typ.__name__} (edited or damaged)")
+    return data
+
+
 def load_manifest(path: str | Path) -> dict[str, Any]:
     p = Path(path) / MANIFEST
     try:
-        return json.loads(p.read_bytes())
+        data = json.loads(p.read_bytes())
     except FileNotFoundError:
         raise InputError(f"{Path(path)}: not a stage directory (no {MANIFEST})") from None
-    except json.JSONDecodeError as e:
+    except ValueError as e:  # also bytes that are not UTF-8
         raise InputError(f"{p}: manifest is not valid JSON ({e})") from None
+    return _checked_record(p, data, _MANIFEST_FIELDS, "manifest")
 
 
 def load_shard_records(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -146,9 +163,10 @@ def load_shard_records(path: str | Path) -> dict[str, dict[str, Any]]:
     if d.is_dir():
         for f in sorted(d.glob("part-*.json")):
             try:
-                records[f.stem] = json.loads(f.read_bytes())
-            except json.JSONDecodeError as e:
+                data = json.loads(f.read_bytes())
+            except ValueError as e:  # also bytes that are not UTF-8
                 raise InputError(f"{f}: shard record is not valid JSON ({e})") from None
+            records[f.stem] = _checked_record(f, data, _SHARD_FIELDS, "shard record")
     return records
 
 

@@ -282,6 +282,18 @@ def sibling_stage(path: Path, table: str) -> Path | None:
     return None
 
 
+def sibling_unreadable(path: Path) -> Path | None:
+    """A stage directory next to ``path`` whose manifest cannot be read (so its table is unknown), if any."""
+    path = path.resolve()
+    for candidate in sorted(path.parent.iterdir()):
+        if candidate != path and is_stage_dir(candidate):
+            try:
+                load_manifest(candidate)
+            except Exception:
+                return candidate
+    return None
+
+
 @dataclass
 class Found:
     """What :func:`discover` finds under a directory."""
@@ -389,6 +401,8 @@ def check_inputs(inputs: list[dict[str, Any]], what: str) -> tuple[list[str], li
     makes ``what`` stale (a problem); an input not found from here, or fingerprinted differently, is a note."""
     problems: list[str] = []
     notes: list[str] = []
+    if not isinstance(inputs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), (str, type(None))) for r in inputs):
+        return [f"the inputs recorded for {what} are not a list of records (the record was edited or damaged)"], notes
     for rec in inputs:
         p = rec.get("path")
         if not p or rec.get("kind") == "stdin":
@@ -419,15 +433,20 @@ def validate_index(path: str | Path) -> Report:
     report = Report(str(path), "index")
     try:
         meta = json.loads((path / INDEX_META).read_bytes())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         report.problems.append(f"{INDEX_META}: cannot be read ({e})")
         return report
-    files: dict[str, dict[str, Any]] = meta.get("files") or {}
+    if not isinstance(meta, dict):
+        report.problems.append(f"{INDEX_META}: not an index record (a JSON {type(meta).__name__}, not an object)")
+        return report
+    files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     if not files:
         report.problems.append(f"{INDEX_META}: lists no files")
     for name, rec in sorted(files.items()):
         f = path / name
-        if not f.is_file():
+        if Path(name).name != name or not isinstance(rec, dict):  # an edited record: never read outside the index
+            report.problems.append(f"{INDEX_META}: bad file entry {name!r}")
+        elif not f.is_file():
             report.problems.append(f"{name}: listed in {INDEX_META} but missing")
         elif f.stat().st_size != rec.get("bytes"):
             report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.get('bytes')}")
@@ -436,7 +455,7 @@ def validate_index(path: str | Path) -> Report:
     unlisted = sorted(f.name for f in path.iterdir() if f.is_file() and f.name != INDEX_META and f.name not in files)
     if unlisted:
         report.notes.append(f"files not listed in {INDEX_META}: {_first(unlisted)}")
-    sizes = meta.get("sizes") or {}
+    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     report.checked = {"kind": meta.get("kind"), "source": meta.get("source"), "sequences": sizes.get("sequences"), "documents": sizes.get("documents")}
     if report.problems:  # never open (memory-map) files that are known to be damaged
         return report
@@ -454,7 +473,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
     from grtool.index.base import Index
 
     index = Index.open(path)
-    sizes = meta.get("sizes") or {}
+    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     lengths = index.seq_lengths
     if len(lengths) != sizes.get("sequences"):
         report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.get('sequences')}")
@@ -559,6 +578,12 @@ def _check_references(reports: list[Report], orphans: set[Path]) -> None:
         if q.table != "questions" or not q.ok or not q.checked.get("shards"):
             continue
         docs = sibling_stage(Path(q.path), "documents")
+        unreadable = sibling_unreadable(Path(q.path)) if docs is None else None
+        if unreadable is not None:  # a manifest edited or damaged: it may be the documents; never a silent pass
+            why = f"gold doc ids not checked: {unreadable} has a manifest that cannot be read"
+            d = by_path.get(unreadable.resolve())
+            (q.notes if d is not None and not d.ok else q.problems).append(why)
+            continue
         if docs is None:
             lost = sibling_orphan(Path(q.path), "documents")
             if lost is not None:  # the check is due and cannot be done: never a silent pass
