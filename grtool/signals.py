@@ -5,7 +5,7 @@ The CLI entry point runs every command under :func:`handled`. SIGTERM (Slurm's t
 preemption) then raises :class:`Stopped` in the main thread, which unwinds through the command's cleanup like any
 error: the part being written is abandoned (its temporary files removed; committed parts stay), locks are
 released, scratch is removed. At the top, one line says what was done (each output that registered itself with
-:func:`track` reports its parts) and how to resume, and the process exits with ``EXIT_TRANSIENT`` (75) at once,
+:func:`track` reports its parts and lets go of its lock) and how to resume, and the process exits with ``EXIT_TRANSIENT`` (75) at once,
 without the interpreter's teardown (seconds on a busy machine). SIGINT (Ctrl-C) stays Python's KeyboardInterrupt:
 the same cleanup and the same line, exit 130, so a retry loop that retries on 75 stops when a user presses Ctrl-C.
 
@@ -41,9 +41,9 @@ class Stopped(BaseException):
         self.signum = signum
 
 
-class Reports(Protocol):
-    def stop_report(self) -> str | None:
-        """What this output holds so far, for the line printed when a run stops (None: nothing to say)."""
+class Stoppable(Protocol):
+    def on_stop(self) -> str | None:
+        """The run stopped: let go of what is still held (locks), say how far this output got (None: nothing)."""
 
 
 class _State:
@@ -61,8 +61,8 @@ _state = _State()
 _tracked: list[weakref.ref] = []
 
 
-def track(obj: Reports) -> None:
-    """Report ``obj.stop_report()`` when the run stops (held weakly: an output dropped is not reported)."""
+def track(obj: Stoppable) -> None:
+    """Call ``obj.on_stop()`` when the run stops (held weakly: an output dropped is not reported)."""
     _tracked[:] = [r for r in _tracked if r() is not None]
     _tracked.append(weakref.ref(obj))
 
@@ -82,14 +82,15 @@ def noted(text: str | None = None, hint: str | None = None) -> Iterator[None]:
 
 
 def progress_lines() -> list[str]:
-    """What the outputs of this run hold so far (each tracked output's own report, then the notes)."""
+    """What the outputs of this run hold so far (each tracked output's :meth:`~Stoppable.on_stop`, then the notes);
+    called once, when the run stopped."""
     lines = []
     for ref in _tracked:
         obj = ref()
         if obj is None:
             continue
         try:
-            line = obj.stop_report()
+            line = obj.on_stop()
         except Exception as e:  # a report must never hide the stop itself
             line = f"{type(e).__name__}: {e}"
         if line:

@@ -428,8 +428,10 @@ class StageWriter:
         self.finished = False
         signals.track(self)  # a run stopped by a signal says how far this output got
 
-    def stop_report(self) -> str | None:
-        """``out/triples: 2 of 5 parts done`` while the run is writing it (None once finished)."""
+    def on_stop(self) -> str | None:
+        """A signal stopped the run: the lock goes (the process ends without collecting this writer) and the
+        report is ``out/triples: 2 of 5 parts done`` (None when this output was finished)."""
+        self.run.release()
         if self.finished:
             return None
         records = load_shard_records(self.path)  # every task's, not only this process's
