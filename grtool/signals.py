@@ -74,11 +74,17 @@ def noted(text: str | None = None, hint: str | None = None) -> Iterator[None]:
     try:
         yield
     except (Stopped, KeyboardInterrupt):
-        if text:
-            _state.notes.append(text)
-        if hint:
-            _state.hint = hint
+        note(text, hint)
         raise
+
+
+def note(text: str | None, hint: str | None = None) -> None:
+    """Add ``text`` to the line printed when this run stops; ``hint`` replaces how to resume. For a block that
+    knows only as a stop passes what to say (see :func:`noted`)."""
+    if text:
+        _state.notes.append(text)
+    if hint:
+        _state.hint = hint
 
 
 def progress_lines() -> list[str]:
