@@ -147,3 +147,32 @@ def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, d
         proc = cli(*_extract(documents, out, f"http://127.0.0.1:{free_port()}/v1", "--model", "toy-model"), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"})
     said = " ".join(proc.stderr.split())
     assert f"pid {os.getpid()}" in said and "grtool a live run" in said and "then run again" in said, proc.stderr
+
+
+def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_path, documents):
+    out = tmp_path / "out"
+    config = tmp_path / "pipe.toml"
+    with SlowServer(delay=0.5) as server:
+        config.write_text(
+            f'out = "{out}"\n'
+            f'[[stages]]\nname = "extract"\nrun = "triples extract"\nargs = ["{documents}"]\n'
+            f'options = {{ out = "{{out}}/extract", grounding = "off", backend = "openai", base_url = "{server.url}", concurrency = 1 }}\n'
+            f'[[stages]]\nname = "check"\nrun = "validate"\nargs = ["{{out}}/extract"]\n'
+        )
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", "pipeline", "run", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (out / "extract" / "triples" / "_shards" / "part-00000.json").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT, err
+    said = " ".join(err.split())
+    assert "pipeline stopped at stage extract (exit code 75)" in said and "stopped: grtool triples extract" in said and "left: check" in said, err
+    assert f"SIGTERM received: {out / 'extract' / 'triples'}: 1 of 3 parts done" in said and "Traceback" not in err, err
+    assert not (out / "_pipeline" / "extract.json").exists()  # not marked done: the next run resumes it
