@@ -4,9 +4,9 @@ scratch, exit with the transient code.
 The CLI entry point runs every command under :func:`handled`. SIGTERM (Slurm's time limit, ``scancel``, a
 preemption) then raises :class:`Stopped` in the main thread, which unwinds through the command's cleanup like any
 error: the part being written is abandoned (its temporary files removed; committed parts stay), locks are
-released, scratch is removed. At the top, one line says what was done (each output that registered itself with
-:func:`track` reports its parts and lets go of its lock) and how to resume, and the process exits with ``EXIT_TRANSIENT`` (75) at once,
-without the interpreter's teardown (seconds on a busy machine). SIGINT (Ctrl-C) stays Python's KeyboardInterrupt:
+released, scratch is removed. At the top, one line says what was done (each output registered with :func:`track`
+reports its parts and lets go of its lock; blocks under :func:`noted` add theirs) and how to resume, and the
+process exits with ``EXIT_TRANSIENT`` (75) at once, without the interpreter's teardown (seconds on a busy machine). SIGINT (Ctrl-C) stays Python's KeyboardInterrupt:
 the same cleanup and the same line, exit 130, so a retry loop that retries on 75 stops when a user presses Ctrl-C.
 
 A step that should rather finish than be cut (a training step, then a checkpoint) runs under :func:`deferred`:
@@ -79,8 +79,8 @@ def noted(text: str | None = None, hint: str | None = None) -> Iterator[None]:
 
 
 def note(text: str | None, hint: str | None = None) -> None:
-    """Add ``text`` to the line printed when this run stops; ``hint`` replaces how to resume. For a block that
-    knows only as a stop passes what to say (see :func:`noted`)."""
+    """Add ``text`` to the line printed when this run stops; ``hint`` replaces how to resume. For code that can
+    only say it once the stop has come (``train``: the step reached, the last checkpoint); else :func:`noted`."""
     if text:
         _state.notes.append(text)
     if hint:
@@ -184,10 +184,9 @@ def finish(stop: Stopped) -> None:
     from rich.markup import escape
 
     from grtool.log import console
-    from grtool.secrets import scrub
 
     name = signal.Signals(stop.signum).name
-    console.print(f"[bold yellow]stopped:[/] {escape(scrub(stop_message(f'{name} received')))} (exit {stop.exit_code})",
+    console.print(f"[bold yellow]stopped:[/] {escape(stop_message(f'{name} received'))} (exit {stop.exit_code})",
                   highlight=False, soft_wrap=True)  # fmt: skip
     exit_now(stop.exit_code)
 
