@@ -365,7 +365,11 @@ def build_index(
     tok = load_tokenizer(tokenizer)
     table = "triples" if source == "docids" else "documents"
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
-    with signals.handled(), signals.noted(STOPPED_NOTE, STOPPED_HINT), claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed:
+    with (
+        signals.handled(),
+        signals.noted(STOPPED_NOTE, STOPPED_HINT),
+        claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed,
+    ):
         return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
                       overwrite=overwrite, flips=flips, memory_limit=memory_limit)
 
