@@ -5,6 +5,10 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_DATA = 1  # the data has problems (validation failed, a guard tripped)
 EXIT_USAGE = 2  # usage or input error
+# Nothing is wrong with the command or the data, it could not go on now (a server down after retries, the output
+# locked by another run, SIGTERM): the same command run again later resumes. 75 is sysexits' EX_TEMPFAIL.
+EXIT_TRANSIENT = 75
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the user stopped it; a retry loop must not start it again
 
 
 class GrtoolError(Exception):
@@ -26,6 +30,12 @@ class DataProblem(GrtoolError):
     """The run finished but the data failed a check (exit 1)."""
 
     exit_code = EXIT_DATA
+
+
+class TransientError(GrtoolError):
+    """A failure that is not the command's nor the data's: try the same command again later (exit 75)."""
+
+    exit_code = EXIT_TRANSIENT
 
 
 class MissingDependency(GrtoolError):

@@ -251,7 +251,7 @@ def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
             backend.generate(msgs, Sampling(max_tokens=5))
         assert [g.text if g is not None else None for g in e.value.generations] == [ANSWERS[4][0], None, ANSWERS[6][0], None]
 
-        failed = cli(*args, check=2, env={"COLUMNS": "10000"})
+        failed = cli(*args, check=75, env={"COLUMNS": "10000"})  # the server still failing after the retries: try later
         assert "2 of 4 requests failed" in failed.stderr and "giving up after 2 attempts; last: HTTP 500" in failed.stderr
         assert not (out / "triples" / "_shards" / "part-00001.json").exists()
         cache = RequestCache(out / "_llm_cache" / "part-00001.sqlite")

@@ -153,7 +153,7 @@ def test_a_trickling_server_times_out_per_request_not_per_read(tmp_path):
         server.shutdown()
     elapsed = time.monotonic() - started
     # Two attempts of 2 s, a backoff under 1 s, and the interpreter's start; before, every byte reset the clock.
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 75, proc.stderr  # a server too slow after the retries: transient, try again later
     assert "giving up after 2 attempts" in proc.stderr and "no complete answer within --timeout 2s" in proc.stderr, proc.stderr
     assert len(server.posts) == 2
     assert elapsed < 20, elapsed

@@ -72,10 +72,10 @@ def export_sft(run: dict, out: Path, *extra) -> tuple:
     return ("export", "sft", run["filtered"], "--corpus", run["root"], "--out", out, *extra)
 
 
-def refused(args: tuple, *watched: Path) -> str:
-    """Run ``args``: exit 2, one `error:` line, every watched file unchanged. Returns stderr on one line."""
+def refused(args: tuple, *watched: Path, code: int = 2) -> str:
+    """Run ``args``: exit ``code``, one `error:` line, every watched file unchanged. Returns stderr on one line."""
     before = [snapshot(w) for w in watched]
-    proc = run_cli(*args, check=2)
+    proc = run_cli(*args, check=code)
     assert [snapshot(w) for w in watched] == before
     err = one_line(proc.stderr)
     assert "error:" in err and "Traceback" not in err
@@ -217,7 +217,7 @@ def test_two_index_builds_into_one_out_the_second_is_refused_naming_the_first(tm
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        second = run_cli(*args, "--overwrite", check=2)
+        second = run_cli(*args, "--overwrite", check=75)  # held by a live run: try again later
         assert first.poll() is None, "the first build must still be running"
     finally:
         first.terminate()
@@ -237,10 +237,11 @@ LOCKED = {
 
 @pytest.mark.parametrize("command", sorted(LOCKED))
 def test_a_second_writer_of_an_export_checkpoint_or_index_is_refused(run, tmp_path, command):
-    """This test process holds the output's lock (as a running grtool would); the command exits 2 naming it."""
+    """This test process holds the output's lock (as a running grtool would); the command exits 75 (try again
+    later) naming it."""
     args, out = LOCKED[command](run, tmp_path)
     with output_lock(out, command=["grtool", "pretend", "run"]):
-        err = refused(args, tmp_path)
+        err = refused(args, tmp_path, code=75)
     import os
 
     assert f"pid {os.getpid()} on host" in err and "grtool pretend run" in err

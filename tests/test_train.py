@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -327,10 +328,12 @@ def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_c
     assert not list(out.glob("checkpoint-*")) and not (out / STAGING).exists()  # a finished run keeps none
 
 
-def test_a_kill_during_a_save_leaves_only_complete_checkpoints(tmp_path, cli):
-    """SIGTERM while checkpoint-2 is being written: no checkpoint-N under its final name misses a file (before:
-    checkpoint-2 without its trainer state, which --resume then picked). Resuming from what is left is the test
-    above; here only the choice is checked (no second model load)."""
+def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_transient(tmp_path, cli):
+    """SIGTERM (Slurm's time limit) while checkpoint-K is being written: the save completes (no checkpoint-N under
+    its final name misses a file; before atomic saves a kill left checkpoint-2 without its trainer state, which
+    --resume then picked), the step after it runs and is saved too, and the run stops with exit 75 naming the
+    checkpoint --resume starts from (before: killed by the signal, the steps since the last save lost). Resuming
+    from what is left is the test above; here only the choice is checked (no second model load)."""
     import signal
     import subprocess
     import sys
@@ -343,18 +346,24 @@ def test_a_kill_during_a_save_leaves_only_complete_checkpoints(tmp_path, cli):
     train = ["train", "sft", str(data), "--out", str(out), "--save-steps", "1", "--save-total-limit", "1", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY]
     log = tmp_path / "train.log"
     with open(log, "w") as stderr:  # a file, not a pipe nobody reads while it trains
-        proc = subprocess.Popen([sys.executable, "-m", "grtool", *train, "--max-steps", "8"], stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", *train, "--max-steps", "8"], stdout=subprocess.DEVNULL, stderr=stderr,
+                                env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
 
     def saving() -> list[Path]:  # a save after the first in progress: its trainer state is written last
         folders = [*out.glob("checkpoint-*"), *out.glob(f"{STAGING}/checkpoint-*")]
-        return [f for f in folders if _checkpoint_step(f) >= 2 and not (f / "trainer_state.json").exists()]
+        return [f for f in folders if 2 <= _checkpoint_step(f) < 8 and not (f / "trainer_state.json").exists()]
 
     deadline = time.monotonic() + 600
-    while not (out.is_dir() and saving()):
+    while not (out.is_dir() and (caught := saving())):
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == -signal.SIGTERM
+    assert proc.wait(60) == 75, log.read_text()[-3000:]
+    step = _checkpoint_step(caught[0]) + 1  # the save in progress went on, then one more step and its checkpoint
     finals = list(out.glob("checkpoint-*"))
     assert finals and all(checkpoint_problem(f) is None for f in finals), {f.name: checkpoint_problem(f) for f in finals}
-    assert last_complete_checkpoint(out) == max(finals, key=_checkpoint_step)
+    assert last_complete_checkpoint(out) == max(finals, key=_checkpoint_step) == out / f"checkpoint-{step}"
+    assert not (out / STAGING).exists() and not (out / "grtool.json").exists()  # stopped, not finished
+    said = " ".join(log.read_text().split())
+    assert f"training stopped at step {step}; checkpoint-{step} is the last complete checkpoint" in said, said[-2000:]
+    assert "run the same command with --resume to continue (exit 75)" in said, said[-2000:]

@@ -10,7 +10,7 @@ from rich.markup import escape
 import typer.rich_utils
 
 from grtool import __version__
-from grtool.errors import EXIT_DATA, GrtoolError
+from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 from grtool.log import configure, console, log_width
 
 if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
@@ -60,13 +60,24 @@ _register()
 
 
 def run() -> None:
-    """Entry point: user-facing errors print one clear line on stderr and exit with their code."""
+    """Entry point: user-facing errors print one clear line on stderr and exit with their code; SIGTERM stops any
+    command resumably with the transient code (grtool/signals.py)."""
+    from grtool import signals
     from grtool.invocation import set_command
 
     set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
+    with signals.handled():
+        _run()
+
+
+def _run() -> None:
+    from grtool import signals
+
     try:
         # With standalone_mode off, click returns the code of a typer.Exit instead of exiting.
         code = app(standalone_mode=False)
+        if code == EXIT_INTERRUPTED and signals.interrupted():  # Typer hands Ctrl-C back as exit code 130
+            _interrupted()
         sys.exit(code if isinstance(code, int) else 0)
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
@@ -75,15 +86,11 @@ def run() -> None:
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except typer.Abort:
-        console.print("[red]aborted[/]")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        console.print("[red]interrupted[/]")
-        sys.exit(130)
+    except (KeyboardInterrupt, typer.Abort):
+        _interrupted()
     except _click_errors() as e:  # usage errors: missing or unknown options, bad values
         e.show()
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     except Exception as e:  # a full disk or quota, wherever it is met: one line, exit 1 (the output stays resumable)
         from grtool.invocation import current_command
         from grtool.store.diskfull import is_disk_full, message, quiet_stdout
@@ -94,6 +101,14 @@ def run() -> None:
         quiet_stdout()
         console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_DATA)
+
+
+def _interrupted() -> None:
+    """Ctrl-C: cleaned up and reported as SIGTERM is, but exit 130 (a retry loop on 75 must not start it again)."""
+    from grtool.signals import stop_message
+
+    console.print(f"[red]interrupted:[/] {escape(stop_message('SIGINT received'))}", highlight=False, soft_wrap=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

@@ -85,11 +85,15 @@ def _print_summary(stages: list[Stage]) -> list[dict]:
 
 def _print_failure(stage: Stage, overwrite: bool, error: BaseException, done: list[Stage], left: list[Stage]) -> None:
     """The stages done, the one that failed with its exact command line (to rerun it alone), the ones left."""
-    code = 130 if isinstance(error, KeyboardInterrupt) else getattr(error, "exit_code", None)
+    from grtool.errors import EXIT_INTERRUPTED
+    from grtool.signals import Stopped
+
+    code = EXIT_INTERRUPTED if isinstance(error, KeyboardInterrupt) else getattr(error, "exit_code", None)
+    how = "stopped" if isinstance(error, (Stopped, KeyboardInterrupt)) else "failed"  # a signal: resumable, not broken
     lines = [
         f"pipeline stopped at stage {stage.name}" + (f" (exit code {code})" if code is not None else ""),
         f"  done:   {', '.join(s.name for s in done) or '-'}",
-        f"  failed: {stage.command_line(overwrite)}",
+        f"  {how}:{' ' * (6 - len(how))} {stage.command_line(overwrite)}",
         f"  left:   {', '.join(s.name for s in left) or '-'}",
     ]
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

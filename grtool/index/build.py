@@ -11,11 +11,7 @@ import glob
 import json
 import os
 import shutil
-import signal
-import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grtool import __version__
+from grtool import __version__, signals
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, Triple, docid_text_problem, flip, normalize, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
@@ -38,6 +34,9 @@ from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output
 from grtool.store.stage import dumps, file_hash, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
+# What a stopped build (SIGTERM, Ctrl-C) leaves: nothing. An index is built whole, so a new run starts over.
+STOPPED_NOTE = "the partial index and its scratch files were removed (an index is built whole)"
+STOPPED_HINT = "run the same command again to build it"
 TOKENIZE_BATCH = 50_000
 
 
@@ -342,33 +341,6 @@ def remove_stale_builds(out: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-@contextmanager
-def terminate_as_exit():
-    """SIGTERM ends a build as SystemExit(143) instead of killing the process outright, so the temporary index
-    directory and the scratch files are removed on the way out; then the process ends at once (SIGTERM's own
-    default: no interpreter teardown, which takes seconds on a busy machine). SIGINT stays KeyboardInterrupt
-    (the same cleanup, exit 130)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield  # a handler someone else installed stays in charge
-        return
-
-    def on_term(signum: int, _frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    except SystemExit as e:
-        if e.code != 128 + signal.SIGTERM:
-            raise
-        log.warning("terminated (SIGTERM): the partial index and its scratch files were removed")
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        os._exit(e.code)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def build_index(
     input_path: str | Path,
     out: str | Path,
@@ -392,8 +364,12 @@ def build_index(
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     tok = load_tokenizer(tokenizer)
     table = "triples" if source == "docids" else "documents"
-    # SIGTERM unwinds through the claim too (its lock file beside --out goes) before the process ends
-    with terminate_as_exit(), claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed:
+    # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
+    with (
+        signals.handled(),
+        signals.noted(STOPPED_NOTE, STOPPED_HINT),
+        claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed,
+    ):
         return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
                       overwrite=overwrite, flips=flips, memory_limit=memory_limit)
 

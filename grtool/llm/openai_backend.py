@@ -18,6 +18,9 @@
 - credentials written into the URL (``http://user:password@host/v1``) are taken out of it and sent as HTTP Basic
   auth instead of the key (one ``Authorization`` header per request); the URL shown in messages is
   ``http://***@host/v1``, and the password is scrubbed in every encoding (:mod:`grtool.secrets`);
+- a server that cannot be reached, or still answers 5xx/429/timeouts after the retries, is a
+  :class:`~grtool.errors.TransientError` (exit 75: the same command run later resumes); other answers the
+  server gives (401, 404, a bad request) are errors of the command (exit 2);
 - when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
@@ -32,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, TransientError
 from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
 from grtool import secrets
 from grtool.log import log
@@ -113,7 +116,8 @@ class OpenAIBackend:
             ids = [m["id"] for m in self._models()]
         except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
             why = f"no answer within {self._models_timeout:g}s" if isinstance(e, TimeoutError) else str(e)
-            raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
+            error = TransientError if _server_unavailable(e) else GrtoolError  # down or busy: try again later
+            raise error(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
         if len(ids) != 1:
             raise GrtoolError(self._scrub(f"{self._shown} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
         return ids[0]
@@ -242,8 +246,8 @@ class OpenAIBackend:
                 if r.status_code not in RETRY_STATUS:
                     raise GrtoolError(self._scrub(f"{shown}: {problem}"))
                 wait = _retry_after(r)
-            if attempt == self.max_retries:
-                raise GrtoolError(self._scrub(f"{shown}: giving up after {attempt + 1} attempts; last: {problem}"))
+            if attempt == self.max_retries:  # unreachable, timing out or busy all along: try again later
+                raise TransientError(self._scrub(f"{shown}: giving up after {attempt + 1} attempts; last: {problem}"))
             if wait is None:
                 wait = random.uniform(0, min(60.0, self.backoff * 2**attempt))  # exponential backoff, full jitter
             log.debug("%s (attempt %d), retrying in %.2fs", self._scrub(problem), attempt + 1, wait)
@@ -278,6 +282,13 @@ class OpenAIBackend:
                 for t in content
             ]
         return gen
+
+
+def _server_unavailable(e: BaseException) -> bool:
+    """The server is down, unreachable, too slow or answering with a status worth retrying (not a refusal)."""
+    if isinstance(e, httpx.HTTPStatusError):
+        return e.response.status_code in RETRY_STATUS
+    return isinstance(e, (TimeoutError, httpx.TransportError))
 
 
 def _retry_after(r: httpx.Response) -> float | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from grtool.errors import GrtoolError
+from grtool.errors import TransientError
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
@@ -146,7 +146,7 @@ class RunLock:
     ``shards=(count, index)`` from ``--num-shards/--shard-index``; ``None`` or a count of 1 is a whole run.
     A whole run holds ``_run.lock`` exclusively; an array task holds it shared plus its own
     ``_run.task-I-of-N.lock`` exclusively. So tasks with distinct indices write together, while a second
-    whole run, a whole run during tasks, a task during a whole run and a duplicate task fail at once (exit 2)
+    whole run, a whole run during tasks, a task during a whole run and a duplicate task fail at once (exit 75: try again later)
     naming the live run (host, pid, start, command). These are flock locks: they end with their process,
     also when it is killed, so there is never a stale lock to remove. One process may take the same lock again
     (a pipeline runs its stages in turn).
@@ -200,21 +200,21 @@ class RunLock:
         task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
         if not _try_flock(task, fcntl.LOCK_EX, holder):
             self.release()
-            raise GrtoolError(
+            raise TransientError(
                 f"{self.dir}: array task {self.index} of {self.count} is already running here "
                 f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
             )
         self._held.append(task)
         return self
 
-    def _busy(self, run: Path) -> GrtoolError:
+    def _busy(self, run: Path) -> TransientError:
         tasks = _live_tasks(self.dir) if self.lock_file is None else []
         if tasks:
             who = "; ".join(f"array task {t.get('task')} of {t.get('tasks')}: {_describe(t)}" for t in tasks)
         else:
             who = f"another run: {_describe(_read_holder(run))}"
         this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
-        return GrtoolError(
+        return TransientError(
             f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that "
             "run ends (or stop it), then run again"
         )

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from grtool import __version__
+from grtool import __version__, signals
 from grtool.errors import GrtoolError, InputError
 from grtool.log import log
 from grtool.invocation import current_command
@@ -425,6 +425,19 @@ class StageWriter:
         except BaseException:
             self.run.release()
             raise
+        self.finished = False
+        signals.track(self)  # a run stopped by a signal says how far this output got
+
+    def on_stop(self) -> str | None:
+        """A signal stopped the run: the lock goes (the process ends without collecting this writer) and the
+        report is ``out/triples: 2 of 5 parts done`` (None when this output was finished)."""
+        self.run.release()
+        if self.finished:
+            return None
+        records = load_shard_records(self.path)  # every task's, not only this process's
+        if self.num_parts is None:
+            return f"{self.path}: {len(records)} parts done"
+        return f"{self.path}: {sum(part_name(i) in records for i in range(self.num_parts))} of {self.num_parts} parts done"
 
     def _lock(self) -> FileLock:
         return FileLock(str(self.path / LOCK))
@@ -482,6 +495,7 @@ class StageWriter:
 
     def shard(self, index: int) -> ShardWriter:
         self.run.acquire()  # a no-op while held; again after finish() when a run goes on writing
+        self.finished = False
         return ShardWriter(self, index)
 
     def finish(self, **extra: Any) -> dict[str, Any]:
@@ -499,6 +513,7 @@ class StageWriter:
             if manifest["complete"]:
                 self._clean_stale_tmp()
         self.records = records
+        self.finished = True
         self.run.release()  # the run is over (a run that goes on writing takes the lock again in shard())
         return manifest
 

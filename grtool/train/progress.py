@@ -1,4 +1,5 @@
-"""Training progress through grtool's consoles: a Rich bar with loss and ETA on a terminal, plain lines in a log."""
+"""Training progress through grtool's consoles: a Rich bar with loss and ETA on a terminal, plain lines in a log;
+and the stop a SIGTERM asks for, at the end of a step (grtool/signals.py)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,16 @@ class TrainProgress(TrainerCallback):
             self.bar.update(self.task, completed=state.global_step)
             self.bar.stop()
             self.bar = None
+
+
+class StopWhenAsked(TrainerCallback):
+    """After the step in progress when a SIGTERM came (:func:`grtool.signals.deferred`): save a checkpoint and end
+    training; the caller then stops with the transient code."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from grtool import signals
+
+        if signals.requested() is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control

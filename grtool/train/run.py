@@ -240,8 +240,15 @@ def build_trainer(p: Plan, callbacks: list | None = None):
 
 def train(p: Plan) -> dict[str, Any]:
     """Train and save; returns the provenance record written to ``out/grtool.json``."""
-    with claim_checkpoint(p):
+    from grtool import signals
+
+    with signals.noted(hint=_resume_hint(p)), claim_checkpoint(p):
         return _train(p)
+
+
+def _resume_hint(p: Plan) -> str:
+    """How a stopped run goes on: with --resume (without it, the same command refuses the folder it filled)."""
+    return "run the same command again to resume" if p.resume else "run the same command with --resume to continue"
 
 
 def claim_checkpoint(p: Plan) -> Any:
@@ -260,7 +267,8 @@ def claim_checkpoint(p: Plan) -> Any:
 
 
 def _train(p: Plan) -> dict[str, Any]:
-    from grtool.train.progress import TrainProgress
+    from grtool import signals
+    from grtool.train.progress import StopWhenAsked, TrainProgress
 
     resume_from = None
     if p.resume and p.out.is_dir():
@@ -272,12 +280,23 @@ def _train(p: Plan) -> dict[str, Any]:
             log.info("resuming from %s (%s)", found.name, found)
     started = time.time()
     progress = TrainProgress(f"train {p.kind}", p.losses)
-    trainer = build_trainer(p, callbacks=[progress])
+    trainer = build_trainer(p, callbacks=[progress, StopWhenAsked()])
     log.info(
         "%s: %d rows, effective batch %d (per-device %d × accumulation %d × %d processes), %d steps",
         p.data.source, len(p.data.rows), effective_batch(p.cfg), p.cfg.per_device_batch_size, p.cfg.gradient_accumulation, world_size(), p.steps,
     )  # fmt: skip
-    output = trainer.train(resume_from_checkpoint=resume_from)
+    # One process: a SIGTERM lets the step in progress finish and saves a checkpoint (StopWhenAsked), then the run
+    # stops with the transient code; a second SIGTERM stops at once. Several processes stop at once (each rank gets
+    # the signal at its own moment: a checkpoint they do not all reach together would hang them).
+    try:
+        with signals.deferred() if world_size() == 1 else contextlib.nullcontext():
+            output = trainer.train(resume_from_checkpoint=resume_from)
+    except (signals.Stopped, KeyboardInterrupt):
+        _note_stop(p, trainer.state.global_step)
+        raise
+    if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
+        _note_stop(p, trainer.state.global_step)
+        signals.stop_if_requested()
     tokenizer = trainer.processing_class
     if p.cfg.lora:
         adapter = p.out / "adapter"
@@ -299,6 +318,15 @@ def _train(p: Plan) -> dict[str, Any]:
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     return record
+
+
+def _note_stop(p: Plan, step: int) -> None:
+    """What the line printed for a stopped run says: the step reached, the checkpoint a resume starts from."""
+    from grtool import signals
+
+    found = last_complete_checkpoint(p.out, remove_incomplete=False) if p.out.is_dir() and _is_main() else None
+    kept = f"{found.name} is the last complete checkpoint in {p.out}" if found is not None else f"no complete checkpoint in {p.out} yet"
+    signals.note(f"training stopped at step {step}; {kept}")
 
 
 # ---- checkpoints: written under a temporary name, renamed to checkpoint-N once complete
@@ -334,6 +362,10 @@ def atomic_checkpoints(trainer_class: type) -> type:
             self._staging = str(staging)
             try:
                 super()._save_checkpoint(model, trial)
+            except BaseException:  # a stop or an error mid-save: what was written can serve nothing
+                if self.args.should_save:
+                    shutil.rmtree(staging, ignore_errors=True)
+                raise
             finally:
                 self._staging = None
             self.accelerator.wait_for_everyone()  # every rank has written its part (RNG state, shards)

@@ -1,0 +1,208 @@
+"""SIGTERM and SIGINT for every command (DESIGN §8): stop within seconds, leave the output resumable, remove
+scratch, exit with the transient code.
+
+The CLI entry point runs every command under :func:`handled`. SIGTERM (Slurm's time limit, ``scancel``, a
+preemption) then raises :class:`Stopped` in the main thread, which unwinds through the command's cleanup like any
+error: the part being written is abandoned (its temporary files removed; committed parts stay), locks are
+released, scratch is removed. At the top, one line says what was done (each output registered with :func:`track`
+reports its parts and lets go of its lock; blocks under :func:`noted` add theirs) and how to resume, and the
+process exits with ``EXIT_TRANSIENT`` (75) at once, without the interpreter's teardown (seconds on a busy machine). SIGINT (Ctrl-C) stays Python's KeyboardInterrupt:
+the same cleanup and the same line, exit 130, so a retry loop that retries on 75 stops when a user presses Ctrl-C.
+
+A step that should rather finish than be cut (a training step, then a checkpoint) runs under :func:`deferred`:
+there the first SIGTERM only records the request (:func:`requested`), which the step's loop checks at its next
+boundary; a second SIGTERM stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from grtool.errors import EXIT_TRANSIENT
+
+DEFAULT_HINT = "run the same command again to resume (finished parts are kept)"
+
+
+class Stopped(BaseException):
+    """SIGTERM, raised in the main thread. Not an ``Exception``: handlers of errors let it through (as they do
+    KeyboardInterrupt) while ``finally`` blocks and context managers clean up on its way out."""
+
+    exit_code = EXIT_TRANSIENT
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class Stoppable(Protocol):
+    def on_stop(self) -> str | None:
+        """The run stopped: let go of what is still held (locks), say how far this output got (None: nothing)."""
+
+
+class _State:
+    def __init__(self) -> None:
+        self.installed = False
+        self.stopping = False  # a Stopped is unwinding: further SIGTERMs are ignored, the cleanup goes on
+        self.deferring = 0  # inside deferred(): SIGTERM is recorded, not raised
+        self.requested: int | None = None
+        self.interrupted = False  # SIGINT came (Typer turns its KeyboardInterrupt into exit code 130)
+        self.notes: list[str] = []  # from noted(), as a stop unwound through it
+        self.hint = DEFAULT_HINT
+
+
+_state = _State()
+_tracked: list[weakref.ref] = []
+
+
+def track(obj: Stoppable) -> None:
+    """Call ``obj.on_stop()`` when the run stops (held weakly: an output dropped is not reported)."""
+    _tracked[:] = [r for r in _tracked if r() is not None]
+    _tracked.append(weakref.ref(obj))
+
+
+@contextlib.contextmanager
+def noted(text: str | None = None, hint: str | None = None) -> Iterator[None]:
+    """When a stop (SIGTERM, Ctrl-C) unwinds through this block: add ``text`` to the line saying what was done, and
+    ``hint`` replaces how to resume (``train``: with --resume)."""
+    try:
+        yield
+    except (Stopped, KeyboardInterrupt):
+        note(text, hint)
+        raise
+
+
+def note(text: str | None, hint: str | None = None) -> None:
+    """Add ``text`` to the line printed when this run stops; ``hint`` replaces how to resume. For code that can
+    only say it once the stop has come (``train``: the step reached, the last checkpoint); else :func:`noted`."""
+    if text:
+        _state.notes.append(text)
+    if hint:
+        _state.hint = hint
+
+
+def progress_lines() -> list[str]:
+    """What the outputs of this run hold so far (each tracked output's :meth:`~Stoppable.on_stop`, then the notes);
+    called once, when the run stopped."""
+    lines = []
+    for ref in _tracked:
+        obj = ref()
+        if obj is None:
+            continue
+        try:
+            line = obj.on_stop()
+        except Exception as e:  # a report must never hide the stop itself
+            line = f"{type(e).__name__}: {e}"
+        if line:
+            lines.append(line)
+    return lines + _state.notes
+
+
+def stop_message(what: str) -> str:
+    """``what`` (stopped by SIGTERM, interrupted), then what was done and how to resume, on one line."""
+    done = "; ".join(progress_lines()) or "nothing was finished yet"
+    return f"{what}: {done}; {_state.hint}"
+
+
+def requested() -> int | None:
+    """The signal received inside :func:`deferred`, if any: the loop should stop at its next boundary."""
+    return _state.requested
+
+
+def stop_if_requested() -> None:
+    """At a step's boundary: raise the stop that :func:`deferred` held back, if one came."""
+    if _state.requested is not None:
+        _state.stopping = True
+        raise Stopped(_state.requested)
+
+
+def _on_term(signum: int, _frame: Any) -> None:
+    if _state.stopping:
+        return  # already unwinding: let the cleanup finish (a scheduler's SIGKILL ends it if it takes too long)
+    if _state.deferring and _state.requested is None:
+        _state.requested = signum
+        from grtool.log import log
+
+        log.warning("%s received: stopping after the current step (send it again to stop at once)", signal.Signals(signum).name)
+        return
+    _state.stopping = True
+    raise Stopped(signum)
+
+
+def _on_int(signum: int, frame: Any) -> None:
+    _state.interrupted = True
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as always
+
+
+def interrupted() -> bool:
+    """Whether SIGINT (Ctrl-C) came during this command."""
+    return _state.interrupted
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, the first SIGTERM is recorded (see :func:`requested`) instead of raised; a second one raises."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """Run a command with SIGTERM turned into :class:`Stopped`; the outermost one prints the line and ends the
+    process with the transient code. Nested uses (the index build, run by the CLI or a pipeline) change nothing;
+    outside the main thread, or where someone else installed a handler, it stays out of the way."""
+    if _state.installed or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _on_term)
+    own_int = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if own_int:
+        signal.signal(signal.SIGINT, _on_int)
+    _state.installed = True
+    try:
+        yield
+    except Stopped as e:
+        finish(e)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if own_int:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        _state.__init__()
+
+
+def finish(stop: Stopped) -> None:
+    """Print what was done and how to resume; end the process with the transient code."""
+    from rich.markup import escape
+
+    from grtool.log import console
+
+    name = signal.Signals(stop.signum).name
+    console.print(f"[bold yellow]stopped:[/] {escape(stop_message(f'{name} received'))} (exit {stop.exit_code})",
+                  highlight=False, soft_wrap=True)  # fmt: skip
+    exit_now(stop.exit_code)
+
+
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown (seconds with torch loaded, on a busy machine) once the
+    cleanup has run; a normal exit when child processes of ours are alive (their teardown stops them)."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.active_children():
+        sys.exit(code)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -1,0 +1,178 @@
+"""Exit codes a script can act on, and SIGTERM for every long command (issue 26, items 9 and 10).
+
+- 75 (EX_TEMPFAIL) means "try the same command again later": a server down after the retries, an output locked
+  by another run, a SIGTERM (a typo stays 2, a data problem 1: the tests of those errors check their codes).
+- SIGTERM (Slurm's time limit, scancel) stops a stage within seconds: the part in flight is abandoned, its
+  temporary files removed, one line says how far the run got, exit 75; the same command then resumes and ends
+  with the same rows as a run never stopped.
+
+The model is a small OpenAI-compatible HTTP server on 127.0.0.1 (stdlib), slowed down where a test needs time
+to send the signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from grtool.errors import EXIT_TRANSIENT
+from grtool.store.locks import RunLock
+from grtool.store.stage import read_table
+from llm_helpers import free_port, write_documents
+
+DOCS = [{"doc_id": f"d{i:02d}", "title": f"Title {i}", "text": f"Document number {i}.", "datasets": ["test"]} for i in range(6)]
+
+
+class SlowServer(ThreadingHTTPServer):
+    """Answers every chat completion with one triple about the document's title, after ``delay`` seconds."""
+
+    daemon_threads = True
+
+    def __init__(self, delay: float = 0.0):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.delay = delay
+        self.posts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def __enter__(self) -> "SlowServer":
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: SlowServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._json({"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.posts += 1
+        time.sleep(self.server.delay)
+        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
+        text = json.dumps({"triples": [[title, "is a", "document"]]})
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 5}})
+
+
+def _extract(documents: Path, out: Path, url: str, *extra: str) -> list[str]:
+    return ["triples", "extract", "--grounding", "off", str(documents), "--out", str(out), "--backend", "openai", "--base-url", url,
+            "--concurrency", "1", "--max-retries", "1", "--timeout", "5", *extra]  # fmt: skip
+
+
+def _rows(stage: Path) -> list[tuple]:
+    return sorted((r["doc_id"], r["head"], r["relation"], r["tail"]) for r in read_table(stage).to_pylist())
+
+
+@pytest.fixture
+def documents(tmp_path) -> Path:
+    return write_documents(tmp_path / "documents", DOCS, num_parts=3)
+
+
+def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, documents, cli):
+    out = tmp_path / "out"
+    with SlowServer(delay=0.5) as server:
+        cmd = [sys.executable, "-m", "grtool", *_extract(documents, out, server.url)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "10000"})
+        try:
+            deadline = time.monotonic() + 60
+            while not (out / "triples" / "_shards" / "part-00000.json").exists():  # the first part is committed
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.02)
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)  # the second part's first request is in flight
+            _, err = proc.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == EXIT_TRANSIENT, err
+        assert took < 5, f"{took:.1f} s from SIGTERM to exit"
+        said = " ".join(err.split())
+        assert "Traceback" not in err
+        assert f"SIGTERM received: {out / 'triples'}: 1 of 3 parts done" in said and "run the same command again to resume" in said, err
+        assert f"{out / 'llm_calls'}: 1 of 3 parts done" in said and "(exit 75)" in said, err
+        left = [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("_run")]
+        assert not left, f"temporary files or run locks left behind: {left}"
+        assert not (out / "triples" / "part-00001.parquet").exists()
+
+        # The same command again: only the missing parts are done, and the rows are those of an uninterrupted run.
+        server.delay = 0
+        again = cli(*_extract(documents, out, server.url), env={"COLUMNS": "10000"})
+        assert "2 parts done, 1 already done" in " ".join(again.stderr.split()), again.stderr
+    assert _rows(out / "triples") == [(d["doc_id"], d["title"], "is a", "document") for d in DOCS]
+    cli("validate", out)
+
+
+def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents, cli):
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    # With --model: every request fails to connect, retried, then given up.
+    proc = cli(*_extract(documents, tmp_path / "a", closed, "--model", "toy-model"), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"})
+    assert "giving up after 2 attempts" in proc.stderr and "ConnectError" in proc.stderr, proc.stderr
+    # Without: the served model cannot be listed.
+    proc = cli(*_extract(documents, tmp_path / "b", closed), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"})
+    assert "cannot list the served models" in proc.stderr, proc.stderr
+
+
+def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, documents, cli):
+    out = tmp_path / "out"
+    with RunLock(out / "triples", command=["grtool", "a", "live", "run"]):  # this process is the live run
+        proc = cli(*_extract(documents, out, f"http://127.0.0.1:{free_port()}/v1", "--model", "toy-model"), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"})
+    said = " ".join(proc.stderr.split())
+    assert f"pid {os.getpid()}" in said and "grtool a live run" in said and "then run again" in said, proc.stderr
+
+
+def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_path, documents):
+    out = tmp_path / "out"
+    config = tmp_path / "pipe.toml"
+    with SlowServer(delay=0.5) as server:
+        config.write_text(
+            f'out = "{out}"\n'
+            f'[[stages]]\nname = "extract"\nrun = "triples extract"\nargs = ["{documents}"]\n'
+            f'options = {{ out = "{{out}}/extract", grounding = "off", backend = "openai", base_url = "{server.url}", concurrency = 1 }}\n'
+            f'[[stages]]\nname = "check"\nrun = "validate"\nargs = ["{{out}}/extract"]\n'
+        )
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", "pipeline", "run", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not (out / "extract" / "triples" / "_shards" / "part-00000.json").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT, err
+    said = " ".join(err.split())
+    assert "pipeline stopped at stage extract (exit code 75)" in said and "stopped: grtool triples extract" in said and "left: check" in said, err
+    assert f"SIGTERM received: {out / 'extract' / 'triples'}: 1 of 3 parts done" in said and "Traceback" not in err, err
+    assert not (out / "_pipeline" / "extract.json").exists()  # not marked done: the next run resumes it
