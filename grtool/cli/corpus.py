@@ -25,6 +25,22 @@ class DatasetChoice(str, Enum):
     hotpotqa_wiki = "hotpotqa-wiki"
 
 
+def _refuse_json_with_stdout(as_json: bool, out: Path) -> None:
+    """--json prints the summary on stdout, which `--out -` fills with rows: refused before anything runs."""
+    if as_json and str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--json prints the summary on stdout, where --out - writes the rows: give one of them")
+
+
+def _report_summary(title: str, report: dict, as_json: bool) -> None:
+    """The summary as a table on stderr, or as one JSON object on stdout (--json)."""
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+    else:
+        _print_summary(title, report)
+
+
 def _print_summary(title: str, report: dict) -> None:
     t = Table(title=title, show_header=False)
     t.add_column("what")
@@ -39,6 +55,14 @@ def _print_summary(title: str, report: dict) -> None:
     for reason, n in sorted(report.get("rejected", {}).items()):
         t.add_row(f"rejected: {reason}", f"{n:,}")
     stage_summary.print(t)
+    if report.get("detected"):
+        read = Table(title="inputs read as", show_header=True)
+        for col in ("input", "dataset", "records", "by"):
+            read.add_column(col)
+        for entry in report["detected"]:
+            where = entry["path"] + (f" ({entry['files']:,} files)" if entry.get("files") else "")
+            read.add_row(where, entry["dataset"], entry["records"], entry["by"])
+        stage_summary.print(read)
 
 
 @app.command("ingest")
@@ -46,7 +70,13 @@ def ingest_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Release files or directories (a directory is read recursively).")],
     out: Out,
     dataset: Annotated[
-        DatasetChoice, typer.Option("--dataset", help="Dataset of the inputs; auto detects it per file from the record keys.")
+        DatasetChoice,
+        typer.Option(
+            "--dataset",
+            help="Dataset of every input; auto detects it per file from keys only one release format has. Needed for "
+            "an ambiguous file (a list of {title, text} documents, such as HippoRAG's corpus files: its documents are "
+            "tagged with this dataset); refused for records of another dataset.",
+        ),
     ] = DatasetChoice.auto,
     split: Annotated[
         Optional[str], typer.Option("--split", help="Split name for every input (default: train/dev/test from each file name).")
@@ -57,11 +87,16 @@ def ingest_cmd(
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Accept inputs without a single record (else exit 2 when every input is empty).")
     ] = False,
+    as_json: Json = False,
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
     Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files or the HotpotQA Wikipedia dump; JSON arrays or
     JSON Lines, plain, gzip, bzip2 or xz, or tar archives of them, recognized from the bytes.
+
+    Each input file's dataset is detected from its first record, by keys that only one release format has; a
+    file that could be several (a list of {title, text} documents) needs --dataset (exit 2 otherwise). The
+    summary and the manifests list what each file was read as.
 
     Each distinct paragraph is one document (doc_id: a hash of the normalized title and text) listing every
     dataset it appears in.
@@ -73,10 +108,11 @@ def ingest_cmd(
     """
     from grtool.corpus.ingest import ingest
 
+    _refuse_json_with_stdout(as_json, out)
     report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
                     rows_per_part=rows_per_part, allow_empty=allow_empty)
     if str(out) != "-":
-        _print_summary(f"ingested into {out}", report.as_dict())
+        _report_summary(f"ingested into {out}", report.as_dict(), as_json)
     if report.empty_inputs and report.resumed:  # a fresh run warned while reading
         for name in report.empty_inputs:
             log.warning("%s: empty input (no records)", name)
@@ -90,6 +126,7 @@ def merge_cmd(
     out: Out,
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
+    as_json: Json = False,
 ) -> None:
     """Union of ingested corpora: documents deduplicated by doc_id (their datasets united), questions
     concatenated (a qid seen twice is rejected).
@@ -98,9 +135,10 @@ def merge_cmd(
     """
     from grtool.corpus.merge import merge
 
+    _refuse_json_with_stdout(as_json, out)
     report = merge(inputs, str(out), overwrite=overwrite, rows_per_part=rows_per_part)
     if str(out) != "-":
-        _print_summary(f"merged into {out}", report)
+        _report_summary(f"merged into {out}", report, as_json)
 
 
 @app.command("stats")
