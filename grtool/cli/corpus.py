@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict
+from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -25,14 +25,6 @@ class DatasetChoice(str, Enum):
     hotpotqa_wiki = "hotpotqa-wiki"
 
 
-def _refuse_json_with_stdout(as_json: bool, out: Path) -> None:
-    """--json prints the summary on stdout, which `--out -` fills with rows: refused before anything runs."""
-    if as_json and str(out) == "-":
-        from grtool.errors import InputError
-
-        raise InputError("--json prints the summary on stdout, where --out - writes the rows: give one of them")
-
-
 def _report_summary(title: str, report: dict, as_json: bool) -> None:
     """The summary as a table on stderr, or as one JSON object on stdout (--json)."""
     if as_json:
@@ -45,9 +37,9 @@ def _print_summary(title: str, report: dict) -> None:
     t = Table(title=title, show_header=False)
     t.add_column("what")
     t.add_column("n", justify="right")
-    for key in ("questions", "documents", "paragraphs", "documents merged"):
+    for key in ("questions", "documents", "paragraphs", "documents_merged"):
         if key in report:
-            t.add_row(key, f"{report[key]:,}")
+            t.add_row(key.replace("_", " "), f"{report[key]:,}")
     for name, n in sorted(report.get("questions_by_dataset", {}).items()):
         t.add_row(f"  questions read: {name}", f"{n:,}")
     if report.get("empty_inputs"):
@@ -108,7 +100,7 @@ def ingest_cmd(
     """
     from grtool.corpus.ingest import ingest
 
-    _refuse_json_with_stdout(as_json, out)
+    refuse_json_with_stdout(as_json, out)
     report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
                     rows_per_part=rows_per_part, allow_empty=allow_empty)
     if str(out) != "-":
@@ -135,7 +127,7 @@ def merge_cmd(
     """
     from grtool.corpus.merge import merge
 
-    _refuse_json_with_stdout(as_json, out)
+    refuse_json_with_stdout(as_json, out)
     report = merge(inputs, str(out), overwrite=overwrite, rows_per_part=rows_per_part)
     if str(out) != "-":
         _report_summary(f"merged into {out}", report, as_json)
