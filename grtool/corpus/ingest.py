@@ -315,6 +315,7 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
     """Read one stream to its end; returns how it was read (None: it held no record)."""
     forced = None if dataset == "auto" else dataset
     reading: Reading | None = None
+    line_converter = None
     setting = ds.setting_from_name(stream.name)
     file_split = split
     n = 0
@@ -324,7 +325,6 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             tick()
         converted = None
         if isinstance(item, bytes):  # a JSON line: the dump's fast path decodes only what it needs
-            line_converter = ds.LINE_CONVERTERS.get(reading.converter) if reading else None
             converted = line_converter(item) if line_converter else None
             record = None if converted else parse_line(stream.name, position, item)
         else:
@@ -332,17 +332,19 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
         if reading is None:  # the first record decides how the stream is read
             reading = choose_reading(stream.name, position, record, forced)
             log.debug("%s: %s", stream.name, reading)
-        if file_split is None and not reading.documents_only:
-            file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(reading.dataset)
-            if file_split is None:
-                log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
-                file_split = "unknown"
-        table = "documents" if reading.documents_only else "questions"
+            line_converter = ds.LINE_CONVERTERS.get(reading.converter)
+            convert = ds.CONVERTERS[reading.converter]
+            table, label = ("documents" if reading.documents_only else "questions"), [reading.dataset]
+            if file_split is None and not reading.documents_only:
+                file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(reading.dataset)
+                if file_split is None:
+                    log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
+                    file_split = "unknown"
         if converted is None:
             try:
                 if not isinstance(record, dict):
                     raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
-                converted = ds.CONVERTERS[reading.converter](record, file_split, setting)
+                converted = convert(record, file_split, setting)
             except ds.BadRecord as problem:
                 if strict:
                     detail = f" ({problem.detail})" if problem.detail else ""
@@ -351,7 +353,7 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
                 report.rejected[f"{table}: {problem.reason}"] += 1
                 continue
         for did, title, text in converted.documents:
-            spill.add_document(did, title, text, [reading.dataset])
+            spill.add_document(did, title, text, label)
         report.paragraphs += len(converted.documents)
         if converted.question is not None:
             spill.add_question(converted.question, stream.name, position)
