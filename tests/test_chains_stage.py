@@ -277,9 +277,12 @@ def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_p
     # The corpus is a real ingest output directory; TRIPLES a run directory holding triples/.
     corpus, run = ingest_inputs(cli, shared_data, tmp_path)
     out = tmp_path / "chains"
-    cli("chains", "synthesize", corpus, run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", *llm_args(server))
+    proc = cli("chains", "synthesize", corpus, run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", "--json", *llm_args(server))
     rows = read_table(out).to_pylist()
     assert len(rows) == 3 * len(records)
+    summary = json.loads(proc.stdout)  # --json: the summary as one object, nothing else on stdout
+    assert summary["rows"] == len(rows) and summary["questions_chained"] == len(records) and summary["complete"]
+    assert summary["cache_generated"] == 3 * len(records) and summary["rejected"] == {} and summary["out"] == str(out)
     assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
     assert all(r["docids"] and not any(r["flipped"]) for r in rows if r["candidate"] == 0)
     assert not any(r.get("logprobs") for r in server.requests)

@@ -367,3 +367,95 @@ def test_rows_per_part_spreads_a_small_corpus_over_many_parts(examples, cli, tmp
         key = "doc_id" if table == "documents" else "qid"
         one = sorted(read_table(tmp_path / "one" / table).to_pylist(), key=lambda r: r[key])
         assert sorted(read_table(tmp_path / "many" / table).to_pylist(), key=lambda r: r[key]) == one
+
+
+# ------------------------------------------------------------------- what each file was read as
+
+
+def test_every_real_file_is_detected_as_its_own_dataset(shared_data, examples):
+    """Detection by shape: the first record of every real sample and bundled example names its dataset
+    (the directory it sits in; the Hugging Face HotpotQA variant is HotpotQA)."""
+    from grtool.corpus.datasets import detect
+    from grtool.corpus.readers import input_files, iter_records, open_streams, parse_line
+
+    known = {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa", "hotpotqa-wiki"}
+    seen = set()
+    for root in (shared_data, examples):
+        for f in input_files(root):
+            for stream in open_streams(f):
+                _, first = next(iter_records(stream))
+                shape = detect(parse_line(stream.name, "line 1", first) if isinstance(first, bytes) else first)
+                dirs = f.relative_to(root).parts[:-1]
+                want = "hotpotqa" if "variants" in dirs else next(p for p in reversed(dirs) if p in known)
+                assert shape is not None and shape.dataset == want, (f, shape)
+                seen.add(want)
+                break
+    assert seen == known
+
+
+def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
+    man = json.loads((ingested / "documents" / "_manifest.json").read_bytes())
+    assert man["detected"] == json.loads((ingested / "questions" / "_manifest.json").read_bytes())["detected"]
+    by_path = {e["path"]: e for e in man["detected"]}
+    assert by_path[str(shared_data / "hotpotqa")] == {"path": str(shared_data / "hotpotqa"), "files": 3, "dataset": "hotpotqa", "records": "questions", "by": "detected"}
+    assert by_path[str(shared_data / SAMPLES["hotpotqa"][3])]["dataset"] == "hotpotqa"
+    assert by_path[str(shared_data / SAMPLES["morehopqa"][0])]["dataset"] == "morehopqa"
+    assert {e["dataset"] for e in man["detected"]} == set(SAMPLES)
+
+
+def _titled_corpus(path: Path) -> Path:
+    """A corpus file in the layout HippoRAG ships for every dataset: a JSON array of {title, text}."""
+    docs = [{"title": "Saltmarsh River", "text": "The Saltmarsh River flows into the North Sea near Kiel."},
+            {"title": "Old Harbor Bridge", "text": "The Old Harbor Bridge crosses the Saltmarsh River."}]
+    path.write_text(json.dumps(docs, indent=4))
+    return path
+
+
+def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
+    """Issue #26: a JSON list of {title, text} (HippoRAG's MuSiQue corpus file) was ingested as the HotpotQA
+    Wikipedia dump, tagged hotpotqa, exit 0. Its dataset cannot be told from its shape: exit 2 naming the
+    choices; with --dataset its documents carry that dataset, and the summary says what each file was read as."""
+    corpus = _titled_corpus(tmp_path / "musique_corpus.json")
+    hotpot = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
+    proc = cli("corpus", "ingest", hotpot, corpus, "--out", tmp_path / "auto", check=2)
+    assert one_line(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
+                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in one_line(proc.stderr)
+    assert _no_shards(tmp_path / "auto")
+
+    out = tmp_path / "musique"
+    proc = cli("corpus", "ingest", corpus, examples / "musique", "--dataset", "musique", "--out", out, "--json")
+    report = json.loads(proc.stdout)  # the summary, as one JSON object: nothing else on stdout
+    assert report["detected"] == [
+        {"path": str(corpus), "dataset": "musique", "records": "documents", "by": "--dataset"},
+        {"path": str(examples / "musique"), "files": 2, "dataset": "musique", "records": "questions", "by": "--dataset"},
+    ]
+    assert report["questions_by_dataset"] == {"musique": 4} and report["out"] == str(out)
+    docs = {d["title"]: d for d in read_table(out / "documents").to_pylist()}
+    assert docs["Old Harbor Bridge"]["datasets"] == ["musique"] and docs["Saltmarsh River"]["datasets"] == ["musique"]
+    man = json.loads((out / "documents" / "_manifest.json").read_bytes())
+    assert man["detected"] == report["detected"] and report["documents"] == man["rows"]
+
+    # --dataset never relabels another dataset's records
+    proc = cli("corpus", "ingest", corpus, hotpot, "--dataset", "musique", "--out", tmp_path / "mixed", check=2)
+    assert one_line(f"{hotpot}, record 1: these are HotpotQA questions, not musique (--dataset)") in one_line(proc.stderr)
+    assert _no_shards(tmp_path / "mixed")
+
+
+def test_questions_of_an_unclear_layout_need_dataset(examples, tmp_path):
+    """A question with a [title, sentences] context but none of the keys only HotpotQA or only 2Wiki have."""
+    from grtool.corpus.ingest import ingest
+    from grtool.errors import InputError
+
+    record = json.loads((examples / "2wikimultihopqa" / "dev.example.json").read_text())[0]
+    for key in ("evidences", "supporting_facts"):
+        del record[key]
+    odd = tmp_path / "odd_dev.json"
+    odd.write_text(json.dumps([record]))
+    with pytest.raises(InputError, match=r"cannot tell which dataset this is \(looks like questions with a \[title, "
+                                         r"sentences\] context\); pass --dataset hotpotqa\|2wikimultihopqa"):
+        ingest([odd], tmp_path / "o1")
+    with pytest.raises(InputError, match="not hotpotqa-wiki"):
+        ingest([odd], tmp_path / "o2", dataset="hotpotqa-wiki")
+    report = ingest([odd], tmp_path / "o3", dataset="2wikimultihopqa")
+    assert report.questions_by_dataset == {"2wikimultihopqa": 1}
+    assert report.detected == [{"path": str(odd), "dataset": "2wikimultihopqa", "records": "questions", "by": "--dataset"}]

@@ -18,10 +18,12 @@ def test_merge_dedups_documents_and_unites_datasets(examples, cli, tmp_path):
     wiki2 = _ingest(cli, examples / "2wikimultihopqa", tmp_path / "2wiki")
     more = _ingest(cli, examples / "morehopqa", tmp_path / "more")
     out = tmp_path / "merged"
-    cli("corpus", "merge", wiki2, more, "--out", out)
+    report = json.loads(cli("corpus", "merge", wiki2, more, "--out", out, "--json").stdout)  # the summary as JSON
     cli("validate", out)
     a, b = read_table(wiki2 / "documents").to_pylist(), read_table(more / "documents").to_pylist()
     merged = {r["doc_id"]: r for r in read_table(out / "documents").to_pylist()}
+    assert report["documents"] == len(merged) and report["documents_merged"] == len(a) + len(b) - len(merged)
+    assert report["questions"] == read_table(out / "questions").num_rows and report["rejected"] == {}
     assert set(merged) == {r["doc_id"] for r in a} | {r["doc_id"] for r in b}
     shared = {r["doc_id"] for r in a} & {r["doc_id"] for r in b}
     assert shared and all(merged[d]["datasets"] == ["2wikimultihopqa", "morehopqa"] for d in shared)

@@ -196,4 +196,4 @@ def test_questions_with_incomplete_gold_are_reported_not_scored(cli, examples, t
     assert report["responses"] == len(questions) - no_gold - report["incomplete_gold"]
     assert report["recall"] == 1.0  # what is scored is scored right
     overlap = json.loads(cli("corpus", "overlap", tmp_path / "run", "--json").stdout)
-    assert overlap["_details"]["left_out"]["gold_incomplete"] == report["incomplete_gold"]
+    assert overlap["left_out"]["gold_incomplete"] == report["incomplete_gold"]

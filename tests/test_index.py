@@ -327,10 +327,19 @@ def test_memory_limit_on_the_command_line(cli, tmp_path):
     assert Index.open(out).kind == "fm"
 
 
-def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
+@pytest.fixture(scope="module")
+def bundled_index(tmp_path_factory) -> Path:
+    """The bundled triples (tests/data/index_triples.jsonl) indexed through the real CLI from stdin (qwen)."""
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("bundled") / "idx"
+    run_cli("index", "build", "-", "--tokenizer", "qwen", "--out", out, input=BUNDLED.read_text())
+    return out
+
+
+def test_build_from_stdin_documents_source_and_stats(cli, tmp_path, bundled_index):
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
-    out = tmp_path / "idx"
-    cli("index", "build", "-", "--tokenizer", "qwen", "--out", out, input=BUNDLED.read_text())
+    out = bundled_index
     stats = json.loads(cli("index", "stats", out, "--json").stdout)
     distinct = {r["docid"] for r in rows}
     assert stats["kind"] == "fm" and stats["sequences"] == len(distinct) and stats["documents"] == 4
@@ -344,7 +353,7 @@ def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
     assert got["count"] == 3 and got["docs"] == []
     # the human-readable table
     assert "next tokens" in cli("index", "query", out, "Kiel").stderr + cli("index", "query", out, "Kiel").stdout
-    # documents source: whole texts, substring search through the FM API
+    # documents source: whole texts, substring search through the FM API (text taken as it is)
     doc_stage = tmp_path / "documents"
     from grtool.store.schemas import DOCUMENTS
 
@@ -362,6 +371,32 @@ def test_build_from_stdin_documents_source_and_stats(cli, tmp_path):
         state = index.extend(state, t)
     assert index.count(state) == 2 and sorted(index.locate(state, 10)[:, 0].tolist()) == [0, 1]
     assert index.docs_of(index.tokenizer.encode("Kiel: Kiel is a port city on the Baltic Sea.")) == ["a"]
+
+
+def test_query_text_is_a_whole_docid_unless_a_prefix(cli, bundled_index):
+    """Issue #26: a docid typed as text returned documents only with a literal <docid_end> appended, and a
+    trailing space gave 0 matches. Whole docid first (spaces around it do not matter); --prefix reads it as a
+    prefix; the output says which reading was used."""
+    docid = "Old Harbor Bridge, designed by, Irmgard Voß"
+    got = json.loads(cli("index", "query", bundled_index, docid, "--json").stdout)
+    assert got["docs"] == ["d-harbor", "d-voss"] and got["flipped"] is False and got["read_as"] == "docid"
+    assert got["text"] == "<docid_start>" + docid + "<docid_end>"
+    from grtool.index.query import query_text
+
+    index = Index.open(bundled_index)
+    for typed in (f"  {docid} ", f"<docid_start>{docid}", f"{docid}<docid_end>\n"):
+        assert query_text(index, typed) == got
+    # --prefix: the same text as a prefix, whose one continuation is the end marker
+    pre = json.loads(cli("index", "query", bundled_index, docid + " ", "--prefix", "--json").stdout)
+    assert pre["read_as"] == "prefix" and pre["docs"] == [] and [n["text"] for n in pre["next"]] == ["<docid_end>"]
+    # not a whole docid: a prefix, a trailing space dropped (the next tokens carry their own)
+    part = query_text(index, "Old Harbor Bridge, ")
+    assert part["read_as"] == "prefix" and part["count"] == 3 and part == query_text(index, "Old Harbor Bridge,")
+    assert query_text(index, "Old Harbor Bridge, designed by, Nobody<docid_end>")["read_as"] == "docid"
+    assert query_text(index, "Old Harbor Bridge, designed by, Nobody<docid_end>")["docs"] == []
+    # the human-readable answer names the reading and the documents
+    text = cli("index", "query", bundled_index, docid + " ")
+    assert "whole docid" in text.stderr + text.stdout and "d-harbor, d-voss" in text.stderr + text.stdout
 
 
 def test_bad_input_is_reported_with_file_and_record(cli, tmp_path):

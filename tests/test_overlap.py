@@ -127,7 +127,11 @@ def test_real_hotpotqa_and_musique_equal_independent_computation(cli, tmp_path, 
         shared_data / "musique" / "musique_ans_v1.0_train.sample.jsonl",
     )
     plot = tmp_path / "overlap.png"
-    got = json.loads(cli("corpus", "overlap", out, "--json", "--plot", plot).stdout)
+    report = json.loads(cli("corpus", "overlap", out, "--json", "--plot", plot).stdout)
+    # per_dataset holds only datasets, each only its own numbers; run-wide facts have keys of their own
+    assert set(report) == {"ns", "per_dataset", "left_out", "tokenizer"} and report["ns"] == NS
+    assert all(set(v) == {"questions", "mean", "share_with_overlap", "questions_with_ngrams"} for v in report["per_dataset"].values())
+    got = {ds: v["mean"] for ds, v in report["per_dataset"].items()}
     want = reference_means(questions, documents)
     assert set(want) == {"hotpotqa", "musique"}
     for ds in want:
@@ -144,9 +148,9 @@ def test_real_hotpotqa_and_musique_equal_independent_computation(cli, tmp_path, 
         hotpot, musique = got["hotpotqa"][str(n)], got["musique"][str(n)]
         assert hotpot > musique or hotpot == musique == 0.0, n
     assert got["hotpotqa"]["4"] > 2 * got["musique"]["4"]
-    details = got["_details"]
-    assert details["questions"]["hotpotqa"] == 30 and details["questions"]["musique"] == 41
-    assert 0 < details["share_with_overlap"]["hotpotqa"]["4"] <= 1
+    per = report["per_dataset"]
+    assert per["hotpotqa"]["questions"] == 30 and per["musique"]["questions"] == 41
+    assert 0 < per["hotpotqa"]["share_with_overlap"]["4"] <= 1
     assert plot.stat().st_size > 10_000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     table = cli("corpus", "overlap", out, "--n", "4,8").stderr

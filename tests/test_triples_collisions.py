@@ -45,7 +45,7 @@ def test_collision_shares_are_exact(tmp_path, cli):
         _t("d3", 2, "R", "of", "S"), _t("d4", 2, "R", "of", "S"),                                # R in 2 docs
     ])  # fmt: skip
     plot = tmp_path / "c.png"
-    report = json.loads(cli("triples", "collisions", run / "triples", "--json", "--plot", plot, "--view", "own").stdout)
+    report = json.loads(cli("triples", "collisions", run / "triples", "--json", "--plot", plot).stdout)
     assert report["view"] == "own"
     # 7 distinct docids; in >= 2 docs: X, P, R = 3; in >= 3 docs: X = 1
     assert report["distinct_triples"] == 7 and report["documents"] == 4
@@ -62,9 +62,9 @@ def test_collision_shares_are_exact(tmp_path, cli):
     assert per["morehopqa"] == {"distinct_triples": 3, "in_2plus_docs": 0, "in_3plus_docs": 0, "share_in_2plus_docs": 0.0, "share_in_3plus_docs": 0.0}
     assert Image.open(plot).size[0] > 100
 
-    # reachable (default): d4 joins 2wiki and morehopqa, so both rows are over d3 + d4: X, P, R(2), only-d3, only-d4
-    reach = json.loads(cli("triples", "collisions", run / "triples", "--json").stdout)
-    assert reach["view"] == "reachable" and reach["per_dataset"]["hotpotqa"] == per["hotpotqa"]
+    # transitive: d4 joins 2wiki and morehopqa, so both rows are over d3 + d4: X, P, R(2), only-d3, only-d4
+    reach = json.loads(cli("triples", "collisions", run / "triples", "--json", "--view", "transitive").stdout)
+    assert reach["view"] == "transitive" and reach["per_dataset"]["hotpotqa"] == per["hotpotqa"]
     assert reach["per_dataset"]["morehopqa"] == reach["per_dataset"]["2wikimultihopqa"] == per["2wikimultihopqa"]
     assert reach["reaches"] == {"hotpotqa": ["hotpotqa"], "2wikimultihopqa": ["2wikimultihopqa", "morehopqa"], "morehopqa": ["2wikimultihopqa", "morehopqa"]}
 
@@ -97,8 +97,9 @@ def _expected(triples, docs):
 
 
 @pytest.mark.parametrize("root", [SHARED_DATA, EXAMPLES], ids=["shared", "examples"])
-def test_merged_corpus_rows_cover_the_reachable_documents(root, cli, tmp_path):
-    """MoreHopQA's questions reach 2Wiki's documents after `corpus merge`: its row counts them (its own view does not)."""
+def test_merged_corpus_transitive_rows_cover_the_reachable_documents(root, cli, tmp_path):
+    """MoreHopQA's questions reach 2Wiki's documents after `corpus merge`: its transitive row counts them (the
+    default own view does not)."""
     if not root.is_dir():
         pytest.skip(f"{root} is not present")
     for name in ("2wikimultihopqa", "morehopqa"):
@@ -112,16 +113,48 @@ def test_merged_corpus_rows_cover_the_reachable_documents(root, cli, tmp_path):
     triples += [_t(d["doc_id"], 1, d["doc_id"], "is", "unique") for d in documents]
     _stage(tmp_path / "triples", "triples", TRIPLES, triples, inputs=[str(run / "documents")])
 
-    reach = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json").stdout)
+    reach = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json", "--view", "transitive").stdout)
     assert reach["corpus"] == str(run / "documents")
     every = own["2wikimultihopqa"] | own["morehopqa"]
     assert reach["reaches"]["morehopqa"] == reach["reaches"]["2wikimultihopqa"] == ["2wikimultihopqa", "morehopqa"]
     assert reach["per_dataset"]["morehopqa"] == reach["per_dataset"]["2wikimultihopqa"] == _expected(triples, every)
     assert reach["per_dataset"]["morehopqa"]["distinct_triples"] > len(own["morehopqa"])
 
-    mine = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json", "--view", "own").stdout)
+    mine = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json").stdout)
+    assert mine["view"] == "own"
     for name, docs in own.items():
         assert mine["per_dataset"][name] == _expected(triples, docs)
     assert mine["per_dataset"]["morehopqa"] != reach["per_dataset"]["morehopqa"]
-    table = cli("triples", "collisions", tmp_path / "triples").stderr
-    assert "reachable" in table and "2wikimultihopqa, morehopqa" in table
+    table = cli("triples", "collisions", tmp_path / "triples", "--view", "transitive").stderr
+    assert "transitive" in table and "2wikimultihopqa, morehopqa" in table
+
+
+def test_default_rows_count_where_documents_came_from(cli, tmp_path):
+    """Issue #26: a merge where a few shared paragraphs join the datasets printed identical rows for every
+    dataset although every triple came from one of them. By default a row counts the documents that dataset
+    brought (a shared paragraph counts for each dataset that holds it); the transitive view is asked for."""
+    for name in ("hotpotqa", "morehopqa", "musique"):
+        cli("corpus", "ingest", EXAMPLES / name, "--out", tmp_path / name)
+    run = tmp_path / "merged"
+    cli("corpus", "merge", *(tmp_path / n for n in ("hotpotqa", "morehopqa", "musique")), "--out", run)
+    documents = _parquet_rows(run / "documents")
+    own = {n: {d["doc_id"] for d in documents if n in d["datasets"]} for n in ("hotpotqa", "morehopqa", "musique")}
+    shared = own["hotpotqa"] & own["morehopqa"]
+    assert shared and own["morehopqa"] & own["musique"] and not own["hotpotqa"] & own["musique"]
+    # triples only for HotpotQA's documents, as when only one dataset went through `triples extract`
+    hotpot = sorted(own["hotpotqa"])
+    triples = [_t(d, 0, "Opera", "is in", "Sydney") for d in hotpot[:3]]
+    triples += [_t(d, 1, d, "is", "unique") for d in hotpot]
+    _stage(tmp_path / "triples", "triples", TRIPLES, triples, inputs=[str(run / "documents")])
+
+    report = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json").stdout)
+    assert report["view"] == "own"
+    assert report["per_dataset"]["hotpotqa"] == _expected(triples, own["hotpotqa"])
+    assert report["per_dataset"]["morehopqa"] == _expected(triples, shared)  # only the paragraphs it shares
+    assert "musique" not in report["per_dataset"]  # none of its documents has a triple
+    assert report["reaches"]["morehopqa"] == ["morehopqa"]
+
+    joined = json.loads(cli("triples", "collisions", tmp_path / "triples", "--json", "--view", "transitive").stdout)
+    group = ["hotpotqa", "morehopqa", "musique"]  # MoreHopQA's shared paragraphs join all three
+    assert all(joined["reaches"][n] == group for n in group)
+    assert joined["per_dataset"]["musique"] == joined["per_dataset"]["morehopqa"] == report["per_dataset"]["hotpotqa"]

@@ -446,6 +446,26 @@ def synthesize(
     return run.manifests[0], run.cache
 
 
+def run_summary(out: str, manifest: dict[str, Any], stats: CacheStats) -> dict[str, Any]:
+    """What a finished ``synthesize`` call did, from the output manifest (true also for a resumed run) and
+    this process's cache statistics: the summary line, and ``--json``."""
+    counters = manifest.get("counters") or {}
+    extra = counters.get("extra") or {}
+    return {
+        "out": out,
+        "complete": bool(manifest.get("complete")),
+        "questions": extra.get("questions", 0),
+        "questions_chained": extra.get("questions_chained", 0),
+        "rows": counters.get("out", 0),
+        "rejected": dict(counters.get("rejected") or {}),
+        "docids": extra.get("docids", 0),
+        "docids_flipped": extra.get("docids_flipped", 0),
+        "docids_not_offered": extra.get("docids_not_offered", 0),
+        "cache_hits": stats.hits,
+        "cache_generated": stats.misses,
+    }
+
+
 def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
     """A finished part's candidates and empty candidates, from its committed shard record."""
     record = writer.records.get(name, {})

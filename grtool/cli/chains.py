@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import NumShards, Out, Overwrite, ShardIndex
+from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
@@ -54,6 +54,7 @@ def synthesize(
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
+    as_json: Json = False,
     llm: LLMSettings = None,
 ) -> None:
     r"""Write candidate reasoning chains for every question, citing its gold documents' triples.
@@ -69,9 +70,12 @@ def synthesize(
     from grtool.docid import Markers
     from grtool.chains.prompt import ChainPrompt
     from grtool.chains.synthesize import ChainSettings
+    from grtool.chains.synthesize import run_summary
     from grtool.chains.synthesize import synthesize as run
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.log import log
+
+    refuse_json_with_stdout(as_json, out)
 
     settings = ChainSettings(
         candidates=candidates,
@@ -101,11 +105,16 @@ def synthesize(
     if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
         log.info("chains: written to stdout; cache %d hits, %d generated", stats.hits, stats.misses)
         return
-    extra = counters.get("extra") or {}
+    summary = run_summary(str(out), manifest, stats)
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(summary).decode())
+        return
     log.info(
         "chains: %s questions chained, %s rows, rejected %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
-        extra.get("questions_chained", 0), counters.get("out", 0), counters.get("rejected") or "none",
-        extra.get("docids", 0), extra.get("docids_flipped", 0), extra.get("docids_not_offered", 0), stats.hits, stats.misses,
+        summary["questions_chained"], summary["rows"], summary["rejected"] or "none", summary["docids"],
+        summary["docids_flipped"], summary["docids_not_offered"], summary["cache_hits"], summary["cache_generated"],
     )  # fmt: skip
 
 

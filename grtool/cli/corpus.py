@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict
+from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -25,13 +25,21 @@ class DatasetChoice(str, Enum):
     hotpotqa_wiki = "hotpotqa-wiki"
 
 
+def _report_summary(title: str, report: dict, as_json: bool) -> None:
+    """The summary as a table on stderr, or as one JSON object on stdout (--json)."""
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+    else:
+        _print_summary(title, report)
+
+
 def _print_summary(title: str, report: dict) -> None:
     t = Table(title=title, show_header=False)
     t.add_column("what")
     t.add_column("n", justify="right")
-    for key in ("questions", "documents", "paragraphs", "documents merged"):
+    for key in ("questions", "documents", "paragraphs", "documents_merged"):
         if key in report:
-            t.add_row(key, f"{report[key]:,}")
+            t.add_row(key.replace("_", " "), f"{report[key]:,}")
     for name, n in sorted(report.get("questions_by_dataset", {}).items()):
         t.add_row(f"  questions read: {name}", f"{n:,}")
     if report.get("empty_inputs"):
@@ -39,6 +47,14 @@ def _print_summary(title: str, report: dict) -> None:
     for reason, n in sorted(report.get("rejected", {}).items()):
         t.add_row(f"rejected: {reason}", f"{n:,}")
     stage_summary.print(t)
+    if report.get("detected"):
+        read = Table(title="inputs read as", show_header=True)
+        for col in ("input", "dataset", "records", "by"):
+            read.add_column(col)
+        for entry in report["detected"]:
+            where = entry["path"] + (f" ({entry['files']:,} files)" if entry.get("files") else "")
+            read.add_row(where, entry["dataset"], entry["records"], entry["by"])
+        stage_summary.print(read)
 
 
 @app.command("ingest")
@@ -46,7 +62,13 @@ def ingest_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Release files or directories (a directory is read recursively).")],
     out: Out,
     dataset: Annotated[
-        DatasetChoice, typer.Option("--dataset", help="Dataset of the inputs; auto detects it per file from the record keys.")
+        DatasetChoice,
+        typer.Option(
+            "--dataset",
+            help="Dataset of every input; auto detects it per file from keys only one release format has. Needed for "
+            "an ambiguous file (a list of {title, text} documents, such as HippoRAG's corpus files: its documents are "
+            "tagged with this dataset); refused for records of another dataset.",
+        ),
     ] = DatasetChoice.auto,
     split: Annotated[
         Optional[str], typer.Option("--split", help="Split name for every input (default: train/dev/test from each file name).")
@@ -57,11 +79,16 @@ def ingest_cmd(
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Accept inputs without a single record (else exit 2 when every input is empty).")
     ] = False,
+    as_json: Json = False,
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
     Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files or the HotpotQA Wikipedia dump; JSON arrays or
     JSON Lines, plain, gzip, bzip2 or xz, or tar archives of them, recognized from the bytes.
+
+    Each input file's dataset is detected from its first record, by keys that only one release format has; a
+    file that could be several (a list of {title, text} documents) needs --dataset (exit 2 otherwise). The
+    summary and the manifests list what each file was read as.
 
     Each distinct paragraph is one document (doc_id: a hash of the normalized title and text) listing every
     dataset it appears in.
@@ -73,10 +100,11 @@ def ingest_cmd(
     """
     from grtool.corpus.ingest import ingest
 
+    refuse_json_with_stdout(as_json, out)
     report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
                     rows_per_part=rows_per_part, allow_empty=allow_empty)
     if str(out) != "-":
-        _print_summary(f"ingested into {out}", report.as_dict())
+        _report_summary(f"ingested into {out}", report.as_dict(), as_json)
     if report.empty_inputs and report.resumed:  # a fresh run warned while reading
         for name in report.empty_inputs:
             log.warning("%s: empty input (no records)", name)
@@ -90,6 +118,7 @@ def merge_cmd(
     out: Out,
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
+    as_json: Json = False,
 ) -> None:
     """Union of ingested corpora: documents deduplicated by doc_id (their datasets united), questions
     concatenated (a qid seen twice is rejected).
@@ -98,9 +127,10 @@ def merge_cmd(
     """
     from grtool.corpus.merge import merge
 
+    refuse_json_with_stdout(as_json, out)
     report = merge(inputs, str(out), overwrite=overwrite, rows_per_part=rows_per_part)
     if str(out) != "-":
-        _print_summary(f"merged into {out}", report)
+        _report_summary(f"merged into {out}", report, as_json)
 
 
 @app.command("stats")

@@ -51,24 +51,35 @@ def build_cmd(
 @app.command("query")
 def query_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
-    text: Annotated[Optional[str], typer.Argument(help="Docid prefix text (tokenized as inside a docid).")] = None,
+    text: Annotated[Optional[str], typer.Argument(help="A whole docid 'head, relation, tail' (its documents) or, when the index holds no such docid, a docid prefix (the valid next tokens).")] = None,
+    prefix: Annotated[bool, typer.Option("--prefix", help="Read TEXT as a docid prefix even when it is a whole docid.")] = False,
     ids: Annotated[Optional[str], typer.Option("--ids", help="The prefix as comma-separated token ids instead of text.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Rows to show in the table (JSON always has all).")] = 30,
     as_json: Json = False,
 ) -> None:
-    """Valid next tokens after a docid prefix, with counts; the documents when the prefix is a whole docid.
+    """The documents of a whole docid, or the valid next tokens after a docid prefix, with counts.
 
-    Example: grtool index query out/run/index "Theodor Dräger, place of birth," --json
+    TEXT is read as a whole docid first (spaces around it and markers typed with it do not matter); when the
+    index holds no such docid, or with --prefix, it is a prefix anchored at <docid_start>. The output says
+    which reading was used (read_as in --json: docid, prefix or ids).
+
+    Example: grtool index query out/run/index "Theodor Dräger, place of birth, Lübeck" --json
     """
     from grtool.errors import InputError
     from grtool.index.base import Index
     from grtool.index.build import dump_json
-    from grtool.index.query import parse_ids, prefix_ids, query
+    from grtool.index.query import IDS, WHOLE_DOCID, parse_ids, prefix_ids, query, query_text
 
     if text is not None and ids is not None:
         raise InputError("give the prefix as TEXT or as --ids, not both")
+    if prefix and text is None:
+        raise InputError("--prefix reads TEXT as a prefix: give TEXT (token ids given with --ids are always a prefix)")
+    parsed = parse_ids(ids) if ids is not None else None
     idx = Index.open(index)
-    result = query(idx, prefix_ids(idx, text, parse_ids(ids) if ids is not None else None))
+    if text is not None:
+        result = query_text(idx, text, prefix=prefix)
+    else:
+        result = {**query(idx, prefix_ids(idx, None, parsed)), "read_as": IDS}
     if as_json:
         typer.echo(dump_json(result))
         return
@@ -76,7 +87,14 @@ def query_cmd(
 
     from grtool.log import console
 
-    table = Table(title=f"prefix {result['prefix_ids']}: {result['count']:,} matches, {len(result['next']):,} next tokens")
+    what = f"prefix {result['text']!r}" if "text" in result else f"prefix ids {result['prefix_ids']}"
+    if result["read_as"] == WHOLE_DOCID:
+        flipped = " (a flipped docid: tail, relation, head)" if result["flipped"] else ""
+        found = f"documents: {', '.join(result['docs'])}{flipped}" if result["docs"] else "not a docid of this index"
+        console.print(f"whole docid {result['text']!r}: {found}", highlight=False)
+        return
+    console.print(f"{what}: {result['count']:,} matches, {len(result['next']):,} next tokens", highlight=False)
+    table = Table()
     for col in ("id", "text", "count"):
         table.add_column(col, justify="right" if col != "text" else "left")
     for row in result["next"][:limit]:

@@ -33,6 +33,16 @@ ShardIndex = Annotated[
 ]
 Strict = Annotated[bool, typer.Option("--strict", help="Fail on the first bad record instead of rejecting it.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON object on stdout instead of tables.")]
+
+
+def refuse_json_with_stdout(as_json: bool, out: str | Path) -> None:
+    """--json prints the summary on stdout, which ``--out -`` fills with rows: refused before anything runs."""
+    if as_json and str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--json prints the summary on stdout, where --out - writes the rows: give one of them")
+
+
 Plot = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG chart to this file.")]
 RowsPerPart = Annotated[
     Optional[int],

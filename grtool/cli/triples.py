@@ -16,8 +16,8 @@ from grtool.log import console, stage_summary
 
 
 class CollisionView(str, Enum):
-    reachable = "reachable"
     own = "own"
+    transitive = "transitive"
 
 
 class Grounding(str, Enum):
@@ -136,15 +136,15 @@ def collisions_command(
         CollisionView,
         typer.Option(
             "--view",
-            help="Per-dataset rows over the documents the dataset's questions can reach in a merged corpus (reachable: its own and those of the datasets joined to it by shared documents or MoreHopQA's source dataset, as the paper's table) or over its own documents only (own).",
+            help="Which documents a dataset's row counts: own = those it brought (a paragraph shared by several datasets counts for each); transitive = every document its questions can reach in a merged corpus, through datasets joined to it by shared documents or MoreHopQA's source dataset, transitively.",
         ),
-    ] = CollisionView.reachable,
+    ] = CollisionView.own,
     as_json: Json = False,
     plot: Plot = None,
 ) -> None:
     """Share of distinct triples found in ≥2 and ≥3 documents, overall and per dataset, and the worst offenders.
 
-    With the default --view reachable, MoreHopQA's row after `corpus merge` with 2Wiki counts 2Wiki's documents too.
+    With --view transitive, MoreHopQA's row after `corpus merge` with 2Wiki counts 2Wiki's documents too.
 
     Example: grtool triples collisions out/hotpot --json --plot collisions.png
     """

@@ -346,6 +346,7 @@ def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Conv
 
 
 def convert_wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
+    """A ``{title, text}`` document: an article of the dump, or of another corpus file (text a string)."""
     title = _field(rec, "title", str)
     body = _field(rec, "text", (list, str))
     text = body if isinstance(body, str) else "".join(_str_list(body, "text"))
@@ -385,24 +386,55 @@ CONVERTERS: dict[str, Callable[..., Converted]] = {
 }
 
 
-def detect(rec: Any) -> str | None:
-    """The dataset a record belongs to, from its keys (None: unknown)."""
+@dataclass(frozen=True)
+class Shape:
+    """What a record looks like: one dataset's release format, or a shape several datasets share (``dataset``
+    None: the file's dataset must be named with --dataset, never guessed)."""
+
+    dataset: str | None
+    documents: bool  # titled documents without questions (a corpus file)
+    looks_like: str  # for messages
+    choices: tuple[str, ...] = ()  # the datasets an ambiguous shape may be
+
+
+QUESTION_DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA)
+_MOREHOPQA_KEYS = {"previous_question", "no_of_hops", "reasoning_type", "ques_on_last_hop"}
+_HOTPOTQA_TEST_KEYS = {"_id", "question", "context"}  # HotpotQA's test files carry only these
+
+
+def detect(rec: Any) -> Shape | None:
+    """The shape of a release record, from keys that only one release format has (None: not a known shape).
+
+    - MuSiQue: ``question`` with ``paragraphs``.
+    - MoreHopQA: ``question`` and ``context`` with one of its own keys (``previous_question``, ``no_of_hops``, ...).
+    - 2WikiMultihopQA: ``_id``, ``question``, ``context`` with ``evidences`` or ``entity_ids``.
+    - HotpotQA: ``_id`` (``id`` in the Hugging Face layout), ``question``, ``context`` with ``supporting_facts``,
+      ``level`` or a context of parallel lists (Hugging Face); or exactly ``_id``, ``question``, ``context`` (test).
+    - The HotpotQA Wikipedia abstracts dump: ``title``, ``url`` and ``text`` as a list of sentences.
+    Any other ``{title, text}`` record is a document of an unknown corpus (HippoRAG-style corpus files of every
+    dataset look like that), and a question with a [title, sentences] context but none of the keys above may
+    be HotpotQA's or 2Wiki's: both are ambiguous.
+    """
     if not isinstance(rec, dict):
         return None
     keys = set(rec)
-    if "paragraphs" in keys and "question" in keys:
-        return MUSIQUE
-    if "question" in keys and "context" in keys:
-        if keys & {"previous_question", "no_of_hops", "reasoning_type", "ques_on_last_hop"}:
-            return MOREHOPQA
-        if "evidences" in keys or "entity_ids" in keys:
-            return TWOWIKI
-        if ("_id" in keys or "id" in keys) and ("level" in keys or "supporting_facts" in keys or isinstance(rec.get("context"), dict)):
-            return HOTPOTQA
-        if "_id" in keys:  # HotpotQA test files carry only _id, question, context
-            return HOTPOTQA
-    if "question" not in keys and "title" in keys and "text" in keys:
-        return HOTPOTQA_WIKI
+    if "question" in keys:
+        if "paragraphs" in keys:
+            return Shape(MUSIQUE, False, "MuSiQue questions")
+        if "context" not in keys:
+            return None
+        if keys & _MOREHOPQA_KEYS:
+            return Shape(MOREHOPQA, False, "MoreHopQA questions")
+        if "_id" in keys and keys & {"evidences", "entity_ids"}:
+            return Shape(TWOWIKI, False, "2WikiMultihopQA questions")
+        hotpot_only = keys & {"supporting_facts", "level"} or isinstance(rec.get("context"), dict)
+        if (("_id" in keys or "id" in keys) and hotpot_only) or keys == _HOTPOTQA_TEST_KEYS:
+            return Shape(HOTPOTQA, False, "HotpotQA questions")
+        return Shape(None, False, "questions with a [title, sentences] context", (HOTPOTQA, TWOWIKI))
+    if "title" in keys and "text" in keys:
+        if "url" in keys and isinstance(rec["text"], list):
+            return Shape(HOTPOTQA_WIKI, True, "the HotpotQA Wikipedia abstracts dump")
+        return Shape(None, True, "a list of {title, text} documents", QUESTION_DATASETS)
     return None
 
 

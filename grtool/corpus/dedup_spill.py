@@ -119,6 +119,7 @@ class Spill:
         self.reject_files = {t: open(root / f"rejects-{t}.jsonl", "wb") for t in ("documents", "questions")}
         self.reject_counts = {"documents": 0, "questions": 0}
         self.empty_inputs: list[str] = []  # inputs without a record (a warning beside other inputs)
+        self.detected: list[dict[str, Any]] = []  # what each input was read as (ingest)
 
     def add_document(self, doc_id: str, title: str, text: str, datasets: list[str]) -> None:
         self.seq += 1
@@ -146,6 +147,8 @@ class Spill:
         }
         if self.empty_inputs:
             plan["empty_inputs"] = self.empty_inputs
+        if self.detected:
+            plan["detected"] = self.detected
         atomic_write_bytes(self.root / PLAN, dumps(plan))
         return plan
 

@@ -61,6 +61,7 @@ class IngestReport:
     rejected: Counter = field(default_factory=Counter)  # "table: reason" -> n
     questions_by_dataset: Counter = field(default_factory=Counter)
     empty_inputs: list[str] = field(default_factory=list)  # inputs (files, archive members) without a record
+    detected: list[dict[str, Any]] = field(default_factory=list)  # what each input was read as (group_readings)
     resumed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -72,6 +73,7 @@ class IngestReport:
             "rejected": dict(self.rejected),
             "questions_by_dataset": dict(self.questions_by_dataset),
             "empty_inputs": list(self.empty_inputs),
+            "detected": list(self.detected),
             "resumed": self.resumed,
         }
 
@@ -177,6 +179,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
     total = None if any(is_stdio(f) for f in files) else sum(f.stat().st_size for f in files)
     streams = 0
+    readings: list[tuple[str, Reading]] = []
     try:
         with progress() as bar:
             task = bar.add_task("reading inputs", total=total)
@@ -186,8 +189,11 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
                     streams += 1
-                    if _read_stream(stream, dataset, split, strict, spill, report, tick) == 0:
+                    reading = _read_stream(stream, dataset, split, strict, spill, report, tick)
+                    if reading is None:
                         report.empty_inputs.append(_input_name(stream.name))
+                    else:
+                        readings.append((_input_name(path), reading))
                 if stream is None:  # an archive without a file
                     streams += 1
                     report.empty_inputs.append(_input_name(path))
@@ -195,6 +201,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 bar.update(task, completed=done)
         _check_empty(report.empty_inputs, streams, allow_empty)
         spill.empty_inputs = list(report.empty_inputs)
+        report.detected = spill.detected = group_readings(readings)
         return spill.close()
     except BaseException:
         spill.abort()
@@ -233,10 +240,82 @@ def _estimated_bytes(files: list[Path]) -> int:
     return total
 
 
+BY_DETECTION = "detected"
+BY_OPTION = "--dataset"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How one input stream is read: with which converter, its rows tagged with which dataset, and why."""
+
+    converter: str  # a key of ds.CONVERTERS; ds.HOTPOTQA_WIKI converts {title, text} documents of any corpus
+    dataset: str  # the dataset its documents (and questions) are tagged with
+    by: str  # BY_DETECTION or BY_OPTION
+
+    @property
+    def documents_only(self) -> bool:
+        return self.converter == ds.HOTPOTQA_WIKI
+
+    def describe(self) -> dict[str, str]:
+        return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by}
+
+
+def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
+    """The reading of a stream from its first record. Only a shape that one release format has is detected;
+    an ambiguous one needs --dataset, and --dataset never relabels records that are another dataset's."""
+    shape = ds.detect(record)
+    if forced is None:
+        if shape is None:
+            keys = sorted(record)[:12] if isinstance(record, dict) else type(record).__name__
+            mapping = isinstance(record, dict) and record and all(isinstance(v, list) for v in record.values())
+            hint = " (an object of lists: a mapping of titles to sentence lists is not a record)" if mapping else ""
+            raise InputError(
+                f"{name}, {position}: unknown schema (keys {keys}){hint}; expected a record of HotpotQA, "
+                "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
+            )
+        if shape.dataset is None:
+            raise InputError(f"{name}: cannot tell which dataset this is (looks like {shape.looks_like}); pass --dataset {'|'.join(shape.choices)}")
+        return Reading(shape.dataset, ds.CORPUS_LABEL.get(shape.dataset, shape.dataset), BY_DETECTION)
+    label = ds.CORPUS_LABEL.get(forced, forced)
+    if shape is not None:
+        if shape.dataset is not None:
+            # the dump's articles are HotpotQA's corpus: --dataset hotpotqa fits them too
+            fits = forced == shape.dataset or (shape.documents and label == ds.CORPUS_LABEL.get(shape.dataset))
+        else:  # a shape several datasets share: one of those, and questions are not read as dump articles
+            fits = label in shape.choices and (shape.documents or forced != ds.HOTPOTQA_WIKI)
+        if not fits:
+            choices = "" if shape.dataset is not None else f"; pass --dataset {'|'.join(shape.choices)}"
+            raise InputError(f"{name}, {position}: these are {shape.looks_like}, not {forced} (--dataset){choices}"
+                             + ("; leave --dataset out to detect each file's dataset" if shape.dataset else ""))
+    converter = ds.HOTPOTQA_WIKI if shape is not None and shape.documents else forced
+    return Reading(converter, label, BY_OPTION)
+
+
+def group_readings(readings: list[tuple[str, Reading]]) -> list[dict[str, Any]]:
+    """What each input file was read as, for the summary and the manifests. Files of one directory read the same
+    way are one entry (the dump's thousands of files); an entry naming a single file names that file, and an
+    archive whose members all read the same way is one file."""
+    pairs = list(dict.fromkeys(readings))  # one per (file, reading), in reading order; archive members collapse
+    groups: dict[tuple[str, Reading], list[str]] = {}
+    for path, reading in pairs:
+        groups.setdefault((_parent(path), reading), []).append(path)
+    entries = []
+    for (parent, reading), paths in groups.items():
+        where = {"path": paths[0]} if len(paths) == 1 else {"path": parent, "files": len(paths)}
+        entries.append({**where, **reading.describe()})
+    return entries
+
+
+def _parent(path: str) -> str:
+    return str(Path(path).parent) if path != "<stdin>" else path
+
+
 def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
-                 tick) -> int:
-    """Read one stream to its end; returns the number of records it held."""
-    kind = None if dataset == "auto" else dataset
+                 tick) -> Reading | None:
+    """Read one stream to its end; returns how it was read (None: it held no record)."""
+    forced = None if dataset == "auto" else dataset
+    reading: Reading | None = None
+    line_converter = None
     setting = ds.setting_from_name(stream.name)
     file_split = split
     n = 0
@@ -246,33 +325,26 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             tick()
         converted = None
         if isinstance(item, bytes):  # a JSON line: the dump's fast path decodes only what it needs
-            line_converter = ds.LINE_CONVERTERS.get(kind) if kind else None
             converted = line_converter(item) if line_converter else None
             record = None if converted else parse_line(stream.name, position, item)
         else:
             record = item
-        if kind is None:  # auto: the first record decides the file's dataset
-            kind = ds.detect(record)
-            if kind is None:
-                keys = sorted(record)[:12] if isinstance(record, dict) else type(record).__name__
-                mapping = isinstance(record, dict) and record and all(isinstance(v, list) for v in record.values())
-                shape = " (an object of lists: a mapping of titles to sentence lists is not a record)" if mapping else ""
-                raise InputError(
-                    f"{stream.name}, {position}: unknown schema (keys {keys}){shape}; expected a record of HotpotQA, "
-                    "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
-                )
-            log.debug("%s: %s", stream.name, kind)
-        if file_split is None and kind != ds.HOTPOTQA_WIKI:
-            file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(kind)
-            if file_split is None:
-                log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
-                file_split = "unknown"
-        table = "documents" if kind == ds.HOTPOTQA_WIKI else "questions"
+        if reading is None:  # the first record decides how the stream is read
+            reading = choose_reading(stream.name, position, record, forced)
+            log.debug("%s: %s", stream.name, reading)
+            line_converter = ds.LINE_CONVERTERS.get(reading.converter)
+            convert = ds.CONVERTERS[reading.converter]
+            table, label = ("documents" if reading.documents_only else "questions"), [reading.dataset]
+            if file_split is None and not reading.documents_only:
+                file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(reading.dataset)
+                if file_split is None:
+                    log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
+                    file_split = "unknown"
         if converted is None:
             try:
                 if not isinstance(record, dict):
                     raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
-                converted = ds.CONVERTERS[kind](record, file_split, setting)
+                converted = convert(record, file_split, setting)
             except ds.BadRecord as problem:
                 if strict:
                     detail = f" ({problem.detail})" if problem.detail else ""
@@ -280,14 +352,13 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
                 spill.reject(table, record, problem.reason, stream.name, position, problem.detail)
                 report.rejected[f"{table}: {problem.reason}"] += 1
                 continue
-        label = ds.CORPUS_LABEL.get(kind, kind)
         for did, title, text in converted.documents:
-            spill.add_document(did, title, text, [label])
+            spill.add_document(did, title, text, label)
         report.paragraphs += len(converted.documents)
         if converted.question is not None:
             spill.add_question(converted.question, stream.name, position)
-            report.questions_by_dataset[kind] += 1
-    return n
+            report.questions_by_dataset[reading.dataset] += 1
+    return reading
 
 
 # ------------------------------------------------------------------------------------------ phase 2
@@ -312,6 +383,8 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
         task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
         step = lambda: bar.advance(task)  # noqa: E731
         empty = {"empty_inputs": plan["empty_inputs"]} if plan.get("empty_inputs") else {}
+        if plan.get("detected"):  # what each input was read as (ingest)
+            empty["detected"] = plan["detected"]
         write_documents(work, plan, docs_out, on_part=step)
         docs_out.finish(has_questions=has_questions, **empty)
         if has_questions:
@@ -361,6 +434,7 @@ def _read_back(out: Path, report: IngestReport) -> IngestReport:
             report.documents = m.get("rows", 0)
             report.paragraphs = counters.get("in", 0) - sum(rejected.values())
             report.empty_inputs = list(m.get("empty_inputs") or [])
+            report.detected = list(m.get("detected") or [])
         else:
             report.questions = m.get("rows", 0)
     return report

@@ -106,5 +106,5 @@ def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False,
             for reason, n in m.get("counters", {}).get("rejected", {}).items():
                 result["rejected"][f"{table}: {reason}"] = n
             if table == "documents":
-                result["documents merged"] = m.get("counters", {}).get("merged", 0)
+                result["documents_merged"] = m.get("counters", {}).get("merged", 0)
     return result

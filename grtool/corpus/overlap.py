@@ -208,16 +208,24 @@ class OverlapReport:
     left_out: dict[str, int] = field(default_factory=dict)  # reason -> questions not measured
 
     def to_json(self) -> dict:
-        """``{dataset: {"4": mean, …}}``; everything else sits under the single extra key ``_details``."""
-        out: dict = {ds: {str(n): self.mean[ds][n] for n in self.ns} for ds in sorted(self.mean)}
-        out["_details"] = {
-            "share_with_overlap": {ds: {str(n): v for n, v in self.share_any[ds].items()} for ds in sorted(self.share_any)},
-            "questions_with_ngrams": {ds: {str(n): v for n, v in self.counted[ds].items()} for ds in sorted(self.counted)},
-            "questions": dict(sorted(self.questions.items())),
+        """``per_dataset`` holds, per dataset, only that dataset's numbers (``mean`` overlap and
+        ``share_with_overlap`` by n, ``questions_with_ngrams`` by n, ``questions``); what is about the whole
+        run (the n sizes, questions left out, the tokenizer) has keys of its own."""
+        per_dataset = {
+            ds: {
+                "questions": self.questions.get(ds, 0),
+                "mean": {str(n): self.mean[ds][n] for n in self.ns},
+                "share_with_overlap": {str(n): v for n, v in self.share_any.get(ds, {}).items()},
+                "questions_with_ngrams": {str(n): v for n, v in self.counted.get(ds, {}).items()},
+            }
+            for ds in sorted(self.mean)
+        }
+        return {
+            "ns": list(self.ns),
+            "per_dataset": per_dataset,
             "left_out": dict(sorted(self.left_out.items())),
             "tokenizer": "NLTK RegexpTokenizer(r'\\w+') on lowercased text; document = title tokens + text tokens",
         }
-        return out
 
 
 class _Accumulator:

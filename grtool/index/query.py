@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grtool.docid import DOCID_START
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL
 from grtool.errors import InputError
 from grtool.index.base import Index
 
@@ -28,6 +28,45 @@ def prefix_ids(index: Index, text: str | None = None, ids: list[int] | None = No
     if docid_mode and ids and ids[0] != index.start_id:
         ids = [index.start_id, *ids]
     return ids
+
+
+# How a query's text was read (``read_as`` in the result).
+WHOLE_DOCID = "docid"  # a whole docid: its documents
+PREFIX = "prefix"  # a docid prefix: the valid next tokens
+IDS = "ids"  # token ids given with --ids, looked up as they are
+
+
+def _bare(text: str) -> tuple[str, bool]:
+    """The text between markers typed with it, whitespace around it dropped; and whether it ended with
+    <docid_end> (the user said: a whole docid)."""
+    inner = text.strip()
+    if inner.startswith(DOCID_START):
+        inner = inner[len(DOCID_START) :]
+    closed = inner.endswith(DOCID_END)
+    if closed:
+        inner = inner[: -len(DOCID_END)]
+    return inner.strip(), closed
+
+
+def query_text(index: Index, text: str, *, prefix: bool = False) -> dict[str, Any]:
+    """:func:`query` for text typed by a person; ``read_as`` says how it was read, ``text`` what was looked up.
+
+    In a docid index the text is first read as a whole docid ``head, relation, tail`` (whitespace around it
+    and markers typed with it dropped, the markers put back by :data:`grtool.docid.SPECIAL`): when the index
+    holds that docid, the answer is its documents. Otherwise, and always with ``prefix``, it is a prefix of
+    docids (a trailing space would be a token of its own that no docid has: the next tokens carry their
+    leading space). A text closed with <docid_end> is only ever a whole docid. A documents index (substring
+    search) takes the text as it is.
+    """
+    if index.source != "docids":
+        return {**query(index, prefix_ids(index, text)), "read_as": PREFIX, "text": text}
+    inner, closed = _bare(text)
+    if not prefix or closed:
+        whole = SPECIAL.wrap(inner)
+        ids = index.tokenizer.encode(whole)
+        if closed or index.resolve_docid(ids)[1] is not None:
+            return {**query(index, ids), "read_as": WHOLE_DOCID, "text": whole}
+    return {**query(index, prefix_ids(index, inner)), "read_as": PREFIX, "text": DOCID_START + inner}
 
 
 def query(index: Index, ids: list[int]) -> dict[str, Any]:

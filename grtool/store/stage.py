@@ -114,12 +114,9 @@ def commit_file(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def dumps(obj: Any) -> bytes:

@@ -1,13 +1,16 @@
 """`triples collisions`: how often one docid string is found in several documents (it then retrieves all of them).
 
 Counted over distinct docid strings: a docid is "in ≥ k documents" when at least k distinct doc_ids produced it.
-Per dataset there are two views. ``reachable`` (the default, as the paper's table): a dataset's row counts the
-documents its questions can reach in a merged corpus, i.e. the documents of every dataset joined to it, where
-two datasets are joined when they share a document (``corpus merge`` unites their ``datasets``) or when one's
-questions were built from the other (MoreHopQA's ``meta.source_dataset``), transitively; so MoreHopQA's row is
-over 2Wiki's documents too. ``own``: only the documents listing that dataset. The document → datasets map comes
-from the documents table (``--corpus``, else the input recorded in the triples manifest, else a ``documents/``
-stage beside the triples); the source links from the ``questions/`` stage beside it, when there is one.
+Per dataset there are two views. ``own`` (the default): a dataset's row counts the documents it brought, i.e.
+the documents whose ``datasets`` list it; a paragraph that several datasets share (``corpus merge`` unites
+their ``datasets``) counts for each of them, and for nothing further. ``transitive``: a dataset's row counts
+the documents its questions can reach in a merged corpus, i.e. the documents of every dataset joined to it,
+where two datasets are joined when they share a document or when one's questions were built from the other
+(MoreHopQA's ``meta.source_dataset``), transitively; so MoreHopQA's row is over 2Wiki's documents too, and a
+handful of shared paragraphs can make every row of a four-dataset merge the same. The document → datasets map
+comes from the documents table (``--corpus``, else the input recorded in the triples manifest, else a
+``documents/`` stage beside the triples); the source links from the ``questions/`` stage beside it, when
+there is one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from grtool.store.reading import collect
 from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
 from grtool.triples.grounding import drop_shares
 
-VIEWS = ("reachable", "own")
+VIEWS = ("own", "transitive")  # the first is the default
 
 
 def find_documents(triples_stage: Path, corpus: str | Path | None) -> Path | None:
@@ -94,7 +97,7 @@ def reach_groups(datasets: pl.DataFrame, links: set[tuple[str, str]]) -> dict[st
     return {d: "+".join(members[root(d)]) for d in parent}
 
 
-def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: int = 20, view: str = "reachable") -> dict[str, Any]:
+def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: int = 20, view: str = VIEWS[0]) -> dict[str, Any]:
     if view not in VIEWS:
         raise InputError(f"--view {view!r}: expected one of {', '.join(VIEWS)}")
     stage = resolve_stage(triples, "triples")
@@ -126,7 +129,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
             .unique()
             .collect()
         )
-        groups = reach_groups(datasets, _source_links(docs)) if view == "reachable" else {d: d for d in datasets["dataset"].unique().to_list()}
+        groups = reach_groups(datasets, _source_links(docs)) if view == "transitive" else {d: d for d in datasets["dataset"].unique().to_list()}
         scoped = datasets.with_columns(pl.col("dataset").replace_strict(groups).alias("scope")).select("doc_id", "scope").unique()
         per = (
             rows.join(scoped.lazy(), on="doc_id", how="inner")
