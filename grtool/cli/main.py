@@ -63,10 +63,15 @@ def run() -> None:
     """Entry point: user-facing errors print one clear line on stderr and exit with their code."""
     from grtool.invocation import set_command
 
+    from grtool.store.stops import recording
+
     set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
     try:
-        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting.
-        code = app(standalone_mode=False)
+        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting. A failure after
+        # a stage directory exists is recorded in its manifest (validate fails it until a run succeeds).
+        with recording() as outcome:
+            code = app(standalone_mode=False)
+            outcome.returned(code)  # Ctrl-C comes back as 130: not a success
         sys.exit(code if isinstance(code, int) else 0)
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
