@@ -93,7 +93,10 @@ def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path,
     accepted = []
     for stage in find_stage_dirs(root):
         if open_stops(load_manifest(stage), stage / MANIFEST):
-            accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
+            try:
+                accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
+            except OSError as e:  # a read-only checkout: say so, no traceback
+                raise InputError(f"--accept: cannot record the acceptance in {stage / MANIFEST} ({e.strerror or e})") from None
     if not accepted:
         raise InputError(f"--accept: no stage directory under {root} has a failed run to accept (see grtool status {root})")
     return accepted
