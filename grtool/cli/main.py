@@ -62,7 +62,6 @@ _register()
 def run() -> None:
     """Entry point: user-facing errors print one clear line on stderr and exit with their code."""
     from grtool.invocation import set_command
-
     from grtool.store.stops import recording
 
     set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
