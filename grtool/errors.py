@@ -38,6 +38,17 @@ class TransientError(GrtoolError):
     exit_code = EXIT_TRANSIENT
 
 
+class GuardTripped(DataProblem):
+    """A stage's guard stopped the run (exit 1). ``guard`` names it by the option that sets it, ``numbers`` holds
+    what it measured; both go into the stage's manifest (:mod:`grtool.store.stops`), so `grtool validate` fails
+    the stage until it is re-run and passes, or the trip is accepted."""
+
+    def __init__(self, message: str, *, guard: str, numbers: dict[str, object]):
+        super().__init__(message)
+        self.guard = guard
+        self.numbers = numbers
+
+
 class MissingDependency(GrtoolError):
     """An optional package a feature needs is not installed; the message gives the exact pip line."""
 

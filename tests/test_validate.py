@@ -74,8 +74,8 @@ def test_json_output_shape(run):
     assert out["ok"] is True
     assert {s["table"] for s in out["stages"]} == {"documents", "questions"}
     for s in out["stages"]:
-        assert set(s) == {"path", "table", "problems", "notes", "checked"}
-        assert s["problems"] == [] and s["notes"] == []
+        assert set(s) == {"path", "table", "problems", "notes", "checked", "stops"}
+        assert s["problems"] == [] and s["notes"] == [] and s["stops"] == []
         assert s["checked"]["shards"] == 1 and s["checked"]["rows"] > 0
 
     (run / "documents" / "part-00000.parquet").write_bytes(b"garbage")

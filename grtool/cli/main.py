@@ -72,10 +72,14 @@ def run() -> None:
 
 def _run() -> None:
     from grtool import signals
+    from grtool.store.stops import recording
 
     try:
-        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting.
-        code = app(standalone_mode=False)
+        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting. A failure after
+        # a stage directory exists is recorded in its manifest (validate fails it until a run succeeds).
+        with recording() as outcome:
+            code = app(standalone_mode=False)
+            outcome.returned(code)  # Ctrl-C comes back as 130: not a success
         if code == EXIT_INTERRUPTED and signals.interrupted():  # Typer hands Ctrl-C back as exit code 130
             _interrupted()
         sys.exit(code if isinstance(code, int) else 0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import orjson
 import typer
@@ -14,7 +14,8 @@ from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
 from grtool.store.stage import printable
-from grtool.store.validate import describe, find_stage_dirs, status, validate_tree
+from grtool.store.stops import describe as describe_stop, describe_acceptance
+from grtool.store.validate import accept_tree, describe, find_stage_dirs, status, validate_tree
 
 
 def status_cmd(
@@ -40,13 +41,36 @@ def status_cmd(
         rej = s["counters"]["rejected"]
         rej_text = ", ".join(f"{k}: {v}" for k, v in rej.items()) or "0"
         planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
-        t.add_row(s["path"], s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]), rej_text, "yes" if s["complete"] else "no")
+        t.add_row(s["path"], s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]), rej_text, _complete(s))
     console.print(t)
+    for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
+        for stop in s["stops"]:
+            text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
+            console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _complete(s: dict) -> str:
+    """The "complete" cell: a stage whose last run failed is not complete, however many parts are done."""
+    failed = [stop for stop in s["stops"] if stop.get("accepted") is None]
+    if failed:
+        return "no: " + ", ".join(f"guard {x['guard']} tripped" if x["kind"] == "guard" else "run failed" for x in failed)
+    if s["complete"] and s["stops"]:
+        return "yes (failure accepted)"
+    return "yes" if s["complete"] else "no"
 
 
 def validate_cmd(
     directory: Annotated[Path, typer.Argument(help="A stage directory, a run directory (everything under it is checked), an index directory or an exported file.")],
     as_json: Json = False,
+    accept: Annotated[
+        bool,
+        typer.Option(
+            "--accept",
+            help="First accept the failed runs (tripped guards, errors) recorded in the stage directories under "
+            "DIRECTORY: recorded with who, when and --reason, they become notes. Exit 2 when there is none.",
+        ),
+    ] = False,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why the failure is accepted (recorded with --accept).")] = None,
 ) -> None:
     """Check stage directories, index directories and exported files: everything grtool wrote under DIRECTORY.
 
@@ -58,11 +82,18 @@ def validate_cmd(
     Exit 0 when clean, 1 with the list of problems otherwise (also when nothing grtool wrote is found). Notes
     (e.g. a manifest not yet re-merged after a later array task committed a shard) are shown but do not fail
     validation. A questions directory is checked against its sibling documents directory whenever one exists.
+    A stage whose last run failed (a guard such as --max-empty-share tripped, or an error) fails until a run of
+    it succeeds or the failure is accepted with --accept.
 
     Example: grtool validate out/demo
     """
     if not Path(directory).exists():
         raise InputError(f"{directory}: no such file or directory")
+    if reason is not None and not accept:
+        raise InputError("--reason goes with --accept")
+    if accept:
+        for stage, stop in accept_tree(directory, reason):
+            console.print(f"accepted: {printable(stage)}: {describe_stop(stop)}", highlight=False, markup=False, soft_wrap=True)
     reports = validate_tree(directory)
     if not reports:
         raise InputError(f"{directory}: no stage directory here")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grtool.errors import DataProblem
+from grtool.errors import GuardTripped
 
 EXAMPLE_CHARS = 300
 MAX_EXAMPLES = 3  # empty units quoted in the guard's message
@@ -53,15 +53,18 @@ class EmptyOutputs:
         """Too large a share of this part's units came out empty."""
         return bool(self.total) and self.empty / self.total > max_empty_share
 
-    def error(self, max_empty_share: float, *, units: str, outcome: str, where: str = "", redo: str = "") -> DataProblem:
+    def error(self, max_empty_share: float, *, units: str, outcome: str, where: str = "", redo: str = "") -> GuardTripped:
         """The guard's exit-1 error: ``"<part>: E of N <units> <outcome> (S% > --max-empty-share X)<where>; e.g. …"``.
 
         ``where`` points at the kept evidence (rejects file, rows); ``redo`` says what ``--overwrite`` would do,
         shown when the part was finished by an earlier run.
         """
         earlier = f"; this part was finished by an earlier run (--overwrite redoes it{', ' + redo if redo else ''})" if self.resumed else ""
-        return DataProblem(
+        return GuardTripped(
             f"{self.part}: {self.empty} of {self.total} {units} {outcome} "
             f"({self.empty / self.total:.0%} > --max-empty-share {max_empty_share}){where}{earlier}"
-            + ("; e.g. " + " | ".join(self.examples) if self.examples else "")
+            + ("; e.g. " + " | ".join(self.examples) if self.examples else ""),
+            guard="--max-empty-share",
+            numbers={"part": self.part, "units": units, "empty": self.empty, "total": self.total,
+                     "share": round(self.empty / self.total, 4), "max_empty_share": max_empty_share},
         )

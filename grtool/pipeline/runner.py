@@ -145,6 +145,7 @@ def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     from grtool.cli.main import app  # the same Typer app as the `grtool` command
     from grtool.invocation import command
     from grtool.log import flags
+    from grtool.store.stops import recording
 
     argv = stage.argv(overwrite)
     start = time.perf_counter()
@@ -154,7 +155,9 @@ def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.
         stack.enter_context(command(["grtool", *argv]))
         try:
-            code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
+            with recording() as outcome:  # the stage's own outcome in its manifests (the error is re-worded below)
+                code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
+                outcome.returned(code)
         except GrtoolError as e:
             raise GrtoolError(f"stage {stage.name!r} failed: {e}", e.exit_code) from None
         if isinstance(code, int) and code != 0:

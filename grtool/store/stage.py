@@ -128,7 +128,7 @@ def dumps(obj: Any) -> bytes:
 
 # The fields grtool reads from its records, with their types: an edited or damaged record is one line, never a
 # TypeError deep inside a command.
-_MANIFEST_FIELDS = {"table": str, "schema": list, "inputs": list, "params": dict, "num_parts": int}
+_MANIFEST_FIELDS = {"table": str, "schema": list, "inputs": list, "params": dict, "num_parts": int, "stops": dict}
 _SHARD_FIELDS = {"file": str, "bytes": int, "rows": int, "sha256": str, "counters": dict, "rejects_file": str}
 
 
@@ -419,6 +419,10 @@ class StageWriter:
             with self._lock():
                 self._open_manifest()
             self.records = load_shard_records(self.path)
+            # The running command's outcome (a guard tripped, an error, success) goes into this manifest's stops.
+            from grtool.store import stops
+
+            stops.opened(self.path, shards, redact_argv(spec.command if spec.command is not None else _argv()))
         except BaseException:
             self.run.release()
             raise
@@ -466,7 +470,8 @@ class StageWriter:
             "num_parts": self.num_parts,
             "shards": {},
             "counters": merge_counters([]),
-            "complete": False,
+            "complete": False,  # every planned part committed (a stop recorded in "stops" still fails the stage)
+            "stops": {},  # why runs of it failed, by task (grtool.store.stops)
         }
         atomic_write_bytes(mpath, dumps(manifest))
 

@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from grtool.store.reading import schema_diff, short
+from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
     MANIFEST,
@@ -56,9 +57,12 @@ def find_stage_dirs(root: str | Path) -> list[Path]:
 
 
 def status(path: str | Path) -> dict[str, Any]:
+    """Parts done and pending, rows, counters, and the stops recorded (:mod:`grtool.store.stops`): ``complete``
+    means every part is committed and no run's failure is left standing (none, or each one accepted)."""
     path = Path(path)
     manifest = load_manifest(path)
     records = load_shard_records(path)
+    recorded = read_stops(manifest, path / MANIFEST)
     n = manifest.get("num_parts")
     done = sorted(records)
     pending = [part_name(i) for i in range(n) if part_name(i) not in records] if n is not None else []
@@ -71,8 +75,31 @@ def status(path: str | Path) -> dict[str, Any]:
         "parts_pending": pending,
         "rows": sum(r["rows"] for r in records.values()),
         "counters": counters,
-        "complete": n is not None and not pending,
+        "complete": n is not None and not pending and not open_stops(manifest),
+        "stops": [stop for _, stop in sorted(recorded.items())],
     }
+
+
+def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Accept every stop nobody accepted yet in the stage directories under ``root`` (``validate --accept``):
+    ``(stage, stop)`` for each. Nothing to accept is an error: an ``--accept`` left in a CI script must not
+    wave through stops that appear later unnoticed, and fails once there is nothing left to accept."""
+    from grtool.errors import InputError
+    from grtool.store.stops import accept_stops
+
+    root = Path(root)
+    if root.is_file():
+        raise InputError(f"--accept: {root} is a file; name a stage directory or a run directory")
+    accepted = []
+    for stage in find_stage_dirs(root):
+        if open_stops(load_manifest(stage), stage / MANIFEST):
+            try:
+                accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
+            except OSError as e:  # a read-only checkout: say so, no traceback
+                raise InputError(f"--accept: cannot record the acceptance in {stage / MANIFEST} ({e.strerror or e})") from None
+    if not accepted:
+        raise InputError(f"--accept: no stage directory under {root} has a failed run to accept (see grtool status {root})")
+    return accepted
 
 
 @dataclass
@@ -82,6 +109,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # worth knowing, not a failure (exit 0)
     checked: dict[str, Any] = field(default_factory=dict)
+    stops: list[dict[str, Any]] = field(default_factory=list)  # a stage's recorded stops, accepted or not
 
     @property
     def ok(self) -> bool:
@@ -120,11 +148,31 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
         report.problems.append(str(e))
         return report
     report.table = manifest.get("table")
+    _check_stops(path, manifest, report)
     _check_manifest(manifest, records, report)
     _check_shards(path, manifest, records, report)
     if check_keys and report.table in TABLES and records and not any("sha256" in p for p in report.problems):
         _check_keys(path, records, report)
     return report
+
+
+def _check_stops(path: Path, manifest: dict[str, Any], report: Report) -> None:
+    """A run of the stage that failed (a guard tripped, an error) fails it until a run succeeds or it is accepted;
+    an accepted one is a note."""
+    try:
+        recorded = read_stops(manifest, path / MANIFEST)
+    except Exception as e:
+        report.problems.append(str(e))
+        return
+    report.stops = [stop for _, stop in sorted(recorded.items())]
+    for stop in report.stops:
+        if stop.get("accepted") is None:
+            report.problems.append(
+                f"stopped: {describe_stop(stop)}; re-run the command (a run that passes clears this) "
+                f"or accept it: grtool validate {path} --accept"
+            )
+        else:
+            report.notes.append(f"stop {describe_acceptance(stop)}")
 
 
 def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]], report: Report) -> None:

@@ -1,0 +1,286 @@
+"""Why a stage run stopped: the manifest's ``stops`` record, and its explicit acceptance.
+
+A stage command that fails after its stage directory exists (a guard such as ``--max-empty-share`` tripped, or
+any other error) may leave every part committed: the rows alone look complete. So the failure is written into
+the manifest of every stage directory the command opened for writing, keyed by the task that failed::
+
+    "stops": {
+      "all": {                      # a whole run; an array task is "I/N" (--shard-index I --num-shards N)
+        "task": "all",
+        "kind": "guard",            # or "error": any other fatal stop
+        "guard": "--max-empty-share",   # null for an error
+        "numbers": {"part": "part-00000", "empty": 4, "total": 6, "share": 0.6667, "max_empty_share": 0.2, ...},
+        "message": "part-00000: 4 of 6 documents gave no triples (67% > --max-empty-share 0.2) ...",
+        "exit_code": 1,
+        "when": "2025-01-01T12:00:00+00:00",
+        "command": ["grtool", "triples", "extract", ...],
+        "accepted": null            # or {"by": "user@host", "when": ..., "command": [...], "reason": ...}
+      }
+    }
+
+`grtool status` shows a stop, `grtool validate` fails the stage on one that is not accepted. The record goes
+when the same task (or a whole run) of the stage runs again and succeeds; ``grtool validate DIR --accept``
+accepts the stops recorded under DIR. A manifest without the field (older grtool) has no stops.
+
+An interruption (Ctrl-C, SIGTERM) is not a failure: the run is resumable and the parts it did not finish are
+already visible as pending, so it neither records a stop nor clears one. A stage command signals failure by
+raising, never by returning a non-zero exit code (a returned non-zero code is taken for an interruption).
+
+How it is wired: :func:`recording` wraps one grtool command (the CLI entry point; each stage of `grtool pipeline
+run`); every :class:`~grtool.store.stage.StageWriter` opened inside it registers with :func:`opened`; the block
+failing records the stop in each of them (:func:`record_stop`), the block succeeding clears their task's stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from grtool.errors import InputError
+from grtool.invocation import current_command
+from grtool.log import log
+from grtool.store.layout import LOCK, MANIFEST
+
+STOPS = "stops"  # the manifest's field
+WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
+MAX_MESSAGE = 4000  # characters of an error message kept in the record
+
+# The fields of a stop record with their types (None allowed where the value may be null).
+_STOP_FIELDS: dict[str, tuple[type, ...]] = {
+    "task": (str,),
+    "kind": (str,),
+    "guard": (str, type(None)),
+    "numbers": (dict,),
+    "message": (str,),
+    "exit_code": (int,),
+    "when": (str,),
+    "command": (list,),
+    "accepted": (dict, type(None)),
+}
+
+
+def task_key(shards: tuple[int, int] | None) -> str:
+    """``"all"`` for a whole run, ``"I/N"`` for task I of an N-task array."""
+    if shards is None or shards[0] <= 1:
+        return WHOLE_RUN
+    count, index = shards
+    return f"{index}/{count}"
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def read_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> dict[str, dict[str, Any]]:
+    """The manifest's stop records by task (none in a manifest of an older grtool); an edited or damaged record
+    is one :class:`InputError` naming the field."""
+    stops = manifest.get(STOPS)
+    if stops is None:
+        return {}
+    if not isinstance(stops, dict):
+        raise InputError(f"{where}: field {STOPS!r} is a JSON {type(stops).__name__}, not an object (edited or damaged)")
+    for key, stop in stops.items():
+        if not isinstance(stop, dict):
+            raise InputError(f"{where}: {STOPS}.{key} is not an object (edited or damaged)")
+        for name, types in _STOP_FIELDS.items():
+            value = stop.get(name)
+            if not isinstance(value, types) or isinstance(value, bool):
+                raise InputError(f"{where}: {STOPS}.{key}.{name} is {value!r} (edited or damaged)")
+    return stops
+
+
+def open_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> list[dict[str, Any]]:
+    """The stops nobody accepted: each fails the stage."""
+    return [s for _, s in sorted(read_stops(manifest, where).items()) if s.get("accepted") is None]
+
+
+SHOWN_CHARS = 400  # of the message, in status and validate lines (the record keeps it whole)
+
+
+def describe(stop: dict[str, Any]) -> str:
+    """One line: what stopped the run, which task, when, the command."""
+    what = f"guard {stop['guard']} tripped" if stop.get("kind") == "guard" else f"run failed (exit {stop.get('exit_code')})"
+    task = "" if stop.get("task") == WHOLE_RUN else f" in task {stop.get('task')} (--shard-index/--num-shards)"
+    message = str(stop.get("message"))
+    if len(message) > SHOWN_CHARS:
+        message = message[:SHOWN_CHARS] + " …"
+    return f"{what}{task} at {stop.get('when')}: {message} [command: {' '.join(map(str, stop.get('command') or []))}]"
+
+
+def describe_acceptance(stop: dict[str, Any]) -> str:
+    acc = stop.get("accepted") or {}
+    reason = f" ({acc['reason']})" if acc.get("reason") else ""
+    return f"accepted by {acc.get('by')} at {acc.get('when')}{reason}: {describe(stop)}"
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+
+def _update(path: Path, change) -> Any:
+    """Apply ``change(stops) -> result`` to the manifest's stops under the manifest lock (the one shard merges
+    take), writing the manifest only when the stops changed."""
+    from grtool.store.stage import atomic_write_bytes, dumps, load_manifest
+
+    with FileLock(str(path / LOCK)):
+        manifest = load_manifest(path)
+        stops = dict(read_stops(manifest, path / MANIFEST))
+        before = dumps(stops)
+        result = change(stops)
+        if dumps(stops) != before:
+            manifest[STOPS] = stops
+            atomic_write_bytes(path / MANIFEST, dumps(manifest))
+    return result
+
+
+def stop_record(exc: BaseException, task: str, command: list[str]) -> dict[str, Any]:
+    """The stop record of ``exc`` ending a run of ``task`` (a :class:`~grtool.errors.GuardTripped` is a guard)."""
+    from grtool.secrets import scrub
+    from grtool.store.stage import _now
+
+    guard = getattr(exc, "guard", None)
+    numbers = getattr(exc, "numbers", None)
+    code = getattr(exc, "exit_code", None)
+    message = str(exc) or (f"exit code {code}" if code is not None else type(exc).__name__)
+    if not hasattr(exc, "exit_code"):  # not an error meant for the user: say what it was
+        message = f"{type(exc).__name__}: {message}"
+    return {
+        "task": task,
+        "kind": "guard" if isinstance(guard, str) else "error",
+        "guard": guard if isinstance(guard, str) else None,
+        "numbers": dict(numbers) if isinstance(numbers, dict) else {},
+        "message": scrub(message)[:MAX_MESSAGE],
+        "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else 1,
+        "when": _now(),
+        "command": list(command),
+        "accepted": None,
+    }
+
+
+def record_stop(path: str | Path, stop: dict[str, Any]) -> None:
+    """Write ``stop`` as its task's record (replacing an earlier one of that task, accepted or not)."""
+    _update(Path(path), lambda stops: stops.__setitem__(stop["task"], stop))
+
+
+def clear_stops(path: str | Path, task: str) -> None:
+    """A run of ``task`` succeeded: its stop goes; a whole run's success clears every task's."""
+    def change(stops: dict[str, Any]) -> None:
+        if task == WHOLE_RUN:
+            stops.clear()
+        else:
+            stops.pop(task, None)
+
+    _update(Path(path), change)
+
+
+def accept_stops(path: str | Path, reason: str | None = None) -> list[dict[str, Any]]:
+    """Mark every stop of the stage directory nobody accepted yet as accepted (who, when, the command, why);
+    returns those it accepted."""
+    from grtool.store.stage import _now
+
+    acceptance = {"by": _who(), "when": _now(), "command": current_command(), "reason": reason}
+
+    def change(stops: dict[str, Any]) -> list[dict[str, Any]]:
+        done = []
+        for key, stop in sorted(stops.items()):
+            if stop.get("accepted") is None:
+                stops[key] = {**stop, "accepted": acceptance}
+                done.append(stops[key])
+        return done
+
+    return _update(Path(path), change)
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in the environment or the password database (some containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+# ---------------------------------------------------------------------------------- the command's frame
+
+
+@dataclass
+class _Opened:
+    path: Path
+    task: str
+    command: list[str]
+
+
+_frames: list[dict[Path, _Opened]] = []
+_frames_lock = threading.Lock()
+
+
+def opened(path: str | Path, shards: tuple[int, int] | None, command: list[str]) -> None:
+    """A stage writer of the running command opened ``path`` (its manifest exists): its outcome is recorded
+    there. Outside :func:`recording` (grtool used as a library) nothing is recorded."""
+    with _frames_lock:
+        if _frames:
+            p = Path(path)
+            _frames[-1].setdefault(p.resolve(), _Opened(p, task_key(shards), list(command)))
+
+
+def is_interruption(exc: BaseException) -> bool:
+    """Ctrl-C / SIGTERM and the like: the run stopped on request, resumable, not a failure of the stage.
+
+    KeyboardInterrupt and other non-``Exception`` exits, Click's ``Abort`` (what Ctrl-C becomes inside a Click
+    command), and any exception with a true ``interruption`` attribute."""
+    if not isinstance(exc, Exception) or getattr(exc, "interruption", False):
+        return True
+    return any(cls.__name__ == "Abort" and cls.__module__.endswith("click.exceptions") for cls in type(exc).__mro__)
+
+
+@dataclass
+class Outcome:
+    """What the caller of :func:`recording` tells it: the exit code the command returned without raising."""
+
+    exit_code: int | None = 0
+
+    def returned(self, code: object) -> None:
+        self.exit_code = code if isinstance(code, int) else 0
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Outcome]:
+    """Run one grtool command: on failure record the stop in every stage directory it opened for writing, on
+    success clear their stop of the task that ran. Nested frames (a pipeline's stages) each keep their own.
+
+    The caller passes a returned exit code to :meth:`Outcome.returned`: Typer returns Ctrl-C as exit code 130
+    instead of raising, so only a returned 0 is a success; another returned code neither records nor clears.
+    """
+    frame: dict[Path, _Opened] = {}
+    outcome = Outcome()
+    with _frames_lock:
+        _frames.append(frame)
+    try:
+        yield outcome
+    except BaseException as exc:
+        if not is_interruption(exc) and not getattr(exc, "_grtool_stop_recorded", False):
+            for o in frame.values():
+                _quietly(record_stop, o.path, stop_record(exc, o.task, o.command))
+            with contextlib.suppress(Exception):
+                exc._grtool_stop_recorded = True  # type: ignore[attr-defined]  # an outer frame does not record it again
+        raise
+    else:
+        if not outcome.exit_code:
+            for o in frame.values():
+                _quietly(clear_stops, o.path, o.task)
+    finally:
+        with _frames_lock:  # by identity: two empty frames are equal dicts
+            del _frames[next(i for i in range(len(_frames) - 1, -1, -1) if _frames[i] is frame)]
+
+
+def _quietly(fn, path: Path, *args: Any) -> None:
+    """Bookkeeping after the command's outcome is known never hides that outcome: a failure here is a warning."""
+    try:
+        fn(path, *args)
+    except Exception as e:
+        log.warning("%s: could not update the stop record in %s (%s)", path, MANIFEST, e)
