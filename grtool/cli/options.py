@@ -33,7 +33,15 @@ ShardIndex = Annotated[
 ]
 Strict = Annotated[bool, typer.Option("--strict", help="Fail on the first bad record instead of rejecting it.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON object on stdout instead of tables.")]
-Plot = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG chart to this file.")]
+def _plot_path(value: str | Path) -> Path:
+    """``--plot``: matplotlib comes with the extra grtool[plot]; without it the command stops before it runs."""
+    from grtool.extras import require
+
+    require("plot", "--plot")
+    return Path(value)
+
+
+Plot = Annotated[Optional[Path], typer.Option("--plot", parser=_plot_path, metavar="PATH", help="Write a PNG chart to this file.")]
 RowsPerPart = Annotated[
     Optional[int],
     typer.Option(
