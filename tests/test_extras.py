@@ -94,3 +94,27 @@ def test_training_needs_the_train_extra(tmp_path, without):
     without("train")
     e = _run(["train", "sft", str(data), "--out", str(tmp_path / "ckpt"), "--per-device-batch-size", "1"])
     assert "pip install 'grtool[train]'" in str(e) and not (tmp_path / "ckpt").exists()
+
+
+def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, examples):
+    config = tmp_path / "p.toml"
+    config.write_text(
+        f'out = "{tmp_path / "out"}"\n'
+        f'[[stages]]\nname = "ingest"\nrun = "corpus ingest"\nargs = ["{examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"}"]\n'
+        'options = { out = "{out}/ingest" }\n'
+        '[[stages]]\nname = "stats"\nrun = "corpus stats"\nargs = ["{out}/ingest"]\noptions = { plot = "{out}/stats.png" }\n'
+    )
+    without("plot")
+    e = _run(["pipeline", "run", str(config)])
+    assert str(e).startswith("stage 'stats': --plot needs") and "pip install 'grtool[plot]'" in str(e)
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_extras_of_the_demo():
+    from grtool.extras import command_extras
+    from grtool.pipeline.config import load_pipeline
+
+    needs = {(s.name, extra) for s in load_pipeline(HERE.parent / "examples" / "demo.toml", None).stages for extra, _ in command_extras(s.run, s.options)}
+    assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
+            ("retrieve-base", "llm"), ("recall-table", "plot")} <= needs  # fmt: skip
+    assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base"}
