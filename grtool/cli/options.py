@@ -43,7 +43,15 @@ def refuse_json_with_stdout(as_json: bool, out: str | Path) -> None:
         raise InputError("--json prints the summary on stdout, where --out - writes the rows: give one of them")
 
 
-Plot = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG chart to this file.")]
+def _plot_path(value: str | Path) -> Path:
+    """``--plot``: matplotlib comes with the extra grtool[plot]; without it the command stops before it runs."""
+    from grtool.extras import require
+
+    require("plot", "--plot")
+    return Path(value)
+
+
+Plot = Annotated[Optional[Path], typer.Option("--plot", parser=_plot_path, metavar="PATH", help="Write a PNG chart to this file.")]
 RowsPerPart = Annotated[
     Optional[int],
     typer.Option(

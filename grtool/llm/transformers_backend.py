@@ -194,7 +194,7 @@ def _with_adapter(lm, adapter: str):
     try:
         from peft import PeftModel
     except ImportError as e:
-        raise MissingDependency("--adapter", "peft", "peft", e) from None
+        raise MissingDependency("--adapter", "peft", detail=e, extra="train") from None
     return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
 
 

@@ -48,7 +48,7 @@ class VLLMBackend:
         try:
             from vllm import LLM
         except ImportError as e:
-            raise MissingDependency("the vllm backend", "vllm", "'grtool[vllm]'", e) from None
+            raise MissingDependency("the vllm backend", "vllm", detail=e, extra="vllm") from None
         ref = resolve_model(model)
         self.model = ref.name
         self.chunk_size = max(1, chunk_size)

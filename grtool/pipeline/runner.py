@@ -140,6 +140,16 @@ def accepts_overwrite(stage: Stage) -> bool:
     return accepts(stage.run, "overwrite")
 
 
+def require_extras(stages: list[Stage]) -> None:
+    """Every extra the stages' commands need is installed, checked before the first stage runs (a missing one
+    would otherwise stop the pipeline halfway, after the stages before it wrote their outputs)."""
+    from grtool.extras import command_extras, require
+
+    for stage in stages:
+        for extra, feature in command_extras(stage.run, stage.options):
+            require(extra, f"stage {stage.name!r}: {feature}")
+
+
 def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.cli.main import app  # the same Typer app as the `grtool` command

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+from grtool.extras import require
 from grtool.index.base import Index
 from grtool.log import log
 from grtool.store.io import is_stdio
@@ -98,6 +99,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
+    if request.adapter is not None:  # peft merges it into the model
+        require("train", "--adapter")
     if llm.backend == "openai":
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":

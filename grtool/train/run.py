@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import InputError
+from grtool.extras import require
 from grtool.llm.models import ModelRef
 from grtool.log import log
 from grtool.train.config import TrainConfig, effective_batch, planned_steps, world_size
@@ -76,6 +77,11 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
          writes_checkpoint: bool = True) -> Plan:
     """Everything checked, nothing written. ``writes_checkpoint=False``: ``out`` is a LLaMA-Factory YAML file."""
     from grtool.train.model import resolve
+
+    if writes_checkpoint and check_out:  # training itself: TRL and peft
+        require("train", f"train {kind}")
+    elif check_template:  # --dry-run loads the tokenizer through transformers
+        require("llm", f"train {kind} --dry-run")
 
     if kind == "sft":
         loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers)
