@@ -426,7 +426,7 @@ def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: 
     from grtool.index.base import Index
 
     refuse_output_among_inputs(out, [input_stage(input_path, table)], [input_path])
-    if not out.exists() and not out.is_symlink():
+    if not out.exists():  # (a dangling symlink too: the claim refuses it)
         return None
     if str(input_path) == "-":
         raise GrtoolError(f"{out}: exists; use --overwrite to replace it (an index read from standard input cannot be compared with its input)")
