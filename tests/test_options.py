@@ -118,3 +118,13 @@ def test_a_bad_option_is_refused_before_anything_is_created(inputs, tmp_path, mo
     assert code == 2 and option in err and "Traceback" not in err, err
     assert not out.exists(), f"{out} was created before the option was refused: {sorted(p.name for p in out.iterdir())}"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock or scratch beside it either
+
+
+def test_a_pipeline_checks_every_stage_s_options_before_the_first_stage_runs(inputs, tmp_path, monkeypatch, capsys):
+    """The second stage's bad --kind used to be found only after the first stage had built its index."""
+    config = tmp_path / "p.toml"
+    stage = '[[stages]]\nname = "{name}"\nrun = "index build"\nargs = ["{triples}"]\noptions = {{ tokenizer = "llama3", kind = "{kind}", out = "{{out}}/{name}" }}\n'
+    config.write_text(f'out = "{tmp_path / "out"}"\n' + stage.format(name="a", kind="numpy", **inputs) + stage.format(name="b", kind="foo", **inputs))
+    code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
+    assert code == 2 and "stage 'b'" in err and "--kind" in err and "'foo' is not one of" in err, err
+    assert not (tmp_path / "out").exists()

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from grtool.log import console, log, stage_summary
 from grtool.pipeline.config import Stage, load_pipeline
-from grtool.pipeline.runner import (check_overwrite_names, mark_done, plan, refuse_writes_over_inputs, run_stage, runs_with_overwrite,
-                                    stage_state, summarize)
+from grtool.pipeline.runner import (check_overwrite_names, check_stage_arguments, mark_done, plan, refuse_writes_over_inputs, run_stage,
+                                    runs_with_overwrite, stage_state, summarize)
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -44,6 +44,7 @@ def run(
     refuse_writes_over_inputs(pipeline.stages, {"--summary-json": str(summary_json) if summary_json else None})
     forced = check_overwrite_names(pipeline, overwrite or [])
     stages = pipeline.select(start, until)
+    check_stage_arguments(pipeline, stages, forced)
     if dry_run:
         states = plan(pipeline, stages)
         # Plain lines on stdout, so the commands can be copied or piped into a shell script.

@@ -153,6 +153,16 @@ def check_overwrite_names(pipeline: Pipeline, names: list[str]) -> set[str]:
     return set(names)
 
 
+def check_stage_arguments(pipeline: Pipeline, stages: list[Stage], overwrite: set[str]) -> None:
+    """Each stage's command line parsed as its command will parse it (choices, numbers, unknown options), before
+    any stage runs: a mistake in the last stage is found before the first one writes anything."""
+    from grtool.pipeline.registry import check_arguments
+
+    for stage in stages:
+        words = len(stage.run.split())
+        check_arguments(stage.run, stage.argv(stage.name in overwrite and accepts_overwrite(stage))[words:], f"{pipeline.path}: stage {stage.name!r}")
+
+
 def runs_with_overwrite(state: StageState, overwrite: set[str]) -> bool:
     """Whether a stage that is not done runs with ``--overwrite``: its inputs changed since it ran, or the
     user named it (``pipeline run --overwrite STAGE``)."""
