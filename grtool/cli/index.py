@@ -2,23 +2,39 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.options import Json, Out, Overwrite
+from grtool.cli.options import Json, Overwrite, out_path
 
 app = typer.Typer(name="index", help="Build and query the docid index for constrained decoding.", no_args_is_help=True)
+
+
+class Kind(str, Enum):  # grtool.index.kinds.KINDS
+    fm = "fm"
+    trie = "trie"
+    numpy = "numpy"
+
+
+class Source(str, Enum):  # grtool.index.build.SOURCES
+    docids = "docids"
+    documents = "documents"
+
+
+# Not the stages' --out: an index is a directory of files, never JSON Lines on stdout.
+IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to create ('-' is refused: an index is a directory of files).")]
 
 
 @app.command("build")
 def build_cmd(
     triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode, spelled as its --model: a local model or checkpoint directory, a .gguf file, a HF hub id in the local cache, SmolLM2-135M-Instruct (= default, the embedded model); or a tokenizer.json, or a built-in: llama3, qwen.")],
-    out: Out,
-    kind: Annotated[str, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = "fm",
-    source: Annotated[str, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = "docids",
+    out: IndexOut,
+    kind: Annotated[Kind, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = Kind.fm,
+    source: Annotated[Source, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = Source.docids,
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
     flips: Annotated[bool, typer.Option("--flips", help="Also index each docid tail-first (tail, relation, head), as the chains teach, mapping to the same documents.")] = False,
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="FM-index: size the build's suffix-sorting buckets to stay under this (8G, 512M); refused up front when the text alone (about 2.2 bytes a token) does not fit.")] = None,
@@ -28,7 +44,9 @@ def build_cmd(
     """Tokenize every docid whole (markers as special tokens) and build an index directory.
 
     The directory carries the exact tokenizer.json it used and index.json (command, version, fingerprints,
-    sizes, checksums).
+    sizes, checksums). Run again with the same input, tokenizer and options, it says "up to date" and keeps the
+    index (exit 0, nothing read or tokenized); with another input or option it exits 2 naming what differs,
+    and --overwrite rebuilds.
 
     Example: grtool index build out/run/triples --tokenizer llama3 --out out/run/index
     """
@@ -36,14 +54,17 @@ def build_cmd(
     from grtool.index.base import Index
     from grtool.log import stage_summary
 
-    build_index(triples, out, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips, memory_limit=memory_limit)
-    report = stats(Index.open(out))
+    meta = build_index(triples, out, tokenizer=tokenizer, kind=kind.value, source=source.value, sample_rate=sample_rate, overwrite=overwrite,
+                       flips=flips, memory_limit=memory_limit)  # fmt: skip
+    up_to_date = bool(meta.get("up_to_date"))
+    report = {**stats(Index.open(out)), "up_to_date": up_to_date}
     if as_json:
         typer.echo(dump_json(report))
     else:
         flipped = f", {report['flipped_sequences']:,} of them flipped ({report['flips_token_share']:.1%} of the tokens)" if flips else ""
+        state = "up to date (same input, tokenizer and options), kept" if up_to_date else "built"
         stage_summary.print(
-            f"[green]index[/] {out}: {report['kind']}, {report['sequences']:,} sequences{flipped}, {report['tokens']:,} tokens, "
+            f"[green]index[/] {out}: {state}: {report['kind']}, {report['sequences']:,} sequences{flipped}, {report['tokens']:,} tokens, "
             f"{report['bits_per_token']} bits/token, built in {report['build_seconds']} s"
         )
 

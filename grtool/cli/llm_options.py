@@ -16,17 +16,21 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from grtool.extras import require_backend
-from grtool.llm import BACKENDS, DEFAULT_BACKEND, make_backend
+from grtool.llm import BACKENDS, DEFAULT_BACKEND, check_backend_options, make_backend
 from grtool.llm.base import Backend, Sampling, check_room
 from grtool.llm.models import cache_root
 
 _PANEL = "LLM"
+
+# --backend as a choice: --help and shell completion list the names, a wrong one is a usage error before anything runs
+BackendName = Enum("BackendName", {name: name for name in BACKENDS}, type=str)
 
 
 @dataclass
@@ -57,6 +61,12 @@ class LLMSettings:
         names = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "max_context", "tensor_parallel_size",
                  "gpu_memory_utilization", "max_model_len", "enforce_eager", "batch_size", "threads")  # fmt: skip
         return {n: getattr(self, n) for n in names}
+
+    def check(self) -> None:
+        """Everything about these options that can be checked before the command creates anything: options the
+        backend does not take, and the room --max-tokens leaves."""
+        check_backend_options(self.backend, self.backend_options())
+        self.check_room()
 
     def check_room(self) -> None:
         """Refuse a --max-tokens that leaves no room for any prompt before the command creates anything, when the
@@ -90,7 +100,7 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(name, annotation, default) of every shared option."""
     O = functools.partial(typer.Option, rich_help_panel=_PANEL)  # noqa: E741
     return [
-        ("backend", Annotated[str, O("--backend", help=f"LLM backend: {', '.join(BACKENDS)}.")], DEFAULT_BACKEND),
+        ("backend", Annotated[BackendName, O("--backend", help="LLM backend.")], BackendName(DEFAULT_BACKEND)),
         ("model", Annotated[Optional[str], O("--model", "-m", help="Model: HF id or local folder (vllm, transformers), a .gguf file (converted once), or the served name (openai). Default: the embedded SmolLM2-135M-Instruct; with openai, the server's only model.")], None),
         ("temperature", Annotated[float, O("--temperature", min=0.0, help="Sampling temperature (0 = greedy).")], defaults.get("temperature", 0.0)),
         ("top_p", Annotated[float, O("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")], defaults.get("top_p", 1.0)),
@@ -132,9 +142,12 @@ def llm_options(**defaults: Any) -> Callable:
 
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            settings = LLMSettings(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            values = {n: kwargs.pop(n) for n in names if n in kwargs}
+            if isinstance(values.get("backend"), Enum):
+                values["backend"] = values["backend"].value  # the plain name, as manifests and backends know it
+            settings = LLMSettings(**values)
             require_backend(settings.backend)  # a missing extra stops the command before it creates anything
-            settings.check_room()
+            settings.check()
             return command(*args, llm=settings, **kwargs)
 
         wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]

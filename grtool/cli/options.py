@@ -8,19 +8,19 @@ from typing import Annotated, Optional
 import typer
 
 
-def _out_path(value: str | Path) -> Path:
+def out_path(value: str | Path) -> Path:
     """``--out``: an empty value would silently mean the current directory; refuse it."""
     if isinstance(value, Path):
         return value
     if value == "":
         from grtool.errors import InputError
 
-        raise InputError("--out is empty: name an output directory ('-' writes JSON Lines to stdout)")
+        raise InputError("--out is empty: name an output directory")
     return Path(value)
 
 
 Out = Annotated[
-    Path, typer.Option("--out", "-o", parser=_out_path, metavar="PATH", help="Output stage directory ('-' = JSON Lines on stdout).")
+    Path, typer.Option("--out", "-o", parser=out_path, metavar="PATH", help="Output stage directory ('-' = JSON Lines on stdout).")
 ]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete existing output and start over (default: resume).")]
 NumShards = Annotated[

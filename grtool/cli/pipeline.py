@@ -11,7 +11,8 @@ from rich.table import Table
 
 from grtool.log import console, log, stage_summary
 from grtool.pipeline.config import Stage, load_pipeline
-from grtool.pipeline.runner import accepts_overwrite, mark_done, plan, refuse_writes_over_inputs, require_extras, run_stage, stage_state, summarize
+from grtool.pipeline.runner import (check_overwrite_names, check_stage_arguments, mark_done, plan, refuse_writes_over_inputs, require_extras, run_stage,
+                                    runs_with_overwrite, stage_state, summarize)
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -25,21 +26,32 @@ def run(
         Optional[list[str]], typer.Option("--set", help="Override an option: stage.key=value (repeatable).")
     ] = None,
     summary_json: Annotated[Optional[Path], typer.Option("--summary-json", help="Also write the summary as JSON here.")] = None,
+    overwrite: Annotated[
+        Optional[list[str]],
+        typer.Option("--overwrite", metavar="STAGE", help="Run this stage with --overwrite when it runs: its output is replaced, not resumed or refused "
+                     "(after a changed option; repeatable). Done stages stay skipped; --overwrite is not part of the command a stage records."),
+    ] = None,
 ) -> None:
     """Run the stages of a pipeline file in order; finished stages and shards are skipped.
+
+    A stage whose inputs changed since it ran is run again with --overwrite. One whose options changed runs as
+    its command would: it resumes, or refuses an output made with other options (exit 2) until named with
+    --overwrite STAGE.
 
     Example: grtool pipeline run examples/demo.toml --until triples --set triples.limit=20
     """
     pipeline = load_pipeline(config, overrides)
     refuse_writes_over_inputs(pipeline.stages, {"--summary-json": str(summary_json) if summary_json else None})
+    forced = check_overwrite_names(pipeline, overwrite or [])
     stages = pipeline.select(start, until)
+    check_stage_arguments(pipeline, stages, forced)
     if dry_run:
         states = plan(pipeline, stages)
         # Plain lines on stdout, so the commands can be copied or piped into a shell script.
         for s in states:
             detail = f" ({s.detail})" if s.detail else ""
             typer.echo(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}")
-            typer.echo(s.stage.command_line())
+            typer.echo(s.stage.command_line(s.state != "done" and runs_with_overwrite(s, forced)))
         remaining = [s.stage.name for s in states if s.state != "done"]
         typer.echo(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
         return
@@ -49,7 +61,7 @@ def run(
         if s.state == "done":
             log.info("stage %s: done, skipped", stage.name)
             continue
-        overwrite = s.state == "inputs changed" and accepts_overwrite(stage)
+        overwrite = runs_with_overwrite(s, forced)
         if s.state == "inputs changed":
             log.warning("stage %s: %s", stage.name, s.detail)
         log.info("stage %s: %s", stage.name, stage.command_line(overwrite))
@@ -58,6 +70,8 @@ def run(
         except BaseException as e:  # what ran and what is left stays in the log; the error line comes after
             _print_summary(stages[:n])
             _print_failure(stage, overwrite, e, stages[:n], stages[n + 1 :])
+            if not overwrite and "use --overwrite" in str(e):
+                log.warning("to replace the output of stage %s, run the pipeline again with --overwrite %s", stage.name, stage.name)
             raise
         mark_done(pipeline, stage, seconds)
     rows = _print_summary(stages)

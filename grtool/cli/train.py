@@ -23,6 +23,11 @@ class OutFormat(str, Enum):
     llamafactory_yaml = "llamafactory-yaml"
 
 
+class Desirable(str, Enum):  # as `export kto --desirable`
+    exact = "exact"
+    all_gold = "all-gold"
+
+
 Model = Annotated[Optional[str], typer.Option("--model", help="Base model: a folder, a .gguf file, or a hub id in the local cache (default: the embedded SmolLM2-135M-Instruct).")]
 CkptOut = Annotated[Path, typer.Option("--out", "-o", help="Checkpoint directory (with --format llamafactory-yaml: the YAML file, '-' = stdout).")]
 LearningRate = Annotated[Optional[float], typer.Option("--learning-rate", help="Peak learning rate (default SFT 2e-5, KTO 5e-7; thinkgr: 1e-6 / 4e-7).")]
@@ -58,6 +63,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
     from grtool.train.config import resolve
     from grtool.train.run import plan, train
 
+    options = {k: v.value if isinstance(v, Enum) else v for k, v in options.items()}  # choices as their plain values
     if options.get("chat_template") is not None:
         options["chat_template"] = str(options["chat_template"])
     if options.get("deepspeed") is not None:
@@ -157,7 +163,7 @@ def kto_cmd(
     corpus: Annotated[Optional[str], typer.Option("--corpus", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
     triples: Annotated[Optional[str], typer.Option("--triples", help="With responses as DATA: the triples the docids resolve against, as `export kto`.")] = None,
     tau: Annotated[Optional[float], typer.Option("--tau", help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
-    desirable: Annotated[Optional[str], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
+    desirable: Annotated[Optional[Desirable], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
     system: System = None,
     beta: Annotated[Optional[float], typer.Option("--beta", help="KTO beta (default 0.1, as the paper).")] = None,
     desirable_weight: Annotated[Optional[float], typer.Option("--desirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,

@@ -291,6 +291,7 @@ def write_index(
                 "docid_start_id": tokenizer.start_id,
                 "docid_end_id": tokenizer.end_id,
                 "added_markers": tokenizer.added_markers,
+                "source": tokenizer.source,  # what an identical re-run compares without loading the tokenizer
             },
             "params": {**(params or {}), **kind_params, "flips": seq_flipped is not None},
             "sizes": {
@@ -353,17 +354,21 @@ def build_index(
     flips: bool = False,
     memory_limit: str | int | None = None,
 ) -> dict[str, Any]:
-    """``flips``: index each docid's tail-first spelling too (the chains teach it; filters and recall credit it).
-    ``memory_limit`` (``8G``): the FM build sorts in buckets that keep it under the limit, and is refused
-    before it starts when even its fixed part (the packed text, a rank per docid) does not fit."""
-    if source not in SOURCES:
-        raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
-    if flips and source != "docids":
-        raise GrtoolError("--flips indexes the tail-first spelling of docids: it needs --source docids, not --source documents")
-    if kind not in KINDS:
-        raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    tok = load_tokenizer(tokenizer)
+    """Build the index; returns its metadata (index.json). ``flips``: index each docid's tail-first spelling too
+    (the chains teach it; filters and recall credit it). ``memory_limit`` (``8G``): the FM build sorts in buckets
+    that keep it under the limit, and is refused before it starts when even its fixed part (the packed text, a
+    rank per docid) does not fit.
+
+    Without ``overwrite``, an index already at ``out`` built from the same input with the same tokenizer and
+    parameters is kept as it is (the metadata returned has ``up_to_date``: True); one built otherwise is an error
+    naming what differs."""
+    check_build_options(kind=kind, source=source, flips=flips, memory_limit=memory_limit)
     table = "triples" if source == "docids" else "documents"
+    if not overwrite:
+        kept = existing_build(Path(out), input_path, table, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips)
+        if kept is not None:
+            return {**kept, "up_to_date": True}
+    tok = load_tokenizer(tokenizer)
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
     with (
         signals.handled(),
@@ -372,6 +377,72 @@ def build_index(
     ):
         return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
                       overwrite=overwrite, flips=flips, memory_limit=memory_limit)
+
+
+def check_build_options(*, kind: str, source: str, flips: bool, memory_limit: str | int | None) -> None:
+    """The options of a build, checked before anything is read or written."""
+    from grtool.index.kinds import parse_bytes
+
+    if source not in SOURCES:
+        raise GrtoolError(f"--source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if flips and source != "docids":
+        raise GrtoolError("--flips indexes the tail-first spelling of docids: it needs --source docids, not --source documents")
+    if kind not in KINDS:
+        raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if memory_limit is not None and parse_bytes(memory_limit) <= 0:
+        raise InputError(f"--memory-limit {memory_limit!r}: expected a size like 8G or 512M")
+
+
+def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: str, kind: str, source: str,
+                   sample_rate: int | None, flips: bool) -> dict[str, Any] | None:
+    """The metadata of the index at ``out`` when an identical build made it (the same input fingerprint,
+    tokenizer and parameters; ``--memory-limit`` only shapes the build, never the index): a re-run keeps it.
+    None when ``out`` does not exist; an error naming what differs otherwise. Nothing is tokenized: the tokenizer
+    is compared by the file it is read from, and loaded only when that does not settle it."""
+    from grtool.index.base import Index
+
+    refuse_output_among_inputs(out, [input_stage(input_path, table)], [input_path])
+    if not out.exists():  # (a dangling symlink too: the claim refuses it)
+        return None
+    if str(input_path) == "-":
+        raise GrtoolError(f"{out}: exists; use --overwrite to replace it (an index read from standard input cannot be compared with its input)")
+    if not (out / META).is_file():
+        raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
+    try:
+        index = Index.open(out)
+    except InputError as e:
+        raise InputError(f"{e} (use --overwrite to rebuild it)") from None
+    meta = index.meta
+    params = meta.get("params") or {}
+    diffs = [
+        f"{flag} ({before!r} before, {now!r} now)"
+        for flag, before, now in (("--kind", meta.get("kind"), kind), ("--source", meta.get("source", "docids"), source),
+                                  ("--flips", bool(params.get("flips")), flips))
+        if before != now
+    ]  # fmt: skip
+    if kind == "fm" and meta.get("kind") == "fm":
+        from grtool.index.kinds import DEFAULT_SAMPLE_RATE
+
+        wanted = sample_rate or DEFAULT_SAMPLE_RATE
+        if params.get("sample_rate") != wanted:
+            diffs.append(f"--sample-rate ({params.get('sample_rate')!r} before, {wanted!r} now)")
+    if meta.get("inputs") != [fingerprint(resolve_stage(input_path, table))]:
+        diffs.append(f"input ({input_path}: path or contents changed)")
+    if not diffs and not _same_tokenizer(meta.get("tokenizer") or {}, tokenizer):
+        diffs.append(f"--tokenizer ({(meta.get('tokenizer') or {}).get('spec')!r} before, {tokenizer!r} now: another vocabulary)")
+    if diffs:
+        raise GrtoolError(f"{out}: exists, built with a different {', '.join(diffs)}; use --overwrite to replace it")
+    return meta
+
+
+def _same_tokenizer(recorded: dict[str, Any], spec: str) -> bool:
+    """Whether ``spec`` is the tokenizer an index records: its file unchanged, else the loaded tokenizer's hash."""
+    from grtool.index.tokenizer import source_fingerprint
+
+    found = recorded.get("source")
+    if found is not None and found == source_fingerprint(spec):
+        return True
+    return load_tokenizer(spec).fingerprint() == recorded.get("sha256")
 
 
 def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenizer, *, tokenizer: str, kind: str, source: str,

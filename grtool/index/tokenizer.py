@@ -17,6 +17,7 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -34,6 +35,7 @@ class DocidTokenizer:
     tokenizer: Tokenizer
     spec: str
     added_markers: bool
+    source: dict[str, Any] | None = None  # the file it was read from (:func:`source_fingerprint`)
 
     @property
     def start_id(self) -> int:
@@ -65,11 +67,28 @@ class DocidTokenizer:
 
 def load_tokenizer(spec: str | Path) -> DocidTokenizer:
     """Resolve ``--tokenizer`` and add the docid markers where missing."""
-    tok = _load_base(str(spec))
+    path, hub_id = _resolve(str(spec))
+    tok = _load_base(path, hub_id)
     missing = [m for m in (DOCID_START, DOCID_END) if tok.token_to_id(m) is None]
     if missing:
         tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in missing])
-    return DocidTokenizer(tok, str(spec), added_markers=bool(missing))
+    return DocidTokenizer(tok, str(spec), added_markers=bool(missing), source=_file_fingerprint(path))
+
+
+def source_fingerprint(spec: str | Path) -> dict[str, Any] | None:
+    """The tokenizer.json ``--tokenizer`` names, by name, size and content hash, found without loading it (a large
+    vocabulary takes seconds to load). Equal fingerprints, the same tokenizer; None (a model folder without a
+    tokenizer.json, read by transformers from several files) or a different one: only loading it tells."""
+    return _file_fingerprint(_resolve(str(spec))[0])
+
+
+def _file_fingerprint(path: Path) -> dict[str, Any] | None:
+    from grtool.store.fingerprints import file_hash
+
+    f = path if path.is_file() else path / "tokenizer.json"
+    if not f.is_file():
+        return None
+    return {"name": f.name, "bytes": f.stat().st_size, "blake3": file_hash(f)}
 
 
 def from_json_file(path: str | Path) -> DocidTokenizer:
@@ -80,35 +99,43 @@ def from_json_file(path: str | Path) -> DocidTokenizer:
     return DocidTokenizer(tok, str(path), added_markers=False)
 
 
-def _load_base(spec: str) -> Tokenizer:
+def _resolve(spec: str) -> tuple[Path, str | None]:
+    """Where the tokenizer ``spec`` names is read from: a tokenizer.json (or other tokenizer file) or a model
+    folder; and the hub id when that folder is a snapshot in the local HF cache."""
     from grtool.llm.models import DEFAULT_MODEL_NAME
 
     if spec in ("llama3", "qwen"):
-        return Tokenizer.from_file(str(_builtin_json(spec)))
+        return _builtin_json(spec), None
     if spec in ("default", DEFAULT_MODEL_NAME) or spec.endswith(".gguf"):
         spec = _model_folder(spec)
     p = Path(spec)
     if not p.exists() and _looks_like_hub_id(spec):
-        return _from_hub_cache(spec)
+        return _hub_cache_path(spec), spec
+    if p.is_file() or p.is_dir():
+        return p, None
+    raise InputError(
+        f"--tokenizer {spec}: not a file, a directory, a hub id in the local HF cache, {DEFAULT_MODEL_NAME} or one of "
+        f"the built-ins {', '.join(BUILTINS)}"
+    )
+
+
+def _load_base(p: Path, hub_id: str | None) -> Tokenizer:
     if p.is_file():
         try:
             return Tokenizer.from_file(str(p))
         except Exception as e:  # tokenizers raises plain Exceptions for bad files
             raise InputError(f"{p}: not a tokenizer.json ({e})") from None
-    if p.is_dir():
-        if (p / "tokenizer.json").is_file():
-            return Tokenizer.from_file(str(p / "tokenizer.json"))
-        require("llm", f"--tokenizer {p} (a folder without tokenizer.json)")  # transformers converts its files
-        try:  # a model directory with only slow-tokenizer files: let transformers convert it
-            from transformers import AutoTokenizer
+    if (p / "tokenizer.json").is_file():
+        return Tokenizer.from_file(str(p / "tokenizer.json"))
+    require("llm", f"--tokenizer {hub_id or p} (a folder without tokenizer.json)")  # transformers converts its files
+    try:  # a model directory with only slow-tokenizer files: let transformers convert it
+        from transformers import AutoTokenizer
 
-            return AutoTokenizer.from_pretrained(str(p)).backend_tokenizer
-        except Exception as e:
-            raise InputError(f"{p}: no tokenizer.json and transformers could not load a tokenizer here ({e})") from None
-    raise InputError(
-        f"--tokenizer {spec}: not a file, a directory, a hub id in the local HF cache, {DEFAULT_MODEL_NAME} or one of "
-        f"the built-ins {', '.join(BUILTINS)}"
-    )
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True).backend_tokenizer
+    except Exception as e:
+        if hub_id is not None:
+            raise InputError(f"--tokenizer {hub_id}: not a local path and not a hub model in the local HF cache ({e})") from None
+        raise InputError(f"{p}: no tokenizer.json and transformers could not load a tokenizer here ({e})") from None
 
 
 def _looks_like_hub_id(spec: str) -> bool:
@@ -116,25 +143,21 @@ def _looks_like_hub_id(spec: str) -> bool:
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
 
 
-def _from_hub_cache(repo_id: str) -> Tokenizer:
-    """A hub model's tokenizer from the local HF cache only, as ``--model`` loads it (never downloads)."""
+def _hub_cache_path(repo_id: str) -> Path:
+    """A hub model's tokenizer in the local HF cache only, as ``--model`` finds it (never downloads): its
+    tokenizer.json, else the snapshot folder holding its slow-tokenizer files (transformers converts them)."""
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(repo_id, "tokenizer.json")
     if isinstance(cached, str):
-        return Tokenizer.from_file(cached)
-    if not isinstance(try_to_load_from_cache(repo_id, "tokenizer_config.json"), str):
+        return Path(cached)
+    config = try_to_load_from_cache(repo_id, "tokenizer_config.json")
+    if not isinstance(config, str):
         raise InputError(
             f"--tokenizer {repo_id}: not a local path, and the local HF cache holds no tokenizer of that hub id "
             f"(fetch it once with: huggingface-cli download {repo_id})"
         )
-    require("llm", f"--tokenizer {repo_id} (cached without tokenizer.json)")
-    try:  # only slow-tokenizer files cached: let transformers convert them
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(repo_id, local_files_only=True).backend_tokenizer
-    except Exception as e:
-        raise InputError(f"--tokenizer {repo_id}: not a local path and not a hub model in the local HF cache ({e})") from None
+    return Path(config).parent
 
 
 # ------------------------------------------------------------------------------------------ built-ins

@@ -25,7 +25,11 @@ def make_backend(name: str = DEFAULT_BACKEND, model: str | None = None, **option
     Options that are ``None`` are ignored, so a CLI can pass every option it has; a set option the chosen backend
     does not use is an error (``--tensor-parallel-size`` with ``--backend openai`` is a mistake worth reporting).
     """
-    options = {k: v for k, v in options.items() if v is not None}
+    return backend_class(name)(model, **check_backend_options(name, options))
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of a backend by name (importing its module only: the heavy libraries load when it starts)."""
     if name == "transformers":
         from grtool.llm.transformers_backend import TransformersBackend as cls
     elif name == "vllm":
@@ -34,8 +38,16 @@ def make_backend(name: str = DEFAULT_BACKEND, model: str | None = None, **option
         from grtool.llm.openai_backend import OpenAIBackend as cls
     else:
         raise GrtoolError(f"unknown LLM backend {name!r} (choose one of: {', '.join(BACKENDS)})")
-    unknown = sorted(set(options) - set(cls.OPTIONS))
+    return cls
+
+
+def check_backend_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The set (not None) ``options``; an option the backend does not take is an error, raised before a command
+    creates anything."""
+    options = {k: v for k, v in options.items() if v is not None}
+    takes = backend_class(name).OPTIONS
+    unknown = sorted(set(options) - set(takes))
     if unknown:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        raise GrtoolError(f"{flags} does not apply to the {name} backend (it takes: {', '.join(sorted(cls.OPTIONS))})")
-    return cls(model, **options)
+        raise GrtoolError(f"{flags} does not apply to the {name} backend (it takes: {', '.join(sorted(takes))})")
+    return options

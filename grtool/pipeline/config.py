@@ -65,6 +65,12 @@ class Stage:
         line = shlex.join(["grtool", *self.argv(overwrite)])
         return f"{line} > {shlex.quote(self.stdout)}" if self.stdout else line
 
+    def identity(self) -> str:
+        """The command line that says what the stage makes, as its completion record keeps it: without
+        ``--overwrite``, which says only how a run starts (after a run with it, a plain run finds the stage done)."""
+        options = {k: v for k, v in self.options.items() if k != "overwrite"}
+        return Stage(self.name, self.run, self.args, options, self.outputs, self.stdout).command_line()
+
 
 @dataclass
 class Pipeline:

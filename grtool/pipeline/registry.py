@@ -65,9 +65,27 @@ def is_flag(run: str, key: str) -> bool:
     return "--" + key.replace("_", "-") in _flags(command_name(run))
 
 
+def check_arguments(run: str, arguments: list[str], where: str) -> None:
+    """Parse a stage's arguments (after the command words) as the CLI will, without running the command: a wrong
+    choice, number or option of any stage is an error before the first stage writes anything."""
+    from grtool.cli.main import _click_errors
+    from grtool.errors import GrtoolError, InputError
+
+    command = _click_command(command_name(run))
+    if command is None:
+        return
+    try:
+        command.make_context(f"grtool {command_name(run)}", list(arguments))
+    except _click_errors() as e:
+        raise InputError(f"{where}: {e.format_message()}") from None
+    except GrtoolError as e:  # an option's own parser refused its value (a missing extra for --plot, an empty --out)
+        e.args = (f"{where}: {e}",)  # the same error (its type and exit code), naming the stage
+        raise
+
+
 @functools.cache
-def _flags(run: str) -> frozenset[str]:
-    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
+def _click_command(run: str) -> Any:
+    """The CLI's own command for ``run``, as it parses options (None: not a grtool command)."""
     import typer
 
     from grtool.cli.main import app
@@ -77,5 +95,14 @@ def _flags(run: str) -> frozenset[str]:
     for word in run.split():
         command = command.get_command(ctx, word) if hasattr(command, "get_command") else None
         if command is None:
-            return frozenset()
+            return None
+    return command
+
+
+@functools.cache
+def _flags(run: str) -> frozenset[str]:
+    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
+    command = _click_command(run)
+    if command is None:
+        return frozenset()
     return frozenset(o for p in command.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts))

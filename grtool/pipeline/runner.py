@@ -4,7 +4,9 @@ A stage is done when its completion record (``{out}/_pipeline/<stage>.json``, wr
 succeeded) names the same command line and the same input fingerprints, and every output it lists still
 exists; stage directories among the outputs must also be complete. A stage whose inputs changed since it ran
 (an edited file, an upstream stage run again) is run again with ``--overwrite``; the plan shows the stages
-that will be remade because a stage before them runs. Inside a stage, resume is the stage directory's own
+that will be remade because a stage before them runs. A stage whose command changed runs as that command
+would: it resumes or refuses its existing output, unless ``pipeline run --overwrite STAGE`` says to replace it.
+``--overwrite`` is never part of the recorded command. Inside a stage, resume is the stage directory's own
 (finished shards skipped).
 """
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
@@ -98,7 +100,7 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
     statuses = [status(d) for d in dirs]
     if record.exists():
         saved = json.loads(record.read_text())
-        if saved.get("command") != stage.command_line():
+        if saved.get("command") != stage.identity():
             return StageState(stage, "changed", "the command differs from the one that made the outputs")
         missing = [o for o in stage.outputs if not Path(o).exists()]
         if missing:
@@ -150,6 +152,33 @@ def require_extras(stages: list[Stage]) -> None:
             require(extra, f"stage {stage.name!r}: {feature}")
 
 
+def check_overwrite_names(pipeline: Pipeline, names: list[str]) -> set[str]:
+    """``pipeline run --overwrite STAGE``: each a stage of the pipeline whose command has ``--overwrite``."""
+    stages = {s.name: s for s in pipeline.stages}
+    for name in names:
+        if name not in stages:
+            raise InputError(f"--overwrite {name}: {pipeline.path} has no stage named {name!r} (stages: {', '.join(stages)})")
+        if not accepts_overwrite(stages[name]):
+            raise InputError(f"--overwrite {name}: the stage's command ({stages[name].run}) has no --overwrite; it rewrites its output on every run")
+    return set(names)
+
+
+def check_stage_arguments(pipeline: Pipeline, stages: list[Stage], overwrite: set[str]) -> None:
+    """Each stage's command line parsed as its command will parse it (choices, numbers, unknown options), before
+    any stage runs: a mistake in the last stage is found before the first one writes anything."""
+    from grtool.pipeline.registry import check_arguments
+
+    for stage in stages:
+        words = len(stage.run.split())
+        check_arguments(stage.run, stage.argv(stage.name in overwrite and accepts_overwrite(stage))[words:], f"{pipeline.path}: stage {stage.name!r}")
+
+
+def runs_with_overwrite(state: StageState, overwrite: set[str]) -> bool:
+    """Whether a stage that is not done runs with ``--overwrite``: its inputs changed since it ran, or the
+    user named it (``pipeline run --overwrite STAGE``)."""
+    return (state.state == "inputs changed" or state.stage.name in overwrite) and accepts_overwrite(state.stage)
+
+
 def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.cli.main import app  # the same Typer app as the `grtool` command
@@ -193,7 +222,7 @@ def mark_done(pipeline: Pipeline, stage: Stage, seconds: float) -> None:
     record.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "stage": stage.name,
-        "command": stage.command_line(),
+        "command": stage.identity(),
         "outputs": stage.outputs,
         "inputs": input_fingerprints(stage),
         "seconds": round(seconds, 3),

@@ -1,0 +1,130 @@
+"""Options are checked before anything is written: enumerated options are choices (listed by --help, offered by
+shell completion, a usage error at once), and a bad value or combination leaves no output behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, run_cli
+
+HERE = Path(__file__).resolve().parent
+TRIPLES_JSONL = HERE / "data" / "index_triples.jsonl"
+
+# Options whose values are a fixed list: each must be a choice wherever a command has it.
+ENUMERATED = {"--backend", "--kind", "--source", "--markers", "--mode", "--format", "--select", "--unanswerable", "--grounding",
+              "--view", "--desirable", "--redundant", "--preset"}  # fmt: skip
+
+
+def _commands():
+    """Every leaf command of `grtool` as (words, click command, a context to ask it in)."""
+    import typer
+
+    from grtool.cli.main import app
+
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root)
+    stack = [((), root)]
+    while stack:
+        words, command = stack.pop()
+        if hasattr(command, "list_commands"):
+            stack += [((*words, name), command.get_command(ctx, name)) for name in command.list_commands(ctx)]
+        else:
+            yield " ".join(words), command, ctx
+
+
+def test_every_enumerated_option_is_a_choice():
+    found = {}
+    for name, command, ctx in _commands():
+        for param in command.params:
+            flags = set(getattr(param, "opts", ())) & ENUMERATED
+            if not flags:
+                continue
+            # what shell completion offers: the values of a choice, nothing for free text
+            offered = [item.value for item in param.shell_complete(ctx, "")]
+            assert offered, f"grtool {name} {min(flags)} takes any text; make it a choice"
+            found[f"{name} {min(flags)}"] = offered
+    # the commands that generate (three --backend), index build (--kind, --source), train kto --desirable, ...
+    for expected in ("triples extract --backend", "chains synthesize --backend", "retrieve --backend", "index build --kind",
+                     "index build --source", "train kto --desirable", "export sft --format", "retrieve --mode"):  # fmt: skip
+        assert expected in found
+    assert found["index build --kind"] == ["fm", "trie", "numpy"] and found["retrieve --backend"] == ["transformers", "openai", "vllm"]
+    assert found["train kto --desirable"] == ["exact", "all-gold"]
+
+
+def test_index_build_help_lists_the_values_and_does_not_promise_json_lines_on_stdout():
+    """`index build --out -` is refused (an index is a directory of files): its help must not offer it."""
+    out = " ".join(run_cli("index", "build", "--help", env={"COLUMNS": "250"}).stdout.split())
+    assert "fm|trie|numpy" in out and "docids|documents" in out
+    assert "JSON Lines" not in out and "'-' is refused" in out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    """A real corpus (ingested example) and a real triples stage, the inputs the commands below would accept."""
+    from grtool.corpus.ingest import ingest
+    from grtool.store.schemas import TRIPLES
+    from grtool.store.stage import StageSpec, StageWriter
+
+    root = tmp_path_factory.mktemp("inputs")
+    ingest([EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"], str(root / "corpus"))
+    triples = root / "triples"
+    stage = StageWriter(triples, StageSpec("triples", TRIPLES))
+    rows = [json.loads(line) for line in TRIPLES_JSONL.read_text().splitlines()]
+    with stage.shard(0) as sh:
+        sh.count_in(len(rows))
+        sh.write_rows(rows)
+    stage.finish()
+    (root / "responses.jsonl").write_text('{"qid": "q1", "response": "x"}\n')
+    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl"}
+
+
+# (command words with {corpus}/{triples}/{responses}/{out} placeholders, the option the message must name)
+BAD = [
+    ("triples extract {corpus} --out {out} --backend foo --limit 1", "--backend"),
+    ("triples extract {corpus} --out {out} --backend openai --tensor-parallel-size 2 --limit 1", "--tensor-parallel-size"),
+    ("triples extract {corpus} --out {out} --backend transformers --base-url http://127.0.0.1:9/v1 --limit 1", "--base-url"),
+    ("chains synthesize {corpus} {triples} --out {out} --backend foo", "--backend"),
+    ("retrieve {corpus} --index {triples} --out {out} --backend foo", "--backend"),
+    ("index build {triples} --tokenizer llama3 --out {out} --kind foo", "--kind"),
+    ("index build {triples} --tokenizer llama3 --out {out} --source foo", "--source"),
+    ("index build {triples} --tokenizer llama3 --out {out} --memory-limit lots", "--memory-limit"),
+    ("index build {triples} --tokenizer llama3 --out {out} --source documents --flips", "--flips"),
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable foo", "--desirable"),
+    ("export sft {triples} --corpus {corpus} --out {out} --format foo", "--format"),
+]
+
+
+def grtool_in_process(words: list[str], monkeypatch, capsys) -> tuple[int, str]:
+    """The `grtool` entry point itself (grtool.cli.main.run), in this process: a subprocess per case would spend
+    seconds importing; (exit code, stderr)."""
+    import sys
+
+    from grtool.cli.main import run
+
+    monkeypatch.setattr(sys, "argv", ["grtool", *words])
+    monkeypatch.setenv("COLUMNS", "300")
+    with pytest.raises(SystemExit) as e:
+        run()
+    return e.value.code, " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])
+def test_a_bad_option_is_refused_before_anything_is_created(inputs, tmp_path, monkeypatch, capsys, line, option):
+    out = tmp_path / "out"
+    code, err = grtool_in_process([w.format(out=out, **inputs) for w in line.split()], monkeypatch, capsys)
+    assert code == 2 and option in err and "Traceback" not in err, err
+    assert not out.exists(), f"{out} was created before the option was refused: {sorted(p.name for p in out.iterdir())}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock or scratch beside it either
+
+
+def test_a_pipeline_checks_every_stage_s_options_before_the_first_stage_runs(inputs, tmp_path, monkeypatch, capsys):
+    """The second stage's bad --kind used to be found only after the first stage had built its index."""
+    config = tmp_path / "p.toml"
+    stage = '[[stages]]\nname = "{name}"\nrun = "index build"\nargs = ["{triples}"]\noptions = {{ tokenizer = "llama3", kind = "{kind}", out = "{{out}}/{name}" }}\n'
+    config.write_text(f'out = "{tmp_path / "out"}"\n' + stage.format(name="a", kind="numpy", **inputs) + stage.format(name="b", kind="foo", **inputs))
+    code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
+    assert code == 2 and "stage 'b'" in err and "--kind" in err and "'foo' is not one of" in err, err
+    assert not (tmp_path / "out").exists()
