@@ -98,6 +98,26 @@ def test_log_progress_prints_what_changed_and_what_is_happening(capsys):
     assert capsys.readouterr().err.strip().endswith("stopped")
 
 
+def test_library_progress_bars_stay_out_of_a_log():
+    # transformers' GGUF loader draws a tqdm bar (tqdm.auto), huggingface_hub its own: both write \r frames.
+    code = (
+        "import grtool.log\n"
+        "from tqdm.auto import tqdm\n"
+        "from huggingface_hub.utils import tqdm as hub_tqdm\n"
+        "for bar in (tqdm, hub_tqdm):\n"
+        "    for _ in bar(range(3), desc='Converting and de-quantizing GGUF tensors...'):\n"
+        "        pass\n"
+        "import logging, warnings\n"
+        "logging.getLogger('trl.trainer').warning('a library warning')\n"
+        "warnings.warn('a Python warning')\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TQDM_", "HF_HUB_DISABLE", "HF_DATASETS_DISABLE"))}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, check=True)
+    lines = check_log(proc.stderr)
+    assert "GGUF" not in proc.stderr, proc.stderr
+    assert "warning: a library warning" in lines and any(line.startswith("warning: ") and "UserWarning: a Python warning" in line for line in lines), lines
+
+
 def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
     config = tmp_path / "pipe.toml"
     config.write_text(
