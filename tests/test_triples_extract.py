@@ -36,7 +36,7 @@ def test_transformers_extract_end_to_end(tmp_path, shared_data, cli):
     # The log (stderr is a pipe here, as under Slurm): stamped lines, no bar frames, a progress line only on news,
     # and it says what is happening while no document is done yet.
     log = check_log(proc.stderr, progress=("triples extract",))
-    assert any(line.startswith("triples extract: 0/3 (0%)") and "; generating batch 1/2 (2 prompts): " in line for line in log), proc.stderr
+    assert any(line.startswith("triples extract: 0/4 (0%)") and "; generating batch 1/1 (2 prompts)" in line for line in log), proc.stderr
 
     manifest = json.loads((out / "triples" / "_manifest.json").read_text())
     assert manifest["complete"] and manifest["model"] == "SmolLM2-135M-Instruct"

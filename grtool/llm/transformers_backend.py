@@ -303,7 +303,7 @@ class _SharedPrefix:
 
         self.ids = list(ids[0][:shared])
         self.cache = _growing_cache(self.lm.config)
-        with torch.inference_mode():
+        with activity(f"encoding the {shared}-token prompt prefix every request shares (once)"), torch.inference_mode():
             self.lm(input_ids=torch.tensor([self.ids], device=self.lm.device), past_key_values=self.cache, use_cache=True)
         return self
 
