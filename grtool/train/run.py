@@ -210,7 +210,7 @@ def build_trainer(p: Plan, callbacks: list | None = None):
     tokenizer = load_tokenizer(p.model, cfg.chat_template)
     added = add_markers(tokenizer)
     _, dtype = _dtype(cfg)
-    with activity(f"loading model {p.model}"):
+    with activity(f"loading model {p.model.name}"):
         model = load_model(p.model, dtype)
     resize_and_init(model, tokenizer, added)
     if added:
