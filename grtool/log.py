@@ -125,6 +125,8 @@ class LineHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record).rstrip()
+            if record.name == "py.warnings":
+                text = text.split("\n")[0]  # "file:line: Category: message"; the source line below it adds nothing
             if record.levelno != logging.INFO:
                 text = f"{record.levelname.lower()}: {text}"
             console.print(text, markup=False, highlight=False, soft_wrap=True)
