@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, run_cli
+from log_helpers import unstamped
 from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 
@@ -125,7 +126,7 @@ def damage(shard: Path, kind: str, column: str | None = None) -> None:
 def assert_named(proc: subprocess.CompletedProcess, shard: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in unstamped(proc.stderr) if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     text = flat(proc.stderr[proc.stderr.index("error:") :])
     assert f"{shard}: damaged Parquet shard (" in text and f"{HINT} {shard.parent}" in text, text
@@ -221,7 +222,7 @@ def test_disk_full_on_stdout(pristine):
         proc = _grtool("corpus", "ingest", EXAMPLES / "2wikimultihopqa", "--out", "-", stdout=full)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in unstamped(proc.stderr) if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     text = flat(proc.stderr[proc.stderr.index("error:") :])
     assert "standard output (/dev/full): no space left on the device" in text, text
@@ -261,7 +262,7 @@ def test_disk_full_on_files_then_resume(small_disk, cli, pristine):
     proc = cli("corpus", "merge", pristine, "--out", out, "--rows-per-part", "4", check=False)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    errors = [line for line in unstamped(proc.stderr) if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
     text = flat(proc.stderr[proc.stderr.index("error:") :])
     shard = re.escape(str(out)) + r"/(documents|questions)/part-\d{5}\.parquet"

@@ -17,8 +17,9 @@ import time
 import pytest
 
 from grtool.llm.base import Generation
+from log_helpers import STAMP, check_log, unstamped
 
-PROGRESS_LINE = re.compile(r"^reading inputs: [\d,]+/[\d,]+ \(\d+%\), [\d.,]+/s, elapsed \d+:\d\d:\d\d(, ETA \d+:\d\d:\d\d|, done)$", re.M)
+PROGRESS_LINE = re.compile(STAMP.pattern + r"reading inputs: [\d,]+/[\d,]+ \(\d+%\), [\d.,]+/s, elapsed \d+:\d\d:\d\d(, ETA \d+:\d\d:\d\d|, done)$", re.M)
 
 
 def grtool(*args, env: dict | None = None, check: int = 0) -> subprocess.CompletedProcess:
@@ -58,10 +59,12 @@ def test_plain_progress_lines_without_a_terminal(tmp_path, examples):
     files = [examples / "2wikimultihopqa" / "dev.example.json", examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"]
     err = grtool("corpus", "ingest", *files, "--out", tmp_path / "a", env={"GRTOOL_PROGRESS_INTERVAL": "0"}).stderr
     lines = PROGRESS_LINE.findall(err)
-    assert len(lines) >= 2, err  # one per step (interval 0) ...
-    assert re.search(r"^reading inputs: ([\d,]+)/\1 \(100%\), .*, done$", err, re.M), err  # ... and a last one
-    assert re.search(r"^writing shards: 2/2 \(100%\), .*, done$", err, re.M), err
+    assert len(lines) >= 2, err  # one per step that moved (interval 0) ...
+    plain = "\n".join(check_log(err, progress=("reading inputs", "writing shards")))  # stamped, unpadded, no repeats
+    assert re.search(r"^reading inputs: ([\d,]+)/\1 \(100%\), .*, done$", plain, re.M), err  # ... and a last one
+    assert re.search(r"^writing shards: 2/2 \(100%\), .*, done$", plain, re.M), err
     assert "━" not in err  # no Rich bar in a log
+    assert any(line.startswith("│ questions ") for line in plain.splitlines()), err  # the summary table, its lines stamped too
 
     # The default interval (10 s) prints only the last lines for a run this short; --quiet prints none.
     err = grtool("corpus", "ingest", *files, "--out", tmp_path / "b").stderr
@@ -70,24 +73,49 @@ def test_plain_progress_lines_without_a_terminal(tmp_path, examples):
     assert "reading inputs" not in quiet and "writing shards" not in quiet
 
 
-def test_log_progress_prints_every_interval_and_at_the_end(capsys):
+def test_log_progress_prints_what_changed_and_what_is_happening(capsys):
     from rich.progress import TextColumn
 
-    from grtool.log import LogProgress
+    from grtool.log import LogProgress, activity
 
     with LogProgress(TextColumn("{task.fields[hits]} hits"), interval=0.05) as bar:
         task = bar.add_task("triples extract", total=25, hits=0)
+        with activity("loading model SmolLM2"):
+            time.sleep(0.2)  # nothing moves: one line says what is happening
         bar.update(task, advance=12, hits=3)
-        time.sleep(0.4)  # nothing moves, yet the line repeats: the stage is alive
-    err = capsys.readouterr().err.splitlines()
-    periodic = [line for line in err if line.startswith("triples extract: 12/25 (48%), ") and "3 hits" in line and ", ETA " in line]
-    assert len(periodic) >= 2, err
+        time.sleep(0.5)  # nothing moves for longer than the heartbeat (6 intervals): a "still" line, not one per interval
+    raw = capsys.readouterr().err
+    err = check_log(raw, progress=("triples extract",))
+    assert sum("; loading model SmolLM2, 0:00:00 so far" in line for line in err) == 1, err
+    moved = [line for line in err if line.startswith("triples extract: 12/25 (48%), ") and "3 hits" in line and ", ETA " in line]
+    assert 1 <= len(moved) <= 3 and "still" not in moved[0], err  # was one line every interval (10 here)
+    assert any("; still running, no change for " in line for line in moved[1:]), err
     assert err[-1].startswith("triples extract: 12/25 (48%), ") and err[-1].endswith(", done"), err
 
     with pytest.raises(RuntimeError), LogProgress(interval=60) as bar:
         bar.add_task("chains", total=None)
         raise RuntimeError("boom")
     assert capsys.readouterr().err.strip().endswith("stopped")
+
+
+def test_library_progress_bars_stay_out_of_a_log():
+    # transformers' GGUF loader draws a tqdm bar (tqdm.auto), huggingface_hub its own: both write \r frames.
+    code = (
+        "import grtool.log\n"
+        "from tqdm.auto import tqdm\n"
+        "from huggingface_hub.utils import tqdm as hub_tqdm\n"
+        "for bar in (tqdm, hub_tqdm):\n"
+        "    for _ in bar(range(3), desc='Converting and de-quantizing GGUF tensors...'):\n"
+        "        pass\n"
+        "import logging, warnings\n"
+        "logging.getLogger('trl.trainer').warning('a library warning')\n"
+        "warnings.warn('a Python warning')\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TQDM_", "HF_HUB_DISABLE", "HF_DATASETS_DISABLE"))}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean, check=True)
+    lines = check_log(proc.stderr)
+    assert "GGUF" not in proc.stderr, proc.stderr
+    assert "warning: a library warning" in lines and any(line.startswith("warning: ") and "UserWarning: a Python warning" in line for line in lines), lines
 
 
 def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
@@ -121,7 +149,7 @@ def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
         err = grtool(*quiet, "pipeline", "run", config, check=2).stderr
         assert "pipeline stopped at stage merge (exit code 2)" in err, err
         assert "  done:   ingest" in err and f"  failed: {merge}" in err and "  left:   stats" in err, err
-        assert err.strip().splitlines()[-1].startswith("error: stage 'merge' failed: "), err
+        assert unstamped(err.strip())[-1].startswith("error: stage 'merge' failed: "), err
         # The table of what the done stages made is a summary: shown, except under --quiet.
         assert ("pipeline summary" in err) == (not quiet), err
 

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from log_helpers import unstamped
+
 MUSIQUE = "musique/musique_ans_v1.0_dev.example.jsonl"
 
 
@@ -39,7 +41,7 @@ def _pipeline(tmp_path, examples, stats: str) -> str:
 def _refused(cli, config, *words, tmp_path) -> str:
     """The run exits 2 with one line naming the file and ``words``, no traceback, and no stage ran."""
     proc = cli("pipeline", "run", config, check=2)
-    lines = proc.stderr.strip().splitlines()
+    lines = unstamped(proc.stderr.strip())
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     for word in (config, *words):
         assert word in " ".join(proc.stderr.split()), (word, proc.stderr)

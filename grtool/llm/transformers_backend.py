@@ -16,7 +16,7 @@ from typing import Any
 from grtool.errors import GrtoolError, InputError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
 from grtool.llm.models import resolve_model, weights_digest
-from grtool.log import log
+from grtool.log import activity, activity_detail, log, quiet_libraries
 
 
 class TransformersBackend:
@@ -38,6 +38,7 @@ class TransformersBackend:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # grtool draws its own progress on stderr
+        quiet_libraries()  # in a log: transformers' warnings as grtool's stamped lines
         if threads:  # else torch's default: one thread per CPU this process may use (OMP_NUM_THREADS overrides it)
             torch.set_num_threads(threads)
         ref = resolve_model(model)
@@ -46,14 +47,15 @@ class TransformersBackend:
         # Prompts per generate call: sorted by length inside it (less padding), cached after it (crash loss).
         self.chunk_size = self.batch_size * 8
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(ref.path)
-            self.lm = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype).to(self.device).eval()
-        except OSError as e:
-            raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
-        if adapter is not None:
-            self.lm = _with_adapter(self.lm, adapter)
-            self.model = f"{ref.name}+{Path(adapter).name}@{weights_digest(adapter)}"
+        with activity(f"loading model {ref.name} on {self.device}"):
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(ref.path)
+                self.lm = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype).to(self.device).eval()
+            except OSError as e:
+                raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
+            if adapter is not None:
+                self.lm = _with_adapter(self.lm, adapter)
+                self.model = f"{ref.name}+{Path(adapter).name}@{weights_digest(adapter)}"
         if self.tokenizer.chat_template is None:
             raise GrtoolError(f"model {ref.name!r}: its tokenizer has no chat template")
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
@@ -86,9 +88,11 @@ class TransformersBackend:
         prefix = self._prefix.shared_by([ids[i] for i in fitting])
         # Similar lengths in one batch waste less padding; results go back in the callers' order.
         order = sorted(fitting, key=lambda i: len(ids[i]))
-        for start in range(0, len(order), self.batch_size):
+        batches = -(-len(order) // self.batch_size)
+        for k, start in enumerate(range(0, len(order), self.batch_size), 1):
             idx = order[start : start + self.batch_size]
-            batch = self._generate_batch([ids[i] for i in idx], prefix, sampling)
+            with activity(f"generating batch {k}/{batches} ({len(idx)} prompt{'s' if len(idx) != 1 else ''})"):
+                batch = self._generate_batch([ids[i] for i in idx], prefix, sampling)
             for i, g in zip(idx, batch):
                 results[i] = g
             if on_done is not None:  # progress per batch, not per call
@@ -113,15 +117,17 @@ class TransformersBackend:
             kwargs.update(num_beams=sampling.beams, num_return_sequences=1, early_stopping=True)
         if sampling.stop:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
-        if sampling.constraint is not None:
-            from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList
 
+        processors = LogitsProcessorList([_step_counter(sampling.max_tokens)])
+        if sampling.constraint is not None:
             from grtool.index.constraints import constraint_from_spec
             from grtool.index.decoding import DocidLogitsProcessor
 
             eos = _eos_ids(self.lm, self.tokenizer)  # a document constraint ends the output with one of them
             constraint = constraint_from_spec(sampling.constraint, self.tokenizer.backend_tokenizer, eos_ids=eos)
-            kwargs["logits_processor"] = LogitsProcessorList([DocidLogitsProcessor(constraint)])
+            processors.insert(0, DocidLogitsProcessor(constraint))
+        kwargs["logits_processor"] = processors
         torch.manual_seed(sampling.seed)
         started = time.perf_counter()
         with torch.inference_mode():
@@ -196,6 +202,23 @@ def _with_adapter(lm, adapter: str):
     except ImportError as e:
         raise MissingDependency("--adapter", "peft", detail=e, extra="train") from None
     return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
+
+
+def _step_counter(max_tokens: int):
+    """A logits processor that changes nothing and reports each decoding step to the progress display
+    (:func:`~grtool.log.activity_detail`): one Python call and a short string per step, against a forward pass."""
+    from transformers import LogitsProcessor
+
+    class StepCounter(LogitsProcessor):
+        def __init__(self):
+            self.steps = 0
+
+        def __call__(self, input_ids, scores):
+            self.steps += 1
+            activity_detail(f"{self.steps} of at most {max_tokens} tokens")
+            return scores
+
+    return StepCounter()
 
 
 def _keeps_markers(sampling: Sampling) -> bool:
@@ -280,7 +303,7 @@ class _SharedPrefix:
 
         self.ids = list(ids[0][:shared])
         self.cache = _growing_cache(self.lm.config)
-        with torch.inference_mode():
+        with activity(f"encoding the {shared}-token prompt prefix every request shares (once)"), torch.inference_mode():
             self.lm(input_ids=torch.tensor([self.ids], device=self.lm.device), past_key_values=self.cache, use_cache=True)
         return self
 

@@ -15,6 +15,7 @@ from typing import Any
 from grtool.errors import GrtoolError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
 from grtool.llm.models import resolve_model, weights_digest
+from grtool.log import activity, quiet_libraries
 
 
 class VLLMBackend:
@@ -76,7 +77,9 @@ class VLLMBackend:
 
         # Requests without a docid constraint pass through it untouched (`grtool retrieve` sets one).
         engine_args["logits_processors"] = [DocidVllmLogitsProcessor]
-        self.llm = LLM(**engine_args)
+        quiet_libraries()  # in a log: transformers' warnings (vLLM loads the tokenizer with it) as stamped lines
+        with activity(f"loading model {self.model} with vLLM"):
+            self.llm = LLM(**engine_args)
         self.tokenizer = self.llm.get_tokenizer()
         # The engine's context (--max-model-len, else the model's): a longer prompt would fail the whole batch.
         self.context_length = int(self.llm.llm_engine.model_config.max_model_len)
@@ -149,7 +152,8 @@ class VLLMBackend:
             fitting = [i for i, g in enumerate(chunk) if g is None]
             started = time.perf_counter()
             per_request = self._per_request(params, sampling, [texts[i] for i in fitting])
-            outputs = self.llm.generate([texts[i] for i in fitting], per_request, use_tqdm=False, lora_request=self.lora) if fitting else []
+            with activity(f"generating {len(fitting)} prompts with vLLM"):  # one call: nothing to report until it returns
+                outputs = self.llm.generate([texts[i] for i in fitting], per_request, use_tqdm=False, lora_request=self.lora) if fitting else []
             latency_ms = (time.perf_counter() - started) * 1000
             for i, o in zip(fitting, outputs):
                 chunk[i] = _to_generation(o, sampling.logprobs)

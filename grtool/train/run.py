@@ -29,7 +29,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.extras import require
 from grtool.llm.models import ModelRef
-from grtool.log import log
+from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, effective_batch, planned_steps, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
 
@@ -211,11 +211,13 @@ def build_trainer(p: Plan, callbacks: list | None = None):
 
     datasets.disable_progress_bars()  # grtool reports progress itself
     transformers.utils.logging.disable_progress_bar()
+    quiet_libraries()  # in a log: the libraries' warnings as grtool's stamped lines
     cfg = p.cfg
     tokenizer = load_tokenizer(p.model, cfg.chat_template)
     added = add_markers(tokenizer)
     _, dtype = _dtype(cfg)
-    model = load_model(p.model, dtype)
+    with activity(f"loading model {p.model.name}"):
+        model = load_model(p.model, dtype)
     resize_and_init(model, tokenizer, added)
     if added:
         log.info("added %s as special tokens (ids %s), initialised from [ and ]", " ".join(added), [tokenizer.convert_tokens_to_ids(t) for t in added])
