@@ -44,7 +44,10 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-LOG_WIDTH = 160  # columns of output that no terminal limits: wide enough for paths, table headers, option names
+LOG_WIDTH = 160  # columns of --help that no terminal limits: wide enough for option names and their help
+# Columns of stderr without a terminal: a table as wide as its longest path (a cluster's scratch paths are long);
+# lines are never padded (LogConsole strips trailing spaces), so only what is printed takes room.
+LOG_TABLE_WIDTH = 400
 PROGRESS_INTERVAL = 10.0  # seconds between checks for a progress line without a terminal (env GRTOOL_PROGRESS_INTERVAL)
 HEARTBEAT = 6  # intervals without any change before a "still ..." line (a minute by default)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # what starts every line of a log
@@ -103,9 +106,9 @@ log = logging.getLogger("grtool")
 _state = {"quiet": False, "verbose": False}
 
 
-def log_width(stream: IO | None) -> int | None:
+def log_width(stream: IO | None, fallback: int = LOG_WIDTH) -> int | None:
     """Columns for Rich output to ``stream``: an exported ``COLUMNS``, else None on a terminal (Rich measures
-    it), else :data:`LOG_WIDTH`, never Rich's 80-column fallback."""
+    it), else ``fallback``, never Rich's 80-column fallback."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
@@ -114,7 +117,7 @@ def log_width(stream: IO | None) -> int | None:
             return None
     except (AttributeError, ValueError):  # a closed or unusual stream
         pass
-    return LOG_WIDTH
+    return fallback
 
 
 class LineHandler(logging.Handler):
@@ -138,7 +141,7 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
     _state["quiet"], _state["verbose"] = quiet, verbose
     stage_summary.quiet = quiet
     for c in (console, stage_summary):
-        c.width = log_width(c.file)  # None: Rich measures the terminal each time
+        c.width = log_width(c.file, LOG_TABLE_WIDTH)  # None: Rich measures the terminal each time
         c.timestamps = not c.is_terminal
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     handler: logging.Handler = LineHandler() if console.timestamps else RichHandler(console=console, show_path=False, show_time=False, markup=False)

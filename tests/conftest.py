@@ -11,6 +11,10 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "data"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist exports COLUMNS=80 and LINES=24 to its workers; the
+    for name in ("COLUMNS", "LINES"):  # commands under test must see what a log without a terminal has
+        os.environ.pop(name, None)
+
 
 @pytest.fixture
 def shared_data() -> Path:
