@@ -131,6 +131,29 @@ def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, docum
     cli("validate", out)
 
 
+def test_sigterm_while_streaming_to_stdout_does_not_promise_a_resume(tmp_path, documents):
+    """--out -: the rows already streamed belong to the reader and nothing is kept, so the stop line counts them
+    and says the run starts over (not "finished parts are kept")."""
+    with SlowServer(delay=0.3) as server:
+        args = _extract(documents, Path("-"), server.url)
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
+        try:
+            first = proc.stdout.readline()  # a row is out: the stream has begun
+            time.sleep(0.1)  # the rest of that part goes out; the next part waits for the server
+            proc.send_signal(signal.SIGTERM)
+            rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it skips what readline buffered
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT and first, err
+    said = " ".join(err.split())
+    rows = len((first + rest).splitlines())
+    assert f"SIGTERM received: {rows} triples rows written to standard output (a stream is not resumed)" in said, err
+    assert "finished parts are kept" not in said and "to start over" in said, err
+
+
 def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents, cli):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     # With --model: every request fails to connect, retried, then given up.
