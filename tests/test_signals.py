@@ -154,6 +154,30 @@ def test_sigterm_while_streaming_to_stdout_does_not_promise_a_resume(tmp_path, d
     assert "finished parts are kept" not in said and "to start over" in said, err
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's signal mask from /proc")
+def test_sigterm_while_the_command_is_still_loading_exits_with_the_transient_code(tmp_path):
+    """Between the start of `grtool` and the command running lie a second or more of imports: a SIGTERM there (a
+    job cancelled as it starts) exits 75 as well, so a requeue-on-75 script requeues it, instead of dying by the
+    signal (143)."""
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "stats", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the first handler of SIGTERM is in place: send it while the modules are still loading
+            caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
+            if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT, err
+    assert "SIGTERM received while the command was starting: nothing was written" in err, err
+
+
 def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents, cli):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     # With --model: every request fails to connect, retried, then given up.
