@@ -147,8 +147,12 @@ def register(secret: str | None) -> None:
     """Scrub ``secret`` from every text this process prints from now on (all its encodings)."""
     if not secret:
         return
+    # Also as it shows in messages about a value that could not be sent: around whitespace dropped (a key read
+    # from a file with its newline), control characters escaped as Python prints str and bytes ("Illegal header
+    # value b'Bearer sk-...\\n'").
+    shown = {secret.strip(), repr(secret)[1:-1], repr(secret.encode("utf-8", "backslashreplace"))[2:-1]}
     with _lock:
-        for form in {secret, unquote(secret)}:
+        for form in {secret, unquote(secret), *shown}:
             if len(form) >= MIN_SECRET_CHARS and form not in _patterns:
                 _patterns[form] = _encoded_pattern(form)
     _install_hooks()

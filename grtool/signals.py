@@ -155,12 +155,28 @@ def deferred() -> Iterator[None]:
         _state.deferring -= 1
 
 
+EARLY_LINE = b"stopped: SIGTERM received while the command was starting: nothing was written; run the same command again (exit 75)\n"
+
+
+def _on_early_term(signum: int, _frame: Any) -> None:
+    os.write(2, EARLY_LINE)  # nothing else is safe to use yet, and nothing needs cleaning up
+    os._exit(EXIT_TRANSIENT)
+
+
+def install_early() -> None:
+    """From the first line of the ``grtool`` command: a SIGTERM while its modules load (a second, more on a busy
+    node) ends the process with the transient code too, not by the signal; :func:`handled` takes over."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_early_term)
+
+
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """Run a command with SIGTERM turned into :class:`Stopped`; the outermost one prints the line and ends the
     process with the transient code. Nested uses (the index build, run by the CLI or a pipeline) change nothing;
     outside the main thread, or where someone else installed a handler, it stays out of the way."""
-    if _state.installed or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    ours = (signal.SIG_DFL, _on_early_term)
+    if _state.installed or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) not in ours:
         yield
         return
     signal.signal(signal.SIGTERM, _on_term)

@@ -131,6 +131,53 @@ def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, docum
     cli("validate", out)
 
 
+def test_sigterm_while_streaming_to_stdout_does_not_promise_a_resume(tmp_path, documents):
+    """--out -: the rows already streamed belong to the reader and nothing is kept, so the stop line counts them
+    and says the run starts over (not "finished parts are kept")."""
+    with SlowServer(delay=0.3) as server:
+        args = _extract(documents, Path("-"), server.url)
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
+        try:
+            first = proc.stdout.readline()  # a row is out: the stream has begun
+            time.sleep(0.1)  # the rest of that part goes out; the next part waits for the server
+            proc.send_signal(signal.SIGTERM)
+            rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it skips what readline buffered
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT and first, err
+    said = " ".join(err.split())
+    rows = len((first + rest).splitlines())
+    assert f"SIGTERM received: {rows} triples rows written to standard output (a stream is not resumed)" in said, err
+    assert "finished parts are kept" not in said and "to start over" in said, err
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's signal mask from /proc")
+def test_sigterm_while_the_command_is_still_loading_exits_with_the_transient_code(tmp_path):
+    """Between the start of `grtool` and the command running lie a second or more of imports: a SIGTERM there (a
+    job cancelled as it starts) exits 75 as well, so a requeue-on-75 script requeues it, instead of dying by the
+    signal (143)."""
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "stats", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the first handler of SIGTERM is in place: send it while the modules are still loading
+            caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
+            if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == EXIT_TRANSIENT, err
+    assert "SIGTERM received while the command was starting: nothing was written" in err, err
+
+
 def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents, cli):
     closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     # With --model: every request fails to connect, retried, then given up.
@@ -139,6 +186,23 @@ def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents
     # Without: the served model cannot be listed.
     proc = cli(*_extract(documents, tmp_path / "b", closed), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"})
     assert "cannot list the served models" in proc.stderr, proc.stderr
+
+
+def test_a_url_or_key_no_server_could_take_is_a_usage_error_not_transient(tmp_path, documents, cli):
+    """A typo in --base-url (no scheme, a wrong one) or an API key that cannot go into a header fails the same way
+    on every attempt: exit 2 at once, not 75 (a requeue loop would retry it forever)."""
+    for url in ("htp://127.0.0.1:1/v1", "127.0.0.1:1/v1"):
+        proc = cli(*_extract(documents, tmp_path / "a", url), check=2, env={"COLUMNS": "10000"})
+        assert "protocol" in proc.stderr, proc.stderr
+        proc = cli(*_extract(documents, tmp_path / "b", url, "--model", "toy-model"), check=2, env={"COLUMNS": "10000"})
+        assert "giving up" not in proc.stderr and "UnsupportedProtocol" in proc.stderr, proc.stderr
+    with SlowServer() as server:
+        for model in ((), ("--model", "toy-model")):
+            proc = cli(*_extract(documents, tmp_path / "c", server.url, *model), check=2, env={"COLUMNS": "10000", "OPENAI_API_KEY": "sk-hidden\nkey"})
+            assert "Illegal header value" in proc.stderr and "giving up" not in proc.stderr, proc.stderr
+            # the key, shown escaped in that message, is scrubbed there and in the stop recorded in the manifest
+            assert "hidden" not in proc.stderr and "hidden" not in (tmp_path / "c" / "triples" / "_manifest.json").read_text(), proc.stderr
+        assert server.posts == 0
 
 
 def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, documents, cli):

@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Optional
+
+from grtool import signals
+
+
+def _launched() -> bool:
+    """This process is the `grtool` command (the console script or ``python -m grtool``), not a program that imports
+    it, nor a worker process that multiprocessing started (its main module is ``__mp_main__``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(main, "__name__", None) != "__main__":
+        return False
+    return getattr(spec, "name", None) == "grtool.__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "grtool"
+
+
+if _launched():  # before the imports below, which take a second or more: SIGTERM meanwhile exits 75 too
+    signals.install_early()
+
 
 import typer
 from rich.markup import escape

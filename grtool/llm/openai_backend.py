@@ -20,7 +20,8 @@
   ``http://***@host/v1``, and the password is scrubbed in every encoding (:mod:`grtool.secrets`);
 - a server that cannot be reached, or still answers 5xx/429/timeouts after the retries, is a
   :class:`~grtool.errors.TransientError` (exit 75: the same command run later resumes); other answers the
-  server gives (401, 404, a bad request) are errors of the command (exit 2);
+  server gives (401, 404, a bad request), a --base-url without http:// or https:// and a key that cannot be sent
+  in a header are errors of the command (exit 2, no retry);
 - when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
@@ -244,6 +245,8 @@ class OpenAIBackend:
                 problem = f"no complete answer within --timeout {self.timeout:g}s"
             except httpx.TransportError as e:  # refused, reset, timed out, protocol errors
                 problem = f"{type(e).__name__}: {e}"
+                if not _server_unavailable(e):  # the URL or the request itself is wrong: no retry helps
+                    raise GrtoolError(self._scrub(f"{shown}: {problem}")) from None
             else:
                 if r.status_code == 200:
                     return self._parse(r, sampling)
@@ -295,6 +298,8 @@ def _server_unavailable(e: BaseException) -> bool:
     """The server is down, unreachable, too slow or answering with a status worth retrying (not a refusal)."""
     if isinstance(e, httpx.HTTPStatusError):
         return e.response.status_code in RETRY_STATUS
+    if isinstance(e, (httpx.UnsupportedProtocol, httpx.LocalProtocolError)):  # a typo in --base-url, a bad key value
+        return False
     return isinstance(e, (TimeoutError, httpx.TransportError))
 
 

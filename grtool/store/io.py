@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from grtool import signals
 from grtool.errors import InputError
 from grtool.log import log
 from grtool.store.diskfull import writing
@@ -123,6 +124,7 @@ class _JsonlShard:
                 if tag:
                     row = {"_table": tag, **row}
                 out.write(orjson.dumps(row, default=str, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+                self.stage.rows += 1  # row by row: a stop in the middle of a batch counts what went out
         self.rows_out += len(rows)
 
     def write_table(self, table: pa.Table) -> None:
@@ -148,6 +150,13 @@ class JsonlOutput:
         self.spec = spec
         self.tag = tag
         self.path = Path(STDIO)
+        self.rows = 0  # written so far
+        signals.track(self)
+
+    def on_stop(self) -> str | None:
+        """A signal stopped the run: the rows streamed so far are the reader's; nothing is kept to resume from."""
+        signals.note(None, STREAM_HINT)
+        return f"{self.rows:,} {self.spec.table} rows written to standard output (a stream is not resumed)"
 
     def done(self, index: int) -> bool:
         return False
@@ -159,6 +168,9 @@ class JsonlOutput:
         with writing(STDIO):
             sys.stdout.buffer.flush()
         return {"table": self.spec.table, "stdout": True}
+
+
+STREAM_HINT = "run the same command again to start over (a reader of the stream must start over too)"
 
 
 def open_output(out: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, tag: str | None = None,
