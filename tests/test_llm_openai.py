@@ -73,6 +73,7 @@ class FlakyServer(ThreadingHTTPServer):
         self.logprobs = logprobs
         self.flaky = flaky  # fail the first attempt of every request
         self.broken_titles = broken_titles or set()  # documents whose every attempt gets a 500
+        self.broken_status = 500  # (or another status, e.g. 400: a bad request, which is no transient failure)
         self.echo_auth_models = echo_auth_models  # GET /models answers 401 quoting the Authorization header
         self.lock = threading.Lock()
         self.seen: set[str] = set()
@@ -124,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.echo_auth_401:
             return self._json(401, {"error": f"{'x' * srv.pad_401}invalid key in header {self.headers.get('Authorization')}"})
         if title in srv.broken_titles:
-            return self._json(500, {"error": "this document always fails"})
+            return self._json(srv.broken_status, {"error": "this document always fails"})
         if failure == "drop":
             self.close_connection = True
             self.connection.shutdown(2)

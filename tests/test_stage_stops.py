@@ -119,12 +119,16 @@ def test_an_error_is_recorded_an_interruption_leaves_it_a_passing_resume_clears_
     args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--max-retries", "0", "--timeout", "30")  # fmt: skip
     try:
-        failed = cli(*args, check=75, env=WIDE)
+        cli(*args, check=75, env=WIDE)  # a server error after the retries is transient: no failure of the stage
+        assert _stops(out / "triples") == {}
+
+        server.broken_status = 400  # a bad request is: recorded
+        failed = cli(*args, check=2, env=WIDE)
         stop = _stops(out / "triples")["all"]
-        assert stop["kind"] == "error" and stop["guard"] is None and stop["exit_code"] == 75
-        assert "HTTP 500" in stop["message"] and stop["message"] in failed.stderr
+        assert stop["kind"] == "error" and stop["guard"] is None and stop["exit_code"] == 2
+        assert "HTTP 400" in stop["message"] and stop["message"] in failed.stderr
         report = validate_stage(out / "triples")
-        assert any(p.startswith("stopped: run failed (exit 75)") and "HTTP 500" in p for p in report.problems)
+        assert any(p.startswith("stopped: run failed (exit 2)") and "HTTP 400" in p for p in report.problems)
 
         # Ctrl-C is not a failure (the run is resumable) and not a success: the recorded stop stays as it was.
         server.broken_titles, server.flaky, server.failures_sent = set(), True, 3  # the next request: the server stalls

@@ -232,8 +232,12 @@ def is_interruption(exc: BaseException) -> bool:
     """Ctrl-C / SIGTERM and the like: the run stopped on request, resumable, not a failure of the stage.
 
     KeyboardInterrupt and other non-``Exception`` exits, Click's ``Abort`` (what Ctrl-C becomes inside a Click
-    command), and any exception with a true ``interruption`` attribute."""
-    if not isinstance(exc, Exception) or getattr(exc, "interruption", False):
+    command), any exception with a true ``interruption`` attribute, and a transient failure (exit 75: a server
+    down, a lock held): nothing is wrong with the stage, its unfinished parts show as such, and there would be
+    nothing to ``--accept``."""
+    from grtool.errors import EXIT_TRANSIENT
+
+    if not isinstance(exc, Exception) or getattr(exc, "interruption", False) or getattr(exc, "exit_code", None) == EXIT_TRANSIENT:
         return True
     return any(cls.__name__ == "Abort" and cls.__module__.endswith("click.exceptions") for cls in type(exc).__mro__)
 
