@@ -86,6 +86,13 @@ BAD = [
     ("triples extract {corpus} --out {out} --backend foo --limit 1", "--backend"),
     ("triples extract {corpus} --out {out} --backend openai --tensor-parallel-size 2 --limit 1", "--tensor-parallel-size"),
     ("triples extract {corpus} --out {out} --backend transformers --base-url http://127.0.0.1:9/v1 --limit 1", "--base-url"),
+    # a URL no request could go to is an option error (exit 2), found before OUT is created; not a crash, not exit 75
+    ("triples extract {corpus} --out {out} --backend openai --base-url http://127.0.0.1:99999/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url http://[::1/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url ftp://127.0.0.1:9/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url 127.0.0.1:9/v1 --model m --limit 1", "--base-url"),
+    ("chains synthesize {corpus} {triples} --out {out} --backend openai --base-url http:///v1", "--base-url"),
+    ("retrieve {corpus} --index {triples} --out {out} --backend openai --base-url http://127.0.0.1:0/v1", "--base-url"),
     ("chains synthesize {corpus} {triples} --out {out} --backend foo", "--backend"),
     ("retrieve {corpus} --index {triples} --out {out} --backend foo", "--backend"),
     ("index build {triples} --tokenizer llama3 --out {out} --kind foo", "--kind"),
