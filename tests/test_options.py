@@ -78,7 +78,9 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
         sh.write_rows(rows)
     stage.finish()
     (root / "responses.jsonl").write_text('{"qid": "q1", "response": "x"}\n')
-    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl"}
+    (root / "docs.jsonl").write_text('{"title": "A", "text": "a"}\n')  # documents of which dataset? needs --dataset
+    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
+            "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
 
 
 # (command words with {corpus}/{triples}/{responses}/{out} placeholders, the option the message must name)
@@ -101,6 +103,10 @@ BAD = [
     ("index build {triples} --tokenizer llama3 --out {out} --source documents --flips", "--flips"),
     ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable foo", "--desirable"),
     ("export sft {triples} --corpus {corpus} --out {out} --format foo", "--format"),
+    # each input's dataset is chosen from its first record before OUT is created
+    ("corpus ingest {docs} --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} --dataset musique --out {out}", "--dataset"),
 ]
 
 
@@ -118,7 +124,7 @@ def grtool_in_process(words: list[str], monkeypatch, capsys) -> tuple[int, str]:
     return e.value.code, " ".join(capsys.readouterr().err.split())
 
 
-@pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])
+@pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])  # the same id twice gets a suffix
 def test_a_bad_option_is_refused_before_anything_is_created(inputs, tmp_path, monkeypatch, capsys, line, option):
     out = tmp_path / "out"
     code, err = grtool_in_process([w.format(out=out, **inputs) for w in line.split()], monkeypatch, capsys)
@@ -135,3 +141,21 @@ def test_a_pipeline_checks_every_stage_s_options_before_the_first_stage_runs(inp
     code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
     assert code == 2 and "stage 'b'" in err and "--kind" in err and "'foo' is not one of" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_ingest_failing_in_an_archive_s_later_member_leaves_no_empty_out(inputs, tmp_path, monkeypatch, capsys):
+    """Members after an archive's first are only read in phase 1 (reaching them means decompressing the rest):
+    when one is refused, the run removes the OUT (and parents) it created, and nothing that was there before."""
+    import tarfile
+
+    archive = tmp_path / "mixed.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(inputs["hotpot"], arcname="a/hotpot_dev.json")
+        tar.add(inputs["docs"], arcname="b/docs.jsonl")
+    out = tmp_path / "new" / "out"
+    code, err = grtool_in_process(["corpus", "ingest", str(archive), "--out", str(out)], monkeypatch, capsys)
+    assert code == 2 and "docs.jsonl" in err and "--dataset" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixed.tar"]
+    (tmp_path / "mine").mkdir()  # an OUT that was there before the run stays
+    code, err = grtool_in_process(["corpus", "ingest", str(archive), "--out", str(tmp_path / "mine")], monkeypatch, capsys)
+    assert code == 2 and (tmp_path / "mine").is_dir(), err

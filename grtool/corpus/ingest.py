@@ -9,6 +9,7 @@ the missing shards, which come out identical because everything is ordered by in
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections import Counter
@@ -101,9 +102,31 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     q_spec = StageSpec("questions", QUESTIONS, params, names, exclude=own)
     report = IngestReport(str(out))
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+    detect_inputs(files, dataset)  # an ambiguous file or a --dataset that does not fit: refused before OUT exists
     fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity, allow_empty)  # noqa: E731
     report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
+
+
+def detect_inputs(files: list[Path], dataset: str) -> None:
+    """Choose each input's reading from its first record (cheap: the reader streams) before OUT is created, so
+    that an ambiguous file or a --dataset refused for a file fails with nothing written. Phase 1 chooses again,
+    the same way. Not read here: stdin (it cannot be read twice) and an archive's members after its first one
+    with a record (reaching them means decompressing everything before them); a failure there is found in phase 1,
+    and the run then removes the OUT it created (:func:`run_two_phase`)."""
+    forced = None if dataset == "auto" else dataset
+    for path in files:
+        if is_stdio(path):
+            continue
+        with contextlib.closing(open_streams(path)) as streams:
+            for stream in streams:
+                first = next(iter_records(stream), None)
+                if first is None:  # an empty input or member: phase 1 counts it
+                    continue
+                position, item = first
+                record = parse_line(stream.name, position, item) if isinstance(item, bytes) else item
+                choose_reading(stream.name, position, record, forced)
+                break
 
 
 def own_outputs(out: Path, work_name: str) -> list[Path]:
@@ -136,6 +159,31 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
     out = Path(out)
     work = out / work_name
     _refuse_outputs_early(out, [doc_spec, q_spec], overwrite)
+    created = _missing_dirs(out)
+    try:
+        return _run_locked(out, work, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
+    except BaseException:
+        # A run that failed before writing anything leaves no empty OUT (nor parents it made) behind; rmdir
+        # removes a directory only while it is empty, so nothing another run or the user put there goes.
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
+                fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
