@@ -79,7 +79,10 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     stage.finish()
     (root / "responses.jsonl").write_text('{"qid": "q1", "response": "x"}\n')
     (root / "docs.jsonl").write_text('{"title": "A", "text": "a"}\n')  # documents of which dataset? needs --dataset
+    turn = {"messages": [{"role": "user", "content": "Where?"}, {"role": "assistant", "content": "<docid_start>A, in, B<docid_end>"}]}
+    (root / "sft.jsonl").write_text((json.dumps(turn) + "\n") * 4)  # TRL messages rows, enough for a batch
     return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
+            "sft": root / "sft.jsonl",
             "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
 
 
@@ -103,6 +106,11 @@ BAD = [
     ("index build {triples} --tokenizer llama3 --out {out} --source documents --flips", "--flips"),
     ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable foo", "--desirable"),
     ("export sft {triples} --corpus {corpus} --out {out} --format foo", "--format"),
+    # loggers transformers would refuse only once the trainer is built, after OUT/grtool-run.json was written
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --report-to foo", "--report-to"),
+    ("train sft {sft} --out {out} --report-to foo", "--report-to"),
+    ("train sft {sft} --out {out} --report-to tensorboard,all", "--report-to"),
+    ("train sft {sft} --out {out} --report-to none,swanlab", "--report-to swanlab"),
     # each input's dataset is chosen from its first record before OUT is created
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),

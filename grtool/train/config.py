@@ -25,6 +25,28 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     }
 }
 
+# What --report-to may name: transformers' reporting integrations (INTEGRATION_TO_CALLBACK in
+# transformers/integrations/integration_utils.py, 5.x; kept here so the check needs no transformers import), each
+# with the modules one of which it needs (None: nothing to import) and the PyPI package that brings it. Also
+# accepted: none, and all (every integration installed). An unknown name or a missing package would otherwise
+# stop the run only when the trainer is built, after --out was written.
+REPORT_TO: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "azure_ml": (("azureml",), "azureml-core"),
+    "clearml": (("clearml",), "clearml"),
+    "codecarbon": (("codecarbon",), "codecarbon"),
+    "comet_ml": (("comet_ml",), "comet-ml"),
+    "dagshub": (("dagshub",), "dagshub"),  # (and mlflow)
+    "dvclive": (("dvclive",), "dvclive"),
+    "flyte": (("flytekit",), "flytekit"),
+    "kubeflow": ((), None),  # a Kubeflow trainer server, found from the environment
+    "mlflow": (("mlflow",), "mlflow"),
+    "neptune": (("neptune",), "neptune"),
+    "swanlab": (("swanlab",), "swanlab"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "trackio": (("trackio",), "trackio"),
+    "wandb": (("wandb",), "wandb"),
+}
+
 
 @dataclass
 class TrainConfig:
@@ -158,10 +180,38 @@ def check(cfg: TrainConfig) -> None:
         raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
+    check_report_to(cfg.report_to)
     if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
         raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
     if cfg.chat_template and not Path(cfg.chat_template).is_file():
         raise InputError(f"--chat-template {cfg.chat_template}: no such file")
+
+
+def report_to_names(value: str) -> list[str]:
+    """The loggers a --report-to value names (``none`` and empty items dropped)."""
+    return [r.strip() for r in value.split(",") if r.strip() and r.strip() != "none"]
+
+
+def check_report_to(value: str) -> None:
+    """--report-to names known loggers only; ``all`` stands alone."""
+    names = report_to_names(value)
+    unknown = [n for n in names if n not in REPORT_TO and n != "all"]
+    if unknown:
+        raise InputError(f"--report-to {value}: unknown logger {', '.join(unknown)} (known: none, all, {', '.join(REPORT_TO)})")
+    if "all" in names and len(names) > 1:
+        raise InputError(f"--report-to {value}: 'all' already names every installed logger; give it alone")
+
+
+def check_report_to_installed(value: str) -> None:
+    """Each logger --report-to names for a run on this machine has its package installed."""
+    import importlib.util
+
+    from grtool.errors import MissingDependency
+
+    for name in report_to_names(value):
+        modules, package = REPORT_TO.get(name, ((), None))
+        if modules and not any(importlib.util.find_spec(m) is not None for m in modules):
+            raise MissingDependency(f"--report-to {name}", package or modules[0], package)
 
 
 def effective_batch(cfg: TrainConfig) -> int:
