@@ -4,6 +4,7 @@ shell completion, a usage error at once), and a bad value or combination leaves 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,11 @@ BAD = [
     ("train sft {sft} --out {out} --report-to foo", "--report-to"),
     ("train sft {sft} --out {out} --report-to tensorboard,all", "--report-to"),
     ("train sft {sft} --out {out} --report-to none,swanlab", "--report-to swanlab"),
+    # values that were taken silently: no documents at all, docid markers no docid can be read back between
+    ("triples extract {corpus} --out {out} --limit 0", "--limit"),
+    ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start '' --limit 1", "--docid-start"),
+    ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start X --docid-end X --limit 1", "--docid-start"),
+    ("chains synthesize {corpus} {triples} --out {out} --backend openai --model m --max-retries 0 --docid-start <d --docid-end <d>", "--docid-end"),
     # each input's dataset is chosen from its first record before OUT is created
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
@@ -135,7 +141,7 @@ def grtool_in_process(words: list[str], monkeypatch, capsys) -> tuple[int, str]:
 @pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])  # the same id twice gets a suffix
 def test_a_bad_option_is_refused_before_anything_is_created(inputs, tmp_path, monkeypatch, capsys, line, option):
     out = tmp_path / "out"
-    code, err = grtool_in_process([w.format(out=out, **inputs) for w in line.split()], monkeypatch, capsys)
+    code, err = grtool_in_process([w.format(out=out, **inputs) for w in shlex.split(line)], monkeypatch, capsys)
     assert code == 2 and option in err and "Traceback" not in err, err
     assert not out.exists(), f"{out} was created before the option was refused: {sorted(p.name for p in out.iterdir())}"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock or scratch beside it either
