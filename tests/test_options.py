@@ -117,6 +117,10 @@ BAD = [
     ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start '' --limit 1", "--docid-start"),
     ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start X --docid-end X --limit 1", "--docid-start"),
     ("chains synthesize {corpus} {triples} --out {out} --backend openai --model m --max-retries 0 --docid-start <d --docid-end <d>", "--docid-end"),
+    # a --model no local backend could load (was: found when the model loaded, after OUT was created)
+    ("chains synthesize {corpus} {triples} --out {out} --model {out}/missing", "--model"),
+    ("triples extract {corpus} --out {out} --model missing.gguf", "--model"),
+    ("triples extract {corpus} --out {out} --model {responses}", "--model"),
     # each input's dataset is chosen from its first record before OUT is created
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),

@@ -64,8 +64,12 @@ class LLMSettings:
 
     def check(self) -> None:
         """Everything about these options that can be checked before the command creates anything: options the
-        backend does not take, and the room --max-tokens leaves."""
+        backend does not take or values it can never use (--base-url), a --model no local backend could load, and
+        the room --max-tokens leaves."""
+        from grtool.llm.models import check_model
+
         check_backend_options(self.backend, self.backend_options())
+        check_model(self.backend, self.model)
         self.check_room()
 
     def check_room(self) -> None:
