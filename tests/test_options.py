@@ -125,6 +125,7 @@ BAD = [
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} --dataset musique --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} --split '' --out {out}", "--split"),
 ]
 
 
@@ -177,3 +178,14 @@ def test_an_ingest_failing_in_an_archive_s_later_member_leaves_no_empty_out(inpu
     (tmp_path / "mine").mkdir()  # an OUT that was there before the run stays
     code, err = grtool_in_process(["corpus", "ingest", str(archive), "--out", str(tmp_path / "mine")], monkeypatch, capsys)
     assert code == 2 and (tmp_path / "mine").is_dir(), err
+
+
+def test_index_query_refuses_a_negative_token_id():
+    """`index query --ids` with a negative id used to answer "0 matches" as if it had looked something up."""
+    from grtool.errors import InputError
+    from grtool.index.query import parse_ids
+
+    assert parse_ids("128256, 791") == [128256, 791] and parse_ids("") == []
+    for bad in ("128256,-5", "a,b"):
+        with pytest.raises(InputError, match="--ids"):
+            parse_ids(bad)

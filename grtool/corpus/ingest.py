@@ -89,6 +89,8 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     """
     if dataset != "auto" and dataset not in ds.CONVERTERS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
+    if split is not None and not split.strip():
+        raise InputError(f"--split {split!r}: an empty split name (leave --split out to take it from each file name)")
     if not is_stdio(out) and str(out) == "":
         prepare_out_dir(out)  # refuses the empty path
     own = [] if is_stdio(out) else own_outputs(Path(out), WORK_DIR)  # never input, even inside an input directory
