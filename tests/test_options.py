@@ -82,8 +82,10 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     (root / "docs.jsonl").write_text('{"title": "A", "text": "a"}\n')  # documents of which dataset? needs --dataset
     turn = {"messages": [{"role": "user", "content": "Where?"}, {"role": "assistant", "content": "<docid_start>A, in, B<docid_end>"}]}
     (root / "sft.jsonl").write_text((json.dumps(turn) + "\n") * 4)  # TRL messages rows, enough for a batch
+    (root / "bad.yaml").write_text("learning_rate: fast\n")  # was: a TypeError deep in the checks
+    (root / "scheduler.yaml").write_text("lr_scheduler: foo\n")
     return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
-            "sft": root / "sft.jsonl",
+            "sft": root / "sft.jsonl", "bad_config": root / "bad.yaml", "bad_scheduler": root / "scheduler.yaml",
             "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
 
 
@@ -121,6 +123,12 @@ BAD = [
     ("chains synthesize {corpus} {triples} --out {out} --model {out}/missing", "--model"),
     ("triples extract {corpus} --out {out} --model missing.gguf", "--model"),
     ("triples extract {corpus} --out {out} --model {responses}", "--model"),
+    # training values TRL/transformers/peft would take, or refuse only once the trainer is built
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --beta -1", "--beta"),
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable-weight 0", "--desirable-weight"),
+    ("train sft {sft} --out {out} --lora --lora-target ,", "--lora-target"),
+    ("train sft {sft} --out {out} --config {bad_config}", "learning_rate"),
+    ("train sft {sft} --out {out} --config {bad_scheduler}", "lr_scheduler"),
     # each input's dataset is chosen from its first record before OUT is created
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),

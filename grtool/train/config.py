@@ -47,6 +47,10 @@ REPORT_TO: dict[str, tuple[tuple[str, ...], str | None]] = {
     "wandb": (("wandb",), "wandb"),
 }
 
+# lr_scheduler (a --config key): transformers' SchedulerType values that need no scheduler arguments (grtool passes
+# none; cosine_with_min_lr, warmup_stable_decay, reduce_lr_on_plateau ... would fail when the trainer starts).
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt")
+
 
 @dataclass
 class TrainConfig:
@@ -126,7 +130,38 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(data) - KEYS - {"preset"})
     if unknown:
         raise InputError(f"--config {path}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(KEYS | {'preset'}))})")
-    return data
+    return {k: v if k == "preset" else _typed(path, k, v) for k, v in data.items()}
+
+
+_TYPES = {f.name: str(f.type) for f in fields(TrainConfig)}  # "float | None", "int", "bool", "str", ...
+
+
+def _typed(path: Path, key: str, value: Any) -> Any:
+    """A --config value of the type its option takes (a float may be written 1e-6, which YAML reads as text);
+    a value of another type would otherwise fail deep inside the checks or the trainer."""
+    kind = _TYPES[key]
+    if value is None:
+        if "None" in kind:
+            return None
+    elif kind.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+    elif kind.startswith("int"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind.startswith("float"):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif kind.startswith("str"):
+        if isinstance(value, str):
+            return value
+    want = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "text"}[kind.split(" |")[0]]
+    raise InputError(f"--config {path}: {key}: expected {want}, got {value!r}")
 
 
 def _apply(values: dict[str, Any], layer: dict[str, Any]) -> None:
@@ -165,7 +200,8 @@ def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None =
 
 
 def check(cfg: TrainConfig) -> None:
-    for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "save_steps", "logging_steps"):
+    for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "lora_alpha", "save_steps",
+                 "save_total_limit", "logging_steps"):  # fmt: skip
         if getattr(cfg, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -180,6 +216,15 @@ def check(cfg: TrainConfig) -> None:
         raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
+    if cfg.beta <= 0:
+        raise InputError(f"--beta must be > 0, got {cfg.beta}")
+    for name in ("desirable_weight", "undesirable_weight"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) <= 0:
+            raise InputError(f"--{name.replace('_', '-')} must be > 0, got {getattr(cfg, name)}")
+    if cfg.lr_scheduler not in LR_SCHEDULERS:
+        raise InputError(f"lr_scheduler {cfg.lr_scheduler!r} (--config): not one of {', '.join(LR_SCHEDULERS)}")
+    if cfg.lora and not any(t.strip() for t in cfg.lora_target.split(",")):
+        raise InputError(f"--lora-target {cfg.lora_target!r}: names no module (all-linear, or names such as q_proj,v_proj)")
     check_report_to(cfg.report_to)
     if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
         raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
