@@ -197,3 +197,19 @@ def test_index_query_refuses_a_negative_token_id():
     for bad in ("128256,-5", "a,b"):
         with pytest.raises(InputError, match="--ids"):
             parse_ids(bad)
+
+
+def test_a_pipeline_checks_every_stage_s_llm_options_before_the_first_stage_runs(inputs, tmp_path, monkeypatch, capsys):
+    """The LLM options' own checks (here a --base-url no request could go to) are made for every stage up front,
+    not when that stage's turn comes."""
+    config = tmp_path / "p.toml"
+    config.write_text(
+        f'out = "{tmp_path / "out"}"\n'
+        f'[[stages]]\nname = "a"\nrun = "index build"\nargs = ["{inputs["triples"]}"]\n'
+        'options = { tokenizer = "llama3", kind = "numpy", out = "{out}/a" }\n'
+        f'[[stages]]\nname = "b"\nrun = "triples extract"\nargs = ["{inputs["corpus"]}"]\n'
+        'options = { backend = "openai", base_url = "http://127.0.0.1:99999/v1", model = "m", out = "{out}/b" }\n'
+    )
+    code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
+    assert code == 2 and "stage 'b'" in err and "--base-url" in err, err
+    assert not (tmp_path / "out").exists()
