@@ -129,6 +129,7 @@ BAD = [
     ("train sft {sft} --out {out} --lora --lora-target ,", "--lora-target"),
     ("train sft {sft} --out {out} --config {bad_config}", "learning_rate"),
     ("train sft {sft} --out {out} --config {bad_scheduler}", "lr_scheduler"),
+    ("retrieve {corpus} --index {triples} --out {out} --model {corpus} --samples 2 --temperature 0", "--temperature 0"),
     # each input's dataset is chosen from its first record before OUT is created
     ("corpus ingest {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
