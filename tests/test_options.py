@@ -82,10 +82,14 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     (root / "docs.jsonl").write_text('{"title": "A", "text": "a"}\n')  # documents of which dataset? needs --dataset
     turn = {"messages": [{"role": "user", "content": "Where?"}, {"role": "assistant", "content": "<docid_start>A, in, B<docid_end>"}]}
     (root / "sft.jsonl").write_text((json.dumps(turn) + "\n") * 4)  # TRL messages rows, enough for a batch
+    mixed = root / "mixed"  # a folder whose second file needs --dataset: found in phase 1, not by the first look
+    mixed.mkdir()
+    (mixed / "a_hotpot_dev.json").write_bytes((EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json").read_bytes())
+    (mixed / "b_docs.jsonl").write_text('{"title": "A", "text": "a"}\n')
     (root / "bad.yaml").write_text("learning_rate: fast\n")  # was: a TypeError deep in the checks
     (root / "scheduler.yaml").write_text("lr_scheduler: foo\n")
     return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
-            "sft": root / "sft.jsonl", "bad_config": root / "bad.yaml", "bad_scheduler": root / "scheduler.yaml",
+            "sft": root / "sft.jsonl", "bad_config": root / "bad.yaml", "bad_scheduler": root / "scheduler.yaml", "mixed": mixed,
             "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
 
 
@@ -135,6 +139,7 @@ BAD = [
     ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
     ("corpus ingest {hotpot} --dataset musique --out {out}", "--dataset"),
     ("corpus ingest {hotpot} --split '' --out {out}", "--split"),
+    ("corpus ingest {mixed} --out {out}", "--dataset"),  # the run removes the OUT it made
 ]
 
 
