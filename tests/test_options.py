@@ -4,6 +4,7 @@ shell completion, a usage error at once), and a bad value or combination leaves 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,18 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
         sh.write_rows(rows)
     stage.finish()
     (root / "responses.jsonl").write_text('{"qid": "q1", "response": "x"}\n')
-    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl"}
+    (root / "docs.jsonl").write_text('{"title": "A", "text": "a"}\n')  # documents of which dataset? needs --dataset
+    turn = {"messages": [{"role": "user", "content": "Where?"}, {"role": "assistant", "content": "<docid_start>A, in, B<docid_end>"}]}
+    (root / "sft.jsonl").write_text((json.dumps(turn) + "\n") * 4)  # TRL messages rows, enough for a batch
+    mixed = root / "mixed"  # a folder whose second file needs --dataset: found in phase 1, not by the first look
+    mixed.mkdir()
+    (mixed / "a_hotpot_dev.json").write_bytes((EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json").read_bytes())
+    (mixed / "b_docs.jsonl").write_text('{"title": "A", "text": "a"}\n')
+    (root / "bad.yaml").write_text("learning_rate: fast\n")  # was: a TypeError deep in the checks
+    (root / "scheduler.yaml").write_text("lr_scheduler: foo\n")
+    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
+            "sft": root / "sft.jsonl", "bad_config": root / "bad.yaml", "bad_scheduler": root / "scheduler.yaml", "mixed": mixed,
+            "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
 
 
 # (command words with {corpus}/{triples}/{responses}/{out} placeholders, the option the message must name)
@@ -86,6 +98,13 @@ BAD = [
     ("triples extract {corpus} --out {out} --backend foo --limit 1", "--backend"),
     ("triples extract {corpus} --out {out} --backend openai --tensor-parallel-size 2 --limit 1", "--tensor-parallel-size"),
     ("triples extract {corpus} --out {out} --backend transformers --base-url http://127.0.0.1:9/v1 --limit 1", "--base-url"),
+    # a URL no request could go to is an option error (exit 2), found before OUT is created; not a crash, not exit 75
+    ("triples extract {corpus} --out {out} --backend openai --base-url http://127.0.0.1:99999/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url http://[::1/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url ftp://127.0.0.1:9/v1 --limit 1", "--base-url"),
+    ("triples extract {corpus} --out {out} --backend openai --base-url 127.0.0.1:9/v1 --model m --limit 1", "--base-url"),
+    ("chains synthesize {corpus} {triples} --out {out} --backend openai --base-url http:///v1", "--base-url"),
+    ("retrieve {corpus} --index {triples} --out {out} --backend openai --base-url http://127.0.0.1:0/v1", "--base-url"),
     ("chains synthesize {corpus} {triples} --out {out} --backend foo", "--backend"),
     ("retrieve {corpus} --index {triples} --out {out} --backend foo", "--backend"),
     ("index build {triples} --tokenizer llama3 --out {out} --kind foo", "--kind"),
@@ -94,6 +113,33 @@ BAD = [
     ("index build {triples} --tokenizer llama3 --out {out} --source documents --flips", "--flips"),
     ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable foo", "--desirable"),
     ("export sft {triples} --corpus {corpus} --out {out} --format foo", "--format"),
+    # loggers transformers would refuse only once the trainer is built, after OUT/grtool-run.json was written
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --report-to foo", "--report-to"),
+    ("train sft {sft} --out {out} --report-to foo", "--report-to"),
+    ("train sft {sft} --out {out} --report-to tensorboard,all", "--report-to"),
+    ("train sft {sft} --out {out} --report-to none,swanlab", "--report-to swanlab"),
+    # values that were taken silently: no documents at all, docid markers no docid can be read back between
+    ("triples extract {corpus} --out {out} --limit 0", "--limit"),
+    ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start '' --limit 1", "--docid-start"),
+    ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start X --docid-end X --limit 1", "--docid-start"),
+    ("chains synthesize {corpus} {triples} --out {out} --backend openai --model m --max-retries 0 --docid-start <d --docid-end <d>", "--docid-end"),
+    # a --model no local backend could load (was: found when the model loaded, after OUT was created)
+    ("chains synthesize {corpus} {triples} --out {out} --model {out}/missing", "--model"),
+    ("triples extract {corpus} --out {out} --model missing.gguf", "--model"),
+    ("triples extract {corpus} --out {out} --model {responses}", "--model"),
+    # training values TRL/transformers/peft would take, or refuse only once the trainer is built
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --beta -1", "--beta"),
+    ("train kto {responses} --corpus {corpus} --triples {triples} --out {out} --desirable-weight 0", "--desirable-weight"),
+    ("train sft {sft} --out {out} --lora --lora-target ,", "--lora-target"),
+    ("train sft {sft} --out {out} --config {bad_config}", "learning_rate"),
+    ("train sft {sft} --out {out} --config {bad_scheduler}", "lr_scheduler"),
+    ("retrieve {corpus} --index {triples} --out {out} --model {corpus} --samples 2 --temperature 0", "--temperature 0"),
+    # each input's dataset is chosen from its first record before OUT is created
+    ("corpus ingest {docs} --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} {docs} --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} --dataset musique --out {out}", "--dataset"),
+    ("corpus ingest {hotpot} --split '' --out {out}", "--split"),
+    ("corpus ingest {mixed} --out {out}", "--dataset"),  # the run removes the OUT it made
 ]
 
 
@@ -111,10 +157,10 @@ def grtool_in_process(words: list[str], monkeypatch, capsys) -> tuple[int, str]:
     return e.value.code, " ".join(capsys.readouterr().err.split())
 
 
-@pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])
+@pytest.mark.parametrize("line,option", BAD, ids=[b[0].split(" {")[0] + " " + b[1] for b in BAD])  # the same id twice gets a suffix
 def test_a_bad_option_is_refused_before_anything_is_created(inputs, tmp_path, monkeypatch, capsys, line, option):
     out = tmp_path / "out"
-    code, err = grtool_in_process([w.format(out=out, **inputs) for w in line.split()], monkeypatch, capsys)
+    code, err = grtool_in_process([w.format(out=out, **inputs) for w in shlex.split(line)], monkeypatch, capsys)
     assert code == 2 and option in err and "Traceback" not in err, err
     assert not out.exists(), f"{out} was created before the option was refused: {sorted(p.name for p in out.iterdir())}"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock or scratch beside it either
@@ -127,4 +173,49 @@ def test_a_pipeline_checks_every_stage_s_options_before_the_first_stage_runs(inp
     config.write_text(f'out = "{tmp_path / "out"}"\n' + stage.format(name="a", kind="numpy", **inputs) + stage.format(name="b", kind="foo", **inputs))
     code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
     assert code == 2 and "stage 'b'" in err and "--kind" in err and "'foo' is not one of" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_ingest_failing_in_an_archive_s_later_member_leaves_no_empty_out(inputs, tmp_path, monkeypatch, capsys):
+    """Members after an archive's first are only read in phase 1 (reaching them means decompressing the rest):
+    when one is refused, the run removes the OUT (and parents) it created, and nothing that was there before."""
+    import tarfile
+
+    archive = tmp_path / "mixed.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(inputs["hotpot"], arcname="a/hotpot_dev.json")
+        tar.add(inputs["docs"], arcname="b/docs.jsonl")
+    out = tmp_path / "new" / "out"
+    code, err = grtool_in_process(["corpus", "ingest", str(archive), "--out", str(out)], monkeypatch, capsys)
+    assert code == 2 and "docs.jsonl" in err and "--dataset" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixed.tar"]
+    (tmp_path / "mine").mkdir()  # an OUT that was there before the run stays
+    code, err = grtool_in_process(["corpus", "ingest", str(archive), "--out", str(tmp_path / "mine")], monkeypatch, capsys)
+    assert code == 2 and (tmp_path / "mine").is_dir(), err
+
+
+def test_index_query_refuses_a_negative_token_id():
+    """`index query --ids` with a negative id used to answer "0 matches" as if it had looked something up."""
+    from grtool.errors import InputError
+    from grtool.index.query import parse_ids
+
+    assert parse_ids("128256, 791") == [128256, 791] and parse_ids("") == []
+    for bad in ("128256,-5", "a,b"):
+        with pytest.raises(InputError, match="--ids"):
+            parse_ids(bad)
+
+
+def test_a_pipeline_checks_every_stage_s_llm_options_before_the_first_stage_runs(inputs, tmp_path, monkeypatch, capsys):
+    """The LLM options' own checks (here a --base-url no request could go to) are made for every stage up front,
+    not when that stage's turn comes."""
+    config = tmp_path / "p.toml"
+    config.write_text(
+        f'out = "{tmp_path / "out"}"\n'
+        f'[[stages]]\nname = "a"\nrun = "index build"\nargs = ["{inputs["triples"]}"]\n'
+        'options = { tokenizer = "llama3", kind = "numpy", out = "{out}/a" }\n'
+        f'[[stages]]\nname = "b"\nrun = "triples extract"\nargs = ["{inputs["corpus"]}"]\n'
+        'options = { backend = "openai", base_url = "http://127.0.0.1:99999/v1", model = "m", out = "{out}/b" }\n'
+    )
+    code, err = grtool_in_process(["pipeline", "run", str(config)], monkeypatch, capsys)
+    assert code == 2 and "stage 'b'" in err and "--base-url" in err, err
     assert not (tmp_path / "out").exists()

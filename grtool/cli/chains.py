@@ -67,7 +67,7 @@ def synthesize(
 
     Example: grtool chains synthesize out/2wiki out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
     """
-    from grtool.docid import Markers
+    from grtool.docid import Markers, check_markers
     from grtool.chains.prompt import ChainPrompt
     from grtool.chains.synthesize import ChainSettings
     from grtool.chains.synthesize import run_summary
@@ -86,7 +86,7 @@ def synthesize(
         top_logprobs=top_logprobs,
         distractors=distractors,
         seed=llm.seed,
-        markers=Markers(docid_start, docid_end),
+        markers=check_markers(Markers(docid_start, docid_end)),
         constrain=_constrain(constrain, llm.backend),
         unanswerable=unanswerable.value,
     )

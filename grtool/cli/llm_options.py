@@ -63,10 +63,19 @@ class LLMSettings:
         return {n: getattr(self, n) for n in names}
 
     def check(self) -> None:
-        """Everything about these options that can be checked before the command creates anything: options the
-        backend does not take, and the room --max-tokens leaves."""
-        check_backend_options(self.backend, self.backend_options())
+        """Everything about these options that can be checked before the command creates anything: the options
+        themselves (:meth:`check_options`), a --model no local backend could load, and the room --max-tokens
+        leaves."""
+        from grtool.llm.models import check_model
+
+        self.check_options()
+        check_model(self.backend, self.model)
         self.check_room()
+
+    def check_options(self) -> None:
+        """The checks that need neither the backend's packages nor the model: options the backend does not take
+        or values it can never use (--base-url). (In a pipeline, --model may be what an earlier stage trains.)"""
+        check_backend_options(self.backend, self.backend_options())
 
     def check_room(self) -> None:
         """Refuse a --max-tokens that leaves no room for any prompt before the command creates anything, when the
@@ -140,16 +149,23 @@ def llm_options(**defaults: Any) -> Callable:
         added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in _options(defaults)]
         names = [p.name for p in added]
 
-        @functools.wraps(command)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            values = {n: kwargs.pop(n) for n in names if n in kwargs}
+        def settings_of(values: dict[str, Any]) -> LLMSettings:
+            values = {n: values[n] for n in names if n in values}
             if isinstance(values.get("backend"), Enum):
                 values["backend"] = values["backend"].value  # the plain name, as manifests and backends know it
-            settings = LLMSettings(**values)
+            return LLMSettings(**values)
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            settings = settings_of(kwargs)
             require_backend(settings.backend)  # a missing extra stops the command before it creates anything
             settings.check()
+            kwargs = {k: v for k, v in kwargs.items() if k not in names}
             return command(*args, llm=settings, **kwargs)
 
+        # From the parsed parameters alone: a pipeline checks every stage's options so before the first stage runs
+        # (also for a plan, which needs no extras; the extras, the model and its room are checked when it runs).
+        wrapper.check_options = lambda values: settings_of(values).check_options()  # type: ignore[attr-defined]
         wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
         del wrapper.__wrapped__  # Typer must see the new signature, not the command's own

@@ -47,7 +47,7 @@ LoraTarget = Annotated[Optional[str], typer.Option("--lora-target", help="Module
 SaveSteps = Annotated[Optional[int], typer.Option("--save-steps", min=1, help="Write a resumable checkpoint every N steps (default 500).")]
 SaveLimit = Annotated[Optional[int], typer.Option("--save-total-limit", min=1, help="Keep the last N checkpoints (default 2).")]
 KeepCheckpoints = Annotated[Optional[bool], typer.Option("--keep-checkpoints", help="Keep the checkpoint-* folders after a finished run (removed by default: they only serve --resume, and hold optimizer state several times the model's size).")]
-ReportTo = Annotated[Optional[str], typer.Option("--report-to", help="Trainer loggers, comma-separated (tensorboard, wandb, ...; default none).")]
+ReportTo = Annotated[Optional[str], typer.Option("--report-to", help="Trainer loggers, comma-separated (tensorboard, wandb, mlflow, ... as transformers names them; all: every installed one; default none).")]
 ChatTemplate = Annotated[Optional[Path], typer.Option("--chat-template", help="Jinja chat template file for a base model without one.")]
 PresetOpt = Annotated[Optional[Preset], typer.Option("--preset", help="The paper's values: thinkgr (SFT full, lr 1e-6, batch 512, cutoff 2048, warmup 0.05; KTO lr 4e-7, batch 128, beta 0.1).")]
 ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file with the same keys as the options (learning_rate: 1e-6); options given here win.")]

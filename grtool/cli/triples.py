@@ -36,7 +36,7 @@ def extract_command(
     out: Out,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Text file with the system prompt (default: the packaged one).")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON or JSONL file of examples: objects with title, text and triples (lists of three strings); an empty list = zero-shot.")] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=0, help="Only the first N documents of the corpus.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N documents of the corpus.")] = None,
     structured: Annotated[
         Optional[bool],
         typer.Option("--structured/--no-structured", help="Constrain output to the triples JSON schema (default: on for vllm and openai; transformers cannot)."),
@@ -71,12 +71,14 @@ def extract_command(
 
     Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
     """
+    from grtool.docid import Markers, check_markers
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
     from grtool.triples.extract import ExtractConfig, extract
     from grtool.triples.grounding import drop_shares
     from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
 
+    check_markers(Markers(docid_start, docid_end))
     documents = InputTable.open(corpus, "documents")
     grounding = Grounding(grounding).value
     spec = load_prompt(prompt, few_shot)

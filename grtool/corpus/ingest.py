@@ -9,6 +9,7 @@ the missing shards, which come out identical because everything is ordered by in
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from collections import Counter
@@ -88,10 +89,13 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     """
     if dataset != "auto" and dataset not in ds.CONVERTERS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
+    if split is not None and not split.strip():
+        raise InputError(f"--split {split!r}: an empty split name (leave --split out to take it from each file name)")
     if not is_stdio(out) and str(out) == "":
         prepare_out_dir(out)  # refuses the empty path
     own = [] if is_stdio(out) else own_outputs(Path(out), WORK_DIR)  # never input, even inside an input directory
-    files = [f for i in inputs for f in input_files(i, exclude=own)]
+    found = [input_files(i, exclude=own) for i in inputs]
+    files = [f for fs in found for f in fs]
     # strictness changes the rows (a bad record stops the run instead of being rejected): a parameter; only
     # recorded when on, so outputs of earlier versions stay resumable
     params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part),
@@ -101,9 +105,45 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     q_spec = StageSpec("questions", QUESTIONS, params, names, exclude=own)
     report = IngestReport(str(out))
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
+    detect_inputs(_probes(inputs, found), dataset)  # an ambiguous file or a refused --dataset: before OUT exists
     fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity, allow_empty)  # noqa: E731
     report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
+
+
+def _probes(inputs: list[str | Path], found: list[list[Path]]) -> list[Path]:
+    """The files :func:`detect_inputs` reads first: every file named on the command line, and of the files found
+    in a directory the first of each folder. Not all of those: the dump's thousands of small .bz2 files would
+    each be decompressed twice (a bzip2 block holds a whole file), and a folder's files are one dataset's."""
+    probes: list[Path] = []
+    for given, files in zip(inputs, found):
+        if is_stdio(given) or not Path(given).is_dir():
+            probes += files
+            continue
+        probes += list({f.parent: f for f in reversed(files)}.values())[::-1]  # the first file of each folder
+    return probes
+
+
+def detect_inputs(files: list[Path], dataset: str) -> None:
+    """Choose the reading of ``files`` from their first record (cheap: the reader streams) before OUT is
+    created, so that an ambiguous file or a --dataset refused for a file fails with nothing written. Phase 1
+    chooses again, the same way, for every file. Not read here: stdin (it cannot be read twice) and an archive's
+    members after its first one with a record (reaching them means decompressing everything before them); a
+    failure there, or in a file :func:`_probes` leaves out, is found in phase 1, and the run then removes the OUT
+    it created (:func:`run_two_phase`)."""
+    forced = None if dataset == "auto" else dataset
+    for path in files:
+        if is_stdio(path):
+            continue
+        with contextlib.closing(open_streams(path)) as streams:
+            for stream in streams:
+                first = next(iter_records(stream), None)
+                if first is None:  # an empty input or member: phase 1 counts it
+                    continue
+                position, item = first
+                record = parse_line(stream.name, position, item) if isinstance(item, bytes) else item
+                choose_reading(stream.name, position, record, forced)
+                break
 
 
 def own_outputs(out: Path, work_name: str) -> list[Path]:
@@ -136,6 +176,31 @@ def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: 
     out = Path(out)
     work = out / work_name
     _refuse_outputs_early(out, [doc_spec, q_spec], overwrite)
+    created = _missing_dirs(out)
+    try:
+        return _run_locked(out, work, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
+    except BaseException:
+        # A run that failed before writing anything leaves no empty OUT (nor parents it made) behind; rmdir
+        # removes a directory only while it is empty, so nothing another run or the user put there goes.
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
+                fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:

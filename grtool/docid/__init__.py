@@ -72,6 +72,17 @@ class Markers:
         return re.compile("(" + re.escape(self.start) + "|" + re.escape(self.end) + ")")
 
 
+def check_markers(markers: Markers) -> Markers:
+    """Markers a docid can be read back between: two non-empty strings, neither holding the other (an empty or a
+    shared marker would make every text, or no text, a docid)."""
+    start, end = markers.start, markers.end
+    if not start.strip() or not end.strip() or start in end or end in start:
+        from grtool.errors import InputError
+
+        raise InputError(f"--docid-start {start!r} / --docid-end {end!r}: docid markers must be two different non-empty strings, neither inside the other")
+    return markers
+
+
 SPECIAL = Markers(DOCID_START, DOCID_END)
 BRACKETS = Markers(BRACKET_START, BRACKET_END)
 MARKERS = {"special": SPECIAL, "brackets": BRACKETS}

@@ -28,6 +28,7 @@ from grtool.errors import InputError
 from grtool.docid.lookup import TripleLookup, docid_hashes
 from grtool.filters.questions import QuestionLookup
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
+from grtool.docid import check_markers
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
@@ -151,10 +152,7 @@ def chain_markers(manifest: dict[str, Any], start: str | None, end: str | None) 
     `filters apply` write ``params.markers``), else the standard ones."""
     recorded = (manifest.get("params") or {}).get("markers")
     default = Markers(*recorded) if isinstance(recorded, list) and len(recorded) == 2 and all(isinstance(m, str) for m in recorded) else Markers()
-    markers = Markers(start if start is not None else default.start, end if end is not None else default.end)
-    if not markers.start or not markers.end or markers.start == markers.end:
-        raise InputError(f"docid markers must be two different non-empty strings, got {markers.start!r} and {markers.end!r}")
-    return markers
+    return check_markers(Markers(start if start is not None else default.start, end if end is not None else default.end))
 
 
 def rule_of(code: str) -> str:

@@ -11,9 +11,12 @@ from grtool.index.base import Index
 
 def parse_ids(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError:
-        raise InputError(f"--ids {text!r}: expected comma-separated token ids like 128256,791,50017") from None
+        ids = [-1]
+    if any(i < 0 for i in ids):  # a negative id matches nothing: a typo, not a query
+        raise InputError(f"--ids {text!r}: expected comma-separated token ids (0 or more) like 128256,791,50017")
+    return ids
 
 
 def prefix_ids(index: Index, text: str | None = None, ids: list[int] | None = None) -> list[int]:

@@ -42,12 +42,15 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def check_backend_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The set (not None) ``options``; an option the backend does not take is an error, raised before a command
-    creates anything."""
+    """The set (not None) ``options``; an option the backend does not take, or a value it can never use, is an
+    error, raised before a command creates anything."""
     options = {k: v for k, v in options.items() if v is not None}
-    takes = backend_class(name).OPTIONS
-    unknown = sorted(set(options) - set(takes))
+    cls = backend_class(name)
+    unknown = sorted(set(options) - set(cls.OPTIONS))
     if unknown:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        raise GrtoolError(f"{flags} does not apply to the {name} backend (it takes: {', '.join(sorted(takes))})")
+        raise GrtoolError(f"{flags} does not apply to the {name} backend (it takes: {', '.join(sorted(cls.OPTIONS))})")
+    check = getattr(cls, "check_options", None)  # a backend's own checks of values (openai: --base-url)
+    if check is not None:
+        check(options)
     return options

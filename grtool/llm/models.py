@@ -109,6 +109,31 @@ def resolve_model(model: str | None, cache_dir: Path | None = None) -> ModelRef:
     return ModelRef(model, model)
 
 
+def check_model(backend: str, model: str | None) -> None:
+    """Refuse a --model a local backend (transformers, vllm) could never load, before a command creates anything:
+    a .gguf file or a folder that does not exist, a file that is no model. A name shaped like a Hugging Face id
+    is left to the backend (whether the hub or the cache has it is found when it loads)."""
+    if backend == "openai" or model is None or model == DEFAULT_MODEL_NAME:
+        return
+    if model.endswith(".gguf"):
+        if not Path(model).expanduser().is_file():
+            raise GrtoolError(f"--model {model}: no such GGUF file")
+        return
+    path = Path(model)
+    if path.is_dir():
+        return
+    if path.exists():
+        raise GrtoolError(f"--model {model}: a file, not a model (a folder with config.json and the weights, a .gguf file or a Hugging Face id)")
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:  # the backend's extra is missing: require_backend says so
+        return
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        raise GrtoolError(f"--model {model}: no such model folder, and not a Hugging Face model id (name or owner/name)") from None
+
+
 def weights_digest(folder: str | Path) -> str:
     """A short digest of a model folder's weights and config (BLAKE3 of their content, cached per process), so the
     request cache and the manifests tell a retrained checkpoint from the one that was at its path before."""

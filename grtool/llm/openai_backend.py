@@ -20,8 +20,9 @@
   ``http://***@host/v1``, and the password is scrubbed in every encoding (:mod:`grtool.secrets`);
 - a server that cannot be reached, or still answers 5xx/429/timeouts after the retries, is a
   :class:`~grtool.errors.TransientError` (exit 75: the same command run later resumes); other answers the
-  server gives (401, 404, a bad request), a --base-url without http:// or https:// and a key that cannot be sent
-  in a header are errors of the command (exit 2, no retry);
+  server gives (401, 404, a bad request) and a key that cannot be sent in a header are errors of the command
+  (exit 2, no retry); a --base-url no request could go to (:func:`check_base_url`) is refused with the options,
+  before a command creates anything;
 - when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
@@ -33,6 +34,7 @@ import os
 import random
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -54,9 +56,35 @@ _MAX_TOKENS_TOO_LARGE = re.compile(r"max_(?:completion_|new_)?tokens'? (?:\S+ )*
 _CONTEXT_STATUS = {400, 413, 422}
 
 
+def check_base_url(url: str) -> None:
+    """Refuse a --base-url no request could go to (no http/https scheme, no host, a port out of range, a URL that
+    does not parse), before a command creates anything. Whether a server answers there is found out at run time."""
+    shown = secrets.redact_url(url)
+    bare = secrets.split_url_credentials(url)[0]  # what the requests go to: the user-info may hold anything
+    try:
+        parts = urlsplit(bare)
+        port = parts.port  # a ValueError when out of range or not a number
+        httpx.URL(bare)  # the parser the requests use
+    except (ValueError, httpx.InvalidURL) as e:
+        secrets.register_url(url)
+        raise GrtoolError(secrets.scrub(f"--base-url {shown}: not a valid URL ({e})")) from None
+    if parts.scheme not in ("http", "https"):
+        raise GrtoolError(f"--base-url {shown}: the URL must start with http:// or https:// (the server's address up to /v1)")
+    if not parts.hostname or any(c.isspace() for c in parts.hostname):
+        raise GrtoolError(f"--base-url {shown}: no valid host name in the URL")
+    if port == 0:
+        raise GrtoolError(f"--base-url {shown}: port 0 is not a port a server can listen on (1-65535)")
+
+
 class OpenAIBackend:
     name = "openai"
     OPTIONS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "backoff", "chunk_size", "max_context")
+
+    @staticmethod
+    def check_options(options: dict[str, Any]) -> None:
+        """What can be checked about the set options without contacting the server."""
+        if "base_url" in options:
+            check_base_url(options["base_url"])
 
     def __init__(
         self,

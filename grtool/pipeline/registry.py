@@ -66,8 +66,9 @@ def is_flag(run: str, key: str) -> bool:
 
 
 def check_arguments(run: str, arguments: list[str], where: str) -> None:
-    """Parse a stage's arguments (after the command words) as the CLI will, without running the command: a wrong
-    choice, number or option of any stage is an error before the first stage writes anything."""
+    """Parse a stage's arguments (after the command words) as the CLI will, without running the command, and make
+    the checks of options the command makes before it writes (the LLM options: --backend's options, --base-url,
+    --model): a wrong choice, number or option of any stage is an error before the first stage writes anything."""
     from grtool.cli.main import _click_errors
     from grtool.errors import GrtoolError, InputError
 
@@ -75,7 +76,10 @@ def check_arguments(run: str, arguments: list[str], where: str) -> None:
     if command is None:
         return
     try:
-        command.make_context(f"grtool {command_name(run)}", list(arguments))
+        ctx = command.make_context(f"grtool {command_name(run)}", list(arguments))
+        check = getattr(stage_function(run), "check_options", None)  # what the command checks before it writes
+        if check is not None:
+            check(ctx.params)
     except _click_errors() as e:
         raise InputError(f"{where}: {e.format_message()}") from None
     except GrtoolError as e:  # an option's own parser refused its value (a missing extra for --plot, an empty --out)

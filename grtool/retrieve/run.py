@@ -105,6 +105,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
         raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
+    if request.samples > 1 and llm.temperature == 0:  # greedy every time: N copies of one response
+        raise InputError(f"--samples {request.samples} with --temperature 0: every sample would be the greedy response; give --temperature > 0 or --samples 1")
     _check_out(request, llm)
     index = Index.open(request.index)
     wanted = "documents" if request.mode == "gmr" else "docids"

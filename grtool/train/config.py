@@ -25,6 +25,32 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     }
 }
 
+# What --report-to may name: transformers' reporting integrations (INTEGRATION_TO_CALLBACK in
+# transformers/integrations/integration_utils.py, 5.x; kept here so the check needs no transformers import), each
+# with the modules one of which it needs (None: nothing to import) and the PyPI package that brings it. Also
+# accepted: none, and all (every integration installed). An unknown name or a missing package would otherwise
+# stop the run only when the trainer is built, after --out was written.
+REPORT_TO: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "azure_ml": (("azureml",), "azureml-core"),
+    "clearml": (("clearml",), "clearml"),
+    "codecarbon": (("codecarbon",), "codecarbon"),
+    "comet_ml": (("comet_ml",), "comet-ml"),
+    "dagshub": (("dagshub",), "dagshub"),  # (and mlflow)
+    "dvclive": (("dvclive",), "dvclive"),
+    "flyte": (("flytekit",), "flytekit"),
+    "kubeflow": ((), None),  # a Kubeflow trainer server, found from the environment
+    "mlflow": (("mlflow",), "mlflow"),
+    "neptune": (("neptune",), "neptune"),
+    "swanlab": (("swanlab",), "swanlab"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "trackio": (("trackio",), "trackio"),
+    "wandb": (("wandb",), "wandb"),
+}
+
+# lr_scheduler (a --config key): transformers' SchedulerType values that need no scheduler arguments (grtool passes
+# none; cosine_with_min_lr, warmup_stable_decay, reduce_lr_on_plateau ... would fail when the trainer starts).
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt")
+
 
 @dataclass
 class TrainConfig:
@@ -104,7 +130,38 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(data) - KEYS - {"preset"})
     if unknown:
         raise InputError(f"--config {path}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(KEYS | {'preset'}))})")
-    return data
+    return {k: v if k == "preset" else _typed(path, k, v) for k, v in data.items()}
+
+
+_TYPES = {f.name: str(f.type) for f in fields(TrainConfig)}  # "float | None", "int", "bool", "str", ...
+
+
+def _typed(path: Path, key: str, value: Any) -> Any:
+    """A --config value of the type its option takes (a float may be written 1e-6, which YAML reads as text);
+    a value of another type would otherwise fail deep inside the checks or the trainer."""
+    kind = _TYPES[key]
+    if value is None:
+        if "None" in kind:
+            return None
+    elif kind.startswith("bool"):
+        if isinstance(value, bool):
+            return value
+    elif kind.startswith("int"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind.startswith("float"):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif kind.startswith("str"):
+        if isinstance(value, str):
+            return value
+    want = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "text"}[kind.split(" |")[0]]
+    raise InputError(f"--config {path}: {key}: expected {want}, got {value!r}")
 
 
 def _apply(values: dict[str, Any], layer: dict[str, Any]) -> None:
@@ -143,7 +200,8 @@ def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None =
 
 
 def check(cfg: TrainConfig) -> None:
-    for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "save_steps", "logging_steps"):
+    for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "lora_alpha", "save_steps",
+                 "save_total_limit", "logging_steps"):  # fmt: skip
         if getattr(cfg, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(cfg, name)}")
     if not 0.0 <= cfg.warmup_ratio < 1.0:
@@ -158,10 +216,47 @@ def check(cfg: TrainConfig) -> None:
         raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
+    if cfg.beta <= 0:
+        raise InputError(f"--beta must be > 0, got {cfg.beta}")
+    for name in ("desirable_weight", "undesirable_weight"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) <= 0:
+            raise InputError(f"--{name.replace('_', '-')} must be > 0, got {getattr(cfg, name)}")
+    if cfg.lr_scheduler not in LR_SCHEDULERS:
+        raise InputError(f"lr_scheduler {cfg.lr_scheduler!r} (--config): not one of {', '.join(LR_SCHEDULERS)}")
+    if cfg.lora and not any(t.strip() for t in cfg.lora_target.split(",")):
+        raise InputError(f"--lora-target {cfg.lora_target!r}: names no module (all-linear, or names such as q_proj,v_proj)")
+    check_report_to(cfg.report_to)
     if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
         raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
     if cfg.chat_template and not Path(cfg.chat_template).is_file():
         raise InputError(f"--chat-template {cfg.chat_template}: no such file")
+
+
+def report_to_names(value: str) -> list[str]:
+    """The loggers a --report-to value names (``none`` and empty items dropped)."""
+    return [r.strip() for r in value.split(",") if r.strip() and r.strip() != "none"]
+
+
+def check_report_to(value: str) -> None:
+    """--report-to names known loggers only; ``all`` stands alone."""
+    names = report_to_names(value)
+    unknown = [n for n in names if n not in REPORT_TO and n != "all"]
+    if unknown:
+        raise InputError(f"--report-to {value}: unknown logger {', '.join(unknown)} (known: none, all, {', '.join(REPORT_TO)})")
+    if "all" in names and len(names) > 1:
+        raise InputError(f"--report-to {value}: 'all' already names every installed logger; give it alone")
+
+
+def check_report_to_installed(value: str) -> None:
+    """Each logger --report-to names for a run on this machine has its package installed."""
+    import importlib.util
+
+    from grtool.errors import MissingDependency
+
+    for name in report_to_names(value):
+        modules, package = REPORT_TO.get(name, ((), None))
+        if modules and not any(importlib.util.find_spec(m) is not None for m in modules):
+            raise MissingDependency(f"--report-to {name}", package or modules[0], package)
 
 
 def effective_batch(cfg: TrainConfig) -> int:

@@ -30,7 +30,7 @@ from grtool.errors import InputError
 from grtool.extras import require
 from grtool.llm.models import ModelRef
 from grtool.log import activity, log, quiet_libraries
-from grtool.train.config import TrainConfig, effective_batch, planned_steps, world_size
+from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
 
 PROVENANCE = "grtool.json"
@@ -82,6 +82,8 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         require("train", f"train {kind}")
     elif check_template:  # --dry-run loads the tokenizer through transformers
         require("llm", f"train {kind} --dry-run")
+    if writes_checkpoint:  # the loggers of a run on this machine (a LLaMA-Factory config may run elsewhere)
+        check_report_to_installed(cfg.report_to)
 
     if kind == "sft":
         loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers)
@@ -162,13 +164,19 @@ def _common_args(p: Plan) -> dict[str, Any]:
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
         logging_steps=cfg.logging_steps,
-        report_to=[r for r in cfg.report_to.split(",") if r and r != "none"] or "none",
+        report_to=_report_to(cfg.report_to),
         deepspeed=cfg.deepspeed,
         bf16=bf16,
         disable_tqdm=True,  # progress is grtool's (a Rich bar or plain log lines)
         dataloader_num_workers=0,
         dataset_num_proc=None,
     )
+
+
+def _report_to(value: str) -> str | list[str]:
+    """--report-to as TrainingArguments takes it: a list of loggers, or the words none and all alone."""
+    names = report_to_names(value)
+    return "none" if not names else "all" if names == ["all"] else names
 
 
 def _lora(p: Plan, model, tokenizer, added: list[str]):
