@@ -22,7 +22,7 @@ class Mode(str, Enum):
     gmr = "gmr"
 
 
-@llm_options(temperature=0.7, max_tokens=512)
+@llm_options(temperature=None, max_tokens=512)
 def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
     index: Annotated[Path, typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer.")],
@@ -33,7 +33,7 @@ def retrieve_cmd(
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
     markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
     few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question, from the corpus's own questions and gold triples (default: 0 with special markers, 3 with brackets).")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling); 1 = greedy, more = sampled at --temperature with seeds --seed, --seed+1, ...")] = 1,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.")] = 1,
     max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
     beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers only; gmr usually 4).")] = 1,

@@ -36,6 +36,17 @@ class RetrieveRequest:
     shard_index: int | None = None
 
 
+SAMPLES_TEMPERATURE = 0.7  # --samples N > 1 without --temperature
+
+
+def sampling_temperature(samples: int, given: float | None) -> float:
+    """--temperature as given (one sample at T > 0 is sampled, seeded by --seed); unset: greedy for one sample,
+    0.7 for several."""
+    if given is not None:
+        return given
+    return SAMPLES_TEMPERATURE if samples > 1 else 0.0
+
+
 def triples_of_index(index: Index, given: Path | None) -> Path:
     """``--triples``, else the triples stage the index was built from (recorded in index.json)."""
     if given is not None:
@@ -105,7 +116,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
         raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
-    if request.samples > 1 and llm.temperature == 0:  # greedy every time: N copies of one response
+    temperature = sampling_temperature(request.samples, llm.temperature)
+    if request.samples > 1 and temperature == 0:  # greedy every time: N copies of one response
         raise InputError(f"--samples {request.samples} with --temperature 0: every sample would be the greedy response; give --temperature > 0 or --samples 1")
     _check_out(request, llm)
     index = Index.open(request.index)
@@ -130,7 +142,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
     prompt = RetrievePrompt(request.markers, examples, few_shot)
     settings = RetrieveSettings(
-        markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
+        markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
     )  # fmt: skip
     lookup = DocidIndex.build(triples) if triples is not None else None

@@ -35,7 +35,7 @@ class RetrieveSettings:
     markers: str = "special"
     mode: str = "docids"
     samples: int = 1
-    temperature: float = 0.7  # used when samples > 1; one sample is greedy
+    temperature: float = 0.0  # 0 = greedy; above 0 every sample (one too) is sampled with seed --seed + sample
     top_p: float = 1.0
     seed: int = 0
     max_tokens: int = 512
@@ -45,7 +45,7 @@ class RetrieveSettings:
 
     def sampling(self, sample: int, constraint: dict[str, Any]) -> Sampling:
         """Sample k's parameters: its own seed, so each sample is its own request (and cache entry)."""
-        greedy = self.samples == 1
+        greedy = self.temperature == 0
         return Sampling(
             temperature=0.0 if greedy else self.temperature,
             top_p=1.0 if greedy else self.top_p,
