@@ -13,3 +13,21 @@ def test_one_sample_at_a_temperature_is_sampled_and_seeded():
     assert RetrieveSettings(samples=1, temperature=sampling_temperature(1, None)).sampling(0, {}).temperature == 0.0
     assert sampling_temperature(4, None) > 0  # several samples without --temperature: sampled
     assert sampling_temperature(4, 0.0) == 0.0  # (refused by retrieve: N copies of the greedy response)
+
+
+def test_system_prompt_is_the_one_export_sft_trains_with(tmp_path):
+    """--system comes first, as in the rows `export sft --system` writes; --mode gmr (no system in `export gmr`) refuses it."""
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    from grtool.export.formats import instruction, sft_row
+    from grtool.retrieve.run import RetrieveRequest, retrieve_prompt
+
+    request = RetrieveRequest(corpus="unused", index=Path("unused"), out=tmp_path / "out", few_shot=0, system="Answer with docids.")
+    sent = retrieve_prompt(request, None).messages("q1", "Who wrote it?")
+    trained = sft_row("trl-messages", instruction("Who wrote it?", "special"), "answer", "Answer with docids.")["messages"]
+    assert sent == trained[:-1]
+    assert retrieve_prompt(request, None).sha256() != retrieve_prompt(RetrieveRequest(corpus="unused", index=Path("unused"), out=tmp_path / "out", few_shot=0), None).sha256()
+    proc = run_cli("retrieve", tmp_path, "--index", tmp_path / "index", "--mode", "gmr", "--system", "x", "--out", tmp_path / "out", check=2)
+    assert "--system" in proc.stderr and "export gmr" in proc.stderr and not (tmp_path / "out").exists()

@@ -24,6 +24,7 @@ class RetrieveRequest:
     limit: int | None = None
     markers: str = "special"
     few_shot: int | None = None
+    system: str | None = None
     samples: int = 1
     max_docids: int | None = None
     mode: str = "docids"
@@ -104,10 +105,10 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.export.readers import DocidIndex
-    from grtool.chains.corpus_examples import pick_examples
-    from grtool.retrieve.prompt import RetrievePrompt
     from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
 
+    if request.mode == "gmr" and request.system:
+        raise InputError("--system: --mode gmr sends the `export gmr` step input only, which has no system prompt")
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
     if request.adapter is not None:  # peft merges it into the model
@@ -134,13 +135,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
     selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
-    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
-    if request.mode == "gmr" and few_shot:
-        raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
-    examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
-    if few_shot and len(examples) < few_shot + 1:
-        log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
-    prompt = RetrievePrompt(request.markers, examples, few_shot)
+    prompt = retrieve_prompt(request, triples)
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
@@ -156,7 +151,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     params = {
         **settings.params(), "backend": llm.backend, "model": model_name, "adapter": options["adapter"],
-        "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
+        "system": request.system, "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
@@ -166,6 +161,21 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         shard_index=request.shard_index, max_empty_share=request.max_empty_share,
     )  # fmt: skip
     return summarize(request, run.manifests[0], lookup)
+
+
+def retrieve_prompt(request: RetrieveRequest, triples: Path | None):
+    """The prompt of every question: ``--system`` (as `export sft --system` puts it), ``--few-shot`` worked turns,
+    then the SFT instruction."""
+    from grtool.chains.corpus_examples import pick_examples
+    from grtool.retrieve.prompt import RetrievePrompt
+
+    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
+    if request.mode == "gmr" and few_shot:
+        raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
+    examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
+    if few_shot and len(examples) < few_shot + 1:
+        log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
+    return RetrievePrompt(request.markers, examples, few_shot, system=request.system or None)
 
 
 def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:
