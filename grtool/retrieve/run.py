@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ class RetrieveRequest:
     limit: int | None = None
     markers: str = "special"
     few_shot: int | None = None
+    few_shot_from: str | None = None  # a corpus/run directory or a split of the corpus (default: train)
     system: str | None = None
     samples: int = 1
     max_docids: int | None = None
@@ -135,7 +137,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
     selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
-    prompt = retrieve_prompt(request, triples)
+    prompt = retrieve_prompt(request, triples, selection.qids())
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
@@ -151,7 +153,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     params = {
         **settings.params(), "backend": llm.backend, "model": model_name, "adapter": options["adapter"],
-        "system": request.system, "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
+        "system": request.system, "few_shot_from": few_shot_record(request, prompt), "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
@@ -163,19 +165,51 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     return summarize(request, run.manifests[0], lookup)
 
 
-def retrieve_prompt(request: RetrieveRequest, triples: Path | None):
+FEW_SHOT_SPLIT = "train"  # --few-shot-from by default: the corpus's training questions
+
+
+def retrieve_prompt(request: RetrieveRequest, triples: Path | None, evaluated: Collection[str] = ()):
     """The prompt of every question: ``--system`` (as `export sft --system` puts it), ``--few-shot`` worked turns,
-    then the SFT instruction."""
+    then the SFT instruction. The worked turns come from ``--few-shot-from`` (a directory, or a split of the
+    corpus: train by default) and never from the ``evaluated`` questions (qids): a test question's gold docids
+    must not be in the prompt of another."""
     from grtool.chains.corpus_examples import pick_examples
     from grtool.retrieve.prompt import RetrievePrompt
 
     few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
     if request.mode == "gmr" and few_shot:
         raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
-    examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
-    if few_shot and len(examples) < few_shot + 1:
-        log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
+    examples = []
+    if few_shot and triples is not None:
+        source, split = few_shot_source(request)
+        examples = pick_examples(source, triples, few_shot, split=split, exclude=frozenset(evaluated), spare=0)
+        where = f"--few-shot-from {request.few_shot_from or FEW_SHOT_SPLIT}" + ("" if request.few_shot_from else " (the default)")
+        if not examples:
+            raise InputError(
+                f"{where}: no question usable as a worked example (answerable, an answer, ≥ 2 gold documents that all have triples, "
+                "and not among the questions being answered); pass --few-shot-from DIR|SPLIT with other questions, --split to answer others, or --few-shot 0"
+            )
+        if len(examples) < few_shot:
+            log.warning("--few-shot %d: %s has only %d questions usable as examples", few_shot, where, len(examples))
     return RetrievePrompt(request.markers, examples, few_shot, system=request.system or None)
+
+
+def few_shot_source(request: RetrieveRequest) -> tuple[str, str | None]:
+    """(questions to draw from, split or None): an existing directory as given, else a split of the corpus."""
+    given = request.few_shot_from or FEW_SHOT_SPLIT
+    if request.few_shot_from and Path(given).exists():
+        return given, None
+    if request.few_shot_from and ("/" in given or given.startswith(".")):
+        raise InputError(f"--few-shot-from {given}: no such directory")
+    return request.corpus, given
+
+
+def few_shot_record(request: RetrieveRequest, prompt) -> dict[str, Any] | None:
+    """What the manifest says of the worked examples: where they came from and which questions."""
+    if not prompt.k:
+        return None
+    source, split = few_shot_source(request)
+    return {"source": str(source), "split": split, "qids": [e.qid for e in prompt.examples]}
 
 
 def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:

@@ -105,6 +105,10 @@ class Selection:
             rows.append(row)
         return rows
 
+    def qids(self) -> set[str]:
+        """Every selected question of every part (all shards': the prompt must be the same in each)."""
+        return {r["qid"] for part in range(self.table.num_parts) for r in self.rows(part)}
+
     def planned(self, parts: list[int]) -> int:
         return sum(self.quota[i] if self.quota is not None else self._count(i) for i in parts)  # type: ignore[misc]
 
