@@ -87,7 +87,7 @@ def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
     report = json.loads(proc.stdout)
     rows = _rows(out)
     questions = [q for q in read_table(run / "questions").to_pylist() if q["dataset"] == "musique"]
-    shown = load_manifest(out)["parameters"]["few_shot_from"]
+    shown = load_manifest(out)["params"]["few_shot_from"]
     assert shown["split"] == "dev" and len(shown["qids"]) == 2 and not set(shown["qids"]) & {q["qid"] for q in questions}
     assert len(rows) == len(questions) == report["responses"]
     lookup = DocidIndex.build(run / "triples")

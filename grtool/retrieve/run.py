@@ -88,6 +88,23 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
         )
 
 
+def check_flips(index: Index, model: str | None, adapter: Path | None, triples: Path | None) -> None:
+    """A model that learned tail-first docids (its checkpoint's grtool.json says so) needs an index that holds
+    them (``--flips``): otherwise every flipped docid it starts is cut off by the constraint, and recall is lower
+    without a word. The other way round is harmless: the flips are there, unused."""
+    from grtool.train.run import checkpoint_flips
+
+    checkpoint = Path(adapter).resolve().parent if adapter is not None else (Path(model) if model and Path(model).is_dir() else None)
+    learned = checkpoint_flips(checkpoint)
+    if learned and not index.flips:
+        raise InputError(
+            f"{index.path}: built without --flips, but the model {checkpoint} was trained on flipped (tail-first) docids "
+            f"(its grtool.json): rebuild the index with them: `grtool index build {triples or 'TRIPLES'} --tokenizer {checkpoint} --flips --out …`"
+        )
+    if learned is False and index.flips:
+        log.info("%s holds flipped docids; the model %s was trained without them (harmless: they go unused)", index.path, checkpoint)
+
+
 def _check_out(request: RetrieveRequest, llm) -> None:
     """--out before the model loads: never the index, the model, the adapter or a stage it reads; --overwrite
     only of a responses stage (the stage writer checks it again under its lock)."""
@@ -137,6 +154,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
     selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
+    if request.mode == "docids":
+        check_flips(index, llm.model, request.adapter, triples)
     prompt = retrieve_prompt(request, triples, selection.qids())
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
