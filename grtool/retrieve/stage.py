@@ -245,7 +245,7 @@ def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
 
 
 def latency_percentiles(path: str | Path) -> dict[str, float | None]:
-    """p50 / p95 of ``latency_ms`` over a responses stage (per query: the time its batch took)."""
+    """p50 / p95 of ``latency_ms`` over a responses stage (per query: from its batch's start until its last token)."""
     from grtool.store.stage import read_table
 
     column = read_table(path, columns=["latency_ms"])["latency_ms"].drop_null()
