@@ -21,6 +21,8 @@ from grtool.store.stage import load_manifest, read_table
 pytestmark = pytest.mark.slow
 
 FAST = ("--max-tokens", "80", "--threads", "2")
+# The samples are all dev questions: answer the MuSiQue ones, with worked examples from the (other) dev questions.
+FEW_SHOT_FROM_2WIKI = ("--dataset", "musique", "--few-shot-from", "dev")
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +82,13 @@ def _assert_all_exist(rows: list[dict], lookup: DocidIndex) -> int:
 
 def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
     out = tmp_path / "responses"
-    proc = run_cli("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "2", "--out", out, *FAST, "--json")
+    # the worked examples are 2Wiki dev questions, never one of the MuSiQue questions answered
+    proc = run_cli("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "2", *FEW_SHOT_FROM_2WIKI, "--out", out, *FAST, "--json")
     report = json.loads(proc.stdout)
     rows = _rows(out)
-    questions = read_table(run / "questions").to_pylist()
+    questions = [q for q in read_table(run / "questions").to_pylist() if q["dataset"] == "musique"]
+    shown = load_manifest(out)["params"]["few_shot_from"]
+    assert shown["split"] == "dev" and len(shown["qids"]) == 2 and not set(shown["qids"]) & {q["qid"] for q in questions}
     assert len(rows) == len(questions) == report["responses"]
     lookup = DocidIndex.build(run / "triples")
     docids = _assert_all_exist(rows, lookup)
@@ -104,7 +109,7 @@ def test_special_markers_docids_exist(run, marker_model, tmp_path):
     run_cli("index", "build", run / "triples", "--tokenizer", marker_model, "--flips", "--out", index)
     out = tmp_path / "responses"
     proc = run_cli(
-        "retrieve", run, "--index", index, "--model", marker_model, "--few-shot", "2", "--out", out, *FAST, "--json",
+        "retrieve", run, "--index", index, "--model", marker_model, "--few-shot", "2", *FEW_SHOT_FROM_2WIKI, "--out", out, *FAST, "--json",
     )  # fmt: skip
     report = json.loads(proc.stdout)
     rows = _rows(out)
@@ -114,7 +119,7 @@ def test_special_markers_docids_exist(run, marker_model, tmp_path):
 
 
 def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
-    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--limit", "3",
+    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--few-shot-from", "dev", "--limit", "3",
             "--samples", "4", "--temperature", "1.0", "--max-tokens", "48", "--no-cache")  # fmt: skip
     run_cli(*args, "--out", tmp_path / "a")
     a = sorted(_rows(tmp_path / "a"), key=lambda r: (r["qid"], r["sample"]))
@@ -129,7 +134,7 @@ def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
 
 
 def test_killed_run_resumes_with_identical_rows(run, tmp_path):
-    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--limit", "4", "--max-tokens", "40")
+    args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--few-shot-from", "dev", "--limit", "4", "--max-tokens", "40")
     run_cli(*args, "--out", tmp_path / "whole")
     whole = _rows(tmp_path / "whole")
     # a run that died after its part: delete the manifest's record of completion by removing the part

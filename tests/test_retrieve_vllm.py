@@ -19,7 +19,7 @@ from grtool.export.readers import DocidIndex
 pytestmark = pytest.mark.slow
 
 VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
-COMMON = ("--markers", "brackets", "--few-shot", "2", "--samples", "1", "--limit", "6", "--max-tokens", "64", "--no-cache", "--json")
+COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "6", "--max-tokens", "64", "--no-cache", "--json")
 
 
 def _docids_by_qid(path: Path) -> dict[str, list[str]]:

@@ -82,3 +82,16 @@ def test_generations_equal_stock_transformers_generate():
         out = stock.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
     expected = [tok.decode(row[enc["input_ids"].shape[1] :], skip_special_tokens=True) for row in out]
     assert [g.text for g in ours] == expected
+
+
+@pytest.mark.slow
+def test_a_row_that_stops_early_has_its_own_latency():
+    """latency_ms is per row: one that hit EOS while the batch went on was done earlier than the batch."""
+    backend = make_backend("transformers", batch_size=2, threads=2)
+    short = [{"role": "user", "content": "What is 2 + 2? Answer with the number only."}]
+    long = [{"role": "user", "content": "Count from 1 to 200, separated by commas."}]
+    early, full = backend.generate([short, long], Sampling(max_tokens=48))
+    assert early.finish_reason == "stop" and early.completion_tokens < 40, early
+    assert full.finish_reason == "length", full
+    # the batch's wall time for both before; now the early row's ends at its last token
+    assert 0 < early.latency_ms < full.latency_ms * (early.completion_tokens + 4) / 48

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +47,12 @@ def _rank(qid: str) -> str:
     return hashlib.blake2b(qid.encode(), digest_size=8).hexdigest()
 
 
-def pick_examples(corpus: str | Path, triples: str | Path, k: int) -> list[Example]:
-    """K + 1 answerable questions with an answer and at least two gold documents that all have triples."""
+def pick_examples(corpus: str | Path, triples: str | Path, k: int, *, split: str | None = None, exclude: Collection[str] = (), spare: int = 1) -> list[Example]:
+    """K + ``spare`` answerable questions with an answer and at least two gold documents that all have triples;
+    only of ``split`` when given, never one of ``exclude`` (qids)."""
     if k <= 0:
         return []
-    candidates = _candidate_questions(corpus, limit=(k + 1) * 8)
+    candidates = _candidate_questions(corpus, limit=(k + spare) * 8, split=split, exclude=frozenset(exclude))
     gold = {d for _, _, _, docs in candidates for d in docs}
     first_triple = _triples_of(triples, gold)
     examples = []
@@ -59,18 +60,20 @@ def pick_examples(corpus: str | Path, triples: str | Path, k: int) -> list[Examp
         chosen = [_best_triple(first_triple.get(d, []), answer if i == len(docs) - 1 else None) for i, d in enumerate(docs)]
         if all(chosen):
             examples.append(Example(qid, question, answer, tuple(chosen)))  # type: ignore[arg-type]
-        if len(examples) == k + 1:
+        if len(examples) == k + spare:
             break
     return examples
 
 
-def _candidate_questions(corpus: str | Path, limit: int) -> list[tuple[str, str, str, tuple[str, ...]]]:
+def _candidate_questions(corpus: str | Path, limit: int, split: str | None = None, exclude: frozenset[str] = frozenset()) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """The ``limit`` eligible questions of lowest qid hash (one streaming pass; nsmallest keeps a bounded heap)."""
 
     def eligible() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
-        columns = ["qid", "question", "answer", "gold_doc_ids", "answerable"]
+        columns = ["qid", "question", "answer", "gold_doc_ids", "answerable", "split"]
         for batch in iter_batches(resolve_stage(corpus, "questions"), columns=columns):
             for row in batch.to_pylist():
+                if (split is not None and row["split"] != split) or row["qid"] in exclude:
+                    continue
                 docs = tuple(row["gold_doc_ids"] or ())
                 if row["answerable"] is not False and len(docs) >= 2 and (row["answer"] or "").strip():
                     yield row["qid"], row["question"], row["answer"].strip(), docs

@@ -37,7 +37,7 @@ BackendName = Enum("BackendName", {name: name for name in BACKENDS}, type=str)
 class LLMSettings:
     backend: str = DEFAULT_BACKEND
     model: Optional[str] = None
-    temperature: float = 0.0
+    temperature: Optional[float] = 0.0  # None: the command decides (retrieve)
     top_p: float = 1.0
     max_tokens: int = 1024
     seed: int = 0
@@ -111,7 +111,7 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return [
         ("backend", Annotated[BackendName, O("--backend", help="LLM backend.")], BackendName(DEFAULT_BACKEND)),
         ("model", Annotated[Optional[str], O("--model", "-m", help="Model: HF id or local folder (vllm, transformers), a .gguf file (converted once), or the served name (openai). Default: the embedded SmolLM2-135M-Instruct; with openai, the server's only model.")], None),
-        ("temperature", Annotated[float, O("--temperature", min=0.0, help="Sampling temperature (0 = greedy).")], defaults.get("temperature", 0.0)),
+        ("temperature", _temperature_option(O, defaults), defaults.get("temperature", 0.0)),
         ("top_p", Annotated[float, O("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")], defaults.get("top_p", 1.0)),
         ("max_tokens", Annotated[int, O("--max-tokens", min=1, help="Most tokens generated per request.")], defaults.get("max_tokens", 1024)),
         ("seed", Annotated[int, O("--seed", help="Sampling seed (sent with every request).")], defaults.get("seed", 0)),
@@ -130,6 +130,14 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         ("cache_dir", Annotated[Optional[Path], O("--cache-dir", help="Request cache directory (default: OUT/_llm_cache).")], None),
         ("no_cache", Annotated[bool, O("--no-cache", help="Do not read or write the request cache.")], False),
     ]
+
+
+def _temperature_option(O: Callable, defaults: dict[str, Any]) -> Any:
+    """--temperature; a command whose default is None (``retrieve``: greedy for one sample, sampled for several)
+    takes it as optional and decides itself."""
+    if "temperature" in defaults and defaults["temperature"] is None:
+        return Annotated[Optional[float], O("--temperature", min=0.0, help="Sampling temperature (0 = greedy; default: the command's).")]
+    return Annotated[float, O("--temperature", min=0.0, help="Sampling temperature (0 = greedy).")]
 
 
 def llm_options(**defaults: Any) -> Callable:

@@ -22,7 +22,7 @@ class Mode(str, Enum):
     gmr = "gmr"
 
 
-@llm_options(temperature=0.7, max_tokens=512)
+@llm_options(temperature=None, max_tokens=512)
 def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
     index: Annotated[Path, typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer.")],
@@ -32,8 +32,10 @@ def retrieve_cmd(
     split: Annotated[Optional[list[str]], typer.Option("--split", help="Only questions of this split (repeatable).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
     markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
-    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question, from the corpus's own questions and gold triples (default: 0 with special markers, 3 with brackets).")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling); 1 = greedy, more = sampled at --temperature with seeds --seed, --seed+1, ...")] = 1,
+    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 0 with special markers, 3 with brackets).")] = None,
+    few_shot_from: Annotated[Optional[str], typer.Option("--few-shot-from", help="Where --few-shot examples come from: a corpus/run directory or a split of CORPUS (default: train); never a question being answered.")] = None,
+    system: Annotated[Optional[str], typer.Option("--system", help="System prompt before the question (the text given to `export sft --system` / `train --system`, so the model sees what it learned).")] = None,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.")] = 1,
     max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
     beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers only; gmr usually 4).")] = 1,
@@ -60,7 +62,7 @@ def retrieve_cmd(
     report = retrieve(
         RetrieveRequest(
             corpus=corpus, index=index, out=out, triples=triples, datasets=tuple(dataset or ()), splits=tuple(split or ()),
-            limit=limit, markers=markers.value, few_shot=few_shot, samples=samples, max_docids=max_docids, mode=mode.value,
+            limit=limit, markers=markers.value, few_shot=few_shot, few_shot_from=few_shot_from, system=system, samples=samples, max_docids=max_docids, mode=mode.value,
             beams=beams, max_steps=max_steps, adapter=adapter, max_empty_share=max_empty_share, overwrite=overwrite,
             num_shards=num_shards, shard_index=shard_index,
         ),

@@ -65,7 +65,7 @@ class Generation:
     completion_tokens: int = 0
     logprobs: list[TokenLogprobs] | None = None
     cached: bool = False
-    latency_ms: float | None = None  # wall time until this generation was ready (its batch or chunk)
+    latency_ms: float | None = None  # wall time until this generation was ready (transformers: its own last token; vLLM: its chunk)
     # Set when nothing was generated because the prompt does not fit the model's context: why (finish_reason
     # is then "too_long"). Stages reject such a record with reason ``too_long``; the cache never keeps it.
     too_long: str | None = None

@@ -119,7 +119,8 @@ class TransformersBackend:
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         from transformers import LogitsProcessorList
 
-        processors = LogitsProcessorList([_step_counter(sampling.max_tokens)])
+        steps = _step_counter(sampling.max_tokens)
+        processors = LogitsProcessorList([steps])
         if sampling.constraint is not None:
             from grtool.index.constraints import constraint_from_spec
             from grtool.index.decoding import DocidLogitsProcessor
@@ -132,7 +133,7 @@ class TransformersBackend:
         started = time.perf_counter()
         with torch.inference_mode():
             out = self.lm.generate(**enc, **kwargs)
-        latency_ms = (time.perf_counter() - started) * 1000
+        latency_ms = (time.perf_counter() - started) * 1000  # the batch's; a row that stopped early was done earlier
         prompt_len = enc["input_ids"].shape[1]
         new_tokens = out.sequences[:, prompt_len:]
         eos = _eos_ids(self.lm, self.tokenizer)
@@ -155,7 +156,7 @@ class TransformersBackend:
                 finish_reason=finish,
                 prompt_tokens=int(enc["attention_mask"][row].sum()),
                 completion_tokens=n,
-                latency_ms=latency_ms,
+                latency_ms=steps.done_ms(n, started) if hit_eos else latency_ms,
             )
             if sampling.logprobs:
                 gen.logprobs = self._token_logprobs(out.logits, row, ids[:n], sampling.logprobs)
@@ -212,11 +213,19 @@ def _step_counter(max_tokens: int):
     class StepCounter(LogitsProcessor):
         def __init__(self):
             self.steps = 0
+            self.times: list[float] = []  # when each step's scores were ready (its token is picked right after)
 
         def __call__(self, input_ids, scores):
             self.steps += 1
+            self.times.append(time.perf_counter())
             activity_detail(f"{self.steps} of at most {max_tokens} tokens")
             return scores
+
+        def done_ms(self, tokens: int, started: float) -> float:
+            """Milliseconds from ``started`` until a row's ``tokens``-th token was picked: its own latency, not the
+            batch's, for a row that hit EOS while others went on."""
+            at = self.times[min(tokens, len(self.times)) - 1] if tokens and self.times else time.perf_counter()
+            return (at - started) * 1000
 
     return StepCounter()
 

@@ -2,10 +2,10 @@
 
 The user turn is :func:`grtool.export.formats.instruction`, the one `export sft` and `export kto` train on, so a
 trained model sees at inference the prompt it learned. Off-the-shelf models (``--markers brackets``) get
-``--few-shot K`` worked turns first: questions of the corpus itself, each answered by a short chain that retrieves
-one gold triple per gold document, in hop order. The examples are picked by a stable hash of the qid (the same
-for every run and every shard) and never include the question being answered: K + 1 are picked and the question's
-own one is left out.
+``--few-shot K`` worked turns first: questions of ``--few-shot-from`` (the corpus's train split by default), each
+answered by a short chain that retrieves one gold triple per gold document, in hop order. The examples are picked
+by a stable hash of the qid (the same for every run and every shard) among the questions not being answered
+(:func:`grtool.retrieve.run.retrieve_prompt`), so no evaluated question's gold docids appear in a prompt.
 """
 
 from __future__ import annotations

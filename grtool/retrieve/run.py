@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ class RetrieveRequest:
     limit: int | None = None
     markers: str = "special"
     few_shot: int | None = None
+    few_shot_from: str | None = None  # a corpus/run directory or a split of the corpus (default: train)
+    system: str | None = None
     samples: int = 1
     max_docids: int | None = None
     mode: str = "docids"
@@ -34,6 +37,17 @@ class RetrieveRequest:
     overwrite: bool = False
     num_shards: int | None = None
     shard_index: int | None = None
+
+
+SAMPLES_TEMPERATURE = 0.7  # --samples N > 1 without --temperature
+
+
+def sampling_temperature(samples: int, given: float | None) -> float:
+    """--temperature as given (one sample at T > 0 is sampled, seeded by --seed); unset: greedy for one sample,
+    0.7 for several."""
+    if given is not None:
+        return given
+    return SAMPLES_TEMPERATURE if samples > 1 else 0.0
 
 
 def triples_of_index(index: Index, given: Path | None) -> Path:
@@ -74,6 +88,23 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
         )
 
 
+def check_flips(index: Index, model: str | None, adapter: Path | None, triples: Path | None) -> None:
+    """A model that learned tail-first docids (its checkpoint's grtool.json says so) needs an index that holds
+    them (``--flips``): otherwise every flipped docid it starts is cut off by the constraint, and recall is lower
+    without a word. The other way round is harmless: the flips are there, unused."""
+    from grtool.train.run import checkpoint_flips
+
+    checkpoint = Path(adapter).resolve().parent if adapter is not None else (Path(model) if model and Path(model).is_dir() else None)
+    learned = checkpoint_flips(checkpoint)
+    if learned and not index.flips:
+        raise InputError(
+            f"{index.path}: built without --flips, but the model {checkpoint} was trained on flipped (tail-first) docids "
+            f"(its grtool.json): rebuild the index with them: `grtool index build {triples or 'TRIPLES'} --tokenizer {checkpoint} --flips --out …`"
+        )
+    if learned is False and index.flips:
+        log.info("%s holds flipped docids; the model %s was trained without them (harmless: they go unused)", index.path, checkpoint)
+
+
 def _check_out(request: RetrieveRequest, llm) -> None:
     """--out before the model loads: never the index, the model, the adapter or a stage it reads; --overwrite
     only of a responses stage (the stage writer checks it again under its lock)."""
@@ -93,10 +124,10 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.export.readers import DocidIndex
-    from grtool.chains.corpus_examples import pick_examples
-    from grtool.retrieve.prompt import RetrievePrompt
     from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
 
+    if request.mode == "gmr" and request.system:
+        raise InputError("--system: --mode gmr sends the `export gmr` step input only, which has no system prompt")
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
     if request.adapter is not None:  # peft merges it into the model
@@ -105,7 +136,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
         raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
-    if request.samples > 1 and llm.temperature == 0:  # greedy every time: N copies of one response
+    temperature = sampling_temperature(request.samples, llm.temperature)
+    if request.samples > 1 and temperature == 0:  # greedy every time: N copies of one response
         raise InputError(f"--samples {request.samples} with --temperature 0: every sample would be the greedy response; give --temperature > 0 or --samples 1")
     _check_out(request, llm)
     index = Index.open(request.index)
@@ -122,15 +154,11 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
     selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
-    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
-    if request.mode == "gmr" and few_shot:
-        raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
-    examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
-    if few_shot and len(examples) < few_shot + 1:
-        log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
-    prompt = RetrievePrompt(request.markers, examples, few_shot)
+    if request.mode == "docids":
+        check_flips(index, llm.model, request.adapter, triples)
+    prompt = retrieve_prompt(request, triples, selection.qids())
     settings = RetrieveSettings(
-        markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
+        markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
     )  # fmt: skip
     lookup = DocidIndex.build(triples) if triples is not None else None
@@ -144,7 +172,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     params = {
         **settings.params(), "backend": llm.backend, "model": model_name, "adapter": options["adapter"],
-        "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
+        "system": request.system, "few_shot_from": few_shot_record(request, prompt), "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
@@ -154,6 +182,53 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         shard_index=request.shard_index, max_empty_share=request.max_empty_share,
     )  # fmt: skip
     return summarize(request, run.manifests[0], lookup)
+
+
+FEW_SHOT_SPLIT = "train"  # --few-shot-from by default: the corpus's training questions
+
+
+def retrieve_prompt(request: RetrieveRequest, triples: Path | None, evaluated: Collection[str] = ()):
+    """The prompt of every question: ``--system`` (as `export sft --system` puts it), ``--few-shot`` worked turns,
+    then the SFT instruction. The worked turns come from ``--few-shot-from`` (a directory, or a split of the
+    corpus: train by default) and never from the ``evaluated`` questions (qids): a test question's gold docids
+    must not be in the prompt of another."""
+    from grtool.chains.corpus_examples import pick_examples
+    from grtool.retrieve.prompt import RetrievePrompt
+
+    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
+    if request.mode == "gmr" and few_shot:
+        raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
+    examples = []
+    if few_shot and triples is not None:
+        source, split = few_shot_source(request)
+        examples = pick_examples(source, triples, few_shot, split=split, exclude=frozenset(evaluated), spare=0)
+        where = f"--few-shot-from {request.few_shot_from or FEW_SHOT_SPLIT}" + ("" if request.few_shot_from else " (the default)")
+        if not examples:
+            raise InputError(
+                f"{where}: no question usable as a worked example (answerable, an answer, ≥ 2 gold documents that all have triples, "
+                "and not among the questions being answered); pass --few-shot-from DIR|SPLIT with other questions, --split to answer others, or --few-shot 0"
+            )
+        if len(examples) < few_shot:
+            log.warning("--few-shot %d: %s has only %d questions usable as examples", few_shot, where, len(examples))
+    return RetrievePrompt(request.markers, examples, few_shot, system=request.system or None)
+
+
+def few_shot_source(request: RetrieveRequest) -> tuple[str, str | None]:
+    """(questions to draw from, split or None): an existing directory as given, else a split of the corpus."""
+    given = request.few_shot_from or FEW_SHOT_SPLIT
+    if request.few_shot_from and Path(given).exists():
+        return given, None
+    if request.few_shot_from and ("/" in given or given.startswith(".")):
+        raise InputError(f"--few-shot-from {given}: no such directory")
+    return request.corpus, given
+
+
+def few_shot_record(request: RetrieveRequest, prompt) -> dict[str, Any] | None:
+    """What the manifest says of the worked examples: where they came from and which questions."""
+    if not prompt.k:
+        return None
+    source, split = few_shot_source(request)
+    return {"source": str(source), "split": split, "qids": [e.qid for e in prompt.examples]}
 
 
 def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:

@@ -35,7 +35,7 @@ class RetrieveSettings:
     markers: str = "special"
     mode: str = "docids"
     samples: int = 1
-    temperature: float = 0.7  # used when samples > 1; one sample is greedy
+    temperature: float = 0.0  # 0 = greedy; above 0 every sample (one too) is sampled with seed --seed + sample
     top_p: float = 1.0
     seed: int = 0
     max_tokens: int = 512
@@ -45,7 +45,7 @@ class RetrieveSettings:
 
     def sampling(self, sample: int, constraint: dict[str, Any]) -> Sampling:
         """Sample k's parameters: its own seed, so each sample is its own request (and cache entry)."""
-        greedy = self.samples == 1
+        greedy = self.temperature == 0
         return Sampling(
             temperature=0.0 if greedy else self.temperature,
             top_p=1.0 if greedy else self.top_p,
@@ -104,6 +104,10 @@ class Selection:
                 break
             rows.append(row)
         return rows
+
+    def qids(self) -> set[str]:
+        """Every selected question of every part (all shards': the prompt must be the same in each)."""
+        return {r["qid"] for part in range(self.table.num_parts) for r in self.rows(part)}
 
     def planned(self, parts: list[int]) -> int:
         return sum(self.quota[i] if self.quota is not None else self._count(i) for i in parts)  # type: ignore[misc]
@@ -241,7 +245,7 @@ def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
 
 
 def latency_percentiles(path: str | Path) -> dict[str, float | None]:
-    """p50 / p95 of ``latency_ms`` over a responses stage (per query: the time its batch took)."""
+    """p50 / p95 of ``latency_ms`` over a responses stage (per query: from its batch's start until its last token)."""
     from grtool.store.stage import read_table
 
     column = read_table(path, columns=["latency_ms"])["latency_ms"].drop_null()

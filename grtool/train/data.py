@@ -203,3 +203,39 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
         "labelling": {k: labelling[k] for k in ("rule", "desirable", "undesirable", "dropped", "unknown_qid", "no_gold", "incomplete_gold")},
     }
     return TrainData(rows, str(responses), "responses", None, fingerprint)
+
+
+FLIPPED_TABLES = ("chains", "responses")  # the stages whose rows say, per docid, whether it is written tail-first
+
+
+def data_flips(source: str | Path) -> bool | None:
+    """Whether the docids the model trains on include tail-first (flipped) spellings: read from the ``flipped``
+    column of the chains or responses stage behind the data (the data itself, or the stage an export file's
+    ``.grtool.json`` names). None when no such stage is known (a hand-made file, a stage since removed)."""
+    from grtool.export.provenance import read_sidecar, sidecar_path
+    from grtool.store.stage import is_stage_dir, load_manifest
+
+    p = Path(source)
+    if p.is_file():
+        try:
+            inputs = read_sidecar(sidecar_path(p)).get("inputs", [])
+        except (OSError, ValueError):
+            return None
+        found = [data_flips(e["path"]) for e in inputs if e.get("path") not in (None, "-") and Path(e["path"]).is_dir()]
+        known = [f for f in found if f is not None]
+        return any(known) if known else None
+    for stage in (p, *(p / t for t in FLIPPED_TABLES)):
+        if is_stage_dir(stage) and load_manifest(stage).get("table") in FLIPPED_TABLES:
+            return _stage_flips(stage, load_manifest(stage)["table"])
+    return None
+
+
+def _stage_flips(stage: Path, table: str) -> bool:
+    from grtool.store.stage import iter_batches
+
+    columns = ["flipped", "selected"] if table == "chains" else ["flipped"]
+    for batch in iter_batches(stage, columns=columns):
+        for row in batch.to_pylist():
+            if row.get("selected") is not False and any(row["flipped"] or ()):  # chains: only the kept ones train
+                return True
+    return False

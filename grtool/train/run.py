@@ -511,6 +511,7 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
         "data": {"source": p.data.source, "format": p.data.fmt, "rows": len(p.data.rows), "sha256": p.data.sha256,
                  "fingerprint": p.data.fingerprint, **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {})},  # fmt: skip
         "base_model": {"name": p.model.name, "path": p.model.path},
+        "flips": learned_flips(p),
         "hyperparameters": report["config"],
         "processes": world_size(),
         "effective_batch_size": report["effective_batch_size"],
@@ -524,6 +525,28 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
         "adapter": str(p.out / "adapter") if p.cfg.lora else None,
         "seconds": round(seconds, 1),
     }
+
+
+def learned_flips(p: Plan) -> bool | None:
+    """Whether the model learned tail-first docids: its data has flipped ones, or its base model (a grtool
+    checkpoint, e.g. SFT before KTO) did. None when neither is known. `retrieve` refuses an index without
+    ``--flips`` for such a model (:func:`checkpoint_flips`)."""
+    from grtool.train.data import data_flips
+
+    data = data_flips(p.data.source)
+    return True if checkpoint_flips(p.model.path) else data
+
+
+def checkpoint_flips(path: str | Path | None) -> bool | None:
+    """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
+    record = Path(path) / PROVENANCE if path else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        value = orjson.loads(record.read_bytes()).get("flips")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, bool) else None
 
 
 def _finite(x: float | None) -> float | None:
