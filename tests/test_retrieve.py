@@ -99,9 +99,12 @@ def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
     # the summary's recall is `eval recall` on the directory
     recall = json.loads(run_cli("eval", "recall", out, "--corpus", run, "--triples", run / "triples", "--json").stdout)
     assert report["recall"]["recall"] == recall["recall"] and report["recall"]["responses"] == recall["responses"] > 0
-    kto = run_cli("export", "kto", out, "--corpus", run, "--triples", run / "triples", "--out", tmp_path / "kto.json", "--json")
-    counts = json.loads(kto.stdout)
-    assert counts["desirable"] + counts["undesirable"] + counts["dropped"] == recall["responses"]
+    kto = run_cli("export", "kto", out, "--corpus", run, "--triples", run / "triples", "--out", tmp_path / "kto.json", "--json", check=False)
+    if kto.returncode == 1:  # the tiny model's few-shot answers hit no gold set exactly: KTO would get one class
+        assert "no desirable responses" in kto.stderr and recall["exact_match_share"] == 0, kto.stderr
+    else:
+        counts = json.loads(kto.stdout)
+        assert counts["desirable"] + counts["undesirable"] + counts["dropped"] == recall["responses"]
 
 
 def test_special_markers_docids_exist(run, marker_model, tmp_path):
