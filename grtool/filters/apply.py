@@ -54,7 +54,7 @@ class FilterConfig:
 
     def params(self) -> dict[str, Any]:
         s = self.settings
-        return {
+        params = {
             "rules": list(self.rules),
             "min_recall": s.min_recall,
             "redundant": s.redundant,
@@ -64,6 +64,9 @@ class FilterConfig:
             "keep": "every passing candidate" if self.all_candidates else "lowest score among passing candidates",
             "markers": [s.markers.start, s.markers.end],
         }
+        if s.cannot_answer:  # only when given: a manifest written before the option stays resumable
+            params["cannot_answer"] = s.cannot_answer
+        return params
 
 
 @dataclass
