@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from grtool.errors import InputError
 from grtool.extras import require
 from grtool.index.base import Index
@@ -74,6 +76,27 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
         )
 
 
+def check_trained_for(mode: str, model: str | None, adapter: Path | None) -> None:
+    """A model `train sft` made (its ``grtool.json`` beside the weights, or beside the adapter) knows one task:
+    GMR pairs (data format ``gmr``) make a document generator for --mode gmr, chains a docid reasoner for
+    --mode docids. The other mode would decode a model with a prompt it never saw: refused."""
+    from grtool.train.data import GMR
+
+    for where, folder in (("--model", Path(model) if model else None), ("--adapter", Path(adapter).resolve().parent if adapter else None)):
+        record = folder / "grtool.json" if folder is not None else None
+        if record is None or not record.is_file():
+            continue
+        try:
+            fmt = (orjson.loads(record.read_bytes()).get("data") or {}).get("format")
+        except (ValueError, OSError, AttributeError):
+            continue  # not a record this check can read: the model is taken as it is
+        if fmt is None or (fmt == GMR) == (mode == "gmr"):
+            continue
+        trained = "`export gmr` pairs" if fmt == GMR else f"chains ({fmt})"
+        fix = "--mode gmr" if fmt == GMR else "--mode docids, or a model trained on `export gmr` pairs"
+        raise InputError(f"{where} {model if where == '--model' else adapter}: trained on {trained} ({record}); --mode {mode} needs the other kind: use {fix}")
+
+
 def _check_out(request: RetrieveRequest, llm) -> None:
     """--out before the model loads: never the index, the model, the adapter or a stage it reads; --overwrite
     only of a responses stage (the stage writer checks it again under its lock)."""
@@ -107,6 +130,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         raise InputError(f"--mode gmr decodes whole documents with constrained beam search, which only --backend transformers runs (not {llm.backend})")
     if request.samples > 1 and llm.temperature == 0:  # greedy every time: N copies of one response
         raise InputError(f"--samples {request.samples} with --temperature 0: every sample would be the greedy response; give --temperature > 0 or --samples 1")
+    check_trained_for(request.mode, llm.model, request.adapter)
     _check_out(request, llm)
     index = Index.open(request.index)
     wanted = "documents" if request.mode == "gmr" else "docids"

@@ -5,7 +5,8 @@ falls on the completion (the assistant turn) only (``completion_only_loss``), wh
 KTO: the same plus ``"label": bool``.
 
 Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
-KTO), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
+KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.export.gmr.step_request` puts it,
+the very request `retrieve --mode gmr` sends, and the target as the completion), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
 ``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
 turned into rows the way `export sft` does, and responses (a `retrieve` directory or its JSON Lines, with the
 corpus and triples) are labelled the way `export kto` does (their own functions, into a temporary file).
@@ -25,6 +26,7 @@ from grtool.errors import InputError
 from grtool.store.stage import sha256_file
 
 Row = dict[str, Any]
+GMR = "gmr"  # the data format of `export gmr` pairs, recorded as data.format in the checkpoint's grtool.json
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -103,6 +105,10 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
         messages = [_message("system", record["system"])] if record.get("system") else []
         messages += [_message("user", prompt), _message("assistant", record["output"])]
         return _split_turns(messages, where), "llamafactory-alpaca"
+    if "input" in record and "target" in record:  # an `export gmr` pair
+        from grtool.export.gmr import step_request
+
+        return _split_turns([*step_request(str(record["input"])), _message("assistant", record["target"])], where), GMR
     if "messages" in record:
         messages = [_message(str(m["role"]), m["content"]) for m in record["messages"]]
         return _split_turns(messages, where), "trl-messages"
@@ -118,7 +124,7 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
         return row, "trl-prompt-completion"
     raise InputError(
         f"{where}: not a row `export sft`/`export kto` writes (expected conversations, instruction/output, messages "
-        f"or prompt/completion; got keys {', '.join(sorted(record))})"
+        f"prompt/completion, or input/target from `export gmr`; got keys {', '.join(sorted(record))})"
     )
 
 
@@ -138,7 +144,25 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
     if not data.exists():
         raise InputError(f"{data}: no such file or directory")
     rows, fmt = load_rows(data)
+    _check_gmr(data, fmt)
     return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+
+
+def _check_gmr(data: Path, fmt: str) -> None:
+    """GMR pairs train a document generator, chains a docid reasoner: one file is one or the other. The export's
+    ``<file>.grtool.json`` (when there) must agree with the rows."""
+    from grtool.export.provenance import read_sidecar, sidecar_path
+
+    if GMR in fmt.split("+") and fmt != GMR:
+        raise InputError(f"{data}: mixes `export gmr` pairs with chat rows ({fmt}); train a GMR model and a chains model from separate files")
+    sidecar = sidecar_path(data)
+    if sidecar.is_file():
+        try:
+            kind = read_sidecar(sidecar).get("kind")
+        except (ValueError, OSError):
+            return  # not grtool's record: the rows alone decide
+        if (kind == GMR) != (fmt == GMR):
+            raise InputError(f"{data}: {sidecar.name} says `export {kind}` wrote it, but its rows are {fmt}")
 
 
 def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str) -> TrainData:
