@@ -497,6 +497,9 @@ def test_unanswerable_endings_accept_the_papers_wording_and_a_configured_one(cli
     assert sorted(c for _, c in kept) == [0, 1]
     assert "--cannot-answer" in cli("filters", "apply", "-", "--corpus", musique["corpus"], "--triples", musique["triples"], "--out", "-", "--cannot-answer", " ", input="", check=2).stderr
     assert says_cannot_answer("I cannot answer the question based on the retrieved triples.")
+    # The sentence `chains synthesize --cannot-answer` recorded is the default of `filters apply`.
+    _, kept, _, _ = run(cli, musique, "paper-wording-recorded", rows, "--all-candidates", params={"cannot_answer": "Sorry, no idea."})
+    assert sorted(c for _, c in kept) == [0, 1, 2]
 
 
 def test_input_errors_exit_2(cli, world, tmp_path):

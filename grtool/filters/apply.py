@@ -295,7 +295,9 @@ def apply_filters(
 
     source = InputTable.open(chains, "chains")
     markers = chain_markers(source.manifest, config.docid_start, config.docid_end)
-    config = replace(config, settings=replace(config.settings, markers=markers))
+    # --cannot-answer: as given, else the sentence `chains synthesize --cannot-answer` asked for
+    cannot_answer = config.settings.cannot_answer or (source.manifest.get("params") or {}).get("cannot_answer") or None
+    config = replace(config, settings=replace(config.settings, markers=markers, cannot_answer=cannot_answer))
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")

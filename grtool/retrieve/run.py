@@ -26,6 +26,7 @@ class RetrieveRequest:
     limit: int | None = None
     markers: str = "special"
     few_shot: int | None = None
+    cannot_answer: str | None = None
     samples: int = 1
     max_docids: int | None = None
     mode: str = "docids"
@@ -152,7 +153,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     examples = pick_examples(request.corpus, triples, few_shot) if few_shot and triples is not None else []
     if few_shot and len(examples) < few_shot + 1:
         log.warning("--few-shot %d: the corpus has only %d questions usable as examples", few_shot, len(examples))
-    prompt = RetrievePrompt(request.markers, examples, few_shot)
+    prompt = RetrievePrompt(request.markers, examples, few_shot, cannot_answer=request.cannot_answer)
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=llm.temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
@@ -171,6 +172,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
+    if request.cannot_answer:  # only when given: a manifest written before the option stays resumable
+        params["cannot_answer"] = request.cannot_answer
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
     run = run_retrieve(
         selection, prompt, index, lookup, request.out, backend, settings, model_name=model_name, params=params, inputs=inputs,
