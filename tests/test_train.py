@@ -266,6 +266,11 @@ def test_sft_from_a_filtered_chains_stage(tmp_path, cli, samples):
     assert report["rows"] == len(chains) and report["data_format"] == "filtered-chains"
     err = cli("train", "sft", tmp_path / "filtered", "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
     assert "--corpus" in err
+    # --cannot-answer builds the instruction as `export sft --cannot-answer` does
+    named = load_sft(tmp_path / "filtered", corpus=str(samples["root"]), cannot_answer="Not answerable here.")
+    assert {row["prompt"][-1]["content"] for row in named.rows} == {instruction(samples["question"][q], "special", "Not answerable here.") for q in chains}
+    err = cli("train", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "ckpt", "--dry-run", "--cannot-answer", " ", check=2).stderr
+    assert "--cannot-answer" in err
 
 
 def test_sft_on_export_gmr_pairs_trains_the_gmr_request_and_retrieve_checks_the_mode(tmp_path, cli, samples):

@@ -137,10 +137,10 @@ def load_rows(path: Path) -> tuple[list[Row], str]:
     return rows, "+".join(sorted(formats))
 
 
-def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special") -> TrainData:
+def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if data.is_dir():
-        return _from_chains(data, corpus, system, markers)
+        return _from_chains(data, corpus, system, markers, cannot_answer)
     if not data.exists():
         raise InputError(f"{data}: no such file or directory")
     rows, fmt = load_rows(data)
@@ -165,7 +165,7 @@ def _check_gmr(data: Path, fmt: str) -> None:
             raise InputError(f"{data}: {sidecar.name} says `export {kind}` wrote it, but its rows are {fmt}")
 
 
-def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str) -> TrainData:
+def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str, cannot_answer: str | None = None) -> TrainData:
     from grtool.export.provenance import input_fingerprint
     from grtool.export.sft import SftOptions, export_sft
 
@@ -173,7 +173,7 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
         raise InputError(f"{stage}: a filtered-chains directory needs --corpus (the run holding questions/) to build the prompts")
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "sft.jsonl"
-        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers))
+        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers, cannot_answer=cannot_answer))
         if not out.exists() or not out.stat().st_size:
             raise InputError(f"{stage}: no selected chain with a known question: nothing to train on")
         rows, _ = load_rows(out)
@@ -182,10 +182,10 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
 
 
 def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None = None, system: str | None = None,
-             markers: str = "special", tau: float = 0.5, desirable: str = "exact") -> TrainData:
+             markers: str = "special", tau: float = 0.5, desirable: str = "exact", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if triples is not None or corpus is not None:
-        loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable)
+        loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable, cannot_answer)
     elif data.is_dir():
         raise InputError(f"{data}: is a directory; pass the file `grtool export kto` wrote, or a `retrieve` directory with --corpus and --triples")
     elif not data.exists():
@@ -203,7 +203,8 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
     return loaded
 
 
-def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str) -> TrainData:
+def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str,
+                    cannot_answer: str | None = None) -> TrainData:
     """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
     from grtool.export.kto import export_kto
     from grtool.export.provenance import input_fingerprint
@@ -214,7 +215,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
         raise InputError(f"{responses}: no such file or directory")
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "kto.jsonl"
-        result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable)
+        result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable, cannot_answer=cannot_answer)
         if not out.exists() or not out.stat().st_size:
             raise InputError(f"{responses}: no response could be labelled (dropped {result.dropped}, unknown qid {result.skipped.unknown_qid}, "
                              f"no gold {result.skipped.no_gold}): nothing to train on")  # fmt: skip
