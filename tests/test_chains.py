@@ -250,3 +250,15 @@ def test_default_candidates_are_greg_s_five_one_greedy_four_sampled():
     assert [settings.sampling(c).temperature for c in range(5)] == [0.0, 0.7, 0.7, 0.7, 0.7]
     help_text = " ".join(CliRunner().invoke(app, ["chains", "synthesize", "--help"], env={"COLUMNS": "300"}).output.split())
     assert "(GReG: 5)" in help_text and "[default: 5]" in help_text
+
+
+def test_cannot_answer_sentence_replaces_grtools_in_the_chain_prompt():
+    from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE, ChainPrompt
+
+    default = ChainPrompt.load()
+    assert CANNOT_ANSWER_SENTENCE in default.system and default.with_cannot_answer(None) is default
+    mine = default.with_cannot_answer("Nothing here answers it.")
+    assert CANNOT_ANSWER_SENTENCE not in mine.system and '"Nothing here answers it."' in mine.system
+    assert any(e.chain.endswith("Nothing here answers it.") for e in mine.examples)
+    assert not any(CANNOT_ANSWER_SENTENCE in e.chain for e in mine.examples)
+    assert mine.sha256() != default.sha256() and mine.cannot_answer == "Nothing here answers it."

@@ -369,6 +369,30 @@ def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
     assert len(answers) == 39 and "a second candidate" in answers
 
 
+def test_cannot_answer_sentence_is_named_in_the_instruction_and_recorded(cli, samples, tmp_path):
+    """--cannot-answer: the instruction `export sft|kto` writes and `retrieve` sends names the sentence; the
+    export record keeps it; without it the instruction is as before."""
+    from grtool.chains.corpus_examples import Example
+    from grtool.retrieve.prompt import RetrievePrompt
+
+    sentence = "No answer from these triples."
+    assert "say that the question cannot be answered." in instruction("Q?")
+    assert f'finish with "{sentence}"' in instruction("Q?", "special", sentence) and "Question: Q?" in instruction("Q?", "special", sentence)
+    assert "{x}" in instruction("Q?", "special", "{x}")  # braces are text, not a template field
+    write_chains(samples, tmp_path / "filtered")
+    out = tmp_path / "sft.jsonl"
+    cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--format", "trl-messages", "--cannot-answer", sentence)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["messages"][0]["content"] == instruction(r["messages"][0]["content"].rsplit("Question: ", 1)[1], "special", sentence) for r in rows)
+    assert json.loads((tmp_path / "sft.jsonl.grtool.json").read_text())["params"] == {"cannot_answer": sentence}
+    # retrieve sends the same user turn, with and without worked examples
+    prompt = RetrievePrompt("special", [Example("q0", "Who?", "c", (("a", "b", "c"),))], 1, cannot_answer=sentence)
+    assert [m["content"] for m in prompt.messages("q1", "Q?") if m["role"] == "user"] == [instruction("Who?", "special", sentence), instruction("Q?", "special", sentence)]
+    assert prompt.sha256() != RetrievePrompt("special", prompt.examples, 1).sha256()
+    assert "--cannot-answer" in cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "x.jsonl", "--cannot-answer", "", check=2).stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
 # ------------------------------------------------------------------------------------------------- GMR
 
 

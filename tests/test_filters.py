@@ -475,6 +475,33 @@ def test_unanswerable_questions_need_a_cannot_answer_chain_and_no_gold(cli, musi
     assert not kept and rejects[(other, 0)]["record"]["reasons"] == ["gold-recall", "answer-cannot-answer"]
 
 
+def test_unanswerable_endings_accept_the_papers_wording_and_a_configured_one(cli, musique):
+    qid = next(q for q, f in musique["facts"].items() if not musique["questions"][q]["answerable"] and f)
+    h, r, t, _ = musique["facts"][qid][0]
+    start = f"{h} gives {docid(h, r, t)}. No retrieved triple gives the next hop."
+    endings = (
+        "The question cannot be answered based on the retrieved triples.",  # the paper's wording
+        "Therefore, I can't answer this question from the retrieved information.",  # a close paraphrase of it
+        "Sorry, no idea.",  # the configured sentence
+        "The question is hard.",  # neither: still rejected
+        "So the question cannot be answered.",  # a cannot-answer statement without grtool's or the paper's words
+    )
+    rows = [chain_row(qid, f"{start} {e}", [docid(h, r, t)], candidate=i) for i, e in enumerate(endings)]
+    _, kept, rejects, out = run(cli, musique, "paper-wording", rows, "--all-candidates", "--cannot-answer", "sorry, no idea")
+    assert sorted(c for _, c in kept) == [0, 1, 2]
+    assert rejects[(qid, 3)]["record"]["reasons"] == ["answer-unanswerable-ending"]
+    assert rejects[(qid, 4)]["record"]["reasons"] == ["answer-unanswerable-ending"]
+    assert json.loads((out / "_manifest.json").read_text())["params"]["cannot_answer"] == "sorry, no idea"
+    # Without the option, the configured sentence is just another wrong ending.
+    _, kept, rejects, _ = run(cli, musique, "paper-wording-default", rows, "--all-candidates")
+    assert sorted(c for _, c in kept) == [0, 1]
+    assert "--cannot-answer" in cli("filters", "apply", "-", "--corpus", musique["corpus"], "--triples", musique["triples"], "--out", "-", "--cannot-answer", " ", input="", check=2).stderr
+    assert says_cannot_answer("I cannot answer the question based on the retrieved triples.")
+    # The sentence `chains synthesize --cannot-answer` recorded is the default of `filters apply`.
+    _, kept, _, _ = run(cli, musique, "paper-wording-recorded", rows, "--all-candidates", params={"cannot_answer": "Sorry, no idea."})
+    assert sorted(c for _, c in kept) == [0, 1, 2]
+
+
 def test_input_errors_exit_2(cli, world, tmp_path):
     args = ["--corpus", world["corpus"], "--triples", world["triples"], "--out", tmp_path / "o"]
     assert "nope" in cli("filters", "apply", tmp_path / "nope", *args, check=2).stderr

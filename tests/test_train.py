@@ -266,6 +266,46 @@ def test_sft_from_a_filtered_chains_stage(tmp_path, cli, samples):
     assert report["rows"] == len(chains) and report["data_format"] == "filtered-chains"
     err = cli("train", "sft", tmp_path / "filtered", "--out", tmp_path / "ckpt", "--dry-run", check=2).stderr
     assert "--corpus" in err
+    # --cannot-answer builds the instruction as `export sft --cannot-answer` does
+    named = load_sft(tmp_path / "filtered", corpus=str(samples["root"]), cannot_answer="Not answerable here.")
+    assert {row["prompt"][-1]["content"] for row in named.rows} == {instruction(samples["question"][q], "special", "Not answerable here.") for q in chains}
+    err = cli("train", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "ckpt", "--dry-run", "--cannot-answer", " ", check=2).stderr
+    assert "--cannot-answer" in err
+
+
+def test_sft_on_export_gmr_pairs_trains_the_gmr_request_and_retrieve_checks_the_mode(tmp_path, cli, samples):
+    """`export gmr` pairs are SFT data: the prompt is the request `retrieve --mode gmr` sends at that step, the
+    target the completion; the checkpoint records data format gmr and `retrieve` refuses it in the other mode."""
+    from grtool.retrieve.gmr import step_messages
+    from grtool.train.data import load_sft
+
+    pairs = tmp_path / "gmr.jsonl"
+    cli("export", "gmr", samples["root"], "--out", pairs)
+    records = [orjson.loads(line) for line in pairs.read_bytes().splitlines()]
+    data = load_sft(pairs)
+    assert data.fmt == "gmr" and len(data.rows) == len(records)
+    evidence: dict[str, list[str]] = {}
+    for pair, row in zip(records, data.rows):
+        seen = evidence.setdefault(pair["qid"], [])
+        assert row["prompt"] == step_messages(samples["question"][pair["qid"]], seen)  # what retrieve decodes with
+        assert row["completion"] == [{"role": "assistant", "content": pair["target"]}]
+        seen.append(pair["target"])
+    assert any(r["completion"][0]["content"] == "DONE" for r in data.rows)
+
+    ckpt = tmp_path / "ckpt"
+    cli("train", "sft", pairs, "--out", ckpt, "--max-steps", "1", "--cutoff-len", "128", "--per-device-batch-size", "2")
+    assert record(ckpt)["data"]["format"] == "gmr"
+    err = cli("retrieve", samples["root"], "--index", tmp_path / "no-index", "--model", ckpt, "--out", tmp_path / "x", check=2).stderr
+    assert "--mode gmr" in err and "export gmr" in err
+    chains_model = tmp_path / "chains-model"  # a chains checkpoint's record (only what the check reads)
+    chains_model.mkdir()
+    (chains_model / "grtool.json").write_bytes(orjson.dumps({"kind": "train sft", "data": {"format": "llamafactory-sharegpt"}}))
+    err = cli("retrieve", samples["root"], "--index", tmp_path / "no-index", "--mode", "gmr", "--model", chains_model, "--out", tmp_path / "y", check=2).stderr
+    assert "--mode docids" in err
+    # A file mixing GMR pairs and chat rows, or whose export record disagrees with its rows, is refused.
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(pairs.read_bytes() + write_sft(tmp_path / "sft.jsonl", n=2, fmt="trl-messages").read_bytes())
+    assert "mixes" in cli("train", "sft", mixed, "--out", tmp_path / "m", "--dry-run", check=2).stderr
 
 
 def test_kto_labels_responses_on_the_fly(tmp_path, cli, samples):

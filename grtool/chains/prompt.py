@@ -42,6 +42,7 @@ class ChainPrompt:
     system: str
     examples: tuple[FewShot, ...]
     shown: int | None = None  # examples per prompt (None: all); corpus examples hold one spare
+    cannot_answer: str | None = None  # --cannot-answer: the sentence written in place of CANNOT_ANSWER_SENTENCE
 
     def with_corpus_examples(self, corpus: str | Path, triples: str | Path, k: int) -> "ChainPrompt":
         """This prompt with K worked examples from the corpus's own questions and gold triples instead of its own."""
@@ -49,7 +50,19 @@ class ChainPrompt:
 
         picked = pick_examples(corpus, triples, k)
         examples = tuple(FewShot(e.question, e.triples, example_answer(e, "brackets")) for e in picked)
-        return ChainPrompt(self.system, examples, k)
+        return ChainPrompt(self.system, examples, k, self.cannot_answer)
+
+    def with_cannot_answer(self, sentence: str | None) -> "ChainPrompt":
+        """This prompt asking for ``sentence`` where it asks for :data:`CANNOT_ANSWER_SENTENCE` (the system rule
+        and the worked examples), so the chains end the way `filters apply --cannot-answer` accepts."""
+        if not sentence:
+            return self
+        if CANNOT_ANSWER_SENTENCE not in self.system:
+            from grtool.log import log
+
+            log.warning("--cannot-answer: the system prompt does not contain %r; only the examples are changed", CANNOT_ANSWER_SENTENCE)
+        examples = tuple(FewShot(e.question, e.triples, e.chain.replace(CANNOT_ANSWER_SENTENCE, sentence)) for e in self.examples)
+        return ChainPrompt(self.system.replace(CANNOT_ANSWER_SENTENCE, sentence), examples, self.shown, sentence)
 
     @classmethod
     def load(cls, prompt_file: Path | None = None, few_shot_file: Path | None = None) -> "ChainPrompt":

@@ -423,6 +423,8 @@ def synthesize(
     questions = InputTable.open(corpus, "questions")
     store = TripleStore(triples)
     params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
+    if prompt.cannot_answer:  # read back by `filters apply` as its --cannot-answer default
+        params["cannot_answer"] = prompt.cannot_answer
     inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
     synth = ChainSynthesizer(store, settings, prompt, scorer=scorer)
 

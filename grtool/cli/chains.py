@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex, refuse_json_with_stdout
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
@@ -51,6 +51,7 @@ def synthesize(
     max_empty_share: Annotated[
         float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty candidate chains (the part is kept).")
     ] = 0.2,
+    cannot_answer: CannotAnswer = None,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
@@ -90,11 +91,13 @@ def synthesize(
         constrain=_constrain(constrain, llm.backend),
         unanswerable=unanswerable.value,
     )
+    cannot_answer = check_cannot_answer(cannot_answer)
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
     chain_prompt = ChainPrompt.load(prompt, few_shot)
     if few_shot_corpus:
         chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus)
+    chain_prompt = chain_prompt.with_cannot_answer(cannot_answer)
     manifest, stats = run(
         corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
         backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),

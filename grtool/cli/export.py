@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json
+from grtool.cli.options import CannotAnswer, Json, check_cannot_answer
 from grtool.errors import DataProblem
 from grtool.log import stage_summary
 
@@ -55,6 +55,7 @@ def sft_cmd(
     fmt: Annotated[SftFormat, typer.Option("--format", help="Trainer format.")] = SftFormat.sharegpt,
     system: System = None,
     markers: MarkersOpt = Markers.special,
+    cannot_answer: CannotAnswer = None,
     max_per_dataset: Annotated[Optional[int], typer.Option("--max-per-dataset", min=0, help="At most N training examples per dataset (a seeded random sample).")] = None,
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
@@ -69,7 +70,7 @@ def sft_cmd(
     """
     from grtool.export.sft import SftOptions, export_sft
 
-    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates)
+    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer))
     result = export_sft(filtered, corpus, out, opts)
     table = Table(title="SFT export")
     for col in ("dataset", "chains", "train", "dev", "capped"):
@@ -98,6 +99,7 @@ def kto_cmd(
     fmt: Annotated[KtoFormat, typer.Option("--format", help="Trainer format.")] = KtoFormat.llamafactory,
     system: System = None,
     markers: MarkersOpt = Markers.special,
+    cannot_answer: CannotAnswer = None,
     desirable: Annotated[
         Desirable, typer.Option("--desirable", help="Desirable: exactly the gold documents (exact), or every gold document, extras allowed (all-gold).")
     ] = Desirable.exact,
@@ -111,7 +113,7 @@ def kto_cmd(
     """
     from grtool.export.kto import export_kto
 
-    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value)
+    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value, cannot_answer=check_cannot_answer(cannot_answer))
     summary = result.as_dict()
     table = Table(title=f"KTO labels (--desirable {desirable.value}, tau = {tau})")
     for col in ("dataset", "desirable", "undesirable", "dropped"):

@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
@@ -46,6 +46,7 @@ def apply_cmd(
     all_candidates: Annotated[
         bool, typer.Option("--all-candidates", help="Mark every passing candidate selected (kept), not only the lowest-score one per question.")
     ] = False,
+    cannot_answer: CannotAnswer = None,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
     as_json: Json = False,
     overwrite: Overwrite = False,
@@ -80,7 +81,7 @@ def apply_cmd(
         raise InputError("--json and --out - both want stdout; write the chains to a directory or drop --json")
     config = FilterConfig(
         rules=parse_rules(rules),
-        settings=Settings(min_recall=min_recall, redundant=redundant.value, max_docids=max_docids, max_chain_tokens=max_chain_tokens),
+        settings=Settings(min_recall=min_recall, redundant=redundant.value, max_docids=max_docids, max_chain_tokens=max_chain_tokens, cannot_answer=check_cannot_answer(cannot_answer)),
         all_candidates=all_candidates,
         docid_start=docid_start,
         docid_end=docid_end,

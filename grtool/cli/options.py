@@ -61,3 +61,27 @@ RowsPerPart = Annotated[
         "smaller parts spread a small corpus over more array tasks.",
     ),
 ]
+
+# The sentence a chain ends with when the triples do not answer the question. The same option and meaning in
+# `chains synthesize` (written into the prompt), `filters apply` (accepted besides grtool's and the paper's
+# wording), `export sft|kto` and `retrieve` (named in the instruction the model is trained and queried with).
+CannotAnswer = Annotated[
+    Optional[str],
+    typer.Option(
+        "--cannot-answer",
+        metavar="TEXT",
+        help="Sentence ending a chain whose triples do not answer the question (default: grtool's own; the filters "
+        "also accept the paper's wording).",
+    ),
+]
+
+
+def check_cannot_answer(text: str | None) -> str | None:
+    """--cannot-answer as given (stripped), None when not given; a blank one or one on several lines is a usage error."""
+    if text is None:
+        return None
+    from grtool.errors import InputError
+
+    if not text.strip() or "\n" in text.strip():
+        raise InputError("--cannot-answer: give one non-empty sentence on one line")
+    return text.strip()

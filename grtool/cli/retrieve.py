@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import Json, NumShards, Out, Overwrite, ShardIndex
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer
 
 class MarkerMode(str, Enum):
     special = "special"
@@ -40,6 +40,7 @@ def retrieve_cmd(
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
     beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers only; gmr usually 4).")] = 1,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
+    cannot_answer: CannotAnswer = None,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,
     max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty responses.")] = 0.2,
     overwrite: Overwrite = False,
@@ -62,7 +63,7 @@ def retrieve_cmd(
     report = retrieve(
         RetrieveRequest(
             corpus=corpus, index=index, out=out, triples=triples, datasets=tuple(dataset or ()), splits=tuple(split or ()),
-            limit=limit, markers=markers.value, few_shot=few_shot, few_shot_from=few_shot_from, system=system, samples=samples, max_docids=max_docids, mode=mode.value,
+            limit=limit, markers=markers.value, few_shot=few_shot, few_shot_from=few_shot_from, system=system, cannot_answer=check_cannot_answer(cannot_answer), samples=samples, max_docids=max_docids, mode=mode.value,
             beams=beams, max_steps=max_steps, adapter=adapter, max_empty_share=max_empty_share, overwrite=overwrite,
             num_shards=num_shards, shard_index=shard_index,
         ),

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
-from grtool.cli.options import Json, Overwrite
+from grtool.cli.options import CannotAnswer, Json, Overwrite
 
 app = typer.Typer(name="train", help="Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL).", no_args_is_help=True)
 
@@ -117,6 +117,7 @@ def sft_cmd(
     model: Model = None,
     corpus: Annotated[Optional[str], typer.Option("--corpus", help="With a chains directory as DATA: the corpus run holding questions/.")] = None,
     system: System = None,
+    cannot_answer: CannotAnswer = None,
     learning_rate: LearningRate = None,
     per_device_batch_size: PerDevice = None,
     gradient_accumulation: Accumulation = None,
@@ -165,6 +166,7 @@ def kto_cmd(
     tau: Annotated[Optional[float], typer.Option("--tau", help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
     desirable: Annotated[Optional[Desirable], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
     system: System = None,
+    cannot_answer: CannotAnswer = None,
     beta: Annotated[Optional[float], typer.Option("--beta", help="KTO beta (default 0.1, as the paper).")] = None,
     desirable_weight: Annotated[Optional[float], typer.Option("--desirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,
     undesirable_weight: Annotated[Optional[float], typer.Option("--undesirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,

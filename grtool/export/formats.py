@@ -32,10 +32,17 @@ INSTRUCTION_TEMPLATE = (
 )
 
 
-def instruction(question: str, markers: str = "special") -> str:
-    """The user turn for one question (shared by SFT and KTO so both see the same prompt)."""
+# With --cannot-answer the instruction names the sentence to end with instead (export sft|kto and retrieve alike).
+_CANNOT_DEFAULT = "say that the question cannot be answered."
+
+
+def instruction(question: str, markers: str = "special", cannot_answer: str | None = None) -> str:
+    """The user turn for one question (shared by SFT, KTO and retrieve so all see the same prompt)."""
     start, end = MARKERS[markers].start, MARKERS[markers].end
-    return INSTRUCTION_TEMPLATE.format(start=start, end=end, question=question.strip())
+    template = INSTRUCTION_TEMPLATE
+    if cannot_answer:
+        template = template.replace(_CANNOT_DEFAULT, f"finish with \"{cannot_answer.replace('{', '{{').replace('}', '}}')}\"")
+    return template.format(start=start, end=end, question=question.strip())
 
 
 def with_markers(chain: str, markers: str) -> str:

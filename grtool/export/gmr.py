@@ -42,6 +42,12 @@ def step_input(question: str, evidence: list[str]) -> str:
     return " ".join(parts)
 
 
+def step_request(step: str) -> list[dict[str, str]]:
+    """The chat for one pair's input (a :func:`step_input`, or a memorization prefix): the input as the only user
+    turn. `train sft` trains on it and `retrieve --mode gmr` decodes with it, so both see the same prompt."""
+    return [{"role": "user", "content": step}]
+
+
 def retrieval_pairs(qid: str, question: str, gold_docs: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """The n + 1 step pairs of one question; ``gold_docs`` = [(doc_id, rendered document)] in hop order."""
     pairs = []

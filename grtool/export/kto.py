@@ -99,6 +99,7 @@ def export_kto(
     system: str | None = None,
     markers: str = "special",
     desirable: str = "exact",
+    cannot_answer: str | None = None,
 ) -> KtoResult:
     if desirable not in DESIRABLE_RULES:
         raise GrtoolError(f"--desirable must be one of {', '.join(DESIRABLE_RULES)}, got {desirable!r}")
@@ -118,7 +119,7 @@ def export_kto(
                     result.dropped += 1
                     counts["dropped"] += 1
                     continue
-                prompt = instruction(score.question.question, markers)
+                prompt = instruction(score.question.question, markers, cannot_answer)
                 writer.write(kto_row(fmt, prompt, score.response.text, label, system))
                 key = "desirable" if label else "undesirable"
                 setattr(result, key, getattr(result, key) + 1)
@@ -132,5 +133,6 @@ def export_kto(
             write_sidecar(
                 out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
                 inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
+                params={"cannot_answer": cannot_answer} if cannot_answer else None,
             )  # fmt: skip
     return result

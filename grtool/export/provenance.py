@@ -63,6 +63,7 @@ def write_sidecar(
     split: str | None = None,
     dataset_info_entry: str | None = None,
     command: list[str] | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Path | None:
     """Record what made ``path`` (an export just written) in ``<path>.grtool.json``; nothing for stdout."""
     if is_stdio(path):
@@ -83,6 +84,7 @@ def write_sidecar(
         "command": redact_argv(command if command is not None else current_command()),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "inputs": inputs,
+        **({"params": params} if params else {}),  # settings that shaped the rows (e.g. cannot_answer)
     }
     out = sidecar_path(p)
     atomic_write_bytes(out, dumps(meta))

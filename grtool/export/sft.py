@@ -33,6 +33,7 @@ class SftOptions:
     dev_share: float = 0.0
     seed: int = 0
     all_candidates: bool = False  # every chain, not only the selected ones (filters apply marks the kept chain selected)
+    cannot_answer: str | None = None  # --cannot-answer: the sentence the instruction names
 
     def check(self, out: str | Path) -> None:
         if self.fmt not in SFT_FORMATS:
@@ -110,7 +111,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                     continue
                 counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
                 counts.chains += 1
-                example = sft_row(opts.fmt, instruction(question.question, opts.markers), with_markers(row["text"], opts.markers), opts.system)
+                example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(row["text"], opts.markers), opts.system)
                 split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
                 spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
             _write_splits(spill, out, opts, result)
@@ -127,6 +128,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                     path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
                     json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
                     dataset_info_entry=Path(path).stem if result.dataset_info else None,
+                    params={"cannot_answer": opts.cannot_answer} if opts.cannot_answer else None,
                 )  # fmt: skip
     return result
 

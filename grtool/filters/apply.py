@@ -54,7 +54,7 @@ class FilterConfig:
 
     def params(self) -> dict[str, Any]:
         s = self.settings
-        return {
+        params = {
             "rules": list(self.rules),
             "min_recall": s.min_recall,
             "redundant": s.redundant,
@@ -64,6 +64,9 @@ class FilterConfig:
             "keep": "every passing candidate" if self.all_candidates else "lowest score among passing candidates",
             "markers": [s.markers.start, s.markers.end],
         }
+        if s.cannot_answer:  # only when given: a manifest written before the option stays resumable
+            params["cannot_answer"] = s.cannot_answer
+        return params
 
 
 @dataclass
@@ -292,7 +295,9 @@ def apply_filters(
 
     source = InputTable.open(chains, "chains")
     markers = chain_markers(source.manifest, config.docid_start, config.docid_end)
-    config = replace(config, settings=replace(config.settings, markers=markers))
+    # --cannot-answer: as given, else the sentence `chains synthesize --cannot-answer` asked for
+    cannot_answer = config.settings.cannot_answer or (source.manifest.get("params") or {}).get("cannot_answer") or None
+    config = replace(config, settings=replace(config.settings, markers=markers, cannot_answer=cannot_answer))
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")

@@ -42,6 +42,7 @@ class Settings:
     max_docids: int = 10
     max_chain_tokens: int = 512
     markers: Markers = field(default_factory=Markers)
+    cannot_answer: str | None = None  # --cannot-answer: a further accepted ending for unanswerable questions
 
 
 @dataclass(slots=True)
@@ -113,7 +114,7 @@ def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     start = chain.conclusion_start
     cannot = says_cannot_answer(chain.text[start:])
     if not question.answerable:
-        return _check_unanswerable(chain.text, start, cannot)
+        return _check_unanswerable(chain.text, start, cannot, settings.cannot_answer)
     if cannot:
         return Failure("answer-cannot-answer", "says it cannot answer an answerable question")
     if not question.answers:
@@ -124,14 +125,16 @@ def check_answer(chain: Chain, settings: Settings) -> Failure | None:
     return None
 
 
-def _check_unanswerable(text: str, start: int, cannot: bool) -> Failure | None:
-    """Only the recipe's ending is accepted: a chain that also states an answer, or ends another way, fails."""
+def _check_unanswerable(text: str, start: int, cannot: bool, configured: str | None) -> Failure | None:
+    """Only a cannot-answer ending is accepted (grtool's sentence, the paper's wording, or ``configured``): a chain
+    that also states an answer, or ends another way, fails."""
     if has_answer_phrase(text[start:]):
         return Failure("answer-unanswerable", f"claims an answer ({conclusion(text, start).strip()[:80]!r}) to a question the dataset marks unanswerable")
-    if ends_with_cannot_answer(text):
+    if ends_with_cannot_answer(text, configured):
         return None
     if cannot:
-        return Failure("answer-unanswerable-ending", f"does not end with {CANNOT_ANSWER_SENTENCE!r}")
+        wanted = f"{CANNOT_ANSWER_SENTENCE!r}" + (f" or {configured!r}" if configured else "")
+        return Failure("answer-unanswerable-ending", f"does not end with {wanted} (or the paper's wording)")
     return Failure("answer-unanswerable", "answers a question the dataset marks unanswerable")
 
 

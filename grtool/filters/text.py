@@ -77,11 +77,32 @@ def last_sentence(text: str) -> str:
 
 _CANNOT_ANSWER_KEY = normalize_answer(CANNOT_ANSWER_SENTENCE)
 
+# The paper's chains close an unanswerable question with their own words ("The question cannot be answered based
+# on the retrieved triples.", "I cannot answer the question from the retrieved information."). These are matched
+# on the SQuAD-normalized last sentence (lowercase, no punctuation, no articles), whole: an optional connective,
+# a cannot-answer phrase about the question, and what it was based on. Nothing looser: a sentence that also gives
+# an answer or names something else does not match.
+_LEAD = r"(?:(?:so|therefore|thus|hence|consequently)\s)?"
+_SOURCE = r"(?:based\son|from|with|given|using)\s(?:retrieved\s|given\s|provided\s|available\s)?(?:triples|information|knowledge|facts)"
+_PAPER_ENDINGS = re.compile(
+    rf"^{_LEAD}(?:(?:i|we)\s)?(?:cannot|can\snot|cant|am\sunable\sto|are\sunable\sto|unable\sto)\sanswer\s(?:this\s)?question\s{_SOURCE}$"
+    rf"|^{_LEAD}(?:this\s)?question\s(?:cannot|can\snot|cant)\sbe\sanswered\s{_SOURCE}$"
+)
 
-def ends_with_cannot_answer(text: str) -> bool:
-    """The chain's last sentence is the recipe's cannot-answer sentence (SQuAD-normalized, so case and
-    punctuation are free, the words are not)."""
-    return normalize_answer(last_sentence(text)) == _CANNOT_ANSWER_KEY
+
+def ends_with_cannot_answer(text: str, configured: str | None = None) -> bool:
+    """The chain's last sentence says the question cannot be answered, in one of the accepted wordings:
+    grtool's :data:`CANNOT_ANSWER_SENTENCE`, the paper's (:data:`_PAPER_ENDINGS`), or ``configured`` (the
+    user's `--cannot-answer` sentence). All are compared SQuAD-normalized, so case and punctuation are free,
+    the words are not."""
+    key = normalize_answer(last_sentence(text))
+    if key == _CANNOT_ANSWER_KEY or _PAPER_ENDINGS.match(key):
+        return True
+    if not configured:
+        return False
+    wanted = normalize_answer(configured)  # may be several sentences: compare the chain's end
+    ending = normalize_answer(text)
+    return bool(wanted) and (ending == wanted or ending.endswith(" " + wanted))
 
 
 def contains_answer(normalized_conclusion: str, answers: tuple[str, ...]) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grtool.export.gmr import DONE, step_input
+from grtool.export.gmr import DONE, step_input, step_request
 from grtool.index.base import Index
 from grtool.llm.base import TOO_LONG, Generation, Messages
 from grtool.log import log
@@ -26,7 +26,7 @@ MARKERS = "documents"
 
 def step_messages(question: str, evidence: list[str]) -> Messages:
     """Step k's request: the `export gmr` input as the only user turn, as a model trained on those pairs saw it."""
-    return [{"role": "user", "content": step_input(question, evidence)}]
+    return step_request(step_input(question, evidence))
 
 
 @dataclass

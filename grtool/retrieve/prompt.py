@@ -24,15 +24,17 @@ class RetrievePrompt:
     examples: list[Example]
     k: int
     system: str | None = None
+    cannot_answer: str | None = None  # --cannot-answer: the sentence the instruction names (as export sft did)
 
     def messages(self, qid: str, question: str) -> Messages:
         turns: Messages = [{"role": "system", "content": self.system}] if self.system else []
         for ex in [e for e in self.examples if e.qid != qid][: self.k]:
-            turns.append({"role": "user", "content": instruction(ex.question, self.markers)})
+            turns.append({"role": "user", "content": instruction(ex.question, self.markers, self.cannot_answer)})
             turns.append({"role": "assistant", "content": example_answer(ex, self.markers)})
-        turns.append({"role": "user", "content": instruction(question, self.markers)})
+        turns.append({"role": "user", "content": instruction(question, self.markers, self.cannot_answer)})
         return turns
 
     def sha256(self) -> str:
         text = "\n".join(f"{e.qid}\t{example_answer(e, self.markers)}" for e in self.examples[: self.k + 1])
-        return hashlib.sha256(f"{self.markers}\n{self.system or ''}\n{self.k}\n{text}".encode()).hexdigest()
+        cannot = f"\n{self.cannot_answer}" if self.cannot_answer else ""  # only when given: earlier digests stay
+        return hashlib.sha256(f"{self.markers}\n{self.system or ''}\n{self.k}\n{text}{cannot}".encode()).hexdigest()

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from grtool.errors import InputError
 from grtool.extras import require
 from grtool.index.base import Index
@@ -27,6 +29,7 @@ class RetrieveRequest:
     few_shot: int | None = None
     few_shot_from: str | None = None  # a corpus/run directory or a split of the corpus (default: train)
     system: str | None = None
+    cannot_answer: str | None = None
     samples: int = 1
     max_docids: int | None = None
     mode: str = "docids"
@@ -105,6 +108,27 @@ def check_flips(index: Index, model: str | None, adapter: Path | None, triples: 
         log.info("%s holds flipped docids; the model %s was trained without them (harmless: they go unused)", index.path, checkpoint)
 
 
+def check_trained_for(mode: str, model: str | None, adapter: Path | None) -> None:
+    """A model `train sft` made (its ``grtool.json`` beside the weights, or beside the adapter) knows one task:
+    GMR pairs (data format ``gmr``) make a document generator for --mode gmr, chains a docid reasoner for
+    --mode docids. The other mode would decode a model with a prompt it never saw: refused."""
+    from grtool.train.data import GMR
+
+    for where, folder in (("--model", Path(model) if model else None), ("--adapter", Path(adapter).resolve().parent if adapter else None)):
+        record = folder / "grtool.json" if folder is not None else None
+        if record is None or not record.is_file():
+            continue
+        try:
+            fmt = (orjson.loads(record.read_bytes()).get("data") or {}).get("format")
+        except (ValueError, OSError, AttributeError):
+            continue  # not a record this check can read: the model is taken as it is
+        if fmt is None or (fmt == GMR) == (mode == "gmr"):
+            continue
+        trained = "`export gmr` pairs" if fmt == GMR else f"chains ({fmt})"
+        fix = "--mode gmr" if fmt == GMR else "--mode docids, or a model trained on `export gmr` pairs"
+        raise InputError(f"{where} {model if where == '--model' else adapter}: trained on {trained} ({record}); --mode {mode} needs the other kind: use {fix}")
+
+
 def _check_out(request: RetrieveRequest, llm) -> None:
     """--out before the model loads: never the index, the model, the adapter or a stage it reads; --overwrite
     only of a responses stage (the stage writer checks it again under its lock)."""
@@ -139,6 +163,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     temperature = sampling_temperature(request.samples, llm.temperature)
     if request.samples > 1 and temperature == 0:  # greedy every time: N copies of one response
         raise InputError(f"--samples {request.samples} with --temperature 0: every sample would be the greedy response; give --temperature > 0 or --samples 1")
+    check_trained_for(request.mode, llm.model, request.adapter)
     _check_out(request, llm)
     index = Index.open(request.index)
     wanted = "documents" if request.mode == "gmr" else "docids"
@@ -175,6 +200,8 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         "system": request.system, "few_shot_from": few_shot_record(request, prompt), "prompt_sha256": prompt.sha256(), "index": str(request.index), "index_fingerprint": index_fingerprint(index),
         "datasets": list(request.datasets), "splits": list(request.splits), "limit": request.limit,
     }  # fmt: skip
+    if request.cannot_answer:  # only when given: a manifest written before the option stays resumable
+        params["cannot_answer"] = request.cannot_answer
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
     run = run_retrieve(
         selection, prompt, index, lookup, request.out, backend, settings, model_name=model_name, params=params, inputs=inputs,
@@ -210,7 +237,7 @@ def retrieve_prompt(request: RetrieveRequest, triples: Path | None, evaluated: C
             )
         if len(examples) < few_shot:
             log.warning("--few-shot %d: %s has only %d questions usable as examples", few_shot, where, len(examples))
-    return RetrievePrompt(request.markers, examples, few_shot, system=request.system or None)
+    return RetrievePrompt(request.markers, examples, few_shot, system=request.system or None, cannot_answer=request.cannot_answer)
 
 
 def few_shot_source(request: RetrieveRequest) -> tuple[str, str | None]:

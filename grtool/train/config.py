@@ -90,6 +90,7 @@ class TrainConfig:
     desirable: str = "exact"
     system: str | None = None
     markers: str = "special"
+    cannot_answer: str | None = None  # the sentence the instruction names, as `export sft|kto --cannot-answer`
 
     @property
     def lr(self) -> float:
@@ -216,6 +217,8 @@ def check(cfg: TrainConfig) -> None:
         raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
+    if cfg.cannot_answer is not None and (not cfg.cannot_answer.strip() or "\n" in cfg.cannot_answer.strip()):
+        raise InputError("--cannot-answer: give one non-empty sentence on one line")
     if cfg.beta <= 0:
         raise InputError(f"--beta must be > 0, got {cfg.beta}")
     for name in ("desirable_weight", "undesirable_weight"):

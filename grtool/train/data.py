@@ -5,7 +5,8 @@ falls on the completion (the assistant turn) only (``completion_only_loss``), wh
 KTO: the same plus ``"label": bool``.
 
 Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
-KTO), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
+KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.export.gmr.step_request` puts it,
+the very request `retrieve --mode gmr` sends, and the target as the completion), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
 ``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
 turned into rows the way `export sft` does, and responses (a `retrieve` directory or its JSON Lines, with the
 corpus and triples) are labelled the way `export kto` does (their own functions, into a temporary file).
@@ -25,6 +26,7 @@ from grtool.errors import InputError
 from grtool.store.stage import sha256_file
 
 Row = dict[str, Any]
+GMR = "gmr"  # the data format of `export gmr` pairs, recorded as data.format in the checkpoint's grtool.json
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -103,6 +105,10 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
         messages = [_message("system", record["system"])] if record.get("system") else []
         messages += [_message("user", prompt), _message("assistant", record["output"])]
         return _split_turns(messages, where), "llamafactory-alpaca"
+    if "input" in record and "target" in record:  # an `export gmr` pair
+        from grtool.export.gmr import step_request
+
+        return _split_turns([*step_request(str(record["input"])), _message("assistant", record["target"])], where), GMR
     if "messages" in record:
         messages = [_message(str(m["role"]), m["content"]) for m in record["messages"]]
         return _split_turns(messages, where), "trl-messages"
@@ -118,7 +124,7 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
         return row, "trl-prompt-completion"
     raise InputError(
         f"{where}: not a row `export sft`/`export kto` writes (expected conversations, instruction/output, messages "
-        f"or prompt/completion; got keys {', '.join(sorted(record))})"
+        f"prompt/completion, or input/target from `export gmr`; got keys {', '.join(sorted(record))})"
     )
 
 
@@ -131,17 +137,35 @@ def load_rows(path: Path) -> tuple[list[Row], str]:
     return rows, "+".join(sorted(formats))
 
 
-def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special") -> TrainData:
+def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if data.is_dir():
-        return _from_chains(data, corpus, system, markers)
+        return _from_chains(data, corpus, system, markers, cannot_answer)
     if not data.exists():
         raise InputError(f"{data}: no such file or directory")
     rows, fmt = load_rows(data)
+    _check_gmr(data, fmt)
     return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
 
 
-def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str) -> TrainData:
+def _check_gmr(data: Path, fmt: str) -> None:
+    """GMR pairs train a document generator, chains a docid reasoner: one file is one or the other. The export's
+    ``<file>.grtool.json`` (when there) must agree with the rows."""
+    from grtool.export.provenance import read_sidecar, sidecar_path
+
+    if GMR in fmt.split("+") and fmt != GMR:
+        raise InputError(f"{data}: mixes `export gmr` pairs with chat rows ({fmt}); train a GMR model and a chains model from separate files")
+    sidecar = sidecar_path(data)
+    if sidecar.is_file():
+        try:
+            kind = read_sidecar(sidecar).get("kind")
+        except (ValueError, OSError):
+            return  # not grtool's record: the rows alone decide
+        if (kind == GMR) != (fmt == GMR):
+            raise InputError(f"{data}: {sidecar.name} says `export {kind}` wrote it, but its rows are {fmt}")
+
+
+def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str, cannot_answer: str | None = None) -> TrainData:
     from grtool.export.provenance import input_fingerprint
     from grtool.export.sft import SftOptions, export_sft
 
@@ -149,7 +173,7 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
         raise InputError(f"{stage}: a filtered-chains directory needs --corpus (the run holding questions/) to build the prompts")
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "sft.jsonl"
-        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers))
+        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers, cannot_answer=cannot_answer))
         if not out.exists() or not out.stat().st_size:
             raise InputError(f"{stage}: no selected chain with a known question: nothing to train on")
         rows, _ = load_rows(out)
@@ -158,10 +182,10 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
 
 
 def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None = None, system: str | None = None,
-             markers: str = "special", tau: float = 0.5, desirable: str = "exact") -> TrainData:
+             markers: str = "special", tau: float = 0.5, desirable: str = "exact", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if triples is not None or corpus is not None:
-        loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable)
+        loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable, cannot_answer)
     elif data.is_dir():
         raise InputError(f"{data}: is a directory; pass the file `grtool export kto` wrote, or a `retrieve` directory with --corpus and --triples")
     elif not data.exists():
@@ -179,7 +203,8 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
     return loaded
 
 
-def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str) -> TrainData:
+def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str,
+                    cannot_answer: str | None = None) -> TrainData:
     """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
     from grtool.export.kto import export_kto
     from grtool.export.provenance import input_fingerprint
@@ -190,7 +215,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
         raise InputError(f"{responses}: no such file or directory")
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "kto.jsonl"
-        result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable)
+        result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable, cannot_answer=cannot_answer)
         if not out.exists() or not out.stat().st_size:
             raise InputError(f"{responses}: no response could be labelled (dropped {result.dropped}, unknown qid {result.skipped.unknown_qid}, "
                              f"no gold {result.skipped.no_gold}): nothing to train on")  # fmt: skip

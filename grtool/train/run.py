@@ -86,9 +86,10 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         check_report_to_installed(cfg.report_to)
 
     if kind == "sft":
-        loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers)
+        loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers, cannot_answer=cfg.cannot_answer)
     else:
-        loaded = load_kto(data, corpus=cfg.corpus, triples=cfg.triples, system=cfg.system, markers=cfg.markers, tau=cfg.tau, desirable=cfg.desirable)
+        loaded = load_kto(data, corpus=cfg.corpus, triples=cfg.triples, system=cfg.system, markers=cfg.markers, tau=cfg.tau, desirable=cfg.desirable,
+                          cannot_answer=cfg.cannot_answer)  # fmt: skip
     batch = effective_batch(cfg)
     if batch > len(loaded.rows):
         raise InputError(
