@@ -8,7 +8,8 @@ If any two stages disagree (a marker spelled differently, a template applied on 
 splits docids otherwise), recall drops or the decoder writes docids the corpus does not hold.
 
 Both marker syntaxes: the special tokens, and square brackets with every chain written tail-first (`--flip always`)
-over a `--flips` index, which exercises the flipped spellings end to end too.
+over a `--flips` index, which exercises the flipped spellings end to end too. `retrieve --few-shot 0`: the prompt is
+the one the model was trained on (brackets mode would otherwise put three worked examples before it).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def test_trained_model_retrieves_its_training_chains(cli, shared_data: Path, tmp
     ckpt, index, responses = tmp_path / "ckpt", tmp_path / "index", tmp_path / "responses"
     cli("-q", "train", "sft", sft, "--out", ckpt, *TRAIN)
     cli("-q", "index", "build", triples, "--tokenizer", ckpt, "--flips", "--out", index)
-    cli("-q", "retrieve", corpus, "--index", index, "--model", ckpt, "--markers", markers, "--max-tokens", "160", "--out", responses)
+    cli("-q", "retrieve", corpus, "--index", index, "--model", ckpt, "--markers", markers, "--few-shot", "0", "--max-tokens", "160", "--out", responses)
     report = json.loads(cli("-q", "eval", "recall", responses, "--corpus", corpus, "--triples", triples, "--json").stdout)
 
     texts = "\n".join(r["text"] for r in read_table(responses).to_pylist())
