@@ -7,10 +7,10 @@ and the data of the train-retrieve consistency test. Per question, in hop order:
   triples stage holds them on a gold document (either orientation); otherwise, per gold document in hop order,
   the triple that best connects what is known (the question, the triples before it) to the next entity or the
   answer. A gold document none of whose triples connects is a reject (``no connecting triple``);
-- each step is one sentence from the relation, then the docid: ``I look up the {relation} of {head}.
-  <docid_start>head, relation, tail<docid_end>``; a flipped step reads ``I look up what has {tail} as
-  {relation}.`` before the tail-first docid (``--flip auto`` flips a triple whose tail is known and head is not;
-  ``always`` and ``never`` as they say);
+- each step is one sentence from the relation naming only what is known, then the docid: ``I look up the
+  {relation} of {head}. <docid_start>head, relation, tail<docid_end>``, or ``I look up what has {tail} as
+  {relation}.`` when the tail is known and the head is not; ``--flip auto`` writes exactly those docids tail-first
+  (from the known to the unknown), ``always`` every docid, ``never`` none;
 - the chain ends ``So the answer is {answer}.``
 
 Rows are the chains table's (one candidate, selected, ``model = gold``), so `filters apply` and `export sft` take
@@ -38,7 +38,8 @@ WRITER_VERSION = 1  # bump when the wording or the choice of triples changes (it
 @dataclass(frozen=True)
 class Step:
     triple: Triple
-    flipped: bool
+    flipped: bool  # the docid is written tail-first
+    from_tail: bool = False  # the thought starts from the tail (known while the head is not)
 
 
 class NoChain(Exception):
@@ -79,7 +80,8 @@ def choose_steps(question: str, answer: str, gold_doc_ids: Sequence[str], by_doc
         known += [best.head.casefold(), best.tail.casefold()]
     steps, known = [], [question.casefold()]
     for t in chosen:
-        steps.append(Step(t, _flipped(t, known, flip)))
+        from_tail = _mentioned(t.tail, known) and not _mentioned(t.head, known)
+        steps.append(Step(t, from_tail if flip == "auto" else flip == "always", from_tail))
         known += [t.head.casefold(), t.tail.casefold()]
     return steps
 
@@ -96,21 +98,14 @@ def _connection(t: Triple, known: Sequence[str], answer: str) -> int:
     return 2 * names_answer + _mentioned(t.head, known) + _mentioned(t.tail, known)
 
 
-def _flipped(t: Triple, known: Sequence[str], flip: str) -> bool:
-    if flip != "auto":
-        return flip == "always"
-    return _mentioned(t.tail, known) and not _mentioned(t.head, known)  # read from the known to the unknown
-
-
 def write_chain(steps: Sequence[Step], answer: str, markers: Markers = SPECIAL) -> tuple[str, list[str], list[bool]]:
     """The chain's text, its docids in order and their flips."""
     pieces, docids = [], []
     for s in steps:
         t = s.triple
-        if s.flipped:
-            thought, docid = f"I look up what has {t.tail} as {t.relation}.", markers.render(t.tail, t.relation, t.head)
-        else:
-            thought, docid = f"I look up the {t.relation} of {t.head}.", markers.render(t.head, t.relation, t.tail)
+        # the thought names only what is known: the value looked up comes from the docid, never before it
+        thought = f"I look up what has {t.tail} as {t.relation}." if s.from_tail else f"I look up the {t.relation} of {t.head}."
+        docid = markers.render(t.tail, t.relation, t.head) if s.flipped else markers.render(t.head, t.relation, t.tail)
         pieces.append(f"{thought} {docid}")
         docids.append(docid)
     pieces.append(f"So the answer is {answer.strip()}.")
