@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import subprocess
@@ -45,28 +44,11 @@ def grtool(*args) -> None:
 
 def build_run(root: Path) -> Path:
     """A corpus (2Wiki questions) with a triples stage of 2Wiki's evidence triples, each on its head's gold paragraph."""
-    from grtool.store.schemas import TRIPLES
-    from grtool.store.stage import StageSpec, StageWriter, read_table
+    from grtool.triples.evidence import write_evidence_stage
 
     data = SHARED if SHARED.is_dir() else EXAMPLES
     grtool("corpus", "ingest", *sorted(data.glob("*.json")), "--out", root)
-    documents = read_table(root / "documents").to_pylist()
-    by_title: dict[str, list[str]] = {}
-    for d in documents:
-        by_title.setdefault(d["title"], []).append(d["doc_id"])
-    rows, idx = [], {}
-    for q in read_table(root / "questions").to_pylist():
-        for head, relation, tail in json.loads(q["meta"] or "{}").get("evidences", []):
-            holders = [d for d in by_title.get(head, []) if d in q["gold_doc_ids"]]
-            if holders:
-                idx[holders[0]] = idx.get(holders[0], -1) + 1
-                docid = f"<docid_start>{head}, {relation}, {tail}<docid_end>"
-                rows.append({"doc_id": holders[0], "idx": idx[holders[0]], "head": head, "relation": relation, "tail": tail, "docid": docid})
-    stage = StageWriter(root / "triples", StageSpec("triples", TRIPLES), num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
+    write_evidence_stage(root, root / "triples")
     return root
 
 

@@ -130,3 +130,50 @@ def _constrain(asked: bool | None, backend: str) -> bool:
         log.info("openai: citations are not constrained; pass --constrain when the server is vLLM (structured outputs)")
         return False
     return True if asked is None else asked
+
+
+class Flip(str, Enum):
+    auto = "auto"
+    never = "never"
+    always = "always"
+
+
+@app.command("gold")
+def gold_cmd(
+    corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
+    triples: Annotated[Path, typer.Argument(help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],
+    out: Out,
+    flip: Annotated[Flip, typer.Option("--flip", help="Docids written tail-first: auto = when the tail is known and the head is not; always; never.")] = Flip.auto,
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+    as_json: Json = False,
+) -> None:
+    """Write one chain per question from its gold triples by rule, with no model (the teacher `gold`).
+
+    Each step is a sentence from the triple's relation and the docid, in hop order (the dataset's own gold
+    triples where the question carries them, 2Wiki's evidences; else the triple of each gold document that
+    connects the question to the answer); the chain ends "So the answer is ...". The rows are the chains table's,
+    for `filters apply` and `export sft`; a question it cannot write is rejected with the reason.
+
+    Example: grtool chains gold out/2wiki out/2wiki/triples --out out/2wiki/chains-gold
+    """
+    from grtool.chains.gold import write_gold_chains
+    from grtool.log import log
+
+    refuse_json_with_stdout(as_json, out)
+    manifest = write_gold_chains(corpus, str(triples), str(out), flip=flip.value, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
+    counters = manifest.get("counters")
+    if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
+        return
+    extra = counters.get("extra") or {}
+    summary = {"out": str(out), "complete": bool(manifest.get("complete")), "questions": extra.get("questions", 0),
+               "questions_chained": extra.get("questions_chained", 0), "rows": counters.get("out", 0),
+               "rejected": dict(counters.get("rejected") or {}), "docids": extra.get("docids", 0), "docids_flipped": extra.get("docids_flipped", 0)}  # fmt: skip
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(summary).decode())
+        return
+    log.info("chains gold: %s questions chained, rejected %s; %s docids (%s flipped)", summary["questions_chained"],
+             summary["rejected"] or "none", summary["docids"], summary["docids_flipped"])  # fmt: skip

@@ -22,6 +22,7 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "triples extract": ("grtool.cli.triples", "extract_command"),
     "triples collisions": ("grtool.cli.triples", "collisions_command"),
     "chains synthesize": ("grtool.cli.chains", "synthesize"),
+    "chains gold": ("grtool.cli.chains", "gold_cmd"),
     "filters apply": ("grtool.cli.filters", "apply_cmd"),
     "index build": ("grtool.cli.index", "build_cmd"),
     "index query": ("grtool.cli.index", "query_cmd"),
