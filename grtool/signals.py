@@ -188,11 +188,25 @@ def handled() -> Iterator[None]:
         yield
     except Stopped as e:
         finish(e)
+    except BaseExceptionGroup as group:  # raised inside an asyncio/anyio task group (the openai backend's requests)
+        stop = _stop_in(group)
+        if stop is None:
+            raise
+        finish(stop)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if own_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         _state.__init__()
+
+
+def _stop_in(group: BaseExceptionGroup) -> Stopped | None:
+    """The :class:`Stopped` inside an exception group, if any: a SIGTERM that lands while a task group runs comes
+    out wrapped in one."""
+    found: BaseException | None = group.subgroup(lambda e: isinstance(e, Stopped))
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found if isinstance(found, Stopped) else None
 
 
 def finish(stop: Stopped) -> None:

@@ -236,3 +236,24 @@ def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_pa
     assert "pipeline stopped at stage extract (exit code 75)" in said and "stopped: grtool triples extract" in said and "left: check" in said, err
     assert f"SIGTERM received: {out / 'extract' / 'triples'}: 1 of 3 parts done" in said and "Traceback" not in err, err
     assert not (out / "_pipeline" / "extract.json").exists()  # not marked done: the next run resumes it
+
+
+def test_sigterm_inside_an_asyncio_task_group_still_stops_with_the_transient_code():
+    """The openai backend sends its requests from an asyncio task group: a SIGTERM landing there comes out wrapped
+    in an exception group, which must end the run as any SIGTERM does (75 and the stop line), not as a crash (1)."""
+    script = (
+        "import asyncio, os, signal\n"
+        "from grtool import signals\n"
+        "async def requests():\n"
+        "    async def one():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        await asyncio.sleep(5)\n"
+        "    async with asyncio.TaskGroup() as group:\n"
+        "        group.create_task(one())\n"
+        "        group.create_task(asyncio.sleep(5))\n"
+        "with signals.handled():\n"
+        "    asyncio.run(requests())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_TRANSIENT, proc.stderr
+    assert "stopped: SIGTERM received" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
