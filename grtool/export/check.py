@@ -16,7 +16,7 @@ import orjson
 
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
-from grtool.store.validate import check_inputs
+from grtool.store.fingerprints import check_inputs
 
 MAX_SHAPE_EXAMPLES = 3
 Check = Callable[[Any], "str | None"]  # a row → what is wrong with it, or None

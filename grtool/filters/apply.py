@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from grtool.errors import InputError
 from grtool.docid.lookup import TripleLookup, docid_hashes
 from grtool.filters.questions import QuestionLookup
+from grtool.filters.report import build_report
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.docid import check_markers
 from grtool.filters.text import Markers, parse_markers
@@ -291,8 +292,6 @@ def apply_filters(
     shard_index: int | None = None,
 ) -> dict[str, Any]:
     """Filter a chains stage into ``out``; returns the report (see :mod:`grtool.filters.report`)."""
-    from grtool.filters.report import build_report
-
     source = InputTable.open(chains, "chains")
     markers = chain_markers(source.manifest, config.docid_start, config.docid_end)
     # --cannot-answer: as given, else the sentence `chains synthesize --cannot-answer` asked for
@@ -340,7 +339,7 @@ def apply_filters(
     if not is_stdio(out):
         counts = Counter(manifest["counters"].get("extra", {}))
         examples = _examples_from_rejects(Path(out), counts, examples)
-    return build_report(counts, examples, config)
+    return build_report(counts, examples, rules=tuple(config.rules), all_candidates=config.all_candidates, settings=config.params())
 
 
 @contextlib.contextmanager

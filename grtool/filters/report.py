@@ -4,13 +4,12 @@ chain / questions synthesized), the questions lost per rule, two examples per fa
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from grtool.filters.apply import FilterConfig
+from typing import Any
 
 
-def build_report(counts: Counter[str], examples: dict[str, list[dict]], config: "FilterConfig") -> dict[str, Any]:
+def build_report(counts: Counter[str], examples: dict[str, list[dict]], *, rules: tuple[str, ...], all_candidates: bool,
+                 settings: dict[str, Any]) -> dict[str, Any]:
+    """The report of one filter run from its counters; ``rules`` are the rules that ran, ``settings`` their parameters."""
     datasets: dict[str, dict[str, Any]] = {}
     for key, value in counts.items():
         # dataset/<name>/{in,passed,questions,questions_kept}, dataset/<name>/rule/<rule>, dataset/<name>/lost/<rule>
@@ -27,7 +26,7 @@ def build_report(counts: Counter[str], examples: dict[str, list[dict]], config: 
             d[parts[2]] += value
     for d in datasets.values():
         d["rejected"] = d["chains"] - d["passed"]
-        d["kept"] = d["passed"] if config.all_candidates else d["questions_kept"]
+        d["kept"] = d["passed"] if all_candidates else d["questions_kept"]
         d["pass_rate"] = d["passed"] / d["chains"] if d["chains"] else None
         d["yield"] = d["questions_kept"] / d["questions"] if d["questions"] else None
         d["questions_lost"] = d["questions"] - d["questions_kept"]
@@ -53,13 +52,13 @@ def build_report(counts: Counter[str], examples: dict[str, list[dict]], config: 
         "yield": questions_kept / questions if questions else None,
         # per rule: lost questions none of whose candidates passed that rule; "mixed": each rule passed by some
         # candidate, but no candidate passed them all
-        "lost": {r: lost.get(r, 0) for r in (*config.rules, "question", "mixed")},
+        "lost": {r: lost.get(r, 0) for r in (*rules, "question", "mixed")},
         "trimmed": counts.get("trimmed", 0),
-        "rules": {r: counts.get(f"rule/{r}", 0) for r in (*config.rules, "question")},
+        "rules": {r: counts.get(f"rule/{r}", 0) for r in (*rules, "question")},
         "reasons": dict(sorted((k.split("/", 1)[1], v) for k, v in counts.items() if k.startswith("reason/"))),
         "datasets": dict(sorted(datasets.items())),
         "examples": {code: examples.get(code, []) for code in sorted(k.split("/", 1)[1] for k in counts if k.startswith("reason/"))},
-        "settings": config.params(),
+        "settings": settings,
     }
 
 

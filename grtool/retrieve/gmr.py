@@ -19,6 +19,7 @@ from typing import Any
 from grtool.export.gmr import DONE, step_input, step_request
 from grtool.index.base import Index
 from grtool.llm.base import TOO_LONG, Generation, Messages
+from grtool.retrieve.rejects import reject_too_long
 from grtool.log import log
 
 MARKERS = "documents"
@@ -111,8 +112,6 @@ def gmr_part_fn(selection: Any, index: Index, settings: Any, spec: dict[str, Any
             rows = []
             for walk in walks:
                 if walk.too_long is not None:
-                    from grtool.retrieve.stage import reject_too_long
-
                     reject_too_long(part.shard, walk.question, sample, walk.too_long, str(selection.table.source))
                     continue
                 row = walk.row(sample, part.llm.model)

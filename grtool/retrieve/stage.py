@@ -20,9 +20,10 @@ from grtool.docid import parse
 from grtool.errors import InputError
 from grtool.export.readers import DocidIndex
 from grtool.index.base import Index
-from grtool.llm.base import TOO_LONG, Backend, Generation, Sampling
+from grtool.llm.base import Backend, Generation, Sampling
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.retrieve.prompt import RetrievePrompt
+from grtool.retrieve.rejects import reject_too_long
 from grtool.store.io import InputTable
 
 MARKER_MODES = ("special", "brackets")
@@ -156,15 +157,6 @@ def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup:
         "mode": settings.mode,
     }
     return row, sum(1 for found, _ in resolved if not found)
-
-
-def reject_too_long(shard: Any, question: dict[str, Any], sample: int, why: str, source: str) -> None:
-    """A question whose prompt does not fit the model's context: each of its samples is a reject (``too_long``),
-    counted once per question (``questions_too_long``)."""
-    if sample == 0:
-        shard.count("questions_too_long")
-    record = {"qid": question["qid"], "sample": sample, "dataset": question.get("dataset"), "chars": len(question.get("question") or "")}
-    shard.reject(record, TOO_LONG, source=source, detail=why)
 
 
 def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIndex, settings: RetrieveSettings, spec: dict[str, Any]):

@@ -13,6 +13,7 @@ import blake3
 from grtool.errors import InputError
 from grtool.store.layout import MANIFEST
 from grtool.store.paths import check_name
+from grtool.store.records import load_shard_records
 
 if TYPE_CHECKING:
     from grtool.store.stage import StageSpec
@@ -37,7 +38,6 @@ def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[st
     if p.is_file():
         return {"path": str(resolved), "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
     if (p / MANIFEST).exists():
-        from grtool.store.stage import load_shard_records  # the stage reader (stage.py imports this module)
 
         records = sorted(load_shard_records(p).items())
         h = hashlib.blake2b(digest_size=16)
@@ -131,3 +131,31 @@ def changed_inputs(old: list[dict[str, Any]] | None, spec: "StageSpec") -> list[
         if rest != now:
             changed.append(str(name))
     return changed
+
+
+def check_inputs(inputs: list[dict[str, Any]], what: str) -> tuple[list[str], list[str]]:
+    """Inputs recorded with fingerprints (index.json, export sidecars) against what is there now: a changed input
+    makes ``what`` stale (a problem); an input not found from here, or fingerprinted differently, is a note."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if not isinstance(inputs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), (str, type(None))) for r in inputs):
+        return [f"the inputs recorded for {what} are not a list of records (the record was edited or damaged)"], notes
+    for rec in inputs:
+        p = rec.get("path")
+        if not p or rec.get("kind") == "stdin":
+            continue
+        if not Path(p).exists():
+            notes.append(f"input {p} not found from here: not compared")
+            continue
+        try:
+            now = fingerprint(p)
+        except Exception as e:  # unreadable now: say so, do not stop the validation
+            notes.append(f"input {p} cannot be fingerprinted ({e}): not compared")
+            continue
+        old = {k: v for k, v in rec.items() if k not in ("path", "table")}
+        new = {k: v for k, v in now.items() if k != "path"}
+        if set(old) != set(new):
+            notes.append(f"input {p} was fingerprinted by another grtool version: not compared")
+        elif old != new:
+            problems.append(f"stale: input {p} changed since {what} was written (re-run the command that made it)")
+    return problems, notes

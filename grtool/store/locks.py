@@ -7,7 +7,6 @@ replaced whole or renamed into place (an index, a checkpoint, an exported file) 
 
 from __future__ import annotations
 
-import datetime as _dt
 import errno
 import fcntl
 import json
@@ -23,6 +22,7 @@ from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
 from grtool.store.paths import prepare_out_dir
+from grtool.store.records import now
 
 BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
 
@@ -172,7 +172,7 @@ class RunLock:
         info: dict[str, Any] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "started": _now(),
+            "started": now(),
             "command": redact_argv(self.command if self.command is not None else current_command()),
         }
         if self.count > 1:
@@ -237,7 +237,3 @@ def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, comma
 def output_lock(out: str | Path, command: list[str] | None = None) -> RunLock:
     """``with output_lock(out):`` the lock of an output that is replaced whole, taken beside it."""
     return RunLock(out, command=command, lock_file=beside_lock(out))
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -27,6 +27,7 @@ from grtool.errors import InputError
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import RunLock, output_lock
 from grtool.store.paths import check_name, is_within, printable, real
+from grtool.store.records import atomic_write_bytes, dumps, now, resolve_stage
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,6 @@ def input_stage(path: str | Path | None, table: str) -> Path | str | None:
     given (its own reading reports what is wrong with it)."""
     if path is None or str(path) == "-":
         return None
-    from grtool.store.stage import resolve_stage
 
     try:
         return resolve_stage(path, table)
@@ -243,12 +243,10 @@ class Claim:
         """Record in the output that grtool started writing it (a killed run can then be overwritten)."""
         from grtool.invocation import current_command
         from grtool.secrets import redact_argv
-        from grtool.store.locks import _now
-        from grtool.store.stage import atomic_write_bytes, dumps
 
         if self.kind.started:
             self.out.mkdir(parents=True, exist_ok=True)
-            info = {"kind": self.kind.name, "started": _now(), "command": redact_argv(self.lock.command or current_command())}
+            info = {"kind": self.kind.name, "started": now(), "command": redact_argv(self.lock.command or current_command())}
             atomic_write_bytes(self.out / self.kind.started, dumps(info))
 
     def install(self, tmp: Path) -> None:

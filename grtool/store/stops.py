@@ -48,6 +48,7 @@ from grtool.errors import InputError
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.layout import LOCK, MANIFEST
+from grtool.store.records import atomic_write_bytes, dumps, load_manifest, now
 
 STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
@@ -126,7 +127,6 @@ def describe_acceptance(stop: dict[str, Any]) -> str:
 def _update(path: Path, change) -> Any:
     """Apply ``change(stops) -> result`` to the manifest's stops under the manifest lock (the one shard merges
     take), writing the manifest only when the stops changed."""
-    from grtool.store.stage import atomic_write_bytes, dumps, load_manifest
 
     with FileLock(str(path / LOCK)):
         manifest = load_manifest(path)
@@ -142,7 +142,6 @@ def _update(path: Path, change) -> Any:
 def stop_record(exc: BaseException, task: str, command: list[str]) -> dict[str, Any]:
     """The stop record of ``exc`` ending a run of ``task`` (a :class:`~grtool.errors.GuardTripped` is a guard)."""
     from grtool.secrets import scrub
-    from grtool.store.stage import _now
 
     guard = getattr(exc, "guard", None)
     numbers = getattr(exc, "numbers", None)
@@ -157,7 +156,7 @@ def stop_record(exc: BaseException, task: str, command: list[str]) -> dict[str, 
         "numbers": dict(numbers) if isinstance(numbers, dict) else {},
         "message": scrub(message)[:MAX_MESSAGE],
         "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else 1,
-        "when": _now(),
+        "when": now(),
         "command": list(command),
         "accepted": None,
     }
@@ -182,9 +181,8 @@ def clear_stops(path: str | Path, task: str) -> None:
 def accept_stops(path: str | Path, reason: str | None = None) -> list[dict[str, Any]]:
     """Mark every stop of the stage directory nobody accepted yet as accepted (who, when, the command, why);
     returns those it accepted."""
-    from grtool.store.stage import _now
 
-    acceptance = {"by": _who(), "when": _now(), "command": current_command(), "reason": reason}
+    acceptance = {"by": _who(), "when": now(), "command": current_command(), "reason": reason}
 
     def change(stops: dict[str, Any]) -> list[dict[str, Any]]:
         done = []

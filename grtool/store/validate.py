@@ -26,13 +26,13 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from grtool.store.fingerprints import check_inputs
 from grtool.store.reading import schema_diff, short
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
     MANIFEST,
     SHARDS_DIR,
-    fingerprint,
     is_stage_dir,
     load_manifest,
     load_shard_records,
@@ -442,34 +442,6 @@ def sibling_orphan(path: Path, table: str) -> Path | None:
         if candidate != path and is_orphan_dir(candidate) and (candidate.name == table or _table_by_schema(candidate) == table):
             return candidate
     return None
-
-
-def check_inputs(inputs: list[dict[str, Any]], what: str) -> tuple[list[str], list[str]]:
-    """Inputs recorded with fingerprints (index.json, export sidecars) against what is there now: a changed input
-    makes ``what`` stale (a problem); an input not found from here, or fingerprinted differently, is a note."""
-    problems: list[str] = []
-    notes: list[str] = []
-    if not isinstance(inputs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), (str, type(None))) for r in inputs):
-        return [f"the inputs recorded for {what} are not a list of records (the record was edited or damaged)"], notes
-    for rec in inputs:
-        p = rec.get("path")
-        if not p or rec.get("kind") == "stdin":
-            continue
-        if not Path(p).exists():
-            notes.append(f"input {p} not found from here: not compared")
-            continue
-        try:
-            now = fingerprint(p)
-        except Exception as e:  # unreadable now: say so, do not stop the validation
-            notes.append(f"input {p} cannot be fingerprinted ({e}): not compared")
-            continue
-        old = {k: v for k, v in rec.items() if k not in ("path", "table")}
-        new = {k: v for k, v in now.items() if k != "path"}
-        if set(old) != set(new):
-            notes.append(f"input {p} was fingerprinted by another grtool version: not compared")
-        elif old != new:
-            problems.append(f"stale: input {p} changed since {what} was written (re-run the command that made it)")
-    return problems, notes
 
 
 INDEX_PROBES = 3  # docids looked up in the sanity query: the first, the middle and the last
