@@ -111,7 +111,7 @@ def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, 
 
 
 def test_command_extras_of_the_demo():
-    from grtool.extras import command_extras
+    from grtool.pipeline.needs import command_extras
     from grtool.pipeline.config import load_pipeline
 
     needs = {(s.name, extra) for s in load_pipeline(HERE.parent / "examples" / "demo.toml", None).stages for extra, _ in command_extras(s.run, s.options)}

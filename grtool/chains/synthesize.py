@@ -223,7 +223,6 @@ class ChainSynthesizer:
 
     # -- preparing prompts
     def prepare(self, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int) -> list[PreparedQuestion]:
-        n = self.settings.candidates
         checked: list[tuple[int, dict[str, Any], Question]] = []
         for offset, row in enumerate(rows):
             shard.count("questions")

@@ -167,6 +167,20 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     if backend == "vllm" and getattr(text_config, "rope_scaling", None):
         return None
-    from grtool.llm.transformers_backend import context_length
-
     return context_length(config, None)
+
+
+CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+UNSET_MODEL_MAX_LENGTH = 10**9  # tokenizers without a limit report a huge sentinel (int(1e30))
+
+
+def context_length(config, tokenizer) -> int | None:
+    """The model's context in tokens: its config's position limit, else the tokenizer's ``model_max_length``
+    when that is a real value (tokenizers without one report a huge sentinel), else unknown (None)."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in CONTEXT_ATTRIBUTES:
+        value = getattr(text_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < UNSET_MODEL_MAX_LENGTH else None

@@ -15,7 +15,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, InputError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
-from grtool.llm.models import resolve_model, weights_digest
+from grtool.llm.models import context_length, resolve_model, weights_digest
 from grtool.log import activity, activity_detail, log, quiet_libraries
 
 
@@ -176,22 +176,6 @@ class TransformersBackend:
                 top.setdefault(self.tokenizer.decode([a]), v)
             out.append(TokenLogprobs(self.tokenizer.decode([token_id]), float(lp[token_id]), top))
         return out
-
-
-CONTEXT_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
-UNSET_MODEL_MAX_LENGTH = 10**9  # tokenizers without a limit report a huge sentinel (int(1e30))
-
-
-def context_length(config, tokenizer) -> int | None:
-    """The model's context in tokens: its config's position limit, else the tokenizer's ``model_max_length``
-    when that is a real value (tokenizers without one report a huge sentinel), else unknown (None)."""
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    for name in CONTEXT_ATTRIBUTES:
-        value = getattr(text_config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    value = getattr(tokenizer, "model_max_length", None)
-    return value if isinstance(value, int) and 0 < value < UNSET_MODEL_MAX_LENGTH else None
 
 
 def _with_adapter(lm, adapter: str):

@@ -145,7 +145,8 @@ def accepts_overwrite(stage: Stage) -> bool:
 def require_extras(stages: list[Stage]) -> None:
     """Every extra the stages' commands need is installed, checked before the first stage runs (a missing one
     would otherwise stop the pipeline halfway, after the stages before it wrote their outputs)."""
-    from grtool.extras import command_extras, require
+    from grtool.extras import require
+    from grtool.pipeline.needs import command_extras
 
     for stage in stages:
         for extra, feature in command_extras(stage.run, stage.options):
