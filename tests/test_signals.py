@@ -96,23 +96,30 @@ def documents(tmp_path) -> Path:
     return write_documents(tmp_path / "documents", DOCS, num_parts=3)
 
 
+def _sigterm_when(proc: subprocess.Popen, ready, timeout: float = 60) -> tuple[str, float]:
+    """Wait until ``ready()`` (the child still running), send it SIGTERM: its stderr and the seconds from the signal
+    to its exit. The child is killed if anything goes wrong."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.001)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        return err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, documents, cli):
     out = tmp_path / "out"
     with SlowServer(delay=0.5) as server:
         cmd = [sys.executable, "-m", "grtool", *_extract(documents, out, server.url)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "10000"})
-        try:
-            deadline = time.monotonic() + 60
-            while not (out / "triples" / "_shards" / "part-00000.json").exists():  # the first part is committed
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.02)
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)  # the second part's first request is in flight
-            _, err = proc.communicate(timeout=30)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        # once the first part is committed: the second part's first request is in flight
+        err, took = _sigterm_when(proc, (out / "triples" / "_shards" / "part-00000.json").exists)
         assert proc.returncode == EXIT_TRANSIENT, err
         assert took < 5, f"{took:.1f} s from SIGTERM to exit"
         said = " ".join(err.split())
@@ -161,19 +168,12 @@ def test_sigterm_while_the_command_is_still_loading_exits_with_the_transient_cod
     signal (143)."""
     proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "stats", str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # the first handler of SIGTERM is in place: send it while the modules are still loading
-            caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
-            if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
-                break
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.001)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def handler_in_place() -> bool:  # the first handler of SIGTERM: send it while the modules are still loading
+        caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
+        return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+    err, _ = _sigterm_when(proc, handler_in_place, timeout=30)
     assert proc.returncode == EXIT_TRANSIENT, err
     assert "SIGTERM received while the command was starting: nothing was written" in err, err
 
@@ -221,16 +221,7 @@ def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_pa
         )
         proc = subprocess.Popen([sys.executable, "-m", "grtool", "pipeline", "run", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while not (out / "extract" / "triples" / "_shards" / "part-00000.json").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.02)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        err, _ = _sigterm_when(proc, (out / "extract" / "triples" / "_shards" / "part-00000.json").exists)
     assert proc.returncode == EXIT_TRANSIENT, err
     said = " ".join(err.split())
     assert "pipeline stopped at stage extract (exit code 75)" in said and "stopped: grtool triples extract" in said and "left: check" in said, err
