@@ -75,8 +75,14 @@ class Stage:
         return Stage(self.name, self.run, self.args, options, self.outputs, self.stdout).command_line()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "run": self.run, "args": self.args, "options": self.options, "outputs": self.outputs,
-                "stdout": self.stdout, "slurm": self.slurm}  # fmt: skip
+        """The stage as JSON (a Slurm job's record); options as [key, value] pairs, which keep their order (the
+        command line, and so the stage's identity, depends on it)."""
+        return {"name": self.name, "run": self.run, "args": self.args, "options": [[k, v] for k, v in self.options.items()],
+                "outputs": self.outputs, "stdout": self.stdout, "slurm": self.slurm}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Stage":
+        return cls(d["name"], d["run"], list(d["args"]), {k: v for k, v in d["options"]}, list(d["outputs"]), d["stdout"], dict(d["slurm"]))
 
 
 @dataclass

@@ -387,7 +387,7 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     path = Path(record_path)
     try:
         record = json.loads(path.read_text())
-        stage = Stage(**record["stage"])
+        stage = Stage.from_dict(record["stage"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{path}: not a stage's job record ({e})") from None
     dirs = stage_dirs(stage)
