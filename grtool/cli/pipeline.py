@@ -55,6 +55,8 @@ def run(
 
     if wait and executor is not Executor.slurm:
         raise InputError("--wait: only with --executor slurm (the local executor always runs the stages to the end)")
+    if summary_json and executor is Executor.slurm and not wait and not dry_run:
+        raise InputError("--summary-json: with --executor slurm only together with --wait (the summary is made when the jobs ended)")
     pipeline = load_pipeline(config, overrides, COMMANDS)
     refuse_writes_over_inputs(pipeline.stages, {"--summary-json": str(summary_json) if summary_json else None})
     forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])

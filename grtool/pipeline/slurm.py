@@ -272,11 +272,17 @@ class SlurmExecutor(PipelineExecutor):
         records = {n: json.loads(self._record_path(s).read_text()) for n in names for s in self.stages if s.name == n}
         ids = {n: [j for j in (r["jobs"].get("run"), r["jobs"].get("finalize")) if j] for n, r in records.items()}
         all_ids = [j for js in ids.values() for j in js]
+        unknown_since = time.monotonic()
         while True:
             states = job_states(all_ids)
             pending = [k for k, s in states.items() if s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied"]
-            if not pending and states:
+            if states and not pending:
                 break
+            if states:
+                unknown_since = time.monotonic()
+            elif time.monotonic() - unknown_since > 120:  # Slurm forgot the jobs and no jobcomp file names them
+                raise GrtoolError(f"--wait: Slurm no longer knows jobs {', '.join(all_ids)} (no squeue/scontrol record, no jobcomp file); "
+                                  f"see {self.logs_dir} and grtool status {self.out}", 75)  # fmt: skip
             time.sleep(POLL_SECONDS)
         failed = []
         for name, job_ids in ids.items():
