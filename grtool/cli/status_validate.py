@@ -43,10 +43,27 @@ def status_cmd(
         planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
         t.add_row(s["path"], s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]), rej_text, _complete(s))
     console.print(t)
+    _print_slurm_jobs(directory)
     for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
             console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _print_slurm_jobs(directory: Path) -> None:
+    """A pipeline run directory run with --executor slurm: each stage's last jobs and their states."""
+    from grtool.pipeline.slurm import slurm_jobs
+
+    rows = slurm_jobs(directory)
+    if not rows:
+        return
+    t = Table(title="slurm jobs")
+    for col in ("stage", "job", "tasks", "states", "submitted"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        job = r["jobs"].get("run", "-") + (f" (finalize {r['jobs']['finalize']})" if r["jobs"].get("finalize") else "")
+        t.add_row(r["stage"], job, str(r["tasks"]), r["summary"], r["submitted"] or "-")
+    console.print(t)
 
 
 def _complete(s: dict) -> str:

@@ -12,6 +12,7 @@ A pipeline file is TOML::
     options = { out = "{out}/corpus", dataset = "auto" }
     # outputs = [...]                      # what the stage makes; defaults to options.out
     # stdout = "{out}/stats.json"          # where to keep the command's stdout (reports with --json)
+    # slurm = { tasks = 4, gres = "gpu:1" } # with --executor slurm: this stage's job (over [slurm] defaults)
 
 Options become ``--key value`` (``_`` → ``-``); ``true`` becomes ``--key``, ``false`` ``--no-key``; a list
 repeats the option. Each stage runs the very command a user would type, so the plan prints it verbatim.
@@ -34,6 +35,7 @@ from typing import Any, Optional, Union
 import msgspec
 
 from grtool.errors import InputError
+from grtool.pipeline.registry import NoCommands, StageCommands
 
 
 @dataclass
@@ -44,6 +46,7 @@ class Stage:
     options: dict[str, Any] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     stdout: str | None = None
+    slurm: dict[str, Any] = field(default_factory=dict)  # this stage's [slurm] settings over the file's defaults
 
     def argv(self, overwrite: bool = False) -> list[str]:
         """The command line after `grtool` (``overwrite``: with ``--overwrite``, as a rerun after changed inputs)."""
@@ -71,6 +74,16 @@ class Stage:
         options = {k: v for k, v in self.options.items() if k != "overwrite"}
         return Stage(self.name, self.run, self.args, options, self.outputs, self.stdout).command_line()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The stage as JSON (a Slurm job's record); options as [key, value] pairs, which keep their order (the
+        command line, and so the stage's identity, depends on it)."""
+        return {"name": self.name, "run": self.run, "args": self.args, "options": [[k, v] for k, v in self.options.items()],
+                "outputs": self.outputs, "stdout": self.stdout, "slurm": self.slurm}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Stage":
+        return cls(d["name"], d["run"], list(d["args"]), {k: v for k, v in d["options"]}, list(d["outputs"]), d["stdout"], dict(d["slurm"]))
+
 
 @dataclass
 class Pipeline:
@@ -78,6 +91,7 @@ class Pipeline:
     out: str
     stages: list[Stage]
     note: str = ""  # printed after the summary (e.g. what the demo's tiny model cannot do)
+    slurm: dict[str, Any] = field(default_factory=dict)  # the [slurm] table: defaults of every stage's job
 
     def names(self) -> list[str]:
         return [s.name for s in self.stages]
@@ -105,6 +119,24 @@ def _coerce(text: str) -> Any:
 Scalar = Union[str, int, float, bool]
 
 
+class SlurmTable(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A stage's Slurm job (``--executor slurm``): the ``[slurm]`` table's defaults, a stage's ``slurm = {…}`` over them."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: Optional[str] = None  # --time, e.g. "24:00:00"
+    nodes: Optional[int] = None
+    cpus: Optional[int] = None  # --cpus-per-task
+    mem: Optional[str] = None  # --mem, e.g. "64G"
+    gres: Optional[str] = None  # e.g. "gpu:1"
+    tasks: Optional[int] = None  # an array of this many tasks, each one shard (--num-shards/--shard-index)
+    parallel: Optional[int] = None  # at most this many array tasks at once (--array=0-N%P)
+    setup: Optional[str] = None  # a shell line run first, e.g. "source .venv/bin/activate"
+    launch: Optional[str] = None  # words before `grtool`, e.g. "accelerate launch --num_processes 8 -m"
+    sbatch: list[str] = []  # more sbatch arguments, e.g. ["--exclusive", "--constraint=a100"]
+
+
 class StageTable(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     run: str
@@ -112,6 +144,7 @@ class StageTable(msgspec.Struct, forbid_unknown_fields=True):
     options: dict[str, Union[Scalar, list[Scalar]]] = {}
     outputs: list[str] = []
     stdout: Optional[str] = None
+    slurm: SlurmTable = msgspec.field(default_factory=SlurmTable)
 
 
 class PipelineFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -119,13 +152,17 @@ class PipelineFile(msgspec.Struct, forbid_unknown_fields=True):
     out: str = "out"
     note: str = ""
     vars: dict[str, Scalar] = {}  # more placeholders beside {out}
+    slurm: SlurmTable = msgspec.field(default_factory=SlurmTable)
 
 
 _TYPE_WORDS = {"array": "a list", "object": "a table", "str": "a string", "int": "an integer", "float": "a number",
                "bool": "true or false", "date": "a date", "datetime": "a date-time", "time": "a time"}  # fmt: skip
 _EXPECTED = {"args": "a list of strings", "outputs": "a list of strings", "options": "a table of option = value",
              "stdout": "a string (a file path)", "name": "a string", "run": "a string (a grtool command)",
-             "stages": "a list of [[stages]] tables", "out": "a string", "note": "a string", "vars": "a table of name = value"}  # fmt: skip
+             "stages": "a list of [[stages]] tables", "out": "a string", "note": "a string", "vars": "a table of name = value",
+             "slurm": "a table of Slurm settings (partition, time, cpus, mem, gres, tasks, ...)"}  # fmt: skip
+_SLURM_EXPECTED = {"sbatch": "a list of strings (sbatch arguments)", "nodes": "an integer", "cpus": "an integer", "tasks": "an integer",
+                   "parallel": "an integer"}  # fmt: skip
 _OPTION_VALUE = "a string, number, true/false or a list of those"
 
 
@@ -139,6 +176,9 @@ def _schema_error(path: Path, raw: dict[str, Any], error: msgspec.ValidationErro
     text = str(error)
     message, _, at = text.partition(" - at ")
     at = at.strip("`")
+    slurm = re.match(r"\$(?:\.stages\[(\d+)\])?\.slurm\.?(\w*)", at)
+    if slurm:
+        return _slurm_error(path, raw, message, slurm)
     m = re.match(r"\$\.stages\[(\d+)\]\.?(\w*)(.*)$", at)
     where = ""
     key = ""
@@ -173,6 +213,22 @@ def _schema_error(path: Path, raw: dict[str, Any], error: msgspec.ValidationErro
         hint = f' (write {key} = ["a", "b"], one string per argument)'
     expected = _EXPECTED.get(key, message.split(",")[0].removeprefix("Expected "))
     return InputError(f"{path}: {where + ', ' if where else ''}key {key!r}: {_got(message)}, expected {expected}{hint}")
+
+
+def _slurm_error(path: Path, raw: dict[str, Any], message: str, m: re.Match) -> InputError:
+    """A problem inside ``[slurm]`` or a stage's ``slurm = {…}``, naming the table and the key."""
+    where = "[slurm]"
+    if m[1] is not None:
+        entry = raw["stages"][int(m[1])]
+        where = f"stage {entry.get('name')!r}, slurm" if isinstance(entry.get("name"), str) else f"stage {int(m[1]) + 1}, slurm"
+    unknown = re.match(r"Object contains unknown field `(.+)`", message)
+    if unknown:
+        fields = list(SlurmTable.__struct_fields__)
+        return InputError(f"{path}: {where}: unknown key {unknown[1]!r}{_did_you_mean(unknown[1], fields)}; known keys: {', '.join(fields)}")
+    key = m[2]
+    if not key:
+        return InputError(f"{path}: {where}: {_got(message)}, expected a table such as {{ tasks = 4, gres = \"gpu:1\" }}")
+    return InputError(f"{path}: {where} key {key!r}: {_got(message)}, expected {_SLURM_EXPECTED.get(key, 'a string')}")
 
 
 def _got(message: str) -> str:
@@ -224,13 +280,19 @@ def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) 
     for key, value in entry.items():
         if key == "options":
             expanded[key] = {k: _expand(v, variables, f"{where}, option {k!r}") for k, v in value.items()}
+        elif key == "slurm":
+            expanded[key] = {k: _expand(v, variables, f"{where}, slurm {k!r}") for k, v in value.items()}
         else:
             expanded[key] = _expand(value, variables, f"{where}, key {key!r}")
     return expanded
 
 
-def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipeline:
-    """Read and check a pipeline file; ``overrides`` are ``stage.key=value`` (``key`` is an option, or args/outputs/stdout)."""
+def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands: StageCommands | None = None) -> Pipeline:
+    """Read and check a pipeline file; ``overrides`` are ``stage.key=value`` (``key`` is an option, or args/outputs/stdout,
+    or ``slurm.KEY`` for the stage's Slurm job) and ``slurm.KEY=value`` (the ``[slurm]`` defaults). ``commands``
+    (the commands stages may run) check that on/off options are true or false; without them only the file's own
+    structure is checked."""
+    commands = commands or NoCommands()
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())
@@ -251,7 +313,8 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
     for stage in spec.stages:
         if stage.name in by_name:
             raise InputError(f"{path}: stage name {stage.name!r} is used twice")
-        by_name[stage.name] = msgspec.structs.asdict(stage)
+        by_name[stage.name] = {**msgspec.structs.asdict(stage), "slurm": msgspec.to_builtins(stage.slurm)}
+    defaults = {k: _expand(v, variables, f"{path}: [slurm] {k!r}") for k, v in msgspec.to_builtins(spec.slurm).items()}
     # Placeholders are expanded (and checked) in the file's values first, then in each --set value.
     by_name = {name: _expand_stage(entry, variables, f"{path}: stage {name!r}") for name, entry in by_name.items()}
     for item in overrides or []:
@@ -259,6 +322,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
         stage_name, dot, key = target.partition(".")
         if not sep or not dot or not key:
             raise InputError(f"--set {item!r}: expected stage.key=value")
+        if stage_name == "slurm" and stage_name not in by_name:  # the [slurm] defaults
+            defaults[key] = _slurm_value(key, value, variables, f"--set {item!r}")
+            continue
         if stage_name not in by_name:
             raise InputError(f"--set {item!r}: no stage named {stage_name!r}{_did_you_mean(stage_name, list(by_name))} (stages: {', '.join(by_name)})")
         entry = by_name[stage_name]
@@ -271,18 +337,33 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None) -> Pipel
             entry[key] = _expand(words, variables, where)
         elif key == "stdout":
             entry[key] = _expand(value, variables, where)
+        elif key.startswith("slurm."):
+            entry["slurm"] = {**entry["slurm"], key[6:]: _slurm_value(key[6:], value, variables, where)}
         else:
             entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
-
-    from grtool.pipeline.registry import is_flag
 
     stages = []
     for entry in by_name.values():
         for key, value in entry["options"].items():
-            if not isinstance(value, bool) and is_flag(entry["run"], key):
+            if not isinstance(value, bool) and commands.is_flag(entry["run"], key):
                 raise InputError(f"{path}: stage {entry['name']!r}, option {key!r}: {value!r} is not true or false (a flag)")
         outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
         if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]
-        stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"]))
-    return Pipeline(path, variables["out"], stages, spec.note)
+        stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))
+    return Pipeline(path, variables["out"], stages, spec.note, defaults)
+
+
+def _slurm_value(key: str, text: str, variables: dict[str, str], where: str) -> Any:
+    """A ``--set …slurm.KEY=value``: a known key of :class:`SlurmTable`, of its type."""
+    fields = list(SlurmTable.__struct_fields__)
+    if key not in fields:
+        raise InputError(f"{where}: unknown Slurm key {key!r}{_did_you_mean(key, fields)}; known keys: {', '.join(fields)}")
+    value = _expand(shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
+    if key not in ("sbatch", "nodes", "cpus", "tasks", "parallel"):
+        value = str(value)  # time = 1:00:00 or mem = 64 stay text
+    try:
+        msgspec.convert({key: value}, SlurmTable, strict=True)
+    except msgspec.ValidationError as e:
+        raise InputError(f"{where}: {_got(str(e))}, expected {_SLURM_EXPECTED.get(key, 'a string')}") from None
+    return value

@@ -1,43 +1,16 @@
-"""The commands a pipeline stage can run: its ``run`` words mapped to the command function, declared here.
+"""What the pipeline knows of the commands its stages run: one small interface, filled in by the CLI.
 
-The runner asks this registry what a stage's command accepts (``--overwrite``) from the function's own
-signature, instead of walking the CLI's command tree. ``tests/test_pipeline.py`` checks that the registry
-names every stage command of ``grtool`` and agrees with the options the CLI parses.
+The pipeline (its plan, its executors) never imports the CLI. Whoever runs a pipeline hands it a
+:class:`StageCommands`: the ``grtool`` command passes its own (``grtool.cli.stages.COMMANDS``), built from the
+functions behind its commands. It is the only thing the local and the Slurm executor share: the local one asks
+it to run a stage's command line in this process, the Slurm one writes that command line into a batch script;
+both ask it what a stage's command accepts (``--overwrite``, array sharding) and check every stage's options
+before the first stage runs.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
-from collections.abc import Callable
-from typing import Any
-
-# run words -> (module, function): the functions behind the `grtool` commands a pipeline may run
-STAGE_COMMANDS: dict[str, tuple[str, str]] = {
-    "corpus ingest": ("grtool.cli.corpus", "ingest_cmd"),
-    "corpus merge": ("grtool.cli.corpus", "merge_cmd"),
-    "corpus stats": ("grtool.cli.corpus", "stats_cmd"),
-    "corpus overlap": ("grtool.cli.corpus_overlap", "overlap_cmd"),
-    "triples extract": ("grtool.cli.triples", "extract_command"),
-    "triples collisions": ("grtool.cli.triples", "collisions_command"),
-    "chains synthesize": ("grtool.cli.chains", "synthesize"),
-    "chains gold": ("grtool.cli.chains", "gold_cmd"),
-    "filters apply": ("grtool.cli.filters", "apply_cmd"),
-    "index build": ("grtool.cli.index", "build_cmd"),
-    "index query": ("grtool.cli.index", "query_cmd"),
-    "index stats": ("grtool.cli.index", "stats_cmd"),
-    "export sft": ("grtool.cli.export", "sft_cmd"),
-    "export kto": ("grtool.cli.export", "kto_cmd"),
-    "export gmr": ("grtool.cli.export", "gmr_cmd"),
-    "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
-    "eval compare": ("grtool.cli.evaluate", "compare_cmd"),
-    "retrieve": ("grtool.cli.retrieve", "retrieve_cmd"),
-    "train sft": ("grtool.cli.train", "sft_cmd"),
-    "train kto": ("grtool.cli.train", "kto_cmd"),
-    "status": ("grtool.cli.status_validate", "status_cmd"),
-    "validate": ("grtool.cli.status_validate", "validate_cmd"),
-}
+from abc import ABC, abstractmethod
 
 
 def command_name(run: str) -> str:
@@ -45,69 +18,51 @@ def command_name(run: str) -> str:
     return " ".join(run.split())
 
 
-def stage_function(run: str) -> Callable[..., Any] | None:
-    """The function behind a stage's command, or None for a command grtool does not have."""
-    entry = STAGE_COMMANDS.get(command_name(run))
-    if entry is None:
+class StageCommands(ABC):
+    """The commands a pipeline stage may run (``run = "corpus ingest"``), as the program that runs them knows them."""
+
+    @abstractmethod
+    def names(self) -> list[str]:
+        """Every command a stage may run ("corpus ingest", "triples extract", ...)."""
+
+    @abstractmethod
+    def accepts(self, run: str, parameter: str) -> bool:
+        """Whether the stage's command takes ``parameter`` (``"overwrite"``, ``"num_shards"``); False for a
+        command that does not exist."""
+
+    @abstractmethod
+    def is_flag(self, run: str, key: str) -> bool:
+        """Whether option ``key`` (``--key``) of the command is an on/off flag."""
+
+    @abstractmethod
+    def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
+        """Parse the arguments after the command words as the command will and make the checks it makes before
+        it writes anything; raise :class:`grtool.errors.GrtoolError` naming ``where``."""
+
+    @abstractmethod
+    def invoke(self, argv: list[str]) -> int | None:
+        """Run ``grtool ARGV`` in this process; returns its exit code (None or 0: success) or raises its error."""
+
+    def known(self, run: str) -> bool:
+        return command_name(run) in self.names()
+
+
+class NoCommands(StageCommands):
+    """No command known: a pipeline file read only for its structure (its schema, placeholders, --set)."""
+
+    def names(self) -> list[str]:
+        return []
+
+    def accepts(self, run: str, parameter: str) -> bool:
+        return False
+
+    def is_flag(self, run: str, key: str) -> bool:
+        return False
+
+    def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
         return None
-    module, name = entry
-    return getattr(importlib.import_module(module), name)
 
+    def invoke(self, argv: list[str]) -> int | None:
+        from grtool.errors import InputError
 
-def accepts(run: str, parameter: str) -> bool:
-    """Whether the stage's command takes ``parameter`` (``"overwrite"`` for ``--overwrite``)."""
-    function = stage_function(run)
-    return function is not None and parameter in inspect.signature(function).parameters
-
-
-def is_flag(run: str, key: str) -> bool:
-    """Whether option ``key`` (``--key``) of the stage's command is an on/off flag: its value must then be a
-    bool, else ``--key VALUE`` would turn the flag on and pass VALUE as an argument (``overwrite = "no"``)."""
-    return "--" + key.replace("_", "-") in _flags(command_name(run))
-
-
-def check_arguments(run: str, arguments: list[str], where: str) -> None:
-    """Parse a stage's arguments (after the command words) as the CLI will, without running the command, and make
-    the checks of options the command makes before it writes (the LLM options: --backend's options, --base-url,
-    --model): a wrong choice, number or option of any stage is an error before the first stage writes anything."""
-    from grtool.cli.main import _click_errors
-    from grtool.errors import GrtoolError, InputError
-
-    command = _click_command(command_name(run))
-    if command is None:
-        return
-    try:
-        ctx = command.make_context(f"grtool {command_name(run)}", list(arguments))
-        check = getattr(stage_function(run), "check_options", None)  # what the command checks before it writes
-        if check is not None:
-            check(ctx.params)
-    except _click_errors() as e:
-        raise InputError(f"{where}: {e.format_message()}") from None
-    except GrtoolError as e:  # an option's own parser refused its value (a missing extra for --plot, an empty --out)
-        e.args = (f"{where}: {e}",)  # the same error (its type and exit code), naming the stage
-        raise
-
-
-@functools.cache
-def _click_command(run: str) -> Any:
-    """The CLI's own command for ``run``, as it parses options (None: not a grtool command)."""
-    import typer
-
-    from grtool.cli.main import app
-
-    command: Any = typer.main.get_command(app)
-    ctx = command.context_class(command)  # typer's own click
-    for word in run.split():
-        command = command.get_command(ctx, word) if hasattr(command, "get_command") else None
-        if command is None:
-            return None
-    return command
-
-
-@functools.cache
-def _flags(run: str) -> frozenset[str]:
-    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
-    command = _click_command(run)
-    if command is None:
-        return frozenset()
-    return frozenset(o for p in command.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts))
+        raise InputError(f"cannot run grtool {' '.join(argv)}: no commands were given to the pipeline")

@@ -23,6 +23,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
+from grtool.pipeline.registry import StageCommands
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
 
@@ -38,6 +39,11 @@ class StageState:
 
 def _record_path(pipeline: Pipeline, stage: Stage) -> Path:
     return Path(pipeline.out) / RECORDS_DIR / f"{stage.name}.json"
+
+
+def stage_dirs(stage: Stage) -> list[Path]:
+    """The stage directories among a stage's outputs (an output may be a run directory holding several)."""
+    return _stage_dirs(stage.outputs)
 
 
 def _stage_dirs(outputs: list[str]) -> list[Path]:
@@ -135,11 +141,9 @@ def plan(pipeline: Pipeline, stages: list[Stage]) -> list[StageState]:
     return states
 
 
-def accepts_overwrite(stage: Stage) -> bool:
+def accepts_overwrite(commands: StageCommands, stage: Stage) -> bool:
     """Whether the stage's command has an --overwrite option (report commands simply rewrite their output)."""
-    from grtool.pipeline.registry import accepts
-
-    return accepts(stage.run, "overwrite")
+    return commands.accepts(stage.run, "overwrite")
 
 
 def require_extras(stages: list[Stage]) -> None:
@@ -153,36 +157,34 @@ def require_extras(stages: list[Stage]) -> None:
             require(extra, f"stage {stage.name!r}: {feature}")
 
 
-def check_overwrite_names(pipeline: Pipeline, names: list[str]) -> set[str]:
+def check_overwrite_names(commands: StageCommands, pipeline: Pipeline, names: list[str]) -> set[str]:
     """``pipeline run --overwrite STAGE``: each a stage of the pipeline whose command has ``--overwrite``."""
     stages = {s.name: s for s in pipeline.stages}
     for name in names:
         if name not in stages:
             raise InputError(f"--overwrite {name}: {pipeline.path} has no stage named {name!r} (stages: {', '.join(stages)})")
-        if not accepts_overwrite(stages[name]):
+        if not accepts_overwrite(commands, stages[name]):
             raise InputError(f"--overwrite {name}: the stage's command ({stages[name].run}) has no --overwrite; it rewrites its output on every run")
     return set(names)
 
 
-def check_stage_arguments(pipeline: Pipeline, stages: list[Stage], overwrite: set[str]) -> None:
+def check_stage_arguments(commands: StageCommands, pipeline: Pipeline, stages: list[Stage], overwrite: set[str]) -> None:
     """Each stage's command line parsed as its command will parse it (choices, numbers, unknown options), before
     any stage runs: a mistake in the last stage is found before the first one writes anything."""
-    from grtool.pipeline.registry import check_arguments
-
     for stage in stages:
         words = len(stage.run.split())
-        check_arguments(stage.run, stage.argv(stage.name in overwrite and accepts_overwrite(stage))[words:], f"{pipeline.path}: stage {stage.name!r}")
+        argv = stage.argv(stage.name in overwrite and accepts_overwrite(commands, stage))
+        commands.check_arguments(stage.run, argv[words:], f"{pipeline.path}: stage {stage.name!r}")
 
 
-def runs_with_overwrite(state: StageState, overwrite: set[str]) -> bool:
+def runs_with_overwrite(commands: StageCommands, state: StageState, overwrite: set[str]) -> bool:
     """Whether a stage that is not done runs with ``--overwrite``: its inputs changed since it ran, or the
     user named it (``pipeline run --overwrite STAGE``)."""
-    return (state.state == "inputs changed" or state.stage.name in overwrite) and accepts_overwrite(state.stage)
+    return (state.state == "inputs changed" or state.stage.name in overwrite) and accepts_overwrite(commands, state.stage)
 
 
-def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
+def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False) -> float:
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
-    from grtool.cli.main import app  # the same Typer app as the `grtool` command
     from grtool.invocation import command
     from grtool.log import flags
     from grtool.store.stops import recording
@@ -196,7 +198,7 @@ def run_stage(stage: Stage, *, overwrite: bool = False) -> float:
         stack.enter_context(command(["grtool", *argv]))
         try:
             with recording() as outcome:  # the stage's own outcome in its manifests (the error is re-worded below)
-                code = app(flags() + argv, standalone_mode=False, prog_name="grtool")  # --quiet/--verbose carry over
+                code = commands.invoke(flags() + argv)  # --quiet/--verbose carry over
                 outcome.returned(code)
         except GrtoolError as e:
             raise GrtoolError(f"stage {stage.name!r} failed: {e}", e.exit_code) from None
@@ -218,8 +220,9 @@ def _replaced_on_success(path: Path):
         tmp.unlink(missing_ok=True)
 
 
-def mark_done(pipeline: Pipeline, stage: Stage, seconds: float) -> None:
-    record = _record_path(pipeline, stage)
+def mark_done(out: str | Path, stage: Stage, seconds: float) -> None:
+    """The stage's completion record: its command and what it read, written once its command succeeded."""
+    record = Path(out) / RECORDS_DIR / f"{stage.name}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "stage": stage.name,

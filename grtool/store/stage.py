@@ -385,15 +385,6 @@ class StageWriter:
         rejects = self.path / REJECTS_DIR
         return not (rejects.is_dir() and any(not f.name.endswith(TMP_SUFFIX) for f in rejects.iterdir()))
 
-    def _clean_stale_tmp(self) -> None:
-        """Remove what killed runs left behind, once every part is committed.
-
-        Never earlier: another array task may be writing a part right now, however long it pauses.
-        """
-        for f in list(self.path.glob(f"*{TMP_SUFFIX}")) + list((self.path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
-            if _stale(f):
-                f.unlink(missing_ok=True)
-
     def done(self, index: int) -> bool:
         name = part_name(index)
         return name in self.records and (self.path / f"{name}.parquet").exists()
@@ -405,28 +396,46 @@ class StageWriter:
 
     def finish(self, **extra: Any) -> dict[str, Any]:
         """Merge every committed shard record into the manifest (under the lock) and return it."""
-        with self._lock():
-            manifest = load_manifest(self.path)
-            records = load_shard_records(self.path)
-            manifest["shards"] = {name: {k: v for k, v in rec.items() if k != "part"} for name, rec in records.items()}
-            manifest["counters"] = merge_counters(r["counters"] for r in records.values())
-            manifest["rows"] = sum(r["rows"] for r in records.values())
-            n = manifest.get("num_parts")
-            manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
-            manifest.update(extra)
-            atomic_write_bytes(self.path / MANIFEST, dumps(manifest))
-            if manifest["complete"]:
-                self._clean_stale_tmp()
-        self.records = records
+        manifest, self.records = merge_shard_records(self.path, **extra)
         self.finished = True
         self.run.release()  # the run is over (a run that goes on writing takes the lock again in shard())
         return manifest
+
+
+def merge_shard_records(path: str | Path, **extra: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Merge every committed shard record of the stage directory ``path`` into its manifest, under the manifest
+    lock; returns the manifest and the records. Each run (an array task too) does it when it finishes; a Slurm
+    pipeline does it once more, alone, after the last task of an array ended."""
+    path = Path(path)
+    with FileLock(str(path / LOCK)):
+        manifest = load_manifest(path)
+        records = load_shard_records(path)
+        manifest["shards"] = {name: {k: v for k, v in rec.items() if k != "part"} for name, rec in records.items()}
+        manifest["counters"] = merge_counters(r["counters"] for r in records.values())
+        manifest["rows"] = sum(r["rows"] for r in records.values())
+        n = manifest.get("num_parts")
+        manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
+        manifest.update(extra)
+        atomic_write_bytes(path / MANIFEST, dumps(manifest))
+        if manifest["complete"]:
+            _clean_stale_tmp(path)
+    return manifest, records
 
 
 def refuse_stdin_resume(path: Path, old_manifest: dict[str, Any]) -> None:
     """Output made from standard input cannot be resumed: nobody can tell whether the same rows come in again."""
     if any(i.get("kind") == "stdin" for i in old_manifest.get("inputs") or []):
         raise GrtoolError(f"{path}: exists from a run that read standard input, which cannot be resumed; use --overwrite")
+
+
+def _clean_stale_tmp(path: Path) -> None:
+    """Remove what killed runs left behind, once every part is committed.
+
+    Never earlier: another array task may be writing a part right now, however long it pauses.
+    """
+    for f in list(path.glob(f"*{TMP_SUFFIX}")) + list((path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
+        if _stale(f):
+            f.unlink(missing_ok=True)
 
 
 def _owner() -> str:

@@ -1,0 +1,117 @@
+"""The CLI's side of the pipeline's stage registry: the functions behind the commands a stage may run.
+
+``grtool.pipeline`` knows stages only through :class:`grtool.pipeline.registry.StageCommands`; this module
+implements it from the Typer app (what a command accepts is read from its function's signature, how it parses
+options from its Click command). ``tests/test_pipeline.py`` checks that it names every stage command of ``grtool``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from grtool.pipeline.registry import StageCommands, command_name
+
+# run words -> (module, function): the functions behind the `grtool` commands a pipeline may run
+STAGE_COMMANDS: dict[str, tuple[str, str]] = {
+    "corpus ingest": ("grtool.cli.corpus", "ingest_cmd"),
+    "corpus merge": ("grtool.cli.corpus", "merge_cmd"),
+    "corpus stats": ("grtool.cli.corpus", "stats_cmd"),
+    "corpus overlap": ("grtool.cli.corpus_overlap", "overlap_cmd"),
+    "triples extract": ("grtool.cli.triples", "extract_command"),
+    "triples collisions": ("grtool.cli.triples", "collisions_command"),
+    "chains synthesize": ("grtool.cli.chains", "synthesize"),
+    "chains gold": ("grtool.cli.chains", "gold_cmd"),
+    "filters apply": ("grtool.cli.filters", "apply_cmd"),
+    "index build": ("grtool.cli.index", "build_cmd"),
+    "index query": ("grtool.cli.index", "query_cmd"),
+    "index stats": ("grtool.cli.index", "stats_cmd"),
+    "export sft": ("grtool.cli.export", "sft_cmd"),
+    "export kto": ("grtool.cli.export", "kto_cmd"),
+    "export gmr": ("grtool.cli.export", "gmr_cmd"),
+    "eval recall": ("grtool.cli.evaluate", "recall_cmd"),
+    "eval compare": ("grtool.cli.evaluate", "compare_cmd"),
+    "retrieve": ("grtool.cli.retrieve", "retrieve_cmd"),
+    "train sft": ("grtool.cli.train", "sft_cmd"),
+    "train kto": ("grtool.cli.train", "kto_cmd"),
+    "status": ("grtool.cli.status_validate", "status_cmd"),
+    "validate": ("grtool.cli.status_validate", "validate_cmd"),
+}
+
+
+def stage_function(run: str) -> Callable[..., Any] | None:
+    """The function behind a stage's command, or None for a command grtool does not have."""
+    entry = STAGE_COMMANDS.get(command_name(run))
+    if entry is None:
+        return None
+    module, name = entry
+    return getattr(importlib.import_module(module), name)
+
+
+class CliCommands(StageCommands):
+    def names(self) -> list[str]:
+        return list(STAGE_COMMANDS)
+
+    def accepts(self, run: str, parameter: str) -> bool:
+        function = stage_function(run)
+        return function is not None and parameter in inspect.signature(function).parameters
+
+    def is_flag(self, run: str, key: str) -> bool:
+        # A flag's value must be a bool, else `--key VALUE` would turn it on and pass VALUE as an argument.
+        return "--" + key.replace("_", "-") in _flags(command_name(run))
+
+    def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
+        """Parse as the CLI will, without running the command, and make the checks of options the command makes
+        before it writes (the LLM options: --backend's options, --base-url, --model)."""
+        from grtool.cli.main import _click_errors
+        from grtool.errors import GrtoolError, InputError
+
+        command = _click_command(command_name(run))
+        if command is None:
+            return
+        try:
+            ctx = command.make_context(f"grtool {command_name(run)}", list(arguments))
+            check = getattr(stage_function(run), "check_options", None)  # what the command checks before it writes
+            if check is not None:
+                check(ctx.params)
+        except _click_errors() as e:
+            raise InputError(f"{where}: {e.format_message()}") from None
+        except GrtoolError as e:  # an option's own parser refused its value (a missing extra for --plot, an empty --out)
+            e.args = (f"{where}: {e}",)  # the same error (its type and exit code), naming the stage
+            raise
+
+    def invoke(self, argv: list[str]) -> int | None:
+        from grtool.cli.main import app  # the same Typer app as the `grtool` command
+
+        return app(argv, standalone_mode=False, prog_name="grtool")
+
+
+COMMANDS = CliCommands()
+
+
+@functools.cache
+def _click_command(run: str) -> Any:
+    """The CLI's own command for ``run``, as it parses options (None: not a grtool command)."""
+    import typer
+
+    from grtool.cli.main import app
+
+    command: Any = typer.main.get_command(app)
+    ctx = command.context_class(command)  # typer's own click
+    for word in run.split():
+        command = command.get_command(ctx, word) if hasattr(command, "get_command") else None
+        if command is None:
+            return None
+    return command
+
+
+@functools.cache
+def _flags(run: str) -> frozenset[str]:
+    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
+    command = _click_command(run)
+    if command is None:
+        return frozenset()
+    return frozenset(o for p in command.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts))

@@ -1,0 +1,419 @@
+"""The Slurm executor: each stage that is not done becomes one sbatch job running its exact ``grtool …`` line.
+
+- A stage with ``slurm = { tasks = N }`` is a job array of N tasks; each task is one shard of the stage
+  (grtool reads ``SLURM_ARRAY_TASK_COUNT``/``SLURM_ARRAY_TASK_ID`` as ``--num-shards/--shard-index``).
+- Jobs are chained with ``--dependency=afterok:`` along the stages' data dependencies (a stage waits for the
+  stages whose outputs it reads), so independent stages run side by side; ``--kill-on-invalid-dep=yes`` cancels
+  what can no longer run after a failure.
+- A stage's completion record (``OUT/_pipeline/STAGE.json``, the same the local executor writes) is written by
+  ``grtool pipeline finalize`` at the end of its job. After an array it is a small job of its own, afterok on the
+  whole array: it starts once, after the last task ended, and merges the shard records into each manifest alone,
+  so the merge cannot race a task (the tasks' own merges under the manifest lock need a file system with
+  ``flock``; this one does not).
+- The jobs' scripts and records are in ``OUT/_pipeline/slurm/``, their logs in ``OUT/_pipeline/logs/``
+  (``STAGE-%A_%a.out`` for an array task, ``STAGE-%j.out`` for a single job).
+- ``#SBATCH --signal=TERM@120`` stops grtool two minutes before the time limit (exit 75, resumable) and the job
+  requeues itself; ``scancel`` does not requeue (the batch shell dies with the job).
+- Re-running submits only the stages that are not done and not already queued or running.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import DataProblem, GrtoolError, InputError
+from grtool.log import log
+from grtool.pipeline.config import Pipeline, Stage
+from grtool.pipeline.executors import PipelineExecutor, print_summary
+from grtool.pipeline.runner import RECORDS_DIR, StageState, mark_done, stage_dirs
+from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
+
+JOBS_DIR = "slurm"
+LOGS_DIR = "logs"
+ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "REQUEUE_FED",
+          "SIGNALING", "STAGE_OUT", "STOPPED"}  # fmt: skip
+RETRYABLE = {"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}  # ended from outside: resumable
+MAX_REQUEUES = 5  # a stage that keeps exiting 75 (a server down) stops requeueing itself after this many
+POLL_SECONDS = 2.0
+
+
+def settings(pipeline: Pipeline, stage: Stage) -> dict[str, Any]:
+    """The stage's job settings: the ``[slurm]`` defaults with the stage's own ``slurm = {…}`` over them."""
+    return {**pipeline.slurm, **stage.slurm}
+
+
+def depends_on(stage: Stage, earlier: list[Stage]) -> list[str]:
+    """The earlier stages whose outputs this stage reads (any argument or option value at or inside one of their
+    outputs, or holding one), whether or not those paths exist yet."""
+    values = [*stage.args, *(v for value in stage.options.values() for v in (value if isinstance(value, list) else [value]))]
+    paths = [Path(v).absolute() for v in values if isinstance(v, str) and v not in ("", "-")]
+    own = [Path(o).absolute() for o in stage.outputs]
+    found = []
+    for other in earlier:
+        outs = [Path(o).absolute() for o in other.outputs]
+        for p in paths:
+            if any(p == o for o in own):
+                continue
+            if any(p == o or o in p.parents or p in o.parents for o in outs):
+                found.append(other.name)
+                break
+    return found
+
+
+class SlurmExecutor(PipelineExecutor):
+    def __init__(self, pipeline: Pipeline, commands, stages: list[Stage], overwrite: set[str] | None = None, *, wait: bool = False):
+        super().__init__(pipeline, commands, stages, overwrite)
+        self.wait = wait
+        self.out = Path(pipeline.out)
+        self.jobs_dir = self.out / RECORDS_DIR / JOBS_DIR
+        self.logs_dir = self.out / RECORDS_DIR / LOGS_DIR
+        self.cwd = Path.cwd()
+
+    # ---- what to submit
+
+    def _todo(self) -> list[tuple[StageState, dict[str, Any], list[str]]]:
+        """Each stage that is not done, its settings and the earlier stages of the run it waits for; checked."""
+        todo = []
+        running: list[Stage] = []
+        for state in self.plan():
+            stage = state.stage
+            if state.state == "done":
+                continue
+            conf = settings(self.pipeline, stage)
+            self._check(state, conf)
+            todo.append((state, conf, depends_on(stage, running)))
+            running.append(stage)
+        return todo
+
+    def _overwrite(self, state: StageState) -> bool:
+        # A done stage whose input an earlier stage remakes ("stale") will find its inputs changed when it runs.
+        changed = state.state in ("inputs changed", "stale") or state.stage.name in self.overwrite
+        return changed and self.commands.accepts(state.stage.run, "overwrite")
+
+    def _check(self, state: StageState, conf: dict[str, Any]) -> None:
+        stage = state.stage
+        where = f"{self.pipeline.path}: stage {stage.name!r}, slurm"
+        if "tasks" in self.pipeline.slurm:
+            raise InputError(f"{self.pipeline.path}: [slurm] tasks: set tasks per stage (slurm = {{ tasks = N }}), not for every stage")
+        for key in ("tasks", "parallel", "cpus", "nodes"):
+            if key in conf and conf[key] < 1:
+                raise InputError(f"{where} {key!r}: must be at least 1, got {conf[key]}")
+        tasks = conf.get("tasks", 1)
+        if tasks > 1:
+            if not self.commands.accepts(stage.run, "num_shards"):
+                raise InputError(f"{where} 'tasks': {stage.run} does not split its work into shards (no --num-shards); run it as one job (tasks = 1)")
+            if {"num_shards", "shard_index"} & set(stage.options):
+                raise InputError(f"{where} 'tasks': the stage sets --num-shards/--shard-index itself; an array task takes them from Slurm")
+            if stage.stdout:
+                raise InputError(f"{where} 'tasks': a stage with stdout = FILE runs as one job (its tasks would each write the report)")
+            if self._overwrite(state):
+                raise InputError(f"{where} 'tasks': the stage must replace its output (--overwrite: {state.state}), which an array's tasks "
+                                 f"cannot do together; run it once with --set {stage.name}.slurm.tasks=1, or locally")  # fmt: skip
+        elif "parallel" in conf:
+            raise InputError(f"{where} 'parallel': only for an array (tasks > 1)")
+
+    # ---- the batch scripts
+
+    def _directives(self, stage: Stage, conf: dict[str, Any], *, array: bool) -> list[str]:
+        log_name = f"{stage.name}-%A_%a.out" if array else f"{stage.name}-%j.out"
+        lines = [f"--job-name=grtool-{stage.name}", f"--output={self.logs_dir.absolute() / log_name}", "--open-mode=append",
+                 f"--chdir={self.cwd}", "--requeue", "--signal=TERM@120"]  # fmt: skip
+        flags = {"partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time", "nodes": "--nodes",
+                 "cpus": "--cpus-per-task", "mem": "--mem", "gres": "--gres"}  # fmt: skip
+        lines += [f"{flag}={conf[key]}" for key, flag in flags.items() if conf.get(key) is not None]
+        if array:
+            tasks = conf["tasks"]
+            lines.append(f"--array=0-{tasks - 1}" + (f"%{conf['parallel']}" if conf.get("parallel") else ""))
+        lines += list(conf.get("sbatch", []))
+        return lines
+
+    def _record_path(self, stage: Stage) -> Path:
+        return self.jobs_dir / f"{stage.name}.json"
+
+    def stage_script(self, state: StageState, conf: dict[str, Any]) -> str:
+        stage = state.stage
+        array = conf.get("tasks", 1) > 1
+        overwrite = self._overwrite(state)
+        line = shlex.join(["grtool", *stage.argv(overwrite)])
+        if conf.get("launch"):
+            line = f"{conf['launch']} {line}"
+        record = shlex.quote(str(self._record_path(stage).absolute()))
+        body = [f"# stage {stage.name}: {state.state}" + (f" ({state.detail})" if state.detail else ""),
+                f"# outputs: {', '.join(stage.outputs) or '-'}", "set -uo pipefail"]  # fmt: skip
+        if conf.get("setup"):
+            body.append(conf["setup"])
+        if stage.stdout:  # replaced only when the command succeeds: a failed run keeps the earlier report
+            tmp = shlex.quote(f"{stage.stdout}.slurm-") + '"$SLURM_JOB_ID"' + shlex.quote(TMP_SUFFIX)
+            body += [f"mkdir -p {shlex.quote(str(Path(stage.stdout).parent))}", f"srun {line} > {tmp}"]
+        else:
+            body.append(f"srun {line}")
+        body += [
+            "rc=$?",
+            "# 75: stopped by SIGTERM (the time limit's warning, --signal) or a transient failure: requeue, the stage resumes",
+            f'if [ "$rc" -eq 75 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {MAX_REQUEUES} ]; then scontrol requeue "$SLURM_JOB_ID"; fi',
+        ]
+        if stage.stdout:
+            body.append(f'if [ "$rc" -ne 0 ]; then rm -f {tmp}; exit "$rc"; fi')
+            body.append(f"mv -f {tmp} {shlex.quote(stage.stdout)}")
+        else:
+            body.append('if [ "$rc" -ne 0 ]; then exit "$rc"; fi')
+        if not array:
+            body.append(f"grtool pipeline finalize {record}")
+        return _script(self._directives(stage, conf, array=array), body)
+
+    def finalize_script(self, stage: Stage, conf: dict[str, Any]) -> str:
+        """After an array: one job, afterok on every task, that merges the manifests and records the stage done."""
+        keep = {k: conf[k] for k in ("partition", "account", "qos", "setup") if conf.get(k)}
+        directives = self._directives(stage, {**keep, "time": "01:00:00", "cpus": 1}, array=False)
+        directives[0] += "-finalize"
+        directives[1] = f"--output={self.logs_dir.absolute() / f'{stage.name}-finalize-%j.out'}"
+        body = ["set -euo pipefail", *([conf["setup"]] if conf.get("setup") else []),
+                f"grtool pipeline finalize --merge {shlex.quote(str(self._record_path(stage).absolute()))}"]  # fmt: skip
+        return _script(directives, body)
+
+    # ---- dry run
+
+    def dry_run(self) -> None:
+        todo = self._todo()
+        for state, conf, after in todo:
+            stage = state.stage
+            tasks = conf.get("tasks", 1)
+            print(f"# ---- {self.jobs_dir / (stage.name + '.sbatch')}" + (f" (array of {tasks} tasks)" if tasks > 1 else ""))
+            print(self.stage_script(state, conf), end="")
+            if tasks > 1:
+                print(f"# ---- {self.jobs_dir / (stage.name + '.finalize.sbatch')} (after every task of {stage.name})")
+                print(self.finalize_script(stage, conf), end="")
+        print("# dependency graph (sbatch --dependency=afterok:…):")
+        for state in self.plan():
+            stage = state.stage
+            entry = next((t for t in todo if t[0].stage is stage), None)
+            if entry is None:
+                print(f"#   {stage.name}: {state.state}, not submitted")
+                continue
+            _, conf, after = entry
+            kind = f"array 0-{conf['tasks'] - 1}, then {stage.name}-finalize" if conf.get("tasks", 1) > 1 else "one job"
+            print(f"#   {stage.name} ({kind})" + (f" after {', '.join(after)}" if after else ""))
+        print(f"# {len(todo)} of {len(self.stages)} stages to submit" + (f": {', '.join(t[0].stage.name for t in todo)}" if todo else ""), flush=True)
+
+    # ---- submission
+
+    def run(self) -> list[dict[str, Any]] | None:
+        todo = self._todo()
+        if not todo:
+            log.info("every stage is done: nothing to submit")
+            return print_summary(self.stages) if self.wait else None
+        if shutil.which("sbatch") is None:
+            raise InputError("--executor slurm: no sbatch on PATH (run it on a Slurm login node, or use --executor local)")
+        scripts = {state.stage.name: self.stage_script(state, conf) for state, conf, _ in todo}
+        queued = {state.stage.name: self._active_job(state.stage) for state, _, _ in todo}
+        for name, script in scripts.items():  # sbatch checks every job (partition, gres, time, ...) before one is submitted
+            if queued[name] is None:
+                _sbatch(["--test-only"], script, f"stage {name!r}")
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        final: dict[str, str] = {}  # stage -> the job its dependents wait for
+        submitted: dict[str, dict[str, Any]] = {}
+        for state, conf, after in todo:
+            stage = state.stage
+            if queued[stage.name] is not None:
+                final[stage.name] = queued[stage.name]
+                log.info("stage %s: already queued or running as job %s, not submitted again", stage.name, queued[stage.name])
+                continue
+            deps = [final[a] for a in after if a in final]
+            dep_args = [f"--dependency=afterok:{':'.join(deps)}", "--kill-on-invalid-dep=yes"] if deps else []
+            record = {"stage": stage.to_dict(), "out": str(self.out.absolute()), "overwrite": self._overwrite(state), "tasks": conf.get("tasks", 1),
+                      "submitted": _now(), "jobs": {}}  # fmt: skip
+            atomic_write_bytes(self._record_path(stage), dumps(record))  # before the job starts: its last step reads it
+            script_path = self.jobs_dir / f"{stage.name}.sbatch"
+            script_path.write_text(scripts[stage.name])
+            job = _sbatch(["--parsable", *dep_args, str(script_path)], None, f"stage {stage.name!r}")
+            record["jobs"]["run"] = job
+            final[stage.name] = job
+            if conf.get("tasks", 1) > 1:
+                fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
+                fin_path.write_text(self.finalize_script(stage, conf))
+                fin = _sbatch(["--parsable", f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes", str(fin_path)], None, f"stage {stage.name!r}")
+                record["jobs"]["finalize"] = fin
+                final[stage.name] = fin
+            atomic_write_bytes(self._record_path(stage), dumps(record))
+            submitted[stage.name] = record
+            after_text = f" after {', '.join(a for a in after if a in final)}" if after else ""
+            log.info("stage %s: submitted job %s%s%s", stage.name, job, f" (array of {conf['tasks']} tasks)" if conf.get("tasks", 1) > 1 else "", after_text)
+        if not self.wait:
+            return None
+        self._wait([name for name in final])
+        return print_summary(self.stages)
+
+    def _active_job(self, stage: Stage) -> str | None:
+        """The job this stage's dependents would wait for when a previous run's job of it is still queued or running."""
+        path = self._record_path(stage)
+        if not path.exists():
+            return None
+        jobs = json.loads(path.read_text()).get("jobs", {})
+        ids = [j for j in (jobs.get("run"), jobs.get("finalize")) if j]
+        if not ids:
+            return None
+        states = job_states(ids)
+        if any(s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied" for s in states.values()):
+            return jobs.get("finalize") or jobs["run"]
+        return None
+
+    def _wait(self, names: list[str]) -> None:
+        """Until every job of ``names`` ended; raise naming each job that did not complete and its log."""
+        records = {n: json.loads(self._record_path(s).read_text()) for n in names for s in self.stages if s.name == n}
+        ids = {n: [j for j in (r["jobs"].get("run"), r["jobs"].get("finalize")) if j] for n, r in records.items()}
+        all_ids = [j for js in ids.values() for j in js]
+        unknown_since = time.monotonic()
+        while True:
+            states = job_states(all_ids)
+            pending = [k for k, s in states.items() if s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied"]
+            if states and not pending:
+                break
+            if states:
+                unknown_since = time.monotonic()
+            elif time.monotonic() - unknown_since > 120:  # Slurm forgot the jobs and no jobcomp file names them
+                raise GrtoolError(f"--wait: Slurm no longer knows jobs {', '.join(all_ids)} (no squeue/scontrol record, no jobcomp file); "
+                                  f"see {self.logs_dir} and grtool status {self.out}", 75)  # fmt: skip
+            time.sleep(POLL_SECONDS)
+        failed = []
+        for name, job_ids in ids.items():
+            for key, s in sorted(job_states(job_ids).items()):
+                if s["state"] != "COMPLETED":
+                    failed.append((name, key, s))
+        if not failed:
+            log.info("every job completed")
+            return
+        first = [f for f in failed if f[2].get("reason") not in ("DependencyNeverSatisfied", "Dependency")] or failed
+        lines = [f"stage {name}: job {key} {s['state']}" + (f" (exit {s['exit']})" if s.get("exit") not in (None, "0:0") else "")
+                 + f", log {s.get('log') or self.logs_dir / (name + '-' + key + '.out')}" for name, key, s in first]  # fmt: skip
+        rest = sorted({name for name, _, _ in failed} - {name for name, _, _ in first})
+        message = "; ".join(lines) + (f"; not run: {', '.join(rest)}" if rest else "")
+        if all(s["state"] in RETRYABLE for _, _, s in first):
+            raise GrtoolError(f"pipeline jobs ended early: {message}; run the same command again to resume", 75)
+        raise DataProblem(f"pipeline jobs failed: {message}")
+
+
+def _script(directives: list[str], body: list[str]) -> str:
+    return "\n".join(["#!/bin/bash", *(f"#SBATCH {d}" for d in directives), *body]) + "\n"
+
+
+def _sbatch(args: list[str], script: str | None, what: str) -> str:
+    """Run sbatch (the script on stdin when given); the job id it printed (``--parsable``), or an error naming ``what``."""
+    proc = subprocess.run(["sbatch", *args], input=script, capture_output=True, text=True)
+    if proc.returncode != 0:
+        said = " ".join((proc.stderr or proc.stdout).split()) or f"exit {proc.returncode}"
+        raise InputError(f"--executor slurm: sbatch refused the job of {what}: {said}")
+    return proc.stdout.strip().split(";")[0]
+
+
+# ---- job states: squeue/scontrol while Slurm remembers the job, then the jobcomp file (sacct needs slurmdbd)
+
+
+def job_states(ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{"123": {...}, "124_0": {...}}``: each job (each array task) of ``ids`` with its state, reason, exit code, log."""
+    found: dict[str, dict[str, Any]] = {}
+    missing = []
+    for job in ids:
+        proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True)
+        rows = [_fields(line) for line in proc.stdout.splitlines() if line.startswith("JobId=")] if proc.returncode == 0 else []
+        if not rows:
+            missing.append(str(job))
+        for f in rows:
+            found[_key(f)] = {"state": f.get("JobState", "?"), "reason": f.get("Reason"), "exit": f.get("ExitCode"), "log": f.get("StdOut")}
+    if missing:
+        for f in _jobcomp():
+            if f.get("JobId") in missing or f.get("ArrayJobId") in missing:
+                found[_key(f)] = {"state": f.get("JobState", "?"), "reason": None, "exit": f.get("ExitCode"), "log": None}
+    return found
+
+
+def _key(f: dict[str, str]) -> str:
+    task = f.get("ArrayTaskId")
+    return f"{f['ArrayJobId']}_{task}" if task and f.get("ArrayJobId") else f.get("JobId", "?")
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+
+
+def _jobcomp() -> list[dict[str, str]]:
+    """The records of finished jobs in the jobcomp file (JobCompType=jobcomp/filetxt), when readable."""
+    proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True)
+    m = re.search(r"^JobCompLoc\s*=\s*(\S+)", proc.stdout, re.M)
+    kind = re.search(r"^JobCompType\s*=\s*(\S+)", proc.stdout, re.M)
+    if not m or not kind or "filetxt" not in kind[1]:
+        return []
+    try:
+        return [_fields(line) for line in Path(m[1]).read_text(errors="replace").splitlines()]
+    except OSError:
+        return []
+
+
+def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
+    """Per stage of the run directory ``out``: its last submitted jobs and their states (``grtool status``)."""
+    rows = []
+    folder = Path(out) / RECORDS_DIR / JOBS_DIR
+    if not folder.is_dir():
+        return rows
+    have_slurm = shutil.which("scontrol") is not None
+    for path in sorted(folder.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        jobs = record.get("jobs", {})
+        ids = [j for j in (jobs.get("run"), jobs.get("finalize")) if j]
+        states = job_states(ids) if have_slurm and ids else {}
+        counts: dict[str, int] = {}
+        for s in states.values():
+            counts[s["state"]] = counts.get(s["state"], 0) + 1
+        rows.append({"stage": record["stage"]["name"], "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
+                     "states": {k: v["state"] for k, v in states.items()}, "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "unknown"})  # fmt: skip
+    return rows
+
+
+# ---- the last step of a stage's job
+
+
+def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
+    """Check a stage's outputs are complete after its job and write its completion record; ``merge``: merge the
+    shard records into each manifest first (once, after an array's last task)."""
+    from grtool.store.stage import merge_shard_records
+    from grtool.store.validate import status
+
+    path = Path(record_path)
+    try:
+        record = json.loads(path.read_text())
+        stage = Stage.from_dict(record["stage"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{path}: not a stage's job record ({e})") from None
+    dirs = stage_dirs(stage)
+    if merge:
+        for d in dirs:
+            merge_shard_records(d)
+    for d in dirs:
+        s = status(d)
+        if not s["complete"]:
+            raise DataProblem(f"stage {stage.name!r}: {d} is not complete after its job ({s['parts_done']}/{s['parts_planned']} parts done; see grtool status {d})")
+    missing = [o for o in stage.outputs if not Path(o).exists()]
+    if missing:
+        raise DataProblem(f"stage {stage.name!r}: its job left no {', '.join(missing)}")
+    submitted = _dt.datetime.fromisoformat(record.get("submitted") or _now())
+    mark_done(record["out"], stage, (_dt.datetime.now(_dt.timezone.utc) - submitted).total_seconds())
+    log.info("stage %s: done", stage.name)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+

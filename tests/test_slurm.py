@@ -1,0 +1,207 @@
+"""`grtool pipeline run --executor slurm` against a real Slurm (slurmctld + slurmd on this machine).
+
+Skipped unless a cluster answers: `make test-slurm` starts one (tests/slurm/cluster.sh), runs this file and
+stops it. The pipeline: ingest the HotpotQA example (parts of 2 documents) -> triples as an array of 3 tasks against a small
+OpenAI-compatible server in this process (a canned triple per document) -> a collisions report. One array task
+is cancelled mid-way; the re-run redoes only its missing part; a second re-run submits nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on PATH: no Slurm here (make test-slurm starts a single-node cluster)")
+
+
+def _cluster_up() -> bool:
+    proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    return proc.returncode == 0 and any(s.strip() in ("idle", "mix", "alloc") for s in proc.stdout.splitlines())
+
+
+class TripleServer(ThreadingHTTPServer):
+    """Answers every chat completion with one triple naming the document's title, after ``delay`` seconds."""
+
+    daemon_threads = True
+
+    def __init__(self, delay: float):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.delay = delay
+        self.titles: list[str] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: TripleServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._json({"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
+        with self.server.lock:
+            self.server.titles.append(title)
+        time.sleep(self.server.delay)
+        text = json.dumps({"triples": [[title, "appears in", "HotpotQA"]]})
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 7}})
+
+
+@pytest.fixture
+def server():
+    srv = TripleServer(delay=0.7)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+
+
+def _pipeline(path: Path, out: Path, url: str) -> Path:
+    hotpot = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
+    path.write_text(textwrap.dedent(f"""
+        out = "{out}"
+
+        [slurm]
+        time = "00:10:00"
+        setup = "export PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={REPO}"
+
+        [[stages]]
+        name = "ingest"
+        run = "corpus ingest"
+        args = ["{hotpot}"]
+        options = {{ out = "{{out}}/corpus", rows_per_part = 2 }}
+
+        [[stages]]
+        name = "triples"
+        run = "triples extract"
+        args = ["{{out}}/corpus"]
+        options = {{ out = "{{out}}/run", backend = "openai", base_url = "{url}", concurrency = 1, grounding = "off", no_cache = true }}
+        slurm = {{ tasks = 3 }}
+
+        [[stages]]
+        name = "collisions"
+        run = "triples collisions"
+        args = ["{{out}}/run/triples"]
+        options = {{ corpus = "{{out}}/corpus", json = true }}
+        stdout = "{{out}}/reports/collisions.json"
+        """))
+    return path
+
+
+def _rows(stage: Path) -> list:
+    import pyarrow.parquet as pq
+
+    rows = [r for f in sorted(stage.glob("part-*.parquet")) for r in pq.read_table(f).to_pylist()]
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def _jobs(out: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (out / "_pipeline" / "slurm").glob("*.json")}
+
+
+def _states(out: Path) -> dict[str, str]:
+    from grtool.pipeline.slurm import job_states
+
+    ids = [j for r in _jobs(out).values() for j in r["jobs"].values()]
+    return {k: v["state"] for k, v in job_states(ids).items()}
+
+
+def _until(check, seconds: float, what: str):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_pipeline_on_slurm_matches_the_local_run_resumes_a_cancelled_task_and_then_submits_nothing(tmp_path, server, cli):
+    if not _cluster_up():
+        pytest.skip("sbatch is here but no Slurm node answers (start one: tests/slurm/cluster.sh start)")
+    local_out, out = tmp_path / "local", tmp_path / "slurm"
+    local = _pipeline(tmp_path / "local.toml", local_out, server.url)
+    config = _pipeline(tmp_path / "slurm.toml", out, server.url)
+
+    plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run").stdout
+    assert "#SBATCH --array=0-2" in plan and "#SBATCH --signal=TERM@120" in plan and "#SBATCH --requeue" in plan
+    assert f"#SBATCH --output={out}/_pipeline/logs/triples-%A_%a.out" in plan
+    assert "triples (array 0-2, then triples-finalize) after ingest" in plan and "collisions (one job) after ingest, triples" in plan
+    assert not out.exists()  # a dry run writes nothing
+
+    server.delay = 0.0
+    cli("pipeline", "run", local)
+    server.delay = 0.7
+    server.titles.clear()
+
+    # Submitted without --wait; task 1 is cancelled once it committed its first part (part 1; part 4 is left).
+    cli("pipeline", "run", config, "--executor", "slurm")
+    array = _jobs(out)["triples"]["jobs"]["run"]
+    _until(lambda: (out / "run" / "triples" / "_shards" / "part-00001.json").exists(), 120, "task 1's first part")
+    subprocess.run(["scancel", f"{array}_1"], check=True)
+    active = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING"}
+    _until(lambda: (s := _states(out)) and not any(v in active for v in s.values()), 120, "the jobs to end")
+    states = _states(out)
+    assert states[f"{array}_1"] == "CANCELLED" and states[f"{array}_0"] == states[f"{array}_2"] == "COMPLETED", states
+    finalize, collisions = _jobs(out)["triples"]["jobs"]["finalize"], _jobs(out)["collisions"]["jobs"]["run"]
+    assert states[finalize] == states[collisions] == "CANCELLED", states  # --kill-on-invalid-dep: nothing waits forever
+    done = sorted(p.name for p in (out / "run" / "triples" / "_shards").glob("part-*.json"))
+    assert "part-00004.json" not in done and "part-00001.json" in done, done
+    before = {name: (out / "run" / "triples" / "_shards" / name).read_bytes() for name in done}
+    status = cli("status", out, env={"COLUMNS": "200"}).stderr
+    assert "slurm jobs" in status and "CANCELLED 1" in status, status
+
+    # The same command again, waiting: only the triples stage (its missing part) and what follows are redone.
+    server.titles.clear()
+    proc = cli("pipeline", "run", config, "--executor", "slurm", "--wait")
+    assert "stage ingest: submitted" not in proc.stderr and "stage triples: submitted" in proc.stderr, proc.stderr
+    assert set(_states(out).values()) == {"COMPLETED"}, _states(out)
+    missing = {json.loads(l)["title"] for l in _jsonl(out / "corpus" / "documents", "part-00004")}
+    assert set(server.titles) == missing, (server.titles, missing)  # nothing of a finished part asked again
+    for name, data in before.items():
+        assert (out / "run" / "triples" / "_shards" / name).read_bytes() == data, name
+    assert _rows(out / "run" / "triples") == _rows(local_out / "run" / "triples")
+    local_report = (local_out / "reports" / "collisions.json").read_text().replace(str(local_out), str(out))  # it names its inputs
+    assert json.loads((out / "reports" / "collisions.json").read_text()) == json.loads(local_report)
+    manifest = json.loads((out / "run" / "triples" / "_manifest.json").read_text())
+    assert manifest["complete"] and len(manifest["shards"]) == manifest["num_parts"] >= 5
+    cli("validate", out)
+    assert any(out.glob("_pipeline/logs/triples-*_1.out"))
+
+    # Everything done: nothing is submitted, exit 0; the local plan agrees.
+    jobs = _jobs(out)
+    proc = cli("pipeline", "run", config, "--executor", "slurm", "--wait")
+    assert "nothing to submit" in proc.stderr and _jobs(out) == jobs
+    assert "# 0 of 3 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
+
+
+def _jsonl(stage: Path, part: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return [json.dumps(r, default=str) for r in pq.read_table(stage / f"{part}.parquet").to_pylist()]
