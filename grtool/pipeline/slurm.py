@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-
 import re
 import shlex
 import shutil
