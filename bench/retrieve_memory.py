@@ -1,0 +1,253 @@
+"""How much memory `grtool retrieve --markers brackets` takes beyond the model, as the number of docids grows.
+
+For each size: a generated triples stage (the real schema; heads, relations and tails drawn Zipf-like from
+pseudo-word vocabularies, five triples per document), an index of it built by the real `grtool index build
+--tokenizer default` (the embedded model's tokenizer), then the real `grtool retrieve --markers brackets` over a
+few questions of the 2Wiki sample in ../shared/data (else the repository's example) with the embedded model (SmolLM2-135M-Instruct, CPU), in a
+child process that reports its peak RSS (VmHWM). Another child loads only the model the way the transformers
+backend does: its VmHWM is "the model". Printed per size: docids, index files (MB), peak RSS, peak minus model,
+and whether peak ≤ model + index files + 300 MB (issue #27's goal).
+
+    python bench/retrieve_memory.py [--sizes 1000000,10000000] [--questions 3] [--max-tokens 48] [--repo DIR] [--keep DIR]
+
+``--repo`` runs the children against another checkout (e.g. one before a change) to compare. ``measure(index_dir,
+corpus)`` is the part bench/index_e2e.py calls on an index it built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared" / "data" / "2wikimultihopqa"  # the real 2Wiki sample beside a checkout, when present
+EXAMPLES = REPO / "examples" / "data" / "2wikimultihopqa"  # else the repository's 4 questions
+BUDGET_MB = 300  # peak RSS ≤ model + index files + this
+ROWS_PER_PART = 100_000
+TRIPLES_PER_DOC = 5
+
+# The child: run a grtool command in this process, then report the process's peak RSS (also when it exits non-zero).
+_CHILD = r"""
+import json, sys
+def peak():
+    with open("/proc/self/status") as f:
+        return {k: int(v.split()[0]) * 1024 for k, v in (l.split(":", 1) for l in f) if k in ("VmHWM", "VmRSS")}
+out, what, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+code = 0
+try:
+    if what == "model":  # what the transformers backend loads: the tokenizer and the weights on the CPU
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from grtool.llm.models import resolve_model
+        path = resolve_model(None).path
+        AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
+        with torch.no_grad():
+            model(torch.tensor([[1, 2, 3]]))
+    else:
+        sys.argv = ["grtool", *args]
+        from grtool.cli.main import run
+        run()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+finally:
+    with open(out, "w") as f:
+        json.dump({**peak(), "code": code}, f)
+"""
+
+
+def _child(what: str, args: list[str], repo: Path, cwd: Path) -> dict:
+    """Run the child (``model`` or a grtool command) with ``repo`` first on the path; its VmHWM, VmRSS, exit code,
+    stderr tail and wall time."""
+    with tempfile.NamedTemporaryFile("r", suffix=".json") as report:
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _CHILD, report.name, what, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        got = json.loads(Path(report.name).read_text() or "{}")
+    if got.get("code") or proc.returncode:
+        raise RuntimeError(f"{what} {' '.join(map(str, args[:3]))}…: exit {got.get('code', proc.returncode)}: {proc.stderr[-2000:]}")
+    return {**got, "seconds": seconds, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+_MODEL: dict[str, int] = {}
+
+
+def model_rss(repo: Path = REPO) -> int:
+    """Peak RSS (bytes) of a process that only loads the embedded model as the transformers backend does."""
+    if str(repo) not in _MODEL:
+        _MODEL[str(repo)] = _child("model", [], repo, REPO)["VmHWM"]
+    return _MODEL[str(repo)]
+
+
+def index_bytes(index_dir: Path) -> int:
+    return sum(p.stat().st_size for p in Path(index_dir).iterdir() if p.is_file())
+
+
+def measure(index_dir: str | Path, corpus: str | Path, *, triples: str | Path | None = None, questions: int = 3, max_tokens: int = 48,
+            repo: str | Path = REPO, out: str | Path | None = None) -> dict:
+    """Run `grtool retrieve CORPUS --index INDEX_DIR --markers brackets --few-shot 2 --few-shot-from dev --limit
+    QUESTIONS` (the corpus's gold triples must be in the index: worked examples, docids to write) in a child
+    process (``repo``'s grtool) and report its peak RSS against the model's alone and the index files' size:
+    ``{"peak_mb", "model_mb", "over_model_mb", "index_mb", "budget_mb", "within_budget", "seconds", "docids"}``.
+    The first run over an index without the bracket files writes them (a second run shows the steady state)."""
+    index_dir, repo = Path(index_dir).resolve(), Path(repo).resolve()
+    work = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="retrieve_memory."))
+    responses = work / f"responses-{time.monotonic_ns()}"
+    args = ["retrieve", Path(corpus).resolve(), "--index", index_dir, "--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--limit", questions,
+            "--max-tokens", max_tokens, "--threads", "2", "--no-cache", "--out", responses, "--json"]  # fmt: skip
+    if triples is not None:
+        args += ["--triples", Path(triples).resolve()]
+    try:
+        got = _child("retrieve", args, repo, REPO)
+        report = json.loads(got["stdout"] or "{}")
+    finally:
+        shutil.rmtree(responses, ignore_errors=True)
+        if out is None:
+            shutil.rmtree(work, ignore_errors=True)
+    model = model_rss(repo)
+    size = index_bytes(index_dir)
+    meta = json.loads((index_dir / "index.json").read_text())
+    mb = 1 << 20
+    return {
+        "docids": (meta.get("sizes") or {}).get("sequences"),
+        "index_mb": round(size / mb, 1),
+        "peak_mb": round(got["VmHWM"] / mb, 1),
+        "model_mb": round(model / mb, 1),
+        "over_model_mb": round((got["VmHWM"] - model) / mb, 1),
+        "budget_mb": round((model + size) / mb + BUDGET_MB, 1),
+        "within_budget": got["VmHWM"] <= model + size + BUDGET_MB * mb,
+        "seconds": round(got["seconds"], 1),
+        "responses": report.get("responses"),
+        "docids_written": report.get("docids"),
+    }
+
+
+# ------------------------------------------------------------------------------------------ generated data
+
+
+def _words(rng, n: int, syllables=(1, 4)) -> list[str]:
+    """``n`` distinct pronounceable pseudo-words."""
+    cons, vow = "bcdfghjklmnprstvwz", "aeiou"
+    seen: dict[str, None] = {}
+    while len(seen) < n:
+        k = int(rng.integers(*syllables, endpoint=True))
+        w = "".join(cons[int(rng.integers(len(cons)))] + vow[int(rng.integers(len(vow)))] for _ in range(k))
+        seen.setdefault(w.capitalize())
+    return list(seen)
+
+
+def _zipf(rng, n: int, size: int, a: float = 1.1):
+    """``size`` indices in [0, n) with Zipf-like frequencies (rank r ~ 1/r^a)."""
+    import numpy as np
+
+    ranks = np.arange(1, n + 1, dtype=np.float64) ** -a
+    cdf = np.cumsum(ranks)
+    return np.searchsorted(cdf, rng.random(size) * cdf[-1]).clip(0, n - 1)
+
+
+def make_triples(out: Path, n: int, corpus: Path | None = None, seed: int = 0) -> Path:
+    """A triples stage of ``n`` rows: ``head, relation, tail`` like extracted facts (entity names of 1-3 words,
+    ~300 relation phrases, tails that are entities, years or quantities), Zipf-distributed; with ``corpus``, its
+    evidence triples first (so its questions have real gold triples: worked examples, docids the model writes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from grtool.store.schemas import TRIPLES
+    from grtool.store.stage import StageSpec, StageWriter
+
+    rng = np.random.default_rng(seed)
+    words = np.array(_words(rng, 40_000))
+    n_entities = max(1000, n // 3)
+    ent_words = _zipf(rng, len(words), (n_entities, 3))
+    ent_len = rng.integers(1, 4, n_entities)
+    entities = np.array([" ".join(words[ent_words[i, : ent_len[i]]]) for i in range(n_entities)])
+    verbs = _words(rng, 400, (1, 3))
+    relations = np.array(sorted({f"{v.lower()}{s}" for v in verbs for s in ("", " of", " in", " by")})[:300])
+    parts = -(-n // ROWS_PER_PART)
+    stage = StageWriter(out, StageSpec("triples", TRIPLES, {"source": "bench/retrieve_memory.py", "seed": seed, "rows": n}), num_parts=parts)
+    evidence = None
+    if corpus is not None:
+        from grtool.store.stage import read_table, resolve_stage
+        from grtool.triples.evidence import evidence_triples
+
+        found = evidence_triples(read_table(resolve_stage(corpus, "questions")).to_pylist(), read_table(resolve_stage(corpus, "documents"), ["doc_id", "title"]).to_pylist())
+        evidence = pa.Table.from_pylist(found, schema=TRIPLES)
+    for p in range(parts):
+        lo, hi = p * ROWS_PER_PART, min(n, (p + 1) * ROWS_PER_PART)
+        m = hi - lo
+        head = entities[_zipf(rng, n_entities, m, 0.8)]
+        rel = relations[_zipf(rng, len(relations), m, 1.0)]
+        kind = rng.random(m)
+        tail = np.where(kind < 0.7, entities[_zipf(rng, n_entities, m, 0.8)],
+                        np.where(kind < 0.85, rng.integers(1000, 2025, m).astype(str), np.char.add(rng.integers(1, 5000, m).astype(str), " km")))  # fmt: skip
+        rows = np.arange(lo, hi)
+        docid = np.char.add(np.char.add(np.char.add("<docid_start>", head), np.char.add(", ", rel)), np.char.add(np.char.add(", ", tail), "<docid_end>"))
+        table = pa.table({
+            "doc_id": pa.array(np.char.add("doc-", (rows // TRIPLES_PER_DOC).astype(str)).tolist()),
+            "idx": pa.array((rows % TRIPLES_PER_DOC).astype(np.int32)),
+            "head": pa.array(head.tolist()), "relation": pa.array(rel.tolist()), "tail": pa.array(tail.tolist()),
+            "docid": pa.array(docid.tolist()),
+        }, schema=TRIPLES)  # fmt: skip
+        if p == 0 and evidence is not None:
+            table = pa.concat_tables([evidence, table])
+        with stage.shard(p) as shard:
+            shard.count_in(len(table))
+            shard.write_table(table)
+    stage.finish()
+    return out
+
+
+def grtool(args: list, repo: Path = REPO) -> dict:
+    return _child("grtool", [str(a) for a in args], repo, REPO)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000000,10000000", help="triples per generated stage, comma-separated")
+    ap.add_argument("--questions", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--repo", type=Path, action="append", help="checkout(s) whose grtool retrieve is measured (default: this one)")
+    ap.add_argument("--keep", type=Path, help="keep the generated data here (reused when present)")
+    a = ap.parse_args()
+    repos = [r.resolve() for r in a.repo] if a.repo else [REPO]
+    root = a.keep or Path(tempfile.mkdtemp(prefix="retrieve_memory."))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        corpus = root / "corpus"
+        if not (corpus / "questions").is_dir():
+            grtool(["corpus", "ingest", *sorted((SHARED if SHARED.is_dir() else EXAMPLES).glob("*.json")), "--out", corpus])
+        rows = []
+        for n in (int(s) for s in a.sizes.split(",")):
+            triples, index = root / f"triples-{n}", root / f"index-{n}"
+            if not (triples / "_manifest.json").is_file():
+                t0 = time.perf_counter()
+                make_triples(triples, n, corpus)
+                print(f"{n:,} triples generated in {time.perf_counter() - t0:.0f} s", flush=True)
+            if not (index / "index.json").is_file():
+                built = grtool(["index", "build", triples, "--tokenizer", "default", "--out", index])
+                print(f"index of {n:,} triples built in {built['seconds']:.0f} s, peak RSS {built['VmHWM'] / 2**20:.0f} MB", flush=True)
+            for repo in repos:
+                for run in ("first", "again"):
+                    got = measure(index, corpus, questions=a.questions, max_tokens=a.max_tokens, repo=repo)
+                    rows.append({"triples": n, "repo": str(repo), "run": run, **got})
+                    print(json.dumps(rows[-1]), flush=True)
+        print()
+        print(f"{'triples':>10} {'docids':>10} {'index MB':>9} {'peak MB':>8} {'model MB':>9} {'peak-model':>10} {'budget MB':>9} {'ok':>3}  run    repo")
+        for r in rows:
+            print(f"{r['triples']:>10,} {r['docids'] or 0:>10,} {r['index_mb']:>9} {r['peak_mb']:>8} {r['model_mb']:>9} {r['over_model_mb']:>10} {r['budget_mb']:>9} "
+                  f"{'yes' if r['within_budget'] else 'NO':>3}  {r['run']:<6} {r['repo']}")  # fmt: skip
+    finally:
+        if a.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
