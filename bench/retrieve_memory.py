@@ -9,6 +9,7 @@ backend does: its VmHWM is "the model". Printed per size: docids, index files (M
 and whether peak ≤ model + index files + 300 MB (issue #27's goal).
 
     python bench/retrieve_memory.py [--sizes 1000000,10000000] [--questions 3] [--max-tokens 48] [--repo DIR] [--keep DIR]
+    python bench/retrieve_memory.py --latency 5000     # µs per decoding step: docids in a Python list vs the files
 
 ``--repo`` runs the children against another checkout (e.g. one before a change) to compare. ``measure(index_dir,
 corpus)`` is the part bench/index_e2e.py calls on an index it built.
@@ -205,6 +206,48 @@ def make_triples(out: Path, n: int, corpus: Path | None = None, seed: int = 0) -
     return out
 
 
+def step_latency(n: int = 5000, tokenizer: str = "default", walks: int = 200, seed: int = 3) -> dict:
+    """µs per decoding step of the bracket constraint over ``n`` generated docids, the docids held as a sorted
+    Python list (before #27) against the memory-mapped files (after): the first ``allowed`` at an open bracket
+    (the widest question) and random walks through docids with a cold cache (advance + allowed per step)."""
+    import random
+
+    import numpy as np
+
+    from grtool.index.docid_bytes import open_docid_bytes
+    from grtool.index.text_constraint import BracketConstraint, token_bytes
+    from grtool.index.tokenizer import load_tokenizer
+    from grtool.store.stage import read_table
+
+    vocab = token_bytes(load_tokenizer(tokenizer).tokenizer)
+    with tempfile.TemporaryDirectory() as tmp:
+        make_triples(Path(tmp) / "triples", n, seed=seed)
+        texts = sorted(set(read_table(Path(tmp) / "triples", ["docid"])["docid"].to_pylist()))
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"docid": texts}), Path(tmp) / "docids.parquet")
+        sides = {"list": BracketConstraint([t[len("<docid_start>") : -len("<docid_end>")] for t in texts], vocab),
+                 "mmap": BracketConstraint(open_docid_bytes(tmp), vocab)}  # fmt: skip
+        out: dict[str, dict[str, float]] = {}
+        for name, c in sides.items():
+            c._allowed_inside.cache_clear()
+            t0 = time.perf_counter()
+            c.allowed(b"")
+            first = (time.perf_counter() - t0) * 1e6
+            c._allowed_inside.cache_clear()
+            rng, steps, t0 = random.Random(seed), 0, time.perf_counter()
+            for _ in range(walks):
+                state = c.advance(None, int(c.openers[0]))
+                while not c.is_free(state):
+                    allowed = c.allowed(state)
+                    state = c.advance(state, int(allowed[rng.randrange(len(allowed))]) if isinstance(allowed, np.ndarray) else int(c.openers[0]))
+                    steps += 1
+            out[name] = {"open_bracket_us": round(first), "walk_step_us": round((time.perf_counter() - t0) / steps * 1e6, 1), "steps": steps}
+        out["ratio"] = {k: round(out["mmap"][k] / out["list"][k], 2) for k in ("open_bracket_us", "walk_step_us")}
+        return out
+
+
 def grtool(args: list, repo: Path = REPO) -> dict:
     return _child("grtool", [str(a) for a in args], repo, REPO)
 
@@ -216,7 +259,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--repo", type=Path, action="append", help="checkout(s) whose grtool retrieve is measured (default: this one)")
     ap.add_argument("--keep", type=Path, help="keep the generated data here (reused when present)")
+    ap.add_argument("--latency", type=int, metavar="N", help="only time the bracket constraint's steps over N docids, list vs files")
     a = ap.parse_args()
+    if a.latency:
+        print(json.dumps(step_latency(a.latency)))
+        return
     repos = [r.resolve() for r in a.repo] if a.repo else [REPO]
     root = a.keep or Path(tempfile.mkdtemp(prefix="retrieve_memory."))
     root.mkdir(parents=True, exist_ok=True)

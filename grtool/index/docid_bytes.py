@@ -91,15 +91,16 @@ class DocidBytes:
     def bisect_left(self, x: bytes, lo: int = 0, hi: int | None = None) -> int:
         """The first position in [lo, hi) whose text is ≥ ``x`` (``bisect.bisect_left`` on the texts)."""
         hi = self._n if hi is None else hi
-        if lo >= hi:
-            return lo
-        k = np.uint64(_key(x))
-        keys = self._keys[lo:hi]
-        a = int(np.searchsorted(keys, k, "left"))
-        if a == len(keys) or keys[a] != k:
-            return lo + a  # the first 8 bytes decide
-        b = a + int(np.searchsorted(keys[a:], k, "right"))
-        return bisect.bisect_left(self, x, lo + a, lo + b)  # same first 8 bytes: compare whole texts
+        if hi - lo > _SMALL:
+            # The first 8 bytes narrow [lo, hi) to the texts that share them, in one numpy call.
+            k = _key(x)
+            a, b = self._keys[lo:hi].searchsorted(np.array([k, k + 1] if k < _MAX_KEY else [k, k], np.uint64)).tolist()
+            if k == _MAX_KEY:
+                b = hi - lo
+            if a == b:
+                return lo + a
+            lo, hi = lo + a, lo + b
+        return bisect.bisect_left(self, x, lo, hi)  # compare whole texts
 
     def starts(self, q: bytes) -> bool:
         """Some text starts with ``q``."""
@@ -109,6 +110,10 @@ class DocidBytes:
     def __contains__(self, q: bytes) -> bool:
         i = self.bisect_left(q)
         return i < self._n and self[i] == q
+
+
+_SMALL = 32  # ranges this short are searched by comparing texts directly (cheaper than a numpy call)
+_MAX_KEY = (1 << 64) - 1
 
 
 def _key(b: bytes) -> int:
