@@ -64,13 +64,14 @@ finally:
 """
 
 
-def _child(what: str, args: list[str], repo: Path, cwd: Path) -> dict:
+def _child(what: str, args: list[str], repo: Path) -> dict:
     """Run the child (``model`` or a grtool command) with ``repo`` first on the path; its VmHWM, VmRSS, exit code,
     stderr tail and wall time."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as report:
         env = {**os.environ, "PYTHONPATH": str(repo)}
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", _CHILD, report.name, what, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
+        # cwd = repo too: `python -c` puts the working directory first on sys.path, before PYTHONPATH.
+        proc = subprocess.run([sys.executable, "-c", _CHILD, report.name, what, *map(str, args)], cwd=repo, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - t0
         got = json.loads(Path(report.name).read_text() or "{}")
     if got.get("code") or proc.returncode:
@@ -84,7 +85,7 @@ _MODEL: dict[str, int] = {}
 def model_rss(repo: Path = REPO) -> int:
     """Peak RSS (bytes) of a process that only loads the embedded model as the transformers backend does."""
     if str(repo) not in _MODEL:
-        _MODEL[str(repo)] = _child("model", [], repo, REPO)["VmHWM"]
+        _MODEL[str(repo)] = _child("model", [], repo)["VmHWM"]
     return _MODEL[str(repo)]
 
 
@@ -107,7 +108,7 @@ def measure(index_dir: str | Path, corpus: str | Path, *, triples: str | Path | 
     if triples is not None:
         args += ["--triples", Path(triples).resolve()]
     try:
-        got = _child("retrieve", args, repo, REPO)
+        got = _child("retrieve", args, repo)
         report = json.loads(got["stdout"] or "{}")
     finally:
         shutil.rmtree(responses, ignore_errors=True)
@@ -248,8 +249,59 @@ def step_latency(n: int = 5000, tokenizer: str = "default", walks: int = 200, se
         return out
 
 
+_CONSTRAINT_CHILD = r"""
+import json, random, sys, time
+import numpy as np
+from grtool.index.text_constraint import BracketConstraint
+from grtool.index.tokenizer import load_tokenizer
+def rss():
+    with open("/proc/self/status") as f:
+        return {k: int(v.split()[0]) * 1024 for k, v in (l.split(":", 1) for l in f) if k in ("VmHWM", "VmRSS")}
+tok = load_tokenizer("default")
+before = rss()
+t0 = time.perf_counter()
+c = BracketConstraint.from_index(sys.argv[1], tok)
+opened = time.perf_counter() - t0
+rng, steps, t0 = random.Random(1), 0, time.perf_counter()
+for _ in range(int(sys.argv[2])):
+    state = c.advance(None, int(c.openers[0]))
+    while not c.is_free(state):
+        allowed = c.allowed(state)
+        state = c.advance(state, int(allowed[rng.randrange(len(allowed))]) if isinstance(allowed, np.ndarray) else int(c.openers[0]))
+        steps += 1
+print(json.dumps({"base": before["VmHWM"], **rss(), "open_s": opened, "step_us": (time.perf_counter() - t0) / max(steps, 1) * 1e6, "steps": steps}))
+"""
+
+
+def constraint_memory(docids_dir: Path, repo: Path = REPO, walks: int = 50) -> dict:
+    """The bracket constraint alone over an index directory's docids.parquet, in a child with ``repo``'s grtool:
+    peak RSS beyond the tokenizer loaded (MB), seconds to open, µs per decoding step of random walks."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-c", _CONSTRAINT_CHILD, str(docids_dir), str(walks)], env=env, capture_output=True, text=True, cwd=repo)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    mb = 1 << 20
+    return {"peak_over_tokenizer_mb": round((got["VmHWM"] - got["base"]) / mb, 1), "rss_after_mb": round((got["VmRSS"] - got["base"]) / mb, 1),
+            "open_s": round(got["open_s"], 2), "step_us": round(got["step_us"], 1), "steps": got["steps"]}  # fmt: skip
+
+
+def docids_only(triples: Path, out: Path) -> int:
+    """``out/docids.parquet``: the distinct docids of a triples stage (what an index build writes), no index."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from grtool.store.stage import read_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    docids = pc.unique(read_table(triples, ["docid"])["docid"])
+    pq.write_table(pa.table({"docid": docids}), out / "docids.parquet", compression="zstd")
+    return len(docids)
+
+
 def grtool(args: list, repo: Path = REPO) -> dict:
-    return _child("grtool", [str(a) for a in args], repo, REPO)
+    return _child("grtool", [str(a) for a in args], repo)
 
 
 def main() -> None:
@@ -260,6 +312,7 @@ def main() -> None:
     ap.add_argument("--repo", type=Path, action="append", help="checkout(s) whose grtool retrieve is measured (default: this one)")
     ap.add_argument("--keep", type=Path, help="keep the generated data here (reused when present)")
     ap.add_argument("--latency", type=int, metavar="N", help="only time the bracket constraint's steps over N docids, list vs files")
+    ap.add_argument("--constraint-only", action="store_true", help="only the bracket constraint over each size's docids.parquet (no index, no model)")
     a = ap.parse_args()
     if a.latency:
         print(json.dumps(step_latency(a.latency)))
@@ -278,11 +331,24 @@ def main() -> None:
                 t0 = time.perf_counter()
                 make_triples(triples, n, corpus)
                 print(f"{n:,} triples generated in {time.perf_counter() - t0:.0f} s", flush=True)
+            if a.constraint_only:
+                only = root / f"docids-{n}"
+                if not (only / "docids.parquet").is_file():
+                    print(f"{docids_only(triples, only):,} distinct docids", flush=True)
+                for repo in repos:
+                    for run in ("first", "again"):
+                        for f in only.glob("docid_bytes*") if run == "first" else ():
+                            f.unlink()
+                        got = constraint_memory(only, repo)
+                        print(json.dumps({"triples": n, "repo": str(repo), "run": run, **got}), flush=True)
+                continue
             if not (index / "index.json").is_file():
                 built = grtool(["index", "build", triples, "--tokenizer", "default", "--out", index])
                 print(f"index of {n:,} triples built in {built['seconds']:.0f} s, peak RSS {built['VmHWM'] / 2**20:.0f} MB", flush=True)
             for repo in repos:
                 for run in ("first", "again"):
+                    for f in index.glob("docid_bytes*") if run == "first" else ():
+                        f.unlink()  # the first run writes them (an index built before `index build` did)
                     got = measure(index, corpus, questions=a.questions, max_tokens=a.max_tokens, repo=repo)
                     rows.append({"triples": n, "repo": str(repo), "run": run, **got})
                     print(json.dumps(rows[-1]), flush=True)
