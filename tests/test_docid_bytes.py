@@ -52,6 +52,7 @@ def _write_index(path: Path, texts: list[str], row_group: int = 97) -> Path:
 def test_files_sort_and_bisect_like_the_list(tmp_path, monkeypatch):
     texts = _sample()
     monkeypatch.setattr(docid_bytes, "_CHUNK", 64)  # several vectorized chunks even on a small sample
+    monkeypatch.setattr(docid_bytes, "_WRITE_CHUNK", 16)
     index = _write_index(tmp_path / "index", texts)
     write_docid_bytes(index)
     on_disk = open_docid_bytes(index)

@@ -41,7 +41,8 @@ FILES = (TEXT, OFFSETS, KEYS, RECORD)
 FORMAT = "grtool-docid-bytes/1"
 SOURCE = "docids.parquet"
 _LOCK = ".docid_bytes.lock"
-_CHUNK = 1 << 18  # docids per vectorized step while writing (bounds the temporary arrays)
+_CHUNK = 1 << 16  # docids per vectorized step while sorting (bounds the temporary arrays: ~100 bytes a docid)
+_WRITE_CHUNK = 1 << 13  # docids per copy into the sorted file (the copy takes 16 bytes of index per text byte)
 _START, _END = DOCID_START.encode(), DOCID_END.encode()
 
 
@@ -195,10 +196,11 @@ def write_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = 
             offsets = np.zeros(len(keep) + 1, np.uint64)
             np.cumsum(lengths[keep], out=offsets[1:])
             with builtins_open(tmp[TEXT], "wb") as out:
-                for at in range(0, len(keep), _CHUNK):
-                    idx = keep[at : at + _CHUNK]
+                for at in range(0, len(keep), _WRITE_CHUNK):
+                    idx = keep[at : at + _WRITE_CHUNK]
                     out.write(_gather(data, starts[idx], lengths[idx]).tobytes())
-                    data.drop()
+                    if at % (64 * _WRITE_CHUNK) == 0:
+                        data.drop()
         for name, arr in ((OFFSETS, offsets), (KEYS, keys)):
             with builtins_open(tmp[name], "wb") as out:  # a handle: np.save would append .npy to the name
                 np.save(out, arr)
@@ -318,6 +320,7 @@ def _sort(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.
     Sort by the first 8 bytes, then re-sort only the runs that tie, by their next 8 bytes, until none tie."""
     data = mapped.array
     keys, rank = _keys_at(data, starts, lengths)
+    mapped.drop()
     order = np.lexsort((rank, keys))
     keys, rank = keys[order], rank[order]
     dup = np.zeros(len(order), bool)
