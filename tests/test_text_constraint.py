@@ -286,7 +286,7 @@ def test_from_index_reads_docids_and_caches(tmp_path):
     pq.write_table(pa.table({"docid": [f"<docid_start>{d}<docid_end>" for d in DOCIDS[:30]]}), tmp_path / "docids.parquet")
     tok = load_tokenizer("default")
     c = BracketConstraint.from_index(tmp_path, tok.tokenizer)
-    assert c.docs == sorted(d.encode() for d in DOCIDS[:30])
+    assert list(c.docs) == sorted(d.encode() for d in DOCIDS[:30])
     assert BracketConstraint.from_index(str(tmp_path), tok) is c  # same path and tokenizer: the same object
 
 

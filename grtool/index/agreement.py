@@ -62,10 +62,17 @@ def sample_docids(index: Index, samples: int) -> list[str]:
     path = index.path / "docids.parquet"
     if not path.is_file():
         raise InputError(f"{index.path}: no docids.parquet (an index of --source documents has no docids to check)")
-    column = pq.read_table(path, columns=["docid"]).column("docid")
-    n = len(column)
+    reader = pq.ParquetFile(path)
+    n = reader.metadata.num_rows
     picks = sorted(set(np.linspace(0, n - 1, num=min(samples, n), dtype=np.int64).tolist())) if n else []
-    return [column[int(i)].as_py() for i in picks]
+    # Row group by row group, only those holding a pick: never the whole column (millions of docids).
+    ends = np.cumsum([reader.metadata.row_group(g).num_rows for g in range(reader.num_row_groups)])
+    out: list[str] = []
+    for g in sorted(set(np.searchsorted(ends, picks, "right").tolist())):
+        start = int(ends[g - 1]) if g else 0
+        column = reader.read_row_group(g, columns=["docid"]).column("docid")
+        out.extend(column[i - start].as_py() for i in picks if start <= i < int(ends[g]))
+    return out
 
 
 def _ids(ids: list[int]) -> str:

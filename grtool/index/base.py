@@ -13,6 +13,9 @@ Directory layout::
     seq_lengths.npy     tokens per sequence
     docids.parquet      the docid strings in sequence order (``--source docids`` only; with flips a ``flipped`` column)
     seq_flipped.npy     uint8 per sequence: 1 for a tail-first spelling (only in an index built with ``--flips``)
+    docid_bytes.bin, docid_bytes_offsets.npy, docid_bytes_keys.npy, docid_bytes.json
+                        the docid texts sorted bytewise, for bracket decoding (:mod:`grtool.index.docid_bytes`;
+                        written by the build, or on first use for an index built before them)
     <kind files>        fm_*.npy | trie_*.marisa | oracle_*.npy
 """
 

@@ -24,9 +24,9 @@ from typing import Iterable
 
 import numpy as np
 
-from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
 from grtool.index.decoding import Forbidden
+from grtool.index.docid_bytes import DocidBytes, open_docid_bytes
 
 _BAD = object()  # an impossible continuation (never a state)
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -142,16 +142,23 @@ def _shared_vocab(vocab: list[bytes | None], ob: bytes) -> _Vocab:
 class BracketConstraint:
     """Per-sequence state machine for bracket-mode hybrid decoding (free text, index-valid text in ``[…]``)."""
 
-    def __init__(self, docids: Iterable[str], vocab: list[bytes | None], open: str = "[", close: str = "]"):
+    def __init__(self, docids: Iterable[str] | DocidBytes, vocab: list[bytes | None], open: str = "[", close: str = "]"):
         ob, cb = open.encode(), close.encode()
         # Single bytes keep the state exact across token boundaries (no half-seen bracket to remember).
         if len(ob) != 1 or len(cb) != 1 or ob == cb:
             raise ValueError(f"brackets must be two different single-byte characters, got {open!r} {close!r}")
         self.open, self.close = ob, cb
-        # A docid containing a bracket could never be written in this mode.
-        self.docs: list[bytes] = sorted({d.encode() for d in docids} - {b""})
-        self.docs = [d for d in self.docs if ob not in d and cb not in d]
-        self._doc_set = frozenset(self.docs)
+        if isinstance(docids, DocidBytes):
+            # An index's docids, memory-mapped and sorted on disk (written without the bracket docids).
+            self.docs: list[bytes] | DocidBytes = docids
+            self._bisect = docids.bisect_left
+            self._is_doc = docids.__contains__
+        else:
+            # A docid containing a bracket could never be written in this mode.
+            docs = sorted({d.encode() for d in docids} - {b""})
+            self.docs = [d for d in docs if ob not in d and cb not in d]
+            self._bisect = functools.partial(bisect_left, self.docs)
+            self._is_doc = frozenset(self.docs).__contains__
         self.vocab = vocab
         shared = _shared_vocab(vocab, ob)
         self._ids, self._toks, self.openers = shared.ids, shared.toks, shared.openers
@@ -163,19 +170,13 @@ class BracketConstraint:
 
     @classmethod
     def from_index(cls, index_path: str | Path, tokenizer) -> "BracketConstraint":
-        """The constraint over an index's docids (``docids.parquet``), one per (path, tokenizer) and process."""
+        """The constraint over an index's docids, one per (path, tokenizer) and process: the docid texts are asked
+        on disk (:mod:`grtool.index.docid_bytes`, written beside docids.parquet on first use if missing)."""
         tok = _unwrap(tokenizer)
         path = Path(index_path).resolve()
         key = (str(path), _fingerprint(tok))
         if key not in _OPEN:
-            f = path / "docids.parquet"
-            if not f.is_file():
-                raise InputError(f"{path}: no docids.parquet (bracket decoding needs an index built with --source docids)")
-            import pyarrow.parquet as pq
-
-            texts = pq.read_table(f, columns=["docid"]).column("docid").to_pylist()
-            inner = [t[len(DOCID_START) : len(t) - len(DOCID_END)] if t.startswith(DOCID_START) and t.endswith(DOCID_END) else t for t in texts]
-            _OPEN[key] = cls(inner, vocab_of(tok))
+            _OPEN[key] = cls(open_docid_bytes(path), vocab_of(tok))
         return _OPEN[key]
 
     # -------------------------------------------------------------------------- the state machine
@@ -220,7 +221,7 @@ class BracketConstraint:
 
     def _starts(self, q: bytes) -> bool:
         """Some docid starts with q."""
-        i = bisect_left(self.docs, q)
+        i = self._bisect(q)
         return i < len(self.docs) and self.docs[i].startswith(q)
 
     def _feed(self, state, data: bytes):
@@ -236,7 +237,7 @@ class BracketConstraint:
                 if j >= 0 and (i < 0 or j < i):
                     return _BAD  # a bracket inside a docid
                 if i >= 0:
-                    if state + data[:i] not in self._doc_set:
+                    if not self._is_doc(state + data[:i]):
                         return _BAD
                     state, data = None, data[i + 1 :]
                 else:
@@ -246,8 +247,8 @@ class BracketConstraint:
 
     def _compute_inside(self, p: bytes) -> np.ndarray:
         docs = self.docs
-        lo = bisect_left(docs, p)
-        hi = bisect_left(docs, p + b"\xff", lo)  # no UTF-8 byte is 0xff, so this bounds the docids starting with p
+        lo = self._bisect(p)
+        hi = self._bisect(p + b"\xff", lo)  # no UTF-8 byte is 0xff, so this bounds the docids starting with p
         found: list[np.ndarray] = []
         if lo < hi:
             self._walk(p, b"", lo, hi, found)
@@ -277,7 +278,7 @@ class BracketConstraint:
         while i < hi:
             b = docs[i][n]
             nxt = bytes([b])
-            j = bisect_left(docs, q + bytes([b + 1]), i, hi) if b < 255 else hi
+            j = self._bisect(q + bytes([b + 1]), i, hi) if b < 255 else hi
             xn = x + nxt
             k = bisect_left(toks, xn)
             if k < len(toks) and toks[k].startswith(xn):

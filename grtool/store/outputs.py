@@ -50,7 +50,8 @@ STAGE = OutputKind(
 )  # fmt: skip
 INDEX = OutputKind(
     "index", "an index directory", "index.json",
-    own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*", "trie_*", "oracle_*"),
+    own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*", "trie_*", "oracle_*", "docid_bytes*",
+         ".docid_bytes.*"),  # the bracket decoding files (grtool.index.docid_bytes), also when written on first use
 )  # fmt: skip
 CHECKPOINT = OutputKind(
     "checkpoint", "a checkpoint directory", "grtool.json", started="grtool-run.json",
