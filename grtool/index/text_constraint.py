@@ -246,7 +246,6 @@ class BracketConstraint:
         return state
 
     def _compute_inside(self, p: bytes) -> np.ndarray:
-        docs = self.docs
         lo = self._bisect(p)
         hi = self._bisect(p + b"\xff", lo)  # no UTF-8 byte is 0xff, so this bounds the docids starting with p
         found: list[np.ndarray] = []
