@@ -88,6 +88,11 @@ def verify_files(index_dir: Path, meta: dict[str, Any]) -> None:
         log.warning("index %s: built before grtool recorded content digests: sizes checked, content not verified (rebuild to verify it)", index_dir)
 
 
+# Each kind's class (grtool.index.kinds) registers itself here by its ``kind`` name as it is defined, so opening
+# an index needs no import of the kinds from this module (the package imports them: grtool/index/__init__.py).
+KINDS: dict[str, type["Index"]] = {}
+
+
 class Index:
     """The query API every kind implements; open any index directory with :meth:`Index.open`.
 
@@ -97,6 +102,10 @@ class Index:
     """
 
     kind = "?"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        KINDS[cls.kind] = cls
 
     def __init__(self, path: Path, meta: dict[str, Any]):
         self.path = path
@@ -115,9 +124,7 @@ class Index:
             raise InputError(f"{p / META}: not an index record (a JSON {type(meta).__name__}, not an object); rebuild it with `grtool index build`")
         if meta.get("format") != FORMAT:
             raise InputError(f"{p / META}: unknown index format {meta.get('format')!r} (expected {FORMAT})")
-        from grtool.index import kinds
-
-        cls = kinds.KINDS.get(meta.get("kind"))
+        cls = KINDS.get(meta.get("kind"))
         if cls is None:
             raise InputError(f"{p / META}: unknown index kind {meta.get('kind')!r}")
         verify_files(p, meta)

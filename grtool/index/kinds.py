@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from grtool.errors import GrtoolError, InputError
-from grtool.index.base import META, REBUILD, Index, damaged, load_array
+from grtool.index.base import KINDS, META, REBUILD, Index, damaged, load_array  # noqa: F401  (KINDS: filled by the classes below)
 
 DEFAULT_SAMPLE_RATE = 32
 
@@ -491,5 +491,3 @@ class NumpyIndex(Index):
         text, seps = cls.text_of(np.asarray(flat), np.asarray(lengths))
         return cls(Path("<memory>"), {"params": {}}, text, seps)
 
-
-KINDS: dict[str, type[Index]] = {"fm": FMIndex, "trie": TrieIndex, "numpy": NumpyIndex}
