@@ -58,6 +58,8 @@ JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/jobcomp.log
 MpiDefault=none
 MinJobAge=3600
+AuthInfo=cred_expire=5
+SchedulerParameters=bf_interval=1,sched_interval=2
 KillWait=15
 ReturnToService=2
 NodeName=localhost CPUs=$(nproc) State=UNKNOWN
