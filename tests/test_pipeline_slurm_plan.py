@@ -44,6 +44,10 @@ def test_the_plan_shows_each_job_and_the_dependency_graph_and_writes_nothing(tmp
     assert "#SBATCH --array=0-2" in out and "#SBATCH --gres=gpu:1" in out and "#SBATCH --partition=cpu" in out
     assert "#SBATCH --time=2:00:00" in out and "#SBATCH --time=01:00:00" not in out.split("finalize.sbatch")[0]
     assert "srun grtool triples extract" in out and "grtool pipeline finalize --merge" in out
+    # An array task requeues itself alone (one task's SLURM_JOB_ID is the array's id, which names every task).
+    triples, index = out.split("triples.sbatch")[1].split("# ----")[0], out.split("index.sbatch")[1]
+    assert 'scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in triples and "SLURM_JOB_ID" not in triples
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in index
     assert "#   triples (array 0-2, then triples-finalize) after ingest" in out and "#   index (one job) after triples" in out
     assert not (tmp_path / "run").exists()
 

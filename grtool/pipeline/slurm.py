@@ -160,9 +160,8 @@ class SlurmExecutor(PipelineExecutor):
         me = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
         body += [
             "rc=$?",
-            "# 75: stopped by SIGTERM (the time limit's warning, --signal) or a transient failure; 143: SIGTERM came",
-            "# before grtool could catch it. Either way the stage is resumable: requeue, the job resumes it.",
-            f'if {{ [ "$rc" -eq 75 ] || [ "$rc" -eq 143 ]; }} && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {MAX_REQUEUES} ]; then scontrol requeue {me}; fi',
+            "# 75: stopped by SIGTERM (the time limit's warning, --signal) or a transient failure: requeue, the stage resumes",
+            f'if [ "$rc" -eq 75 ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {MAX_REQUEUES} ]; then scontrol requeue {me}; fi',
         ]
         if stage.stdout:
             body.append(f'if [ "$rc" -ne 0 ]; then rm -f {tmp}; exit "$rc"; fi')
