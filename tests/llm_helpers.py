@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from grtool.store.schemas import DOCUMENTS
@@ -46,3 +49,65 @@ def free_port() -> int:
 def all_text_under(path: Path) -> str:
     """Every byte under a directory, decoded leniently: for asserting that a secret appears nowhere."""
     return "\n".join(f.read_bytes().decode("utf-8", "replace") for f in sorted(Path(path).rglob("*")) if f.is_file())
+
+
+class TitleTripleServer(ThreadingHTTPServer):
+    """A small OpenAI-compatible server on 127.0.0.1: every chat completion is answered, after ``delay`` seconds,
+    with one triple ``[title, relation, tail]`` naming the document's title (the prompt's first line), or with
+    none for a title in ``empty`` (the empty-output guard counts those). ``titles`` lists what was asked."""
+
+    daemon_threads = True
+
+    def __init__(self, delay: float = 0.0, relation: str = "is a", tail: str = "document"):
+        super().__init__(("127.0.0.1", 0), _TitleTripleHandler)
+        self.delay, self.relation, self.tail = delay, relation, tail
+        self.titles: list[str] = []
+        self.empty: set[str] = set()
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    @property
+    def posts(self) -> int:
+        return len(self.titles)
+
+    def __enter__(self) -> "TitleTripleServer":
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _TitleTripleHandler(BaseHTTPRequestHandler):
+    server: TitleTripleServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except BrokenPipeError:  # the client was stopped while it waited (SIGTERM, scancel)
+            pass
+
+    def do_GET(self) -> None:
+        self._json({"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
+        with self.server.lock:
+            self.server.titles.append(title)
+        time.sleep(self.server.delay)
+        triples = [] if title in self.server.empty else [[title, self.server.relation, self.server.tail]]
+        choice = {"index": 0, "message": {"role": "assistant", "content": json.dumps({"triples": triples})}, "finish_reason": "stop"}
+        self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 5}})

@@ -12,14 +12,11 @@ to send the signal.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,59 +24,9 @@ import pytest
 from grtool.errors import EXIT_TRANSIENT
 from grtool.store.locks import RunLock
 from grtool.store.stage import read_table
-from llm_helpers import free_port, write_documents
+from llm_helpers import TitleTripleServer, free_port, write_documents
 
 DOCS = [{"doc_id": f"d{i:02d}", "title": f"Title {i}", "text": f"Document number {i}.", "datasets": ["test"]} for i in range(6)]
-
-
-class SlowServer(ThreadingHTTPServer):
-    """Answers every chat completion with one triple about the document's title, after ``delay`` seconds."""
-
-    daemon_threads = True
-
-    def __init__(self, delay: float = 0.0):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.delay = delay
-        self.posts = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def __enter__(self) -> "SlowServer":
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: SlowServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._json({"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.posts += 1
-        time.sleep(self.server.delay)
-        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
-        text = json.dumps({"triples": [[title, "is a", "document"]]})
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 5}})
 
 
 def _extract(documents: Path, out: Path, url: str, *extra: str) -> list[str]:
@@ -115,7 +62,7 @@ def _sigterm_when(proc: subprocess.Popen, ready, timeout: float = 60) -> tuple[s
 
 def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, documents, cli):
     out = tmp_path / "out"
-    with SlowServer(delay=0.5) as server:
+    with TitleTripleServer(delay=0.5) as server:
         cmd = [sys.executable, "-m", "grtool", *_extract(documents, out, server.url)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "10000"})
         # once the first part is committed: the second part's first request is in flight
@@ -141,7 +88,7 @@ def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, docum
 def test_sigterm_while_streaming_to_stdout_does_not_promise_a_resume(tmp_path, documents):
     """--out -: the rows already streamed belong to the reader and nothing is kept, so the stop line counts them
     and says the run starts over (not "finished parts are kept")."""
-    with SlowServer(delay=0.3) as server:
+    with TitleTripleServer(delay=0.3) as server:
         args = _extract(documents, Path("-"), server.url)
         proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
@@ -192,7 +139,7 @@ def test_a_key_no_server_could_take_is_a_usage_error_not_transient(tmp_path, doc
     """An API key that cannot go into a header fails the same way on every attempt: exit 2 at once, not 75 (a
     requeue loop would retry it forever). A --base-url no request could go to (no scheme, a wrong one, a bad port)
     is refused with the options, before OUT is created: tests/test_options.py."""
-    with SlowServer() as server:
+    with TitleTripleServer() as server:
         for model in ((), ("--model", "toy-model")):
             proc = cli(*_extract(documents, tmp_path / "c", server.url, *model), check=2, env={"COLUMNS": "10000", "OPENAI_API_KEY": "sk-hidden\nkey"})
             assert "Illegal header value" in proc.stderr and "giving up" not in proc.stderr, proc.stderr
@@ -212,7 +159,7 @@ def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, d
 def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_path, documents):
     out = tmp_path / "out"
     config = tmp_path / "pipe.toml"
-    with SlowServer(delay=0.5) as server:
+    with TitleTripleServer(delay=0.5) as server:
         config.write_text(
             f'out = "{out}"\n'
             f'[[stages]]\nname = "extract"\nrun = "triples extract"\nargs = ["{documents}"]\n'

@@ -16,14 +16,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from llm_helpers import TitleTripleServer
 
 pytestmark = pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on PATH: no Slurm here (make test-slurm starts a single-node cluster)")
 
@@ -33,60 +32,10 @@ def _cluster_up() -> bool:
     return proc.returncode == 0 and any(s.strip() in ("idle", "mix", "alloc") for s in proc.stdout.splitlines())
 
 
-class TripleServer(ThreadingHTTPServer):
-    """Answers every chat completion with one triple naming the document's title, after ``delay`` seconds."""
-
-    daemon_threads = True
-
-    def __init__(self, delay: float):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.delay = delay
-        self.titles: list[str] = []
-        self.empty: set[str] = set()  # documents answered with no triple (the empty-output guard counts them)
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: TripleServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        try:
-            self.wfile.write(body)
-        except BrokenPipeError:  # the client was stopped while it waited (SIGTERM, scancel)
-            pass
-
-    def do_GET(self) -> None:
-        self._json({"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
-        with self.server.lock:
-            self.server.titles.append(title)
-        time.sleep(self.server.delay)
-        text = json.dumps({"triples": [] if title in self.server.empty else [[title, "appears in", "HotpotQA"]]})
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 7}})
-
-
 @pytest.fixture(scope="module")
 def _server():
-    srv = TripleServer(delay=0.7)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv
-    srv.shutdown()
+    with TitleTripleServer(delay=0.7, relation="appears in", tail="HotpotQA") as srv:
+        yield srv
 
 
 @pytest.fixture
