@@ -81,7 +81,7 @@ class DocidIndex:
 
     @classmethod
     def build(cls, triples: str | Path) -> "DocidIndex":
-        return cls(TripleLookup.build(triples, doc_ids=True))
+        return cls(TripleLookup.build(triples))
 
     def resolve_many(self, keys: Sequence[str]) -> list[tuple[frozenset[str], bool]]:
         """(documents, flipped) per key (:func:`grtool.docid.normalize` d): as written first, then tail-first;
