@@ -9,10 +9,11 @@ Strings are never kept: a key is a 64-bit polars hash. Two sorted arrays answer 
 - flipped: the key of each triple read ``tail, relation, head`` (8 bytes) and the row of its forward key
   (4 bytes).
 
-So **≈ 24 MB per million triples** (plus 8 bytes per document, and with ``doc_ids`` the document ids
-themselves: ≈ 36 bytes each), built from the triples stage by polars' streaming engine. A key found both forward and
-flipped is the forward triple (its own spelling is the more likely meaning); a key that is the flip of
-several triples picks one of them (the same in every run).
+So **≈ 24 bytes per triple**, plus per document 8 bytes of hash, 8 of offset and its id. The arrays live in
+files built once per triples stage and memory-mapped by every later run (:mod:`grtool.docid.lookup_files`): a
+process holds only the pages its lookups touch. A key found both forward and flipped is the forward triple
+(its own spelling is the more likely meaning); a key that is the flip of several triples picks one of them
+(the same in every run).
 
 A false hit needs two different keys with equal 64-bit hashes; for 10^8 triples that is about one chance
 in 10^11 per docid looked up.
@@ -35,7 +36,7 @@ from grtool.errors import InputError
 from grtool.store.reading import read_shard_frame
 from grtool.store.stage import resolve_stage, shard_paths
 
-HASH_SEED = 0x6772746F6F6C  # any fixed seed: hashes are only compared within one process
+HASH_SEED = 0x6772746F6F6C  # any fixed seed; the files are keyed by the polars version and a probe hash (lookup_files)
 
 
 def hash_keys(keys: Sequence[str] | pa.Array | pl.Series) -> np.ndarray:
