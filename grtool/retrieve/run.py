@@ -187,6 +187,11 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
     )  # fmt: skip
     lookup = DocidIndex.build(triples) if triples is not None else None
+    from grtool.docid.lookup import release_build_memory
+
+    # The checks above decoded whole Parquet row groups (docids.parquet's samples, the triples' few-shot
+    # documents: ~100 MB at a million triples); Arrow's pool would keep those pages beside the model all run.
+    release_build_memory()
     options = llm.backend_options()
     options["adapter"] = str(request.adapter) if request.adapter is not None else None
 
