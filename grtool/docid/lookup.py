@@ -32,9 +32,6 @@ import polars as pl
 import pyarrow as pa
 
 from grtool.docid import Markers, normalize_expr
-from grtool.errors import InputError
-from grtool.store.reading import read_shard_frame
-from grtool.store.stage import resolve_stage, shard_paths
 
 HASH_SEED = 0x6772746F6F6C  # any fixed seed; the files are keyed by the polars version and a probe hash (lookup_files)
 
