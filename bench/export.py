@@ -151,7 +151,7 @@ def worker_index(kind: str, root: Path) -> dict:
         lookup = None
         n = index.triples
         lk = index.lookup
-        structure_mb = (sum(a.nbytes for a in (lk.fkeys, lk.fdocs, lk.bkeys, lk.bfwd, lk.doc_hashes)) + lk.doc_ids.nbytes) / 2**20
+        structure_mb = (sum(a.nbytes for a in (lk.fkeys, lk.fdocs, lk.bkeys, lk.bfwd, lk.doc_hashes, lk.doc_offsets)) + len(lk.doc_text)) / 2**20
     else:
         table: dict[str, list[str]] = {}
         n = 0

@@ -9,10 +9,11 @@ Strings are never kept: a key is a 64-bit polars hash. Two sorted arrays answer 
 - flipped: the key of each triple read ``tail, relation, head`` (8 bytes) and the row of its forward key
   (4 bytes).
 
-So **≈ 24 MB per million triples** (plus 8 bytes per document, and with ``doc_ids`` the document ids
-themselves: ≈ 36 bytes each), built from the triples stage by polars' streaming engine. A key found both forward and
-flipped is the forward triple (its own spelling is the more likely meaning); a key that is the flip of
-several triples picks one of them (the same in every run).
+So **≈ 24 bytes per triple**, plus per document 8 bytes of hash, 8 of offset and its id. The arrays live in
+files built once per triples stage and memory-mapped by every later run (:mod:`grtool.docid.lookup_files`): a
+process holds only the pages its lookups touch. A key found both forward and flipped is the forward triple
+(its own spelling is the more likely meaning); a key that is the flip of several triples picks one of them
+(the same in every run).
 
 A false hit needs two different keys with equal 64-bit hashes; for 10^8 triples that is about one chance
 in 10^11 per docid looked up.
@@ -31,11 +32,8 @@ import polars as pl
 import pyarrow as pa
 
 from grtool.docid import Markers, normalize_expr
-from grtool.errors import InputError
-from grtool.store.reading import read_shard_frame
-from grtool.store.stage import resolve_stage, shard_paths
 
-HASH_SEED = 0x6772746F6F6C  # any fixed seed: hashes are only compared within one process
+HASH_SEED = 0x6772746F6F6C  # any fixed seed; the files are keyed by the polars version and a probe hash (lookup_files)
 
 
 def hash_keys(keys: Sequence[str] | pa.Array | pl.Series) -> np.ndarray:
@@ -107,78 +105,21 @@ def _dedupe(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 class TripleLookup:
     def __init__(self, fkeys: np.ndarray, fdocs: np.ndarray, bkeys: np.ndarray, bfwd: np.ndarray, doc_hashes: np.ndarray,
-                 doc_ids: pa.Array | None, count: int):
+                 doc_text: bytes | np.ndarray, doc_offsets: np.ndarray, count: int, path: Path | None = None):
         self.fkeys, self.fdocs = fkeys, fdocs  # sorted forward keys; per key the document's row
         self.bkeys, self.bfwd = bkeys, bfwd  # sorted flipped keys; per key the row of the triple's forward key
         self.doc_hashes = doc_hashes  # the document table: hashes of the document ids (sorted)
-        self.doc_ids = doc_ids  # with doc_ids=True: the document ids, row for row
+        self.doc_text, self.doc_offsets = doc_text, doc_offsets  # the document ids, row for row (UTF-8, concatenated)
         self.count = count  # triple rows read
+        self.path = path  # the directory of the files (None: in memory)
 
     @classmethod
-    def build(cls, triples: str | Path, *, doc_ids: bool = False) -> "TripleLookup":
-        """Stream a triples stage (run directory or stage directory). ``doc_ids``: also keep the document ids
-        as strings (recall and KTO report them; the filters compare hashes)."""
-        stage = resolve_stage(triples, "triples")
-        shards = shard_paths(stage)
-        if not shards:
-            empty = np.zeros(0, np.uint64)
-            return cls(empty, np.zeros(0, np.uint32), empty, empty, empty, pa.array([], pa.string()) if doc_ids else None, 0)
-        missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
-        if missing:
-            raise InputError(f"{shards[0]}: not a triples table (missing columns {sorted(missing)})")
-        # Shard by shard (a part holds ≤ ~100K rows), so polars' allocator only ever holds one part's strings.
-        # The keys are made from the parts (grtool.docid.triple_key / flip_key), not read from the stored docid
-        # column: the triples stage may have used other markers.
-        keys = (
-            pl.col("head", "relation", "tail").pipe(normalize_expr),
-            pl.col("doc_id"),
-        )
-        hashed = (
-            pl.concat_str([pl.col("head"), pl.col("relation"), pl.col("tail")], separator=",").hash(HASH_SEED).alias("forward"),
-            pl.concat_str([pl.col("tail"), pl.col("relation"), pl.col("head")], separator=",").hash(HASH_SEED).alias("flipped"),
-            pl.col("doc_id").hash(HASH_SEED).alias("doc"),
-        )
-        parts: list[np.ndarray] = []
-        names: list[pa.Array] = []
-        for shard in shards:
-            part = (
-                read_shard_frame(shard, ["doc_id", "head", "relation", "tail"])
-                .filter(pl.all_horizontal(pl.col("head", "relation", "tail", "doc_id").is_not_null()))
-                .select(*keys)
-                .select(*hashed, pl.col("doc_id"))
-            )
-            parts.append(np.stack([part.get_column(c).to_numpy() for c in ("forward", "flipped", "doc")]))  # a copy
-            if doc_ids:
-                names.append(part.select(pl.col("doc_id").unique(maintain_order=True), h=pl.col("doc").unique(maintain_order=True)).to_arrow())
-            del part
-        stacked = np.concatenate(parts, axis=1)
-        del parts
-        count = stacked.shape[1]
-        forward, flip, doc = stacked
-        doc_hashes, rows_of = np.unique(doc, return_inverse=True)
-        del doc
-        fkeys, fdocs, row_of = _dedupe(forward, rows_of.astype(_index_type(len(doc_hashes))))
-        del rows_of, forward
-        # Per input row, the first row of its forward key in fkeys (rows of one key are adjacent): the flipped
-        # entry points there. Ordering ties by it picks, for a key that is the flip of several triples, the one
-        # with the smallest forward key (positions follow the sorted keys).
-        new_key = np.r_[True, fkeys[1:] != fkeys[:-1]] if len(fkeys) else np.zeros(0, bool)
-        first = np.maximum.accumulate(np.where(new_key, np.arange(len(fkeys)), 0)).astype(_index_type(len(fkeys)))
-        key_row = first[row_of]
-        del row_of, first, new_key
-        bkeys, bfwd, _ = _dedupe(flip, key_row)
-        del flip, key_row
-        ids = None
-        if doc_ids:  # one id per row of the document table (ids repeat across parts: dedupe by hash)
-            table = pa.concat_tables(names)
-            del names
-            hashes = table.column("h").to_numpy()
-            first = np.unique(hashes, return_index=True)[1]  # sorted by hash, like doc_hashes
-            ids = table.column("doc_id").take(pa.array(first)).combine_chunks()
-            if ids.nbytes < 2**31:
-                ids = ids.cast(pa.string())  # 4-byte offsets
-        release_build_memory()
-        return cls(fkeys, fdocs, bkeys, bfwd, doc_hashes, ids, count)
+    def build(cls, triples: str | Path) -> "TripleLookup":
+        """The lookup of a triples stage (run directory or stage directory), memory-mapped from its files in the
+        cache (:mod:`grtool.docid.lookup_files`), written first by streaming the stage when missing."""
+        from grtool.docid.lookup_files import open_lookup
+
+        return open_lookup(triples)
 
     def resolve(self, hashes: np.ndarray, *, rows: bool = False) -> Resolved:
         """Stored triple, documents and flipped flag of each key hash; an unknown key gets triple 0 and no
@@ -215,10 +156,9 @@ class TripleLookup:
         return Resolved(triple.tolist(), docs, flipped.tolist())
 
     def doc_ids_of(self, rows: tuple[int, ...]) -> frozenset[str]:
-        """The document ids of rows of the document table (built with ``doc_ids``)."""
-        if self.doc_ids is None:
-            raise ValueError("this lookup was built without doc_ids")
-        return frozenset(self.doc_ids[i].as_py() for i in rows)
+        """The document ids of rows of the document table."""
+        off = self.doc_offsets
+        return frozenset(bytes(self.doc_text[int(off[i]) : int(off[i + 1])]).decode() for i in rows)
 
 
 def _index_type(n: int) -> type:

@@ -1,9 +1,9 @@
 """Lookups the export and evaluation commands share: questions by qid, documents by docid, responses by line.
 
-Both lookups are built once by streaming a stage directory and hold no Python object per entry, so a few
-million triples or a few hundred thousand questions cost tens of megabytes instead of the gigabytes a
-``dict`` of strings would (measured in ``bench/export.py``): questions are a static marisa trie
-(``marisa_trie.BytesTrie``), docids the hashed :class:`grtool.docid.lookup.TripleLookup` the filters use.
+Both hold no Python object per entry, so a few million triples or a few hundred thousand questions cost tens
+of megabytes instead of the gigabytes a ``dict`` of strings would (measured in ``bench/export.py``): questions
+are a static marisa trie (``marisa_trie.BytesTrie``) built by streaming the stage, docids the hashed
+:class:`grtool.docid.lookup.TripleLookup` the filters use, memory-mapped from files built once per triples stage.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class DocidIndex:
 
     @classmethod
     def build(cls, triples: str | Path) -> "DocidIndex":
-        return cls(TripleLookup.build(triples, doc_ids=True))
+        return cls(TripleLookup.build(triples))
 
     def resolve_many(self, keys: Sequence[str]) -> list[tuple[frozenset[str], bool]]:
         """(documents, flipped) per key (:func:`grtool.docid.normalize` d): as written first, then tail-first;

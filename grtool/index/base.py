@@ -22,6 +22,8 @@ Directory layout::
 from __future__ import annotations
 
 import json
+import mmap
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -198,11 +200,8 @@ class Index:
         return offsets, docs
 
     @cached_property
-    def doc_ids(self) -> list[str]:
-        try:
-            return (self.path / "doc_ids.txt").read_text().split("\n")[:-1]
-        except UnicodeDecodeError:
-            raise damaged(self.path, "doc_ids.txt", "not UTF-8 text") from None
+    def doc_ids(self) -> "DocIds":
+        return DocIds(self.path / "doc_ids.txt")
 
     def docs_of_sequence(self, seq: int) -> list[str]:
         offsets, docs = self._seq_docs
@@ -255,3 +254,38 @@ class Index:
     def docid_flipped(self, docid_ids: list[int]) -> bool | None:
         """None when ``docid_ids`` is not a complete docid of the index, else whether it is a flipped spelling."""
         return self.resolve_docid(docid_ids)[1]
+
+
+class DocIds(Sequence[str]):
+    """doc_ids.txt, memory-mapped: line ``i`` is read (and decoded) when asked, so a process holds 8 bytes per
+    document (where each line starts), not a Python string per document."""
+
+    _CHUNK = 1 << 24  # bytes scanned for newlines at a time
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise InputError(f"{path.parent}: index file {path.name} is missing") from None
+        if size:
+            with open(path, "rb") as f:
+                self._text = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            data = np.frombuffer(self._text, np.uint8)
+            ends = [np.flatnonzero(data[at : at + self._CHUNK] == 10) + at for at in range(0, size, self._CHUNK)]
+            self._ends = np.concatenate(ends)
+        else:
+            self._text, self._ends = b"", np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        end = int(self._ends[i])  # IndexError past the end, as a list
+        start = int(self._ends[i - 1]) + 1 if (i % len(self)) else 0
+        try:
+            return self._text[start:end].decode()
+        except UnicodeDecodeError:
+            raise damaged(self.path.parent, self.path.name, f"line {i % len(self) + 1} is not UTF-8 text") from None

@@ -41,7 +41,7 @@ FILES = (TEXT, OFFSETS, KEYS, RECORD)
 FORMAT = "grtool-docid-bytes/1"
 SOURCE = "docids.parquet"
 _LOCK = ".docid_bytes.lock"
-_CHUNK = 1 << 16  # docids per vectorized step while sorting (bounds the temporary arrays: ~100 bytes a docid)
+_CHUNK = 1 << 13  # docids per vectorized step while sorting (bounds the temporary arrays and the scratch pages touched)
 _WRITE_CHUNK = 1 << 13  # docids per copy into the sorted file (the copy takes 16 bytes of index per text byte)
 _START, _END = DOCID_START.encode(), DOCID_END.encode()
 
@@ -179,6 +179,7 @@ def open_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = b
 def write_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = b"]") -> list[str]:
     """Write the files for ``index_dir/docids.parquet`` (``index build`` calls it once docids.parquet is in its
     directory); returns their names. Memory: a few integers per docid and one Parquet batch, never all texts."""
+    from grtool.docid.lookup import release_build_memory
     from grtool.store.fingerprints import file_hash
     from grtool.store.stage import atomic_write_bytes, commit_file
 
@@ -188,13 +189,14 @@ def write_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = 
     tmp = {name: d / f".{name}.{os.getpid()}.tmp" for name in (TEXT, OFFSETS, KEYS)}
     try:
         starts, lengths = _spill(source, scratch, open, close)
+        release_build_memory()  # the Parquet reader's buffers (a row group's strings), kept by its pool otherwise
         with _Mapped(scratch) as data:
             order, keys, dup = _sort(data, starts, lengths)
             keep = order[~dup]
             keys = keys[~dup]
             del order, dup
             offsets = np.zeros(len(keep) + 1, np.uint64)
-            np.cumsum(lengths[keep], out=offsets[1:])
+            np.cumsum(lengths[keep], dtype=np.uint64, out=offsets[1:])
             with builtins_open(tmp[TEXT], "wb") as out:
                 for at in range(0, len(keep), _WRITE_CHUNK):
                     idx = keep[at : at + _WRITE_CHUNK]
@@ -285,10 +287,10 @@ def _spill(source: Path, scratch: Path, ob: bytes, cb: bytes) -> tuple[np.ndarra
                 inside = hits < s[row] + length[row]
                 ok[row[inside & (hits >= s[row])]] = False
             starts.append((s + base)[ok])
-            lengths.append(length[ok])
+            lengths.append(length[ok].astype(np.uint32))  # a docid is far below 4 GB
             base += len(data)
     if not starts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.uint32)
     return np.concatenate(starts), np.concatenate(lengths)
 
 
@@ -301,33 +303,60 @@ def _has(data: np.ndarray, s: np.ndarray, e: np.ndarray, marker: bytes, at_end: 
     return long & (window == np.frombuffer(marker, np.uint8)).all(axis=1)
 
 
-def _keys_at(data: np.ndarray, starts: np.ndarray, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _keys_at(mapped: _Mapped, starts: np.ndarray, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per text, its 8 bytes from ``starts`` (zero-padded past its end: ``rest`` bytes are left) as a big-endian
-    number, and min(rest, 9): equal numbers and equal values ≤ 8 mean equal texts, 9 means the text goes on."""
+    number, and min(rest, 9): equal numbers and equal values ≤ 8 mean equal texts, 9 means the text goes on.
+
+    The texts are read in file order, a chunk at a time, and the chunk's pages dropped: read in any other order,
+    every text faults in a page and the kernel maps the pages around it too (hundreds of MB per chunk)."""
+    data = mapped.array
     keys = np.empty(len(starts), np.uint64)
+    ascending = len(starts) < 2 or bool((starts[1:] >= starts[:-1]).all())
+    visit = None if ascending else np.argsort(starts, kind="stable")
+    cols = np.arange(8)
+    last = max(len(data) - 1, 0)
     for at in range(0, len(starts), _CHUNK):
-        s, r = starts[at : at + _CHUNK], rest[at : at + _CHUNK]
-        cols = np.arange(8)
+        sel = slice(at, at + _CHUNK) if visit is None else visit[at : at + _CHUNK]
+        s, r = starts[sel], rest[sel]
         valid = cols < r[:, None]
-        window = np.where(valid, data[np.minimum(s[:, None] + cols, max(len(data) - 1, 0))], 0).astype(np.uint8)
-        keys[at : at + _CHUNK] = window.view(">u8").ravel()
+        window = np.where(valid, data[np.minimum(s[:, None] + cols, last)], 0).astype(np.uint8)
+        keys[sel] = window.view(">u8").ravel()
+        mapped.drop()
     return keys, np.minimum(rest, 9).astype(np.uint8)
 
 
 def _sort(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(order, first-8-byte keys in that order, duplicate flags in that order) of the texts, sorted bytewise.
 
-    Sort by the first 8 bytes, then re-sort only the runs that tie, by their next 8 bytes, until none tie."""
+    Sort by the first 8 bytes, then re-sort only the runs that tie, by their next 8 bytes, until none tie. Only
+    the order (32-bit while it fits), the keys and two flags per text are full-size; every later round works on
+    the rows that still tie."""
     data = mapped.array
-    keys, rank = _keys_at(data, starts, lengths)
+    n = len(starts)
+    itype = np.uint32 if n < 2**32 else np.int64
+    keys, rank = _keys_at(mapped, starts, lengths)
     mapped.drop()
-    order = np.lexsort((rank, keys))
-    keys, rank = keys[order], rank[order]
-    dup = np.zeros(len(order), bool)
-    pos = np.arange(len(order))
-    group = np.zeros(len(order), np.int64)
+    order = np.argsort(keys, kind="stable").astype(itype)
+    keys = keys[order]
+    rank = rank[order]
+    dup = np.zeros(n, bool)
+    # The runs of equal first 8 bytes: sorted by how many bytes are left (a text that ends sorts first), then refined.
+    same = keys[1:] == keys[:-1]
+    member = np.zeros(n, bool)
+    member[:-1] |= same
+    member[1:] |= same
+    pos = np.flatnonzero(member).astype(itype)
+    del member
+    group = np.cumsum(~same[pos[1:].astype(np.int64) - 1]).astype(itype) if len(pos) else np.zeros(0, itype)
+    group = np.r_[np.zeros(min(len(pos), 1), itype), group]
+    del same
+    k, r = keys[pos], rank[pos]
+    del rank
+    perm = np.lexsort((r, group))
+    order[pos] = order[pos][perm]
+    k, r, group = k[perm], r[perm], group[perm]
+    del perm
     depth = 0
-    k, r = keys, rank
     while len(pos) > 1:
         same = (group[1:] == group[:-1]) & (k[1:] == k[:-1]) & (r[1:] == r[:-1])
         dup[pos[1:][same & (r[1:] <= 8)]] = True  # both end here with the same bytes: the same text
@@ -339,20 +368,22 @@ def _sort(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.
         member[1:] |= tie
         # A new run starts where a member does not tie with the one before it.
         run_start = member & ~np.r_[False, tie]
-        group = np.cumsum(run_start)[member]
+        group = np.cumsum(run_start, dtype=itype)[member]
         pos = pos[member]
         depth += 8
         idx = order[pos]
-        k, r = _keys_at(data, starts[idx] + depth, lengths[idx] - depth)
+        k, r = _keys_at(mapped, starts[idx] + depth, lengths[idx] - np.uint32(depth))  # > 8 bytes left: no wrap
         mapped.drop()
         perm = np.lexsort((r, k, group))  # runs are contiguous and ascending: reorders within each run
         order[pos] = idx[perm]
         k, r, group = k[perm], r[perm], group[perm]
+        del perm, idx
     return order, keys, dup
 
 
 def _gather(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The texts data[s:s+l] concatenated, vectorized."""
+    lengths = lengths.astype(np.int64)
     total = int(lengths.sum())
     if not total:
         return np.zeros(0, np.uint8)

@@ -147,8 +147,15 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
+    import pyarrow as pa
+
     from grtool.export.readers import DocidIndex
     from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
+
+    # Arrow's default allocator (mimalloc) keeps the pages the checks below decode in per-thread heaps that
+    # release_unused does not return (~50 MB at a million triples, for the whole run beside the model); the
+    # system allocator hands them back with malloc_trim. The checks read little: its speed does not matter.
+    pa.set_memory_pool(pa.system_memory_pool())
 
     if request.mode == "gmr" and request.system:
         raise InputError("--system: --mode gmr sends the `export gmr` step input only, which has no system prompt")
@@ -187,6 +194,11 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
     )  # fmt: skip
     lookup = DocidIndex.build(triples) if triples is not None else None
+    from grtool.docid.lookup import release_build_memory
+
+    # The checks above decoded whole Parquet row groups (docids.parquet's samples, the triples' few-shot
+    # documents: ~100 MB at a million triples); Arrow's pool would keep those pages beside the model all run.
+    release_build_memory()
     options = llm.backend_options()
     options["adapter"] = str(request.adapter) if request.adapter is not None else None
 
