@@ -133,12 +133,12 @@ def main() -> None:
         generate(root, n)
         print(f"generated {n:,} questions/chains, {16 * n:,} triples in {time.perf_counter() - t:.1f}s")
 
-        from grtool.docid.lookup import TripleLookup
+        from grtool.docid.lookup_files import open_lookup
         from grtool.filters.questions import QuestionLookup
 
         # CPU seconds of this process (polars on one thread): a one-core rate even on a shared machine.
         c = time.process_time()
-        TripleLookup.build(root / "triples")
+        open_lookup(root / "triples")
         QuestionLookup.build(root / "corpus")
         lookups_cpu = time.process_time() - c
 

@@ -32,7 +32,8 @@ from grtool.docid import (
 from grtool.export.kto import kto_label
 from grtool.export.readers import DocidIndex, Question, Response
 from grtool.evaluation.recall import score_response
-from grtool.docid.lookup import TripleLookup, docid_hashes
+from grtool.docid.lookup import docid_hashes
+from grtool.docid.lookup_files import open_lookup
 
 SPACES = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\x1f"]
 
@@ -105,7 +106,7 @@ def stage(tmp_path_factory):
     root = tmp_path_factory.mktemp("docid") / "triples"
     rows = [{"doc_id": f"d{i}", "idx": 0, "head": h, "relation": r, "tail": t, "docid": render((h, r, t))} for i, (h, r, t) in enumerate(STORED)]
     _write_stage(root, "triples", TRIPLES, rows)
-    return TripleLookup.build(root), DocidIndex.build(root)
+    return open_lookup(root), DocidIndex.build(root)
 
 
 STORED = [

@@ -113,14 +113,6 @@ class TripleLookup:
         self.count = count  # triple rows read
         self.path = path  # the directory of the files (None: in memory)
 
-    @classmethod
-    def build(cls, triples: str | Path) -> "TripleLookup":
-        """The lookup of a triples stage (run directory or stage directory), memory-mapped from its files in the
-        cache (:mod:`grtool.docid.lookup_files`), written first by streaming the stage when missing."""
-        from grtool.docid.lookup_files import open_lookup
-
-        return open_lookup(triples)
-
     def resolve(self, hashes: np.ndarray, *, rows: bool = False) -> Resolved:
         """Stored triple, documents and flipped flag of each key hash; an unknown key gets triple 0 and no
         documents. Documents are their hashes (as :func:`hash_keys` gives them), or with ``rows`` their rows of

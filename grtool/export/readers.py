@@ -19,6 +19,7 @@ import orjson
 
 from grtool.corpus.datasets import gold_incomplete
 from grtool.docid.lookup import TripleLookup, hash_keys, release_build_memory
+from grtool.docid.lookup_files import open_lookup
 from grtool.errors import InputError
 from grtool.store.stage import iter_batches, resolve_stage
 
@@ -81,7 +82,7 @@ class DocidIndex:
 
     @classmethod
     def build(cls, triples: str | Path) -> "DocidIndex":
-        return cls(TripleLookup.build(triples))
+        return cls(open_lookup(triples))
 
     def resolve_many(self, keys: Sequence[str]) -> list[tuple[frozenset[str], bool]]:
         """(documents, flipped) per key (:func:`grtool.docid.normalize` d): as written first, then tail-first;

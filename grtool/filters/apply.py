@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from grtool.errors import InputError
 from grtool.docid.lookup import TripleLookup, docid_hashes
+from grtool.docid.lookup_files import open_lookup
 from grtool.filters.questions import QuestionLookup
 from grtool.filters.report import build_report
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
@@ -301,7 +302,7 @@ def apply_filters(
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
     questions = QuestionLookup.build(corpus)
-    index = TripleLookup.build(triples)
+    index = open_lookup(triples)
     log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
     judge = ChainFilter(config, questions, index)
 

@@ -331,7 +331,6 @@ def _sort(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.
     Sort by the first 8 bytes, then re-sort only the runs that tie, by their next 8 bytes, until none tie. Only
     the order (32-bit while it fits), the keys and two flags per text are full-size; every later round works on
     the rows that still tie."""
-    data = mapped.array
     n = len(starts)
     itype = np.uint32 if n < 2**32 else np.int64
     keys, rank = _keys_at(mapped, starts, lengths)
