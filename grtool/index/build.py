@@ -222,7 +222,7 @@ def write_index(
     lengths: np.ndarray,
     seq_docs: list[list[int]],
     doc_ids: list[str],
-    tokenizer: DocidTokenizer,
+    tokenizer: "DocidTokenizer | TokenizerRecord",
     source: str,
     docids: list[str] | None = None,
     inputs: list[dict[str, Any]] | None = None,
@@ -402,7 +402,7 @@ def build_index(
         kept = existing_build(Path(out), input_path, table, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips)
         if kept is not None:
             return {**kept, "up_to_date": True}
-    tok = load_tokenizer(tokenizer)
+    tok = [load_tokenizer(tokenizer)]  # handed over in a list: the docid build drops it before the index is built
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
     with (
         signals.handled(),
@@ -479,7 +479,7 @@ def _same_tokenizer(recorded: dict[str, Any], spec: str) -> bool:
     return load_tokenizer(spec).fingerprint() == recorded.get("sha256")
 
 
-def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenizer, *, tokenizer: str, kind: str, source: str,
+def _build(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, source: str,
            sample_rate: int | None, overwrite: bool, flips: bool, memory_limit: str | int | None) -> dict[str, Any]:
     params: dict[str, Any] = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
@@ -488,24 +488,50 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenize
     inputs = [fingerprint(resolve_stage(input_path, table))] if str(input_path) != "-" else [{"path": "-", "kind": "stdin"}]
     log.info("reading %s", source)
     if source == "documents":
+        tok = held.pop()
         texts, seq_docs, doc_ids = read_documents(input_path)
         log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
         flat, lengths = tokenize(tok, texts)
         log.info("building %s index over %d tokens", kind, flat.size)
         return write_index(Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source=source,
                            inputs=inputs, params=params, overwrite=overwrite, claimed=claimed)  # fmt: skip
-    return _build_docids(input_path, out, claimed, tok, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
+    return _build_docids(input_path, out, claimed, held, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
+
+
+@dataclass
+class TokenizerRecord:
+    """What an index records of its tokenizer (:func:`write_index` reads these), without the tokenizer itself."""
+
+    json: str
+    spec: str
+    sha256: str
+    vocab_size: int
+    start_id: int
+    end_id: int
+    added_markers: bool
+    source: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, tok: DocidTokenizer) -> "TokenizerRecord":
+        return cls(tok.to_json(), tok.spec, tok.fingerprint(), tok.vocab_size, tok.start_id, tok.end_id, tok.added_markers, tok.source)
+
+    def to_json(self) -> str:
+        return self.json
+
+    def fingerprint(self) -> str:
+        return self.sha256
 
 
 TOKENS_FILE = ".scratch-tokens.u32"  # the token ids the build reads, in its temporary directory (removed before the listing)
 
 
-def _build_docids(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenizer, *, tokenizer: str, kind: str, flips: bool,
+def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, flips: bool,
                   params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
     from grtool.index.stream import read_sequences, tokenize_to_file
 
+    tok = held.pop()
     seqs = read_sequences(input_path, flips=flips)
     if seqs.skipped.count:
         log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
@@ -522,13 +548,14 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, tok: DocidT
         flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
         documents = len(seqs.doc_ids)
         write_docid_tables(tmp, doc_ids=seqs.doc_ids.to_list(), seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
-        del seqs  # the docid strings: not held while the index is built
+        record = TokenizerRecord.of(tok)
+        del seqs, tok  # the docid strings and the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
         log.info("building %s index over %d tokens", kind, flat.size)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return write_index(
-        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=None, doc_ids=None, tokenizer=tok, source="docids",
+        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=None, doc_ids=None, tokenizer=record, source="docids",
         inputs=inputs, params=params, overwrite=overwrite, claimed=claimed, seq_flipped=flags, flip_counts=counts, tmp=tmp, started=started,
         documents=documents,
     )  # fmt: skip
