@@ -529,6 +529,7 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
                   params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
+    from grtool.docid.lookup import release_build_memory
     from grtool.index.stream import read_sequences, tokenize_to_file
 
     tok = held.pop()
@@ -547,9 +548,10 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
         flat, lengths = tokenize_to_file(tok, seqs.frame, tmp / TOKENS_FILE)
         flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
         documents = len(seqs.doc_ids)
-        write_docid_tables(tmp, doc_ids=seqs.doc_ids.to_list(), seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
+        write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
         record = TokenizerRecord.of(tok)
         del seqs, tok  # the docid strings and the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
+        release_build_memory()  # and the pages their allocators kept
         log.info("building %s index over %d tokens", kind, flat.size)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

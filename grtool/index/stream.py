@@ -37,7 +37,7 @@ from grtool.store.io import InputTable
 from grtool.store.reading import iter_shard_batches
 
 READ_BATCH = 262_144  # rows per record batch read from a shard
-TOKENIZE_CHUNK = 131_072  # sequences tokenized (and written) at a time
+TOKENIZE_CHUNK = 32_768  # sequences tokenized (and written) at a time (their ids are Python lists meanwhile)
 CHECK_EVERY = 64  # while pieces are joined, every 64th docid is also tokenized whole and compared
 AGREEMENT_SAMPLE = 2_048  # docids checked before joining pieces is trusted for a tokenizer
 TOKEN_DTYPE = np.uint32
