@@ -24,7 +24,7 @@ from grtool import __version__, signals
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, Triple, docid_text_problem, flip, normalize, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
-from grtool.index.kinds import KINDS, pid_alive
+from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
 from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
@@ -235,6 +235,7 @@ def write_index(
     tmp: Path | None = None,
     started: float | None = None,
     documents: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
     flips): per sequence whether it is a flipped orientation; ``flip_counts`` (what reading the docids skipped,
@@ -242,7 +243,9 @@ def write_index(
     (else it is claimed here). ``seq_docs``: a list per sequence, or the CSR arrays (offsets, documents).
     ``tmp``: the temporary directory :func:`temp_dir` made, holding what the caller wrote already (the docid
     tables, :func:`write_docid_tables`; then ``doc_ids`` and ``docids`` are None) and files named ``.scratch*``
-    (removed before the listing); ``flat`` may be a memory map of such a file."""
+    (removed before the listing); ``flat`` may be a memory map of such a file (the build gives its disk back as
+    it reads it). ``timings``: the seconds the caller spent before (reading, tokenizing), recorded beside the
+    index build's own under ``build``."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     own_claim = claimed is None
@@ -270,7 +273,11 @@ def write_index(
         offsets = np.load(tmp / "seq_docs_offsets.npy", mmap_mode="r")
         collisions = int((np.diff(offsets) > 1).sum())
         del offsets
-        kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}))
+        core_started = time.perf_counter()
+        scratch_file = isinstance(flat, np.memmap) and flat.filename is not None and Path(flat.filename).parent == tmp and Path(flat.filename).name.startswith(".scratch")
+        kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}), consume=scratch_file)
+        core_seconds = time.perf_counter() - core_started
+        scratch_bytes = kind_params.pop(SCRATCH_BYTES, None)
         for f in tmp.glob(".scratch*"):  # the token file the build read
             f.unlink()
         seconds = time.perf_counter() - started
@@ -286,6 +293,12 @@ def write_index(
             "command": redact_argv(command if command is not None else current_command()),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(seconds, 3),
+            # where a build's time goes (the FM-index build alone: core_seconds), and its peak of scratch disk
+            "build": {
+                **{k: round(v, 3) for k, v in (timings or {}).items()},
+                "core_seconds": round(core_seconds, 3),
+                **({"scratch_bytes": int(scratch_bytes)} if scratch_bytes is not None else {}),
+            },
             "inputs": inputs or [],
             "tokenizer": {
                 "spec": tokenizer.spec,
@@ -533,7 +546,9 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     from grtool.index.stream import read_sequences, tokenize_to_file
 
     tok = held.pop()
+    read_started = time.perf_counter()
     seqs = read_sequences(input_path, flips=flips)
+    timings = {"read_seconds": time.perf_counter() - read_started}
     if seqs.skipped.count:
         log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
     if flips and seqs.unsplit:
@@ -541,11 +556,13 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     counts = {"docids_skipped": seqs.skipped.count}
     if flips:
         counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
-    started = time.perf_counter()
     tmp = temp_dir(out)
     try:
         log.info("tokenizing %d docids with %s", seqs.frame.height, tokenizer)
+        tokenize_started = time.perf_counter()
         flat, lengths = tokenize_to_file(tok, seqs.frame, tmp / TOKENS_FILE)
+        started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
+        timings["tokenize_seconds"] = started - tokenize_started
         flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
         documents = len(seqs.doc_ids)
         write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
@@ -559,7 +576,7 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     return write_index(
         Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=None, doc_ids=None, tokenizer=record, source="docids",
         inputs=inputs, params=params, overwrite=overwrite, claimed=claimed, seq_flipped=flags, flip_counts=counts, tmp=tmp, started=started,
-        documents=documents,
+        documents=documents, timings=timings,
     )  # fmt: skip
 
 
@@ -573,6 +590,7 @@ def stats(index) -> dict[str, Any]:
         "grtool_version": m["grtool_version"],
         "created": m["created"],
         "build_seconds": m["build_seconds"],
+        "build": m.get("build", {}),  # indexes built before it hold none
         "command": m["command"],
         "tokenizer": m["tokenizer"],
         "params": m["params"],
