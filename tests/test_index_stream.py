@@ -154,3 +154,30 @@ def test_index_records_where_its_build_time_and_disk_went(tmp_path):
     meta = json.loads((tmp_path / "idx" / META).read_text())
     assert set(meta["build"]) == {"read_seconds", "tokenize_seconds", "core_seconds", "scratch_bytes"}
     assert meta["build"]["scratch_bytes"] > 0 and meta["build_seconds"] >= meta["build"]["core_seconds"] > 0
+
+
+def test_the_tokenizer_is_not_held_while_the_stage_is_read(tmp_path, monkeypatch):
+    """A 128K-vocabulary tokenizer is ~150 MB: it is dropped after --tokenizer is checked and loaded again
+    after the stage is read, so the read's peak does not carry it (the read sets the command's peak)."""
+    import gc
+
+    import grtool.index.stream as stream
+    from grtool.index.tokenizer import DocidTokenizer
+
+    def alive() -> int:
+        gc.collect()
+        return sum(isinstance(o, DocidTokenizer) for o in gc.get_objects())
+
+    during: list[int] = []
+    read = stream.read_sequences
+
+    def observed(*args, **kwargs):
+        during.append(alive())
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "read_sequences", observed)
+    stage = write_triples_stage(tmp_path / "triples", _odd_rows())
+    before = alive()
+    build_index(stage, tmp_path / "idx", tokenizer="llama3")
+    assert during == [before]
+    assert Index.open(tmp_path / "idx").num_sequences > 0

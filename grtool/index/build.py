@@ -545,7 +545,10 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     from grtool.docid.lookup import release_build_memory
     from grtool.index.stream import read_sequences, tokenize_to_file
 
-    tok = held.pop()
+    # The tokenizer (loaded before anything was written, to check --tokenizer) is not held while the stage is
+    # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
+    record = TokenizerRecord.of(held.pop())
+    release_build_memory()
     read_started = time.perf_counter()
     seqs = read_sequences(input_path, flips=flips)
     timings = {"read_seconds": time.perf_counter() - read_started}
@@ -560,13 +563,15 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     try:
         log.info("tokenizing %d docids with %s", seqs.frame.height, tokenizer)
         tokenize_started = time.perf_counter()
+        tok = load_tokenizer(tokenizer)
+        if tok.fingerprint() != record.sha256:
+            raise InputError(f"--tokenizer {tokenizer}: its tokenizer changed while the index was being built; run the build again")
         flat, lengths = tokenize_to_file(tok, seqs.frame, tmp / TOKENS_FILE)
         started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
         timings["tokenize_seconds"] = started - tokenize_started
         flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
         documents = len(seqs.doc_ids)
         write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
-        record = TokenizerRecord.of(tok)
         del seqs, tok  # the docid strings and the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
         release_build_memory()  # and the pages their allocators kept
         log.info("building %s index over %d tokens", kind, flat.size)

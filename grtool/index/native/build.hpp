@@ -609,9 +609,10 @@ class BucketSorter {
     }
 
     // fn(pos) for every position of the bucket, in file order (ascending); `consume`: each chunk's disk is given
-    // back once read.
+    // back once read. `ahead` (the split passes, which read the symbol at the bucket's depth at random): the text
+    // there is prefetched a few positions ahead.
     template <typename Fn>
-    void for_each_pos(const Bucket& bk, bool consume, Fn fn) {
+    void for_each_pos(const Bucket& bk, bool consume, Fn fn, bool ahead = false) {
         std::vector<u32> chunk(std::min<u64>(bk.count, kBufferBytes / sizeof(u32)));
         for (const Piece& pc : bk.pieces)
             for (u64 done = 0; done < pc.count;) {
@@ -619,7 +620,13 @@ class BucketSorter {
                 check_cancel();
                 file_.read_at(chunk.data(), m * sizeof(u32), (pc.offset + done) * sizeof(u32));
                 if (consume) file_.release((done + m == pc.count ? align_up(pc.count) - done : m) * sizeof(u32), (pc.offset + done) * sizeof(u32));
-                for (u64 i = 0; i < m; ++i) fn(chunk[i]);
+                if (ahead)
+                    for (u64 i = 0; i < m; ++i) {
+                        if (i + 16 < m) s_.prefetch(chunk[i + 16] + bk.depth);
+                        fn(chunk[i]);
+                    }
+                else
+                    for (u64 i = 0; i < m; ++i) fn(chunk[i]);
                 done += m;
             }
     }
@@ -660,7 +667,7 @@ class BucketSorter {
         } else {
             // the bucket's local strings go on past its depth (no separator among the shared symbols)
             std::vector<u32> counts(sigma_ + 1, 0);
-            for_each_pos(bk, false, [&](u32 p) { ++counts[s_[p + bk.depth]]; });
+            for_each_pos(bk, false, [&](u32 p) { ++counts[s_[p + bk.depth]]; }, true);
             const auto first_used = std::find_if(counts.begin(), counts.end(), [](u32 x) { return x > 0; });
             if (*first_used == bk.count) {  // one next symbol for all: the same bucket, one symbol deeper
                 Bucket deeper = bk;
@@ -671,7 +678,7 @@ class BucketSorter {
                 return;
             }
             sub = split_by_symbol(counts, bk.depth);
-            for_each_pos(bk, true, [&](u32 p) { sub.add(s_[p + bk.depth], p); });
+            for_each_pos(bk, true, [&](u32 p) { sub.add(s_[p + bk.depth], p); }, true);
         }
         sub.finish();
         bool first = true;
