@@ -552,6 +552,7 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     read_started = time.perf_counter()
     seqs = read_sequences(input_path, flips=flips)
     timings = {"read_seconds": time.perf_counter() - read_started}
+    release_build_memory()  # what the read freed, before the tokenizer is loaded again
     if seqs.skipped.count:
         log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
     if flips and seqs.unsplit:
