@@ -24,7 +24,7 @@ from grtool import __version__, signals
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, Triple, docid_text_problem, flip, normalize, triple_key, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
-from grtool.index.kinds import KINDS, pid_alive
+from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
 from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
@@ -222,7 +222,7 @@ def write_index(
     lengths: np.ndarray,
     seq_docs: list[list[int]],
     doc_ids: list[str],
-    tokenizer: DocidTokenizer,
+    tokenizer: "DocidTokenizer | TokenizerRecord",
     source: str,
     docids: list[str] | None = None,
     inputs: list[dict[str, Any]] | None = None,
@@ -232,28 +232,32 @@ def write_index(
     seq_flipped: list[bool] | None = None,
     flip_counts: dict[str, int] | None = None,
     claimed: Claim | None = None,
+    tmp: Path | None = None,
+    started: float | None = None,
+    documents: int | None = None,
+    timings: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
     flips): per sequence whether it is a flipped orientation; ``flip_counts`` (what reading the docids skipped,
     flagged or could not flip) go to ``sizes``. ``claimed``: the output as :func:`claim_index` checked and locked it
-    (else it is claimed here)."""
+    (else it is claimed here). ``seq_docs``: a list per sequence, or the CSR arrays (offsets, documents).
+    ``tmp``: the temporary directory :func:`temp_dir` made, holding what the caller wrote already (the docid
+    tables, :func:`write_docid_tables`; then ``doc_ids`` and ``docids`` are None) and files named ``.scratch*``
+    (removed before the listing); ``flat`` may be a memory map of such a file (the build gives its disk back as
+    it reads it). ``timings``: the seconds the caller spent before (reading, tokenizing), recorded beside the
+    index build's own under ``build``."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     own_claim = claimed is None
     if claimed is None:
         claimed = claim_index(out, overwrite=overwrite)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    remove_stale_builds(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    started = time.perf_counter()
+    if tmp is None:
+        tmp = temp_dir(out)
+    started = time.perf_counter() if started is None else started
     try:
         (tmp / TOKENIZER).write_text(tokenizer.to_json())
-        (tmp / "doc_ids.txt").write_text("".join(f"{d}\n" for d in doc_ids))
-        offsets = np.zeros(len(seq_docs) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(d) for d in seq_docs])
-        np.save(tmp / "seq_docs_offsets.npy", offsets)
-        np.save(tmp / "seq_docs.npy", np.fromiter((d for ds in seq_docs for d in ds), dtype=np.uint32, count=int(offsets[-1])))
+        if doc_ids is not None:
+            write_docid_tables(tmp, doc_ids=doc_ids, seq_docs=seq_docs, docids=docids, seq_flipped=seq_flipped)
         np.save(tmp / "seq_lengths.npy", lengths.astype(np.uint32))
         flip_sizes: dict[str, Any] = {}
         if seq_flipped is not None:
@@ -266,10 +270,16 @@ def write_index(
                 # the search structures grow with the tokens, so this is also the share of index bytes
                 "flips_token_share": round(flipped_tokens / max(int(flat.size), 1), 4),
             }
-        if docids is not None:
-            columns = {"docid": docids} if seq_flipped is None else {"docid": docids, "flipped": [bool(f) for f in seq_flipped]}
-            pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
-        kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}))
+        offsets = np.load(tmp / "seq_docs_offsets.npy", mmap_mode="r")
+        collisions = int((np.diff(offsets) > 1).sum())
+        del offsets
+        core_started = time.perf_counter()
+        scratch_file = isinstance(flat, np.memmap) and flat.filename is not None and Path(flat.filename).parent == tmp and Path(flat.filename).name.startswith(".scratch")
+        kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}), consume=scratch_file)
+        core_seconds = time.perf_counter() - core_started
+        scratch_bytes = kind_params.pop(SCRATCH_BYTES, None)
+        for f in tmp.glob(".scratch*"):  # the token file the build read
+            f.unlink()
         seconds = time.perf_counter() - started
         # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
         files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
@@ -283,6 +293,12 @@ def write_index(
             "command": redact_argv(command if command is not None else current_command()),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "build_seconds": round(seconds, 3),
+            # where a build's time goes (the FM-index build alone: core_seconds), and its peak of scratch disk
+            "build": {
+                **{k: round(v, 3) for k, v in (timings or {}).items()},
+                "core_seconds": round(core_seconds, 3),
+                **({"scratch_bytes": int(scratch_bytes)} if scratch_bytes is not None else {}),
+            },
             "inputs": inputs or [],
             "tokenizer": {
                 "spec": tokenizer.spec,
@@ -296,10 +312,10 @@ def write_index(
             "params": {**(params or {}), **kind_params, "flips": seq_flipped is not None},
             "sizes": {
                 "sequences": len(lengths),
-                "documents": len(doc_ids),
+                "documents": len(doc_ids) if doc_ids is not None else documents,
                 "tokens": tokens,
                 "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
-                "collisions": sum(1 for d in seq_docs if len(d) > 1),
+                "collisions": collisions,
                 "index_bytes": search_bytes,
                 "bits_per_token": round(8 * search_bytes / max(tokens, 1), 3),
                 "total_bytes": sum(v["bytes"] for v in files.values()),
@@ -317,6 +333,37 @@ def write_index(
         if own_claim:
             claimed.release()
     return meta
+
+
+def temp_dir(out: Path) -> Path:
+    """The build's temporary directory beside ``out`` (``.<out>.<pid>.tmp``), new and empty; earlier builds'
+    left behind by a process that is gone are removed first."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    remove_stale_builds(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def write_docid_tables(tmp: Path, *, doc_ids: Any, seq_docs: Any, docids: Any = None, seq_flipped: Any = None) -> None:
+    """doc_ids.txt, the CSR map sequence → documents and docids.parquet (``docids``: the strings in sequence
+    order, a list or an Arrow string array). ``seq_docs``: a list of document indices per sequence, or the CSR
+    arrays (offsets, documents) themselves."""
+    with open(tmp / "doc_ids.txt", "w") as f:
+        for lo in range(0, len(doc_ids), 65_536):
+            f.write("".join(f"{d}\n" for d in doc_ids[lo : lo + 65_536]))
+    if isinstance(seq_docs, tuple):
+        offsets, flat_docs = seq_docs
+    else:
+        offsets = np.zeros(len(seq_docs) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(d) for d in seq_docs])
+        flat_docs = np.fromiter((d for ds in seq_docs for d in ds), dtype=np.uint32, count=int(offsets[-1]))
+    np.save(tmp / "seq_docs_offsets.npy", np.asarray(offsets, dtype=np.int64))
+    np.save(tmp / "seq_docs.npy", np.asarray(flat_docs, dtype=np.uint32))
+    if docids is not None:
+        column = docids if isinstance(docids, pa.Array) else pa.array(docids, pa.string())
+        columns = {"docid": column} if seq_flipped is None else {"docid": column, "flipped": pa.array(np.asarray(seq_flipped, dtype=bool))}
+        pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
 
 
 def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
@@ -368,7 +415,7 @@ def build_index(
         kept = existing_build(Path(out), input_path, table, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips)
         if kept is not None:
             return {**kept, "up_to_date": True}
-    tok = load_tokenizer(tokenizer)
+    tok = [load_tokenizer(tokenizer)]  # handed over in a list: the docid build drops it before the index is built
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
     with (
         signals.handled(),
@@ -445,42 +492,98 @@ def _same_tokenizer(recorded: dict[str, Any], spec: str) -> bool:
     return load_tokenizer(spec).fingerprint() == recorded.get("sha256")
 
 
-def _build(input_path: str | Path, out: Path, claimed: Claim, tok: DocidTokenizer, *, tokenizer: str, kind: str, source: str,
+def _build(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, source: str,
            sample_rate: int | None, overwrite: bool, flips: bool, memory_limit: str | int | None) -> dict[str, Any]:
-    log.info("reading %s", source)
-    read = read_docids(input_path, flips=flips) if source == "docids" else None
-    if read is not None:
-        texts, seq_docs, doc_ids = read.docids, read.seq_docs, read.doc_ids
-    else:
-        texts, seq_docs, doc_ids = read_documents(input_path)
-    if read is not None and read.skipped.count:
-        log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", read.skipped.count, read.skipped.summary(), read.skipped.first)
-    if flips and read is not None and read.unsplit:
-        log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", read.unsplit)
-    log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
-    flat, lengths = tokenize(tok, texts)
-    log.info("building %s index over %d tokens", kind, flat.size)
-    params = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
+    params: dict[str, Any] = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
         params["memory_limit"] = memory_limit
+    table = "triples" if source == "docids" else "documents"
+    inputs = [fingerprint(resolve_stage(input_path, table))] if str(input_path) != "-" else [{"path": "-", "kind": "stdin"}]
+    log.info("reading %s", source)
+    if source == "documents":
+        tok = held.pop()
+        texts, seq_docs, doc_ids = read_documents(input_path)
+        log.info("tokenizing %d %s with %s", len(texts), source, tokenizer)
+        flat, lengths = tokenize(tok, texts)
+        log.info("building %s index over %d tokens", kind, flat.size)
+        return write_index(Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source=source,
+                           inputs=inputs, params=params, overwrite=overwrite, claimed=claimed)  # fmt: skip
+    return _build_docids(input_path, out, claimed, held, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
+
+
+@dataclass
+class TokenizerRecord:
+    """What an index records of its tokenizer (:func:`write_index` reads these), without the tokenizer itself."""
+
+    json: str
+    spec: str
+    sha256: str
+    vocab_size: int
+    start_id: int
+    end_id: int
+    added_markers: bool
+    source: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, tok: DocidTokenizer) -> "TokenizerRecord":
+        return cls(tok.to_json(), tok.spec, tok.fingerprint(), tok.vocab_size, tok.start_id, tok.end_id, tok.added_markers, tok.source)
+
+    def to_json(self) -> str:
+        return self.json
+
+    def fingerprint(self) -> str:
+        return self.sha256
+
+
+TOKENS_FILE = ".scratch-tokens.u32"  # the token ids the build reads, in its temporary directory (removed before the listing)
+
+
+def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, flips: bool,
+                  params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
+    """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
+    token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
+    from grtool.docid.lookup import release_build_memory
+    from grtool.index.stream import read_sequences, tokenize_to_file
+
+    # The tokenizer (loaded before anything was written, to check --tokenizer) is not held while the stage is
+    # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
+    record = TokenizerRecord.of(held.pop())
+    release_build_memory()
+    read_started = time.perf_counter()
+    seqs = read_sequences(input_path, flips=flips)
+    timings = {"read_seconds": time.perf_counter() - read_started}
+    release_build_memory()  # what the read freed, before the tokenizer is loaded again
+    if seqs.skipped.count:
+        log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
+    if flips and seqs.unsplit:
+        log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", seqs.unsplit)
+    counts = {"docids_skipped": seqs.skipped.count}
+    if flips:
+        counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
+    tmp = temp_dir(out)
+    try:
+        log.info("tokenizing %d docids with %s", seqs.frame.height, tokenizer)
+        tokenize_started = time.perf_counter()
+        tok = load_tokenizer(tokenizer)
+        if tok.fingerprint() != record.sha256:
+            raise InputError(f"--tokenizer {tokenizer}: its tokenizer changed while the index was being built; run the build again")
+        flat, lengths = tokenize_to_file(tok, seqs.frame, tmp / TOKENS_FILE)
+        started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
+        timings["tokenize_seconds"] = started - tokenize_started
+        flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
+        documents = len(seqs.doc_ids)
+        write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
+        del seqs, tok  # the docid strings and the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
+        release_build_memory()  # and the pages their allocators kept
+        log.info("building %s index over %d tokens", kind, flat.size)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return write_index(
-        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok,
-        source=source, docids=texts if source == "docids" else None,
-        inputs=[fingerprint(resolve_stage(input_path, "triples" if source == "docids" else "documents"))]
-        if str(input_path) != "-"
-        else [{"path": "-", "kind": "stdin"}],
-        params=params, overwrite=overwrite, claimed=claimed,
-        seq_flipped=read.flipped if read is not None and flips else None,
-        flip_counts=_read_counts(read, flips),
+        Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=None, doc_ids=None, tokenizer=record, source="docids",
+        inputs=inputs, params=params, overwrite=overwrite, claimed=claimed, seq_flipped=flags, flip_counts=counts, tmp=tmp, started=started,
+        documents=documents, timings=timings,
     )  # fmt: skip
-
-
-def _read_counts(read: Docids | None, flips: bool) -> dict[str, int] | None:
-    """What reading the docids skipped or flagged, for the index's ``sizes`` (`index stats`)."""
-    if read is None:
-        return None
-    counts = {"docids_skipped": read.skipped.count}
-    return {**counts, "flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if flips else counts
 
 
 def stats(index) -> dict[str, Any]:
@@ -493,6 +596,7 @@ def stats(index) -> dict[str, Any]:
         "grtool_version": m["grtool_version"],
         "created": m["created"],
         "build_seconds": m["build_seconds"],
+        "build": m.get("build", {}),  # indexes built before it hold none
         "command": m["command"],
         "tokenizer": m["tokenizer"],
         "params": m["params"],

@@ -51,6 +51,18 @@ FM_DTYPES = {
 }  # fmt: skip  # what each file holds: the native code reads them in place
 
 
+def _consumable_file(arr: np.ndarray) -> str:
+    """The file a read-only memory map ``arr`` is, whole and from its start ("" otherwise): the native build may
+    give its disk back as it reads it."""
+    if not (isinstance(arr, np.memmap) and arr.mode == "r" and arr.offset == 0 and arr.filename):
+        return ""
+    try:
+        whole = os.path.getsize(arr.filename) == arr.nbytes
+    except OSError:
+        return ""
+    return str(arr.filename) if whole else ""
+
+
 def _read_only_map(arr: np.ndarray) -> bool:
     """Whether an array is a view of a read-only numpy memory map (file-backed pages it may give back)."""
     base = arr
@@ -78,10 +90,10 @@ SORT_SHARE = 128  # by default a bucket holds about 1/128 of the suffixes: 0.125
 
 def fm_fixed_bytes(tokens: int, sequences: int, sigma: int) -> int:
     """What an FM build holds in memory besides one sorting bucket: the text at log2(sigma) bits a symbol, a
-    rank per sequence (two while they are computed), the sampled rows, the per-symbol tables, then the index."""
+    rank per sequence (two while they are computed) and a separator position, the sampled rows, the per-symbol tables, then the index."""
     n = tokens + sequences
     text = n * max(1, int(sigma).bit_length()) // 8
-    return text + 8 * sequences + n // 4 + 64 * sigma + (8 << 20)
+    return text + 12 * sequences + n // 4 + 64 * sigma + (8 << 20)
 
 
 def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | int | None) -> int:
@@ -106,6 +118,7 @@ def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | i
     return int(min(fit, max(default, n // 4)))
 
 
+SCRATCH_BYTES = "scratch_bytes"  # what a kind's write() reports besides its parameters: its peak of scratch disk
 SCRATCH_PREFIX = ".fm-build-"  # + the building process's pid + "-": a later build removes those of dead processes
 
 
@@ -169,14 +182,18 @@ def build_fm_arrays(
     memory_limit: str | int | None = None,
     scratch_dir: Path | None = None,
     sort_items: int | None = None,
+    consume: bool = False,
 ) -> dict[str, Any]:
     """The FM-index arrays over T = 0 s1 0 s2 ... 0 sk (see native/fm_index.cpp for the layout, native/build.hpp
     for the construction). The suffixes are sorted in buckets through scratch files in ``scratch_dir`` (the
     system's temporary directory by default); ``memory_limit`` sizes the buckets (``sort_items`` sets them:
-    tests make them tiny to exercise the splits)."""
+    tests make them tiny to exercise the splits). ``consume``: ``flat`` maps a scratch file of the caller's
+    whose disk the build gives back as it reads it (its ids read as zeros afterwards; ``scratch_bytes``, the
+    build's peak of scratch disk, counts what is left of it)."""
     import tempfile
 
     _fm = _native()
+    release = _consumable_file(flat) if consume else ""
     flat = np.ascontiguousarray(flat)  # once: the native passes need contiguous ids (a copy only if they are not)
     lengths = np.ascontiguousarray(lengths)
     if lengths.dtype not in (np.int64, np.uint32, np.int32):
@@ -200,10 +217,10 @@ def build_fm_arrays(
     remove_stale_scratch(where)
     with tempfile.TemporaryDirectory(dir=where, prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         try:
-            built = run_cancellable(_fm.build_fm, flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop)
+            built = run_cancellable(_fm.build_fm, flat, lengths, tok2sym, sigma, sample_rate, max_items, f"{scratch}/bwt", drop, release)
         except ValueError as e:  # the native checks of the input
             raise GrtoolError(str(e)) from None
-    levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree = built
+    levels, levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree, scratch_bytes = built
     first_row = 1 + np.concatenate([[0], np.cumsum(counts)[:-1]])  # C[c]: row 0 is the empty suffix
     L = len(level_sizes)
     arrays = {
@@ -219,7 +236,7 @@ def build_fm_arrays(
     full = _fm.FMIndex(**arrays, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
     ranges, offsets, ids, next_counts = run_cancellable(full.wide_ranges, WIDE_MIN_ROWS, sigma + n // WIDE_TOKENS_PER_ENTRY)
     arrays.update(cache_ranges=ranges, cache_offsets=offsets, cache_ids=ids, cache_counts=next_counts)
-    return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row}
+    return {"arrays": arrays, "n": n, "L": L, "sample_rate": sample_rate, "sigma": sigma, "dollar_row": dollar_row, "scratch_bytes": scratch_bytes}
 
 
 class FMIndex(Index):
@@ -254,12 +271,14 @@ class FMIndex(Index):
 
     @staticmethod
     def write(
-        out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None, **_: Any
+        out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None,
+        consume: bool = False, **_: Any
     ) -> dict[str, Any]:
-        built = build_fm_arrays(flat, lengths, sample_rate, memory_limit, scratch_dir=out)
+        built = build_fm_arrays(flat, lengths, sample_rate, memory_limit, scratch_dir=out, consume=consume)
         for name, arr in built["arrays"].items():
             np.save(out / f"fm_{name}.npy", arr)
-        return {"n": built["n"], "levels": built["L"], "sample_rate": sample_rate, "sigma": built["sigma"], "dollar_row": built["dollar_row"]}
+        params = {"n": built["n"], "levels": built["L"], "sample_rate": sample_rate, "sigma": built["sigma"], "dollar_row": built["dollar_row"]}
+        return {**params, SCRATCH_BYTES: built["scratch_bytes"]}
 
     @classmethod
     def load(cls, path: Path, meta: dict[str, Any]) -> "FMIndex":

@@ -10,7 +10,9 @@
 //      split by the following symbols where one symbol alone is too many), from 64-bit keys that hold the
 //      next few symbols; each bucket's rows stream their BWT symbol to a scratch file;
 //   3. the Huffman-shaped wavelet matrix is filled from that file in one pass.
-// Peak memory: the text at log2(sigma) bits a symbol, a tie per sequence and one bucket of 16-byte items.
+// Peak memory: the text at log2(sigma) bits a symbol, a tie and a separator position per sequence and one
+// bucket of 16-byte items. Scratch disk: 4 bytes a suffix not yet sorted plus 4 a BWT symbol written (about 4
+// bytes a symbol in all: a bucket's disk is given back as it is read).
 // Local strings are short (a docid, a title, a document), which is what keeps the sorting fast.
 
 // A build stops within a fraction of a second of a cancel (SIGINT/SIGTERM, set from Python while the build runs on
@@ -54,15 +56,21 @@ struct PackedText {
     }
 };
 
+inline void punch_hole(int fd, u64 bytes, u64 offset);
+
 // T = 0 s1 0 s2 ... 0 sk; R[i] = T[n - 1 - i]. Read straight from the caller's token ids and lengths (any
-// integer dtype, possibly memory-mapped: a read-only map gives its pages back as it is read).
+// integer dtype, possibly memory-mapped: a read-only map gives its pages back as it is read). `consume_fd`
+// (>= 0): the file the ids are mapped from (from its start), a scratch file whose disk is given back as it is
+// read (the text is all the build needs of it).
 template <typename F, typename Len>
-void fill_reversed(const F* flat, u64 tokens, const Len* lengths, u64 k, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop) {
+void fill_reversed(const F* flat, u64 tokens, const Len* lengths, u64 k, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop,
+                   int consume_fd) {
     u64 pos = 0, f = 0, dropped = 0;
     constexpr u64 kDropEvery = (4u << 20) / sizeof(F);
     for (u64 s = 0; s < k; ++s) {
         if (drop && f - dropped >= kDropEvery) {
             drop_mapped(flat + dropped, flat + f);
+            punch_hole(consume_fd, (f - dropped) * sizeof(F), dropped * sizeof(F));
             dropped = f;
         }
         out.set(n - 1 - pos, 1);  // separator
@@ -77,7 +85,10 @@ void fill_reversed(const F* flat, u64 tokens, const Len* lengths, u64 k, const i
         }
     }
     if (f != tokens) throw std::invalid_argument("lengths do not add up to the token ids");
-    if (drop) drop_mapped(flat + dropped, flat + tokens);
+    if (drop) {
+        drop_mapped(flat + dropped, flat + tokens);
+        punch_hole(consume_fd, (tokens - dropped) * sizeof(F), dropped * sizeof(F));
+    }
 }
 
 // fn(pointer, count) over the token ids in their own integer type.
@@ -140,9 +151,9 @@ py::tuple dense_alphabet(py::array flat, bool drop_pages) {
     return py::make_tuple(tok2sym, sym2tok);
 }
 
-void fill_text(const py::array& flat, const py::array& lengths, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop) {
+void fill_text(const py::array& flat, const py::array& lengths, const int32_t* t2s, u64 vocab, PackedText& out, u64 n, bool drop, int consume_fd) {
     with_tokens(flat, [&](const auto* ids, u64 tokens) {
-        with_lengths(lengths, [&](const auto* lens, u64 k) { fill_reversed(ids, tokens, lens, k, t2s, vocab, out, n, drop); });
+        with_lengths(lengths, [&](const auto* lens, u64 k) { fill_reversed(ids, tokens, lens, k, t2s, vocab, out, n, drop, consume_fd); });
     });
 }
 
@@ -395,14 +406,39 @@ constexpr u64 kParallelItems = 1 << 15;  // from this many suffixes, a bucket is
 
 // A bucket's sort: after the first digit pass, the two halves (split at a digit boundary, so no equal keys
 // straddle it) are sorted by two threads.
-void sort_bucket_items(Suffix* a, u64 m, const Keys& keys, std::vector<uint8_t>* same) {
+void sort_bucket_items(Suffix* a, u64 m, u64 depth, const Keys& keys, std::vector<uint8_t>* same) {
     u64 end[2048];
-    if (m < kParallelItems || digit_pass(a, m, ByKey{}, end) < 0) return sort_suffixes(a, 0, m, 0, keys, same);
+    if (m < kParallelItems || digit_pass(a, m, ByKey{}, end) < 0) return sort_suffixes(a, 0, m, depth, keys, same);
     u64 mid = 0;
     for (u64 d = 0; d < 2048 && 2 * end[d] <= m; ++d) mid = end[d];
     if (mid == 0) mid = end[std::find_if(end, end + 2048, [](u64 e) { return e > 0; }) - end];
-    in_parallel([&] { sort_suffixes(a, 0, mid, 0, keys, same); }, [&] { sort_suffixes(a, mid, m, 0, keys, same); });
+    in_parallel([&] { sort_suffixes(a, 0, mid, depth, keys, same); }, [&] { sort_suffixes(a, mid, m, depth, keys, same); });
 }
+
+inline void punch_hole(int fd, u64 bytes, u64 offset) {
+#ifdef FALLOC_FL_PUNCH_HOLE
+    if (fd >= 0 && bytes) (void)::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+#else
+    (void)fd, (void)bytes, (void)offset;
+#endif
+}
+
+// The disk the build's scratch files take at most, as the file system counts it (allocated blocks), sampled
+// between buckets: the files a build has open register here (one build per thread).
+struct ScratchMeter {
+    std::vector<int> fds;
+    u64 peak = 0;
+    void sample() {
+        u64 total = 0;
+        struct stat st;
+        for (int fd : fds)
+            if (::fstat(fd, &st) == 0) total += static_cast<u64>(st.st_blocks) * 512;
+        peak = std::max(peak, total);
+    }
+    void add(int fd) { fds.push_back(fd); }
+    void remove(int fd) { fds.erase(std::remove(fds.begin(), fds.end(), fd), fds.end()); }
+};
+thread_local ScratchMeter g_scratch;
 
 // A scratch file of the build, removed when done: what would otherwise be held in memory goes through it
 // (its pages are the page cache's, not this process's).
@@ -410,8 +446,11 @@ class ScratchFile {
    public:
     explicit ScratchFile(std::string path) : path_(std::move(path)), fd_(::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600)) {
         if (fd_ < 0) throw std::runtime_error("cannot create the scratch file " + path_);
+        g_scratch.add(fd_);
     }
     ~ScratchFile() {
+        g_scratch.sample();
+        g_scratch.remove(fd_);
         ::close(fd_);
         ::unlink(path_.c_str());
     }
@@ -432,6 +471,10 @@ class ScratchFile {
         }
     }
 
+    // The disk blocks of [offset, offset + bytes) go back to the file system (read as zeros afterwards): what a
+    // build has consumed stops counting against its scratch disk. Where the file system cannot, nothing happens.
+    void release(u64 bytes, u64 offset) { punch_hole(fd_, bytes, offset); }
+
    private:
     std::string path_;
     int fd_;
@@ -439,21 +482,31 @@ class ScratchFile {
 
 // Sorts the suffixes of s (every position and the empty suffix, or only the blocks' first positions) by
 // (local string, tie) in buckets of at most `max_items`, handed to emit() in suffix order. One pass over the
-// text routes every suffix, with its key, to the bucket of its first symbol (a range of symbols, or one
-// symbol when it alone has too many suffixes) in a scratch file. A bucket that is too big is split the same
-// way by its next symbol, from the file, and one whose local strings all end there by ranges of ties.
+// text routes every suffix to the bucket of its first symbol (a range of symbols, or one symbol when it alone
+// has too many suffixes) in a scratch file. A bucket that is too big is split the same way by its next symbol,
+// from the file, and one whose local strings all end there by ranges of ties.
+// The file holds positions alone (4 bytes a suffix): a bucket's keys and ties are computed again when it is
+// loaded (its positions ascend, so the block of each is found by a short search forward), and the disk of what
+// has been loaded or split is given back, so the file never holds much more than the suffixes still unsorted.
 class BucketSorter {
    public:
-    BucketSorter(const PackedText& s, u64 n, u64 sigma, u64 max_items, bool block_starts, u64 ties, const std::string& scratch)
-        : s_(s), keys_(s), n_(n), sigma_(sigma), max_items_(std::max<u64>(max_items, 1)), starts_(block_starts), ties_(ties), file_(scratch) {}
+    using Tie = std::function<u32(u64 pos, u64 block)>;
+    BucketSorter(const PackedText& s, u64 n, u64 sigma, u64 max_items, bool block_starts, u64 ties, const std::string& scratch, Tie tie_of)
+        : s_(s), keys_(s), n_(n), sigma_(sigma), max_items_(std::max<u64>(max_items, 1)), starts_(block_starts), ties_(ties), file_(scratch),
+          tie_of_(std::move(tie_of)) {
+        for (u64 p = 0; p < n_; ++p) {  // where the separators are: the block of a position is how many come before it
+            if ((p & kCancelEvery) == 0) check_cancel();
+            if (s_[p] == 1) seps_.push_back(static_cast<u32>(p));
+        }
+    }
 
-    template <typename Tie, typename Emit>
-    void run(Tie tie_of, bool want_same, Emit emit) {
+    template <typename Emit>
+    void run(bool want_same, Emit emit) {
         std::vector<u32> counts(sigma_ + 1, 0);  // n < 2^31
-        scan([&](u64, u32 c, u64) { ++counts[c]; });
+        scan([&](u64, u32 c) { ++counts[c]; });
         Split root = split_by_symbol(counts, 0);
         release(counts);
-        scan([&](u64 p, u32 c, u64 b) { root.add(c, Suffix{keys_.at(p), static_cast<u32>(p), tie_of(p, b)}); });
+        scan([&](u64 p, u32 c) { root.add(c, static_cast<u32>(p)); });
         root.finish();
         std::vector<Suffix> items;
         std::vector<uint8_t> same;
@@ -462,9 +515,13 @@ class BucketSorter {
 
    private:
     static constexpr u64 kBufferBytes = 512 << 10;  // a split's write buffers together, and a bucket's read chunk
+    // Pieces start at whole file-system blocks and a read chunk covers whole blocks: giving back a read range
+    // frees its blocks (a range that only covers parts of blocks would free none of them).
+    static constexpr u64 kAlign = 4096 / sizeof(u32);
+    static constexpr u64 align_up(u64 x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
     struct Piece {
-        u64 offset, count;  // in items
+        u64 offset, count;  // in positions
     };
     // Suffixes that share their first `depth` symbols (all of their local string when `ended`).
     struct Bucket {
@@ -473,25 +530,25 @@ class BucketSorter {
         u32 depth = 0;
         bool ended = false;
     };
-    // Routes suffixes by a digit (a symbol: its bucket in `of_symbol`; a tie: ranges of `tie_width`) to
+    // Routes positions by a digit (a symbol: its bucket in `of_symbol`; a tie: ranges of `tie_width`) to
     // buckets, through one write buffer per bucket.
     struct Split {
         BucketSorter* owner;
         std::vector<u32> of_symbol;
         u64 tie_width = 0;
         std::vector<Bucket> buckets;
-        std::vector<Suffix> buf;
+        std::vector<u32> buf;
         std::vector<u64> used;
         u64 per = 0;
 
         void open() {
-            per = std::max<u64>(64, kBufferBytes / sizeof(Suffix) / buckets.size());
+            per = std::max<u64>(kAlign, kBufferBytes / sizeof(u32) / buckets.size() / kAlign * kAlign);
             buf.resize(per * buckets.size());
             used.assign(buckets.size(), 0);
         }
-        inline void add(u32 digit, const Suffix& x) {
+        inline void add(u32 digit, u32 pos) {
             const u64 i = tie_width ? digit / tie_width : of_symbol[digit];
-            buf[i * per + used[i]++] = x;
+            buf[i * per + used[i]++] = pos;
             if (used[i] == per) flush(i);
         }
         void flush(u64 i) {
@@ -508,10 +565,11 @@ class BucketSorter {
         }
     };
 
-    Piece append(const Suffix* a, u64 count) {
-        file_.write_at(a, count * sizeof(Suffix), end_ * sizeof(Suffix));
-        end_ += count;
-        return {end_ - count, count};
+    Piece append(const u32* a, u64 count) {
+        const u64 at = end_;
+        file_.write_at(a, count * sizeof(u32), at * sizeof(u32));
+        end_ = align_up(at + count);
+        return {at, count};
     }
 
     // Buckets of the symbol at `depth`: ranges of symbols up to max_items suffixes, one symbol alone when more.
@@ -534,20 +592,41 @@ class BucketSorter {
         return sp;
     }
 
-    inline u32 symbol_at(const Suffix& x, u32 depth) const {
-        if (depth < keys_.per_key) return keys_.symbol(x.key, depth);
-        return s_[x.pos + depth];
+    // The block of position p: how many separators come before it. `at` is where the search starts (positions
+    // asked in ascending order move it forward a little each time); it is left at the answer.
+    inline u64 block_of(u64 p, u64& at) const {
+        if (at > 0 && seps_[at - 1] >= p) at = 0;  // not ascending (never in a bucket): search from the start
+        u64 step = 1, hi = at;
+        while (hi < seps_.size() && seps_[hi] < p) {  // gallop, then bisect
+            at = hi + 1;
+            hi = at + step;
+            step *= 2;
+        }
+        at = static_cast<u64>(std::lower_bound(seps_.begin() + static_cast<std::ptrdiff_t>(at),
+                                               seps_.begin() + static_cast<std::ptrdiff_t>(std::min<u64>(hi, seps_.size())), static_cast<u32>(p)) -
+                              seps_.begin());
+        return at;
     }
 
+    // fn(pos) for every position of the bucket, in file order (ascending); `consume`: each chunk's disk is given
+    // back once read. `ahead` (the split passes, which read the symbol at the bucket's depth at random): the text
+    // there is prefetched a few positions ahead.
     template <typename Fn>
-    void for_each_item(const Bucket& bk, Fn fn) const {
-        std::vector<Suffix> chunk(std::min<u64>(bk.count, kBufferBytes / sizeof(Suffix)));
+    void for_each_pos(const Bucket& bk, bool consume, Fn fn, bool ahead = false) {
+        std::vector<u32> chunk(std::min<u64>(bk.count, kBufferBytes / sizeof(u32)));
         for (const Piece& pc : bk.pieces)
             for (u64 done = 0; done < pc.count;) {
                 const u64 m = std::min<u64>(chunk.size(), pc.count - done);
                 check_cancel();
-                file_.read_at(chunk.data(), m * sizeof(Suffix), (pc.offset + done) * sizeof(Suffix));
-                for (u64 i = 0; i < m; ++i) fn(chunk[i]);
+                file_.read_at(chunk.data(), m * sizeof(u32), (pc.offset + done) * sizeof(u32));
+                if (consume) file_.release((done + m == pc.count ? align_up(pc.count) - done : m) * sizeof(u32), (pc.offset + done) * sizeof(u32));
+                if (ahead)
+                    for (u64 i = 0; i < m; ++i) {
+                        if (i + 16 < m) s_.prefetch(chunk[i + 16] + bk.depth);
+                        fn(chunk[i]);
+                    }
+                else
+                    for (u64 i = 0; i < m; ++i) fn(chunk[i]);
                 done += m;
             }
     }
@@ -556,19 +635,24 @@ class BucketSorter {
     template <typename Emit>
     void sort_bucket(const Bucket& bk, bool want_same, bool continued, std::vector<Suffix>& items, std::vector<uint8_t>& same, Emit& emit) {
         check_cancel();
+        g_scratch.sample();
         if (bk.count <= max_items_) {
             if (bk.count > items.capacity()) {  // exactly this many, the old buffer freed first
                 std::vector<Suffix>().swap(items);
                 items.reserve(bk.count);
             }
             items.resize(bk.count);
-            u64 at = 0;
-            for (const Piece& pc : bk.pieces) {
-                file_.read_at(items.data() + at, pc.count * sizeof(Suffix), pc.offset * sizeof(Suffix));
-                at += pc.count;
-            }
+            // the keys from the bucket's depth on (the symbols before are shared; an ended bucket's local
+            // strings are equal: one key, the ties decide)
+            u64 i = 0, at = 0;
+            for_each_pos(bk, true, [&](u32 p) { items[i++] = Suffix{0, p, tie_of_(p, block_of(p, at))}; });
+            if (!bk.ended)
+                for (u64 t = 0; t < items.size(); ++t) {
+                    if (t + 16 < items.size()) s_.prefetch(items[t + 16].pos + bk.depth);
+                    items[t].key = keys_.at(items[t].pos + bk.depth);
+                }
             if (want_same) same.assign(items.size(), 0);
-            sort_bucket_items(items.data(), items.size(), keys_, want_same ? &same : nullptr);
+            sort_bucket_items(items.data(), items.size(), bk.ended ? 0 : bk.depth, keys_, want_same ? &same : nullptr);
             if (want_same && continued) same[0] = 1;
             emit(items, same);
             return;
@@ -578,10 +662,12 @@ class BucketSorter {
             sub.tie_width = max_items_;
             sub.buckets.resize((ties_ + max_items_ - 1) / max_items_, Bucket{{}, 0, bk.depth, true});
             sub.open();
-            for_each_item(bk, [&](const Suffix& x) { sub.add(x.tie, x); });
+            u64 at = 0;
+            for_each_pos(bk, true, [&](u32 p) { sub.add(tie_of_(p, block_of(p, at)), p); });
         } else {
+            // the bucket's local strings go on past its depth (no separator among the shared symbols)
             std::vector<u32> counts(sigma_ + 1, 0);
-            for_each_item(bk, [&](const Suffix& x) { ++counts[symbol_at(x, bk.depth)]; });
+            for_each_pos(bk, false, [&](u32 p) { ++counts[s_[p + bk.depth]]; }, true);
             const auto first_used = std::find_if(counts.begin(), counts.end(), [](u32 x) { return x > 0; });
             if (*first_used == bk.count) {  // one next symbol for all: the same bucket, one symbol deeper
                 Bucket deeper = bk;
@@ -592,7 +678,7 @@ class BucketSorter {
                 return;
             }
             sub = split_by_symbol(counts, bk.depth);
-            for_each_item(bk, [&](const Suffix& x) { sub.add(symbol_at(x, bk.depth), x); });
+            for_each_pos(bk, true, [&](u32 p) { sub.add(s_[p + bk.depth], p); }, true);
         }
         sub.finish();
         bool first = true;
@@ -603,17 +689,15 @@ class BucketSorter {
             }
     }
 
-    // fn(p, s[p], block of p) for every position p in [0, n] (the empty suffix included), or every block start
+    // fn(p, s[p]) for every position p in [0, n] (the empty suffix included), or every block start
     template <typename Fn>
     void scan(Fn fn) const {
-        u64 b = 0;
         bool start = true;
         for (u64 p = 0; p <= n_; ++p) {
             if ((p & kCancelEvery) == 0) check_cancel();
             const u32 c = s_[p];
-            if (!starts_ || (start && p < n_)) fn(p, c, b);
+            if (!starts_ || (start && p < n_)) fn(p, c);
             start = c == 1;
-            b += start;
         }
     }
 
@@ -623,7 +707,9 @@ class BucketSorter {
     bool starts_;
     u64 ties_;  // ties are below this
     ScratchFile file_;
-    u64 end_ = 0;  // items written to the file
+    Tie tie_of_;
+    std::vector<u32> seps_;  // the positions of the separators, ascending
+    u64 end_ = 0;            // positions written to the file
 };
 
 // The rank of every block's whole suffix, as the tie of the block before it: ties[b] = rank of block b + 1's
@@ -633,8 +719,8 @@ std::vector<int32_t> block_ties(const PackedText& s, u64 n, u64 k, u64 sigma, u6
     if (k + 1 >= (1ULL << 31)) throw std::invalid_argument("too many sequences");
     std::vector<int32_t> names(k + 1, 0);  // names[k] = 0: the empty suffix
     int32_t name = 0;
-    BucketSorter(s, n, sigma, max_items, true, k, scratch)
-        .run([](u64, u64 b) { return static_cast<u32>(b); }, true, [&](const std::vector<Suffix>& a, const std::vector<uint8_t>& same) {
+    BucketSorter(s, n, sigma, max_items, true, k, scratch, [](u64, u64 b) { return static_cast<u32>(b); })
+        .run(true, [&](const std::vector<Suffix>& a, const std::vector<uint8_t>& same) {
             for (size_t i = 0; i < a.size(); ++i) {
                 name += !same[i];
                 names[a[i].tie] = name;
@@ -884,10 +970,13 @@ py::tuple fill_wavelet(Spill& spill, u64 rows, const std::vector<u32>& bwt_count
 }
 
 // The FM-index arrays of T = 0 s1 0 s2 ... 0 sk from the token ids `flat`, `lengths` tokens per sequence and
-// the dense symbol of each token id. `max_items` bounds a sorting bucket (16 bytes an item). Returns (levels,
-// levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree).
+// the dense symbol of each token id. `max_items` bounds a sorting bucket (16 bytes an item). `consume`: the path
+// of the scratch file `flat` maps read-only from its start, whose disk is given back as it is read (the ids
+// read as zeros afterwards), or "". Returns (levels,
+// levels_idx, level_sizes, zeros, marks, marks_idx, samples, dollar_row, counts, codes, code_lens, tree, the peak
+// bytes of scratch disk: the build's files and what was left of `consume`).
 py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::array::c_style> tok2sym, u64 sigma, u64 sample_rate,
-                   u64 max_items, const std::string& scratch, bool drop_pages) {
+                   u64 max_items, const std::string& scratch, bool drop_pages, const std::string& consume) {
     if (!(flat.flags() & py::array::c_style) || !(lengths.flags() & py::array::c_style)) throw std::invalid_argument("token ids and lengths must be contiguous");
     if (sample_rate == 0) throw std::invalid_argument("sample_rate must be positive");
     const u64 k = static_cast<u64>(lengths.size());
@@ -907,22 +996,34 @@ py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::a
     std::vector<u32> samples;
     std::vector<u32> bwt_counts(sigma, 0);  // n < 2^31
     u64 dollar_row = 0;
+    g_scratch = ScratchMeter{};
     Spill spill(scratch + ".bwt");
     {
         py::gil_scoped_release release;
         unsigned w = 1;
         while ((1ULL << w) <= sigma) ++w;  // s holds 0 .. sigma
         PackedText s(rows, w);
-        fill_text(flat, lengths, tok2sym.data(), static_cast<u64>(tok2sym.size()), s, n, drop_pages);
+        {
+            const int fd = consume.empty() ? -1 : ::open(consume.c_str(), O_RDWR);  // cannot: its disk is kept, no harm
+            if (fd >= 0) g_scratch.add(fd);
+            g_scratch.sample();
+            try {
+                fill_text(flat, lengths, tok2sym.data(), static_cast<u64>(tok2sym.size()), s, n, drop_pages, drop_pages ? fd : -1);
+            } catch (...) {
+                if (fd >= 0) g_scratch.remove(fd), ::close(fd);
+                throw;
+            }
+            g_scratch.sample();
+            if (fd >= 0) g_scratch.remove(fd), ::close(fd);  // what is left of it counts no more: the caller removes it
+        }
         const std::vector<int32_t> ties = block_ties(s, n, k, sigma, max_items, scratch + ".blocks");
         std::fill(mk, mk + nblocks * kBlockWords, 0ULL);
         std::fill(cnt, cnt + sigma, 0);
         for (u64 q = 0; q < n; ++q) ++cnt[s[q] - 1];
         samples.reserve(n / sample_rate + 2);
         u64 row = 0;
-        BucketSorter(s, n, sigma, max_items, false, k + 1, scratch + ".suffixes")
-            .run([&](u64 p, u64 b) { return p < n ? static_cast<u32>(ties[b]) : 0u; }, false,
-                 [&](const std::vector<Suffix>& a, const std::vector<uint8_t>&) {
+        BucketSorter(s, n, sigma, max_items, false, k + 1, scratch + ".suffixes", [&](u64 p, u64 b) { return p < n ? static_cast<u32>(ties[b]) : 0u; })
+            .run(false, [&](const std::vector<Suffix>& a, const std::vector<uint8_t>&) {
                      for (size_t i = 0; i < a.size(); ++i) {
                          if (i + 48 < a.size() && a[i + 48].pos) s.prefetch(a[i + 48].pos - 1);  // the BWT symbols are read at random
                          const u64 q = a[i].pos;  // row 0: q = n, the empty suffix
@@ -942,7 +1043,9 @@ py::tuple build_fm(py::array flat, py::array lengths, py::array_t<int32_t, py::a
     }  // the text is freed here, before the wavelet matrix is allocated
     const py::tuple huffman = huffman_codes(counts);
     const py::tuple wm = fill_wavelet(spill, rows, bwt_counts, huffman);
+    g_scratch.sample();
+    const u64 scratch_peak = g_scratch.peak;
     py::array_t<u32> samp(samples.size());
     std::copy(samples.begin(), samples.end(), samp.mutable_data());
-    return py::make_tuple(wm[0], wm[1], wm[2], wm[3], marks, marks_idx, samp, dollar_row, counts, huffman[0], huffman[1], huffman[2]);
+    return py::make_tuple(wm[0], wm[1], wm[2], wm[3], marks, marks_idx, samp, dollar_row, counts, huffman[0], huffman[1], huffman[2], scratch_peak);
 }

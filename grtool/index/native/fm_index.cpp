@@ -23,11 +23,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <string>
 #include <cstring>
@@ -653,7 +655,7 @@ PYBIND11_MODULE(_fm, m) {
           "Ask a running build (on another thread) to stop: it throws BuildCancelled within a fraction of a second.");
     m.def("dense_alphabet", &dense_alphabet, py::arg("flat"), py::arg("drop_pages") = false);
     m.def("build_fm", &build_fm, py::arg("flat"), py::arg("lengths"), py::arg("tok2sym"), py::arg("sigma"), py::arg("sample_rate"),
-          py::arg("max_items"), py::arg("scratch"), py::arg("drop_pages") = false);
+          py::arg("max_items"), py::arg("scratch"), py::arg("drop_pages") = false, py::arg("consume") = "");
     py::class_<FMIndex>(m, "FMIndex")
         .def(py::init<py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>,
                       py::array_t<u64, py::array::c_style>, py::array_t<u64, py::array::c_style>, py::array_t<int64_t, py::array::c_style>,
