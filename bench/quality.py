@@ -187,6 +187,8 @@ class Bench:
             fn()
         except Failed as e:
             self.rows.append(Row(name, note=f"not run: {e.line}"))
+        except Exception as e:  # noqa: BLE001 - a bug in one row must not cost the others' numbers
+            self.rows.append(Row(name, note=f"failed: {type(e).__name__}: {e}"))
 
     # -- steps
 
