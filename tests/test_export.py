@@ -393,6 +393,27 @@ def test_cannot_answer_sentence_is_named_in_the_instruction_and_recorded(cli, sa
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_sft_no_thought_keeps_the_docids_and_the_answer(cli, samples, tmp_path):
+    """--no-thought (the w/o Thought ablation): the answer turn is the chain's docids in order and its closing
+    sentence; the thought sentences between them are gone; the export record says so."""
+    ana = SPECIAL("Ana, Mon Amour", "director", "Alexandru Tatos")
+    born = SPECIAL("Alexandru Tatos", "place of birth", "Bucharest")
+    chains = {Q_ANA: f"I look up the director. {ana} Then where he was born. {born} So the answer is Bucharest."}
+    rows = [{"qid": qid, "candidate": 0, "text": text, "docids": [], "flipped": [], "selected": True, "score": 0.1, "model": "m", "temperature": 0.0, "finish_reason": "stop"}
+            for qid, text in chains.items()]  # fmt: skip
+    rows.append({**rows[0], "qid": Q_MOZA, "text": f"A step. {SPECIAL('a', 'b', 'c')} and an open <docid_start>d, e"})
+    _write_stage(tmp_path / "filtered", "chains", CHAINS, rows)
+    out = tmp_path / "sft.jsonl"
+    proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--format", "trl-messages", "--markers", "brackets", "--no-thought", "--json")
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["messages"][-1]["content"] == "[Ana, Mon Amour, director, Alexandru Tatos] [Alexandru Tatos, place of birth, Bucharest] So the answer is Bucharest."
+    assert row["messages"][0]["content"] == instruction(samples["question"][Q_ANA], "brackets")  # the prompt is unchanged
+    assert json.loads(proc.stdout)["broken_chain"] == 1  # markers that do not pair up: left out, counted
+    assert json.loads((tmp_path / "sft.jsonl.grtool.json").read_text())["params"] == {"no_thought": True}
+    cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "full.jsonl", "--format", "trl-messages")
+    assert "I look up the director." in (tmp_path / "full.jsonl").read_text()  # without the flag the chain is whole
+
+
 # ------------------------------------------------------------------------------------------------- GMR
 
 

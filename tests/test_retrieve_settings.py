@@ -90,3 +90,30 @@ def _plan(data, model):
     from types import SimpleNamespace
 
     return SimpleNamespace(data=SimpleNamespace(source=str(data)), model=SimpleNamespace(path=str(model)))
+
+
+def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples, tmp_path):
+    """`retrieve --markers brackets` puts 3 worked examples before an off-the-shelf model's question, but a model
+    `grtool train` wrote (grtool.json beside its weights, or beside its adapter) learned the bare instruction
+    (`export sft --markers brackets` rows have no examples): by default it gets exactly that prompt."""
+    import json
+    from pathlib import Path
+
+    from grtool.export.formats import instruction
+    from grtool.retrieve.run import RetrieveRequest, retrieve_prompt, trained_by_grtool
+
+    ckpt, plain = tmp_path / "ckpt", tmp_path / "plain"
+    for folder in (ckpt, plain, ckpt / "adapter"):
+        folder.mkdir(parents=True)
+    (ckpt / "grtool.json").write_text(json.dumps({"kind": "train sft"}))
+    assert trained_by_grtool(str(ckpt), None) and trained_by_grtool(None, ckpt / "adapter")
+    assert not trained_by_grtool(str(plain), None) and not trained_by_grtool(None, None) and not trained_by_grtool("HuggingFaceTB/x", None)
+
+    def prompt(model: Path | None, **given):
+        request = RetrieveRequest(corpus=str(samples["root"]), index=Path("unused"), out=tmp_path / "out", markers="brackets", few_shot_from="dev", **given)
+        return retrieve_prompt(request, samples["root"] / "triples", (), trained=trained_by_grtool(str(model) if model else None, None))
+
+    assert prompt(None).k == 3 and prompt(plain).k == 3  # an off-the-shelf model: worked examples
+    trained = prompt(ckpt)
+    assert trained.k == 0 and trained.messages("q1", "Who?") == [{"role": "user", "content": instruction("Who?", "brackets")}]
+    assert prompt(ckpt, few_shot=2).k == 2  # asked for: given

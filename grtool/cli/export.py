@@ -60,6 +60,7 @@ def sft_cmd(
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="Shuffle seed.")] = 0,
     all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain (of a filtered stage: every passing candidate), not only each question's kept (selected) one.")] = False,
+    no_thought: Annotated[bool, typer.Option("--no-thought", help="The answer turn holds the chain's docids and its closing sentence only, without the thought sentences (the w/o Thought ablation).")] = False,
     as_json: Json = False,
 ) -> None:
     """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.
@@ -70,7 +71,7 @@ def sft_cmd(
     """
     from grtool.export.sft import SftOptions, export_sft
 
-    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer))
+    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer), no_thought)
     result = export_sft(filtered, corpus, out, opts)
     table = Table(title="SFT export")
     for col in ("dataset", "chains", "train", "dev", "capped"):
@@ -79,6 +80,8 @@ def sft_cmd(
         table.add_row(name, str(c.chains), str(c.train), str(c.dev), str(c.capped))
     stage_summary.print(table)
     skipped = f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.unknown_qid} unknown qid, {result.empty_chain} empty"
+    if no_thought:
+        skipped += f", {result.broken_chain} with markers that do not pair up"
     stage_summary.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
     for split, path in result.files.items():
         if path != "-":

@@ -32,7 +32,7 @@ def retrieve_cmd(
     split: Annotated[Optional[list[str]], typer.Option("--split", help="Only questions of this split (repeatable).")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
     markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
-    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 0 with special markers, 3 with brackets).")] = None,
+    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 3 with brackets for a model `grtool train` did not write, else 0).")] = None,
     few_shot_from: Annotated[Optional[str], typer.Option("--few-shot-from", help="Where --few-shot examples come from: a corpus/run directory or a split of CORPUS (default: train); never a question being answered.")] = None,
     system: Annotated[Optional[str], typer.Option("--system", help="System prompt before the question (the text given to `export sft --system` / `train --system`, so the model sees what it learned).")] = None,
     samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.")] = 1,

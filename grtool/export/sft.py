@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
 from grtool.export.readers import QuestionIndex
@@ -34,6 +35,7 @@ class SftOptions:
     seed: int = 0
     all_candidates: bool = False  # every chain, not only the selected ones (filters apply marks the kept chain selected)
     cannot_answer: str | None = None  # --cannot-answer: the sentence the instruction names
+    no_thought: bool = False  # --no-thought: the chain's docids and its closing sentence only (the w/o Thought ablation)
 
     def check(self, out: str | Path) -> None:
         if self.fmt not in SFT_FORMATS:
@@ -61,6 +63,7 @@ class SftResult:
     not_selected: int = 0
     unknown_qid: int = 0
     empty_chain: int = 0
+    broken_chain: int = 0  # --no-thought: markers that do not pair up, so the docids cannot be cut out
     unknown_examples: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # split → path
     dataset_info: str | None = None
@@ -71,6 +74,7 @@ class SftResult:
             "not_selected": self.not_selected,
             "unknown_qid": self.unknown_qid,
             "empty_chain": self.empty_chain,
+            "broken_chain": self.broken_chain,
             "train": sum(c.train for c in self.per_dataset.values()),
             "dev": sum(c.dev for c in self.per_dataset.values()),
             "capped": sum(c.capped for c in self.per_dataset.values()),
@@ -106,12 +110,18 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                     if len(result.unknown_examples) < 5:
                         result.unknown_examples.append(str(row["qid"]))
                     continue
-                if not (row.get("text") or "").strip():
+                text = (row.get("text") or "").strip()
+                if not text:
                     result.empty_chain += 1
                     continue
+                if opts.no_thought:
+                    text = without_thought(text)
+                    if text is None:
+                        result.broken_chain += 1
+                        continue
                 counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
                 counts.chains += 1
-                example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(row["text"], opts.markers), opts.system)
+                example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(text, opts.markers), opts.system)
                 split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
                 spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
             _write_splits(spill, out, opts, result)
@@ -128,9 +138,25 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                     path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
                     json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
                     dataset_info_entry=Path(path).stem if result.dataset_info else None,
-                    params={"cannot_answer": opts.cannot_answer} if opts.cannot_answer else None,
+                    params=_params(opts),
                 )  # fmt: skip
     return result
+
+
+def without_thought(chain: str) -> str | None:
+    """A chain reduced to its docids in order and the sentence after the last one (the answer, or the
+    cannot-answer sentence): the thought sentences between the docids are dropped. None when the markers do
+    not pair up (the filters never keep such a chain)."""
+    outside, inners, broken = cut(chain, SPECIAL)
+    if broken is not None:
+        return None
+    docids = " ".join(f"{SPECIAL.start}{inner}{SPECIAL.end}" for inner in inners)
+    return " ".join(part for part in (docids, outside[-1].strip()) if part)
+
+
+def _params(opts: SftOptions) -> dict[str, Any] | None:
+    params = {k: v for k, v in (("cannot_answer", opts.cannot_answer), ("no_thought", opts.no_thought)) if v}
+    return params or None
 
 
 def _write_splits(spill: KeyedSpill, out: str | Path, opts: SftOptions, result: SftResult) -> None:

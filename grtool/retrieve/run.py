@@ -91,13 +91,26 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
         )
 
 
+def checkpoint_dir(model: str | None, adapter: Path | None) -> Path | None:
+    """Where a `train` checkpoint's grtool.json would be: beside the adapter's folder, else the model folder."""
+    return Path(adapter).resolve().parent if adapter is not None else (Path(model) if model and Path(model).is_dir() else None)
+
+
+def trained_by_grtool(model: str | None, adapter: Path | None) -> bool:
+    """The model is a checkpoint `grtool train` wrote (its grtool.json is there)."""
+    from grtool.train.run import PROVENANCE
+
+    folder = checkpoint_dir(model, adapter)
+    return folder is not None and (folder / PROVENANCE).is_file()
+
+
 def check_flips(index: Index, model: str | None, adapter: Path | None, triples: Path | None) -> None:
     """A model that learned tail-first docids (its checkpoint's grtool.json says so) needs an index that holds
     them (``--flips``): otherwise every flipped docid it starts is cut off by the constraint, and recall is lower
     without a word. The other way round is harmless: the flips are there, unused."""
     from grtool.train.run import checkpoint_flips
 
-    checkpoint = Path(adapter).resolve().parent if adapter is not None else (Path(model) if model and Path(model).is_dir() else None)
+    checkpoint = checkpoint_dir(model, adapter)
     learned = checkpoint_flips(checkpoint)
     if learned and not index.flips:
         raise InputError(
@@ -188,7 +201,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
     if request.mode == "docids":
         check_flips(index, llm.model, request.adapter, triples)
-    prompt = retrieve_prompt(request, triples, selection.qids())
+    prompt = retrieve_prompt(request, triples, selection.qids(), trained=trained_by_grtool(llm.model, request.adapter))
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
@@ -226,15 +239,21 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 FEW_SHOT_SPLIT = "train"  # --few-shot-from by default: the corpus's training questions
 
 
-def retrieve_prompt(request: RetrieveRequest, triples: Path | None, evaluated: Collection[str] = ()):
+def default_few_shot(markers: str, mode: str, trained: bool) -> int:
+    """--few-shot when not given: worked examples help an off-the-shelf model write bracket docids; a model
+    `grtool train` fitted was trained on the bare instruction (export sft has no examples), so it gets that."""
+    return 3 if markers == "brackets" and mode == "docids" and not trained else 0
+
+
+def retrieve_prompt(request: RetrieveRequest, triples: Path | None, evaluated: Collection[str] = (), trained: bool = False):
     """The prompt of every question: ``--system`` (as `export sft --system` puts it), ``--few-shot`` worked turns,
     then the SFT instruction. The worked turns come from ``--few-shot-from`` (a directory, or a split of the
     corpus: train by default) and never from the ``evaluated`` questions (qids): a test question's gold docids
-    must not be in the prompt of another."""
+    must not be in the prompt of another. ``trained``: the model is a grtool checkpoint (no examples by default)."""
     from grtool.chains.corpus_examples import pick_examples
     from grtool.retrieve.prompt import RetrievePrompt
 
-    few_shot = request.few_shot if request.few_shot is not None else (3 if request.markers == "brackets" and request.mode == "docids" else 0)
+    few_shot = request.few_shot if request.few_shot is not None else default_few_shot(request.markers, request.mode, trained)
     if request.mode == "gmr" and few_shot:
         raise InputError("--few-shot: --mode gmr sends the `export gmr` step input only (a model trained on those pairs)")
     examples = []
