@@ -129,7 +129,8 @@ def _piece(docid: pl.Expr, lh: pl.Expr, lr: pl.Expr, which: str) -> pl.Expr:
 
 ROWS_PER_BUCKET = 200_000  # rows of the stage settled in memory at a time (one bucket: its docids deduped, grouped, sorted)
 MAX_BUCKETS = 512
-MERGE_ROWS = 400_000  # rows held over all sorted runs at once while they are merged
+MERGE_ROWS = 200_000  # rows held over all sorted runs at once while they are merged
+RUN_BATCH = 4_096  # rows per record batch of a sorted run
 ROW_GROUP = DOCIDS_ROW_GROUP
 _ROW_SCHEMA = {"docid": pl.String, "doc_id": pl.String, "lh": pl.UInt32, "lr": pl.UInt32, "alt": pl.String, "g": pl.UInt64}
 _SEQ_SCHEMA = {"docid": pl.String, "flipped": pl.Boolean, "lh": pl.UInt32, "lr": pl.UInt32}
@@ -183,8 +184,8 @@ class Sequences:
 class _Spill:
     """Frames appended to numbered files on disk (Arrow IPC, lz4), read back one file at a time."""
 
-    def __init__(self, workdir: Path, name: str, schema: dict[str, Any]):
-        self.workdir, self.name, self.schema = workdir, name, schema
+    def __init__(self, workdir: Path, name: str, schema: dict[str, Any], batch_rows: int | None = None):
+        self.workdir, self.name, self.schema, self.batch_rows = workdir, name, schema, batch_rows
         self.writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
 
     def path(self, b: int) -> Path:
@@ -196,7 +197,7 @@ class _Spill:
         table = df.select(list(self.schema)).to_arrow()
         if b not in self.writers:
             self.writers[b] = pa.ipc.new_file(self.path(b), table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
-        self.writers[b].write_table(table)
+        self.writers[b].write_table(table, max_chunksize=self.batch_rows)
 
     def route(self, df: pl.DataFrame, bucket: pl.Expr, buckets: int) -> None:
         if buckets == 1:
@@ -294,6 +295,7 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
                 spill_rows.route(kept, _bucket_of(pl.col("docid"), buckets), buckets)
                 row0 += len(keep)
                 del df, kept
+                pa.default_memory_pool().release_unused()
         if g == 0:
             raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
         seqs = _sequences(spill_rows, buckets, doc_ids.sort(), flips, skipped, work)
@@ -339,7 +341,8 @@ def _first_of_bucket(rows: pl.DataFrame, doc_index: pl.DataFrame, flips: bool) -
 def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: Skipped, work: Path) -> Sequences:
     docid = pl.col("docid")
     doc_index = doc_ids.to_frame().with_row_index("di")
-    runs = _Spill(work, ".scratch-run", {**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)})
+    # sorted runs in small record batches: the merge holds a few of each run at a time
+    runs = _Spill(work, ".scratch-run", {**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}, batch_rows=RUN_BATCH)
     unsplit = symmetric = 0
     if flips:
         # pass 1: each bucket's docids and pairs kept for pass 2; its flips (and the documents they map to: those
@@ -368,10 +371,12 @@ def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool
             forward = pl.concat([forward, extra.select("docid", pl.lit(True).alias("flipped"), "lh", "lr", "g")])
             pairs = pl.concat([pairs, edges_in.take(b)]).unique()
             runs.add(b, _sorted_run(forward, pairs))
+            pa.default_memory_pool().release_unused()
     else:
         for b in range(buckets):
             forward, pairs, _, _ = _first_of_bucket(spill_rows.take(b), doc_index, False)
             runs.add(b, _sorted_run(forward, pairs))
+            pa.default_memory_pool().release_unused()
     return _merge_runs(runs, buckets, doc_ids, flips, skipped, unsplit, symmetric, work)
 
 
@@ -429,6 +434,7 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
             buf[b] = pl.concat([buf[b], got]) if b in buf else got
             have = buf[b].height
 
+    steps = 0
     try:
         while True:
             for b in present:
@@ -449,6 +455,9 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
                 taken.append(buf[b].head(n))
                 buf[b] = buf[b].slice(n)
             emit(pl.concat(taken).sort("docid"))
+            steps += 1
+            if steps % 8 == 0:
+                pa.default_memory_pool().release_unused()  # the pool keeps the decompressed batches' pages otherwise
         emit(pl.DataFrame(schema={**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}), final=True)
     finally:
         seq_writer.close()
