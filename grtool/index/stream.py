@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, normalize_expr, triple_problem
 from grtool.errors import InputError
+from grtool.docid.lookup import release_build_memory
 from grtool.index.build import DOCIDS_ROW_GROUP
 from grtool.index.tokenizer import DocidTokenizer
 from grtool.store.io import InputTable
@@ -295,7 +296,7 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
                 spill_rows.route(kept, _bucket_of(pl.col("docid"), buckets), buckets)
                 row0 += len(keep)
                 del df, kept
-                pa.default_memory_pool().release_unused()
+                release_build_memory()
         if g == 0:
             raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
         seqs = _sequences(spill_rows, buckets, doc_ids.sort(), flips, skipped, work)
@@ -371,12 +372,12 @@ def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool
             forward = pl.concat([forward, extra.select("docid", pl.lit(True).alias("flipped"), "lh", "lr", "g")])
             pairs = pl.concat([pairs, edges_in.take(b)]).unique()
             runs.add(b, _sorted_run(forward, pairs))
-            pa.default_memory_pool().release_unused()
+            release_build_memory()
     else:
         for b in range(buckets):
             forward, pairs, _, _ = _first_of_bucket(spill_rows.take(b), doc_index, False)
             runs.add(b, _sorted_run(forward, pairs))
-            pa.default_memory_pool().release_unused()
+            release_build_memory()
     return _merge_runs(runs, buckets, doc_ids, flips, skipped, unsplit, symmetric, work)
 
 
@@ -457,7 +458,7 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
             emit(pl.concat(taken).sort("docid"))
             steps += 1
             if steps % 8 == 0:
-                pa.default_memory_pool().release_unused()  # the pool keeps the decompressed batches' pages otherwise
+                release_build_memory()  # the pools keep the decompressed batches' pages otherwise
         emit(pl.DataFrame(schema={**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}), final=True)
     finally:
         seq_writer.close()
@@ -581,11 +582,13 @@ def tokenize_to_file(tok: DocidTokenizer, seqs: "pl.DataFrame | Sequences", path
     try:
         with open(path, "wb") as f:
             lo = 0
-            for chunk in chunks():
+            for n, chunk in enumerate(chunks(), start=1):
                 ids, lens = _encode_chunk(tok, chunk, join)
                 lengths[lo : lo + len(lens)] = lens
                 lo += len(lens)
                 f.write(ids.astype(TOKEN_DTYPE).tobytes())
+                if n % 8 == 0:
+                    release_build_memory()  # the pages the tokenizer's threads freed, not kept chunk after chunk
     except _Joined:
         return tokenize_to_file(tok, seqs, path, join=False)
     if (lengths == 0).any():
