@@ -20,7 +20,8 @@ process each:
 Measured from outside: wall time; peak RSS of the process tree (polled every 50 ms: the largest sum of VmRSS
 over the tree, or a process's own VmHWM, whichever is larger); the index's bytes (grtool: the whole directory;
 sdsl: the serialized CSA alone, SEAL's docid maps not counted); scratch disk (the largest size of the output's
-working area during the build, minus the final index). Printed as a table with the ratios grtool / SEAL-like
+working area during the build, minus the final index); for grtool also the peak RSS of each phase (read / tokenize /
+core, split where the command logs their start; `phase_peak_mb` in the JSON line on stderr). Printed as a table with the ratios grtool / SEAL-like
 (goals: time <= 0.3, RSS <= 0.7, size <= 0.6).
 
 ``--keep-index DIR``: keep the grtool index of the 5M size (or the largest size run) in DIR, for the `retrieve`
