@@ -20,7 +20,8 @@ process each:
 Measured from outside: wall time; peak RSS of the process tree (polled every 50 ms: the largest sum of VmRSS
 over the tree, or a process's own VmHWM, whichever is larger); the index's bytes (grtool: the whole directory;
 sdsl: the serialized CSA alone, SEAL's docid maps not counted); scratch disk (the largest size of the output's
-working area during the build, minus the final index). Printed as a table with the ratios grtool / SEAL-like
+working area during the build, minus the final index); for grtool also the peak RSS of each phase (read / tokenize /
+core, split where the command logs their start; `phase_peak_mb` in the JSON line on stderr). Printed as a table with the ratios grtool / SEAL-like
 (goals: time <= 0.3, RSS <= 0.7, size <= 0.6).
 
 ``--keep-index DIR``: keep the grtool index of the 5M size (or the largest size run) in DIR, for the `retrieve`
@@ -160,9 +161,13 @@ def _du(path: Path) -> int:
     return total
 
 
-def run_measured(argv: list[str], area: Path, env: dict | None = None) -> dict:
-    """Run ``argv``; its wall time, the peak RSS of its process tree (MB) and the peak bytes under ``area``."""
+def run_measured(argv: list[str], area: Path, env: dict | None = None, phases: dict[str, str] | None = None) -> dict:
+    """Run ``argv``; its wall time, the peak RSS of its process tree (MB) and the peak bytes under ``area``.
+    ``phases``: name -> the start of a log line (stderr) that opens that phase; the peak RSS sampled in each phase
+    (the phase before the first such line is ``start``) comes back as ``phase_peak_mb``."""
     peak = {"rss_kb": 0, "disk": 0}
+    samples: list[tuple[float, int]] = []
+    marks: list[tuple[float, str]] = []
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = time.perf_counter()
     done = threading.Event()
@@ -171,34 +176,60 @@ def run_measured(argv: list[str], area: Path, env: dict | None = None) -> dict:
         n = 0
         while not done.is_set():
             pids = _tree(proc.pid)
-            peak["rss_kb"] = max(peak["rss_kb"], sum(_status_kb(p, "VmRSS:") for p in pids), *(_status_kb(p, "VmHWM:") for p in pids))
+            rss = sum(_status_kb(p, "VmRSS:") for p in pids)
+            samples.append((time.perf_counter(), rss))
+            peak["rss_kb"] = max(peak["rss_kb"], rss, *(_status_kb(p, "VmHWM:") for p in pids))
             if n % 4 == 0:
                 peak["disk"] = max(peak["disk"], _du(area))
             n += 1
             time.sleep(0.05)
 
+    err_lines: list[str] = []
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err_lines.append(line)
+            text = line.split(" ", 2)[-1]  # after the log's date and time
+            for name, start in (phases or {}).items():
+                if text.startswith(start):
+                    marks.append((time.perf_counter(), name))
+
     t = threading.Thread(target=poll, daemon=True)
     t.start()
-    out, err = proc.communicate()
+    te = threading.Thread(target=read_err, daemon=True)
+    te.start()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.wait()
+    te.join()
     seconds = time.perf_counter() - started
     done.set()
     t.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv[:6]))} … exited {proc.returncode}:\n{err[-2000:]}")
-    return {"seconds": seconds, "peak_rss_mb": peak["rss_kb"] / 1024, "peak_disk": peak["disk"], "stdout": out}
+        raise RuntimeError(f"{' '.join(map(str, argv[:6]))} … exited {proc.returncode}:\n{''.join(err_lines)[-2000:]}")
+    phase_peak: dict[str, float] = {}
+    for at, rss in samples:
+        name = "start"
+        for when, m in marks:
+            if when <= at:
+                name = m
+        phase_peak[name] = max(phase_peak.get(name, 0.0), rss / 1024)
+    return {"seconds": seconds, "peak_rss_mb": peak["rss_kb"] / 1024, "peak_disk": peak["disk"], "stdout": out, "phase_peak_mb": {k: round(v) for k, v in phase_peak.items()}}
 
 
 def run_grtool(stage: Path, out: Path, flips: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     argv = [sys.executable, "-m", "grtool", "index", "build", str(stage), "--tokenizer", "llama3", "--out", str(out), "--json", *(["--flips"] if flips else [])]
-    r = run_measured(argv, out.parent, env)
+    # the peak RSS of each phase, split where the command logs that it starts tokenizing and building the index
+    r = run_measured(argv, out.parent, env, phases={"read": "reading docids", "tokenize": "tokenizing ", "core": "building "})
     stats = json.loads(r["stdout"])
     size = sum(f.stat().st_size for f in out.iterdir())
     build = stats.get("build", {})
     return {"seconds": r["seconds"], "peak_rss_mb": r["peak_rss_mb"], "index_mb": size / 2**20, "scratch_mb": max(0, r["peak_disk"] - size) / 2**20,
             "search_mb": stats["index_bytes"] / 2**20, "tokens": stats["tokens"], "sequences": stats["sequences"],
             "read_seconds": build.get("read_seconds"), "tokenize_seconds": build.get("tokenize_seconds"), "core_seconds": build.get("core_seconds"),
-            "build_scratch_mb": build.get("scratch_bytes", 0) / 2**20}  # fmt: skip
+            "build_scratch_mb": build.get("scratch_bytes", 0) / 2**20, "phase_peak_mb": r["phase_peak_mb"]}  # fmt: skip
 
 
 def seal_child(stage: str, workdir: str, flips: bool, exe: str) -> None:

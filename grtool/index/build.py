@@ -38,6 +38,7 @@ SOURCES = ("docids", "documents")
 STOPPED_NOTE = "the partial index and its scratch files were removed (an index is built whole)"
 STOPPED_HINT = "run the same command again to build it"
 TOKENIZE_BATCH = 50_000
+DOCIDS_ROW_GROUP = 1 << 16  # docids.parquet in row groups of this many rows (its readers take whole row groups)
 
 
 @dataclass
@@ -363,7 +364,7 @@ def write_docid_tables(tmp: Path, *, doc_ids: Any, seq_docs: Any, docids: Any = 
     if docids is not None:
         column = docids if isinstance(docids, pa.Array) else pa.array(docids, pa.string())
         columns = {"docid": column} if seq_flipped is None else {"docid": column, "flipped": pa.array(np.asarray(seq_flipped, dtype=bool))}
-        pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd")
+        pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd", row_group_size=DOCIDS_ROW_GROUP)
 
 
 def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
@@ -549,31 +550,32 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
     record = TokenizerRecord.of(held.pop())
     release_build_memory()
-    read_started = time.perf_counter()
-    seqs = read_sequences(input_path, flips=flips)
-    timings = {"read_seconds": time.perf_counter() - read_started}
-    release_build_memory()  # what the read freed, before the tokenizer is loaded again
-    if seqs.skipped.count:
-        log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
-    if flips and seqs.unsplit:
-        log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", seqs.unsplit)
-    counts = {"docids_skipped": seqs.skipped.count}
-    if flips:
-        counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
-    tmp = temp_dir(out)
+    tmp = temp_dir(out)  # the read's buckets and sorted runs go here (files named .scratch*), and docids.parquet
     try:
-        log.info("tokenizing %d docids with %s", seqs.frame.height, tokenizer)
+        read_started = time.perf_counter()
+        seqs = read_sequences(input_path, flips=flips, workdir=tmp)
+        timings = {"read_seconds": time.perf_counter() - read_started}
+        release_build_memory()  # what the read freed, before the tokenizer is loaded again
+        if seqs.skipped.count:
+            log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
+        if flips and seqs.unsplit:
+            log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", seqs.unsplit)
+        counts = {"docids_skipped": seqs.skipped.count}
+        if flips:
+            counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
+        log.info("tokenizing %d docids with %s", seqs.count, tokenizer)
         tokenize_started = time.perf_counter()
         tok = load_tokenizer(tokenizer)
         if tok.fingerprint() != record.sha256:
             raise InputError(f"--tokenizer {tokenizer}: its tokenizer changed while the index was being built; run the build again")
-        flat, lengths = tokenize_to_file(tok, seqs.frame, tmp / TOKENS_FILE)
+        flat, lengths = tokenize_to_file(tok, seqs, tmp / TOKENS_FILE)
         started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
         timings["tokenize_seconds"] = started - tokenize_started
-        flags = seqs.frame.get_column("flipped").to_numpy().astype(np.uint8) if flips else None
+        flags = seqs.flipped.astype(np.uint8) if flips else None
         documents = len(seqs.doc_ids)
-        write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs), docids=seqs.docids, seq_flipped=flags)
-        del seqs, tok  # the docid strings and the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
+        seqs.seq_file.unlink()
+        write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs))  # docids.parquet: written by the read
+        del seqs, tok  # the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
         release_build_memory()  # and the pages their allocators kept
         log.info("building %s index over %d tokens", kind, flat.size)
     except BaseException:

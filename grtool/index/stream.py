@@ -21,9 +21,12 @@ reference, kept for the test that compares the two) array for array.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import polars as pl
@@ -32,6 +35,8 @@ import pyarrow.parquet as pq
 
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, normalize_expr, triple_problem
 from grtool.errors import InputError
+from grtool.docid.lookup import release_build_memory
+from grtool.index.build import DOCIDS_ROW_GROUP
 from grtool.index.tokenizer import DocidTokenizer
 from grtool.store.io import InputTable
 from grtool.store.reading import iter_shard_batches
@@ -65,25 +70,6 @@ class Skipped:
 
     def summary(self) -> str:
         return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reasons.items()))
-
-
-@dataclass
-class Sequences:
-    """The sequences of a docid index, in order (docid strings sorted), as columns: ``docid``, ``flipped``,
-    and the character lengths ``lh``/``lr`` of the head and relation where the string is the rendering of
-    parts (null otherwise); the documents as a CSR map into the sorted ``doc_ids``."""
-
-    frame: pl.DataFrame
-    offsets: np.ndarray  # int64 [k + 1]
-    docs: np.ndarray  # uint32
-    doc_ids: pl.Series
-    unsplit: int = 0
-    symmetric: int = 0
-    skipped: Skipped = field(default_factory=Skipped)
-
-    @property
-    def docids(self) -> pa.Array:
-        return self.frame.get_column("docid").to_arrow().cast(pa.string())
 
 
 def _batches(table: InputTable, part: int, columns: list[str]) -> Iterator[pl.DataFrame]:
@@ -142,104 +128,349 @@ def _piece(docid: pl.Expr, lh: pl.Expr, lr: pl.Expr, which: str) -> pl.Expr:
     return docid.str.slice(_S + lh + lr + 4, docid.str.len_chars() - (_S + _E + 4) - lh - lr)
 
 
-def read_sequences(path: str | Path, flips: bool = False) -> Sequences:
-    """The sequences and documents of a docid index from the triples stage at ``path`` (see the module docstring)."""
+ROWS_PER_BUCKET = 200_000  # rows of the stage settled in memory at a time (one bucket: its docids deduped, grouped, sorted)
+MAX_BUCKETS = 512
+MERGE_ROWS = 200_000  # rows held over all sorted runs at once while they are merged
+RUN_BATCH = 4_096  # rows per record batch of a sorted run
+ROW_GROUP = DOCIDS_ROW_GROUP
+_ROW_SCHEMA = {"docid": pl.String, "doc_id": pl.String, "lh": pl.UInt32, "lr": pl.UInt32, "alt": pl.String, "g": pl.UInt64}
+_SEQ_SCHEMA = {"docid": pl.String, "flipped": pl.Boolean, "lh": pl.UInt32, "lr": pl.UInt32}
+
+
+@dataclass
+class Sequences:
+    """The sequences of a docid index, in order (docid strings sorted), on disk: ``seq_file`` (Parquet: ``docid``,
+    ``flipped``, and the character lengths ``lh``/``lr`` of the head and relation where the string is the
+    rendering of parts, null otherwise) and ``docids.parquet`` in ``workdir``; in memory only fixed-width arrays:
+    the documents as a CSR map into the sorted ``doc_ids``."""
+
+    seq_file: Path
+    count: int
+    offsets: np.ndarray  # int64 [k + 1]
+    docs: np.ndarray  # uint32
+    flipped: np.ndarray  # bool [k]
+    doc_ids: pl.Series
+    parted: int = 0  # sequences with lh set (the agreement sample is drawn from them)
+    unsplit: int = 0
+    symmetric: int = 0
+    skipped: Skipped = field(default_factory=Skipped)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """All sequences as one frame (small corpora, tests)."""
+        return pl.read_parquet(self.seq_file)
+
+    def chunks(self, rows: int) -> Iterator[pl.DataFrame]:
+        for batch in pq.ParquetFile(self.seq_file).iter_batches(batch_size=rows):
+            df = pl.from_arrow(batch)
+            assert isinstance(df, pl.DataFrame)
+            yield df
+
+    def agreement_sample(self) -> pl.DataFrame:
+        """What :func:`pieces_agree` draws from the whole frame, drawn chunk by chunk."""
+        if self.parted == 0:
+            return pl.DataFrame(schema=_SEQ_SCHEMA)
+        step = max(1, self.parted // AGREEMENT_SAMPLE)
+        seen, out = 0, []
+        for df in self.chunks(ROW_GROUP):
+            df = df.filter(pl.col("lh").is_not_null())
+            first = (-seen) % step
+            out.append(df.slice(first).gather_every(step) if first < df.height else df.clear())
+            seen += df.height
+            if sum(f.height for f in out) >= AGREEMENT_SAMPLE:
+                break
+        return pl.concat(out).head(AGREEMENT_SAMPLE)
+
+
+class _Spill:
+    """Frames appended to numbered files on disk (Arrow IPC, lz4), read back one file at a time."""
+
+    def __init__(self, workdir: Path, name: str, schema: dict[str, Any], batch_rows: int | None = None):
+        self.workdir, self.name, self.schema, self.batch_rows = workdir, name, schema, batch_rows
+        self.writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
+
+    def path(self, b: int) -> Path:
+        return self.workdir / f"{self.name}-{b}.arrow"
+
+    def add(self, b: int, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        table = df.select(list(self.schema)).to_arrow()
+        if b not in self.writers:
+            self.writers[b] = pa.ipc.new_file(self.path(b), table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+        self.writers[b].write_table(table, max_chunksize=self.batch_rows)
+
+    def route(self, df: pl.DataFrame, bucket: pl.Expr, buckets: int) -> None:
+        if buckets == 1:
+            return self.add(0, df)
+        for (b,), part in df.with_columns(bucket.alias("_b")).partition_by("_b", as_dict=True, include_key=False).items():
+            self.add(int(b), part)
+
+    def take(self, b: int) -> pl.DataFrame:
+        """File ``b``'s frames (removed from disk)."""
+        w = self.writers.pop(b, None)
+        if w is None:
+            return pl.DataFrame(schema=self.schema)
+        w.close()
+        with pa.memory_map(str(self.path(b))) as src:
+            df = pl.from_arrow(pa.ipc.open_file(src).read_all())
+        self.path(b).unlink()
+        assert isinstance(df, pl.DataFrame)
+        return df.rechunk()
+
+
+def _bucket_of(col: pl.Expr, buckets: int) -> pl.Expr:
+    return (_key(col).hash(seed=27) % buckets).cast(pl.UInt32)
+
+
+def _planned_rows(table: InputTable) -> int | None:
+    n = 0
+    for p in table.parts:
+        if p is None:
+            return None
+        n += pq.ParquetFile(p).metadata.num_rows
+    return n
+
+
+def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | None = None) -> Sequences:
+    """The sequences and documents of a docid index from the triples stage at ``path`` (see the module docstring),
+    with ``docids.parquet`` written into ``workdir`` (default: a temporary directory removed with the result).
+
+    Bounded memory: the checked rows go to buckets on disk split by a hash of their docid's key (every spelling
+    of a key, hence every row of a docid, in one bucket); each bucket is deduped and grouped on its own (the
+    "first row wins" rule and the order of flips carry the global row number ``g``), written sorted, and the
+    sorted runs are merged chunk by chunk."""
     from grtool.index.build import _flip_from_parts  # the Python rule for the rare rows the columns cannot settle
 
+    own = workdir is None
+    work = Path(tempfile.mkdtemp(prefix="grtool-seqs-")) if own else Path(workdir)
     table = InputTable.open(path, "triples")
+    planned = _planned_rows(table)
+    buckets = 16 if planned is None else max(1, min(MAX_BUCKETS, -(-planned // ROWS_PER_BUCKET)))
+    spill_rows = _Spill(work, ".scratch-rows", _ROW_SCHEMA)
     columns = ["doc_id", "docid", "head", "relation", "tail"]
     skipped = Skipped()
     skipped_docids: set[str] = set()
     valid_docids: set[str] = set()  # only docids a suspect row named (rare)
-    frames: list[pl.DataFrame] = []
-    for part in range(table.num_parts):
-        where = table.parts[part] or "<stdin>"
-        row0 = 0
-        for df in _batches(table, part, columns):
-            _first_row_problem(df, where, row0)
-            renders, lh, lr = _parts_expr("head", "relation", "tail")
-            inner = pl.col("docid").str.slice(_S, pl.col("docid").str.len_chars() - _S - _E)
-            df = df.with_columns(renders.alias("renders"), lh.cast(pl.UInt32).alias("lh"), lr.cast(pl.UInt32).alias("lr"),
-                                 inner.str.contains(_SUSPECT).alias("suspect"), pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))  # fmt: skip
-            keep = np.ones(df.height, dtype=bool)
-            for i, docid, h, r, t, rend in df.filter(pl.col("suspect")).select("row", "docid", "head", "relation", "tail", "renders").iter_rows():
-                if docid in skipped_docids:
+    doc_ids = pl.Series("doc_id", [], dtype=pl.String)
+    g = 0
+    try:
+        for part in range(table.num_parts):
+            where = table.parts[part] or "<stdin>"
+            row0 = 0
+            for df in _batches(table, part, columns):
+                _first_row_problem(df, where, row0)
+                renders, lh, lr = _parts_expr("head", "relation", "tail")
+                inner = pl.col("docid").str.slice(_S, pl.col("docid").str.len_chars() - _S - _E)
+                df = df.with_columns(renders.alias("renders"), lh.cast(pl.UInt32).alias("lh"), lr.cast(pl.UInt32).alias("lr"),
+                                     inner.str.contains(_SUSPECT).alias("suspect"), pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))  # fmt: skip
+                keep = np.ones(df.height, dtype=bool)
+                for i, docid, h, r, t, rend in df.filter(pl.col("suspect")).select("row", "docid", "head", "relation", "tail", "renders").iter_rows():
+                    if docid in skipped_docids:
+                        keep[i] = False
+                        continue
+                    if docid in valid_docids:
+                        continue
+                    problem = docid_text_problem(docid[_S : len(docid) - _E])
+                    if problem is None:
+                        valid_docids.add(docid)
+                        continue
+                    if flips and rend:
+                        problem = triple_problem((h, r, t)) or problem  # name the part
+                    skipped.reasons[problem.reason] = skipped.reasons.get(problem.reason, 0) + 1
+                    if skipped.first is None:
+                        skipped.first = f"{where}, row {row0 + i + 1}: {docid[:120]!r}: {problem.detail}"
+                    skipped_docids.add(docid)
                     keep[i] = False
-                    continue
-                if docid in valid_docids:
-                    continue
-                problem = docid_text_problem(docid[_S : len(docid) - _E])
-                if problem is None:
-                    valid_docids.add(docid)
-                    continue
-                if flips and rend:
-                    problem = triple_problem((h, r, t)) or problem  # name the part
-                skipped.reasons[problem.reason] = skipped.reasons.get(problem.reason, 0) + 1
-                if skipped.first is None:
-                    skipped.first = f"{where}, row {row0 + i + 1}: {docid[:120]!r}: {problem.detail}"
-                skipped_docids.add(docid)
-                keep[i] = False
-            # a row whose parts are strings but whose docid is not their rendering: the Python flip rule
-            alt = [None] * df.height if flips else None
-            if flips:
-                odd = df.filter(~pl.col("renders") & pl.col("head").is_not_null() & pl.col("relation").is_not_null() & pl.col("tail").is_not_null())
-                for i, docid, h, r, t in odd.select("row", "docid", "head", "relation", "tail").iter_rows():
-                    alt[i] = _flip_from_parts(docid, (h, r, t))
-            df = df.with_columns(pl.Series("alt", alt, dtype=pl.String) if flips else pl.lit(None, pl.String).alias("alt"))
-            frames.append(df.filter(pl.Series(keep)).select("docid", "doc_id", "lh", "lr", "alt"))
-            row0 += len(keep)
-    rows = pl.concat(frames, rechunk=True) if frames else pl.DataFrame(schema={"docid": pl.String, "doc_id": pl.String, "lh": pl.UInt32, "lr": pl.UInt32, "alt": pl.String})
-    del frames
-    if rows.height == 0:
-        raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
-    return _sequences(rows, flips, skipped)
+                # a row whose parts are strings but whose docid is not their rendering: the Python flip rule
+                alt = [None] * df.height if flips else None
+                if flips:
+                    odd = df.filter(~pl.col("renders") & pl.col("head").is_not_null() & pl.col("relation").is_not_null() & pl.col("tail").is_not_null())
+                    for i, docid, h, r, t in odd.select("row", "docid", "head", "relation", "tail").iter_rows():
+                        alt[i] = _flip_from_parts(docid, (h, r, t))
+                df = df.with_columns(pl.Series("alt", alt, dtype=pl.String) if flips else pl.lit(None, pl.String).alias("alt"))
+                kept = df.filter(pl.Series(keep)).select("docid", "doc_id", "lh", "lr", "alt")
+                kept = kept.with_columns(pl.int_range(g, g + kept.height, dtype=pl.UInt64).alias("g"))
+                g += kept.height
+                doc_ids = pl.concat([doc_ids, kept.get_column("doc_id").unique()]).unique()
+                spill_rows.route(kept, _bucket_of(pl.col("docid"), buckets), buckets)
+                row0 += len(keep)
+                del df, kept
+                release_build_memory()
+        if g == 0:
+            raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
+        seqs = _sequences(spill_rows, buckets, doc_ids.sort(), flips, skipped, work)
+    except BaseException:
+        for w in spill_rows.writers.values():
+            w.close()
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    if own:
+        weakref.finalize(seqs, shutil.rmtree, work, True)
+    return seqs
 
 
 def _key(col: pl.Expr) -> pl.Expr:
     return normalize_expr(col.str.slice(_S, col.str.len_chars() - _S - _E))
 
 
-def _sequences(rows: pl.DataFrame, flips: bool, skipped: Skipped) -> Sequences:
+def _first_of_bucket(rows: pl.DataFrame, doc_index: pl.DataFrame, flips: bool) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame | None, int]:
+    """One bucket's distinct docids (what its first row says, and that row's ``g``), its (key, document) pairs and,
+    with flips, each docid's flipped spelling with the key it comes from."""
     docid = pl.col("docid")
-    # each distinct docid with what its first row says (the reference path keeps the first row's parts)
     first = rows.unique(subset="docid", keep="first", maintain_order=True)
-    doc_ids = rows.get_column("doc_id").unique().sort()
-    doc_index = doc_ids.to_frame().with_row_index("di")
     pairs = rows.select(_key(docid).alias("key"), "doc_id").unique().join(doc_index, on="doc_id").select("key", "di")
-    del rows
-    forward = first.select("docid", pl.lit(False).alias("flipped"), "lh", "lr")
+    forward = first.select("docid", pl.lit(False).alias("flipped"), "lh", "lr", "g")
+    if not flips:
+        return forward, pairs, None, 0
+    lh, lr = pl.col("lh"), pl.col("lr")
+    h, r, t = (_piece(docid, lh, lr, w) for w in "hrt")
+    rendered = pl.concat_str([pl.lit(DOCID_START), t, pl.lit(", "), r, pl.lit(", "), h, pl.lit(DOCID_END)])
+    flipped = first.select(
+        docid.alias("source"),
+        pl.when(lh.is_not_null()).then(rendered).otherwise(pl.col("alt")).alias("docid"),
+        # the flipped spelling's own head and relation: the source's tail and relation
+        pl.when(lh.is_not_null()).then(docid.str.len_chars() - (_S + _E + 4) - lh - lr).cast(pl.UInt32).alias("lh"),
+        lr,
+        "g",
+    )
+    unsplit = flipped.get_column("docid").null_count()
+    return forward, pairs, flipped.drop_nulls("docid"), unsplit
+
+
+def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: Skipped, work: Path) -> Sequences:
+    docid = pl.col("docid")
+    doc_index = doc_ids.to_frame().with_row_index("di")
+    # sorted runs in small record batches: the merge holds a few of each run at a time
+    runs = _Spill(work, ".scratch-run", {**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}, batch_rows=RUN_BATCH)
     unsplit = symmetric = 0
     if flips:
-        lh, lr = pl.col("lh"), pl.col("lr")
-        h, r, t = (_piece(docid, lh, lr, w) for w in "hrt")
-        rendered = pl.concat_str([pl.lit(DOCID_START), t, pl.lit(", "), r, pl.lit(", "), h, pl.lit(DOCID_END)])
-        flipped = first.select(
-            docid.alias("source"),
-            pl.when(lh.is_not_null()).then(rendered).otherwise(pl.col("alt")).alias("docid"),
-            # the flipped spelling's own head and relation: the source's tail and relation
-            pl.when(lh.is_not_null()).then(docid.str.len_chars() - (_S + _E + 4) - lh - lr).cast(pl.UInt32).alias("lh"),
-            lr,
-        )
-        unsplit = flipped.get_column("docid").null_count()
-        flipped = flipped.drop_nulls("docid")
-        # a flip maps to the documents of its source's key (all spellings of it, before flips add any)
-        edges = flipped.select(_key(pl.col("source")).alias("key"), _key(docid).alias("fkey")).unique()
-        pairs = pl.concat([pairs, edges.join(pairs, on="key").select(pl.col("fkey").alias("key"), "di")]).unique()
-        names = forward.select("docid")
-        symmetric = flipped.join(names, on="docid", how="semi").height
-        extra = flipped.join(names, on="docid", how="anti", maintain_order="left").unique(subset="docid", keep="first", maintain_order=True)
-        forward = pl.concat([forward, extra.select("docid", pl.lit(True).alias("flipped"), "lh", "lr")])
-        del flipped, extra, edges
-    del first
+        # pass 1: each bucket's docids and pairs kept for pass 2; its flips (and the documents they map to: those
+        # of their source's key, before flips add any) sent to the bucket of the flipped spelling's key
+        fwd = _Spill(work, ".scratch-fwd", {"docid": pl.String, "flipped": pl.Boolean, "lh": pl.UInt32, "lr": pl.UInt32, "g": pl.UInt64})
+        own_pairs = _Spill(work, ".scratch-pairs", {"key": pl.String, "di": pl.UInt32})
+        flips_in = _Spill(work, ".scratch-flips", {"docid": pl.String, "lh": pl.UInt32, "lr": pl.UInt32, "g": pl.UInt64})
+        edges_in = _Spill(work, ".scratch-edges", {"key": pl.String, "di": pl.UInt32})
+        for b in range(buckets):
+            forward, pairs, flipped, n = _first_of_bucket(spill_rows.take(b), doc_index, True)
+            unsplit += n
+            assert flipped is not None
+            edges = flipped.select(_key(pl.col("source")).alias("key"), _key(docid).alias("fkey")).unique()
+            flips_in.route(flipped, _bucket_of(docid, buckets), buckets)
+            moved = edges.join(pairs, on="key").select(pl.col("fkey").alias("key"), "di")
+            edges_in.route(moved, (pl.col("key").hash(seed=27) % buckets).cast(pl.UInt32), buckets)
+            fwd.add(b, forward)
+            own_pairs.add(b, pairs)
+            del forward, pairs, flipped, edges, moved
+        for b in range(buckets):
+            forward, pairs = fwd.take(b), own_pairs.take(b)
+            flipped = flips_in.take(b).sort("g")  # the order of their sources' first rows
+            names = forward.select("docid")
+            symmetric += flipped.join(names, on="docid", how="semi").height
+            extra = flipped.join(names, on="docid", how="anti", maintain_order="left").unique(subset="docid", keep="first", maintain_order=True)
+            forward = pl.concat([forward, extra.select("docid", pl.lit(True).alias("flipped"), "lh", "lr", "g")])
+            pairs = pl.concat([pairs, edges_in.take(b)]).unique()
+            runs.add(b, _sorted_run(forward, pairs))
+            release_build_memory()
+    else:
+        for b in range(buckets):
+            forward, pairs, _, _ = _first_of_bucket(spill_rows.take(b), doc_index, False)
+            runs.add(b, _sorted_run(forward, pairs))
+            release_build_memory()
+    return _merge_runs(runs, buckets, doc_ids, flips, skipped, unsplit, symmetric, work)
+
+
+def _sorted_run(forward: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """A bucket's sequences sorted, each with the sorted documents of its key."""
     groups = pairs.group_by("key").agg(pl.col("di").sort())
-    del pairs
-    seqs = forward.sort("docid").with_columns(_key(docid).alias("key")).join(groups, on="key", how="left", maintain_order="left").drop("key")
-    del forward, groups
-    lengths = seqs.get_column("di").list.len().to_numpy().astype(np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    docs = seqs.get_column("di").explode().to_numpy().astype(np.uint32)
-    return Sequences(seqs.drop("di"), offsets, docs, doc_ids, unsplit, symmetric, skipped)
+    return forward.sort("docid").with_columns(_key(pl.col("docid")).alias("key")).join(groups, on="key", how="left", maintain_order="left").drop("key", "g")
+
+
+def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: Skipped, unsplit: int, symmetric: int, work: Path) -> Sequences:
+    """The sorted runs (no docid in two of them) merged into ``.scratch-seqs.parquet`` and ``docids.parquet``,
+    chunk by chunk: each step emits every buffered row up to the smallest of the runs' last buffered docids."""
+    present = [b for b in range(buckets) if b in runs.writers]
+    for b in present:
+        runs.writers.pop(b).close()
+    step = max(1, MERGE_ROWS // max(1, len(present)))
+    readers = {b: pa.ipc.open_file(pa.memory_map(str(runs.path(b)))) for b in present}
+    nexts = {b: 0 for b in present}
+    buf: dict[int, pl.DataFrame] = {}
+    seq_file = work / ".scratch-seqs.parquet"
+    docid_schema = pa.schema([("docid", pa.string())] + ([("flipped", pa.bool_())] if flips else []))
+    seq_writer = pq.ParquetWriter(seq_file, pa.schema([("docid", pa.string()), ("flipped", pa.bool_()), ("lh", pa.uint32()), ("lr", pa.uint32())]), compression="lz4")
+    docid_writer = pq.ParquetWriter(work / "docids.parquet", docid_schema, compression="zstd")
+    pending: list[pl.DataFrame] = []
+    lengths: list[np.ndarray] = []
+    docs: list[np.ndarray] = []
+    flags: list[np.ndarray] = []
+    parted = count = 0
+
+    def emit(df: pl.DataFrame, final: bool = False) -> None:
+        nonlocal parted, count
+        if df.height:
+            pending.append(df.select("docid", "flipped"))
+            seq_writer.write_table(df.select("docid", "flipped", "lh", "lr").to_arrow().cast(seq_writer.schema))
+            di = df.get_column("di")
+            lengths.append(di.list.len().to_numpy().astype(np.int64))
+            docs.append(di.explode().to_numpy().astype(np.uint32))
+            flags.append(df.get_column("flipped").to_numpy().astype(bool))
+            parted += df.height - df.get_column("lh").null_count()
+            count += df.height
+        held = sum(p.height for p in pending)
+        if held >= ROW_GROUP or (final and held):
+            out = pl.concat(pending)
+            cut = held if final else held - held % ROW_GROUP
+            docid_writer.write_table(out.head(cut).select("docid", *(["flipped"] if flips else [])).to_arrow().cast(docid_schema), row_group_size=ROW_GROUP)
+            pending[:] = [out.slice(cut)] if cut < held else []
+
+    def fill(b: int) -> None:
+        r = readers[b]
+        have = buf[b].height if b in buf else 0
+        while have < step and nexts[b] < r.num_record_batches:
+            got = pl.from_arrow(r.get_batch(nexts[b]))
+            nexts[b] += 1
+            assert isinstance(got, pl.DataFrame)
+            buf[b] = pl.concat([buf[b], got]) if b in buf else got
+            have = buf[b].height
+
+    steps = 0
+    try:
+        while True:
+            for b in present:
+                if b not in buf or buf[b].height == 0:
+                    buf.pop(b, None)
+                    fill(b)
+            live = [b for b in present if b in buf and buf[b].height]
+            if not live:
+                break
+            open_runs = [b for b in live if nexts[b] < readers[b].num_record_batches]
+            cutoff = min(buf[b].get_column("docid")[-1] for b in open_runs) if open_runs else None
+            taken = []
+            for b in live:
+                if cutoff is None:
+                    taken.append(buf.pop(b))
+                    continue
+                n = buf[b].get_column("docid").search_sorted(cutoff, side="right")
+                taken.append(buf[b].head(n))
+                buf[b] = buf[b].slice(n)
+            emit(pl.concat(taken).sort("docid"))
+            steps += 1
+            if steps % 8 == 0:
+                release_build_memory()  # the pools keep the decompressed batches' pages otherwise
+        emit(pl.DataFrame(schema={**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}), final=True)
+    finally:
+        seq_writer.close()
+        docid_writer.close()
+        readers.clear()
+        for b in present:
+            runs.path(b).unlink(missing_ok=True)
+    lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return Sequences(seq_file, count, offsets, np.concatenate(docs) if docs else np.zeros(0, np.uint32), np.concatenate(flags) if flags else np.zeros(0, bool),
+                     doc_ids, parted, unsplit, symmetric, skipped)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- tokenize
@@ -334,18 +565,30 @@ def pieces_agree(tok: DocidTokenizer, seqs: pl.DataFrame) -> bool:
     return True
 
 
-def tokenize_to_file(tok: DocidTokenizer, seqs: pl.DataFrame, path: Path, join: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+def tokenize_to_file(tok: DocidTokenizer, seqs: "pl.DataFrame | Sequences", path: Path, join: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Tokenize the sequences in order into ``path`` (uint32 ids, written chunk by chunk): the ids as a read-only
-    memory map, and the length of each sequence. ``join`` None: join pieces when :func:`pieces_agree`."""
+    memory map, and the length of each sequence. ``seqs``: a frame, or :class:`Sequences` read from disk chunk by
+    chunk. ``join`` None: join pieces when :func:`pieces_agree`."""
+    if isinstance(seqs, Sequences):
+        count, chunks, sample = seqs.count, lambda: seqs.chunks(TOKENIZE_CHUNK), seqs.agreement_sample
+    else:
+        frame = seqs
+        count, sample = frame.height, lambda: frame
+        chunks = lambda: (frame.slice(lo, TOKENIZE_CHUNK) for lo in range(0, frame.height, TOKENIZE_CHUNK))  # noqa: E731
     if join is None:
-        join = "lh" in seqs.columns and pieces_agree(tok, seqs)
-    lengths = np.zeros(seqs.height, dtype=np.int64)
+        s = sample()
+        join = "lh" in s.columns and pieces_agree(tok, s)
+    lengths = np.zeros(count, dtype=np.int64)
     try:
         with open(path, "wb") as f:
-            for lo in range(0, seqs.height, TOKENIZE_CHUNK):
-                ids, lens = _encode_chunk(tok, seqs.slice(lo, TOKENIZE_CHUNK), join)
+            lo = 0
+            for n, chunk in enumerate(chunks(), start=1):
+                ids, lens = _encode_chunk(tok, chunk, join)
                 lengths[lo : lo + len(lens)] = lens
+                lo += len(lens)
                 f.write(ids.astype(TOKEN_DTYPE).tobytes())
+                if n % 8 == 0:
+                    release_build_memory()  # the pages the tokenizer's threads freed, not kept chunk after chunk
     except _Joined:
         return tokenize_to_file(tok, seqs, path, join=False)
     if (lengths == 0).any():
