@@ -28,7 +28,7 @@ from grtool.triples.evidence import write_evidence_stage
 pytestmark = pytest.mark.slow
 
 N = 8  # questions: each gets one chain of 2 to 4 docids
-TRAIN = ("--max-steps", "40", "--per-device-batch-size", "1", "--learning-rate", "1e-4", "--warmup-ratio", "0", "--cutoff-len", "512",
+TRAIN = ("--max-steps", "24", "--per-device-batch-size", "1", "--learning-rate", "2e-4", "--warmup-ratio", "0", "--cutoff-len", "512",
          "--save-steps", "1000")  # fmt: skip
 
 

@@ -21,10 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool import __version__, signals
-from grtool.docid import DOCID_END, DOCID_START, SPECIAL, PartProblem, Triple, docid_text_problem, flip, normalize, triple_key, triple_problem
+from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, normalize, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
+from grtool.index.stream import DOCIDS_ROW_GROUP, SyntaxReport, flip_from_parts, inner_text
 from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
@@ -38,28 +39,7 @@ SOURCES = ("docids", "documents")
 STOPPED_NOTE = "the partial index and its scratch files were removed (an index is built whole)"
 STOPPED_HINT = "run the same command again to build it"
 TOKENIZE_BATCH = 50_000
-DOCIDS_ROW_GROUP = 1 << 16  # docids.parquet in row groups of this many rows (its readers take whole row groups)
 
-
-@dataclass
-class SyntaxReport:
-    """Docids of an (older) triples stage that the docid syntax (:func:`grtool.docid.triple_problem`) rejects:
-    how many distinct docids per reason code, and the first of them (file, row, docid, why)."""
-
-    reasons: dict[str, int] = field(default_factory=dict)
-    first: str | None = None
-
-    def add(self, where: str, row_no: int, docid: str, problem: PartProblem) -> None:
-        self.reasons[problem.reason] = self.reasons.get(problem.reason, 0) + 1
-        if self.first is None:
-            self.first = f"{where}, row {row_no}: {docid[:120]!r}: {problem.detail}"
-
-    @property
-    def count(self) -> int:
-        return sum(self.reasons.values())
-
-    def summary(self) -> str:
-        return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reasons.items()))
 
 
 @dataclass
@@ -70,17 +50,6 @@ class DocidRows:
     by_docid: dict[str, set[str]]
     flip_of: dict[str, str | None]
     skipped: SyntaxReport  # not indexed: a part the docid syntax rejects (grtool.docid.triple_problem)
-
-
-def _flip_from_parts(docid: str, parts: tuple[object, object, object]) -> str | None:
-    """The tail-first spelling of ``docid`` rendered from the row's own head, relation, tail, when the text is
-    their rendering (as written, or by its key and parts the syntax accepts); else None."""
-    if not all(isinstance(p, str) for p in parts):
-        return None
-    triple: Triple = parts  # type: ignore[assignment]
-    if docid == SPECIAL.render(*triple) or (normalize(_inner(docid)) == triple_key(*triple) and triple_problem(triple) is None):
-        return SPECIAL.render(*flip(triple))
-    return None
 
 
 def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
@@ -117,7 +86,7 @@ def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
                     continue
                 if docid in skipped_docids:
                     continue
-                problem = docid_text_problem(_inner(docid))
+                problem = docid_text_problem(inner_text(docid))
                 if problem is not None:
                     parts = (row.get("head"), row.get("relation"), row.get("tail"))
                     if flips and all(isinstance(p, str) for p in parts) and docid == SPECIAL.render(*parts):  # type: ignore[arg-type]
@@ -127,14 +96,10 @@ def read_docid_rows(path: str | Path, flips: bool = False) -> DocidRows:
                     continue
                 by_docid[docid] = {doc_id}
                 if flips:
-                    flip_of[docid] = _flip_from_parts(docid, (row.get("head"), row.get("relation"), row.get("tail")))
+                    flip_of[docid] = flip_from_parts(docid, (row.get("head"), row.get("relation"), row.get("tail")))
     if not by_docid:
         raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
     return DocidRows(by_docid, flip_of, skipped)
-
-
-def _inner(docid: str) -> str:
-    return docid[len(DOCID_START) : len(docid) - len(DOCID_END)]
 
 
 @dataclass
@@ -161,7 +126,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
     # orientations to the documents of both triples.
     by_key: dict[str, set[str]] = {}
     for docid, docs in by_docid.items():
-        by_key.setdefault(normalize(_inner(docid)), set()).update(docs)
+        by_key.setdefault(normalize(inner_text(docid)), set()).update(docs)
     flipped: dict[str, None] = {}
     unsplit = symmetric = 0
     if flips:
@@ -170,7 +135,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
             if f is None:
                 unsplit += 1
                 continue
-            by_key.setdefault(normalize(_inner(f)), set()).update(forward_docs[normalize(_inner(docid))])
+            by_key.setdefault(normalize(inner_text(f)), set()).update(forward_docs[normalize(inner_text(docid))])
             if f in by_docid:
                 symmetric += 1
             else:
@@ -179,7 +144,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
     doc_ids = sorted({d for docs in by_key.values() for d in docs})
     doc_index = {d: i for i, d in enumerate(doc_ids)}
     docids = sorted(texts)
-    seq_docs = [sorted(doc_index[d] for d in by_key[normalize(_inner(s))]) for s in docids]
+    seq_docs = [sorted(doc_index[d] for d in by_key[normalize(inner_text(s))]) for s in docids]
     flags = [texts[s] for s in docids] if flips else None
     return Docids(docids, seq_docs, doc_ids, flags, unsplit, symmetric, rows.skipped)
 

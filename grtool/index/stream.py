@@ -33,10 +33,21 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, normalize_expr, triple_problem
+from grtool.docid import (
+    DOCID_END,
+    DOCID_START,
+    SPECIAL,
+    PartProblem,
+    Triple,
+    docid_text_problem,
+    flip,
+    normalize,
+    normalize_expr,
+    triple_key,
+    triple_problem,
+)
 from grtool.errors import InputError
 from grtool.docid.lookup import release_build_memory
-from grtool.index.build import DOCIDS_ROW_GROUP
 from grtool.index.tokenizer import DocidTokenizer
 from grtool.store.io import InputTable
 from grtool.store.reading import iter_shard_batches
@@ -46,6 +57,7 @@ TOKENIZE_CHUNK = 32_768  # sequences tokenized (and written) at a time (their id
 CHECK_EVERY = 64  # while pieces are joined, every 64th docid is also tokenized whole and compared
 AGREEMENT_SAMPLE = 2_048  # docids checked before joining pieces is trusted for a tokenizer
 TOKEN_DTYPE = np.uint32
+DOCIDS_ROW_GROUP = 1 << 16  # docids.parquet in row groups of this many rows (its readers take whole row groups)
 
 _S, _E = len(DOCID_START), len(DOCID_END)
 # A superset of what docid_text_problem rejects (Rust regex; [\s\x1c-\x1f] covers every str.isspace character):
@@ -58,11 +70,17 @@ _ALNUM_END = r"[\p{L}\p{N}]$"  # a piece ending in a letter or digit never share
 
 
 @dataclass
-class Skipped:
-    """Docids the syntax rule rejects (as :class:`grtool.index.build.SyntaxReport`)."""
+class SyntaxReport:
+    """Docids of an (older) triples stage that the docid syntax (:func:`grtool.docid.triple_problem`) rejects:
+    how many distinct docids per reason code, and the first of them (file, row, docid, why)."""
 
     reasons: dict[str, int] = field(default_factory=dict)
     first: str | None = None
+
+    def add(self, where: str, row_no: int, docid: str, problem: PartProblem) -> None:
+        self.reasons[problem.reason] = self.reasons.get(problem.reason, 0) + 1
+        if self.first is None:
+            self.first = f"{where}, row {row_no}: {docid[:120]!r}: {problem.detail}"
 
     @property
     def count(self) -> int:
@@ -70,6 +88,24 @@ class Skipped:
 
     def summary(self) -> str:
         return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reasons.items()))
+
+
+def inner_text(docid: str) -> str:
+    """A docid's text between its markers."""
+    return docid[len(DOCID_START) : len(docid) - len(DOCID_END)]
+
+
+
+
+def flip_from_parts(docid: str, parts: tuple[object, object, object]) -> str | None:
+    """The tail-first spelling of ``docid`` rendered from the row's own head, relation, tail, when the text is
+    their rendering (as written, or by its key and parts the syntax accepts); else None."""
+    if not all(isinstance(p, str) for p in parts):
+        return None
+    triple: Triple = parts  # type: ignore[assignment]
+    if docid == SPECIAL.render(*triple) or (normalize(inner_text(docid)) == triple_key(*triple) and triple_problem(triple) is None):
+        return SPECIAL.render(*flip(triple))
+    return None
 
 
 def _batches(table: InputTable, part: int, columns: list[str]) -> Iterator[pl.DataFrame]:
@@ -153,7 +189,7 @@ class Sequences:
     parted: int = 0  # sequences with lh set (the agreement sample is drawn from them)
     unsplit: int = 0
     symmetric: int = 0
-    skipped: Skipped = field(default_factory=Skipped)
+    skipped: SyntaxReport = field(default_factory=SyntaxReport)
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -240,7 +276,6 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
     of a key, hence every row of a docid, in one bucket); each bucket is deduped and grouped on its own (the
     "first row wins" rule and the order of flips carry the global row number ``g``), written sorted, and the
     sorted runs are merged chunk by chunk."""
-    from grtool.index.build import _flip_from_parts  # the Python rule for the rare rows the columns cannot settle
 
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="grtool-seqs-")) if own else Path(workdir)
@@ -249,7 +284,7 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
     buckets = 16 if planned is None else max(1, min(MAX_BUCKETS, -(-planned // ROWS_PER_BUCKET)))
     spill_rows = _Spill(work, ".scratch-rows", _ROW_SCHEMA)
     columns = ["doc_id", "docid", "head", "relation", "tail"]
-    skipped = Skipped()
+    skipped = SyntaxReport()
     skipped_docids: set[str] = set()
     valid_docids: set[str] = set()  # only docids a suspect row named (rare)
     doc_ids = pl.Series("doc_id", [], dtype=pl.String)
@@ -277,9 +312,7 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
                         continue
                     if flips and rend:
                         problem = triple_problem((h, r, t)) or problem  # name the part
-                    skipped.reasons[problem.reason] = skipped.reasons.get(problem.reason, 0) + 1
-                    if skipped.first is None:
-                        skipped.first = f"{where}, row {row0 + i + 1}: {docid[:120]!r}: {problem.detail}"
+                    skipped.add(where, row0 + i + 1, docid, problem)
                     skipped_docids.add(docid)
                     keep[i] = False
                 # a row whose parts are strings but whose docid is not their rendering: the Python flip rule
@@ -287,7 +320,7 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
                 if flips:
                     odd = df.filter(~pl.col("renders") & pl.col("head").is_not_null() & pl.col("relation").is_not_null() & pl.col("tail").is_not_null())
                     for i, docid, h, r, t in odd.select("row", "docid", "head", "relation", "tail").iter_rows():
-                        alt[i] = _flip_from_parts(docid, (h, r, t))
+                        alt[i] = flip_from_parts(docid, (h, r, t))
                 df = df.with_columns(pl.Series("alt", alt, dtype=pl.String) if flips else pl.lit(None, pl.String).alias("alt"))
                 kept = df.filter(pl.Series(keep)).select("docid", "doc_id", "lh", "lr", "alt")
                 kept = kept.with_columns(pl.int_range(g, g + kept.height, dtype=pl.UInt64).alias("g"))
@@ -339,7 +372,7 @@ def _first_of_bucket(rows: pl.DataFrame, doc_index: pl.DataFrame, flips: bool) -
     return forward, pairs, flipped.drop_nulls("docid"), unsplit
 
 
-def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: Skipped, work: Path) -> Sequences:
+def _sequences(spill_rows: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: SyntaxReport, work: Path) -> Sequences:
     docid = pl.col("docid")
     doc_index = doc_ids.to_frame().with_row_index("di")
     # sorted runs in small record batches: the merge holds a few of each run at a time
@@ -387,7 +420,7 @@ def _sorted_run(forward: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     return forward.sort("docid").with_columns(_key(pl.col("docid")).alias("key")).join(groups, on="key", how="left", maintain_order="left").drop("key", "g")
 
 
-def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: Skipped, unsplit: int, symmetric: int, work: Path) -> Sequences:
+def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: SyntaxReport, unsplit: int, symmetric: int, work: Path) -> Sequences:
     """The sorted runs (no docid in two of them) merged into ``.scratch-seqs.parquet`` and ``docids.parquet``,
     chunk by chunk: each step emits every buffered row up to the smallest of the runs' last buffered docids."""
     present = [b for b in range(buckets) if b in runs.writers]
