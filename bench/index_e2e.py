@@ -24,8 +24,10 @@ working area during the build, minus the final index); for grtool also the peak 
 core, split where the command logs their start; `phase_peak_mb` in the JSON line on stderr). Printed as a table with the ratios grtool / SEAL-like
 (goals: time <= 0.3, RSS <= 0.7, size <= 0.6).
 
-``--keep-index DIR``: keep the grtool index of the 5M size (or the largest size run) in DIR, for the `retrieve`
-memory figures measured afterwards (issue #27's decode half).
+Then the `retrieve` memory figures (skip with ``--no-retrieve``): ``bench/retrieve_memory.py --sizes 1000,5M``
+(the largest size run when 5M is not), the real ``grtool retrieve --markers brackets`` with the embedded model over
+an index of that many triples built with the model's tokenizer, its peak RSS against the model's and a 1K-triple
+run's. ``--keep-index DIR``: keep the grtool index of the 5M size (or the largest size run) in DIR.
 """
 
 from __future__ import annotations
@@ -315,6 +317,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="where stages and indexes go (default: a temporary directory)")
     ap.add_argument("--keep-index", default=None, metavar="DIR", help="keep grtool's index of the 5M size (else the largest) here")
     ap.add_argument("--no-seal", action="store_true", help="grtool only")
+    ap.add_argument("--no-retrieve", action="store_true", help="skip the retrieve memory figures (bench/retrieve_memory.py)")
     ap.add_argument("--seal-child", nargs=3, metavar=("STAGE", "WORKDIR", "EXE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.seal_child:
@@ -359,6 +362,11 @@ def main() -> None:
     print_table(rows, args.flips)
     if not args.workdir:
         shutil.rmtree(base, ignore_errors=True)
+    if not args.no_retrieve:
+        # `retrieve --markers brackets` with the embedded model over an index of the 5M size (or the largest), built
+        # with the model's tokenizer, against a 1K-triple one (the fixed cost of the model, imports and generation)
+        print(f"\nretrieve memory (bench/retrieve_memory.py --sizes 1000,{keep_at}):", flush=True)
+        subprocess.run([sys.executable, str(Path(__file__).with_name("retrieve_memory.py")), "--sizes", f"1000,{keep_at}"], check=True)
 
 
 if __name__ == "__main__":
