@@ -41,7 +41,7 @@ def test_the_constraint_offers_exactly_both_spellings_of_a_comma_head():
     tok = load_tokenizer("default").tokenizer
     constraint = constraint_from_spec(SPEC, tok)
     prompt_ids = tok.encode(PROMPT, add_special_tokens=False).ids
-    offered = set(constraint.initial(prompt_ids)[0]._doc_set)
+    offered = set(constraint.initial(prompt_ids)[0].docs)
     expected = {FORWARD, FLIPPED, "Walkman, manufacturer, Sony", "Sony, manufacturer, Walkman"}
     assert offered == {d.encode() for d in expected}
     assert BRACKETS.unwrap(render(flip(COMMA_HEAD), BRACKETS)) == FLIPPED
