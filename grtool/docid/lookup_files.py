@@ -296,31 +296,12 @@ def write_lookup(stage: Path, shards: list[Path], out: Path, *, bucket_rows: int
     n_docs = arrays["doc_hashes"]["length"]
     hashes_map = _map(out, "doc_hashes", arrays["doc_hashes"])
 
-    # Forward keys: per bucket, each row's document row, then sorted by (key, document) without repeats.
-    fkeys, fdocs = _Appender(out / "fkeys.bin", np.uint64), _Appender(out / "fdocs.bin", _index_type(n_docs))
-    for b in range(nb):
-        pairs = fwd.read(b)
-        rows_of = _sorted_search(hashes_map, pairs[:, 1]).astype(fdocs.dtype)
-        k, v, _ = _dedupe(pairs[:, 0], rows_of)
-        fkeys.add(k)
-        fdocs.add(v)
-        del pairs, rows_of, k, v
-        _drop(hashes_map)
-    arrays["fkeys"], arrays["fdocs"] = fkeys.close(), fdocs.close()
+    # Forward keys: each row's document row, sorted by (key, document) without repeats.
+    arrays["fkeys"], arrays["fdocs"] = _keyed_rows(fwd, nb, hashes_map, out / "fkeys.bin", out / "fdocs.bin", _index_type(n_docs))
     fkeys_map = _map(out, "fkeys", arrays["fkeys"])
-
-    # Flipped keys: per bucket, the first row of each triple's forward key (rows of one key are adjacent), then
-    # sorted by (key, row) without repeats: a key that is the flip of several triples picks the smallest forward key.
-    bkeys, bfwd = _Appender(out / "bkeys.bin", np.uint64), _Appender(out / "bfwd.bin", _index_type(len(fkeys_map)))
-    for b in range(nb):
-        pairs = flip.read(b)
-        key_row = _sorted_search(fkeys_map, pairs[:, 1]).astype(bfwd.dtype)
-        k, v, _ = _dedupe(pairs[:, 0], key_row)
-        bkeys.add(k)
-        bfwd.add(v)
-        del pairs, key_row, k, v
-        _drop(fkeys_map)
-    arrays["bkeys"], arrays["bfwd"] = bkeys.close(), bfwd.close()
+    # Flipped keys: the first row of each triple's forward key (rows of one key are adjacent), sorted by (key, row)
+    # without repeats: a key that is the flip of several triples picks the smallest forward key.
+    arrays["bkeys"], arrays["bfwd"] = _keyed_rows(flip, nb, fkeys_map, out / "bkeys.bin", out / "bfwd.bin", _index_type(len(fkeys_map)))
     del hashes_map, fkeys_map
     for scratch in ("forward.scratch", "flipped.scratch", "docs.scratch", "docs_text.scratch"):
         (out / scratch).unlink()
@@ -335,6 +316,21 @@ def _drop(arr: np.ndarray) -> None:
     mm = getattr(arr, "_mmap", None)
     if mm is not None and hasattr(mmap, "MADV_DONTNEED"):
         mm.madvise(mmap.MADV_DONTNEED)
+
+
+def _keyed_rows(spill, buckets: int, targets: np.ndarray, keys_file: Path, rows_file: Path, dtype: type) -> tuple[dict, dict]:
+    """Per bucket of ``spill``'s (key, target) pairs: each target's row in the sorted ``targets``, the pairs then
+    sorted by (key, row) without repeats, appended to ``keys_file`` and ``rows_file`` (their records returned)."""
+    keys, rows = _Appender(keys_file, np.uint64), _Appender(rows_file, dtype)
+    for b in range(buckets):
+        pairs = spill.read(b)
+        row_of = _sorted_search(targets, pairs[:, 1]).astype(dtype)
+        k, v, _ = _dedupe(pairs[:, 0], row_of)
+        keys.add(k)
+        rows.add(v)
+        del pairs, row_of, k, v
+        _drop(targets)
+    return keys.close(), rows.close()
 
 
 def _sorted_search(keys: np.ndarray, needles: np.ndarray) -> np.ndarray:
