@@ -15,7 +15,6 @@ Nothing is written for ``--out -``.
 
 from __future__ import annotations
 
-import datetime as _dt
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.io import is_stdio
 from grtool.store.outputs import EXPORT, claim, input_stage
+from grtool.store.records import now
 from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
 
 SIDECAR_SUFFIX = ".grtool.json"
@@ -82,7 +82,7 @@ def write_sidecar(
         "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
         "grtool_version": __version__,
         "command": redact_argv(command if command is not None else current_command()),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": now(),
         "inputs": inputs,
         **({"params": params} if params else {}),  # settings that shaped the rows (e.g. cannot_answer)
     }

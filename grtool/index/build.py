@@ -6,7 +6,6 @@ never leaves a half index that looks usable.
 
 from __future__ import annotations
 
-import datetime as _dt
 import glob
 import json
 import os
@@ -32,6 +31,7 @@ from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
+from grtool.store.records import now
 from grtool.store.stage import dumps, file_hash, fingerprint, resolve_stage, sha256_file
 
 SOURCES = ("docids", "documents")
@@ -257,7 +257,7 @@ def write_index(
             "source": source,
             "grtool_version": __version__,
             "command": redact_argv(command if command is not None else current_command()),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": now(),
             "build_seconds": round(seconds, 3),
             # where a build's time goes (the FM-index build alone: core_seconds), and its peak of scratch disk
             "build": {

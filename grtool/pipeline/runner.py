@@ -13,7 +13,6 @@ would: it resumes or refuses its existing output, unless ``pipeline run --overwr
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.registry import StageCommands
+from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
 
@@ -112,8 +112,8 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
         if missing:
             return StageState(stage, "to run", f"missing {', '.join(missing)}")
         if "inputs" in saved:
-            now = input_fingerprints(stage)
-            changed = [p for p in sorted(set(now) | set(saved["inputs"])) if now.get(p) != saved["inputs"].get(p)]
+            current = input_fingerprints(stage)
+            changed = [p for p in sorted(set(current) | set(saved["inputs"])) if current.get(p) != saved["inputs"].get(p)]
             if changed:
                 return StageState(stage, "inputs changed", f"{', '.join(changed)} changed since it ran; runs again with --overwrite")
         if all(s["complete"] for s in statuses):
@@ -230,7 +230,7 @@ def mark_done(out: str | Path, stage: Stage, seconds: float) -> None:
         "outputs": stage.outputs,
         "inputs": input_fingerprints(stage),
         "seconds": round(seconds, 3),
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "finished": now(),
     }
     atomic_write_bytes(record, dumps(payload))
 

@@ -34,6 +34,7 @@ from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
 from grtool.pipeline.runner import RECORDS_DIR, StageState, mark_done, stage_dirs
+from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
 
 JOBS_DIR = "slurm"
@@ -233,7 +234,7 @@ class SlurmExecutor(PipelineExecutor):
             deps = [final[a] for a in after if a in final]
             dep_args = [f"--dependency=afterok:{':'.join(deps)}", "--kill-on-invalid-dep=yes"] if deps else []
             record = {"stage": stage.to_dict(), "out": str(self.out.absolute()), "overwrite": self._overwrite(state), "tasks": conf.get("tasks", 1),
-                      "submitted": _now(), "jobs": {}}  # fmt: skip
+                      "submitted": now(), "jobs": {}}  # fmt: skip
             atomic_write_bytes(self._record_path(stage), dumps(record))  # before the job starts: its last step reads it
             script_path = self.jobs_dir / f"{stage.name}.sbatch"
             script_path.write_text(scripts[stage.name])
@@ -409,13 +410,6 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     missing = [o for o in stage.outputs if not Path(o).exists()]
     if missing:
         raise DataProblem(f"stage {stage.name!r}: its job left no {', '.join(missing)}")
-    submitted = _dt.datetime.fromisoformat(record.get("submitted") or _now())
+    submitted = _dt.datetime.fromisoformat(record.get("submitted") or now())
     mark_done(record["out"], stage, (_dt.datetime.now(_dt.timezone.utc) - submitted).total_seconds())
     log.info("stage %s: done", stage.name)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-
