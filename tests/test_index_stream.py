@@ -100,6 +100,30 @@ def test_pieces_are_joined_only_where_the_tokenizer_agrees(tmp_path):
     _same_index(tmp_path / "old", tmp_path / "new")
 
 
+def test_agreement_sample_is_spread_over_the_whole_corpus_in_one_pass(tmp_path, monkeypatch):
+    """The merge draws the agreement sample as it writes the sequences (no second read of them): every k-th parted
+    sequence, k the smallest power of two that keeps it under twice the sample size, from the first sorted docid to
+    the last, not just the first chunks."""
+    import polars as pl
+
+    import grtool.index.stream as stream
+    from grtool.index.stream import _SpreadSample
+
+    spread = _SpreadSample(8)
+    for lo in range(0, 100, 7):  # frames of uneven size, as the merge emits them
+        spread.add(pl.DataFrame({"n": list(range(lo, min(100, lo + 7)))}))
+    assert [r[0] for r in spread.rows] == list(range(0, 100, 8))  # step doubled 1 -> 8 as rows came, never lost evenness
+    assert spread.frame({"n": pl.Int64}).get_column("n").to_list() == list(range(0, 100, 16))
+
+    monkeypatch.setattr(stream, "AGREEMENT_SAMPLE", 4)
+    rows = [_row(f"d{i}", f"Head {i:03d}", "relation", f"Tail {i}") for i in range(60)]
+    seqs = read_sequences(write_triples_stage(tmp_path / "triples", rows))
+    got = seqs.agreement_sample().get_column("docid").to_list()
+    every = seqs.frame.filter(pl.col("lh").is_not_null()).get_column("docid").to_list()
+    assert 4 <= len(got) <= 8 and got == sorted(got) and set(got) <= set(every)
+    assert got[0] == every[0] and got[-1] >= every[len(every) // 2]
+
+
 def _punches_holes(where: Path) -> bool:
     """Whether the file system under ``where`` frees the blocks of a punched range (ext4, xfs, tmpfs do)."""
     import ctypes

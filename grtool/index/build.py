@@ -514,6 +514,9 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
     # The tokenizer (loaded before anything was written, to check --tokenizer) is not held while the stage is
     # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
     record = TokenizerRecord.of(held.pop())
+    # Arrow's default pool (jemalloc) keeps the pages of the read's decompressed batches (~100 MB at 1M triples,
+    # more with the corpus) where malloc_trim cannot give them back; the system allocator's are trimmed
+    pa.set_memory_pool(pa.system_memory_pool())
     release_build_memory()
     tmp = temp_dir(out)  # the read's buckets and sorted runs go here (files named .scratch*), and docids.parquet
     try:

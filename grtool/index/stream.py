@@ -186,10 +186,10 @@ class Sequences:
     docs: np.ndarray  # uint32
     flipped: np.ndarray  # bool [k]
     doc_ids: pl.Series
-    parted: int = 0  # sequences with lh set (the agreement sample is drawn from them)
     unsplit: int = 0
     symmetric: int = 0
     skipped: SyntaxReport = field(default_factory=SyntaxReport)
+    sample: pl.DataFrame | None = None  # sequences with lh set, spread over the corpus (see :meth:`agreement_sample`)
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -203,19 +203,30 @@ class Sequences:
             yield df
 
     def agreement_sample(self) -> pl.DataFrame:
-        """What :func:`pieces_agree` draws from the whole frame, drawn chunk by chunk."""
-        if self.parted == 0:
-            return pl.DataFrame(schema=_SEQ_SCHEMA)
-        step = max(1, self.parted // AGREEMENT_SAMPLE)
-        seen, out = 0, []
-        for df in self.chunks(ROW_GROUP):
-            df = df.filter(pl.col("lh").is_not_null())
-            first = (-seen) % step
-            out.append(df.slice(first).gather_every(step) if first < df.height else df.clear())
-            seen += df.height
-            if sum(f.height for f in out) >= AGREEMENT_SAMPLE:
-                break
-        return pl.concat(out).head(AGREEMENT_SAMPLE)
+        """What :func:`pieces_agree` checks: parted sequences spread evenly over the corpus, drawn by the merge."""
+        return self.sample if self.sample is not None else pl.DataFrame(schema=_SEQ_SCHEMA)
+
+
+class _SpreadSample:
+    """Every ``step``-th of a stream of rows, ``step`` doubling (and every second row kept dropped) whenever more
+    than twice ``size`` are held: about ``size`` rows spread evenly over a stream of unknown length, in one pass.
+    The rows are copied out as Python values: a polars string column gathered from a frame keeps that frame's
+    whole string buffer alive."""
+
+    def __init__(self, size: int):
+        self.size, self.step, self.seen, self.rows = size, 1, 0, []
+
+    def add(self, df: pl.DataFrame) -> None:
+        first = (-self.seen) % self.step
+        if first < df.height:
+            self.rows.extend(df.slice(first).gather_every(self.step).rows())
+        self.seen += df.height
+        while len(self.rows) > 2 * self.size:
+            self.rows, self.step = self.rows[::2], self.step * 2
+
+    def frame(self, schema: dict[str, Any]) -> pl.DataFrame:
+        rows = self.rows[:: max(1, -(-len(self.rows) // self.size))]
+        return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 class _Spill:
@@ -438,10 +449,11 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
     lengths: list[np.ndarray] = []
     docs: list[np.ndarray] = []
     flags: list[np.ndarray] = []
-    parted = count = 0
+    count = 0
+    sample = _SpreadSample(AGREEMENT_SAMPLE)
 
     def emit(df: pl.DataFrame, final: bool = False) -> None:
-        nonlocal parted, count
+        nonlocal count
         if df.height:
             pending.append(df.select("docid", "flipped"))
             seq_writer.write_table(df.select("docid", "flipped", "lh", "lr").to_arrow().cast(seq_writer.schema))
@@ -449,7 +461,7 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
             lengths.append(di.list.len().to_numpy().astype(np.int64))
             docs.append(di.explode().to_numpy().astype(np.uint32))
             flags.append(df.get_column("flipped").to_numpy().astype(bool))
-            parted += df.height - df.get_column("lh").null_count()
+            sample.add(df.select("docid", "flipped", "lh", "lr").filter(pl.col("lh").is_not_null()))
             count += df.height
         held = sum(p.height for p in pending)
         if held >= ROW_GROUP or (final and held):
@@ -503,7 +515,7 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     return Sequences(seq_file, count, offsets, np.concatenate(docs) if docs else np.zeros(0, np.uint32), np.concatenate(flags) if flags else np.zeros(0, bool),
-                     doc_ids, parted, unsplit, symmetric, skipped)  # fmt: skip
+                     doc_ids, unsplit, symmetric, skipped, sample.frame(_SEQ_SCHEMA))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- tokenize
