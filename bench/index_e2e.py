@@ -355,7 +355,7 @@ def main() -> None:
     rows = []
     for n in sizes:
         stage = base / f"triples_{n}"
-        if not (stage / "manifest.json").exists():
+        if not (stage / "_manifest.json").exists():  # a stage kept in --workdir is reused
             t = time.perf_counter()
             write_stage(stage, n)
             print(f"{n:,} triples: stage written in {time.perf_counter() - t:.0f} s", file=sys.stderr)

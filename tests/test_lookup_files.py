@@ -119,3 +119,39 @@ def test_index_doc_ids_are_read_line_by_line_from_the_mapped_file(tmp_path):
         assert "doc_ids.txt" in str(e) and "line 2" in str(e)
     else:
         raise AssertionError("a line that is not UTF-8 must be an error naming the file")
+
+
+def test_the_cache_keeps_the_most_recently_used_lookups_under_its_limit(tmp_path, monkeypatch):
+    """Over $GRTOOL_LOOKUP_CACHE_GB, writing a lookup removes the least recently used others (a lookup a run
+    reuses counts as used); the one just written stays even alone over the limit; a lookup a run already mapped
+    keeps answering after its files are removed; temporaries of killed runs go; a bad limit is refused first."""
+    import time
+
+    import pytest
+
+    from grtool.docid.lookup_files import RECORD, cache_dir
+    from grtool.errors import InputError
+
+    monkeypatch.setenv("GRTOOL_CACHE", str(tmp_path / "cache"))
+    stages = [_write(tmp_path / f"t{i}", [[(f"d{i}", f"Head {i}", "country", "Germany")] * (1 + i)]) for i in range(3)]
+    a = DocidIndex.build(stages[0])
+    b = DocidIndex.build(stages[1])
+    size = sum(f.stat().st_size for f in a.lookup.path.iterdir())
+    old = time.time() - 100
+    os.utime(b.lookup.path / RECORD, (old, old))  # b written after a ...
+    DocidIndex.build(stages[0])  # ... but a used since: b is the least recently used
+    leftover = cache_dir() / ".killed-run"
+    leftover.mkdir()
+    os.utime(leftover, (old - 86_400, old - 86_400))
+    monkeypatch.setenv("GRTOOL_LOOKUP_CACHE_GB", str(2.5 * size / 2**30))  # room for two lookups of this size
+    c = DocidIndex.build(stages[2])
+    assert sorted(p.name for p in cache_dir().iterdir()) == sorted([a.lookup.path.name, c.lookup.path.name])
+    assert b.resolve("Head 1,country,Germany") == (frozenset({"d1"}), False)  # its mapping outlives the files
+    monkeypatch.setenv("GRTOOL_LOOKUP_CACHE_GB", "0")
+    DocidIndex.build(stages[1])  # written again, the others removed: the limit holds nothing else
+    assert [p.name for p in cache_dir().iterdir()] == [b.lookup.path.name]
+    shutil.rmtree(cache_dir())
+    monkeypatch.setenv("GRTOOL_LOOKUP_CACHE_GB", "lots")
+    with pytest.raises(InputError, match="GRTOOL_LOOKUP_CACHE_GB"):
+        DocidIndex.build(stages[0])
+    assert not cache_dir().exists()

@@ -19,6 +19,8 @@ old files), the polars version and a probe hash (the keys are polars hashes, sta
 build), and this format. A directory is written under a temporary name and renamed into place, so readers
 see whole lookups only, and concurrent runs (Slurm array tasks) at worst build it twice. Delete the cache
 directory at any time; a cache that cannot be written gets a lookup built in a temporary directory instead.
+The cache is bounded: after writing a lookup, the least recently used others are removed until the cache
+holds at most ``$GRTOOL_LOOKUP_CACHE_GB`` (default 20; :func:`evict`).
 
 **Building** is bounded: shard by shard, the hashes go to scratch files grouped by their top bits (buckets of
 ≤ ~1M rows: hashes are uniform), then each bucket is sorted on its own and appended to the sorted files, so
@@ -87,7 +89,9 @@ def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: i
     base = root if root is not None else cache_dir()
     final = base / key
     if _complete(final):
+        _touch(final)
         return load_lookup(final)
+    limit = cache_limit()  # a bad $GRTOOL_LOOKUP_CACHE_GB stops the run before anything is written
     try:
         base.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=base))
@@ -104,7 +108,67 @@ def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: i
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("triples lookup of %s written to %s", stage, final)
+    evict(base, keep=final, limit=limit)
     return load_lookup(final)
+
+
+def _touch(d: Path) -> None:
+    """Mark a lookup used now (its record's mtime): eviction removes the least recently used first."""
+    try:
+        os.utime(d / RECORD)
+    except OSError:  # a read-only cache: used as it is, never evicted by this process
+        pass
+
+
+def cache_limit() -> int:
+    """Bytes the lookup cache may hold (``$GRTOOL_LOOKUP_CACHE_GB``, default 20)."""
+    raw = os.environ.get("GRTOOL_LOOKUP_CACHE_GB", "20")
+    try:
+        gb = float(raw)
+    except ValueError:
+        raise InputError(f"GRTOOL_LOOKUP_CACHE_GB={raw!r}: not a number of gigabytes") from None
+    return int(gb * 2**30)
+
+
+def evict(base: Path, keep: Path, limit: int | None = None, stale_after: float = 86_400) -> list[Path]:
+    """Remove the least recently used lookups until the cache holds at most ``limit`` bytes (``keep``, the one
+    just written, always stays), and temporaries left by runs killed over ``stale_after`` seconds ago. An
+    entry is first renamed out of place, so no run can open it half-deleted; a run that mapped its files keeps
+    them (the kernel holds an unlinked file until it is unmapped). Returns what was removed."""
+    import time
+
+    limit = cache_limit() if limit is None else limit
+    entries, removed = [], []
+    now = time.time()
+    for d in base.iterdir() if base.is_dir() else ():
+        try:
+            if d.name.startswith("."):  # a lookup being written, or left by a killed run or eviction
+                if d.is_dir() and (d.name.startswith(".evicted-") or now - d.stat().st_mtime > stale_after):
+                    removed.append(_remove(d, base))
+                continue
+            if d != keep and _complete(d):
+                size = sum(f.stat().st_size for f in d.iterdir())
+                entries.append(((d / RECORD).stat().st_mtime, size, d))
+        except OSError:  # another run removed it meanwhile
+            continue
+    total = sum(size for _, size, _ in entries) + sum(f.stat().st_size for f in keep.iterdir() if f.is_file())
+    for _, size, d in sorted(entries):  # least recently used first
+        if total <= limit:
+            break
+        removed.append(_remove(d, base))
+        total -= size
+        log.info("triples lookup cache over %.1f GB: removed %s (least recently used)", limit / 2**30, d.name)
+    return [d for d in removed if d is not None]
+
+
+def _remove(d: Path, base: Path) -> Path | None:
+    gone = base / f".evicted-{d.name}.{os.getpid()}"
+    try:
+        os.rename(d, gone)
+    except OSError:  # already removed or renamed by another run
+        return None
+    shutil.rmtree(gone, ignore_errors=True)
+    return d
 
 
 def _build_elsewhere(stage: Path, shards: list[Path], bucket_rows: int) -> TripleLookup:

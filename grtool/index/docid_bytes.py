@@ -14,7 +14,8 @@ questions memory-mapped, by binary search, so a process maps them instead of rea
                               last, so the files it vouches for are complete
 
 Docids that contain a bracket are left out (they could never be written between brackets). ``index build``
-writes the files (:func:`write_docid_bytes`); an index built before them gets them on first use
+writes the files (:func:`write_docid_bytes`) and lists them in index.json with their digests, so opening the
+index verifies them as it does its other files; an index built before them gets them on first use
 (:func:`open_docid_bytes`, under a lock, each file renamed into place). Writing them sorts the texts out of
 core: a scratch file of the texts and a few numpy integers per docid, never a Python object per docid.
 """
