@@ -111,26 +111,18 @@ def test_no_docids_parquet_is_one_line_error(tmp_path):
         open_docid_bytes(tmp_path)
 
 
-def test_index_build_writes_them_and_opening_the_index_verifies_them(tmp_path):
-    """`index build` writes the files beside docids.parquet and lists them in index.json with digests: a byte
-    changed in place (same size) is found when the index is opened, naming the file, before any decoding."""
-    import json
-
-    from test_index import write_triples_stage
-
+def test_a_damaged_file_is_found_by_its_digest_and_written_again(tmp_path, caplog):
+    """docid_bytes.json records each file's size and BLAKE3: a byte changed in place (same size) is not used;
+    opening writes the files again (they are derived from docids.parquet) with a warning, and loading the damaged
+    files directly is an error naming them."""
     from grtool.errors import InputError
-    from grtool.index.base import META, Index
-    from grtool.index.build import build_index
 
-    rows = [{"doc_id": f"d{i}", "idx": 0, "head": h, "relation": r, "tail": t, "docid": f"<docid_start>{h}, {r}, {t}<docid_end>"}
-            for i, (h, r, t) in enumerate(d.split(", ", 2) for d in BASE[:30])]  # fmt: skip
-    out = tmp_path / "idx"
-    build_index(write_triples_stage(tmp_path / "triples", rows), out, tokenizer="llama3")
-    listed = json.loads((out / META).read_text())["files"]
-    assert {*docid_bytes.FILES} <= set(listed) and all("blake3" in listed[f] for f in docid_bytes.FILES)
-    assert list(docid_bytes.load_docid_bytes(out)) == sorted({d.encode() for d in BASE[:30]})
-    text = bytearray((out / docid_bytes.TEXT).read_bytes())
+    index = _write_index(tmp_path / "index", BASE[:40])
+    want = list(open_docid_bytes(index))
+    text = bytearray((index / docid_bytes.TEXT).read_bytes())
     text[len(text) // 2] ^= 0x01
-    (out / docid_bytes.TEXT).write_bytes(bytes(text))
-    with pytest.raises(InputError, match=docid_bytes.TEXT):
-        Index.open(out)
+    (index / docid_bytes.TEXT).write_bytes(bytes(text))
+    with pytest.raises(InputError, match="docid_bytes files.*damaged"):
+        docid_bytes.load_docid_bytes(index)
+    assert list(open_docid_bytes(index)) == want
+    assert "stale or damaged" in caplog.text

@@ -25,8 +25,6 @@ from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
 from grtool.index.stream import DOCIDS_ROW_GROUP, SyntaxReport, flip_from_parts, inner_text
-from grtool.index.docid_bytes import SOURCE as DOCID_BYTES_SOURCE
-from grtool.index.docid_bytes import write_docid_bytes
 from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
@@ -248,13 +246,6 @@ def write_index(
         scratch_bytes = kind_params.pop(SCRATCH_BYTES, None)
         for f in tmp.glob(".scratch*"):  # the token file the build read
             f.unlink()
-        bytes_seconds = None
-        if (tmp / DOCID_BYTES_SOURCE).is_file():
-            # what bracket decoding asks, written now (the FM build's memory is free again: it takes ~70 bytes a
-            # docid, under the build's own ~4 bytes a token) and listed with digests like every other file
-            bytes_started = time.perf_counter()
-            write_docid_bytes(tmp)
-            bytes_seconds = time.perf_counter() - bytes_started
         seconds = time.perf_counter() - started
         # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
         files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
@@ -272,7 +263,6 @@ def write_index(
             "build": {
                 **{k: round(v, 3) for k, v in (timings or {}).items()},
                 "core_seconds": round(core_seconds, 3),
-                **({"docid_bytes_seconds": round(bytes_seconds, 3)} if bytes_seconds is not None else {}),
                 **({"scratch_bytes": int(scratch_bytes)} if scratch_bytes is not None else {}),
             },
             "inputs": inputs or [],

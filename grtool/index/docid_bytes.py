@@ -10,14 +10,15 @@ questions memory-mapped, by binary search, so a process maps them instead of rea
     docid_bytes_offsets.npy   uint64, n + 1: text i is bin[offsets[i]:offsets[i + 1]]
     docid_bytes_keys.npy      uint64, n: text i's first 8 bytes as a big-endian number (zero-padded), so most of
                               a binary search is one numpy ``searchsorted`` instead of Python comparisons
-    docid_bytes.json          what they were made from (docids.parquet's BLAKE3) and with which brackets; written
-                              last, so the files it vouches for are complete
+    docid_bytes.json          what they were made from (docids.parquet's BLAKE3), with which brackets, and each
+                              file's size and BLAKE3; written last, so the files it vouches for are complete
 
-Docids that contain a bracket are left out (they could never be written between brackets). ``index build``
-writes the files (:func:`write_docid_bytes`) and lists them in index.json with their digests, so opening the
-index verifies them as it does its other files; an index built before them gets them on first use
-(:func:`open_docid_bytes`, under a lock, each file renamed into place). Writing them sorts the texts out of
-core: a scratch file of the texts and a few numpy integers per docid, never a Python object per docid.
+Docids that contain a bracket are left out (they could never be written between brackets). The files are
+written on the first bracket run over an index (:func:`open_docid_bytes`, under a lock, each file renamed into
+place), not by ``index build``: they hold every docid's text uncompressed (~2.5x the FM arrays), which only
+bracket decoding needs. Opening them checks each file's size and digest (once per process), so a damaged file
+is an error naming it, and files of another docids.parquet are written anew. Writing them sorts the texts out
+of core: a scratch file of the texts and a few numpy integers per docid, never a Python object per docid.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import orjson
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
+from grtool.log import log
 
 TEXT = "docid_bytes.bin"
 OFFSETS = "docid_bytes_offsets.npy"
@@ -133,14 +135,38 @@ def _current(index_dir: Path, source: Path, ob: bytes, cb: bytes) -> bool:
     return (
         isinstance(record, dict) and record.get("format") == FORMAT and record.get("open") == ob.decode() and record.get("close") == cb.decode()
         and record.get("source_blake3") == file_hash(source) and all((index_dir / f).is_file() for f in FILES)
+        and _intact(index_dir, record)
     )  # fmt: skip
 
 
+def _intact(index_dir: Path, record: dict) -> bool:
+    """Each file has the size and digest the record lists (a record written before it listed them: True)."""
+    from grtool.store.fingerprints import file_hash
+
+    listed = record.get("files")
+    if not isinstance(listed, dict):
+        return True
+    for name in (TEXT, OFFSETS, KEYS):
+        rec, path = listed.get(name), index_dir / name
+        if not isinstance(rec, dict) or path.stat().st_size != rec.get("bytes") or file_hash(path) != rec.get("blake3"):
+            return False
+    return True
+
+
 def load_docid_bytes(index_dir: str | Path) -> DocidBytes:
-    """The files of an index directory, memory-mapped (they must exist: :func:`open_docid_bytes` makes them)."""
+    """The files of an index directory, memory-mapped (they must exist: :func:`open_docid_bytes` makes them),
+    each checked against the size and digest docid_bytes.json records (files written before it recorded them:
+    sizes against each other only)."""
     from grtool.index.base import damaged, load_array
 
     d = Path(index_dir)
+    try:
+        record = orjson.loads((d / RECORD).read_bytes())
+        intact = _intact(d, record)
+    except (OSError, ValueError, AttributeError):
+        raise damaged(d, RECORD, "unreadable, or a file it lists is missing") from None
+    if not intact:
+        raise damaged(d, "docid_bytes files", f"not the files {RECORD} records (size or content differs)")
     offsets = np.asarray(load_array(d / OFFSETS, dtype=np.uint64))
     keys = np.asarray(load_array(d / KEYS, dtype=np.uint64))
     size = (d / TEXT).stat().st_size
@@ -168,6 +194,8 @@ def open_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = b
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # another process writing them: wait, then use its files
             if not _current(d, source, open, close):
+                if (d / RECORD).is_file():
+                    log.warning("index %s: its bracket decoding files are stale or damaged (not what %s records): writing them again", d, RECORD)
                 write_docid_bytes(d, open, close)
         finally:
             os.close(fd)  # closing releases the lock
@@ -209,7 +237,9 @@ def write_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = 
                 np.save(out, arr)
         for name, path in tmp.items():
             commit_file(path, d / name)
-        record = {"format": FORMAT, "source": SOURCE, "source_blake3": file_hash(source), "open": open.decode(), "close": close.decode(), "docids": len(keys)}
+        files = {name: {"bytes": (d / name).stat().st_size, "blake3": file_hash(d / name)} for name in (TEXT, OFFSETS, KEYS)}
+        record = {"format": FORMAT, "source": SOURCE, "source_blake3": file_hash(source), "open": open.decode(), "close": close.decode(),
+                  "docids": len(keys), "files": files}  # fmt: skip
         atomic_write_bytes(d / RECORD, orjson.dumps(record, option=orjson.OPT_INDENT_2))
     finally:
         scratch.unlink(missing_ok=True)

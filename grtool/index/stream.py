@@ -298,7 +298,8 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
     skipped = SyntaxReport()
     skipped_docids: set[str] = set()
     valid_docids: set[str] = set()  # only docids a suspect row named (rare)
-    doc_ids = pl.Series("doc_id", [], dtype=pl.String)
+    doc_ids = [pl.Series("doc_id", [], dtype=pl.String)]
+    held_ids = 0
     g = 0
     try:
         for part in range(table.num_parts):
@@ -336,14 +337,17 @@ def read_sequences(path: str | Path, flips: bool = False, workdir: str | Path | 
                 kept = df.filter(pl.Series(keep)).select("docid", "doc_id", "lh", "lr", "alt")
                 kept = kept.with_columns(pl.int_range(g, g + kept.height, dtype=pl.UInt64).alias("g"))
                 g += kept.height
-                doc_ids = pl.concat([doc_ids, kept.get_column("doc_id").unique()]).unique()
+                doc_ids.append(kept.get_column("doc_id").unique())
+                if sum(len(d) for d in doc_ids) > 2 * max(held_ids, 1 << 16):  # deduped now and then, not per batch
+                    doc_ids = [pl.concat(doc_ids).unique()]
+                    held_ids = len(doc_ids[0])
                 spill_rows.route(kept, _bucket_of(pl.col("docid"), buckets), buckets)
                 row0 += len(keep)
                 del df, kept
                 release_build_memory()
         if g == 0:
             raise InputError(f"{path}: no triples to index" + (f" ({skipped.count} docids skipped: {skipped.summary()})" if skipped.count else ""))
-        seqs = _sequences(spill_rows, buckets, doc_ids.sort(), flips, skipped, work)
+        seqs = _sequences(spill_rows, buckets, pl.concat(doc_ids).unique().sort(), flips, skipped, work)
     except BaseException:
         for w in spill_rows.writers.values():
             w.close()
@@ -438,7 +442,9 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
     for b in present:
         runs.writers.pop(b).close()
     step = max(1, MERGE_ROWS // max(1, len(present)))
-    readers = {b: pa.ipc.open_file(pa.memory_map(str(runs.path(b)))) for b in present}
+    # read, not memory-mapped: the pages of a mapped run stay in the process's RSS once read, and the runs
+    # together are every docid (GBs at tens of millions of triples)
+    readers = {b: pa.ipc.open_file(pa.OSFile(str(runs.path(b)))) for b in present}
     nexts = {b: 0 for b in present}
     buf: dict[int, pl.DataFrame] = {}
     seq_file = work / ".scratch-seqs.parquet"
