@@ -69,6 +69,9 @@ def tree_files(root: Path, exclude: Iterable[str | Path] = ()) -> list[tuple[str
 _HASHES: dict[tuple, str] = {}
 
 
+_HASH_CHUNK = 1 << 24  # 16 MiB: large enough for blake3's threads, small beside any memory budget
+
+
 def file_hash(path: Path) -> str:
     """BLAKE3 of a file's content, computed once per process for an unchanged file (identity checks repeat)."""
     st = path.stat()
@@ -76,8 +79,13 @@ def file_hash(path: Path) -> str:
     digest = _HASHES.get(key)
     if digest is None:
         h = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        if st.st_size:
-            h.update_mmap(path)
+        # read in chunks into one buffer, not mapped: a mapped file's pages all count in the process's RSS while
+        # it is hashed (an index's largest array, GBs of shards), read ones only in the page cache
+        buf = bytearray(_HASH_CHUNK)
+        view = memoryview(buf)
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                h.update(view[:n])
         digest = _HASHES[key] = h.hexdigest()
     return digest
 
