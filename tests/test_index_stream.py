@@ -219,6 +219,8 @@ def test_bucketed_read_equals_the_reference_path(tmp_path, shared_data, monkeypa
 
     monkeypatch.setattr(stream, "ROWS_PER_BUCKET", 4)
     monkeypatch.setattr(stream, "MERGE_ROWS", 7)
+    monkeypatch.setattr(stream, "RUN_BATCH", 1)  # runs of several batches, read one at a time,
+    monkeypatch.setattr(stream, "MERGE_BATCHES", 1)  # and emitted in many small steps
     monkeypatch.setattr(stream, "ROW_GROUP", 5)
     monkeypatch.setattr(build, "DOCIDS_ROW_GROUP", 5)
     rows = _odd_rows() * 2 if data == "odd" else two_wiki_rows(shared_data)

@@ -20,6 +20,7 @@ reference, kept for the test that compares the two) array for array.
 
 from __future__ import annotations
 
+import heapq
 import os
 import shutil
 import tempfile
@@ -167,7 +168,8 @@ def _piece(docid: pl.Expr, lh: pl.Expr, lr: pl.Expr, which: str) -> pl.Expr:
 ROWS_PER_BUCKET = 200_000  # rows of the stage settled in memory at a time (one bucket: its docids deduped, grouped, sorted)
 MAX_BUCKETS = 512
 MERGE_ROWS = 200_000  # rows held over all sorted runs at once while they are merged
-RUN_BATCH = 4_096  # rows per record batch of a sorted run
+RUN_BATCH = 1_024  # rows per record batch of a sorted run
+MERGE_BATCHES = 4  # batches a run the merge may hold (with MERGE_ROWS, the larger)
 ROW_GROUP = DOCIDS_ROW_GROUP
 _ROW_SCHEMA = {"docid": pl.String, "doc_id": pl.String, "lh": pl.UInt32, "lr": pl.UInt32, "alt": pl.String, "g": pl.UInt64}
 _SEQ_SCHEMA = {"docid": pl.String, "flipped": pl.Boolean, "lh": pl.UInt32, "lr": pl.UInt32}
@@ -439,16 +441,15 @@ def _sorted_run(forward: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
 
 def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, skipped: SyntaxReport, unsplit: int, symmetric: int, work: Path) -> Sequences:
     """The sorted runs (no docid in two of them) merged into ``.scratch-seqs.parquet`` and ``docids.parquet``,
-    chunk by chunk: each step emits every buffered row up to the smallest of the runs' last buffered docids."""
+    chunk by chunk: each emission writes every buffered row up to the smallest of the open runs' last buffered
+    docids."""
     present = [b for b in range(buckets) if b in runs.writers]
     for b in present:
         runs.writers.pop(b).close()
-    step = max(1, MERGE_ROWS // max(1, len(present)))
     # read, not memory-mapped: the pages of a mapped run stay in the process's RSS once read, and the runs
     # together are every docid (GBs at tens of millions of triples)
     readers = {b: pa.ipc.open_file(pa.OSFile(str(runs.path(b)))) for b in present}
     nexts = {b: 0 for b in present}
-    buf: dict[int, pl.DataFrame] = {}
     seq_file = work / ".scratch-seqs.parquet"
     docid_schema = pa.schema([("docid", pa.string())] + ([("flipped", pa.bool_())] if flips else []))
     seq_writer = pq.ParquetWriter(seq_file, pa.schema([("docid", pa.string()), ("flipped", pa.bool_()), ("lh", pa.uint32()), ("lr", pa.uint32())]), compression="lz4")
@@ -478,40 +479,52 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
             docid_writer.write_table(out.head(cut).select("docid", *(["flipped"] if flips else [])).to_arrow().cast(docid_schema), row_group_size=ROW_GROUP)
             pending[:] = [out.slice(cut)] if cut < held else []
 
-    def fill(b: int) -> None:
+    def read_next(b: int) -> int:
+        """Buffer run ``b``'s next record batch; while the run has more, it waits in ``open_runs`` under its last docid."""
         r = readers[b]
-        have = buf[b].height if b in buf else 0
-        while have < step and nexts[b] < r.num_record_batches:
+        got = pl.DataFrame(schema=runs.schema)
+        while got.height == 0 and nexts[b] < r.num_record_batches:
             got = pl.from_arrow(r.get_batch(nexts[b]))
-            nexts[b] += 1
             assert isinstance(got, pl.DataFrame)
-            buf[b] = pl.concat([buf[b], got]) if b in buf else got
-            have = buf[b].height
+            nexts[b] += 1
+        if got.height:
+            buf[b].append(got)
+        if nexts[b] < r.num_record_batches:
+            heapq.heappush(open_runs, (got.get_column("docid")[-1] if got.height else "", b))
+        return got.height
 
-    steps = 0
+    # Every run is read a batch at a time, always the one whose buffered rows end first (the smallest last docid):
+    # only that one can raise the cutoff. Once ``bound`` rows are held, every row up to the cutoff (the smallest
+    # last docid of the runs with more to read) is emitted at once; the Python work per batch is a heap step, and
+    # per emission one search per run (a search per run per batch made the merge quadratic: 137 s at 20M triples).
+    buf: dict[int, list[pl.DataFrame]] = {b: [] for b in present}
+    open_runs: list[tuple[str, int]] = []
+    held = sum(read_next(b) for b in present)
+    bound = max(MERGE_ROWS, MERGE_BATCHES * RUN_BATCH * len(present))  # ~half a batch a run stays past the cutoff
+    stalled, emissions = False, 0
     try:
-        while True:
-            for b in present:
-                if b not in buf or buf[b].height == 0:
-                    buf.pop(b, None)
-                    fill(b)
-            live = [b for b in present if b in buf and buf[b].height]
-            if not live:
-                break
-            open_runs = [b for b in live if nexts[b] < readers[b].num_record_batches]
-            cutoff = min(buf[b].get_column("docid")[-1] for b in open_runs) if open_runs else None
+        while open_runs or held:
+            if open_runs and (held < bound or stalled):
+                held += read_next(heapq.heappop(open_runs)[1])
+                stalled = False
+                continue
+            cutoff = open_runs[0][0] if open_runs else None
             taken = []
-            for b in live:
-                if cutoff is None:
-                    taken.append(buf.pop(b))
+            for b in present:
+                if not buf[b]:
                     continue
-                n = buf[b].get_column("docid").search_sorted(cutoff, side="right")
-                taken.append(buf[b].head(n))
-                buf[b] = buf[b].slice(n)
-            emit(pl.concat(taken).sort("docid"))
-            steps += 1
-            if steps % 8 == 0:
-                release_build_memory()  # the pools keep the decompressed batches' pages otherwise
+                df = pl.concat(buf[b]) if len(buf[b]) > 1 else buf[b][0]
+                n = df.height if cutoff is None else df.get_column("docid").search_sorted(cutoff, side="right")
+                if n:
+                    taken.append(df.head(n))
+                buf[b] = [df.slice(n)] if n < df.height else []
+                held -= n
+            stalled = not taken  # every row held is past the cutoff: read on beyond the bound
+            if taken:
+                emit(pl.concat(taken).sort("docid"))
+                emissions += 1
+                if emissions % 8 == 0:
+                    release_build_memory()  # the pools keep the decompressed batches' pages otherwise
         emit(pl.DataFrame(schema={**_SEQ_SCHEMA, "di": pl.List(pl.UInt32)}), final=True)
     finally:
         seq_writer.close()
