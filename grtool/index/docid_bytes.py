@@ -16,9 +16,9 @@ questions memory-mapped, by binary search, so a process maps them instead of rea
 Docids that contain a bracket are left out (they could never be written between brackets). The files are
 written on the first bracket run over an index (:func:`open_docid_bytes`, under a lock, each file renamed into
 place), not by ``index build``: they hold every docid's text uncompressed (~2.5x the FM arrays), which only
-bracket decoding needs. Opening them checks each file's size and digest (once per process), so a damaged file
-is an error naming it, and files of another docids.parquet are written anew. Writing them sorts the texts out
-of core: a scratch file of the texts and a few numpy integers per docid, never a Python object per docid.
+bracket decoding needs. Opening them checks each file's size and digest (once per process): damaged files, or
+files of another docids.parquet, are written anew (with a warning). Writing them sorts the texts out of core: a
+scratch file of the texts and a few numpy integers per docid, never a Python object per docid.
 """
 
 from __future__ import annotations
