@@ -151,7 +151,10 @@ def evict(base: Path, keep: Path, limit: int | None = None, stale_after: float =
                 entries.append(((d / RECORD).stat().st_mtime, size, d))
         except OSError:  # another run removed it meanwhile
             continue
-    total = sum(size for _, size, _ in entries) + sum(f.stat().st_size for f in keep.iterdir() if f.is_file())
+    try:
+        total = sum(size for _, size, _ in entries) + sum(f.stat().st_size for f in keep.iterdir())
+    except OSError:  # ``keep`` removed by another run's eviction meanwhile: nothing of ours to count
+        total = sum(size for _, size, _ in entries)
     for _, size, d in sorted(entries):  # least recently used first
         if total <= limit:
             break
