@@ -118,7 +118,7 @@ def test_agreement_sample_is_spread_over_the_whole_corpus_in_one_pass(tmp_path, 
     monkeypatch.setattr(stream, "AGREEMENT_SAMPLE", 4)
     rows = [_row(f"d{i}", f"Head {i:03d}", "relation", f"Tail {i}") for i in range(60)]
     seqs = read_sequences(write_triples_stage(tmp_path / "triples", rows))
-    got = seqs.agreement_sample().get_column("docid").to_list()
+    got = seqs.sample.get_column("docid").to_list()
     every = seqs.frame.filter(pl.col("lh").is_not_null()).get_column("docid").to_list()
     assert 4 <= len(got) <= 8 and got == sorted(got) and set(got) <= set(every)
     assert got[0] == every[0] and got[-1] >= every[len(every) // 2]

@@ -130,14 +130,13 @@ def cache_limit() -> int:
     return int(gb * 2**30)
 
 
-def evict(base: Path, keep: Path, limit: int | None = None, stale_after: float = 86_400) -> list[Path]:
+def evict(base: Path, keep: Path, limit: int, stale_after: float = 86_400) -> list[Path]:
     """Remove the least recently used lookups until the cache holds at most ``limit`` bytes (``keep``, the one
     just written, always stays), and temporaries left by runs killed over ``stale_after`` seconds ago. An
     entry is first renamed out of place, so no run can open it half-deleted; a run that mapped its files keeps
     them (the kernel holds an unlinked file until it is unmapped). Returns what was removed."""
     import time
 
-    limit = cache_limit() if limit is None else limit
     entries, removed = [], []
     now = time.time()
     for d in base.iterdir() if base.is_dir() else ():

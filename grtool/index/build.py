@@ -508,15 +508,13 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
                   params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
-    from grtool.docid.lookup import release_build_memory
+    from grtool.docid.lookup import release_build_memory, use_trimmable_arrow_pool
     from grtool.index.stream import read_sequences, tokenize_to_file
 
     # The tokenizer (loaded before anything was written, to check --tokenizer) is not held while the stage is
     # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
     record = TokenizerRecord.of(held.pop())
-    # Arrow's default pool (jemalloc) keeps the pages of the read's decompressed batches (~100 MB at 1M triples,
-    # more with the corpus) where malloc_trim cannot give them back; the system allocator's are trimmed
-    pa.set_memory_pool(pa.system_memory_pool())
+    use_trimmable_arrow_pool()  # the read's decompressed batches, handed back between buckets
     release_build_memory()
     tmp = temp_dir(out)  # the read's buckets and sorted runs go here (files named .scratch*), and docids.parquet
     try:

@@ -191,7 +191,8 @@ class Sequences:
     unsplit: int = 0
     symmetric: int = 0
     skipped: SyntaxReport = field(default_factory=SyntaxReport)
-    sample: pl.DataFrame | None = None  # sequences with lh set, spread over the corpus (see :meth:`agreement_sample`)
+    # what pieces_agree checks: sequences with lh set spread evenly over the corpus, drawn by the merge
+    sample: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=_SEQ_SCHEMA))
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -203,10 +204,6 @@ class Sequences:
             df = pl.from_arrow(batch)
             assert isinstance(df, pl.DataFrame)
             yield df
-
-    def agreement_sample(self) -> pl.DataFrame:
-        """What :func:`pieces_agree` checks: parted sequences spread evenly over the corpus, drawn by the merge."""
-        return self.sample if self.sample is not None else pl.DataFrame(schema=_SEQ_SCHEMA)
 
 
 class _SpreadSample:
@@ -490,7 +487,7 @@ def _merge_runs(runs: _Spill, buckets: int, doc_ids: pl.Series, flips: bool, ski
         if got.height:
             buf[b].append(got)
         if nexts[b] < r.num_record_batches:
-            heapq.heappush(open_runs, (got.get_column("docid")[-1] if got.height else "", b))
+            heapq.heappush(open_runs, (got.get_column("docid")[-1], b))  # got is not empty: batches were left
         return got.height
 
     # Every run is read a batch at a time, always the one whose buffered rows end first (the smallest last docid):
@@ -636,7 +633,7 @@ def tokenize_to_file(tok: DocidTokenizer, seqs: "pl.DataFrame | Sequences", path
     memory map, and the length of each sequence. ``seqs``: a frame, or :class:`Sequences` read from disk chunk by
     chunk. ``join`` None: join pieces when :func:`pieces_agree`."""
     if isinstance(seqs, Sequences):
-        count, chunks, sample = seqs.count, lambda: seqs.chunks(TOKENIZE_CHUNK), seqs.agreement_sample
+        count, chunks, sample = seqs.count, lambda: seqs.chunks(TOKENIZE_CHUNK), lambda: seqs.sample
     else:
         frame = seqs
         count, sample = frame.height, lambda: frame

@@ -160,15 +160,11 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
-    import pyarrow as pa
-
+    from grtool.docid.lookup import use_trimmable_arrow_pool
     from grtool.export.readers import DocidIndex
     from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
 
-    # Arrow's default allocator (mimalloc) keeps the pages the checks below decode in per-thread heaps that
-    # release_unused does not return (~50 MB at a million triples, for the whole run beside the model); the
-    # system allocator hands them back with malloc_trim. The checks read little: its speed does not matter.
-    pa.set_memory_pool(pa.system_memory_pool())
+    use_trimmable_arrow_pool()  # the pages the checks below decode, not held for the whole run beside the model
 
     if request.mode == "gmr" and request.system:
         raise InputError("--system: --mode gmr sends the `export gmr` step input only, which has no system prompt")
