@@ -8,6 +8,7 @@ embedded model's tokenizer. Every refusal is exit 2 and leaves every file as it 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -199,29 +200,33 @@ def test_export_replaces_only_its_own_exports(run, tmp_path):
 
 
 def test_two_index_builds_into_one_out_the_second_is_refused_naming_the_first(tmp_path):
-    """The first build (a generated stage of 100k triples: several seconds) holds the lock beside --out."""
-    n = 100_000
+    """The first build is held right after it took the lock beside --out (grtool.holds), so the second meets a live
+    run whatever the machine's load; stopped there, the first leaves no index."""
     rows = [{"doc_id": f"d{i // 4:06d}", "idx": i % 4, "head": f"Person {i}", "relation": "place of birth", "tail": f"City {i % 977}",
-             "docid": f"<docid_start>Person {i}, place of birth, City {i % 977}<docid_end>"} for i in range(n)]  # fmt: skip
+             "docid": f"<docid_start>Person {i}, place of birth, City {i % 977}<docid_end>"} for i in range(400)]  # fmt: skip
     stage = StageWriter(tmp_path / "triples", StageSpec("triples", TRIPLES), num_parts=1)
     with stage.shard(0) as shard:
-        shard.count_in(n)
+        shard.count_in(len(rows))
         shard.write_rows(rows)
     stage.finish()
     out = tmp_path / "idx"
+    holds = tmp_path / "holds"
+    holds.mkdir()
     args = ["index", "build", str(tmp_path / "triples"), "--tokenizer", "llama3", "--out", str(out)]
-    first = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "GRTOOL_HOLD": f"locked:{holds}"})  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while not (beside_lock(out).is_file() and beside_lock(out).stat().st_size):  # the holder is written in
+        while not (holds / "locked.reached").is_file():
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline
             time.sleep(0.05)
         second = run_cli(*args, "--overwrite", check=75)  # held by a live run: try again later
-        assert first.poll() is None, "the first build must still be running"
+        assert first.poll() is None, "the first build must still be held"
     finally:
         first.terminate()
         first.communicate(timeout=60)
+    assert first.returncode == 75
     err = one_line(second.stderr)
     assert f"pid {first.pid} on host" in err and "index build" in err and "wait until that run ends" in err
     assert not out.exists()
@@ -242,7 +247,6 @@ def test_a_second_writer_of_an_export_checkpoint_or_index_is_refused(run, tmp_pa
     args, out = LOCKED[command](run, tmp_path)
     with output_lock(out, command=["grtool", "pretend", "run"]):
         err = refused(args, tmp_path, code=75)
-    import os
 
     assert f"pid {os.getpid()} on host" in err and "grtool pretend run" in err
     assert not out.exists() and not beside_lock(out).exists()

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import TransientError
+from grtool.holds import hold
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
@@ -193,6 +194,7 @@ class RunLock:
             if not _try_flock(run, fcntl.LOCK_EX, holder):
                 raise self._busy(run)
             self._held.append(run)
+            hold("locked")
             return self
         if not _try_flock(run, fcntl.LOCK_SH):
             raise self._busy(run)
@@ -205,6 +207,7 @@ class RunLock:
                 f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
             )
         self._held.append(task)
+        hold("locked")
         return self
 
     def _busy(self, run: Path) -> TransientError:

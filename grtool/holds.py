@@ -1,0 +1,38 @@
+"""Named points where a test holds a running command, so tests of locks and signals wait for a state, never race
+a clock (a process that finished between a test's poll and its signal made one such test fail on a loaded machine).
+
+``GRTOOL_HOLD=POINT:DIR``: a process reaching :func:`hold` with that POINT writes its pid to ``DIR/POINT.reached``
+and waits until ``DIR/POINT.release`` exists. Signals are handled while it waits (SIGTERM stops it as anywhere
+else). Unset, as in every real run, a point costs one environment lookup.
+
+Points: ``locked`` (a run holds its output's lock, before it reads or writes anything).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from grtool.errors import InputError
+
+VARIABLE = "GRTOOL_HOLD"
+
+
+def hold(point: str) -> None:
+    """Wait here while the environment asks to hold ``point`` (see the module docstring)."""
+    value = os.environ.get(VARIABLE)
+    if not value:
+        return
+    name, sep, folder = value.partition(":")
+    if not sep or not name or not folder:
+        raise InputError(f"{VARIABLE}={value!r}: expected POINT:DIRECTORY")
+    if name != point:
+        return
+    directory = Path(folder)
+    if not directory.is_dir():
+        raise InputError(f"{VARIABLE}: {directory} is not a directory")
+    (directory / f"{point}.reached").write_text(str(os.getpid()))
+    release = directory / f"{point}.release"
+    while not release.exists():
+        time.sleep(0.01)
