@@ -33,6 +33,7 @@ from grtool.corpus.dedup_spill import (
 from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.io import is_stdio, open_output
+from grtool.store.records import load_shard_records, parts_not_on_disk
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import (
     MANIFEST,
@@ -474,7 +475,8 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
         problem = spec.mismatch(old)
         if problem:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
-        complete = complete and bool(old.get("complete"))
+        # the files decide, not the manifest's flag: a part removed since is redone
+        complete = complete and bool(old.get("complete")) and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d))
     return complete
 
 

@@ -8,6 +8,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.store.diskfull import writing
-from grtool.store.layout import MANIFEST, SHARDS_DIR, TMP_SUFFIX
+from grtool.store.layout import MANIFEST, SHARDS_DIR, TMP_SUFFIX, part_name
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -128,3 +129,23 @@ def resolve_stage(path: str | Path, table: str) -> Path:
 def now() -> str:
     """The time records carry: UTC, to the second."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
+    """The part a shard record names is there as committed: a regular file of the recorded size (a removed,
+    truncated or replaced part is not, so resume redoes it; its bytes are hashed by ``validate``, not here)."""
+    name = record.get("file")
+    if not isinstance(name, str) or "/" in name:
+        return False
+    try:
+        st = (Path(path) / name).stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")
+
+
+def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]]) -> list[str]:
+    """The planned parts of a stage that are not committed on disk: no shard record, or not :func:`part_on_disk`."""
+    if num_parts is None:
+        return []
+    return [part_name(i) for i in range(num_parts) if part_name(i) not in records or not part_on_disk(path, records[part_name(i)])]

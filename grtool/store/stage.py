@@ -78,6 +78,7 @@ from grtool.store.records import (  # noqa: F401  (re-exported: the stage API)
     load_manifest,
     load_shard_records,
     now,
+    part_on_disk,
     resolve_stage,
     sha256_file,
 )
@@ -387,7 +388,7 @@ class StageWriter:
 
     def done(self, index: int) -> bool:
         name = part_name(index)
-        return name in self.records and (self.path / f"{name}.parquet").exists()
+        return name in self.records and part_on_disk(self.path, self.records[name])
 
     def shard(self, index: int) -> ShardWriter:
         self.run.acquire()  # a no-op while held; again after finish() when a run goes on writing

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from grtool.store.fingerprints import check_inputs
 from grtool.store.reading import schema_diff, short
+from grtool.store.records import parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
@@ -65,7 +66,7 @@ def status(path: str | Path) -> dict[str, Any]:
     recorded = read_stops(manifest, path / MANIFEST)
     n = manifest.get("num_parts")
     done = sorted(records)
-    pending = [part_name(i) for i in range(n) if part_name(i) not in records] if n is not None else []
+    pending = parts_not_on_disk(path, n, records)  # a record whose part was removed is pending, not done
     counters = merge_counters(r["counters"] for r in records.values())
     return {
         "path": str(path),
