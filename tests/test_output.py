@@ -175,3 +175,18 @@ def test_transformers_backend_reports_each_batch(tmp_path):
     seen.clear()
     llm.generate(prompts, Sampling(max_tokens=3), on_progress=seen.append)
     assert [len(s) for s in seen] == [3] and all(g.cached for g in seen[0])
+
+
+def test_index_json_output_has_no_nan_or_infinity():
+    """`index stats/build/query --json` print strict JSON: a non-finite ratio is null (NaN is not JSON)."""
+    import json as _json
+
+    import numpy as np
+
+    from grtool.index.build import dump_json
+
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+
+    text = dump_json({"ratio": float("nan"), "per_doc": np.float64("inf"), "n": np.int64(3), "title": "Lübeck"})
+    assert _json.loads(text, parse_constant=refuse) == {"ratio": None, "per_doc": None, "n": 3, "title": "Lübeck"}

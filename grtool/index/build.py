@@ -7,7 +7,6 @@ never leaves a half index that looks usable.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import shutil
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -582,4 +582,13 @@ def stats(index) -> dict[str, Any]:
 
 
 def dump_json(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
+    """JSON for --json: a non-finite number (a ratio over an empty index) is null, never the invalid NaN/Infinity."""
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain).decode()
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):  # a numpy scalar
+        return value.item()
+    if isinstance(value, (Path, tuple, set, frozenset)):
+        return str(value) if isinstance(value, Path) else list(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
