@@ -1,0 +1,85 @@
+"""The documentation cannot drift from the CLI: every `grtool …` line in a shell block of the README, docs/ and
+examples/ names a command and options that exist, and the docs site builds with `mkdocs build --strict` (a broken
+link or a page left out of the nav fails)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grtool.cli.reference import check_command_line, render_markdown, root_command
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
+SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.S | re.M)
+
+
+def grtool_lines(text: str) -> list[str]:
+    """The grtool command lines of the text's shell blocks: continuation lines joined, each command of a line
+    split at `&&`, `||`, `|` and `;`, environment assignments and `$ ` prompts dropped."""
+    found = []
+    for block in SHELL_BLOCK.findall(text):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip().removeprefix("$ ")
+            if not line or line.startswith("#"):
+                continue
+            lexer = shlex.shlex(line, posix=True, punctuation_chars="|&;")
+            lexer.whitespace_split = True
+            lexer.commenters = "#"
+            command: list[str] = []
+            for token in [*lexer, ";"]:
+                if token and set(token) <= set("|&;"):
+                    while command and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", command[0]):
+                        command.pop(0)
+                    if command and command[0].endswith("grtool") and "(" not in command[0]:
+                        found.append(shlex.join(command))
+                    command = []
+                else:
+                    command.append(token)
+    return found
+
+
+def _documented() -> list[tuple[str, str]]:
+    return [(str(path.relative_to(REPO)), line) for path in DOCS for line in grtool_lines(path.read_text(encoding="utf-8"))]
+
+
+def test_the_docs_hold_grtool_commands():
+    assert len(_documented()) > 20
+
+
+def test_every_documented_grtool_command_exists_with_its_options():
+    root = root_command()
+    problems = [f"{where}: {problem}" for where, line in _documented() if (problem := check_command_line(line, root))]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_renamed_option_is_caught():
+    root = root_command()
+    assert check_command_line("grtool corpus ingest data --out out/x", root) is None
+    assert "has no option --outt" in check_command_line("grtool corpus ingest data --outt out/x", root)
+    assert "no command `grtool corpus ingestt`" in check_command_line("grtool corpus ingestt data", root)
+
+
+def test_the_reference_covers_every_command():
+    text = render_markdown()
+    for words, _ in __import__("grtool.cli.reference", fromlist=["commands"]).commands():
+        assert f"## grtool {' '.join(words)}" in text
+
+
+def test_the_docs_site_builds_strictly(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
+    if mkdocs is None:
+        if os.environ.get("CI"):
+            pytest.fail("mkdocs is not installed in CI (the test extra brings it: pip install '.[test]')")
+        pytest.skip("mkdocs is not installed (pip install '.[docs]')")
+    proc = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reference = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "grtool corpus ingest" in reference and "--rows-per-part" in reference
