@@ -178,7 +178,8 @@ def test_bundled_examples_every_layout(examples, cli, tmp_path):
     cli("validate", out)
     docs = rows_by(read_table(out / "documents"), "doc_id")
     questions = rows_by(read_table(out / "questions"), "qid")
-    assert len(questions) == 20
+    assert len(questions) == 25  # 20 of the release layouts, 2 of the Hugging Face ones, 3 of the generic layout
+    assert sum(q["dataset"] == "generic" for q in questions.values()) == 3
     by_title = {}
     for d in docs.values():
         by_title.setdefault(d["title"], []).append(d)
