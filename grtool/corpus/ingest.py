@@ -466,8 +466,8 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
                 if reading.converter == ds.GENERIC_DOCUMENTS:
                     generic.add_document(converted)
             except ds.BadRecord as problem:
-                label_ = _record_label(record) if reading.converter == ds.GENERIC else ""
-                _bad_record(problem, table, record, stream.name, position, strict, spill, report, label_)
+                record_name = _record_label(record) if reading.converter == ds.GENERIC else ""
+                _bad_record(problem, table, record, stream.name, position, strict, spill, report, record_name)
                 continue
         for did, title, text in converted.documents:
             spill.add_document(did, title, text, label)
