@@ -80,15 +80,17 @@ def test_stats_table_json_and_plot(examples, cli, tmp_path):
     proc = cli("corpus", "stats", run, "--json", "--plot", tmp_path / "plot" / "stats.png")
     stats = json.loads(proc.stdout)
     groups = {(g["dataset"], g["split"]): g for g in stats["groups"]}
-    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 20
+    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 25
     musique = groups[("musique", "dev")]
     assert musique["questions"] == 4 and musique["answerable_share"] == 0.75
     assert musique["hops"] == {"2": 3, "3": 1}
     assert musique["gold_per_question"] == {"mean": 1.75, "min": 0, "max": 3}
     wiki = groups[("2wikimultihopqa", "dev")]
-    assert wiki["hops"] == {"2": 3, "4": 1} and wiki["gold_per_question"]["max"] == 4
+    assert wiki["hops"] == {"2": 4, "4": 1} and wiki["gold_per_question"]["max"] == 4  # one of them the HF layout's
     more = groups[("morehopqa", "test")]
-    assert more["hops"] == {"2": 2, "3": 1} and more["gold_per_question"]["mean"] == 2
+    assert more["hops"] == {"2": 2, "3": 2} and more["gold_per_question"]["mean"] == 2
+    # the generic layout's questions: split from the file name or from the record, hops from the gold list
+    assert groups[("generic", "dev")]["hops"] == {"2": 2} and groups[("generic", "train")]["questions"] == 1
     docs = read_table(run / "documents").to_pylist()
     assert stats["documents"]["total"] == len(docs)
     assert stats["documents"]["by_dataset"]["musique"] == sum("musique" in d["datasets"] for d in docs)

@@ -23,6 +23,7 @@ class DatasetChoice(str, Enum):
     musique = "musique"
     morehopqa = "morehopqa"
     hotpotqa_wiki = "hotpotqa-wiki"
+    generic = "generic"
 
 
 def _report_summary(title: str, report: dict, as_json: bool) -> None:
@@ -67,7 +68,8 @@ def ingest_cmd(
             "--dataset",
             help="Dataset of every input; auto detects it per file from keys only one release format has. Needed for "
             "an ambiguous file (a list of {title, text} documents, such as HippoRAG's corpus files: its documents are "
-            "tagged with this dataset); refused for records of another dataset.",
+            "tagged with this dataset); refused for records of another dataset. generic: your own questions and "
+            "documents files (docs/data-formats.md).",
         ),
     ] = DatasetChoice.auto,
     split: Annotated[
@@ -83,8 +85,10 @@ def ingest_cmd(
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
-    Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files or the HotpotQA Wikipedia dump; JSON arrays or
-    JSON Lines, plain, gzip, bzip2 or xz, or tar archives of them, recognized from the bytes.
+    Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files (the releases or their Hugging Face layouts), the
+    HotpotQA Wikipedia dump, or the generic layout: a questions file ({qid, question, answer, gold_doc_ids or
+    gold_titles}) with a documents file ({id and/or title, text}); JSON arrays or JSON Lines, plain, gzip,
+    bzip2 or xz, or tar archives of them, recognized from the bytes. Every layout: docs/data-formats.md.
 
     Each input file's dataset is detected from its first record, by keys that only one release format has; a
     file that could be several (a list of {title, text} documents) needs --dataset (exit 2 otherwise). The
@@ -97,6 +101,8 @@ def ingest_cmd(
     same command is run again.
 
     Example: grtool corpus ingest hotpot_dev_distractor_v1.json musique_ans_v1.0_dev.jsonl --out out/corpus
+
+    Example: grtool corpus ingest questions.jsonl documents.jsonl --dataset generic --out out/mine
     """
     from grtool.corpus.ingest import ingest
 

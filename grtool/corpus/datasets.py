@@ -14,6 +14,9 @@ How each dataset's gold documents are read (``gold_doc_ids`` keeps hop order whe
   their qid is ``<id>__unanswerable`` (``meta.musique_id`` keeps the original).
 - MoreHopQA: every context paragraph is gold (its context holds only the supporting paragraphs), ordered by
   ``question_decomposition[].paragraph_support_title``.
+- The generic layout (a researcher's own data, see docs/data-formats.md): questions name their gold documents
+  by the ids or titles of a separate documents file, in hop order; those references are resolved once every
+  input has been read (:mod:`grtool.corpus.generic`).
 
 Paragraph text is the dataset's own: HotpotQA sentences are concatenated as given (each later sentence
 carries its leading space); 2Wiki sentences carry no leading space and are joined with one space; MuSiQue
@@ -23,6 +26,7 @@ source dataset does (the source is read from the question id); a paragraph given
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,10 +57,13 @@ TWOWIKI = "2wikimultihopqa"
 MUSIQUE = "musique"
 MOREHOPQA = "morehopqa"
 HOTPOTQA_WIKI = "hotpotqa-wiki"
-DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA, HOTPOTQA_WIKI)
+GENERIC = "generic"
+GENERIC_DOCUMENTS = "generic-documents"  # a converter, not a dataset: the documents file of the generic layout
+DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA, HOTPOTQA_WIKI, GENERIC)
+FORMATS_DOC = "docs/data-formats.md"  # where every input layout is described (named in error messages)
 
 # The corpus a dataset's documents belong to: the Wikipedia abstracts dump *is* HotpotQA's corpus.
-CORPUS_LABEL = {HOTPOTQA_WIKI: HOTPOTQA}
+CORPUS_LABEL = {HOTPOTQA_WIKI: HOTPOTQA, GENERIC_DOCUMENTS: GENERIC}
 
 # Sentence joins (see module docstring).
 JOIN = {HOTPOTQA: "", TWOWIKI: " ", MUSIQUE: " ", MOREHOPQA: " "}
@@ -75,6 +82,10 @@ class BadRecord(Exception):
 class Converted:
     question: dict[str, Any] | None  # None for corpus-only records (Wikipedia dump)
     documents: list[tuple[str, str, str]] = field(default_factory=list)  # (doc_id, title, text)
+    # generic layout: the question's gold documents as given, ("id" | "title", [...]) in hop order, resolved
+    # after every input is read; and a document's own id (its key in the questions' gold_doc_ids)
+    gold_refs: tuple[str, list[str]] | None = None
+    source_id: str | None = None
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -189,20 +200,26 @@ def _gold_by_titles(docs: list[tuple[str, str, str]], supporting_facts: Any) -> 
 # ------------------------------------------------------------------------------------------ HotpotQA
 
 
-def _hotpot_layout(rec: dict) -> tuple[str, list, list | None]:
-    """Context and supporting facts in the original layout, whichever layout the record uses."""
+def _rows(columns: Any, keys: tuple[str, ...], what: str) -> list[list]:
+    """A Hugging Face ``datasets`` sequence of structs, stored as a dict of parallel lists, back as rows
+    ``[[keys[0] value, keys[1] value, ...], ...]``."""
+    lists = [columns.get(k) if isinstance(columns, dict) else None for k in keys]
+    if not all(isinstance(col, list) for col in lists) or len({len(col) for col in lists}) > 1:
+        shape = "{" + ", ".join(f"{k}: [...]" for k in keys) + "}"
+        raise BadRecord(f"field '{what}' has the wrong type", f"expected {shape} of equal length")
+    return [list(row) for row in zip(*lists)]
+
+
+def _parallel_layout(rec: dict, sentences_key: str) -> tuple[str, list, list | None]:
+    """Context and supporting facts in the original layout, whichever layout the record uses: the Hugging Face
+    layouts store ``context`` as ``{title: [...], <sentences_key>: [[...]]}`` and ``supporting_facts`` as
+    ``{title: [...], sent_id: [...]}``."""
     context = rec.get("context")
     sf = rec.get("supporting_facts")
-    if isinstance(context, dict):  # Hugging Face datasets: dicts of parallel lists
-        titles, sentences = context.get("title"), context.get("sentences")
-        if not isinstance(titles, list) or not isinstance(sentences, list) or len(titles) != len(sentences):
-            raise BadRecord("field 'context' has the wrong type", "expected {title: [...], sentences: [[...]]} of equal length")
-        context = [list(pair) for pair in zip(titles, sentences)]
+    if isinstance(context, dict):
+        context = _rows(context, ("title", sentences_key), "context")
         if isinstance(sf, dict):
-            st, si = sf.get("title"), sf.get("sent_id")
-            if not isinstance(st, list) or not isinstance(si, list) or len(st) != len(si):
-                raise BadRecord("field 'supporting_facts' has the wrong type", "expected {title: [...], sent_id: [...]} of equal length")
-            sf = [list(pair) for pair in zip(st, si)]
+            sf = _rows(sf, ("title", "sent_id"), "supporting_facts")
         return "hf", context, sf
     if context is None:
         raise BadRecord("missing field 'context'")
@@ -211,7 +228,7 @@ def _hotpot_layout(rec: dict) -> tuple[str, list, list | None]:
 
 def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Converted:
     qid = _record_id(rec, "_id", "id")
-    layout, context, sf = _hotpot_layout(rec)
+    layout, context, sf = _parallel_layout(rec, "sentences")
     docs = _titled_paragraphs(context, JOIN[HOTPOTQA])
     has_labels = sf is not None
     gold, titles, missing = _gold_by_titles(docs, sf) if has_labels else ([], [], [])
@@ -235,16 +252,26 @@ def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Conve
 
 def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
     qid = _record_id(rec, "_id")
-    docs = _titled_paragraphs(_field(rec, "context", list), JOIN[TWOWIKI])
-    sf = rec.get("supporting_facts")
+    layout, context, sf = _parallel_layout(rec, "content")
+    if not isinstance(context, list):
+        raise BadRecord("field 'context' has the wrong type", "expected a list of [title, sentences]")
+    docs = _titled_paragraphs(context, JOIN[TWOWIKI])
     evidences = rec.get("evidences")
-    if evidences is not None and not isinstance(evidences, list):
+    if isinstance(evidences, dict):
+        # Hugging Face copies: {fact, relation, entity} lists. Only their number is used (hops); they stay in
+        # meta as given, not read as gold triples, since no source says which of them is the subject.
+        hops = len(_rows(evidences, ("fact", "relation", "entity"), "evidences"))
+    elif evidences is None or isinstance(evidences, list):
+        hops = len(evidences) if evidences is not None else None
+    else:
         raise BadRecord("field 'evidences' has the wrong type", "expected a list of [subject, relation, object]")
     gold, _, missing = _gold_by_titles(docs, sf) if sf is not None else ([], [], [])
+    hf = {"supporting_facts": sf, "layout": layout} if layout == "hf" else {}  # facts in the original layout
     meta = _meta(
         rec,
-        {"_id", "question", "answer", "type", "context"},
-        hops=len(evidences) if evidences is not None else None,
+        {"_id", "question", "answer", "type", "context", *hf},
+        **hf,
+        hops=hops,
         gold_titles_missing=missing or None,
     )
     q = _question(qid, TWOWIKI, split, rec, answer=rec.get("answer"), aliases=[], gold=gold, type_=rec.get("type"),
@@ -324,22 +351,105 @@ def morehopqa_source(qid: str) -> str | None:
 
 
 def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _record_id(rec, "_id")
+    context, decomposition = rec.get("context"), rec.get("question_decomposition")
+    layout = "hf" if isinstance(context, dict) else "original"
+    if layout == "hf":  # the Hugging Face features: sequences of structs as dicts of parallel lists, no `_id`
+        context = _rows(context, ("title", "paragraphs"), "context")
+        if isinstance(decomposition, dict):
+            titles = _rows(decomposition, ("paragraph_support_title",), "question_decomposition")
+            decomposition = [{"paragraph_support_title": t} for (t,) in titles]
+    derived_qid = layout == "hf" and rec.get("_id") is None
+    qid = _question_hash(_field(rec, "question", str)) if derived_qid else _record_id(rec, "_id")
     source = morehopqa_source(qid)
-    docs = _titled_paragraphs(_field(rec, "context", list), JOIN.get(source or MOREHOPQA, " "))
-    decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])
+    if context is None:
+        raise BadRecord("missing field 'context'")
+    if not isinstance(context, list):
+        raise BadRecord("field 'context' has the wrong type", "expected a list of [title, paragraphs]")
+    docs = _titled_paragraphs(context, JOIN.get(source or MOREHOPQA, " "))
+    if decomposition is None:
+        decomposition = []
+    if not isinstance(decomposition, list):
+        raise BadRecord("field 'question_decomposition' has the wrong type", "expected a list of sub-questions")
     by_title: dict[str, list[str]] = {}
     for did, title, _ in docs:
         by_title.setdefault(title, []).append(did)
     hop_titles = [s.get("paragraph_support_title") for s in decomposition if isinstance(s, dict)]
-    ordered = [did for t in hop_titles if t for did in by_title.get(t, [])]
+    ordered = [did for t in hop_titles if isinstance(t, str) for did in by_title.get(t, [])]
     gold = _unique(ordered + [did for did, _, _ in docs])
     hops = rec.get("no_of_hops")
     meta = _meta(rec, {"_id", "question", "answer", "context"}, source_dataset=source,
-                 hops=hops if isinstance(hops, int) else None)
+                 hops=hops if isinstance(hops, int) else None, layout=layout if layout == "hf" else None,
+                 qid_from="question" if derived_qid else None)
     q = _question(qid, MOREHOPQA, split, rec, answer=rec.get("answer"), aliases=[], gold=gold,
                   type_=rec.get("reasoning_type"), answerable=True, meta=meta)
     return Converted(q, docs)
+
+
+def _question_hash(question: str) -> str:
+    """A question id made from the question's text, for a layout that carries none (stable across runs)."""
+    return "q-" + hashlib.blake2b(question.encode("utf-8"), digest_size=8).hexdigest()
+
+
+# -------------------------------------------------------------------------------------- generic layout
+
+GENERIC_QUESTION_KEYS = ("qid", "question", "answer")  # `id` may stand for `qid`
+
+
+def _generic_answer(rec: dict) -> tuple[str, list[str]]:
+    """``answer`` as a string, or a list whose first item is the answer and the rest aliases."""
+    if "answer" not in rec or rec["answer"] is None:
+        raise BadRecord("missing field 'answer'")
+    answer = rec["answer"]
+    if isinstance(answer, str):
+        return answer, []
+    if isinstance(answer, list) and answer and all(isinstance(a, str) for a in answer):
+        return answer[0], answer[1:]
+    raise BadRecord("field 'answer' has the wrong type", "expected a string or a non-empty list of strings")
+
+
+def _generic_gold(rec: dict) -> tuple[str, list[str]] | None:
+    """``("id", ids)`` or ``("title", titles)`` in hop order; None when the question names no gold documents."""
+    given = [k for k in ("gold_doc_ids", "gold_titles") if rec.get(k) is not None]
+    if len(given) > 1:
+        raise BadRecord("fields 'gold_doc_ids' and 'gold_titles' are both given", "name the gold documents one way")
+    if not given:
+        return None
+    key = given[0]
+    values = rec[key]
+    if not isinstance(values, list):
+        raise BadRecord(f"field '{key}' has the wrong type", "expected a list")
+    if key == "gold_titles":
+        return "title", _unique(_str_list(values, key))
+    return "id", _unique([_record_id({key: v}, key) for v in values])
+
+
+def convert_generic(rec: dict, split: str, setting: str | None = None) -> Converted:
+    """A question of the generic layout; its gold documents are resolved later (``Converted.gold_refs``)."""
+    qid = _record_id(rec, "qid", "id")
+    answer, from_list = _generic_answer(rec)
+    aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
+    own_split = _field(rec, "split", str, optional=True)
+    answerable = _field(rec, "answerable", bool, optional=True, default=True)
+    refs = _generic_gold(rec)
+    meta = _meta(
+        rec,
+        {"qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "gold_doc_ids"},
+        gold_ids=refs[1] if refs and refs[0] == "id" else None,  # the ids as given (gold_titles stays as given)
+        hops=len(refs[1]) if refs else None,
+    )
+    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases),
+                  gold=[], type_=rec.get("type"), answerable=answerable, meta=meta)
+    return Converted(q, [], gold_refs=refs)
+
+
+def convert_generic_document(rec: dict, split: str, setting: str | None = None) -> Converted:
+    """A document of the generic layout: ``text`` with an ``id``, a ``title`` or both (no title: the empty one)."""
+    if rec.get("id") is None and rec.get("title") is None:
+        raise BadRecord("missing field 'id' or 'title'", "a document needs one of them to be named by the questions")
+    own_id = _record_id(rec, "id") if rec.get("id") is not None else None
+    title = _field(rec, "title", str, optional=True, default="")
+    text = _field(rec, "text", str)
+    return Converted(None, [(doc_id(title, text), title, text)], source_id=own_id)
 
 
 # ------------------------------------------------------------------------------ HotpotQA Wikipedia dump
@@ -383,6 +493,8 @@ CONVERTERS: dict[str, Callable[..., Converted]] = {
     MUSIQUE: convert_musique,
     MOREHOPQA: convert_morehopqa,
     HOTPOTQA_WIKI: convert_wiki,
+    GENERIC: convert_generic,
+    GENERIC_DOCUMENTS: convert_generic_document,
 }
 
 
@@ -398,6 +510,7 @@ class Shape:
 
 
 QUESTION_DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA)
+DOCUMENT_LABELS = (*QUESTION_DATASETS, GENERIC)  # what a file of {title, text} documents may be tagged with
 _MOREHOPQA_KEYS = {"previous_question", "no_of_hops", "reasoning_type", "ques_on_last_hop"}
 _HOTPOTQA_TEST_KEYS = {"_id", "question", "context"}  # HotpotQA's test files carry only these
 
@@ -411,6 +524,8 @@ def detect(rec: Any) -> Shape | None:
     - HotpotQA: ``_id`` (``id`` in the Hugging Face layout), ``question``, ``context`` with ``supporting_facts``,
       ``level`` or a context of parallel lists (Hugging Face); or exactly ``_id``, ``question``, ``context`` (test).
     - The HotpotQA Wikipedia abstracts dump: ``title``, ``url`` and ``text`` as a list of sentences.
+    - The generic layout: questions with ``qid`` (or ``id``), ``question`` and ``answer`` and no context;
+      documents with ``id`` and ``text`` (and perhaps ``title``).
     Any other ``{title, text}`` record is a document of an unknown corpus (HippoRAG-style corpus files of every
     dataset look like that), and a question with a [title, sentences] context but none of the keys above may
     be HotpotQA's or 2Wiki's: both are ambiguous.
@@ -422,6 +537,8 @@ def detect(rec: Any) -> Shape | None:
         if "paragraphs" in keys:
             return Shape(MUSIQUE, False, "MuSiQue questions")
         if "context" not in keys:
+            if "answer" in keys and keys & {"qid", "id"}:
+                return Shape(GENERIC, False, "generic questions")
             return None
         if keys & _MOREHOPQA_KEYS:
             return Shape(MOREHOPQA, False, "MoreHopQA questions")
@@ -431,10 +548,12 @@ def detect(rec: Any) -> Shape | None:
         if (("_id" in keys or "id" in keys) and hotpot_only) or keys == _HOTPOTQA_TEST_KEYS:
             return Shape(HOTPOTQA, False, "HotpotQA questions")
         return Shape(None, False, "questions with a [title, sentences] context", (HOTPOTQA, TWOWIKI))
+    if "title" in keys and "text" in keys and "url" in keys and isinstance(rec["text"], list):
+        return Shape(HOTPOTQA_WIKI, True, "the HotpotQA Wikipedia abstracts dump")
+    if "text" in keys and "id" in keys and "url" not in keys:  # (other dumps carry a url: left ambiguous)
+        return Shape(GENERIC_DOCUMENTS, True, "generic documents")
     if "title" in keys and "text" in keys:
-        if "url" in keys and isinstance(rec["text"], list):
-            return Shape(HOTPOTQA_WIKI, True, "the HotpotQA Wikipedia abstracts dump")
-        return Shape(None, True, "a list of {title, text} documents", QUESTION_DATASETS)
+        return Shape(None, True, "a list of {title, text} documents", DOCUMENT_LABELS)
     return None
 
 

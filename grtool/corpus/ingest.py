@@ -1,4 +1,5 @@
-"""`grtool corpus ingest`: release files of the four datasets → ``documents`` and ``questions`` stage directories.
+"""`grtool corpus ingest`: release files of the four datasets, or files of the generic layout (a researcher's own
+questions and documents, see docs/data-formats.md) → ``documents`` and ``questions`` stage directories.
 
 Two phases (see :mod:`grtool.corpus.dedup_spill`): every input is read and checked to its end while rows are
 spilled to hash buckets in a work directory beside the output (``OUT/_ingest_work``); only then are the
@@ -20,6 +21,7 @@ from typing import Any
 
 from grtool.corpus import datasets as ds
 from grtool.corpus.doc_hash import DOC_ID_SCHEME
+from grtool.corpus.generic import GenericGold
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.dedup_spill import (
     Spill,
@@ -88,7 +90,7 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     An input without a single record is an error when every input is empty (``allow_empty`` accepts it);
     beside other inputs it is a warning, listed in the report and the manifests (``empty_inputs``).
     """
-    if dataset != "auto" and dataset not in ds.CONVERTERS:
+    if dataset != "auto" and dataset not in ds.DATASETS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
     if split is not None and not split.strip():
         raise InputError(f"--split {split!r}: an empty split name (leave --split out to take it from each file name)")
@@ -246,6 +248,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
     total = None if any(is_stdio(f) for f in files) else sum(f.stat().st_size for f in files)
     streams = 0
     readings: list[tuple[str, Reading]] = []
+    generic = GenericGold(spill.root)
     try:
         with progress() as bar:
             task = bar.add_task("reading inputs", total=total)
@@ -255,7 +258,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
                     streams += 1
-                    reading = _read_stream(stream, dataset, split, strict, spill, report, tick)
+                    reading = _read_stream(stream, dataset, split, strict, spill, report, tick, generic)
                     if reading is None:
                         report.empty_inputs.append(_input_name(stream.name))
                     else:
@@ -265,13 +268,46 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                     report.empty_inputs.append(_input_name(path))
                 done += (stream.raw.tell() if stream else 0) if is_stdio(path) else path.stat().st_size
                 bar.update(task, completed=done)
+        _add_generic_questions(generic, spill, report, strict)
         _check_empty(report.empty_inputs, streams, allow_empty)
         spill.empty_inputs = list(report.empty_inputs)
         report.detected = spill.detected = group_readings(readings)
         return spill.close()
     except BaseException:
+        generic.close()
         spill.abort()
         raise
+
+
+def _add_generic_questions(generic: GenericGold, spill: Spill, report: IngestReport, strict: bool) -> None:
+    """The generic questions, now that every generic document is known: gold references become doc_ids, or
+    the question is rejected with the reason."""
+    for entry, gold, problem in generic.resolved():
+        question, source, position = entry["question"], entry["source"], entry["position"]
+        if problem is not None:
+            _bad_record(problem, "questions", entry["record"], source, position, strict, spill, report,
+                        f" (qid {question['qid']!r})")
+            continue
+        spill.add_question({**question, "gold_doc_ids": gold}, source, position)
+
+
+def _bad_record(problem: ds.BadRecord, table: str, record: Any, source: str, position: str, strict: bool,
+                spill: Spill, report: IngestReport, label: str = "") -> None:
+    """A record that does not fit: fatal under --strict (naming the file, the record and the problem), else a reject."""
+    if strict:
+        detail = f" ({problem.detail})" if problem.detail else ""
+        raise InputError(f"{source}, {position}{label}: {problem.reason}{detail} [--strict]") from None
+    spill.reject(table, record, problem.reason, source, position, problem.detail)
+    report.rejected[f"{table}: {problem.reason}"] += 1
+
+
+def _record_label(record: Any) -> str:
+    """`` (qid 'x')`` for a generic question record that has one, for messages."""
+    if isinstance(record, dict):
+        for key in ("qid", "id"):
+            if isinstance(record.get(key), str | int) and not isinstance(record.get(key), bool):
+                return f" ({key} {record[key]!r})"
+    return ""
 
 
 def _input_name(name: str | Path) -> str:
@@ -314,13 +350,14 @@ BY_OPTION = "--dataset"
 class Reading:
     """How one input stream is read: with which converter, its rows tagged with which dataset, and why."""
 
-    converter: str  # a key of ds.CONVERTERS; ds.HOTPOTQA_WIKI converts {title, text} documents of any corpus
+    converter: str  # a key of ds.CONVERTERS; ds.HOTPOTQA_WIKI converts {title, text} documents of any corpus,
+    # ds.GENERIC_DOCUMENTS those of the generic layout
     dataset: str  # the dataset its documents (and questions) are tagged with
     by: str  # BY_DETECTION or BY_OPTION
 
     @property
     def documents_only(self) -> bool:
-        return self.converter == ds.HOTPOTQA_WIKI
+        return self.converter in (ds.HOTPOTQA_WIKI, ds.GENERIC_DOCUMENTS)
 
     def describe(self) -> dict[str, str]:
         return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by}
@@ -337,23 +374,33 @@ def choose_reading(name: str, position: str, record: Any, forced: str | None) ->
             hint = " (an object of lists: a mapping of titles to sentence lists is not a record)" if mapping else ""
             raise InputError(
                 f"{name}, {position}: unknown schema (keys {keys}){hint}; expected a record of HotpotQA, "
-                "2WikiMultihopQA, MuSiQue, MoreHopQA or the HotpotQA Wikipedia dump (or pass --dataset)"
+                "2WikiMultihopQA, MuSiQue, MoreHopQA, the HotpotQA Wikipedia dump or the generic layout (questions "
+                "with qid, question, answer and gold_doc_ids or gold_titles; documents with id or title, and text), "
+                f"described in {ds.FORMATS_DOC} (or pass --dataset)"
             )
         if shape.dataset is None:
             raise InputError(f"{name}: cannot tell which dataset this is (looks like {shape.looks_like}); pass --dataset {'|'.join(shape.choices)}")
         return Reading(shape.dataset, ds.CORPUS_LABEL.get(shape.dataset, shape.dataset), BY_DETECTION)
     label = ds.CORPUS_LABEL.get(forced, forced)
+    if forced == ds.GENERIC and shape is None:  # a generic record lacking a key: a bad record, of which file?
+        keys = set(record) if isinstance(record, dict) else set()
+        questions = bool(keys & {"question", "qid", "answer", "gold_doc_ids", "gold_titles"})
+        return Reading(ds.GENERIC if questions else ds.GENERIC_DOCUMENTS, label, BY_OPTION)
     if shape is not None:
         if shape.dataset is not None:
             # the dump's articles are HotpotQA's corpus: --dataset hotpotqa fits them too
             fits = forced == shape.dataset or (shape.documents and label == ds.CORPUS_LABEL.get(shape.dataset))
+            # documents with ids are the generic layout's, or (named so) one dataset's corpus file
+            fits = fits or (shape.dataset == ds.GENERIC_DOCUMENTS and forced in ds.QUESTION_DATASETS)
         else:  # a shape several datasets share: one of those, and questions are not read as dump articles
             fits = label in shape.choices and (shape.documents or forced != ds.HOTPOTQA_WIKI)
         if not fits:
             choices = "" if shape.dataset is not None else f"; pass --dataset {'|'.join(shape.choices)}"
             raise InputError(f"{name}, {position}: these are {shape.looks_like}, not {forced} (--dataset){choices}"
                              + ("; leave --dataset out to detect each file's dataset" if shape.dataset else ""))
-    converter = ds.HOTPOTQA_WIKI if shape is not None and shape.documents else forced
+    converter = forced
+    if shape is not None and shape.documents:
+        converter = ds.GENERIC_DOCUMENTS if label == ds.GENERIC else ds.HOTPOTQA_WIKI
     return Reading(converter, label, BY_OPTION)
 
 
@@ -377,13 +424,17 @@ def _parent(path: str) -> str:
 
 
 def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
-                 tick) -> Reading | None:
-    """Read one stream to its end; returns how it was read (None: it held no record)."""
+                 tick, generic: GenericGold) -> Reading | None:
+    """Read one stream to its end; returns how it was read (None: it held no record).
+
+    Splits: --split, else (generic layout) the record's ``split``, else the file name, else the dataset's only
+    split (MoreHopQA: test), else ``unknown`` with a warning."""
     forced = None if dataset == "auto" else dataset
     reading: Reading | None = None
     line_converter = None
     setting = ds.setting_from_name(stream.name)
     file_split = split
+    warned = False
     n = 0
     for position, item in iter_records(stream):
         n += 1
@@ -401,30 +452,44 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             line_converter = ds.LINE_CONVERTERS.get(reading.converter)
             convert = ds.CONVERTERS[reading.converter]
             table, label = ("documents" if reading.documents_only else "questions"), [reading.dataset]
+            own_splits = reading.converter == ds.GENERIC  # its records may carry their split
             if file_split is None and not reading.documents_only:
                 file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(reading.dataset)
-                if file_split is None:
-                    log.warning("%s: no split (train/dev/test) in the file name; using 'unknown' (pass --split)", stream.name)
+                if file_split is None and not own_splits:
+                    _warn_no_split(stream.name)
                     file_split = "unknown"
+            fallback_split = file_split or "unknown"
         if converted is None:
             try:
                 if not isinstance(record, dict):
                     raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
-                converted = convert(record, file_split, setting)
+                converted = convert(record, fallback_split, setting)
+                if reading.converter == ds.GENERIC_DOCUMENTS:
+                    generic.add_document(converted)
             except ds.BadRecord as problem:
-                if strict:
-                    detail = f" ({problem.detail})" if problem.detail else ""
-                    raise InputError(f"{stream.name}, {position}: {problem.reason}{detail} [--strict]") from None
-                spill.reject(table, record, problem.reason, stream.name, position, problem.detail)
-                report.rejected[f"{table}: {problem.reason}"] += 1
+                record_name = _record_label(record) if reading.converter == ds.GENERIC else ""
+                _bad_record(problem, table, record, stream.name, position, strict, spill, report, record_name)
                 continue
         for did, title, text in converted.documents:
             spill.add_document(did, title, text, label)
         report.paragraphs += len(converted.documents)
-        if converted.question is not None:
+        if converted.question is None:
+            continue
+        report.questions_by_dataset[reading.dataset] += 1
+        if reading.converter != ds.GENERIC:
             spill.add_question(converted.question, stream.name, position)
-            report.questions_by_dataset[reading.dataset] += 1
+            continue
+        if split is not None:  # --split names every question's split
+            converted.question["split"] = split
+        elif file_split is None and record.get("split") is None and not warned:
+            _warn_no_split(stream.name, " and records without a 'split' field")
+            warned = True
+        generic.defer(converted, record, stream.name, position)
     return reading
+
+
+def _warn_no_split(name: str, records: str = "") -> None:
+    log.warning("%s: no split (train/dev/test) in the file name%s; using 'unknown' (pass --split)", name, records)
 
 
 # ------------------------------------------------------------------------------------------ phase 2
