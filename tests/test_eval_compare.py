@@ -25,7 +25,7 @@ def test_compare_table_and_plot(tmp_path):
     assert "| **all** | 0.2500 | 0.7500 |" in lines
     assert png.stat().st_size > 1000
     table = json.loads(run_cli("eval", "compare", tmp_path / "base.json", "--json").stdout)
-    assert table["musique"] == {"base": 0.0}
+    assert table["recall"]["musique"] == {"base": 0.0}
 
 
 def test_compare_bad_report_exits_2(tmp_path):
