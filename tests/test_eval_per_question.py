@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_export import MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
+from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
 
 from grtool.export.readers import DocidIndex
 from grtool.llm.base import Generation
 from grtool.retrieve.stage import RetrieveSettings, response_row
 from grtool.store.schemas import RESPONSES
-from grtool.store.stage import StageSpec, StageWriter, read_table, resolve_stage
+from grtool.store.stage import read_table, resolve_stage
 
 M, Z = "Mohammed bin Hamad bin Khalifa Al Thani", "Moza bint Nasser"  # Q_MOZA's gold titles
 MOZA_EXACT = f"{SPECIAL(M, 'mother', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')} Al Khor."  # recall 1, exact
@@ -46,13 +46,8 @@ def write_responses_dir(path: Path, corpus: Path, answers: list[tuple[str, str]]
         sample = samples_of[qid] = samples_of.get(qid, -1) + 1
         row, _ = response_row(by_qid[qid], sample, Generation(text, "stop", completion_tokens=1, latency_ms=1.0), lookup, settings, "by hand")
         rows.append(row)
-    selection = {"datasets": [], "splits": [], "limit": None, **(params or {})}
-    spec = StageSpec("responses", RESPONSES, {**settings.params(), **selection}, inputs=[str(questions), str(corpus / "triples")])
-    stage = StageWriter(path, spec, num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
+    params = {**settings.params(), "datasets": [], "splits": [], "limit": None, **(params or {})}  # as `retrieve` records them
+    _write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
     return path
 
 
