@@ -43,7 +43,8 @@ def test_compare_counts_every_metric_and_checks_question_counts(tmp_path):
     md = run_cli("eval", "compare", tmp_path / "base.json", tmp_path / "sft.json").stdout.splitlines()
     assert "| exact set | 0.2500 | 0.5000 |" in md and "| questions scored | 4 | 4 |" in md
     assert "| questions without a row | 1 | - |" in md  # JSON Lines responses: nobody recorded which were asked
-    assert "| sft | - | - | - | - |" in md  # reports without a per-question list: no wins and losses
+    assert "| sft | - | - | - | - |" not in md  # reports without a per-question list: no wins and losses, said once
+    assert any(line.startswith("Wins and losses need per-question recall of both runs") for line in md)
     proc = run_cli("eval", "compare", tmp_path / "base.json", tmp_path / "fewer.json", check=2)
     assert "different questions: 'base' 4 and 'fewer' 3 questions" in " ".join(proc.stderr.split())
     proc = run_cli("eval", "compare", tmp_path / "base.json", tmp_path / "fewer.json", "--allow-different-questions")

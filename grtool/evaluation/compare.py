@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
-from grtool.errors import InputError
+from grtool.errors import DataProblem, InputError
 
+NO_LIST = "Wins and losses need per-question recall of both runs"
 SAME_RECALL = 1e-9  # means over samples are sums of fractions: equal up to rounding is the same
 
 
@@ -108,7 +109,7 @@ def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
         selected=selected_questions(p, corpus), per_question=PerQuestion(corpus),
     )  # fmt: skip
     if report["responses"] == 0:
-        raise InputError(f"{p}: no response could be scored (unknown qids or no gold documents)")
+        raise DataProblem(f"{p}: no response could be scored (unknown qids or no gold documents)")
     return report
 
 
@@ -234,13 +235,17 @@ def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | N
         lines.append(f"| {name} | " + " | ".join(_cell(key, figures[label]) for label in labels) + " |")
     if len(runs) > 1:
         base = _baseline(runs, baseline)
-        lines += ["", f"## Per question against {base.label}", "", "| run | better | worse | same | questions in both |", "|---|---:|---:|---:|---:|"]
         results = comparison(runs, baseline, listed)
-        for label, result in results.items():
-            cells = ["-"] * 4 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")]
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += ["", f"## Per question against {base.label}", ""]
+        if any(r is not None for r in results.values()):
+            lines += ["| run | better | worse | same | questions in both |", "|---|---:|---:|---:|---:|"]
+            for label, result in results.items():
+                cells = ["-"] * 4 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")]
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
         if any(r is None for r in results.values()):
-            lines += ["", "-: the report has no per-question list (score a responses directory here, or use `eval recall --per-question --json`)."]
+            if lines[-1]:  # after the table
+                lines.append("")
+            lines.append(f"{NO_LIST}: score a responses directory here, or use `eval recall --per-question --json`.")
         for label, result in results.items():
             if listed and result is not None and result["changed"]:
                 lines += ["", f"### {label} against {base.label}", "", f"| qid | dataset | {base.label} | {label} |", "|---|---|---:|---:|"]

@@ -38,10 +38,6 @@ class PerQuestion:
     def add(self, score: Score) -> None:
         self._by_qid.setdefault(score.question.qid, (score.question, []))[1].append(_response_detail(score))
 
-    def recalls(self) -> dict[str, float]:
-        """qid → mean recall of its responses."""
-        return {qid: _mean([r["recall"] for r in rows]) for qid, (_, rows) in self._by_qid.items()}
-
     def entries(self, without_response: Collection[Question] = ()) -> list[dict[str, Any]]:
         questions = [q for q, _ in self._by_qid.values()] + list(without_response)
         doc_ids = {d for q in questions for d in q.gold} | {d for _, rows in self._by_qid.values() for r in rows for d in r["retrieved"]}

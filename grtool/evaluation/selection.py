@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+from grtool.log import log
 from grtool.store.stage import is_stage_dir, load_manifest
 
 
@@ -32,7 +33,11 @@ def selected_questions(responses: str | Path, corpus: str | Path) -> set[str] | 
     from grtool.retrieve.stage import Selection
 
     params = manifest.get("params") or {}
-    selection = Selection.of(corpus, tuple(params.get("datasets") or ()), tuple(params.get("splits") or ()), params.get("limit"))
+    try:
+        selection = Selection.of(corpus, tuple(params.get("datasets") or ()), tuple(params.get("splits") or ()), params.get("limit"))
+    except InputError as e:  # another corpus than the run's: recall is still right, only the missing rows are unknown
+        log.warning("%s: cannot select the questions it was asked from %s (%s): questions without a response row are not counted", responses, corpus, e)
+        return None
     return selection.qids()
 
 
