@@ -165,3 +165,14 @@ def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, 
     assert allowed["per_question"]["fewer"]["questions"] == 2  # counted on the questions both scored
     proc = cli("eval", "compare", f"x={runs['a']}", f"x={runs['b']}", check=2)
     assert "label 'x' is given twice" in proc.stderr
+
+
+def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):  # noqa: F811
+    """A run that answered train questions, scored against a corpus without them: recall as ever, the missing
+    rows unknown (null) and a warning that says why."""
+    corpus = samples["root"]
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"splits": ["train"]})
+    proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", "--json")
+    report = strict_json(proc.stdout)
+    assert report["recall"] == 1.0 and report["selected"] is None and report["without_response"] is None
+    assert "cannot select the questions it was asked" in " ".join(proc.stderr.split())
