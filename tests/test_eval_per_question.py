@@ -176,3 +176,13 @@ def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_
     report = strict_json(proc.stdout)
     assert report["recall"] == 1.0 and report["selected"] is None and report["without_response"] is None
     assert "cannot select the questions it was asked" in " ".join(proc.stderr.split())
+
+
+def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):  # noqa: F811
+    corpus = samples["root"]
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"limit": 2})
+    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest["params"]["limit"] = "two"
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", check=2)
+    assert "datasets / splits / limit are not what `retrieve` writes" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr

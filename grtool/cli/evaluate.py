@@ -134,7 +134,7 @@ def compare_cmd(
     for flag, target in (("--out", out), ("--plot", plot)):
         if target is not None:
             refuse_output_among_inputs(target, inputs=given, flag=flag)
-    runs = load_runs(reports, Inputs(corpus, triples))
+    runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)
     text = markdown(runs, baseline=baseline, listed=per_question)

@@ -62,20 +62,20 @@ def split_spec(spec: str) -> tuple[str, Path]:
     return label or (p.stem if p.is_file() else p.name), p
 
 
-def load_runs(specs: list[str], inputs: Inputs | None = None) -> list[Run]:
-    """Every ``LABEL=PATH`` as a :class:`Run`; a label given twice is refused (its column would be ambiguous)."""
-    inputs = inputs or Inputs()
-    runs: list[Run] = []
-    for spec in specs:
-        label, p = split_spec(spec)
-        twin = next((r for r in runs if r.label == label), None)
-        if twin is not None:
-            raise InputError(f"label {label!r} is given twice ({twin.source} and {p}): give each run its own LABEL=PATH")
-        report = score_directory(p, inputs) if p.is_dir() else read_report(p)
-        runs.append(Run(label, p, report))
-    if not runs:
+def load_runs(specs: list[str], inputs: Inputs | None = None, baseline: str | None = None) -> list[Run]:
+    """Every ``LABEL=PATH`` as a :class:`Run`. The labels are checked before any directory is scored: one given
+    twice is refused (its column would be ambiguous), and so is a ``baseline`` no run has."""
+    named = [split_spec(spec) for spec in specs]
+    if not named:
         raise InputError("name at least one recall report or responses directory")
-    return runs
+    first: dict[str, Path] = {}
+    for label, p in named:
+        if label in first:
+            raise InputError(f"label {label!r} is given twice ({first[label]} and {p}): give each run its own LABEL=PATH")
+        first[label] = p
+    check_baseline(baseline, list(first))
+    inputs = inputs or Inputs()
+    return [Run(label, p, score_directory(p, inputs) if p.is_dir() else read_report(p)) for label, p in named]
 
 
 def read_report(p: Path) -> dict[str, Any]:
@@ -203,12 +203,13 @@ def comparison(runs: list[Run], baseline: str | None = None, listed: bool = Fals
 
 
 def _baseline(runs: list[Run], baseline: str | None) -> Run:
-    if baseline is None:
-        return runs[0]
-    for run in runs:
-        if run.label == baseline:
-            return run
-    raise InputError(f"--baseline {baseline!r}: no run has that label (labels: {', '.join(repr(r.label) for r in runs)})")
+    check_baseline(baseline, [run.label for run in runs])
+    return next(run for run in runs if run.label == baseline) if baseline is not None else runs[0]
+
+
+def check_baseline(baseline: str | None, labels: list[str]) -> None:
+    if baseline is not None and baseline not in labels:
+        raise InputError(f"--baseline {baseline!r}: no run has that label (labels: {', '.join(map(repr, labels))})")
 
 
 def _cell(key: str, m: dict[str, Any]) -> str:

@@ -33,8 +33,11 @@ def selected_questions(responses: str | Path, corpus: str | Path) -> set[str] | 
     from grtool.retrieve.stage import Selection
 
     params = manifest.get("params") or {}
+    datasets, splits, limit = params.get("datasets") or [], params.get("splits") or [], params.get("limit")
+    if not (_strings(datasets) and _strings(splits) and (limit is None or (type(limit) is int and limit >= 0))):
+        raise InputError(f"{responses}: its manifest's datasets / splits / limit are not what `retrieve` writes (edited or damaged)")
     try:
-        selection = Selection.of(corpus, tuple(params.get("datasets") or ()), tuple(params.get("splits") or ()), params.get("limit"))
+        selection = Selection.of(corpus, tuple(datasets), tuple(splits), limit)
     except InputError as e:  # another corpus than the run's: recall is still right, only the missing rows are unknown
         log.warning("%s: cannot select the questions it was asked from %s (%s): questions without a response row are not counted", responses, corpus, e)
         return None
@@ -58,3 +61,7 @@ def recorded_inputs(responses: str | Path) -> tuple[str | None, str | None]:
         elif table == "triples" and triples is None:
             triples = path
     return questions, triples
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
