@@ -53,8 +53,8 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
-    stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
+def _write_stage(path: Path, table: str, schema, rows: list[dict], params: dict | None = None, inputs: list[str] | None = None) -> None:
+    stage = StageWriter(path, StageSpec(table, schema, params or {}, inputs or []), num_parts=1)
     with stage.shard(0) as shard:
         shard.count_in(len(rows))
         shard.write_rows(rows)

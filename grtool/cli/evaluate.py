@@ -26,21 +26,29 @@ def recall_cmd(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
     as_json: Json = False,
+    per_question: Annotated[bool, typer.Option("--per-question", help="Also every question: its recall, exact set, docids with their verdicts (gold / non-gold / hallucinated) and the titles of what it retrieved; with --json, the report's `questions` list.")] = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
 
-    Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed.
+    Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed. For a `retrieve` directory, selected questions without any response row are counted (without_response).
 
-    Example: grtool eval recall samples.jsonl --corpus out/corpus --triples out/triples --json
+    Example: grtool eval recall out/retrieve/sft --corpus out/corpus --triples out/triples --per-question --json
     """
     from grtool.export.readers import DocidIndex, QuestionIndex
+    from grtool.evaluation.per_question import PerQuestion
     from grtool.evaluation.recall import evaluate_recall
+    from grtool.evaluation.selection import selected_questions
 
-    report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
+    report = evaluate_recall(
+        responses, QuestionIndex.build(corpus), DocidIndex.build(triples),
+        selected=selected_questions(responses, corpus), per_question=PerQuestion(corpus) if per_question else None,
+    )  # fmt: skip
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
         print_recall(report)
+        if per_question:
+            print_per_question(report["questions"])
     if report["responses"] == 0:
         raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
 
@@ -73,31 +81,66 @@ def print_recall(report: dict) -> None:
             f"{report['incomplete_gold']} for questions whose gold is incomplete (meta.gold_titles_missing)",
             highlight=False,
         )
+    if report.get("without_response"):
+        console.print(
+            f"[yellow]without a response:[/] {report['without_response']} of the {report['selected']} selected questions "
+            f"(e.g. {', '.join(report['without_response_examples'])}; rejected as too long, or a part not done yet)",
+            highlight=False,
+        )
+
+
+def print_per_question(questions: list[dict]) -> None:
+    """One line per question: recall, exact set, docids, hallucinated, and the titles it retrieved (✓ gold, ✗ not)."""
+    from rich.text import Text
+
+    table = Table(title="per question")
+    for col in ("qid", "dataset", "split", "recall", "exact", "docids", "halluc.", "retrieved (✓ gold, ✗ not gold)"):
+        table.add_column(col, justify="right" if col in ("recall", "exact", "docids", "halluc.") else "left")
+    for q in questions:
+        retrieved = Text("no response row" if q["status"] != "scored" else "", style="yellow")
+        seen: set[str] = set()
+        for doc in (d for row in q["rows"] for d in row["retrieved"]):
+            if doc["doc_id"] not in seen:
+                seen.add(doc["doc_id"])
+                gold = doc["verdict"] == "gold"
+                retrieved.append(("; " if len(seen) > 1 else "") + ("✓ " if gold else "✗ ") + (doc["title"] or doc["doc_id"]), style="green" if gold else "red")
+        table.add_row(q["qid"], q["dataset"], q["split"] or "-", _fmt(q["recall"], 3), _fmt(q["exact"], 2), str(q["docids"]), str(q["hallucinated"]), retrieved)
+    console.print(table)
 
 
 @app.command("compare")
 def compare_cmd(
-    reports: Annotated[list[str], typer.Argument(help="Recall reports of `eval recall --json`, as LABEL=FILE (or FILE: labelled by its name).")],
+    reports: Annotated[list[str], typer.Argument(help="Runs as LABEL=PATH (or PATH: labelled by its name): a report of `eval recall --json`, or a `retrieve` output directory (scored here).")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the Markdown table here (default: print it).")] = None,
     plot: Plot = None,
     as_json: Json = False,
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Questions to score responses directories with (default: the questions stage each manifest names).")] = None,
+    triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples to score responses directories with (default: the stage each manifest names).")] = None,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="The run (by label) the others' per-question wins and losses are counted against (default: the first).")] = None,
+    per_question: Annotated[bool, typer.Option("--per-question", help="Also list every question whose recall differs from the baseline's.")] = False,
+    allow_different_questions: Annotated[bool, typer.Option("--allow-different-questions", help="Compare runs scored on different questions (a warning instead of exit 2).")] = False,
 ) -> None:
-    """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO).
+    """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO), every overall metric, and per-question wins and losses against a baseline.
 
-    Example: grtool eval compare base=reports/recall-base.json sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
+    Per-question wins and losses need per-question recall: a responses directory, or a report of `eval recall --per-question --json`. Runs scored on different questions are refused (exit 2) unless --allow-different-questions; a label given twice is refused.
+
+    Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
-    from grtool.evaluation.compare import load_runs, markdown, plot as plot_runs, table
-
+    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, plot as plot_runs, table
+    from grtool.log import log
     from grtool.store.outputs import refuse_output_among_inputs
 
     given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]
     for flag, target in (("--out", out), ("--plot", plot)):
         if target is not None:
             refuse_output_among_inputs(target, inputs=given, flag=flag)
-    runs = load_runs(reports)
+    runs = load_runs(reports, Inputs(corpus, triples), baseline)
+    for warning in check_same_questions(runs, allow_different_questions):
+        log.warning("%s", warning)
+    text = markdown(runs, baseline=baseline, listed=per_question)
     if as_json:
-        typer.echo(orjson.dumps(table(runs)).decode())
-    text = markdown(runs)
+        result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question)}
+        typer.echo(orjson.dumps(result).decode())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)

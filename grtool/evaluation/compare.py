@@ -1,64 +1,260 @@
 """`grtool eval compare`: recall of several runs side by side (the demo's base few-shot / SFT / KTO table).
 
-Inputs are the JSON reports `grtool eval recall --json` writes, each with a label; the output is a Markdown
-table (recall per dataset and overall, one column per run) and, optionally, a grouped bar chart.
+Each run is ``LABEL=PATH``: a JSON report of `grtool eval recall --json`, or a `grtool retrieve` output directory,
+scored here with the questions and triples its manifest names. The output is Markdown: recall per dataset (one
+column per run), every overall metric, and per-question wins and losses of each run against a baseline;
+optionally a grouped bar chart. Runs scored on different questions are refused unless allowed: recall over
+other questions is another number.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from grtool.errors import InputError
+from grtool.errors import DataProblem, InputError
+
+NO_LIST = "Wins and losses need per-question recall of both runs"
+SAME_RECALL = 1e-9  # means over samples are sums of fractions: equal up to rounding is the same
 
 
-def load_runs(specs: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """``LABEL=REPORT.json`` (or a bare path, labelled by its file stem) → (label, report)."""
-    runs = []
-    for spec in specs:
-        label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-        p = Path(path)
-        try:
-            report = orjson.loads(p.read_bytes())
-        except OSError as e:
-            raise InputError(f"{p}: cannot read ({e.strerror})") from None
-        except orjson.JSONDecodeError as e:
-            raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
-        if not isinstance(report, dict) or "recall" not in report or "per_dataset" not in report:
-            raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` (no recall / per_dataset)")
-        runs.append((label or p.stem, report))
-    if not runs:
-        raise InputError("name at least one recall report")
-    return runs
+@dataclass
+class Run:
+    label: str
+    source: Path
+    report: dict[str, Any]
+    # qid → recall (the mean over its responses); None when the report has no per-question list
+    recalls: dict[str, float] | None = field(init=False)
+    datasets: dict[str, str] = field(init=False)  # qid → dataset, for the per-question lists
+
+    def __post_init__(self) -> None:
+        entries = self.report.get("questions")
+        scored = [e for e in entries if e.get("status") == "scored"] if isinstance(entries, list) else None
+        self.recalls = None if scored is None else {e["qid"]: e["recall"] for e in scored}
+        self.datasets = {e["qid"]: e.get("dataset") for e in scored or ()}
 
 
-def table(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
+@dataclass
+class Inputs:
+    """``--corpus`` / ``--triples`` of `eval compare` (override what a directory's manifest names), and the
+    lookups already built, shared by the directories that name the same stages."""
+
+    corpus: Path | None = None
+    triples: Path | None = None
+    built: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def lookup(self, kind: str, path: str | Path):
+        key = (kind, str(Path(path).resolve()))
+        if key not in self.built:
+            from grtool.export.readers import DocidIndex, QuestionIndex
+
+            self.built[key] = QuestionIndex.build(path) if kind == "questions" else DocidIndex.build(path)
+        return self.built[key]
+
+
+def split_spec(spec: str) -> tuple[str, Path]:
+    """``LABEL=PATH`` → (label, path); a bare PATH is labelled by its name (a file's stem)."""
+    label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    p = Path(path)
+    return label or (p.stem if p.is_file() else p.name), p
+
+
+def load_runs(specs: list[str], inputs: Inputs | None = None, baseline: str | None = None) -> list[Run]:
+    """Every ``LABEL=PATH`` as a :class:`Run`. The labels are checked before any directory is scored: one given
+    twice is refused (its column would be ambiguous), and so is a ``baseline`` no run has."""
+    named = [split_spec(spec) for spec in specs]
+    if not named:
+        raise InputError("name at least one recall report or responses directory")
+    first: dict[str, Path] = {}
+    for label, p in named:
+        if label in first:
+            raise InputError(f"label {label!r} is given twice ({first[label]} and {p}): give each run its own LABEL=PATH")
+        first[label] = p
+    check_baseline(baseline, list(first))
+    inputs = inputs or Inputs()
+    return [Run(label, p, score_directory(p, inputs) if p.is_dir() else read_report(p)) for label, p in named]
+
+
+def read_report(p: Path) -> dict[str, Any]:
+    try:
+        report = orjson.loads(p.read_bytes())
+    except OSError as e:
+        raise InputError(f"{p}: cannot read ({e.strerror})") from None
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
+    if not isinstance(report, dict) or "recall" not in report or "per_dataset" not in report:
+        raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` (no recall / per_dataset)")
+    return report
+
+
+def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
+    """`eval recall --per-question` of a `retrieve` directory, with the stages its manifest names unless
+    ``--corpus`` / ``--triples`` say otherwise."""
+    from grtool.evaluation.per_question import PerQuestion
+    from grtool.evaluation.recall import evaluate_recall
+    from grtool.evaluation.selection import recorded_inputs, selected_questions
+
+    questions, triples = recorded_inputs(p)
+    corpus = inputs.corpus or questions
+    triples = inputs.triples or triples
+    for flag, value in (("--corpus", corpus), ("--triples", triples)):
+        if value is None or not Path(value).exists():
+            raise InputError(f"{p}: its manifest names no {flag[2:]} stage that still exists; pass {flag}")
+    assert corpus is not None and triples is not None
+    report = evaluate_recall(
+        p, inputs.lookup("questions", corpus), inputs.lookup("triples", triples),
+        selected=selected_questions(p, corpus), per_question=PerQuestion(corpus),
+    )  # fmt: skip
+    if report["responses"] == 0:
+        raise DataProblem(f"{p}: no response could be scored (unknown qids or no gold documents)")
+    return report
+
+
+# ------------------------------------------------------------------------------------------- questions
+
+
+def check_same_questions(runs: list[Run], allow: bool) -> list[str]:
+    """Refuse runs scored on other questions than the first (by qid where both reports list them, else by
+    count); with ``allow`` the differences are returned as warnings instead. Reports of an older grtool, which
+    count neither, cannot be checked: said as a warning."""
+    base, problems, unchecked = runs[0], [], []
+    for run in runs[1:]:
+        if base.recalls is not None and run.recalls is not None:
+            only_base, only_run = len(base.recalls.keys() - run.recalls.keys()), len(run.recalls.keys() - base.recalls.keys())
+            if only_base or only_run:
+                problems.append(f"{base.label!r} {len(base.recalls)} and {run.label!r} {len(run.recalls)} questions "
+                                f"({only_base} only in {base.label!r}, {only_run} only in {run.label!r})")  # fmt: skip
+            continue
+        counts = base.report.get("questions_scored"), run.report.get("questions_scored")
+        if None in counts:
+            unchecked.append(run.label)
+        elif counts[0] != counts[1]:
+            problems.append(f"{base.label!r} {counts[0]} and {run.label!r} {counts[1]} questions")
+    warnings = [f"cannot check that {', '.join(map(repr, unchecked))} scored the questions {base.label!r} did (a report without questions_scored)"] if unchecked else []
+    if problems and not allow:
+        raise InputError("runs scored on different questions: " + "; ".join(problems) + ". Recall over other questions is not "
+                         "comparable: score the same questions (the same --split/--dataset/--limit), or pass --allow-different-questions")  # fmt: skip
+    return warnings + [f"runs scored on different questions: {p}; wins and losses count the common ones" for p in problems]
+
+
+def wins_and_losses(base: Run, run: Run, listed: bool = False) -> dict[str, Any] | None:
+    """Per question of both runs: is ``run``'s recall above, below or equal to ``base``'s? None when either report
+    has no per-question list. ``listed``: also every question whose recall changed."""
+    if base.recalls is None or run.recalls is None:
+        return None
+    common = sorted(base.recalls.keys() & run.recalls.keys())
+    delta = {q: run.recalls[q] - base.recalls[q] for q in common}
+    result: dict[str, Any] = {
+        "baseline": base.label,
+        "questions": len(common),
+        "better": sum(d > SAME_RECALL for d in delta.values()),
+        "worse": sum(d < -SAME_RECALL for d in delta.values()),
+    }
+    result["same"] = len(common) - result["better"] - result["worse"]
+    if listed:
+        result["changed"] = [
+            {"qid": q, "dataset": base.datasets.get(q), "baseline": base.recalls[q], "recall": run.recalls[q]}
+            for q in common if abs(delta[q]) > SAME_RECALL
+        ]  # fmt: skip
+    return result
+
+
+# ------------------------------------------------------------------------------------------- output
+
+
+def table(runs: list[Run]) -> dict[str, dict[str, float | None]]:
     """dataset (and "all") → label → recall."""
-    datasets = sorted({d for _, r in runs for d in r["per_dataset"]})
+    datasets = sorted({d for r in runs for d in r.report["per_dataset"]})
     rows: dict[str, dict[str, float | None]] = {}
     for name in [*datasets, "all"]:
         rows[name] = {}
-        for label, report in runs:
-            entry = report if name == "all" else report["per_dataset"].get(name)
-            rows[name][label] = entry.get("recall") if entry else None
+        for run in runs:
+            entry = run.report if name == "all" else run.report["per_dataset"].get(name)
+            rows[name][run.label] = entry.get("recall") if entry else None
     return rows
 
 
-def markdown(runs: list[tuple[str, dict[str, Any]]], title: str = "Retrieval recall") -> str:
+METRICS = (  # (row name, report key): the overall figures, one row each
+    ("recall", "recall"),
+    ("exact set", "exact_match_share"),
+    ("hallucinated docids", "hallucinated"),
+    ("questions scored", "questions_scored"),
+    ("responses scored", "responses"),
+    ("questions without a row", "without_response"),
+)
+
+
+def metrics(runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """label → the overall metrics (None where the report does not say)."""
+    out = {}
+    for run in runs:
+        r = run.report
+        out[run.label] = {key: r.get(key) for _, key in METRICS} | {"docids": r.get("docids"), "hallucinated_share": r.get("hallucinated_share")}
+    return out
+
+
+def comparison(runs: list[Run], baseline: str | None = None, listed: bool = False) -> dict[str, dict[str, Any] | None]:
+    """label → wins and losses against the baseline (the first run unless named), for every other run."""
+    base = _baseline(runs, baseline)
+    return {run.label: wins_and_losses(base, run, listed) for run in runs if run is not base}
+
+
+def _baseline(runs: list[Run], baseline: str | None) -> Run:
+    check_baseline(baseline, [run.label for run in runs])
+    return next(run for run in runs if run.label == baseline) if baseline is not None else runs[0]
+
+
+def check_baseline(baseline: str | None, labels: list[str]) -> None:
+    if baseline is not None and baseline not in labels:
+        raise InputError(f"--baseline {baseline!r}: no run has that label (labels: {', '.join(map(repr, labels))})")
+
+
+def _cell(key: str, m: dict[str, Any]) -> str:
+    value = m[key]
+    if value is None:
+        return "-"
+    if key == "hallucinated":
+        share = m["hallucinated_share"]
+        return f"{value}/{m['docids']}" + (f" ({share:.3f})" if share is not None else "")
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | None = None, listed: bool = False) -> str:
     rows = table(runs)
-    labels = [label for label, _ in runs]
-    lines = [f"# {title}", "", "| dataset | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    labels = [run.label for run in runs]
+    header = ["| " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    lines = [f"# {title}", "", "| dataset " + header[0], header[1]]
     for name, values in rows.items():
         cells = ["-" if values[label] is None else f"{values[label]:.4f}" for label in labels]
         lines.append(f"| {'**all**' if name == 'all' else name} | " + " | ".join(cells) + " |")
-    lines += ["", "Responses scored: " + ", ".join(f"{label} {report['responses']}" for label, report in runs) + "."]
-    lines += ["Hallucinated docids: " + ", ".join(f"{label} {report['hallucinated']}/{report['docids']}" for label, report in runs) + "."]
+    lines += ["", "## Metrics", "", "| metric " + header[0], header[1]]
+    figures = metrics(runs)
+    for name, key in METRICS:
+        lines.append(f"| {name} | " + " | ".join(_cell(key, figures[label]) for label in labels) + " |")
+    if len(runs) > 1:
+        base = _baseline(runs, baseline)
+        results = comparison(runs, baseline, listed)
+        lines += ["", f"## Per question against {base.label}", ""]
+        if any(r is not None for r in results.values()):
+            lines += ["| run | better | worse | same | questions in both |", "|---|---:|---:|---:|---:|"]
+            for label, result in results.items():
+                cells = ["-"] * 4 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")]
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if any(r is None for r in results.values()):
+            if lines[-1]:  # after the table
+                lines.append("")
+            lines.append(f"{NO_LIST}: score a responses directory here, or use `eval recall --per-question --json`.")
+        for label, result in results.items():
+            if listed and result is not None and result["changed"]:
+                lines += ["", f"### {label} against {base.label}", "", f"| qid | dataset | {base.label} | {label} |", "|---|---|---:|---:|"]
+                lines += [f"| {c['qid']} | {c['dataset']} | {c['baseline']:.4f} | {c['recall']:.4f} |" for c in result["changed"]]
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[tuple[str, dict[str, Any]]], path: str | Path) -> Path:
+def plot(runs: list[Run], path: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +262,7 @@ def plot(runs: list[tuple[str, dict[str, Any]]], path: str | Path) -> Path:
 
     rows = table(runs)
     names = list(rows)
-    labels = [label for label, _ in runs]
+    labels = [run.label for run in runs]
     width = 0.8 / len(labels)
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(names), 3.6))
     for k, label in enumerate(labels):

@@ -9,13 +9,17 @@ found nowhere in the corpus is a hallucination; spans that are not docids are ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grtool.docid import Parsed, parse
+from grtool.evaluation.verdicts import JudgedDocid, judged
 from grtool.export.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
+
+if TYPE_CHECKING:
+    from grtool.evaluation.per_question import PerQuestion
 
 SCORE_BATCH = 2048  # responses scored per lookup call
 
@@ -31,11 +35,17 @@ class Score:
     malformed: int
     recall: float = field(init=False)  # |retrieved ∩ gold| / |gold|
     exact: bool = field(init=False)  # retrieved documents are exactly the gold set (the recipe's "accuracy 1")
+    keys: tuple[str, ...] = ()  # the docid keys, in order (none for a GMR response)
+    resolved: tuple[tuple[frozenset[str], bool], ...] = ()  # per key: (documents, flipped)
 
     def __post_init__(self) -> None:
         gold = frozenset(self.question.gold)
         self.recall = len(self.retrieved & gold) / len(gold)
         self.exact = self.retrieved == gold
+
+    def verdicts(self) -> list[JudgedDocid]:
+        """Each docid of the response with its verdict (gold / non-gold / hallucinated) for this question."""
+        return judged(self.keys, self.resolved, frozenset(self.question.gold))
 
 
 def score_response(response: Response, question: Question, index: DocidIndex) -> Score:
@@ -52,7 +62,8 @@ def _score(response: Response, question: Question, parsed: Parsed, resolved: lis
             continue
         flipped += was_flipped
         retrieved.update(docs)
-    return Score(question, response, frozenset(retrieved), len(resolved), hallucinated, flipped, parsed.malformed)
+    return Score(question, response, frozenset(retrieved), len(resolved), hallucinated, flipped, parsed.malformed,
+                 keys=tuple(parsed.docids), resolved=tuple(resolved))  # fmt: skip
 
 
 def _score_batch(pending: list[tuple[Response, Question, Parsed]], index: DocidIndex) -> Iterator[Score]:
@@ -111,6 +122,7 @@ class Tally:
     flipped: int = 0
     malformed: int = 0
     with_malformed: int = 0
+    qids: set[str] = field(default_factory=set)  # the questions scored (several samples of one count once)
 
     def add(self, s: Score) -> None:
         self.responses += 1
@@ -122,11 +134,13 @@ class Tally:
         self.flipped += s.flipped
         self.malformed += s.malformed
         self.with_malformed += s.malformed > 0
+        self.qids.add(s.question.qid)
 
     def summary(self) -> dict[str, Any]:
         n = self.responses
         return {
             "responses": n,
+            "questions_scored": len(self.qids),
             "recall": self.recall_sum / n if n else None,
             "exact_match_share": self.exact / n if n else None,
             "docs_per_response": self.retrieved_sum / n if n else None,
@@ -139,19 +153,47 @@ class Tally:
         }
 
 
-def evaluate_recall(responses: str | Path, questions: QuestionIndex, index: DocidIndex) -> dict[str, Any]:
-    """The report of `grtool eval recall`: overall figures, ``per_dataset`` and what was skipped."""
+def scorable(question: Question | None) -> bool:
+    """A question whose responses are scored: known, answerable, with a complete gold set."""
+    return question is not None and bool(question.gold) and question.answerable and question.gold_complete
+
+
+def evaluate_recall(
+    responses: str | Path,
+    questions: QuestionIndex,
+    index: DocidIndex,
+    *,
+    selected: Collection[str] | None = None,
+    per_question: PerQuestion | None = None,
+) -> dict[str, Any]:
+    """The report of `grtool eval recall`: overall figures, ``per_dataset`` and what was skipped.
+
+    ``selected``: the qids the responses were meant to answer (a `retrieve` directory's selection, see
+    :func:`grtool.evaluation.selection.selected_questions`); a scorable one without any response row is counted
+    in ``without_response``. ``per_question``: collects every scored response, for the ``questions`` list."""
     overall = Tally()
     per_dataset: dict[str, Tally] = {}
     skipped = Skipped()
     for s in iter_scores(responses, questions, index, skipped):
         overall.add(s)
         per_dataset.setdefault(s.question.dataset, Tally()).add(s)
-    return {
+        if per_question is not None:
+            per_question.add(s)
+    missing: list[Question] = []
+    if selected is not None:
+        missing = [q for q in map(questions.get, sorted(set(selected) - overall.qids)) if scorable(q)]  # type: ignore[arg-type]
+    report = {
         **overall.summary(),
         "per_dataset": {name: t.summary() for name, t in sorted(per_dataset.items())},
         "unknown_qid": skipped.unknown_qid,
         "unknown_qid_examples": skipped.unknown_examples,
         "no_gold": skipped.no_gold,
         "incomplete_gold": skipped.incomplete_gold,
+        # None: the responses do not say which questions were asked (JSON Lines), so nothing can be missing
+        "selected": None if selected is None else len(selected),
+        "without_response": None if selected is None else len(missing),
+        "without_response_examples": [q.qid for q in missing[:5]],
     }
+    if per_question is not None:
+        report["questions"] = per_question.entries(missing)
+    return report

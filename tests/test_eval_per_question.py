@@ -1,0 +1,188 @@
+"""`eval recall --per-question` and `eval compare` of `retrieve` directories, on the real samples, values by hand.
+
+The responses directories are written the way `grtool retrieve` writes them (its row function
+:func:`grtool.retrieve.stage.response_row`, a `responses` stage whose manifest records the selection and the
+questions and triples stages), with hand-written texts in place of a model's, so every recall is known.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
+
+from grtool.export.readers import DocidIndex
+from grtool.llm.base import Generation
+from grtool.retrieve.stage import RetrieveSettings, response_row
+from grtool.store.schemas import RESPONSES
+from grtool.store.stage import read_table, resolve_stage
+
+M, Z = "Mohammed bin Hamad bin Khalifa Al Thani", "Moza bint Nasser"  # Q_MOZA's gold titles
+MOZA_EXACT = f"{SPECIAL(M, 'mother', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')} Al Khor."  # recall 1, exact
+MOZA_FLIPPED_HALLUCINATED = f"{SPECIAL('Al Khor', 'place of birth', Z)} {SPECIAL(Z, 'mother of', 'Mohammed bin Hamad')}"  # 0.5
+MOZA_COLLIDING = f"{SPECIAL('Hamad bin Khalifa Al Thani', 'second wife', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')}"  # 1, not exact
+MOZA_NON_GOLD = SPECIAL("Joaan bin Hamad bin Khalifa Al Thani", "date of birth", "23 July 1986")  # 0: Joaan is not gold
+ANA_EXACT = f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
+ANA_HALF = SPECIAL("Ana, mon amour", "director", "Călin Peter Netzer")  # 0.5
+FAIR_LADY_HALF = SPECIAL("My Fair Lady (film)", "stars", "Audrey Hepburn")  # 0.5
+WALTZ_ONE_OF_FOUR = SPECIAL("Two Hearts in Waltz Time", "director", "Géza von Bolváry")  # 0.25
+
+# Two runs on the same four questions: per question (a, b) recall, and who wins.
+RUN_A = [(Q_MOZA, MOZA_EXACT), (Q_ANA, ANA_EXACT), (Q_FAIR_LADY, FAIR_LADY_HALF), (Q_WALTZ, MOZA_NOTHING), (Q_MOZA, MOZA_FLIPPED_HALLUCINATED)]
+RUN_B = [(Q_MOZA, MOZA_COLLIDING), (Q_ANA, ANA_HALF), (Q_FAIR_LADY, FAIR_LADY_HALF), (Q_WALTZ, WALTZ_ONE_OF_FOUR), (Q_MOZA, MOZA_NON_GOLD)]
+# a: MOZA (1 + 0.5) / 2 = 0.75, ANA 1, FAIR LADY 0.5, WALTZ 0; b: MOZA (1 + 0) / 2 = 0.5, ANA 0.5, FAIR LADY 0.5, WALTZ 0.25
+# b against a: better WALTZ; worse MOZA, ANA; same FAIR LADY.
+
+
+def write_responses_dir(path: Path, corpus: Path, answers: list[tuple[str, str]], params: dict | None = None) -> Path:
+    """A `retrieve` output directory holding ``answers`` (a qid's second answer is its sample 1)."""
+    questions = resolve_stage(corpus, "questions")
+    by_qid = {q["qid"]: q for q in read_table(questions).to_pylist()}
+    lookup, settings = DocidIndex.build(corpus / "triples"), RetrieveSettings(markers="special")
+    rows, samples_of = [], {}
+    for qid, text in answers:
+        sample = samples_of[qid] = samples_of.get(qid, -1) + 1
+        row, _ = response_row(by_qid[qid], sample, Generation(text, "stop", completion_tokens=1, latency_ms=1.0), lookup, settings, "by hand")
+        rows.append(row)
+    params = {**settings.params(), "datasets": [], "splits": [], "limit": None, **(params or {})}  # as `retrieve` records them
+    _write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
+    return path
+
+
+def strict_json(text: str):
+    """JSON as the standard reads it: NaN or Infinity would be an error, not a number."""
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the JSON output"))
+
+
+def scorable_qids(corpus: Path) -> set[str]:
+    return {q["qid"] for q in read_table(corpus / "questions").to_pylist()
+            if q["gold_doc_ids"] and q["answerable"] is not False and "gold_titles_missing" not in json.loads(q["meta"])}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(samples, tmp_path_factory):  # noqa: F811
+    root = tmp_path_factory.mktemp("runs")
+    corpus = samples["root"]
+    return {"a": write_responses_dir(root / "a", corpus, RUN_A), "b": write_responses_dir(root / "b", corpus, RUN_B)}
+
+
+def test_per_question_json_hand_checked(cli, samples, runs):  # noqa: F811
+    corpus = samples["root"]
+    proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json")
+    report = strict_json(proc.stdout)
+    by_qid = {q["qid"]: q for q in report["questions"]}
+    moza = by_qid[Q_MOZA]
+    assert (moza["dataset"], moza["split"], moza["question"]) == (WIKI, "dev", samples["question"][Q_MOZA])
+    assert (moza["status"], moza["responses"], moza["recall"], moza["exact"]) == ("scored", 2, 0.75, 0.5)
+    assert (moza["docids"], moza["hallucinated"]) == (4, 1)
+    assert {g["title"] for g in moza["gold"]} == {M, Z}
+    exact, flipped = moza["rows"]
+    assert (exact["recall"], exact["exact"], exact["hallucinated"]) == (1.0, True, [])
+    assert [(d["docid"], d["verdict"]) for d in exact["docids"]] == [(f"{M},mother,{Z}", "gold"), (f"{Z},place of birth,Al Khor", "gold")]
+    assert sorted((d["title"], d["verdict"]) for d in exact["retrieved"]) == [(M, "gold"), (Z, "gold")]
+    assert [(d["verdict"], d["flipped"]) for d in flipped["docids"]] == [("gold", True), ("hallucinated", False)]
+    assert flipped["hallucinated"] == [f"{Z},mother of,Mohammed bin Hamad"] and flipped["recall"] == 0.5
+    assert [d["title"] for d in flipped["retrieved"]] == [Z]
+    fair = by_qid[Q_FAIR_LADY]
+    assert (fair["dataset"], fair["recall"], fair["exact"]) == (MUSIQUE, 0.5, 0.0)
+    assert by_qid[Q_WALTZ]["recall"] == 0.0 and by_qid[Q_WALTZ]["rows"][0]["docids"] == []
+    # every scorable question of the corpus was selected (no --split/--dataset/--limit): the rest have no row
+    missing = scorable_qids(corpus) - {Q_MOZA, Q_ANA, Q_FAIR_LADY, Q_WALTZ}
+    assert report["selected"] == len(read_table(corpus / "questions")) and report["without_response"] == len(missing) > 0
+    assert {q["qid"] for q in report["questions"] if q["status"] == "no_response"} == missing
+    assert all(q["recall"] is None and q["rows"] == [] for q in report["questions"] if q["status"] == "no_response")
+    assert (report["questions_scored"], report["responses"]) == (4, 5)
+    # without the flag the report has no list, and the same figures
+    plain = strict_json(cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--json").stdout)
+    assert "questions" not in plain and plain["recall"] == report["recall"] == pytest.approx((1 + 1 + 0.5 + 0 + 0.5) / 5)
+
+
+def test_non_gold_and_colliding_verdicts(cli, samples, runs):  # noqa: F811
+    corpus = samples["root"]
+    report = strict_json(cli("eval", "recall", runs["b"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json").stdout)
+    moza = next(q for q in report["questions"] if q["qid"] == Q_MOZA)
+    colliding, non_gold = moza["rows"]
+    # the colliding triple is held by M (gold), Joaan and Jassim: a gold verdict, three documents retrieved
+    assert [d["verdict"] for d in colliding["docids"]] == ["gold", "gold"] and len(colliding["docids"][0]["documents"]) == 3
+    assert (colliding["recall"], colliding["exact"]) == (1.0, False)
+    assert sorted(d["verdict"] for d in colliding["retrieved"]) == ["gold", "gold", "non-gold", "non-gold"]
+    assert [d["verdict"] for d in non_gold["docids"]] == ["non-gold"] and non_gold["recall"] == 0.0
+    assert [(d["title"], d["verdict"]) for d in non_gold["retrieved"]] == [("Joaan bin Hamad bin Khalifa Al Thani", "non-gold")]
+
+
+def test_per_question_table_on_the_terminal(cli, samples, runs):  # noqa: F811
+    corpus = samples["root"]
+    proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", env={"COLUMNS": "400"})
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    moza = next(line for line in lines if Q_MOZA in line)
+    assert "0.750" in moza and f"✓ {M}" in moza and f"✓ {Z}" in moza
+    assert "no response row" in proc.stderr and "without a response:" in proc.stderr
+
+
+def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):  # noqa: F811
+    """--dataset musique --limit 2 as retrieve records them: the first two MuSiQue questions were asked."""
+    corpus = samples["root"]
+    first_two = [q["qid"] for q in read_table(corpus / "questions").to_pylist() if q["dataset"] == MUSIQUE][:2]
+    out = write_responses_dir(tmp_path / "r", corpus, [(first_two[0], FAIR_LADY_HALF)], {"datasets": [MUSIQUE], "limit": 2})
+    report = strict_json(cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", "--json").stdout)
+    assert report["selected"] == 2
+    assert report["without_response"] == (1 if first_two[1] in scorable_qids(corpus) else 0)
+
+
+def test_compare_response_directories(cli, samples, runs, tmp_path):  # noqa: F811
+    md = tmp_path / "cmp.md"
+    proc = cli("eval", "compare", f"a={runs['a']}", f"b={runs['b']}", "--per-question", "--json", "--out", md)
+    result = strict_json(proc.stdout)
+    wins = result["per_question"]["b"]
+    assert (wins["baseline"], wins["better"], wins["worse"], wins["same"], wins["questions"]) == ("a", 1, 2, 1, 4)
+    assert {(c["qid"], c["baseline"], c["recall"]) for c in wins["changed"]} == {(Q_WALTZ, 0.0, 0.25), (Q_MOZA, 0.75, 0.5), (Q_ANA, 1.0, 0.5)}
+    assert result["metrics"]["a"]["questions_scored"] == 4 and result["metrics"]["a"]["hallucinated"] == 1
+    assert result["metrics"]["b"]["exact_match_share"] == 0.0 and result["metrics"]["a"]["exact_match_share"] == pytest.approx(2 / 5)
+    assert result["recall"]["all"] == {"a": pytest.approx(3 / 5), "b": pytest.approx(2.25 / 5)}
+    lines = md.read_text().splitlines()
+    assert "| b | 1 | 2 | 1 | 4 |" in lines
+    assert f"| {Q_WALTZ} | {WIKI} | 0.0000 | 0.2500 |" in lines
+    assert "| hallucinated docids | 1/7 (0.143) | 0/6 (0.000) |" in lines
+    # the other way round: b as the baseline
+    other = strict_json(cli("eval", "compare", f"a={runs['a']}", f"b={runs['b']}", "--baseline", "b", "--json").stdout)
+    assert {k: other["per_question"]["a"][k] for k in ("better", "worse", "same")} == {"better": 2, "worse": 1, "same": 1}
+    # a directory beside a report of `eval recall --per-question --json`: the same wins
+    corpus = samples["root"]
+    report = tmp_path / "a.json"
+    report.write_text(cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json").stdout)
+    mixed = strict_json(cli("eval", "compare", f"a={report}", f"b={runs['b']}", "--json").stdout)
+    assert mixed["per_question"]["b"] == {k: wins[k] for k in ("baseline", "questions", "better", "worse", "same")}
+
+
+def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, runs, tmp_path):  # noqa: F811
+    fewer = write_responses_dir(tmp_path / "fewer", samples["root"], RUN_B[:2])
+    proc = cli("eval", "compare", f"a={runs['a']}", f"fewer={fewer}", check=2)
+    assert "different questions" in proc.stderr and "2 only in 'a'" in " ".join(proc.stderr.split())
+    allowed = strict_json(cli("eval", "compare", f"a={runs['a']}", f"fewer={fewer}", "--allow-different-questions", "--json").stdout)
+    assert allowed["per_question"]["fewer"]["questions"] == 2  # counted on the questions both scored
+    proc = cli("eval", "compare", f"x={runs['a']}", f"x={runs['b']}", check=2)
+    assert "label 'x' is given twice" in proc.stderr
+
+
+def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):  # noqa: F811
+    """A run that answered train questions, scored against a corpus without them: recall as ever, the missing
+    rows unknown (null) and a warning that says why."""
+    corpus = samples["root"]
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"splits": ["train"]})
+    proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", "--json")
+    report = strict_json(proc.stdout)
+    assert report["recall"] == 1.0 and report["selected"] is None and report["without_response"] is None
+    assert "cannot select the questions it was asked" in " ".join(proc.stderr.split())
+
+
+def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):  # noqa: F811
+    corpus = samples["root"]
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"limit": 2})
+    manifest = json.loads((out / "_manifest.json").read_text())
+    manifest["params"]["limit"] = "two"
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", check=2)
+    assert "datasets / splits / limit are not what `retrieve` writes" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
