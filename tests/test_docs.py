@@ -122,3 +122,14 @@ def test_a_pipeline_option_renamed_in_the_cli_is_caught(tmp_path):
     bad.write_text('out = "out/x"\n[[stages]]\nname = "a"\nrun = "corpus ingest"\nargs = ["d"]\noptions = { out = "{out}/c", rows_per_partt = 5 }\n')
     stage = load_pipeline(bad).stages[0]
     assert "has no option --rows-per-partt" in check_command_line(shlex.join(["grtool", *stage.argv()]), root_command())
+
+
+def test_links_of_the_readme_and_examples_point_to_files_that_exist():
+    """The README and examples/ are outside the site, so mkdocs does not check their links: a docs page renamed
+    or removed would leave them dangling."""
+    link = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+    pages = [REPO / "README.md", *sorted((REPO / "examples").rglob("*.md"))]
+    broken = [f"{page.relative_to(REPO)}: {target}" for page in pages for target in link.findall(page.read_text(encoding="utf-8"))
+              if "://" not in target and not (page.parent / target).exists()]
+    assert not broken, "\n".join(broken)
+    assert any("docs/guides/" in target for target in link.findall((REPO / "README.md").read_text(encoding="utf-8")))
