@@ -83,3 +83,53 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     reference = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     assert "grtool corpus ingest" in reference and "--rows-per-part" in reference
+
+
+TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.S | re.M)
+
+
+def _pipeline_files(tmp_path: Path) -> list[tuple[str, Path]]:
+    """The example pipeline files, and every ```toml block of the docs written to a file of its own."""
+    files = [(str(p.relative_to(REPO)), p) for p in sorted((REPO / "examples").rglob("*.toml"))]
+    for path in DOCS:
+        for n, block in enumerate(TOML_BLOCK.findall(path.read_text(encoding="utf-8"))):
+            target = tmp_path / f"{path.stem}-{n}.toml"
+            target.write_text(block, encoding="utf-8")
+            files.append((f"{path.relative_to(REPO)} (toml block {n + 1})", target))
+    return files
+
+
+def test_every_documented_pipeline_file_loads_and_runs_existing_commands(tmp_path):
+    """A pipeline file in examples/ or the docs is valid (keys, types, placeholders) and each stage's command line,
+    as the pipeline would run it, names a command and options that exist."""
+    from grtool.pipeline.config import load_pipeline
+
+    root = root_command()
+    files = _pipeline_files(tmp_path)
+    assert any(where.startswith("docs/") for where, _ in files) and any(where.endswith("laptop.toml") for where, _ in files)
+    problems = []
+    for where, path in files:
+        pipeline = load_pipeline(path)
+        problems += [f"{where}: stage {stage.name}: {problem}" for stage in pipeline.stages
+                     if (problem := check_command_line(shlex.join(["grtool", *stage.argv()]), root))]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_pipeline_option_renamed_in_the_cli_is_caught(tmp_path):
+    from grtool.pipeline.config import load_pipeline
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('out = "out/x"\n[[stages]]\nname = "a"\nrun = "corpus ingest"\nargs = ["d"]\noptions = { out = "{out}/c", rows_per_partt = 5 }\n')
+    stage = load_pipeline(bad).stages[0]
+    assert "has no option --rows-per-partt" in check_command_line(shlex.join(["grtool", *stage.argv()]), root_command())
+
+
+def test_links_of_the_readme_and_examples_point_to_files_that_exist():
+    """The README and examples/ are outside the site, so mkdocs does not check their links: a docs page renamed
+    or removed would leave them dangling."""
+    link = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+    pages = [REPO / "README.md", *sorted((REPO / "examples").rglob("*.md"))]
+    broken = [f"{page.relative_to(REPO)}: {target}" for page in pages for target in link.findall(page.read_text(encoding="utf-8"))
+              if "://" not in target and not (page.parent / target).exists()]
+    assert not broken, "\n".join(broken)
+    assert any("docs/guides/" in target for target in link.findall((REPO / "README.md").read_text(encoding="utf-8")))
