@@ -127,9 +127,10 @@ def _stage_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
     if not shards:
         return []
     if source.kind == "triples" and pick.qids:  # the triples of the questions' gold documents
-        gold = [d for q in _questions(source, pick.qids).values() for d in q["gold_doc_ids"] or []]
-        frame = collect(pl.scan_parquet(shards).filter(pl.col("doc_id").is_in(gold)), shards)
-        return _take(frame.to_dicts(), Pick(limit=0) if pick.sample is None else pick)
+        question_of = {d: qid for qid, q in _questions(source, pick.qids).items() for d in q["gold_doc_ids"] or []}
+        frame = collect(pl.scan_parquet(shards).filter(pl.col("doc_id").is_in(list(question_of))), shards)
+        rows = [{**r, "qid": question_of[r["doc_id"]]} for r in frame.to_dicts()]  # judged against that question
+        return _take(rows, Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.qids:
         frame = collect(pl.scan_parquet(shards).filter(pl.col("qid").is_in(list(pick.qids))), shards)
         return _take(frame.to_dicts(), Pick(sample=pick.sample, seed=pick.seed, limit=0))
