@@ -176,3 +176,15 @@ def test_bad_input_is_one_line(run, tmp_path: Path) -> None:
     assert "show reads chains" in show(run["dir"] / "corpus" / "questions", check=2).stderr
     (tmp_path / "rows.json").write_text("[]")
     assert "not an exported file" in show(tmp_path / "rows.json", check=2).stderr
+
+
+def test_index_query_names_documents_with_their_titles(run) -> None:
+    """`index query` follows the index's triples back to their corpus for the titles (or takes --corpus)."""
+    d, a = run["dir"], run["a"]
+    run_cli("-q", "index", "build", d / "triples", "--tokenizer", "llama3", "--out", d / "index")
+    docid = a["docids"][0]
+    got = json.loads(run_cli("index", "query", d / "index", docid, "--json").stdout)
+    assert got["docs"] and got["titles"] == {doc: run["titles"][doc] for doc in got["docs"]}
+    assert set(got["docs"]) <= set(run["questions"][a["qid"]]["gold_doc_ids"])
+    proc = run_cli("index", "query", d / "index", docid, "--corpus", d / "corpus")
+    assert all(f"{run['titles'][doc]} ({doc})" in proc.stdout + proc.stderr for doc in got["docs"])

@@ -50,6 +50,7 @@ def show_cmd(
         out.flush()
         return
     from rich.console import Console
+    from rich.text import Text
 
     from grtool.log import console as log_console
 
@@ -57,7 +58,7 @@ def show_cmd(
         log_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     terminal = sys.stdout.isatty()
     out_console = Console(highlight=False, soft_wrap=True) if terminal else None
-    lines = [line for i, row in enumerate(rows, 1) for line in row_lines(row, i, len(rows))] + [summary_line(rows)]
+    lines = [line for i, row in enumerate(rows, 1) for line in (*row_lines(row, i, len(rows)), Text(""))] + [summary_line(rows)]
     if out_console is not None:
         for line in lines:
             out_console.print(line)

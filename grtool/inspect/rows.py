@@ -396,21 +396,26 @@ def _titles(source: Source, rows: list[Row]) -> None:
     wanted = {d.doc_id for d in docs} | {r.key["doc_id"] for r in rows if r.kind == "triples" and r.key.get("doc_id")}
     if source.documents is None or not wanted:
         return
-    import polars as pl
-
-    from grtool.store.reading import collect
-    from grtool.store.stage import shard_paths
-
-    shards = shard_paths(source.documents)
-    if not shards:
-        return
-    frame = collect(pl.scan_parquet(shards).select(["doc_id", "title"]).filter(pl.col("doc_id").is_in(list(wanted))), shards)
-    titles = dict(zip(frame["doc_id"].to_list(), frame["title"].to_list()))
+    titles = titles_of(source.documents, wanted)
     for d in docs:
         d.title = titles.get(d.doc_id)
     for r in rows:
         if r.kind == "triples":
             r.key["title"] = titles.get(r.key.get("doc_id"))
+
+
+def titles_of(documents: Path, doc_ids: set[str]) -> dict[str, str]:
+    """The titles of these documents, from a documents stage (only its doc_id and title columns are read)."""
+    import polars as pl
+
+    from grtool.store.reading import collect
+    from grtool.store.stage import shard_paths
+
+    shards = shard_paths(documents)
+    if not shards or not doc_ids:
+        return {}
+    frame = collect(pl.scan_parquet(shards).select(["doc_id", "title"]).filter(pl.col("doc_id").is_in(list(doc_ids))), shards)
+    return dict(zip(frame["doc_id"].to_list(), frame["title"].to_list()))
 
 
 def _docs_of(row: Row) -> Iterator[Doc]:

@@ -69,6 +69,14 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
     return source
 
 
+def documents_of(path: Path, corpus: Path | None = None) -> Path | None:
+    """The documents stage behind an artefact (an index, a stage): ``corpus``'s when given, else followed from its
+    records; None when none is found."""
+    if corpus is not None:
+        return resolve_stage(corpus, "documents")
+    return _follow([path], FOLLOW_DEPTH + 1).get("documents")
+
+
 def _stage_source(path: Path) -> Source:
     if not is_stage_dir(path):
         for table in SHOWN_TABLES:  # a run directory holding one of them, e.g. out/demo/triples
