@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -35,7 +36,6 @@ def show_cmd(
     """
     import orjson
 
-    from grtool.inspect.render import row_lines, summary_line
     from grtool.inspect.rows import Pick, as_json as row_json, load_rows
     from grtool.inspect.sources import open_source
 
@@ -43,29 +43,36 @@ def show_cmd(
         raise InputError("--reason: name a rule (e.g. gold) or a reason code (e.g. gold-outside)")
     source = open_source(path, corpus, triples)
     rows = load_rows(source, Pick(tuple(qid or ()), sample, seed, limit, reason))
-    if as_json:
-        out = sys.stdout.buffer
-        for row in rows:
-            out.write(orjson.dumps(row_json(row)) + b"\n")
-        out.flush()
-        return
-    from rich.console import Console
-    from rich.text import Text
-
+    if not rows and qid:
+        raise InputError(f"{path}: no row of {', '.join(qid)}")
     from grtool.log import console as log_console
 
     for note in source.notes:
         log_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
-    terminal = sys.stdout.isatty()
-    out_console = Console(highlight=False, soft_wrap=True) if terminal else None
+    try:
+        if as_json:
+            sys.stdout.buffer.write(b"".join(orjson.dumps(row_json(row)) + b"\n" for row in rows))
+        else:
+            _print_rows(rows)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `grtool show ... | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _print_rows(rows: list) -> None:
+    """Coloured on a terminal (never wrapped by Rich), plain text elsewhere."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from grtool.inspect.render import row_lines, summary_line
+
     lines = [line for i, row in enumerate(rows, 1) for line in (*row_lines(row, i, len(rows)), Text(""))] + [summary_line(rows)]
-    if out_console is not None:
+    if sys.stdout.isatty():
+        terminal = Console(highlight=False, soft_wrap=True)
         for line in lines:
-            out_console.print(line)
+            terminal.print(line)
     else:
         sys.stdout.write("".join(line.plain + "\n" for line in lines))
-    if not rows and qid:
-        raise InputError(f"{path}: no row of {', '.join(qid)}")
 
 
 def report_cmd(
