@@ -303,14 +303,16 @@ def _stages_html(run: Run) -> str:
     for s in run.stages:
         made = [(str(d.relative_to(run.path)) if _within(d, run.path) else str(d), m) for d, m in s.manifests]
         made += [(str(f.relative_to(run.path)) if _within(f, run.path) else str(f), {"table": f"export {m.get('kind')}", "rows": m.get("rows")}) for f, m in s.exports]
-        if not made:
-            rows.append([s.name, "-", "", None, None, "", s.seconds])
+        seconds = f"{s.seconds:.1f}" if s.seconds is not None else "-"
+        if not made:  # reports, plots, an index, a checkpoint: named, without rows
+            where = ", ".join(str(o.relative_to(run.path)) if _within(o, run.path) else str(o) for o in s.outputs) or "-"
+            rows.append([s.name, where, "", None, None, "", seconds])
         for i, (where, m) in enumerate(made):
             counters = m.get("counters") or {}
             rejected = counters.get("rejected") or {}
             reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]) if isinstance(v, int))
             rows.append([s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0",
-                         s.seconds if i == 0 else None])  # the stage's time once, on its first output
+                         seconds if i == 0 else ""])  # the stage's time once, on its first output
     return _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds"], rows, numeric={3, 4, 6})
 
 
@@ -385,12 +387,11 @@ def _overlap_html(run: Run) -> str:
     parts = []
     for f, data in run.reports.get("overlap", []):
         ns = [str(n) for n in data.get("ns") or []]
-        rows = []
-        for name, d in (data.get("per_dataset") or {}).items():
-            if isinstance(d, dict):
-                rows.append([name, d.get("questions"), *[(d.get("share_with_overlap") or {}).get(n) for n in ns]])
-        parts.append(f"<p>Share of questions whose gold documents share an n-gram with the question ({e(f.name)}):</p>"
-                     + _table(["dataset", "questions", *[f"n={n}" for n in ns]], rows, numeric=set(range(1, len(ns) + 2))))
+        per_dataset = [(name, d) for name, d in (data.get("per_dataset") or {}).items() if isinstance(d, dict)]
+        for key, what in (("mean", "Mean share of a question's n-grams found verbatim in its gold documents"),
+                          ("share_with_overlap", "Share of questions with at least one n-gram found verbatim in their gold documents")):
+            rows = [[name, d.get("questions"), *[(d.get(key) or {}).get(n) for n in ns]] for name, d in per_dataset]
+            parts.append(f"<p>{e(what)} ({e(f.name)}):</p>" + _table(["dataset", "questions", *[f"n={n}" for n in ns]], rows, numeric=set(range(1, len(ns) + 2))))
     parts.append(_image(_plot(run, "corpus", "overlap"), "corpus overlap"))
     return "".join(parts) or "<p class=\"muted\">No overlap report in this run.</p>"
 
