@@ -156,10 +156,11 @@ def report_kind(data: Any) -> str | None:
 
 
 def _reports(path: Path, stages: list[Stage]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
-    files = {o for s in stages for o in s.outputs if o.suffix == ".json" and o.is_file()}
-    files |= set((path / "reports").glob("*.json")) if (path / "reports").is_dir() else set()
+    # in the order the stages ran (base, then after SFT, then after KTO), then any other report by name
+    files = list(dict.fromkeys(o for s in stages for o in s.outputs if o.suffix == ".json" and o.is_file()))
+    files += sorted(set((path / "reports").glob("*.json")) - set(files)) if (path / "reports").is_dir() else []
     found: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    for f in sorted(files):
+    for f in files:
         data = _json(f)
         kind = report_kind(data)
         if kind is not None:
