@@ -75,6 +75,8 @@ def test_the_page_holds_the_runs_numbers_in_stable_sections(run: Path) -> None:
     # self-contained: the charts are inline, and nothing points outside the page
     assert len(parsed.images) == 2 and all(src.startswith("data:image/png;base64,") for src in parsed.images)
     assert not re.search(r'(?:src|href)="(?!#|data:)', page) and "http://" not in page and "https://" not in page
+    # every value escaped: the rejected chains' docids are text on the page, never tags
+    assert "&lt;docid_start&gt;" in page and "<docid_start>" not in page
 
 
 def test_an_out_inside_a_stage_is_refused(run: Path, tmp_path: Path) -> None:

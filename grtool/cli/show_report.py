@@ -45,10 +45,12 @@ def show_cmd(
     rows = load_rows(source, Pick(tuple(qid or ()), sample, seed, limit, reason))
     if not rows and qid:
         raise InputError(f"{path}: no row of {', '.join(qid)}")
+    from rich.markup import escape
+
     from grtool.log import console as log_console
 
     for note in source.notes:
-        log_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        log_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     try:
         if as_json:
             sys.stdout.buffer.write(b"".join(orjson.dumps(row_json(row)) + b"\n" for row in rows))
