@@ -279,7 +279,7 @@ def _row(source: Source, raw: dict[str, Any]) -> Row:
 
 def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
     """Questions, the verdict of every docid and the titles of every document the rows name."""
-    from grtool.docid import MARKERS, SPECIAL, parse, scan
+    from grtool.docid import MARKERS, SPECIAL, parse, scan, triple_key
 
     qids = {raw["qid"] for raw in raws if isinstance(raw.get("qid"), str)}
     questions = _questions(source, tuple(qids)) if qids else {}
@@ -294,7 +294,7 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
     spans_of = []
     for row, raw in zip(rows, raws):
         if source.kind == "triples":
-            spans = [(row.text, 0, len(row.text), _key_of(row.text))]
+            spans = [(row.text, 0, len(row.text), triple_key(raw.get("head") or "", raw.get("relation") or "", raw.get("tail") or ""))]
         elif source.kind in ("chains", "filtered"):
             spans = [(row.text[s.start : s.end], s.start, s.end, s.key) for s in scan(row.text, markers) if s.problem is None]
         else:
@@ -324,13 +324,6 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
         if source.kind == "triples":
             row.key["title"] = None
     _titles(source, rows)
-
-
-def _key_of(docid: str) -> str:
-    from grtool.docid import SPECIAL, normalize
-
-    inner = SPECIAL.unwrap(docid)
-    return normalize(inner if inner is not None else docid)
 
 
 def _chain_markers(manifest: dict[str, Any]):
