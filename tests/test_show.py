@@ -144,9 +144,9 @@ def test_responses_show_the_documents_they_retrieve_with_titles(run, tmp_path: P
     d, a, b = run["dir"], run["a"], run["b"]
     gold_a = run["questions"][a["qid"]]["gold_doc_ids"]
     gold_b = run["questions"][b["qid"]]["gold_doc_ids"]
-    text = f"First {a['docids'][0]} then {b['docids'][0]} and {MADE_UP}."
+    text = f"First {a['docids'][0]} then {b['docids'][0]} and {MADE_UP}. Last <docid_start>never closed"
     row = {"qid": a["qid"], "sample": 0, "dataset": "2wikimultihopqa", "text": text, "docids": [a["docids"][0], b["docids"][0], MADE_UP],
-           "flipped": [False, False, False], "doc_ids": [gold_a[0], gold_b[0]], "n_docids": 3, "malformed": 0, "tokens": 40,
+           "flipped": [False, False, False], "doc_ids": [gold_a[0], gold_b[0]], "n_docids": 3, "malformed": 1, "tokens": 40,
            "latency_ms": 1.0, "finish_reason": "stop", "model": "test", "markers": "special", "mode": "docids"}
     inputs = [str(d / "corpus" / "questions"), str(d / "triples")]
     stage = StageWriter(tmp_path / "responses", StageSpec("responses", RESPONSES, {}, inputs=inputs), num_parts=1)
@@ -155,11 +155,13 @@ def test_responses_show_the_documents_they_retrieve_with_titles(run, tmp_path: P
         shard.write_rows([row])
     stage.finish()
     [shown] = show_json(tmp_path / "responses")
-    assert [x["verdict"] for x in shown["docids"]] == ["gold", "non-gold", "hallucinated"]
+    assert [x["verdict"] for x in shown["docids"]] == ["gold", "non-gold", "hallucinated", "malformed"]
+    assert shown["docids"][3]["text"] == "<docid_start>" and shown["docids"][3]["documents"] == []
     assert [(r["doc_id"], r["title"], r["gold"]) for r in shown["retrieved"]] == [
         (gold_a[0], run["titles"][gold_a[0]], True), (gold_b[0], run["titles"][gold_b[0]], False)]
     out = show(tmp_path / "responses").stdout
-    assert f"{run['titles'][gold_b[0]]} ({gold_b[0]}) [non-gold]" in out
+    assert f"{run['titles'][gold_b[0]]} ({gold_b[0]}) [non-gold]" in out and "[malformed] <docid_start>" in out
+    assert out.rstrip().endswith("1 gold, 1 non-gold, 1 hallucinated, 1 malformed")
 
 
 def test_an_exported_file_is_matched_to_its_questions(run, tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 from rich.text import Text
 
-from grtool.inspect.rows import GOLD, HALLUCINATED, NON_GOLD, UNCHECKED, Doc, Row
+from grtool.inspect.rows import GOLD, HALLUCINATED, MALFORMED, NON_GOLD, UNCHECKED, Doc, Row
 
-STYLES = {GOLD: "bold green", NON_GOLD: "bold yellow", HALLUCINATED: "bold red", UNCHECKED: "bold cyan"}
+STYLES = {GOLD: "bold green", NON_GOLD: "bold yellow", HALLUCINATED: "bold red", UNCHECKED: "bold cyan", MALFORMED: "bold magenta"}
 LABEL_WIDTH = 13
 
 
@@ -89,7 +89,7 @@ def summary_line(rows: list[Row]) -> Text:
         for d in r.docids:
             counts[d.verdict] += 1
     line = Text(f"{len(rows)} row{'s' if len(rows) != 1 else ''}; docids: ")
-    shown = [(v, n) for v, n in counts.items() if n or v != UNCHECKED]
+    shown = [(v, n) for v, n in counts.items() if n or v not in (UNCHECKED, MALFORMED)]
     for i, (verdict, n) in enumerate(shown):
         line.append(f"{n} {verdict}", style=STYLES[verdict])
         if i < len(shown) - 1:

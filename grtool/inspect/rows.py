@@ -4,7 +4,8 @@ joined with their questions, the documents' titles and the verdict of every doci
 A docid's verdict, for the row's question: **gold** when a document holding its triple is a gold document of the
 question, **non-gold** when the triple is stored but only in other documents, **hallucinated** when no stored
 triple has that key (as written or tail-first: the filters and `eval recall` read docids the same way), and
-**unchecked** when no triples stage is known. Reading is bounded by what is shown: only the needed columns, the
+**unchecked** when no triples stage is known; a marked span that is no docid (a marker never closed, an empty
+span, not a triple) is **malformed**. Reading is bounded by what is shown: only the needed columns, the
 row groups of a sample, the questions and documents of those rows.
 """
 
@@ -22,8 +23,8 @@ from grtool.errors import InputError
 from grtool.inspect.sources import Source
 from grtool.store.layout import REJECTS_DIR
 
-GOLD, NON_GOLD, HALLUCINATED, UNCHECKED = "gold", "non-gold", "hallucinated", "unchecked"
-VERDICTS = (GOLD, NON_GOLD, HALLUCINATED, UNCHECKED)
+GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED = "gold", "non-gold", "hallucinated", "unchecked", "malformed"
+VERDICTS = (GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED)
 
 # Columns shown beside a row's text, per kind (the rest are in the stage for `grtool status` or Parquet readers).
 FIELDS = {
@@ -295,20 +296,20 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
     for row, raw in zip(rows, raws):
         if source.kind == "triples":
             spans = [(row.text, 0, len(row.text), triple_key(raw.get("head") or "", raw.get("relation") or "", raw.get("tail") or ""))]
-        elif source.kind in ("chains", "filtered"):
-            spans = [(row.text[s.start : s.end], s.start, s.end, s.key) for s in scan(row.text, markers) if s.problem is None]
         else:
             wanted = raw.get("markers") if raw.get("markers") in MARKERS else None
-            spans = [(row.text[s.start : s.end], s.start, s.end, s.key) for s in parse(row.text, wanted).spans if s.problem is None]
+            found = scan(row.text, markers) if source.kind in ("chains", "filtered") else parse(row.text, wanted).spans
+            spans = [(row.text[s.start : s.end], s.start, s.end, s.key if s.problem is None else None) for s in found]
         spans_of.append(spans)
-    resolved = _resolve(source, [key for spans in spans_of for *_, key in spans])
-    at = 0
+    resolved = iter(_resolve(source, [key for spans in spans_of for *_, key in spans if key is not None]) or ())
     for row, raw, spans in zip(rows, raws, spans_of):
         q = questions.get(raw.get("qid"))
         gold = set(q["gold_doc_ids"] or []) if q else set()
-        for text, start, end, _ in spans:
-            docs, flipped = resolved[at] if resolved is not None else (None, False)
-            at += 1
+        for text, start, end, key in spans:
+            if key is None:
+                row.docids.append(Docid(text, start, end, MALFORMED))
+                continue
+            docs, flipped = next(resolved) if source.triples is not None else (None, False)
             if docs is None or (source.kind == "triples" and not q):  # a triple alone: no question to judge it by
                 verdict = UNCHECKED
             elif not docs:
