@@ -76,9 +76,10 @@ def query_cmd(
     prefix: Annotated[bool, typer.Option("--prefix", help="Read TEXT as a docid prefix even when it is a whole docid.")] = False,
     ids: Annotated[Optional[str], typer.Option("--ids", help="The prefix as comma-separated token ids instead of text.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Rows to show in the table (JSON always has all).")] = 30,
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Corpus whose titles name the documents (default: the one behind the index's triples, when recorded).")] = None,
     as_json: Json = False,
 ) -> None:
-    """The documents of a whole docid, or the valid next tokens after a docid prefix, with counts.
+    """The documents of a whole docid (with their titles), or the valid next tokens after a docid prefix, with counts.
 
     TEXT is read as a whole docid first (spaces around it and markers typed with it do not matter); when the
     index holds no such docid, or with --prefix, it is a prefix anchored at <docid_start>. The output says
@@ -101,17 +102,20 @@ def query_cmd(
         result = query_text(idx, text, prefix=prefix)
     else:
         result = {**query(idx, prefix_ids(idx, None, parsed)), "read_as": IDS}
+    titles = _titles(index, corpus, result["docs"])
     if as_json:
-        typer.echo(dump_json(result))
+        typer.echo(dump_json({**result, "titles": titles}))
         return
     from rich.table import Table
 
     from grtool.log import console
 
+    named = ", ".join(f"{titles[d]} ({d})" if d in titles else d for d in result["docs"])
+
     what = f"prefix {result['text']!r}" if "text" in result else f"prefix ids {result['prefix_ids']}"
     if result["read_as"] == WHOLE_DOCID:
         flipped = " (a flipped docid: tail, relation, head)" if result["flipped"] else ""
-        found = f"documents: {', '.join(result['docs'])}{flipped}" if result["docs"] else "not a docid of this index"
+        found = f"documents: {named}{flipped}" if result["docs"] else "not a docid of this index"
         console.print(f"whole docid {result['text']!r}: {found}", highlight=False)
         return
     console.print(f"{what}: {result['count']:,} matches, {len(result['next']):,} next tokens", highlight=False)
@@ -122,7 +126,19 @@ def query_cmd(
         table.add_row(str(row["id"]), repr(row["text"]), f"{row['count']:,}")
     console.print(table)
     if result["docs"]:
-        console.print(f"documents: {', '.join(result['docs'])}" + (" (a flipped docid: tail, relation, head)" if result["flipped"] else ""))
+        console.print(f"documents: {named}" + (" (a flipped docid: tail, relation, head)" if result["flipped"] else ""), highlight=False)
+
+
+def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, str]:
+    """Titles of the documents a query found: from --corpus, else the corpus behind the index's triples ({} when
+    none is recorded, e.g. an index built from JSON Lines on stdin)."""
+    from grtool.inspect.rows import titles_of
+    from grtool.inspect.sources import documents_of
+
+    if not doc_ids:
+        return {}
+    documents = documents_of(index, corpus)
+    return titles_of(documents, set(doc_ids)) if documents is not None else {}
 
 
 @app.command("stats")

@@ -63,11 +63,12 @@ def main(
 
 def _register() -> None:
     # Imported here so that `grtool --help` stays fast and each stage's imports stay in its own module.
-    from grtool.cli import chains, corpus, corpus_overlap, evaluate, export, filters, index, pipeline, retrieve, status_validate, train, triples
+    from grtool.cli import chains, corpus, corpus_overlap, evaluate, export, filters, index, pipeline, retrieve, show_report, status_validate, train, triples
 
     del corpus_overlap  # it only attaches commands to `corpus`
 
     status_validate.register(app)
+    show_report.register(app)
     retrieve.register(app)
     for module in (corpus, triples, chains, filters, index, export, train, evaluate, pipeline):
         if module.app.registered_commands or module.app.registered_groups:

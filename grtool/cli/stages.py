@@ -39,6 +39,8 @@ STAGE_COMMANDS: dict[str, tuple[str, str]] = {
     "train kto": ("grtool.cli.train", "kto_cmd"),
     "status": ("grtool.cli.status_validate", "status_cmd"),
     "validate": ("grtool.cli.status_validate", "validate_cmd"),
+    "show": ("grtool.cli.show_report", "show_cmd"),
+    "report": ("grtool.cli.show_report", "report_cmd"),
 }
 
 

@@ -33,6 +33,8 @@ g=$bin/grtool
 "$g" index query out/index "Old Harbor Bridge," --json > query.json
 grep -q '"crosses"\|crosses' query.json || fail "index query found no continuation of 'Old Harbor Bridge,'"
 "$g" validate out/index
+"$g" -q report out --out report.html  # the HTML report needs no extra
+grep -q '<section id="funnel">' report.html || fail "report wrote no funnel section"
 
 # A command whose extra is missing: one line naming the extra, exit 2, no output directory.
 expect_extra() {  # EXTRA OUT_DIR COMMAND...

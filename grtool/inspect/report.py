@@ -1,0 +1,447 @@
+"""`grtool report`: one self-contained HTML page of a run directory.
+
+Everything comes from what the run already wrote: the pipeline's stage records (``_pipeline/<stage>.json``:
+command, seconds, outputs), every stage's ``_manifest.json`` (rows, rejects by reason), the JSON reports the stages
+printed (``corpus stats``, ``corpus overlap``, ``triples collisions``, ``eval recall``; told apart by their
+content, not their names), the filter rejects (examples per reason), the exports' ``.grtool.json`` records, and
+the PNG charts (``--plot``), embedded as base64. No row is re-read except the chained questions of a chains stage
+that does not count them. The page has inline CSS only: no script, no font, no address outside itself.
+
+Sections have stable ids for links and tests: ``#stages``, ``#funnel``, ``#filters``, ``#corpus``,
+``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool import __version__
+from grtool.errors import InputError
+from grtool.store.records import load_manifest, now
+
+EXAMPLES_PER_REASON = 2
+EXAMPLE_CHARS = 400  # of a rejected chain's text, on the page
+
+
+@dataclass
+class Stage:
+    name: str  # the pipeline's stage name, else the directory relative to the run
+    command: str
+    seconds: float | None = None
+    outputs: list[Path] = field(default_factory=list)
+    manifests: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)  # the stage directories it wrote
+    exports: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)  # exported files and their records
+
+    def words(self) -> list[str]:
+        try:
+            return shlex.split(self.command)
+        except ValueError:
+            return self.command.split()
+
+    def option(self, name: str) -> str | None:
+        words = self.words()
+        for i, w in enumerate(words):
+            if w == name and i + 1 < len(words):
+                return words[i + 1]
+            if w.startswith(name + "="):
+                return w.split("=", 1)[1]
+        return None
+
+    def runs(self, *command: str) -> bool:
+        """The stage runs ``grtool <command...>`` (options before the subcommand skipped)."""
+        words = [w for w in self.words()[1:] if not w.startswith("-")]
+        return words[: len(command)] == list(command)
+
+
+@dataclass
+class Run:
+    path: Path
+    stages: list[Stage]
+    reports: dict[str, list[tuple[Path, dict[str, Any]]]]  # kind (stats, overlap, collisions, recall) -> files
+
+
+# ------------------------------------------------------------------------------------------------ reading
+
+
+def read_run(path: Path) -> Run:
+    from grtool.store.validate import find_stage_dirs
+
+    if not path.is_dir():
+        raise InputError(f"{path}: not a directory")
+    stages = _pipeline_stages(path)
+    claimed = {o.resolve() for s in stages for o in s.outputs}
+    for d in find_stage_dirs(path):
+        manifest = _manifest(d)
+        if manifest is None:
+            continue
+        owner = next((s for s in stages if any(d.resolve() == o or _within(d.resolve(), o) for o in (x.resolve() for x in s.outputs))), None)
+        if owner is None:  # a stage directory no pipeline record names: its own manifest says what made it
+            command = manifest.get("command")
+            owner = Stage(str(d.relative_to(path)) if d != path else d.name, " ".join(command) if isinstance(command, list) else "")
+            owner.outputs.append(d)
+            stages.append(owner)
+        owner.manifests.append((d, manifest))
+    for record in sorted(path.rglob("*.grtool.json")):
+        export = record.with_name(record.name[: -len(".grtool.json")])
+        meta = _json(record)
+        if not isinstance(meta, dict):
+            continue
+        owner = next((s for s in stages if export.resolve() in claimed and export.resolve() in {o.resolve() for o in s.outputs}), None)
+        if owner is None:
+            command = meta.get("command")
+            owner = Stage(str(export.relative_to(path)), " ".join(command) if isinstance(command, list) else "")
+            stages.append(owner)
+        owner.exports.append((export, meta))
+    return Run(path, stages, _reports(path, stages))
+
+
+def _within(p: Path, parent: Path) -> bool:
+    try:
+        p.relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def _json(path: Path) -> Any:
+    try:
+        return orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def _manifest(d: Path) -> dict[str, Any] | None:
+    try:
+        return load_manifest(d)
+    except InputError:  # an unreadable manifest is left out of the page (grtool validate names it)
+        return None
+
+
+def _pipeline_stages(path: Path) -> list[Stage]:
+    """The stages a pipeline ran here, in the order they finished."""
+    records = []
+    for f in sorted((path / "_pipeline").glob("*.json")):
+        r = _json(f)
+        if isinstance(r, dict) and isinstance(r.get("stage"), str):
+            records.append(r)
+    records.sort(key=lambda r: str(r.get("finished") or ""))
+    stages = []
+    for r in records:
+        seconds = r.get("seconds")
+        outputs = [Path(o) for o in r.get("outputs") or [] if isinstance(o, str)]
+        stages.append(Stage(r["stage"], str(r.get("command") or ""), float(seconds) if isinstance(seconds, (int, float)) else None, outputs))
+    return stages
+
+
+def report_kind(data: Any) -> str | None:
+    """Which command's JSON report this is, by its fields."""
+    if not isinstance(data, dict):
+        return None
+    if "recall" in data and "per_dataset" in data and "responses" in data:
+        return "recall"
+    if "distinct_triples" in data:
+        return "collisions"
+    if "ns" in data and "per_dataset" in data:
+        return "overlap"
+    if "groups" in data:
+        return "stats"
+    return None
+
+
+def _reports(path: Path, stages: list[Stage]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    # in the order the stages ran (base, then after SFT, then after KTO), then any other report by name
+    files = list(dict.fromkeys(o for s in stages for o in s.outputs if o.suffix == ".json" and o.is_file()))
+    files += sorted(set((path / "reports").glob("*.json")) - set(files)) if (path / "reports").is_dir() else []
+    found: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for f in files:
+        data = _json(f)
+        kind = report_kind(data)
+        if kind is not None:
+            found.setdefault(kind, []).append((f, data))
+    return found
+
+
+def _plot(run: Run, *command: str) -> Path | None:
+    """The chart a stage running ``command`` drew (its --plot), else none."""
+    for s in run.stages:
+        if s.runs(*command) and (p := s.option("--plot")):
+            plot = Path(p)
+            if plot.is_file():
+                return plot
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+
+def funnel(run: Run) -> list[tuple[str, str, float | None]]:
+    """(step, what it counts, number) for questions → chained → kept → exported → recall."""
+    questions = _rows_of(run, "questions", lambda s: s.runs("corpus", "merge")) or _rows_of(run, "questions", lambda s: True)
+    steps: list[tuple[str, str, float | None]] = [("questions", "questions in the corpus", questions)]
+    chains = [(d, m) for s in run.stages for d, m in s.manifests if m.get("table") == "chains" and not _is_filtered(m)]
+    chained = sum(_chained(d, m) for d, m in chains) if chains else None
+    steps.append(("chained", "questions with a chain", chained))
+    filtered = [m for s in run.stages for _, m in s.manifests if _is_filtered(m)]
+    kept = sum(_extra(m).get("kept", 0) for m in filtered) if filtered else None
+    steps.append(("kept", "questions with a chain that passed the filters", kept))
+    sft = [meta for s in run.stages for _, meta in s.exports if meta.get("kind") == "sft"]
+    steps.append(("exported", "SFT rows exported", sum(int(m.get("rows") or 0) for m in sft) if sft else None))
+    for f, data in run.reports.get("recall", []):
+        steps.append((f"recall ({_label(f)})", f"mean recall over {data.get('responses')} responses", data.get("recall")))
+    return steps
+
+
+def _rows_of(run: Run, table: str, which) -> int | None:
+    for s in run.stages:
+        if which(s):
+            for _, m in s.manifests:
+                if m.get("table") == table and isinstance(m.get("rows"), int):
+                    return m["rows"]
+    return None
+
+
+def _extra(manifest: dict[str, Any]) -> dict[str, Any]:
+    extra = (manifest.get("counters") or {}).get("extra") or {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def _is_filtered(manifest: dict[str, Any]) -> bool:
+    command = manifest.get("command")
+    return manifest.get("table") == "chains" and isinstance(command, list) and "filters" in command[:4]
+
+
+def _chained(stage: Path, manifest: dict[str, Any]) -> int:
+    """Questions with at least one chain: counted by the stage when it did, else its distinct qids."""
+    counted = _extra(manifest).get("questions_chained")
+    if isinstance(counted, int):
+        return counted
+    import polars as pl
+
+    from grtool.store.reading import collect
+    from grtool.store.stage import shard_paths
+
+    shards = shard_paths(stage)
+    return collect(pl.scan_parquet(shards).select(pl.col("qid").n_unique()), shards).item() if shards else 0
+
+
+def _label(f: Path) -> str:
+    return f.stem.removeprefix("recall-")
+
+
+def filter_reasons(stage: Path, manifest: dict[str, Any]) -> list[tuple[str, int, list[dict[str, Any]]]]:
+    """(reason code, chains, examples) of a filters stage, most frequent first."""
+    from collections import Counter
+
+    from grtool.filters.apply import _examples_from_rejects
+
+    counts = Counter({k: v for k, v in _extra(manifest).items() if k.startswith("reason/") and isinstance(v, int)})
+    examples = _examples_from_rejects(stage, counts, {})
+    return [(key.split("/", 1)[1], n, examples.get(key.split("/", 1)[1], [])[:EXAMPLES_PER_REASON]) for key, n in counts.most_common()]
+
+
+# ------------------------------------------------------------------------------------------------ HTML
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:72rem;padding:0 1rem;color:#1d2430;line-height:1.45}
+h1{font-size:1.6rem;margin-bottom:.2rem}h2{border-bottom:1px solid #d6dbe3;padding-bottom:.2rem;margin-top:2.2rem}
+nav a{margin-right:.9rem}table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem}
+th,td{border:1px solid #d6dbe3;padding:.25rem .55rem;text-align:left;vertical-align:top}th{background:#f1f4f8}
+td.n{text-align:right;font-variant-numeric:tabular-nums}code,pre{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.82rem}
+pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-word}
+.bar{background:#4c78a8;height:.9rem;display:inline-block;vertical-align:middle}.muted{color:#69707d}
+img{max-width:100%;border:1px solid #d6dbe3;margin:.5rem 0}.example{margin:.2rem 0 .6rem 0}
+"""
+
+SECTIONS = (("stages", "Stages"), ("funnel", "Funnel"), ("filters", "Filters"), ("corpus", "Corpus"),
+            ("collisions", "Collisions"), ("overlap", "Overlap"), ("eval", "Recall"), ("commands", "Commands"))
+
+
+def e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
+    head = "".join(f"<th>{e(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="n">{e(_num(c))}</td>' if i in numeric else f"<td>{c if isinstance(c, _Raw) else e(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class _Raw(str):
+    """HTML already escaped (put in a table cell as is)."""
+
+
+def _image(path: Path | None, alt: str) -> str:
+    if path is None or not path.is_file():
+        return ""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _stages_html(run: Run) -> str:
+    rows = []
+    for s in run.stages:
+        made = [(str(d.relative_to(run.path)) if _within(d, run.path) else str(d), m) for d, m in s.manifests]
+        made += [(str(f.relative_to(run.path)) if _within(f, run.path) else str(f), {"table": f"export {m.get('kind')}", "rows": m.get("rows")}) for f, m in s.exports]
+        seconds = f"{s.seconds:.1f}" if s.seconds is not None else "-"
+        if not made:  # reports, plots, an index, a checkpoint: named, without rows
+            where = ", ".join(str(o.relative_to(run.path)) if _within(o, run.path) else str(o) for o in s.outputs) or "-"
+            rows.append([s.name, where, "", None, None, "", seconds])
+        for i, (where, m) in enumerate(made):
+            counters = m.get("counters") or {}
+            rejected = counters.get("rejected") or {}
+            reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]) if isinstance(v, int))
+            rows.append([s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0",
+                         seconds if i == 0 else ""])  # the stage's time once, on its first output
+    return _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds"], rows, numeric={3, 4, 6})
+
+
+def _funnel_html(run: Run) -> str:
+    steps = funnel(run)
+    top = next((n for _, _, n in steps if isinstance(n, int) and n), None)
+    rows = []
+    for step, what, n in steps:
+        if isinstance(n, int) and top:
+            bar = _Raw(f'<span class="bar" style="width:{max(1, round(240 * n / top))}px"></span> {n / top:.0%} of the questions')
+        elif isinstance(n, float):
+            bar = _Raw(f'<span class="bar" style="width:{max(1, round(240 * n))}px"></span>')
+        else:
+            bar = _Raw('<span class="muted">not in this run</span>')
+        rows.append([step, what, n, bar])
+    return _table(["step", "counts", "number", ""], rows, numeric={2})
+
+
+def _filters_html(run: Run) -> str:
+    parts = []
+    for s in run.stages:
+        for d, m in s.manifests:
+            if not _is_filtered(m):
+                continue
+            extra, counters = _extra(m), m.get("counters") or {}
+            parts.append(f"<h3>{e(s.name)} <span class=\"muted\">({e(d)})</span></h3>")
+            parts.append(f"<p>{_num(counters.get('in'))} chains judged, {_num(m.get('rows'))} passed, {_num(extra.get('kept'))} kept (one per question).</p>")
+            reasons = filter_reasons(d, m)
+            if not reasons:
+                parts.append("<p>No chain was rejected.</p>")
+                continue
+            rows = []
+            for code, n, examples in reasons:
+                shown = "".join(
+                    f'<div class="example"><code>{e(x.get("qid"))}</code> candidate {e(x.get("candidate"))}: {e(x.get("detail"))}'
+                    f"<pre>{e(str(x.get('text') or '')[:EXAMPLE_CHARS])}</pre></div>"
+                    for x in examples
+                )
+                rows.append([code, n, _Raw(shown)])
+            parts.append(_table(["reason", "chains", "examples"], rows, numeric={1}))
+    return "".join(parts) or "<p class=\"muted\">No filters stage in this run.</p>"
+
+
+def _corpus_html(run: Run) -> str:
+    parts = []
+    for f, data in run.reports.get("stats", []):
+        rows = [[g.get("dataset"), g.get("split"), g.get("questions"), g.get("documents"), g.get("gold_documents"),
+                 (g.get("gold_per_question") or {}).get("mean"), g.get("answerable_share")] for g in data.get("groups") or [] if isinstance(g, dict)]
+        parts.append(f"<p class=\"muted\">{e(f.name)}</p>" + _table(["dataset", "split", "questions", "documents", "gold documents", "gold per question", "answerable share"], rows, numeric={2, 3, 4, 5, 6}))
+    parts.append(_image(_plot(run, "corpus", "stats"), "corpus stats"))
+    return "".join(parts) or "<p class=\"muted\">No corpus stats in this run.</p>"
+
+
+def _collisions_html(run: Run) -> str:
+    parts = []
+    for f, data in run.reports.get("collisions", []):
+        facts = [["distinct triples", data.get("distinct_triples")], ["in 2+ documents", data.get("in_2plus_docs")],
+                 ["share in 2+ documents", data.get("share_in_2plus_docs")], ["in 3+ documents", data.get("in_3plus_docs")],
+                 ["documents", data.get("documents")]]
+        for reason, d in (data.get("dropped") or {}).items():
+            if isinstance(d, dict):
+                facts.append([f"dropped: {reason}", d.get("dropped")])
+        parts.append(f"<p class=\"muted\">{e(f.name)}</p>" + _table(["", "number"], facts, numeric={1}))
+        top = [[t.get("docid"), t.get("documents")] for t in data.get("top_colliding") or [] if isinstance(t, dict)]
+        if top:
+            parts.append("<p>Triples held by the most documents:</p>" + _table(["docid", "documents"], top, numeric={1}))
+    parts.append(_image(_plot(run, "triples", "collisions"), "triples collisions"))
+    return "".join(parts) or "<p class=\"muted\">No collisions report in this run.</p>"
+
+
+def _overlap_html(run: Run) -> str:
+    parts = []
+    for f, data in run.reports.get("overlap", []):
+        ns = [str(n) for n in data.get("ns") or []]
+        per_dataset = [(name, d) for name, d in (data.get("per_dataset") or {}).items() if isinstance(d, dict)]
+        for key, what in (("mean", "Mean share of a question's n-grams found verbatim in its gold documents"),
+                          ("share_with_overlap", "Share of questions with at least one n-gram found verbatim in their gold documents")):
+            rows = [[name, d.get("questions"), *[(d.get(key) or {}).get(n) for n in ns]] for name, d in per_dataset]
+            parts.append(f"<p>{e(what)} ({e(f.name)}):</p>" + _table(["dataset", "questions", *[f"n={n}" for n in ns]], rows, numeric=set(range(1, len(ns) + 2))))
+    parts.append(_image(_plot(run, "corpus", "overlap"), "corpus overlap"))
+    return "".join(parts) or "<p class=\"muted\">No overlap report in this run.</p>"
+
+
+def _eval_html(run: Run) -> str:
+    parts = []
+    for f, data in run.reports.get("recall", []):
+        rows = [[name, r.get("responses"), r.get("recall"), r.get("exact_match_share"), r.get("docs_per_response"), r.get("hallucinated_share"), r.get("malformed")]
+                for name, r in [*(data.get("per_dataset") or {}).items(), ("all", data)] if isinstance(r, dict)]
+        parts.append(f"<h3>{e(_label(f))} <span class=\"muted\">({e(f.name)})</span></h3>"
+                     + _table(["dataset", "responses", "recall", "exact", "docs/response", "hallucinated share", "malformed"], rows, numeric={1, 2, 3, 4, 5, 6}))
+    for s in run.stages:
+        if s.runs("eval", "compare"):
+            out = s.option("--out") or s.option("-o")
+            if out and Path(out).is_file():
+                parts.append(f"<h3>{e(s.name)}</h3><pre>{e(Path(out).read_text(errors='replace'))}</pre>")
+    parts.append(_image(_plot(run, "eval", "compare"), "recall compared"))
+    return "".join(parts) or "<p class=\"muted\">No recall result in this run.</p>"
+
+
+def _commands_html(run: Run) -> str:
+    return "".join(f"<h3>{e(s.name)}</h3><pre>{e(s.command or '(not recorded)')}</pre>" for s in run.stages) or "<p class=\"muted\">No stage.</p>"
+
+
+def render(run: Run) -> str:
+    bodies = {"stages": _stages_html, "funnel": _funnel_html, "filters": _filters_html, "corpus": _corpus_html, "collisions": _collisions_html,
+              "overlap": _overlap_html, "eval": _eval_html, "commands": _commands_html}
+    sections = "".join(f'<section id="{sid}"><h2>{e(title)}</h2>{bodies[sid](run)}</section>' for sid, title in SECTIONS)
+    nav = "".join(f'<a href="#{sid}">{e(title)}</a>' for sid, title in SECTIONS)
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>grtool report: {e(run.path.name)}</title><style>{CSS}</style></head><body>"
+        f"<h1>grtool report</h1><p class=\"muted\">{e(run.path)} · written {e(now())} by grtool {e(__version__)}</p>"
+        f"<nav>{nav}</nav>{sections}</body></html>\n"
+    )
+
+
+def write_report(run_dir: Path, out: Path | None) -> Path:
+    """Read the run, write the page atomically; returns where."""
+    from grtool.store.outputs import refuse_output_among_inputs
+    from grtool.store.records import atomic_write_bytes
+
+    target = out if out is not None else run_dir / "reports" / "report.html"
+    if target.is_dir():
+        raise InputError(f"--out {target}: is a directory; name the HTML file")
+    run = read_run(run_dir)
+    inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
+    refuse_output_among_inputs(target, inputs=inputs)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(target, render(run).encode())
+    return target

@@ -1,0 +1,169 @@
+"""What `grtool show` is pointed at, and the corpus and triples behind it.
+
+A stage directory's ``_manifest.json`` names its inputs; an exported file's ``<file>.grtool.json`` names its own.
+The corpus (the questions stage and its sibling documents stage) and the triples stage are found by following
+those inputs back a few steps (filtered → chains → corpus and triples; responses → index → triples); ``--corpus``
+and ``--triples`` replace what is found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.errors import InputError
+from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
+
+# Stage tables `show` reads rows of; a chains stage written by `filters apply` is shown as "filtered".
+SHOWN_TABLES = ("chains", "responses", "triples")
+FOLLOW_DEPTH = 4  # inputs followed back from the shown stage (filtered → chains → corpus is 2)
+
+
+@dataclass
+class Source:
+    path: Path
+    kind: str  # chains | filtered | responses | triples | export
+    manifest: dict[str, Any]  # the stage's manifest or the export's sidecar record
+    questions: Path | None = None  # the questions stage
+    documents: Path | None = None  # the documents stage
+    triples: Path | None = None  # the triples stage
+    notes: list[str] = field(default_factory=list)  # what could not be found (shown, never fatal)
+
+    @property
+    def command(self) -> str:
+        command = self.manifest.get("command")
+        return " ".join(command) if isinstance(command, list) else str(command or "")
+
+
+def open_source(path: Path, corpus: Path | None = None, triples: Path | None = None) -> Source:
+    """The thing at ``path`` with its corpus and triples (given ones first, else followed from its records)."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_file():
+        source = _export_source(path)
+    else:
+        source = _stage_source(path)
+    if corpus is not None:
+        source.questions = resolve_stage(corpus, "questions")
+        source.documents = _documents_beside(source.questions)
+    if triples is not None:
+        source.triples = resolve_stage(triples, "triples")
+    if source.kind == "triples" and source.triples is None:
+        source.triples = source.path
+    found = _follow(_input_paths(source.manifest), FOLLOW_DEPTH)
+    if source.questions is None and found.get("questions"):
+        source.questions = found["questions"]
+        source.documents = _documents_beside(source.questions)
+    if source.documents is None and found.get("documents"):
+        source.documents = found["documents"]
+    if source.triples is None and found.get("triples"):
+        source.triples = found["triples"]
+    for what, got, flag in (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"),
+                            ("triples", source.triples, "--triples")):
+        if got is None:
+            source.notes.append(f"no {what} stage found from {path}'s record; give {flag}")
+    return source
+
+
+def documents_of(path: Path, corpus: Path | None = None) -> Path | None:
+    """The documents stage behind an artefact (an index, a stage): ``corpus``'s when given, else followed from its
+    records; None when none is found."""
+    if corpus is not None:
+        return resolve_stage(corpus, "documents")
+    return _follow([path], FOLLOW_DEPTH + 1).get("documents")
+
+
+def _stage_source(path: Path) -> Source:
+    if not is_stage_dir(path):
+        for table in SHOWN_TABLES:  # a run directory holding one of them, e.g. out/demo/triples
+            if is_stage_dir(path / table):
+                return _stage_source(path / table)
+        raise InputError(f"{path}: not a stage directory (no _manifest.json) nor an exported file")
+    manifest = load_manifest(path)
+    table = manifest.get("table")
+    if table not in SHOWN_TABLES:
+        raise InputError(f"{path}: a stage of table {table!r}; show reads chains, filtered chains, responses and triples")
+    kind = "filtered" if table == "chains" and _made_by(manifest, "filters") else str(table)
+    return Source(path, kind, manifest)
+
+
+def _export_source(path: Path) -> Source:
+    from grtool.export.provenance import is_sidecar, read_sidecar, sidecar_path
+
+    if is_sidecar(path):
+        path = path.with_name(path.name[: -len(".grtool.json")])
+    record = sidecar_path(path)
+    if not record.is_file():
+        raise InputError(f"{path}: not an exported file of grtool (no {record.name} beside it)")
+    try:
+        meta = read_sidecar(record)
+    except ValueError as e:  # also JSON that does not parse
+        raise InputError(f"{record}: {e}") from None
+    return Source(path, "export", meta)
+
+
+def _made_by(manifest: dict[str, Any], word: str) -> bool:
+    command = manifest.get("command")
+    return isinstance(command, list) and word in command[:4]
+
+
+def _input_paths(record: dict[str, Any]) -> list[Path]:
+    paths = []
+    for entry in record.get("inputs") or []:
+        p = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(p, str) and p not in ("", "-"):
+            paths.append(Path(p))
+    return paths
+
+
+def _follow(paths: list[Path], depth: int) -> dict[str, Path]:
+    """The first questions, documents and triples stages among ``paths`` and their own inputs, nearest first."""
+    found: dict[str, Path] = {}
+    seen: set[Path] = set()
+    level = paths
+    for _ in range(depth):
+        nxt: list[Path] = []
+        for p in level:
+            if p in seen or not p.exists():
+                continue
+            seen.add(p)
+            for table, stage, inputs in _describe(p):
+                if table in ("questions", "documents", "triples"):
+                    found.setdefault(table, stage)
+                nxt.extend(inputs)
+        if len(found) == 3:
+            break
+        level = nxt
+    return found
+
+
+def _describe(p: Path) -> Iterator[tuple[str | None, Path, list[Path]]]:
+    """(table, stage, its inputs) for a stage, the stages of a run directory, or an index directory."""
+    if is_stage_dir(p):
+        try:
+            manifest = load_manifest(p)
+        except InputError:
+            return
+        yield manifest.get("table"), p, _input_paths(manifest)
+        return
+    if (p / "index.json").is_file():  # an index: index.json names the triples it was built from
+        try:
+            meta = orjson.loads((p / "index.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return
+        if isinstance(meta, dict):
+            yield None, p, _input_paths(meta)
+        return
+    for table in ("questions", "documents", "triples"):  # a corpus run directory (questions/, documents/)
+        if is_stage_dir(p / table):
+            yield table, p / table, []
+
+
+def _documents_beside(questions: Path) -> Path | None:
+    """The documents stage of the corpus whose questions stage is given (its sibling)."""
+    sibling = questions.parent / "documents"
+    return sibling if is_stage_dir(sibling) else None
