@@ -62,7 +62,7 @@ def test_run_resume_and_plan(tmp_path, examples, cli):
     proc = cli("pipeline", "run", config, "--dry-run")
     assert "grtool corpus merge" in proc.stdout and "# 2 of 4 stages to run: merge, stats" in proc.stdout
 
-    cli("pipeline", "run", config, "--summary-json", tmp_path / "summary.json")
+    cli("pipeline", "run", config, "--json", tmp_path / "summary.json")
     assert set(_plan(cli, config).values()) == {"done"}
     stats = json.loads((tmp_path / "run" / "reports" / "stats.json").read_text())
     assert stats  # the stats command's own JSON report, captured from its stdout
