@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from grtool.cli.options import Json
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
@@ -86,6 +87,37 @@ def run(
         summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     if pipeline.note:
         stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+
+
+@app.command("status")
+def status(
+    target: Annotated[Path, typer.Argument(help="The pipeline TOML file, or the run directory it writes (its out).")],
+    overrides: Annotated[Optional[list[str]], typer.Option("--set", help="The same --set values as the run (they may move its out and its outputs).")] = None,
+    as_json: Json = False,
+) -> None:
+    """Where each stage stands: done or not (and why), when it finished; for a run submitted to Slurm, each
+    stage's jobs, their states and the log of every failed job or array task.
+
+    Example: grtool pipeline status examples/slurm/recipe.toml
+    """
+    from grtool.pipeline.status import has_records, pipeline_status, run_status, status_lines
+
+    if target.is_dir():
+        if overrides:
+            raise InputError("--set: only with a pipeline file (a run directory's stages are read from its records)")
+        if not has_records(target):
+            raise InputError(f"{target}: no pipeline records (no {target}/_pipeline/*.json); give the pipeline file or its out directory")
+        out, rows = target, run_status(target)
+    else:
+        from grtool.cli.stages import COMMANDS
+        from grtool.pipeline.config import load_pipeline
+
+        pipeline = load_pipeline(target, overrides, COMMANDS)
+        out, rows = Path(pipeline.out), pipeline_status(pipeline)
+    if as_json:
+        print(orjson.dumps({"out": str(out), "stages": rows}, option=orjson.OPT_INDENT_2).decode())
+        return
+    print("\n".join(status_lines(rows)), flush=True)
 
 
 @app.command("finalize", hidden=True)

@@ -354,6 +354,11 @@ def job_table(jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
         rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", str(tasks), str(conf.get("cpus") or "-"),
                      conf.get("mem") or "-", conf.get("time") or "(default)", shown])  # fmt: skip
     rows.append(["total", "", "", "", "", "", "", f"{total:g}" + ("+?" if unknown else "")])
+    return columns(header, rows)
+
+
+def columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Plain aligned text lines (no table borders: the lines stay readable in a log and easy to grep)."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows]]
 
@@ -432,9 +437,19 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
         counts: dict[str, int] = {}
         for s in states.values():
             counts[s["state"]] = counts.get(s["state"], 0) + 1
-        rows.append({"stage": record["stage"]["name"], "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
-                     "states": {k: v["state"] for k, v in states.items()}, "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "unknown"})  # fmt: skip
+        name = record["stage"]["name"]
+        failed = [{"job": key, "state": s["state"], "exit": s.get("exit"), "log": s.get("log") or str(_log_path(Path(out), name, key, jobs))}
+                  for key, s in sorted(states.items()) if s["state"] not in ACTIVE and s["state"] != "COMPLETED"]  # fmt: skip
+        rows.append({"stage": name, "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
+                     "states": {k: v["state"] for k, v in states.items()}, "failed": failed,
+                     "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or ("unknown" if have_slurm else "unknown (no scontrol here)")})  # fmt: skip
     return rows
+
+
+def _log_path(out: Path, stage: str, key: str, jobs: dict[str, str]) -> Path:
+    """Where a job's output went (the --output patterns of the scripts), for a job Slurm no longer describes."""
+    logs = (out / RECORDS_DIR / LOGS_DIR).absolute()
+    return logs / (f"{stage}-finalize-{key}.out" if key == jobs.get("finalize") else f"{stage}-{key}.out")
 
 
 # ---- the last step of a stage's job
