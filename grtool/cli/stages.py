@@ -104,6 +104,8 @@ class CliCommands(StageCommands):
             label = f"argument {param.name.upper()}" if positional else max(param.opts, key=len)
             for item in value if isinstance(value, (list, tuple)) else [value]:
                 text = str(item) if item is not None else ""
+                if param.name in _LABELLED and "=" in text and not Path(text).exists():
+                    text = text.split("=", 1)[1]  # LABEL=FILE, read as the command reads it
                 if text and text != "-" and "://" not in text:  # stdin and URLs are not files
                     found.append((label, text))
         return found
@@ -118,6 +120,7 @@ COMMANDS = CliCommands()
 
 _WRITTEN = frozenset({"out", "report", "plot", "cache_dir"})  # path parameters a command writes, not reads
 _NOT_PATHS = frozenset({"text"})  # positional arguments that are not files (index query's query text)
+_LABELLED = frozenset({"reports"})  # positional arguments given as LABEL=FILE (eval compare)
 
 
 def _names_a_path(hint: Any) -> bool:

@@ -62,5 +62,6 @@ def status_lines(rows: list[dict[str, Any]]) -> list[str]:
             lines.append(f"{r['stage']}: {r['detail']}")
         for f in (r["slurm"] or {}).get("failed", []):
             exit_ = f" (exit {f['exit']})" if f.get("exit") not in (None, "0:0") else ""
-            lines.append(f"{r['stage']}: job {f['job']} {f['state']}{exit_}, log {f['log']}")
+            where = f"log {f['log']}" if Path(f["log"]).exists() else "no log (it did not start)"  # cancelled on a failed dependency
+            lines.append(f"{r['stage']}: job {f['job']} {f['state']}{exit_}, {where}")
     return lines
