@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from conftest import REPO
+from test_pipeline_slurm_plan import _config
 
 from grtool.pipeline.slurm import gpus_per_task, time_hours
 
@@ -15,34 +16,9 @@ HOTPOT = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.exa
 
 
 def _slurm_config(tmp_path) -> str:
-    path = tmp_path / "pipe.toml"
-    path.write_text(textwrap.dedent(f"""
-        out = "{tmp_path / 'run'}"
-        [vars]
-        cpu_partition = "cpu"
-        gpu_partition = "gpu"
-        gpus = 2
-        [slurm]
-        partition = "{{cpu_partition}}"
-        time = "01:00:00"
-        [[stages]]
-        name = "ingest"
-        run = "corpus ingest"
-        args = ["{HOTPOT}"]
-        options = {{ out = "{{out}}/corpus" }}
-        [[stages]]
-        name = "triples"
-        run = "triples extract"
-        args = ["{{out}}/corpus"]
-        options = {{ out = "{{out}}/t", backend = "openai", base_url = "http://127.0.0.1:9/v1" }}
-        slurm = {{ partition = "{{gpu_partition}}", tasks = 3, gres = "gpu:{{gpus}}", time = "2:00:00" }}
-        [[stages]]
-        name = "index"
-        run = "index build"
-        args = ["{{out}}/t/triples"]
-        options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
-        """))
-    return str(path)
+    """The plan tests' pipeline with its partitions and GPUs as [vars] (a table after [slurm] ends it)."""
+    variables = '[vars]\ngpu_partition = "gpu"\ngpus = 2'
+    return _config(tmp_path, variables, '{ partition = "{gpu_partition}", tasks = 3, gres = "gpu:{gpus}", time = "2:00:00" }')
 
 
 def _local_config(tmp_path, merge_args: str = '"{out}/corpus"') -> str:
