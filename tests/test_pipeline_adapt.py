@@ -96,7 +96,10 @@ def test_a_missing_input_stops_a_local_run_before_its_first_stage(tmp_path, cli)
         assert "stage 'merge', argument INPUTS: no/such/corpus does not exist" in message, message
         assert not (tmp_path / "run").exists()  # ingest, before it, did not run either
     # What an earlier stage writes does not exist yet and is fine: the same file without the missing path plans.
-    assert "# 3 of 3 stages to run" in cli("pipeline", "run", _local_config(tmp_path), "--dry-run").stdout
+    config = _local_config(tmp_path)
+    assert "# 3 of 3 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
+    proc = cli("pipeline", "run", config, "--from", "merge", "--dry-run", check=2)  # but not when that stage is left out
+    assert "stage 'merge', argument INPUTS" in proc.stderr and "stage 'ingest' writes it, and this run does not include it" in proc.stderr
 
 
 def test_pipeline_status_of_a_local_run_and_the_json_summary(tmp_path, cli):

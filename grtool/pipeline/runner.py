@@ -184,6 +184,7 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
     ``--chdir``) run."""
     cwd = Path.cwd()
     made: list[Path] = []
+    selected = [state.stage for state in states]
     for state in states:
         stage = state.stage
         if state.state != "done":
@@ -192,6 +193,10 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
                 path = Path(os.path.abspath(cwd / value))
                 if path.exists() or any(path == o or o in path.parents or path in o.parents for o in made):
                     continue
+                writer = next((s.name for s in pipeline.stages if s not in selected and any(_overlaps(value, o) for o in s.outputs)), None)
+                if writer is not None:  # --from/--until left out the stage that makes it
+                    raise InputError(f"{pipeline.path}: stage {stage.name!r}, {label}: {value} does not exist yet; stage {writer!r} writes it, "
+                                     f"and this run does not include it (--from/--until)")  # fmt: skip
                 raise InputError(f"{pipeline.path}: stage {stage.name!r}, {label}: {value} does not exist and no stage before it writes it "
                                  f"(relative paths are resolved from {cwd}, where the stages run)")  # fmt: skip
         made += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
