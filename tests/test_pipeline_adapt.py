@@ -97,7 +97,8 @@ def test_a_missing_input_stops_a_local_run_before_its_first_stage(tmp_path, cli)
         assert not (tmp_path / "run").exists()  # ingest, before it, did not run either
     # What an earlier stage writes does not exist yet and is fine: the same file without the missing path plans.
     config = _local_config(tmp_path)
-    assert "# 3 of 3 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
+    plan = cli("pipeline", "run", config, "--dry-run").stdout
+    assert "# 3 of 3 stages to run" in plan and f"# relative paths are resolved from {Path.cwd()}, where the stages run" in plan
     proc = cli("pipeline", "run", config, "--from", "merge", "--dry-run", check=2)  # but not when that stage is left out
     assert "stage 'merge', argument INPUTS" in proc.stderr and "stage 'ingest' writes it, and this run does not include it" in proc.stderr
 

@@ -53,6 +53,7 @@ class LocalExecutor(PipelineExecutor):
         # Plain lines on stdout, so the commands can be copied or piped into a shell script.
         states = self.plan()
         check_input_paths(self.commands, self.pipeline, states)
+        print(f"# relative paths are resolved from {Path.cwd()}, where the stages run")
         for s in states:
             detail = f" ({s.detail})" if s.detail else ""
             print(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}")
