@@ -160,7 +160,7 @@ options = {{ json = true }}
 stdout = "{{out}}/stats.json"
 ''')
     before = raw.read_bytes()
-    for extra in (("--set", f"stats.stdout={raw}"), ("--summary-json", raw)):
+    for extra in (("--set", f"stats.stdout={raw}"), ("--json", raw), ("--summary-json", raw)):
         for dry in ((), ("--dry-run",)):
             proc = run_cli("pipeline", "run", toml, *extra, *dry, check=2)
             assert "is the input" in proc.stderr and not (tmp_path / "o").exists()

@@ -89,10 +89,13 @@ TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.S | re.M)
 
 
 def _pipeline_files(tmp_path: Path) -> list[tuple[str, Path]]:
-    """The example pipeline files, and every ```toml block of the docs written to a file of its own."""
+    """The example pipeline files, and every ```toml block of the docs that is a whole pipeline file (it has
+    stages; a block showing one table is a fragment) written to a file of its own."""
     files = [(str(p.relative_to(REPO)), p) for p in sorted((REPO / "examples").rglob("*.toml"))]
     for path in DOCS:
         for n, block in enumerate(TOML_BLOCK.findall(path.read_text(encoding="utf-8"))):
+            if "[[stages]]" not in block:
+                continue
             target = tmp_path / f"{path.stem}-{n}.toml"
             target.write_text(block, encoding="utf-8")
             files.append((f"{path.relative_to(REPO)} (toml block {n + 1})", target))

@@ -134,7 +134,7 @@ def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
             [[stages]]
             name = "merge"
             run = "corpus merge"
-            args = ["{{out}}/ingest", "{{out}}/missing"]
+            args = ["{{out}}/ingest", "{tmp_path / 'not-a-corpus'}"]
             options = {{ out = "{{out}}/corpus" }}
 
             [[stages]]
@@ -144,7 +144,9 @@ def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
             """
         )
     )
-    merge = f"grtool corpus merge {tmp_path / 'run' / 'ingest'} {tmp_path / 'run' / 'missing'} --out {tmp_path / 'run' / 'corpus'}"
+    # A folder that holds no corpus: found only when merge reads it (a missing path is refused before any stage runs).
+    (tmp_path / "not-a-corpus").mkdir()
+    merge = f"grtool corpus merge {tmp_path / 'run' / 'ingest'} {tmp_path / 'not-a-corpus'} --out {tmp_path / 'run' / 'corpus'}"
     for quiet in ((), ("-q",)):
         err = grtool(*quiet, "pipeline", "run", config, check=2).stderr
         assert "pipeline stopped at stage merge (exit code 2)" in err, err

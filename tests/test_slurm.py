@@ -211,6 +211,9 @@ def test_wait_on_a_failed_task_exits_1_naming_its_job_and_log_and_what_depends_o
     status = cli("status", out, env={"COLUMNS": "200"}).stderr
     assert "CANCELLED 1, COMPLETED 1, FAILED 1" in status and "CANCELLED 1" in status.split("collisions", 1)[1], status
     assert not (out / "_pipeline" / "triples.json").exists()  # the stage is not recorded done
+    said = cli("pipeline", "status", config).stdout  # per stage: its jobs, their states, the log of what failed
+    assert f"triples: job {array}_1 FAILED (exit 1:0), log {log}" in said and f"job {array}_0 " not in said, said
+    assert f"collisions: job {collisions} CANCELLED" in said and "no log (it did not start)" in said, said
 
 
 def test_a_sigterm_to_a_running_task_requeues_that_task_alone_and_it_resumes_its_stage(tmp_path, server, local_out, cli):

@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from grtool.cli.options import Json
 from grtool.errors import InputError
-from grtool.log import stage_summary
+from grtool.log import log, stage_summary
 
 app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
 
@@ -28,9 +29,11 @@ def run(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (state and exact command of each stage; with --executor slurm the "
                                           "sbatch scripts and the job dependencies) and exit.")] = False,
     overrides: Annotated[
-        Optional[list[str]], typer.Option("--set", help="Override an option: stage.key=value, stage.slurm.key=value, slurm.key=value (repeatable).")
+        Optional[list[str]], typer.Option("--set", help="Override a value: stage.key=value (an option), stage.slurm.key=value, slurm.key=value, vars.name=value "
+                                "(a [vars] value, wherever it is used) (repeatable).")
     ] = None,
-    summary_json: Annotated[Optional[Path], typer.Option("--summary-json", help="Also write the summary as JSON here.")] = None,
+    summary_json: Annotated[Optional[Path], typer.Option("--json", metavar="FILE", help="Also write the summary (rows and rejects per stage) as JSON to FILE.")] = None,
+    old_summary_json: Annotated[Optional[Path], typer.Option("--summary-json", hidden=True, help="The old name of --json (deprecated).")] = None,
     overwrite: Annotated[
         Optional[list[str]],
         typer.Option("--overwrite", metavar="STAGE", help="Run this stage with --overwrite when it runs: its output is replaced, not resumed or refused "
@@ -53,12 +56,17 @@ def run(
     from grtool.pipeline.executors import LocalExecutor
     from grtool.pipeline.runner import check_overwrite_names, check_stage_arguments, refuse_writes_over_inputs
 
+    if old_summary_json is not None:
+        if summary_json is not None:
+            raise InputError("--summary-json is the old name of --json: give one of them")
+        log.warning("--summary-json is deprecated: use --json FILE (the same file)")
+        summary_json = old_summary_json
     if wait and executor is not Executor.slurm:
         raise InputError("--wait: only with --executor slurm (the local executor always runs the stages to the end)")
     if summary_json and executor is Executor.slurm and not wait and not dry_run:
-        raise InputError("--summary-json: with --executor slurm only together with --wait (the summary is made when the jobs ended)")
+        raise InputError("--json: with --executor slurm only together with --wait (the summary is made when the jobs ended)")
     pipeline = load_pipeline(config, overrides, COMMANDS)
-    refuse_writes_over_inputs(pipeline.stages, {"--summary-json": str(summary_json) if summary_json else None})
+    refuse_writes_over_inputs(pipeline.stages, {"--json": str(summary_json) if summary_json else None})
     forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
     stages = pipeline.select(start, until)
     check_stage_arguments(COMMANDS, pipeline, stages, forced)
@@ -79,6 +87,37 @@ def run(
         summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     if pipeline.note:
         stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+
+
+@app.command("status")
+def status(
+    target: Annotated[Path, typer.Argument(help="The pipeline TOML file, or the run directory it writes (its out).")],
+    overrides: Annotated[Optional[list[str]], typer.Option("--set", help="The same --set values as the run (they may move its out and its outputs).")] = None,
+    as_json: Json = False,
+) -> None:
+    """Where each stage stands: done or not (and why), when it finished; for a run submitted to Slurm, each
+    stage's jobs, their states and the log of every failed job or array task.
+
+    Example: grtool pipeline status examples/slurm/recipe.toml
+    """
+    from grtool.pipeline.status import has_records, pipeline_status, run_status, status_lines
+
+    if target.is_dir():
+        if overrides:
+            raise InputError("--set: only with a pipeline file (a run directory's stages are read from its records)")
+        if not has_records(target):
+            raise InputError(f"{target}: no pipeline records (no {target}/_pipeline/*.json); give the pipeline file or its out directory")
+        out, rows = target, run_status(target)
+    else:
+        from grtool.cli.stages import COMMANDS
+        from grtool.pipeline.config import load_pipeline
+
+        pipeline = load_pipeline(target, overrides, COMMANDS)
+        out, rows = Path(pipeline.out), pipeline_status(pipeline)
+    if as_json:
+        print(orjson.dumps({"out": str(out), "stages": rows}, option=orjson.OPT_INDENT_2).decode())
+        return
+    print("\n".join(status_lines(rows)), flush=True)
 
 
 @app.command("finalize", hidden=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from grtool.pipeline.registry import StageCommands, command_name
@@ -85,6 +87,31 @@ class CliCommands(StageCommands):
             e.args = (f"{where}: {e}",)  # the same error (its type and exit code), naming the stage
             raise
 
+    def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
+        """The path parameters given on the command line (typed ``Path`` in the command's function, and its
+        positional arguments, which name what it reads), less those it writes (``--out``, ``--report``, ...)."""
+        command, function = _click_command(command_name(run)), stage_function(run)
+        if command is None or function is None:
+            return []
+        hints = typing.get_type_hints(function)
+        ctx = command.make_context(f"grtool {command_name(run)}", list(arguments))
+        found = []
+        for param in command.params:
+            positional = not param.opts[0].startswith("-")
+            if param.name in _WRITTEN or param.name in _NOT_PATHS or str(ctx.get_parameter_source(param.name)) != "ParameterSource.COMMANDLINE":
+                continue
+            if not (positional or _names_a_path(hints.get(param.name))):
+                continue
+            value = ctx.params.get(param.name)
+            label = f"argument {param.name.upper()}" if positional else max(param.opts, key=len)
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                text = str(item) if item is not None else ""
+                if param.name in _LABELLED and "=" in text and not Path(text).exists():
+                    text = text.split("=", 1)[1]  # LABEL=FILE, read as the command reads it
+                if text and text != "-" and "://" not in text:  # stdin and URLs are not files
+                    found.append((label, text))
+        return found
+
     def invoke(self, argv: list[str]) -> int | None:
         from grtool.cli.main import app  # the same Typer app as the `grtool` command
 
@@ -92,6 +119,15 @@ class CliCommands(StageCommands):
 
 
 COMMANDS = CliCommands()
+
+_WRITTEN = frozenset({"out", "report", "plot", "cache_dir"})  # path parameters a command writes, not reads
+_NOT_PATHS = frozenset({"text"})  # positional arguments that are not files (index query's query text)
+_LABELLED = frozenset({"reports"})  # positional arguments given as LABEL=FILE (eval compare)
+
+
+def _names_a_path(hint: Any) -> bool:
+    """``Path``, ``Optional[Path]``, ``list[Path]``."""
+    return hint is Path or any(_names_a_path(a) for a in typing.get_args(hint))
 
 
 @functools.cache

@@ -145,8 +145,11 @@ class OpenAIBackend:
             ids = [m["id"] for m in self._models()]
         except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
             why = f"no answer within {self._models_timeout:g}s" if isinstance(e, TimeoutError) else str(e)
-            error = TransientError if _server_unavailable(e) else GrtoolError  # down or busy: try again later
-            raise error(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
+            if _server_unavailable(e):  # down, unreachable or busy: --model would not help, the server must answer
+                raise TransientError(self._scrub(f"{self._shown}: the server is unreachable; cannot list the served models ({why}); "
+                                                 f"start it or check --base-url, then run again")) from None
+            # It answered, but not with a model list (no /models route): naming the model skips the question.
+            raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
         if len(ids) != 1:
             raise GrtoolError(self._scrub(f"{self._shown} serves {len(ids)} models ({', '.join(ids[:5])}); choose one with --model"))
         return ids[0]

@@ -289,7 +289,8 @@ def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) 
 
 def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands: StageCommands | None = None) -> Pipeline:
     """Read and check a pipeline file; ``overrides`` are ``stage.key=value`` (``key`` is an option, or args/outputs/stdout,
-    or ``slurm.KEY`` for the stage's Slurm job) and ``slurm.KEY=value`` (the ``[slurm]`` defaults). ``commands``
+    or ``slurm.KEY`` for the stage's Slurm job), ``slurm.KEY=value`` (the ``[slurm]`` defaults) and ``vars.NAME=value``
+    (a ``[vars]`` value, before it replaces its placeholders everywhere, ``[slurm]`` tables included). ``commands``
     (the commands stages may run) check that on/off options are true or false; without them only the file's own
     structure is checked."""
     commands = commands or NoCommands()
@@ -309,6 +310,16 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     if not spec.out.strip():  # "{out}/corpus" would become "/corpus": the root of the file system
         raise InputError(f"{path}: out is empty; name the directory the stages write under (out = \"out/run\")")
     variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
+    overrides = list(overrides or [])
+    var_sets = [o for o in overrides if o.startswith("vars.") and all(stage.name != "vars" for stage in spec.stages)]
+    for item in var_sets:  # before any placeholder is expanded: they move every use
+        name, sep, value = item[5:].partition("=")
+        if not sep or not name:
+            raise InputError(f"--set {item!r}: expected vars.NAME=value")
+        if name not in spec.vars:
+            known = ", ".join(spec.vars) or "none"
+            raise InputError(f"--set {item!r}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
+        variables[name] = str(_coerce(value))
     by_name: dict[str, dict[str, Any]] = {}
     for stage in spec.stages:
         if stage.name in by_name:
@@ -317,7 +328,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     defaults = {k: _expand(v, variables, f"{path}: [slurm] {k!r}") for k, v in msgspec.to_builtins(spec.slurm).items()}
     # Placeholders are expanded (and checked) in the file's values first, then in each --set value.
     by_name = {name: _expand_stage(entry, variables, f"{path}: stage {name!r}") for name, entry in by_name.items()}
-    for item in overrides or []:
+    for item in overrides:
+        if item in var_sets:
+            continue  # applied above
         target, sep, value = item.partition("=")
         stage_name, dot, key = target.partition(".")
         if not sep or not dot or not key:

@@ -19,7 +19,7 @@ from typing import Any
 from grtool.log import console, log, stage_summary
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.registry import StageCommands
-from grtool.pipeline.runner import StageState, mark_done, plan, require_extras, run_stage, runs_with_overwrite, stage_state, summarize
+from grtool.pipeline.runner import StageState, check_input_paths, mark_done, plan, require_extras, run_stage, runs_with_overwrite, stage_state, summarize
 
 
 class PipelineExecutor(ABC):
@@ -52,6 +52,8 @@ class LocalExecutor(PipelineExecutor):
     def dry_run(self) -> None:
         # Plain lines on stdout, so the commands can be copied or piped into a shell script.
         states = self.plan()
+        check_input_paths(self.commands, self.pipeline, states)
+        print(f"# relative paths are resolved from {Path.cwd()}, where the stages run")
         for s in states:
             detail = f" ({s.detail})" if s.detail else ""
             print(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}")
@@ -61,6 +63,7 @@ class LocalExecutor(PipelineExecutor):
 
     def run(self) -> list[dict[str, Any]]:
         require_extras(self.stages)
+        check_input_paths(self.commands, self.pipeline, self.plan())
         stages = self.stages
         for n, stage in enumerate(stages):
             s = stage_state(self.pipeline, stage)  # anew: a stage before it may just have remade its inputs

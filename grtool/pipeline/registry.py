@@ -43,6 +43,11 @@ class StageCommands(ABC):
     def invoke(self, argv: list[str]) -> int | None:
         """Run ``grtool ARGV`` in this process; returns its exit code (None or 0: success) or raises its error."""
 
+    def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
+        """(parameter, path) pairs: the files and directories the command line names for its command to read
+        (its path arguments and options, outputs excepted), as the command would parse them; none by default."""
+        return []
+
     def known(self, run: str) -> bool:
         return command_name(run) in self.names()
 

@@ -177,6 +177,31 @@ def check_stage_arguments(commands: StageCommands, pipeline: Pipeline, stages: l
         commands.check_arguments(stage.run, argv[words:], f"{pipeline.path}: stage {stage.name!r}")
 
 
+def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[StageState]) -> None:
+    """Every file or directory a stage that will run names for reading exists now or is an output of a stage before
+    it, checked before the first stage runs: a wrong ``--deepspeed`` in the last stage is found now, not when the
+    jobs reach it. Relative paths are resolved from the working directory, where the stages (and the Slurm jobs,
+    ``--chdir``) run."""
+    cwd = Path.cwd()
+    made: list[Path] = []
+    selected = [state.stage for state in states]
+    for state in states:
+        stage = state.stage
+        if state.state != "done":
+            words = len(stage.run.split())
+            for label, value in commands.input_paths(stage.run, stage.argv()[words:]):
+                path = Path(os.path.abspath(cwd / value))
+                if path.exists() or any(path == o or o in path.parents or path in o.parents for o in made):
+                    continue
+                writer = next((s.name for s in pipeline.stages if s not in selected and any(_overlaps(value, o) for o in s.outputs)), None)
+                if writer is not None:  # --from/--until left out the stage that makes it
+                    raise InputError(f"{pipeline.path}: stage {stage.name!r}, {label}: {value} does not exist yet; stage {writer!r} writes it, "
+                                     f"and this run does not include it (--from/--until)")  # fmt: skip
+                raise InputError(f"{pipeline.path}: stage {stage.name!r}, {label}: {value} does not exist and no stage before it writes it "
+                                 f"(relative paths are resolved from {cwd}, where the stages run)")  # fmt: skip
+        made += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
+
+
 def runs_with_overwrite(commands: StageCommands, state: StageState, overwrite: set[str]) -> bool:
     """Whether a stage that is not done runs with ``--overwrite``: its inputs changed since it ran, or the
     user named it (``pipeline run --overwrite STAGE``)."""

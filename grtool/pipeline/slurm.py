@@ -33,7 +33,7 @@ from grtool.errors import DataProblem, GrtoolError, InputError
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
-from grtool.pipeline.runner import RECORDS_DIR, StageState, mark_done, stage_dirs
+from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
 from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
 
@@ -84,7 +84,9 @@ class SlurmExecutor(PipelineExecutor):
         """Each stage that is not done, its settings and the earlier stages of the run it waits for; checked."""
         todo = []
         running: list[Stage] = []
-        for state in self.plan():
+        states = self.plan()
+        check_input_paths(self.commands, self.pipeline, states)
+        for state in states:
             stage = state.stage
             if state.state == "done":
                 continue
@@ -187,6 +189,9 @@ class SlurmExecutor(PipelineExecutor):
 
     def dry_run(self) -> None:
         todo = self._todo()
+        print(f"# jobs to submit (relative paths are resolved from {self.cwd}, the jobs' --chdir):")
+        for line in job_table([(state.stage.name, conf) for state, conf, _ in todo]):
+            print(f"#   {line}")
         for state, conf, after in todo:
             stage = state.stage
             tasks = conf.get("tasks", 1)
@@ -305,6 +310,59 @@ class SlurmExecutor(PipelineExecutor):
         raise DataProblem(f"pipeline jobs failed: {message}")
 
 
+def time_hours(text: str | None) -> float | None:
+    """A Slurm ``--time`` (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in hours; None
+    when unset or unreadable (the partition's limit applies, which the plan cannot know)."""
+    if not text:
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", str(text).strip())
+    if not m:
+        return None
+    days, a, b, c = (int(g) if g else None for g in m.groups())
+    if days is not None:  # D-HH[:MM[:SS]]
+        h, mi, se = a, b or 0, c or 0
+    elif c is not None:  # HH:MM:SS
+        days, h, mi, se = 0, a, b, c
+    else:  # MM or MM:SS
+        days, h, mi, se = 0, 0, a, b or 0
+    return (days or 0) * 24 + h + mi / 60 + se / 3600
+
+
+def gpus_per_task(gres: str | None) -> int:
+    """GPUs in a ``--gres`` value: ``gpu:4``, ``gpu:h100:4`` → 4, ``gpu`` → 1; other resources count 0."""
+    total = 0
+    for item in (gres or "").split(","):
+        words = item.strip().split(":")
+        if words[0] == "gpu":
+            total += int(words[-1]) if len(words) > 1 and words[-1].isdigit() else 1
+    return total
+
+
+def job_table(jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One line per stage's job (partition, gres, tasks, cpus, mem, time, GPU-hours at most) and a total: what
+    a submission asks of the cluster, before its scripts."""
+    header = ["stage", "partition", "gres", "tasks", "cpus", "mem", "time", "max GPU-hours"]
+    rows, total, unknown = [], 0.0, False
+    for name, conf in jobs:
+        tasks, nodes = conf.get("tasks", 1), conf.get("nodes", 1)
+        gpus, hours = gpus_per_task(conf.get("gres")) * nodes, time_hours(conf.get("time"))
+        if gpus and hours is None:
+            unknown = True
+        gpu_hours = gpus * tasks * hours if hours is not None else None
+        total += gpu_hours or 0
+        shown = "0" if not gpus else f"{gpu_hours:g}" if gpu_hours is not None else "? (no time)"
+        rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", str(tasks), str(conf.get("cpus") or "-"),
+                     conf.get("mem") or "-", conf.get("time") or "(default)", shown])  # fmt: skip
+    rows.append(["total", "", "", "", "", "", "", f"{total:g}" + ("+?" if unknown else "")])
+    return columns(header, rows)
+
+
+def columns(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Plain aligned text lines (no table borders: the lines stay readable in a log and easy to grep)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+
+
 def _script(directives: list[str], body: list[str]) -> str:
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {d}" for d in directives), *body]) + "\n"
 
@@ -379,9 +437,19 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
         counts: dict[str, int] = {}
         for s in states.values():
             counts[s["state"]] = counts.get(s["state"], 0) + 1
-        rows.append({"stage": record["stage"]["name"], "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
-                     "states": {k: v["state"] for k, v in states.items()}, "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "unknown"})  # fmt: skip
+        name = record["stage"]["name"]
+        failed = [{"job": key, "state": s["state"], "exit": s.get("exit"), "log": s.get("log") or str(_log_path(Path(out), name, key, jobs))}
+                  for key, s in sorted(states.items()) if s["state"] not in ACTIVE and s["state"] != "COMPLETED"]  # fmt: skip
+        rows.append({"stage": name, "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
+                     "states": {k: v["state"] for k, v in states.items()}, "failed": failed,
+                     "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or ("unknown" if have_slurm else "unknown (no scontrol here)")})  # fmt: skip
     return rows
+
+
+def _log_path(out: Path, stage: str, key: str, jobs: dict[str, str]) -> Path:
+    """Where a job's output went (the --output patterns of the scripts), for a job Slurm no longer describes."""
+    logs = (out / RECORDS_DIR / LOGS_DIR).absolute()
+    return logs / (f"{stage}-finalize-{key}.out" if key == jobs.get("finalize") else f"{stage}-{key}.out")
 
 
 # ---- the last step of a stage's job
