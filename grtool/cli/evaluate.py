@@ -25,6 +25,7 @@ def recall_cmd(
     responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
+    allow_train_overlap: Annotated[bool, typer.Option("--allow-train-overlap", help="Score questions the checkpoint that wrote the responses trained on (default: exit 1 naming them).")] = False,
     as_json: Json = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
@@ -36,13 +37,20 @@ def recall_cmd(
     from grtool.export.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.recall import evaluate_recall
 
+    from grtool.evaluation.overlap import refuse_overlap, train_overlap
+
     report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
+    overlap = train_overlap(responses)  # the checkpoint's training questions among those answered
+    report["train_overlap"] = overlap.as_dict()
+    console.print(overlap.line(), highlight=False)
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
         print_recall(report)
     if report["responses"] == 0:
         raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
+    if not allow_train_overlap:
+        refuse_overlap(overlap, responses)
 
 
 def print_recall(report: dict) -> None:

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -316,13 +316,14 @@ class Reading:
     converter: str  # a key of ds.CONVERTERS; ds.HOTPOTQA_WIKI converts {title, text} documents of any corpus
     dataset: str  # the dataset its documents (and questions) are tagged with
     by: str  # BY_DETECTION or BY_OPTION
+    split: str | None = None  # of its questions (None: documents only); "unknown" when neither the name nor --split says
 
     @property
     def documents_only(self) -> bool:
         return self.converter == ds.HOTPOTQA_WIKI
 
-    def describe(self) -> dict[str, str]:
-        return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by}
+    def describe(self) -> dict[str, str | None]:
+        return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by, "split": self.split}
 
 
 def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
@@ -423,7 +424,7 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
         if converted.question is not None:
             spill.add_question(converted.question, stream.name, position)
             report.questions_by_dataset[reading.dataset] += 1
-    return reading
+    return replace(reading, split=file_split) if reading is not None and not reading.documents_only else reading
 
 
 # ------------------------------------------------------------------------------------------ phase 2

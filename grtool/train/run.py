@@ -499,6 +499,7 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
     import datetime as dt
 
     from grtool import __version__
+    from grtool.evaluation.overlap import trained_questions
     from grtool.invocation import current_command
     from grtool.train.model import marker_ids
 
@@ -512,6 +513,7 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
         "data": {"source": p.data.source, "format": p.data.fmt, "rows": len(p.data.rows), "sha256": p.data.sha256,
                  "fingerprint": p.data.fingerprint, **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {})},  # fmt: skip
         "base_model": {"name": p.model.name, "path": p.model.path},
+        "questions": trained_questions(p.data.source, p.data.questions, p.model.path),  # what `eval recall` must not score
         "flips": learned_flips(p),
         "hyperparameters": report["config"],
         "processes": world_size(),
