@@ -16,19 +16,12 @@ import orjson
 import pytest
 
 from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, read_table
+from grtool.store.stage import load_manifest, read_table
 from tests.conftest import REPO, SHARED_DATA, run_cli
+from tests.test_export import _write_stage
 
 TRAIN_RECORDS = 4  # the last records of the sample become the train file
 QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export sft", "export kto", "export gmr", "retrieve")
-
-
-def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
-    stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
 
 
 @pytest.fixture(scope="module")

@@ -17,24 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from grtool.errors import DataProblem
 from grtool.export.provenance import questions_record
 
-PROVENANCE = "grtool.json"  # the checkpoint record `train` writes (grtool.train.run.PROVENANCE)
 EXAMPLES = 5
 
 
 def checkpoint_questions(path: str | Path | None) -> dict[str, Any] | None:
     """The ``questions`` record of a grtool checkpoint (None: not a grtool checkpoint, or written before it)."""
-    record = Path(path) / PROVENANCE if path else None
-    if record is None or not record.is_file():
-        return None
-    try:
-        value = orjson.loads(record.read_bytes()).get("questions")
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return None
+    from grtool.train.run import checkpoint_value
+
+    value = checkpoint_value(path, "questions")
     return value if isinstance(value, dict) and isinstance(value.get("qids"), list) else None
 
 

@@ -542,14 +542,19 @@ def learned_flips(p: Plan) -> bool | None:
 
 def checkpoint_flips(path: str | Path | None) -> bool | None:
     """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
+    value = checkpoint_value(path, "flips")
+    return value if isinstance(value, bool) else None
+
+
+def checkpoint_value(path: str | Path | None, key: str) -> Any:
+    """``key`` of a grtool checkpoint's ``grtool.json`` (None: not a grtool checkpoint, or not recorded)."""
     record = Path(path) / PROVENANCE if path else None
     if record is None or not record.is_file():
         return None
     try:
-        value = orjson.loads(record.read_bytes()).get("flips")
+        return orjson.loads(record.read_bytes()).get(key)
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return None
-    return value if isinstance(value, bool) else None
 
 
 def _finite(x: float | None) -> float | None:
