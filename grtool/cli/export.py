@@ -81,8 +81,9 @@ def sft_cmd(
     for name, c in sorted(result.per_dataset.items()):
         table.add_row(name, str(c.chains), str(c.train), str(c.dev), str(c.capped))
     stage_summary.print(table)
-    skipped = (f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.outside_split} outside --split, "
-               f"{result.unknown_qid} unknown qid, {result.empty_chain} empty")  # fmt: skip
+    skipped = f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.unknown_qid} unknown qid, {result.empty_chain} empty"
+    if split:
+        skipped += f", {result.outside_split} outside --split"
     if no_thought:
         skipped += f", {result.broken_chain} with markers that do not pair up"
     stage_summary.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
@@ -133,9 +134,10 @@ def kto_cmd(
     stage_summary.print(f"rule: {summary['rule']}", highlight=False)
     stage_summary.print(
         f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
-        f"skipped: {result.outside_split} outside --split, {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold, "
+        f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold, "
         f"{result.skipped.incomplete_gold} with incomplete gold"
-        + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else ""),
+        + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else "")
+        + (f", {result.outside_split} outside --split" if split else ""),
         highlight=False,
     )
     if result.dataset_info:
@@ -177,9 +179,10 @@ def gmr_cmd(
             write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None))
     stage_summary.print(
         f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
-        f"skipped: {result.outside_split} outside --split, {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"
+        f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"
         + (f" (e.g. {', '.join(result.missing_examples)})" if result.missing_examples else "")
-        + (f", {result.too_short} documents too short to memorize" if memorization else ""),
+        + (f", {result.too_short} documents too short to memorize" if memorization else "")
+        + (f", {result.outside_split} outside --split" if split else ""),
         highlight=False,
     )
     if as_json and str(out) != "-":
