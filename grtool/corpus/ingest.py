@@ -322,8 +322,10 @@ class Reading:
     def documents_only(self) -> bool:
         return self.converter == ds.HOTPOTQA_WIKI
 
-    def describe(self) -> dict[str, str | None]:
-        return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by, "split": self.split}
+    def describe(self) -> dict[str, str]:
+        if self.documents_only:
+            return {"dataset": self.dataset, "records": "documents", "by": self.by}
+        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by}
 
 
 def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
