@@ -32,6 +32,8 @@ def recall_cmd(
 
     Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed.
 
+    On a `retrieve` directory written by a grtool checkpoint, the answered questions that checkpoint trained on (its grtool.json) are counted; any such question exits 1 unless --allow-train-overlap.
+
     Example: grtool eval recall samples.jsonl --corpus out/corpus --triples out/triples --json
     """
     from grtool.export.readers import DocidIndex, QuestionIndex
