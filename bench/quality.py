@@ -169,7 +169,7 @@ class Bench:
         out = self.p(f"responses/{slug_row(row.name)}")
         t0 = time.perf_counter()
         self.run("retrieve", self.p("test"), "--index", index, *self.model_args(model), "--max-tokens", max_tokens or self.args.max_tokens,
-                 "--seed", self.args.seed, "--out", out, *extra)  # fmt: skip
+                 "--seed", self.args.seed, "--split", "test", "--out", out, *extra)  # fmt: skip
         row.retrieve_s = time.perf_counter() - t0
         row.report = json.loads(self.run("eval", "recall", out, "--corpus", self.p("test"), "--triples", self.p("triples"), "--json"))
         row.report_file = self.p(f"reports/{slug_row(row.name)}.json")
@@ -226,15 +226,15 @@ class Bench:
         self.retrieve(Row("base special", "marker tokens added, untrained, no examples"), self.index(marked, "index-markers"), marked, "--few-shot", 0)
 
     def gold_chains(self) -> None:
-        out = json.loads(self.run("chains", "gold", self.p("train"), self.p("triples"), "--out", self.p("chains-gold"), "--json"))
-        self.run("filters", "apply", self.p("chains-gold"), "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.p("filtered-gold"))
+        out = json.loads(self.run("chains", "gold", self.p("train"), self.p("triples"), "--out", self.p("chains-gold"), "--split", "train", "--json"))
+        self.run("filters", "apply", self.p("chains-gold"), "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.p("filtered-gold"), "--split", "train")
         self.gold_kept = kept(self.p("filtered-gold"))
         rejected = ", ".join(f"{n} {why}" for why, n in out["rejected"].items()) or "none"
         self.notes.append(f"Gold teacher: `chains gold` wrote {out['rows']} chains for {out['questions']} train questions (rejected: {rejected}); {self.gold_kept} passed the filters.")
 
     def sft_row(self, name: str, filtered: Path, ckpt: str, *export_extra, note: str = "", corpus: Path | None = None) -> Path:
         data = self.p(f"export/{ckpt}.json")
-        self.run("export", "sft", filtered, "--corpus", corpus or self.p("train"), "--out", data, "--seed", self.args.seed, *export_extra)
+        self.run("export", "sft", filtered, "--corpus", corpus or self.p("train"), "--out", data, "--seed", self.args.seed, "--split", "train", *export_extra)
         seconds = self.train("sft", data, self.p(ckpt), self.args.steps, self.args.lr, 512)
         row = self.retrieve(Row(name, note), self.index(self.p(ckpt), f"index-{ckpt}"), self.p(ckpt))
         row.train_s = seconds
@@ -246,8 +246,8 @@ class Bench:
         samples = self.p("responses/sft-samples-train")
         t0 = time.perf_counter()
         self.run("retrieve", self.p("train"), "--index", self.p("index-sft"), "--model", sft, "--samples", a.kto_samples, "--temperature", 1.0,
-                 "--max-tokens", a.max_tokens, "--seed", a.seed, "--out", samples)  # fmt: skip
-        labels = json.loads(self.run("export", "kto", samples, "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.p("export/kto.json"), "--json", ok=(0, 1)) or "{}")
+                 "--max-tokens", a.max_tokens, "--seed", a.seed, "--split", "train", "--out", samples)  # fmt: skip
+        labels = json.loads(self.run("export", "kto", samples, "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.p("export/kto.json"), "--split", "train", "--json", ok=(0, 1)) or "{}")
         sampling = time.perf_counter() - t0
         self.notes.append(f"KTO labels (`export kto`, exact gold set desirable, recall < 0.5 undesirable) of {a.kto_samples} samples per train question at temperature 1.0: "
                           f"{labels.get('desirable')} desirable, {labels.get('undesirable')} undesirable, {labels.get('dropped')} dropped.")  # fmt: skip
@@ -261,7 +261,7 @@ class Bench:
     def gmr_row(self) -> None:
         a = self.args
         data = self.p("export/gmr.jsonl")
-        self.run("export", "gmr", self.p("train"), "--out", data)
+        self.run("export", "gmr", self.p("train"), "--out", data, "--split", "train")
         seconds = self.train("sft", data, self.p("gmr"), a.steps, a.lr, 1024)
         index = self.p("index-gmr")
         self.run("index", "build", self.p("all/documents"), "--source", "documents", "--tokenizer", self.p("gmr"), "--out", index)
@@ -280,8 +280,8 @@ class Bench:
         teacher = [] if a.teacher == "default" else ["--model", a.teacher]
         t0 = time.perf_counter()
         self.run("chains", "synthesize", self.p("teacher"), self.p("triples"), "--out", chains, "--backend", a.teacher_backend, *teacher,
-                 "--candidates", a.teacher_candidates, "--few-shot-corpus", 3, "--max-tokens", 192, "--max-empty-share", 1.0, "--seed", a.seed)  # fmt: skip
-        self.run("filters", "apply", chains, "--corpus", self.p("teacher"), "--triples", self.p("triples"), "--out", filtered, "--report", self.p("reports/filters-teacher.md"))
+                 "--candidates", a.teacher_candidates, "--few-shot-corpus", 3, "--max-tokens", 192, "--max-empty-share", 1.0, "--seed", a.seed, "--split", "train")  # fmt: skip
+        self.run("filters", "apply", chains, "--corpus", self.p("teacher"), "--triples", self.p("triples"), "--out", filtered, "--report", self.p("reports/filters-teacher.md"), "--split", "train")
         synth = time.perf_counter() - t0
         n = kept(filtered)
         name = slug(None if a.teacher == "default" else a.teacher)

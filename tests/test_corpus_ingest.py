@@ -178,7 +178,8 @@ def test_bundled_examples_every_layout(examples, cli, tmp_path):
     cli("validate", out)
     docs = rows_by(read_table(out / "documents"), "doc_id")
     questions = rows_by(read_table(out / "questions"), "qid")
-    assert len(questions) == 25  # 20 of the release layouts, 2 of the Hugging Face ones, 3 of the generic layout
+    assert len(questions) == 35  # 30 of the release layouts (12 train), 2 of the Hugging Face ones, 3 of the generic layout (1 train)
+    assert sum(q["split"] == "train" for q in questions.values()) == 13
     assert sum(q["dataset"] == "generic" for q in questions.values()) == 3
     by_title = {}
     for d in docs.values():
@@ -190,7 +191,7 @@ def test_bundled_examples_every_layout(examples, cli, tmp_path):
     assert len(by_title["Palais Garnier"]) == 1 and "Opéra" in by_title["Palais Garnier"][0]["text"]
     assert by_title["List of opera houses"][0]["text"] == ""  # an abstract-less page is kept
     # HF layout, train, fullwiki with a missing gold paragraph, MuSiQue twins, MoreHopQA string paragraph
-    assert questions["5e1a0c7b5542990d2b00a009"]["split"] == "dev"  # "validation" in the file name
+    assert questions["5e1a0c7b5542990d2b00a017"]["split"] == "dev"  # "validation" in the file name
     # the fullwiki gold paragraph missing from the context is found in the Wikipedia dump of the same run
     fullwiki = questions["5e1a0c7b5542990d2b00a005"]
     meta = json.loads(fullwiki["meta"])
@@ -400,7 +401,9 @@ def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
     man = json.loads((ingested / "documents" / "_manifest.json").read_bytes())
     assert man["detected"] == json.loads((ingested / "questions" / "_manifest.json").read_bytes())["detected"]
     by_path = {e["path"]: e for e in man["detected"]}
-    assert by_path[str(shared_data / "hotpotqa")] == {"path": str(shared_data / "hotpotqa"), "files": 3, "dataset": "hotpotqa", "records": "questions", "by": "detected"}
+    # files of one directory read alike are one entry per split
+    assert by_path[str(shared_data / "hotpotqa")] == {"path": str(shared_data / "hotpotqa"), "files": 2, "dataset": "hotpotqa", "records": "questions", "split": "dev", "by": "detected"}
+    assert by_path[str(shared_data / SAMPLES["hotpotqa"][2])]["split"] == "train"
     assert by_path[str(shared_data / SAMPLES["hotpotqa"][3])]["dataset"] == "hotpotqa"
     assert by_path[str(shared_data / SAMPLES["morehopqa"][0])]["dataset"] == "morehopqa"
     assert {e["dataset"] for e in man["detected"]} == set(SAMPLES)
@@ -430,9 +433,10 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
     report = json.loads(proc.stdout)  # the summary, as one JSON object: nothing else on stdout
     assert report["detected"] == [
         {"path": str(corpus), "dataset": "musique", "records": "documents", "by": "--dataset"},
-        {"path": str(examples / "musique"), "files": 2, "dataset": "musique", "records": "questions", "by": "--dataset"},
+        {"path": str(examples / "musique"), "files": 2, "dataset": "musique", "records": "questions", "split": "dev", "by": "--dataset"},
+        {"path": str(examples / "musique" / "musique_ans_v1.0_train.example.jsonl"), "dataset": "musique", "records": "questions", "split": "train", "by": "--dataset"},
     ]
-    assert report["questions_by_dataset"] == {"musique": 4} and report["out"] == str(out)
+    assert report["questions_by_dataset"] == {"musique": 7} and report["out"] == str(out)
     docs = {d["title"]: d for d in read_table(out / "documents").to_pylist()}
     assert docs["Old Harbor Bridge"]["datasets"] == ["musique"] and docs["Saltmarsh River"]["datasets"] == ["musique"]
     man = json.loads((out / "documents" / "_manifest.json").read_bytes())
@@ -461,4 +465,4 @@ def test_questions_of_an_unclear_layout_need_dataset(examples, tmp_path):
         ingest([odd], tmp_path / "o2", dataset="hotpotqa-wiki")
     report = ingest([odd], tmp_path / "o3", dataset="2wikimultihopqa")
     assert report.questions_by_dataset == {"2wikimultihopqa": 1}
-    assert report.detected == [{"path": str(odd), "dataset": "2wikimultihopqa", "records": "questions", "by": "--dataset"}]
+    assert report.detected == [{"path": str(odd), "dataset": "2wikimultihopqa", "records": "questions", "split": "dev", "by": "--dataset"}]

@@ -58,7 +58,7 @@ def test_merge_to_stdout_and_of_a_documents_only_corpus(examples, cli, tmp_path)
     wiki_ids = {r["doc_id"] for r in read_table(wiki / "documents").to_pylist()}
     hotpot_ids = {r["doc_id"] for r in read_table(hotpot / "documents").to_pylist()}
     assert {r["doc_id"] for r in docs} == wiki_ids | hotpot_ids and wiki_ids & hotpot_ids
-    assert sum(r["_table"] == "questions" for r in rows) == 9
+    assert sum(r["_table"] == "questions" for r in rows) == 13
 
 
 def test_merge_reads_an_ingest_stream_on_stdin(examples, cli, tmp_path):
@@ -80,7 +80,8 @@ def test_stats_table_json_and_plot(examples, cli, tmp_path):
     proc = cli("corpus", "stats", run, "--json", "--plot", tmp_path / "plot" / "stats.png")
     stats = json.loads(proc.stdout)
     groups = {(g["dataset"], g["split"]): g for g in stats["groups"]}
-    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 25
+    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 35
+    assert {k[0]: g["questions"] for k, g in groups.items() if k[1] == "train"} == {"hotpotqa": 6, "2wikimultihopqa": 3, "musique": 3, "generic": 1}
     musique = groups[("musique", "dev")]
     assert musique["questions"] == 4 and musique["answerable_share"] == 0.75
     assert musique["hops"] == {"2": 3, "3": 1}

@@ -47,9 +47,10 @@ def _rank(qid: str) -> str:
     return hashlib.blake2b(qid.encode(), digest_size=8).hexdigest()
 
 
-def pick_examples(corpus: str | Path, triples: str | Path, k: int, *, split: str | None = None, exclude: Collection[str] = (), spare: int = 1) -> list[Example]:
+def pick_examples(corpus: str | Path, triples: str | Path, k: int, *, split: str | Collection[str] | None = None, exclude: Collection[str] = (),
+                  spare: int = 1) -> list[Example]:  # fmt: skip
     """K + ``spare`` answerable questions with an answer and at least two gold documents that all have triples;
-    only of ``split`` when given, never one of ``exclude`` (qids)."""
+    only of ``split`` (a name or several) when given, never one of ``exclude`` (qids)."""
     if k <= 0:
         return []
     candidates = _candidate_questions(corpus, limit=(k + spare) * 8, split=split, exclude=frozenset(exclude))
@@ -65,14 +66,15 @@ def pick_examples(corpus: str | Path, triples: str | Path, k: int, *, split: str
     return examples
 
 
-def _candidate_questions(corpus: str | Path, limit: int, split: str | None = None, exclude: frozenset[str] = frozenset()) -> list[tuple[str, str, str, tuple[str, ...]]]:
+def _candidate_questions(corpus: str | Path, limit: int, split: str | Collection[str] | None = None, exclude: frozenset[str] = frozenset()) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """The ``limit`` eligible questions of lowest qid hash (one streaming pass; nsmallest keeps a bounded heap)."""
+    splits = None if split is None else {split} if isinstance(split, str) else set(split)
 
     def eligible() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
         columns = ["qid", "question", "answer", "gold_doc_ids", "answerable", "split"]
         for batch in iter_batches(resolve_stage(corpus, "questions"), columns=columns):
             for row in batch.to_pylist():
-                if (split is not None and row["split"] != split) or row["qid"] in exclude:
+                if (splits is not None and row["split"] not in splits) or row["qid"] in exclude:
                     continue
                 docs = tuple(row["gold_doc_ids"] or ())
                 if row["answerable"] is not False and len(docs) >= 2 and (row["answer"] or "").strip():

@@ -129,7 +129,7 @@ def gold_chain_row(row: dict[str, Any], by_doc: dict[str, list[Triple]], flip: s
 
 
 def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto", markers: Markers = SPECIAL, overwrite: bool = False,
-                      num_shards: int | None = None, shard_index: int | None = None) -> dict[str, Any]:  # fmt: skip
+                      num_shards: int | None = None, shard_index: int | None = None, splits: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Run the stage over this task's parts; returns the output manifest."""
     from grtool.errors import InputError
     from grtool.store.io import InputTable, open_output
@@ -139,9 +139,12 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
 
     if flip not in FLIP_MODES:
         raise InputError(f"--flip must be one of {', '.join(FLIP_MODES)}, got {flip!r}")
+    from grtool.store.questions import SplitSelection
+
     questions = InputTable.open(corpus, "questions")
+    selection = SplitSelection.of(splits, corpus)
     store = TripleStore(triples)
-    params = {"backend": MODEL, "model": MODEL, "flip": flip, "markers": [markers.start, markers.end], "writer_version": WRITER_VERSION}
+    params = selection.record({"backend": MODEL, "model": MODEL, "flip": flip, "markers": [markers.start, markers.end], "writer_version": WRITER_VERSION})
     inputs = [str(store.path)] if questions.source == "-" else [questions.source, str(store.path)]
     num_shards, shard_index = resolve_sharding(num_shards, shard_index)
     writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=inputs), overwrite=overwrite,
@@ -154,9 +157,13 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
         with writer.shard(i) as shard:
             position = 0
             for rows in questions.iter_part(i):
-                by_doc = store.for_docs(g for r in rows for g in (r.get("gold_doc_ids") or []) if g)
+                by_doc = store.for_docs(g for r in rows if selection.keeps(r.get("split")) for g in (r.get("gold_doc_ids") or []) if g)
                 out_rows = []
                 for r in rows:
+                    if not selection.keeps(r.get("split")):  # --split: not read (counted, not rejected)
+                        shard.count("questions_not_selected")
+                        position += 1
+                        continue
                     shard.count_in(1)
                     shard.count("questions")
                     try:

@@ -44,11 +44,12 @@ class ChainPrompt:
     shown: int | None = None  # examples per prompt (None: all); corpus examples hold one spare
     cannot_answer: str | None = None  # --cannot-answer: the sentence written in place of CANNOT_ANSWER_SENTENCE
 
-    def with_corpus_examples(self, corpus: str | Path, triples: str | Path, k: int) -> "ChainPrompt":
-        """This prompt with K worked examples from the corpus's own questions and gold triples instead of its own."""
+    def with_corpus_examples(self, corpus: str | Path, triples: str | Path, k: int, splits: tuple[str, ...] = ()) -> "ChainPrompt":
+        """This prompt with K worked examples from the corpus's own questions and gold triples instead of its own;
+        only of ``splits`` when given (a stage on train questions shows no other split's gold)."""
         from grtool.chains.corpus_examples import example_answer, pick_examples
 
-        picked = pick_examples(corpus, triples, k)
+        picked = pick_examples(corpus, triples, k, split=splits or None)
         examples = tuple(FewShot(e.question, e.triples, example_answer(e, "brackets")) for e in picked)
         return ChainPrompt(self.system, examples, k, self.cannot_answer)
 

@@ -40,6 +40,7 @@ from grtool.llm.base import TOO_LONG, Backend, Generation, Messages, Sampling
 from grtool.llm.cache import CacheStats
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
+from grtool.store.questions import SplitSelection
 
 SELECT_METHODS = ("entropy", "first")
 UNANSWERABLE = ("keep", "skip")
@@ -201,8 +202,10 @@ class ChainSynthesizer:
         prompt: ChainPrompt,
         *,
         scorer: EntropyScorer | None = None,
+        selection: SplitSelection = SplitSelection(),
     ):
         self.triples = triples
+        self.selection = selection
         self.settings = settings
         self.prompt = prompt
         self.pattern = citation_pattern(settings.markers)
@@ -225,6 +228,9 @@ class ChainSynthesizer:
     def prepare(self, rows: Sequence[dict[str, Any]], shard: Any, source: str, first_position: int) -> list[PreparedQuestion]:
         checked: list[tuple[int, dict[str, Any], Question]] = []
         for offset, row in enumerate(rows):
+            if not self.selection.keeps(row.get("split")):  # --split: not read (counted, not rejected)
+                shard.count("questions_not_selected")
+                continue
             shard.count("questions")
             q, reason, detail = check_question(row, self.settings.unanswerable)
             if q is None:
@@ -406,6 +412,7 @@ def synthesize(
     shard_index: int | None = None,
     scorer: EntropyScorer | None = None,
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
+    splits: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], CacheStats]:
     """Run the stage over this task's parts; returns the output manifest (or stdout summary) and cache stats.
 
@@ -420,12 +427,13 @@ def synthesize(
     from grtool.store.stage import StageSpec
 
     questions = InputTable.open(corpus, "questions")
+    selection = SplitSelection.of(splits, corpus)
     store = TripleStore(triples)
-    params = {**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()}
+    params = selection.record({**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()})
     if prompt.cannot_answer:  # read back by `filters apply` as its --cannot-answer default
         params["cannot_answer"] = prompt.cannot_answer
     inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
-    synth = ChainSynthesizer(store, settings, prompt, scorer=scorer)
+    synth = ChainSynthesizer(store, settings, prompt, scorer=scorer, selection=selection)
 
     def part_fn(part: Part) -> None:
         path = questions.parts[part.index]

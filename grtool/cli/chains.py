@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
@@ -31,6 +31,7 @@ def synthesize(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
     triples: Annotated[Path, typer.Argument(help="Triples stage directory (from `grtool triples extract`), or a run directory holding triples/.")],
     out: Out,
+    split: Split = None,
     candidates: Annotated[int, typer.Option("--candidates", "-n", min=1, help="Chains per question: one greedy, the rest sampled at --temperature (GReG: 5).")] = 5,
     select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
@@ -96,13 +97,13 @@ def synthesize(
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
     chain_prompt = ChainPrompt.load(prompt, few_shot)
     if few_shot_corpus:
-        chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus)
+        chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus, splits=tuple(split or ()))
     chain_prompt = chain_prompt.with_cannot_answer(cannot_answer)
     manifest, stats = run(
         corpus, str(triples), str(out), llm.make_backend, settings, chain_prompt,
         backend_name=llm.backend, model_name=llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None),
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
-        max_empty_share=max_empty_share,
+        max_empty_share=max_empty_share, splits=tuple(split or ()),
     )  # fmt: skip
     counters = manifest.get("counters")
     if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
@@ -143,6 +144,7 @@ def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
     triples: Annotated[Path, typer.Argument(help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],
     out: Out,
+    split: Split = None,
     flip: Annotated[Flip, typer.Option("--flip", help="Docids written tail-first: auto = when the tail is known and the head is not; always; never.")] = Flip.auto,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
@@ -162,7 +164,8 @@ def gold_cmd(
     from grtool.log import log
 
     refuse_json_with_stdout(as_json, out)
-    manifest = write_gold_chains(corpus, str(triples), str(out), flip=flip.value, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
+    manifest = write_gold_chains(corpus, str(triples), str(out), flip=flip.value, overwrite=overwrite, num_shards=num_shards,
+                                 shard_index=shard_index, splits=tuple(split or ()))  # fmt: skip
     counters = manifest.get("counters")
     if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
         return

@@ -50,11 +50,12 @@ def _print_summary(title: str, report: dict) -> None:
     stage_summary.print(t)
     if report.get("detected"):
         read = Table(title="inputs read as", show_header=True)
-        for col in ("input", "dataset", "records", "by"):
+        for col in ("input", "dataset", "records", "split", "by"):
             read.add_column(col)
         for entry in report["detected"]:
             where = entry["path"] + (f" ({entry['files']:,} files)" if entry.get("files") else "")
-            read.add_row(where, entry["dataset"], entry["records"], entry["by"])
+            split = entry.get("split") or "-"  # "-": documents only (or a manifest written before splits were shown)
+            read.add_row(where, entry["dataset"], entry["records"], f"[yellow]{split}[/]" if split == "unknown" else split, entry["by"])
         stage_summary.print(read)
 
 

@@ -25,12 +25,15 @@ def recall_cmd(
     responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
+    allow_train_overlap: Annotated[bool, typer.Option("--allow-train-overlap", help="Score questions the checkpoint that wrote the responses trained on (default: exit 1 naming them).")] = False,
     as_json: Json = False,
     per_question: Annotated[bool, typer.Option("--per-question", help="Also every question: its recall, exact set, docids with their verdicts (gold / non-gold / hallucinated) and the titles of what it retrieved; with --json, the report's `questions` list.")] = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
 
     Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed. For a `retrieve` directory, selected questions without any response row are counted (without_response).
+
+    On a `retrieve` directory written by a grtool checkpoint, the answered questions that checkpoint trained on (its grtool.json) are counted; any such question exits 1 unless --allow-train-overlap.
 
     Example: grtool eval recall out/retrieve/sft --corpus out/corpus --triples out/triples --per-question --json
     """
@@ -39,10 +42,15 @@ def recall_cmd(
     from grtool.evaluation.recall import evaluate_recall
     from grtool.evaluation.selection import selected_questions
 
+    from grtool.evaluation.overlap import refuse_overlap, train_overlap
+
     report = evaluate_recall(
         responses, QuestionIndex.build(corpus), DocidIndex.build(triples),
         selected=selected_questions(responses, corpus), per_question=PerQuestion(corpus) if per_question else None,
     )  # fmt: skip
+    overlap = train_overlap(responses)  # the checkpoint's training questions among those answered
+    report["train_overlap"] = overlap.as_dict()
+    console.print(overlap.line(), highlight=False)
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
@@ -51,6 +59,8 @@ def recall_cmd(
             print_per_question(report["questions"])
     if report["responses"] == 0:
         raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
+    if not allow_train_overlap:
+        refuse_overlap(overlap, responses)
 
 
 def print_recall(report: dict) -> None:

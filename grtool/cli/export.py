@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import CannotAnswer, Json, check_cannot_answer
+from grtool.cli.options import CannotAnswer, Json, Split, check_cannot_answer
 from grtool.errors import DataProblem
 from grtool.log import stage_summary
 
@@ -52,6 +52,7 @@ def sft_cmd(
     filtered: Annotated[Path, typer.Argument(help="Filtered chains stage directory ('-' = JSON Lines on stdin).")],
     corpus: Corpus,
     out: OutFile,
+    split: Split = None,
     fmt: Annotated[SftFormat, typer.Option("--format", help="Trainer format.")] = SftFormat.sharegpt,
     system: System = None,
     markers: MarkersOpt = Markers.special,
@@ -71,7 +72,8 @@ def sft_cmd(
     """
     from grtool.export.sft import SftOptions, export_sft
 
-    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer), no_thought)
+    opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer), no_thought,
+                      splits=tuple(split or ()))  # fmt: skip
     result = export_sft(filtered, corpus, out, opts)
     table = Table(title="SFT export")
     for col in ("dataset", "chains", "train", "dev", "capped"):
@@ -80,6 +82,8 @@ def sft_cmd(
         table.add_row(name, str(c.chains), str(c.train), str(c.dev), str(c.capped))
     stage_summary.print(table)
     skipped = f"{result.rows_in} chains read; skipped: {result.not_selected} not selected, {result.unknown_qid} unknown qid, {result.empty_chain} empty"
+    if split:
+        skipped += f", {result.outside_split} outside --split"
     if no_thought:
         skipped += f", {result.broken_chain} with markers that do not pair up"
     stage_summary.print(skipped + (f" (e.g. {', '.join(result.unknown_examples)})" if result.unknown_examples else ""), highlight=False)
@@ -98,6 +102,7 @@ def kto_cmd(
     corpus: Corpus,
     triples: Triples,
     out: OutFile,
+    split: Split = None,
     tau: Annotated[float, typer.Option("--tau", help="Responses with recall below tau are undesirable.")] = 0.5,
     fmt: Annotated[KtoFormat, typer.Option("--format", help="Trainer format.")] = KtoFormat.llamafactory,
     system: System = None,
@@ -116,7 +121,8 @@ def kto_cmd(
     """
     from grtool.export.kto import export_kto
 
-    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value, cannot_answer=check_cannot_answer(cannot_answer))
+    result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value, cannot_answer=check_cannot_answer(cannot_answer),
+                        splits=tuple(split or ()))  # fmt: skip
     summary = result.as_dict()
     table = Table(title=f"KTO labels (--desirable {desirable.value}, tau = {tau})")
     for col in ("dataset", "desirable", "undesirable", "dropped"):
@@ -130,7 +136,8 @@ def kto_cmd(
         f"weights: desirable_weight={summary['desirable_weight']} undesirable_weight={summary['undesirable_weight']}; "
         f"skipped: {result.skipped.unknown_qid} unknown qid, {result.skipped.no_gold} without gold, "
         f"{result.skipped.incomplete_gold} with incomplete gold"
-        + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else ""),
+        + (f" (unknown: {', '.join(result.skipped.unknown_examples)})" if result.skipped.unknown_examples else "")
+        + (f", {result.outside_split} outside --split" if split else ""),
         highlight=False,
     )
     if result.dataset_info:
@@ -146,6 +153,7 @@ def kto_cmd(
 def gmr_cmd(
     corpus: Annotated[Path, typer.Argument(help="Corpus run directory holding questions/ and documents/.")],
     out: OutFile,
+    split: Split = None,
     memorization: Annotated[bool, typer.Option("--memorization/--no-memorization", help="Also write corpus-memorization pairs (first 70% of a document's words → the rest).")] = False,
     chunk_questions: Annotated[int, typer.Option("--chunk-questions", min=1, help="Questions whose gold documents are held in memory at once.")] = 50_000,
     as_json: Json = False,
@@ -158,21 +166,23 @@ def gmr_cmd(
     """
     from grtool.export.formats import open_rows
     from grtool.export.gmr import GmrResult, iter_gmr
-    from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
+    from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 
     result = GmrResult()
+    splits = tuple(split or ())
     with claim_export([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")]):
         with open_rows(out, json_array=False) as writer:
-            for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions):
+            for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions, splits=splits):
                 writer.write(pair)
         if str(out) != "-":
             inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
-            write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs)
+            write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None))
     stage_summary.print(
         f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
         f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"
         + (f" (e.g. {', '.join(result.missing_examples)})" if result.missing_examples else "")
-        + (f", {result.too_short} documents too short to memorize" if memorization else ""),
+        + (f", {result.too_short} documents too short to memorize" if memorization else "")
+        + (f", {result.outside_split} outside --split" if split else ""),
         highlight=False,
     )
     if as_json and str(out) != "-":

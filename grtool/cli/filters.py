@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
@@ -28,6 +28,7 @@ def apply_cmd(
     corpus: Annotated[Path, typer.Option("--corpus", help="Ingested corpus run directory (its questions/ are used).")],
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
     out: Out,
+    split: Split = None,
     rules: Annotated[
         Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")
     ] = None,
@@ -85,6 +86,7 @@ def apply_cmd(
         all_candidates=all_candidates,
         docid_start=docid_start,
         docid_end=docid_end,
+        splits=tuple(split or ()),
     )
     if report is not None:
         from grtool.store.outputs import input_stage, refuse_output_among_inputs

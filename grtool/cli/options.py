@@ -33,6 +33,10 @@ ShardIndex = Annotated[
 ]
 Strict = Annotated[bool, typer.Option("--strict", help="Fail on the first bad record instead of rejecting it.")]
 Json = Annotated[bool, typer.Option("--json", help="Print a JSON object on stdout instead of tables.")]
+Split = Annotated[
+    Optional[list[str]],
+    typer.Option("--split", help="Only questions of this split, e.g. train (repeatable; default: every question); recorded in the manifest."),
+]
 
 
 def refuse_json_with_stdout(as_json: bool, out: str | Path) -> None:

@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer
+from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 class MarkerMode(str, Enum):
     special = "special"
@@ -29,7 +29,7 @@ def retrieve_cmd(
     out: Out,
     triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage for recall and flips (default: the one the index was built from).")] = None,
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Only questions of this dataset (repeatable).")] = None,
-    split: Annotated[Optional[list[str]], typer.Option("--split", help="Only questions of this split (repeatable).")] = None,
+    split: Split = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
     markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
     few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 3 with brackets for a model `grtool train` did not write, else 0).")] = None,

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -354,13 +354,16 @@ class Reading:
     # ds.GENERIC_DOCUMENTS those of the generic layout
     dataset: str  # the dataset its documents (and questions) are tagged with
     by: str  # BY_DETECTION or BY_OPTION
+    split: str | None = None  # of its questions (None: documents only); "unknown" when neither the name nor --split says
 
     @property
     def documents_only(self) -> bool:
         return self.converter in (ds.HOTPOTQA_WIKI, ds.GENERIC_DOCUMENTS)
 
     def describe(self) -> dict[str, str]:
-        return {"dataset": self.dataset, "records": "documents" if self.documents_only else "questions", "by": self.by}
+        if self.documents_only:
+            return {"dataset": self.dataset, "records": "documents", "by": self.by}
+        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by}
 
 
 def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
@@ -485,7 +488,9 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             _warn_no_split(stream.name, " and records without a 'split' field")
             warned = True
         generic.defer(converted, record, stream.name, position)
-    return reading
+    if reading is None or reading.documents_only:
+        return reading
+    return replace(reading, split=file_split or ("per record" if reading.converter == ds.GENERIC else None))
 
 
 def _warn_no_split(name: str, records: str = "") -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from grtool.store.questions import SplitSelection
 from grtool.store.stage import iter_batches, resolve_stage
 
 DONE = "DONE"
@@ -85,9 +86,11 @@ class GmrResult:
     missing_examples: list[str] = field(default_factory=list)
     memorization_pairs: int = 0
     too_short: int = 0  # documents of fewer than two words: no memorization pair
+    outside_split: int = 0  # questions outside --split
+    qids: set[str] = field(default_factory=set)  # the questions with retrieval pairs written
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {k: v for k, v in vars(self).items() if k != "qids"}
 
 
 def _documents_by_id(documents: Path, wanted: set[str]) -> dict[str, str]:
@@ -103,7 +106,9 @@ def _documents_by_id(documents: Path, wanted: set[str]) -> dict[str, str]:
     return found
 
 
-def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = False, chunk_questions: int = 50_000) -> Iterator[dict[str, Any]]:
+def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = False, chunk_questions: int = 50_000,
+             splits: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:  # fmt: skip
+    selection = SplitSelection.of(splits, corpus)
     questions = resolve_stage(corpus, "questions")
     documents = resolve_stage(corpus, "documents")
     chunk: list[dict[str, Any]] = []
@@ -119,12 +124,16 @@ def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = Fals
                 continue
             pairs = retrieval_pairs(q["qid"], q["question"], [(d, docs[d]) for d in q["gold_doc_ids"]])
             result.questions += 1
+            result.qids.add(q["qid"])
             result.retrieval_pairs += len(pairs)
             yield from pairs
         chunk.clear()
 
-    for batch in iter_batches(questions, columns=["qid", "question", "gold_doc_ids", "answerable"]):
+    for batch in iter_batches(questions, columns=["qid", "question", "gold_doc_ids", "answerable", "split"]):
         for q in batch.to_pylist():
+            if not selection.keeps(q["split"]):
+                result.outside_split += 1
+                continue
             if not q["gold_doc_ids"] or q["answerable"] is False:
                 result.no_gold += 1
                 continue

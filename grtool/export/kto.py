@@ -21,9 +21,10 @@ from typing import Any
 from grtool.errors import GrtoolError
 from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
 from grtool.export.readers import DocidIndex, QuestionIndex
-from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
+from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 from grtool.evaluation.recall import Score, Skipped, iter_scores
 from grtool.store.io import is_stdio
+from grtool.store.questions import SplitSelection
 
 
 DESIRABLE_RULES = {
@@ -59,6 +60,8 @@ class KtoResult:
     dropped: int = 0
     skipped: Skipped = field(default_factory=Skipped)
     per_dataset: dict[str, dict[str, int]] = field(default_factory=dict)
+    outside_split: int = 0  # responses to questions outside --split
+    qids: set[str] = field(default_factory=set)  # the questions of the rows written
     desirable_rule: str = "exact"
     tau: float = 0.5
     file: str | None = None
@@ -77,6 +80,7 @@ class KtoResult:
             "desirable": self.desirable,
             "undesirable": self.undesirable,
             "dropped": self.dropped,
+            "outside_split": self.outside_split,
             "unknown_qid": self.skipped.unknown_qid,
             "no_gold": self.skipped.no_gold,
             "incomplete_gold": self.skipped.incomplete_gold,
@@ -100,6 +104,7 @@ def export_kto(
     markers: str = "special",
     desirable: str = "exact",
     cannot_answer: str | None = None,
+    splits: tuple[str, ...] = (),
 ) -> KtoResult:
     if desirable not in DESIRABLE_RULES:
         raise GrtoolError(f"--desirable must be one of {', '.join(DESIRABLE_RULES)}, got {desirable!r}")
@@ -108,11 +113,15 @@ def export_kto(
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
     with claim_export([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")]):
+        selected = SplitSelection.of(splits, corpus).qids(corpus)
         questions = QuestionIndex.build(corpus)
         index = DocidIndex.build(triples)
         result = KtoResult(desirable_rule=desirable, tau=tau)
         with open_rows(out, json_array=fmt == "llamafactory") as writer:
             for score in iter_scores(responses, questions, index, result.skipped):
+                if score.question.qid not in selected:
+                    result.outside_split += 1
+                    continue
                 label = kto_label(score, tau, desirable)
                 counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
                 if label is None:
@@ -121,6 +130,7 @@ def export_kto(
                     continue
                 prompt = instruction(score.question.question, markers, cannot_answer)
                 writer.write(kto_row(fmt, prompt, score.response.text, label, system))
+                result.qids.add(score.question.qid)
                 key = "desirable" if label else "undesirable"
                 setattr(result, key, getattr(result, key) + 1)
                 counts[key] += 1
@@ -133,6 +143,6 @@ def export_kto(
             write_sidecar(
                 out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
                 inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
-                params={"cannot_answer": cannot_answer} if cannot_answer else None,
+                params={"cannot_answer": cannot_answer} if cannot_answer else None, questions=questions_record(result.qids, splits=sorted(splits) or None),
             )  # fmt: skip
     return result

@@ -5,7 +5,8 @@ Exports are single files for trainers, not stage directories, so what made them 
     data/thinkgr_sft.json              the rows (a JSON array or JSON Lines)
     data/thinkgr_sft.json.grtool.json  command line (credentials redacted), grtool version, time, the inputs'
                                        fingerprints, trainer format, row count, bytes and sha256 of the file,
-                                       and the dataset_info.json entry that registers it (LLaMA-Factory)
+                                       the dataset_info.json entry that registers it (LLaMA-Factory), and
+                                       the questions its rows come from (--split, qids)
 
 `grtool validate` finds the sidecars under a directory and checks each file against its own: present,
 unchanged (bytes, sha256), the recorded number of rows, every row in the recorded format's shape, the
@@ -15,6 +16,8 @@ Nothing is written for ``--out -``.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,15 @@ def input_fingerprint(path: str | Path, table: str | None = None) -> dict[str, A
     return {**fingerprint(target), **({"table": table} if table else {})}
 
 
+def questions_record(qids: Iterable[str], **about: Any) -> dict[str, Any]:
+    """The questions whose rows an export (or a checkpoint) holds: their qids (sorted), count and digest, plus
+    ``about`` (the export's ``--split`` selection; a checkpoint's sources). `train` copies it into its
+    checkpoint, and `eval recall` checks scored questions against it (a model scored on questions it trained on)."""
+    ordered = sorted(set(qids))
+    digest = hashlib.sha256("\n".join(ordered).encode()).hexdigest()
+    return {"count": len(ordered), "sha256": digest, **about, "qids": ordered}
+
+
 def write_sidecar(
     path: str | Path,
     *,
@@ -64,6 +76,7 @@ def write_sidecar(
     dataset_info_entry: str | None = None,
     command: list[str] | None = None,
     params: dict[str, Any] | None = None,
+    questions: dict[str, Any] | None = None,
 ) -> Path | None:
     """Record what made ``path`` (an export just written) in ``<path>.grtool.json``; nothing for stdout."""
     if is_stdio(path):
@@ -85,6 +98,7 @@ def write_sidecar(
         "created": now(),
         "inputs": inputs,
         **({"params": params} if params else {}),  # settings that shaped the rows (e.g. cannot_answer)
+        **({"questions": questions} if questions is not None else {}),  # questions_record: what a model trained on it saw
     }
     out = sidecar_path(p)
     atomic_write_bytes(out, dumps(meta))

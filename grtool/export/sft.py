@@ -20,9 +20,10 @@ from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
 from grtool.export.readers import QuestionIndex
-from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
+from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.io import InputTable, is_stdio
+from grtool.store.questions import SplitSelection
 
 
 @dataclass
@@ -36,6 +37,7 @@ class SftOptions:
     all_candidates: bool = False  # every chain, not only the selected ones (filters apply marks the kept chain selected)
     cannot_answer: str | None = None  # --cannot-answer: the sentence the instruction names
     no_thought: bool = False  # --no-thought: the chain's docids and its closing sentence only (the w/o Thought ablation)
+    splits: tuple[str, ...] = ()  # --split: only chains of these splits' questions
 
     def check(self, out: str | Path) -> None:
         if self.fmt not in SFT_FORMATS:
@@ -61,17 +63,20 @@ class SftResult:
     per_dataset: dict[str, DatasetCounts] = field(default_factory=dict)
     rows_in: int = 0
     not_selected: int = 0
+    outside_split: int = 0  # chains of questions outside --split
     unknown_qid: int = 0
     empty_chain: int = 0
     broken_chain: int = 0  # --no-thought: markers that do not pair up, so the docids cannot be cut out
     unknown_examples: list[str] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # split → path
+    qids: dict[str, set[str]] = field(default_factory=dict)  # split → the questions of the rows written
     dataset_info: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rows_in": self.rows_in,
             "not_selected": self.not_selected,
+            "outside_split": self.outside_split,
             "unknown_qid": self.unknown_qid,
             "empty_chain": self.empty_chain,
             "broken_chain": self.broken_chain,
@@ -92,6 +97,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
     opts.check(out)
     files = [out, dev_path(Path(out))] if opts.dev_share > 0 and not is_stdio(out) else [out]
     with claim_export(files, "sft", inputs=[(filtered, "chains"), (corpus, "questions")]):
+        selected = SplitSelection.of(opts.splits, corpus).qids(corpus)
         questions = QuestionIndex.build(corpus)
         chains = InputTable.open(filtered, "chains")
         result = SftResult()
@@ -103,6 +109,9 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                 result.rows_in += 1
                 if not opts.all_candidates and not row.get("selected"):
                     result.not_selected += 1
+                    continue
+                if row["qid"] not in selected:
+                    result.outside_split += 1
                     continue
                 question = questions.get(row["qid"])
                 if question is None:
@@ -123,7 +132,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                 counts.chains += 1
                 example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(text, opts.markers), opts.system)
                 split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
-                spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}", orjson.dumps(example))
+                spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}:{question.qid}", orjson.dumps(example))
             _write_splits(spill, out, opts, result)
         if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
             entries = {}
@@ -138,7 +147,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                     path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
                     json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
                     dataset_info_entry=Path(path).stem if result.dataset_info else None,
-                    params=_params(opts),
+                    params=_params(opts), questions=questions_record(result.qids.get(split, ()), splits=sorted(opts.splits) or None),
                 )  # fmt: skip
     return result
 
@@ -167,11 +176,12 @@ def _write_splits(spill: KeyedSpill, out: str | Path, opts: SftOptions, result: 
     with ExitStack() as stack:
         writers = {split: stack.enter_context(open_rows(path, json_array)) for split, path in targets.items()}
         for tag, example in spill:
-            split, dataset = tag.split(":", 1)
+            split, dataset, qid = tag.split(":", 2)
             counts = result.per_dataset[dataset]
             if split == "train" and opts.max_per_dataset is not None and counts.train >= opts.max_per_dataset:
                 counts.capped += 1
                 continue
             writers[split].write_encoded(example)
             setattr(counts, split, getattr(counts, split) + 1)
+            result.qids.setdefault(split, set()).add(qid)
     result.files = {split: str(path) for split, path in targets.items()}

@@ -34,6 +34,7 @@ from grtool.docid import check_markers
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.io import InputTable, is_stdio, open_output
+from grtool.store.questions import SplitSelection
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
 from grtool.store.sharding import parts_for_task, resolve_sharding
@@ -53,6 +54,7 @@ class FilterConfig:
     # them into settings.markers (see chain_markers), so a chains stage is read with the markers it was written in.
     docid_start: str | None = None
     docid_end: str | None = None
+    splits: tuple[str, ...] = ()  # --split: only chains of these splits' questions are read
 
     def params(self) -> dict[str, Any]:
         s = self.settings
@@ -68,7 +70,7 @@ class FilterConfig:
         }
         if s.cannot_answer:  # only when given: a manifest written before the option stays resumable
             params["cannot_answer"] = s.cannot_answer
-        return params
+        return SplitSelection(self.splits).record(params)
 
 
 @dataclass
@@ -301,6 +303,7 @@ def apply_filters(
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
+    selected = SplitSelection.of(config.splits, corpus).qids(corpus)
     questions = QuestionLookup.build(corpus)
     index = open_lookup(triples)
     log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
@@ -319,6 +322,12 @@ def apply_filters(
             with writer.shard(i) as sh:
                 chooser, passed = Chooser(config.all_candidates), []
                 for batch in _batches(source, i):
+                    batch, left_out = selected.filter(batch)
+                    if left_out:  # chains of questions outside --split: not read (counted, not rejected)
+                        sh.count("not_selected", left_out)
+                        counts["not_selected"] += left_out
+                    if not batch.num_rows:
+                        continue
                     judged, outcome = judge.judge(batch)
                     sh.count_in(judged.num_rows)
                     passed.append(_passed(judged, outcome))

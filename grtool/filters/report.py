@@ -54,6 +54,7 @@ def build_report(counts: Counter[str], examples: dict[str, list[dict]], *, rules
         # candidate, but no candidate passed them all
         "lost": {r: lost.get(r, 0) for r in (*rules, "question", "mixed")},
         "trimmed": counts.get("trimmed", 0),
+        "not_selected": counts.get("not_selected", 0),  # chains of questions outside --split, not judged
         "rules": {r: counts.get(f"rule/{r}", 0) for r in (*rules, "question")},
         "reasons": dict(sorted((k.split("/", 1)[1], v) for k, v in counts.items() if k.startswith("reason/"))),
         "datasets": dict(sorted(datasets.items())),

@@ -25,6 +25,7 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.retrieve.prompt import RetrievePrompt
 from grtool.retrieve.rejects import reject_too_long
 from grtool.store.io import InputTable
+from grtool.store.questions import SplitSelection
 
 MARKER_MODES = ("special", "brackets")
 MODES = ("docids", "gmr")
@@ -77,7 +78,7 @@ class Selection:
         table = InputTable.open(corpus, "questions")
         if table.source == "-":
             raise InputError("retrieve reads questions from a corpus run directory or its questions stage, not stdin")
-        selection = cls(table, tuple(datasets), tuple(splits))
+        selection = cls(table, tuple(datasets), SplitSelection.of(splits, corpus).splits)
         counts = [selection._count(i) for i in range(table.num_parts)]
         if sum(counts) == 0:
             what = ", ".join(f"{k} {', '.join(v)}" for k, v in (("dataset", datasets), ("split", splits)) if v) or "any"
@@ -91,8 +92,9 @@ class Selection:
         return selection
 
     def _matching(self, part: int, columns: list[str]):
+        keeps = SplitSelection(self.splits).keeps
         for batch in self.table.iter_part(part, columns=columns):
-            yield from (r for r in batch if (not self.datasets or r["dataset"] in self.datasets) and (not self.splits or r["split"] in self.splits))
+            yield from (r for r in batch if (not self.datasets or r["dataset"] in self.datasets) and keeps(r["split"]))
 
     def _count(self, part: int) -> int:
         return sum(1 for _ in self._matching(part, ["dataset", "split"]))

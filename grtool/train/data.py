@@ -37,6 +37,7 @@ class TrainData:
     fmt: str  # the format recognised
     sha256: str | None  # of the data file (None for a stage directory: see ``fingerprint``)
     fingerprint: dict[str, Any]
+    questions: dict[str, Any] | None = None  # the questions of the rows (export's questions record); None: unknown
 
     def labels(self) -> Counter:
         return Counter(bool(r["label"]) for r in self.rows if "label" in r)
@@ -145,7 +146,18 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
         raise InputError(f"{data}: no such file or directory")
     rows, fmt = load_rows(data)
     _check_gmr(data, fmt)
-    return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+    return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
+
+
+def exported_questions(data: Path) -> dict[str, Any] | None:
+    """The questions an export file's ``<file>.grtool.json`` says its rows come from (None: no such record)."""
+    from grtool.export.provenance import read_sidecar, sidecar_path
+
+    try:
+        record = read_sidecar(sidecar_path(data)).get("questions")
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("qids"), list) else None
 
 
 def _check_gmr(data: Path, fmt: str) -> None:
@@ -166,19 +178,19 @@ def _check_gmr(data: Path, fmt: str) -> None:
 
 
 def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str, cannot_answer: str | None = None) -> TrainData:
-    from grtool.export.provenance import input_fingerprint
+    from grtool.export.provenance import input_fingerprint, questions_record
     from grtool.export.sft import SftOptions, export_sft
 
     if corpus is None:
         raise InputError(f"{stage}: a filtered-chains directory needs --corpus (the run holding questions/) to build the prompts")
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "sft.jsonl"
-        export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers, cannot_answer=cannot_answer))
+        exported = export_sft(stage, corpus, out, SftOptions(fmt="trl-messages", system=system, markers=markers, cannot_answer=cannot_answer))
         if not out.exists() or not out.stat().st_size:
             raise InputError(f"{stage}: no selected chain with a known question: nothing to train on")
         rows, _ = load_rows(out)
     fingerprint = {"chains": input_fingerprint(stage, "chains"), "questions": input_fingerprint(corpus, "questions")}
-    return TrainData(rows, str(stage), "filtered-chains", None, fingerprint)
+    return TrainData(rows, str(stage), "filtered-chains", None, fingerprint, questions_record(exported.qids.get("train", ())))
 
 
 def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None = None, system: str | None = None,
@@ -192,7 +204,7 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
         raise InputError(f"{data}: no such file")
     else:
         rows, fmt = load_rows(data)
-        loaded = TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)})
+        loaded = TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
     missing = sum("label" not in r for r in loaded.rows)
     if missing:
         raise InputError(f"{data}: {missing} rows have no label (kto_tag / label): not a file `grtool export kto` wrote")
@@ -207,7 +219,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
                     cannot_answer: str | None = None) -> TrainData:
     """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
     from grtool.export.kto import export_kto
-    from grtool.export.provenance import input_fingerprint
+    from grtool.export.provenance import input_fingerprint, questions_record
 
     if corpus is None or triples is None:
         raise InputError(f"{responses}: responses as KTO data need both --corpus (the run holding questions/) and --triples to be labelled")
@@ -227,7 +239,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
         "triples": input_fingerprint(triples, "triples"),
         "labelling": {k: labelling[k] for k in ("rule", "desirable", "undesirable", "dropped", "unknown_qid", "no_gold", "incomplete_gold")},
     }
-    return TrainData(rows, str(responses), "responses", None, fingerprint)
+    return TrainData(rows, str(responses), "responses", None, fingerprint, questions_record(result.qids))
 
 
 FLIPPED_TABLES = ("chains", "responses")  # the stages whose rows say, per docid, whether it is written tail-first

@@ -499,6 +499,7 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
     import datetime as dt
 
     from grtool import __version__
+    from grtool.evaluation.overlap import trained_questions
     from grtool.invocation import current_command
     from grtool.train.model import marker_ids
 
@@ -512,6 +513,7 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
         "data": {"source": p.data.source, "format": p.data.fmt, "rows": len(p.data.rows), "sha256": p.data.sha256,
                  "fingerprint": p.data.fingerprint, **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {})},  # fmt: skip
         "base_model": {"name": p.model.name, "path": p.model.path},
+        "questions": trained_questions(p.data.source, p.data.questions, p.model.path),  # what `eval recall` must not score
         "flips": learned_flips(p),
         "hyperparameters": report["config"],
         "processes": world_size(),
@@ -540,14 +542,19 @@ def learned_flips(p: Plan) -> bool | None:
 
 def checkpoint_flips(path: str | Path | None) -> bool | None:
     """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
+    value = checkpoint_value(path, "flips")
+    return value if isinstance(value, bool) else None
+
+
+def checkpoint_value(path: str | Path | None, key: str) -> Any:
+    """``key`` of a grtool checkpoint's ``grtool.json`` (None: not a grtool checkpoint, or not recorded)."""
     record = Path(path) / PROVENANCE if path else None
     if record is None or not record.is_file():
         return None
     try:
-        value = orjson.loads(record.read_bytes()).get("flips")
+        return orjson.loads(record.read_bytes()).get(key)
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return None
-    return value if isinstance(value, bool) else None
 
 
 def _finite(x: float | None) -> float | None:

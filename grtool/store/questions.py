@@ -1,0 +1,94 @@
+"""Which questions of a corpus a stage reads: ``--split`` (repeatable), the one selection every stage that reads
+questions shares (chains synthesize / gold, filters apply, export sft / kto / gmr, retrieve).
+
+A split named that no question has is a usage error naming the splits the corpus holds: a typo (``--split
+valid``) must not select nothing, or everything. The selection is recorded in the stage's manifest parameters
+(``split``), so resuming an output with another selection is refused like any other changed option.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from grtool.errors import InputError
+from grtool.store.io import is_stdio
+from grtool.store.stage import iter_batches, resolve_stage
+
+
+def split_counts(corpus: str | Path) -> Counter[str]:
+    """Questions per split of a corpus run directory (or its questions stage)."""
+    counts: Counter[str] = Counter()
+    for batch in iter_batches(resolve_stage(corpus, "questions"), columns=["split"]):
+        counts.update(s if s is not None else "unknown" for s in batch.column(0).to_pylist())
+    return counts
+
+
+@dataclass(frozen=True)
+class SplitSelection:
+    """The splits a stage reads (empty: every question)."""
+
+    splits: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, splits: Iterable[str] | None, corpus: str | Path | None = None) -> "SplitSelection":
+        """The selection ``--split`` asks for, checked against the questions of ``corpus`` (not on stdin)."""
+        names = tuple(sorted(dict.fromkeys(s.strip() for s in splits or ())))
+        if "" in names:
+            raise InputError("--split: an empty split name")
+        selection = cls(names)
+        if selection and corpus is not None and not is_stdio(corpus):
+            selection.check(corpus)
+        return selection
+
+    def __bool__(self) -> bool:
+        return bool(self.splits)
+
+    def check(self, corpus: str | Path) -> None:
+        present = split_counts(corpus)
+        missing = [s for s in self.splits if s not in present]
+        if missing:
+            held = ", ".join(f"{s} ({n:,} questions)" for s, n in sorted(present.items())) or "no questions at all"
+            raise InputError(f"--split {', '.join(missing)}: no question of {resolve_stage(corpus, 'questions')} has this split; it holds {held}")
+
+    def keeps(self, split: str | None) -> bool:
+        return not self.splits or (split or "unknown") in self.splits
+
+    def record(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with the selection added (only when one is made: outputs written before stay resumable)."""
+        return {**params, "split": sorted(self.splits)} if self.splits else params
+
+    def qids(self, corpus: str | Path) -> "SelectedQids":
+        """The selected questions of ``corpus`` by qid, for stages that read rows of other tables (chains,
+        responses) carrying a qid."""
+        if not self.splits:
+            return SelectedQids(None)
+        wanted = pa.array(self.splits, type=pa.string())
+        qids: set[str] = set()
+        for batch in iter_batches(resolve_stage(corpus, "questions"), columns=["qid", "split"]):
+            keep = pc.is_in(pc.fill_null(batch.column(1), "unknown"), value_set=wanted)
+            qids.update(batch.column(0).filter(keep).to_pylist())
+        return SelectedQids(frozenset(qids))
+
+
+class SelectedQids:
+    """The qids a stage reads (None: all of them)."""
+
+    def __init__(self, qids: frozenset[str] | None):
+        self.qids = qids
+        self._values = None if qids is None else pa.array(sorted(qids), type=pa.string())
+
+    def __contains__(self, qid: object) -> bool:
+        return self.qids is None or qid in self.qids
+
+    def filter(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch | pa.Table, int]:
+        """The rows of ``batch`` (a ``qid`` column) of selected questions, and how many were left out."""
+        if self._values is None:
+            return batch, 0
+        kept = batch.filter(pc.is_in(batch.column("qid"), value_set=self._values))
+        return kept, batch.num_rows - kept.num_rows
