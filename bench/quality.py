@@ -461,7 +461,7 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
     ]
     for name, runs in groups.items():
         done = [r for r in runs if r.report]
-        notes = "; ".join(dict.fromkeys(r.note for r in runs if r.note))
+        notes = "; ".join(dict.fromkeys(r.note if r.report or r.seed is None else f"seed {r.seed}: {r.note}" for r in runs if r.note))
         if not done:
             lines.append(f"| {name} | - | - | - | - | - | - | - | - | {notes} |")
             continue
