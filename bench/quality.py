@@ -99,8 +99,8 @@ class Row:
     seed: int | None = None  # the training seed; None: a row that trains nothing (run once)
     report: dict | None = None  # eval recall --json
     tokens: float | None = None  # generated tokens per question
-    retrieve_s: float = 0.0
-    train_s: float = 0.0
+    retrieve_s: float | None = 0.0  # None: not known (a row read back by --merge)
+    train_s: float | None = 0.0
     report_file: Path | None = None
     recall_by_qid: dict[str, float] = field(default_factory=dict)
     exact_by_qid: dict[str, float] = field(default_factory=dict)
@@ -419,17 +419,22 @@ def mean_report(reports: list[dict]) -> dict:
     return sum(reports) / len(reports)
 
 
+def mean_text(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):.0f}" if known else "-"
+
+
 def results_name(args) -> str:
-    seeds = "" if len(args.seeds) == 1 else "-seeds-" + "-".join(map(str, args.seeds))
+    seeds = "" if args.seeds == [0] else "-seeds-" + "-".join(map(str, args.seeds))
     return f"quality-{slug(args.model)}{'-distractors' if args.index_triples == 'all' else ''}{seeds}"
 
 
-def write_results(bench: Bench, wall: float, started: str, finished: bool = True) -> Path:
+def write_results(bench: Bench, wall: float, started: str, finished: bool = True, merged: tuple[Path, ...] = ()) -> Path:
     from quality_stats import RESAMPLES, bootstrap, paired_difference
 
     a = bench.args
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    md, png = RESULTS / f"{results_name(a)}.md", RESULTS / f"{results_name(a)}.png"
+    a.results.mkdir(parents=True, exist_ok=True)
+    md, png = a.results / f"{results_name(a)}.md", a.results / f"{results_name(a)}.png"
     groups = grouped(bench.rows)
     plotted = []
     for name, runs in groups.items():
@@ -447,9 +452,11 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
         f"# Retrieval quality on held-out 2WikiMultihopQA questions: {slug(a.model)}"
         + (", distractor paragraphs in the index" if a.index_triples == "all" else ""),
         "",
-        f"`{' '.join(['python bench/quality.py', *sys.argv[1:]])}` — started {started}, "
-        + (f"**wall time {wall / 60:.1f} min**" if finished else f"**still running: the rows finished after {wall / 60:.1f} min**")
-        + f" on {os.cpu_count()} CPU cores shared with other work.",
+        f"`{' '.join(['python bench/quality.py', *sys.argv[1:]])}` — "
+        + (f"the rows of {len(merged)} runs of the bench read back from their folders on {started}."
+           if merged else f"started {started}, "
+           + (f"**wall time {wall / 60:.1f} min**" if finished else f"**still running: the rows finished after {wall / 60:.1f} min**")
+           + f" on {os.cpu_count()} CPU cores shared with other work."),
         "",
         f"Model `{a.model or 'SmolLM2-135M-Instruct (embedded)'}`, training seeds {seeds}; SFT {a.steps} steps (batch 1, lr {a.lr}, no warm-up), "
         f"KTO {a.kto_steps} steps (batch 2, lr {a.kto_lr}) from the SFT checkpoint of the same seed; retrieve greedy, `--max-tokens {a.max_tokens}`, "
@@ -470,9 +477,8 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
         seed_list = "-" if done[0].seed is None else ", ".join(str(r.seed) for r in done)
         per_seed = " / ".join(f"{x:.3f}" for x in recall.per_seed) if len(done) > 1 else "-"
         hall = f"{sum(r.report['hallucinated'] for r in done)} / {sum(r.report['docids'] for r in done)}"
-        avg = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        lines.append(f"| {name} | {seed_list} | {recall.text()} | {per_seed} | {exact.text()} | {hall} | {avg([r.tokens or 0 for r in done]):.0f} | "
-                     f"{avg([r.retrieve_s for r in done]):.0f} | {avg([r.train_s for r in done]):.0f} | {notes} |")  # fmt: skip
+        lines.append(f"| {name} | {seed_list} | {recall.text()} | {per_seed} | {exact.text()} | {hall} | {mean_text([r.tokens for r in done])} | "
+                     f"{mean_text([r.retrieve_s for r in done])} | {mean_text([r.train_s for r in done])} | {notes} |")  # fmt: skip
     diffs = []
     for left, right in COMPARISONS:
         lname = next((n for n in groups if n == left or (left.endswith("(teacher") and n.startswith(left))), None)
@@ -522,6 +528,60 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
     return md
 
 
+ROW_NAMES = ("base few-shot", "base special", "SFT", "SFT → KTO", "w/o Thought", "GMR")  # the order of the table
+
+
+def rows_from_work(bench: Bench) -> list[Row]:
+    """The rows a run of this bench left in its folder: each `eval recall` report under reports/ (rows run once)
+    or seed-N/reports/ (trained rows), scored per question again from its responses. Times and notes are not
+    kept there: the run's own results file has them."""
+    from grtool.store.stage import read_table
+
+    names = {slug_row(n): n for n in ROW_NAMES}
+    seeded = [(d, int(d.name.removeprefix("seed-"))) for d in sorted(bench.work.glob("seed-*")) if d.name.removeprefix("seed-").isdigit()]
+    rows = []
+    for folder, seed in [(bench.work, None), *seeded]:
+        for report in sorted((folder / "reports").glob("*.json")):
+            name = names.get(report.stem) or (f"SFT (teacher {report.stem.removeprefix('sft-teacher-')})" if report.stem.startswith("sft-teacher-") else None)
+            if name is None:  # the means write_results keeps for `eval compare`
+                continue
+            responses = folder / "responses" / report.stem
+            row = Row(name, seed=seed, report=json.loads(report.read_text()), report_file=report, retrieve_s=None, train_s=None)
+            row.recall_by_qid, row.exact_by_qid = bench.per_question(responses)
+            tokens = read_table(responses, ["tokens"]).column("tokens").to_pylist()
+            row.tokens = sum(tokens) / len(tokens) if tokens else None
+            rows.append(row)
+    return rows
+
+
+def merge(args) -> Path:
+    """One results file from the rows of several runs on the same questions (e.g. each seed on its own machine);
+    a row (and seed) two runs both hold is taken from the first."""
+    from grtool.store.stage import read_table
+
+    rows: dict[tuple[str, int | None], Row] = {}
+    tests = set()
+    for work in args.merge:
+        if not (work / "test" / "questions").is_dir():
+            sys.exit(f"--merge {work}: not a folder of a bench run (no test/questions)")
+        for r in rows_from_work(Bench(args, work)):
+            rows.setdefault((r.name, r.seed), r)
+        tests.add(tuple(sorted(read_table(work / "test" / "questions", ["qid"]).column("qid").to_pylist())))
+    if len(tests) > 1:
+        sys.exit(f"--merge {' '.join(map(str, args.merge))}: the runs scored different test questions")
+    first = args.merge[0]
+    bench = Bench(args, Path(tempfile.mkdtemp(prefix="grtool_quality_merge_")))
+    order = {n: i for i, n in enumerate(ROW_NAMES)}
+    bench.rows = sorted(rows.values(), key=lambda r: (order.get(r.name, len(order)), r.name, -1 if r.seed is None else r.seed))
+    bench.split = (read_table(first / "train" / "questions", ["qid"]).num_rows, len(json.loads((first / "src" / "data_ids_test.json").read_text())), len(next(iter(tests))))
+    args.seeds = sorted({r.seed for r in bench.rows if r.seed is not None}) or args.seeds
+    bench.notes.append(f"Rows read back from the runs in {', '.join(map(str, args.merge))}; each run's own results file holds its notes, times and commands.")
+    try:
+        return write_results(bench, 0.0, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), merged=tuple(args.merge))
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=BENCH_DATA, help="folder of 2Wiki data_ids JSON files with evidences")
@@ -549,6 +609,10 @@ def main() -> None:
     ap.add_argument("--rows", default="base,special,sft,kto,nothought,gmr,teacher", help="comma-separated subset of base,special,sft,kto,nothought,gmr,teacher "
                     "(base: the few-shot base model; special: the base model with marker tokens)")  # fmt: skip
     ap.add_argument("--work", type=Path, help="keep the intermediate stages here (default: a temporary folder, removed)")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="where the results file and plot go (default: bench/results)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="WORK",
+                    help="run nothing: write one results file from the --work folders of earlier runs on the same questions "
+                         "(e.g. --seeds 0 and --seeds 1 run apart); pass the settings those runs used")  # fmt: skip
     args = ap.parse_args()
     if not args.data.is_dir():
         sys.exit(f"--data {args.data}: not a folder (the bench data lives in ../shared/data/bench/2wikimultihopqa)")
@@ -558,6 +622,11 @@ def main() -> None:
         sys.exit(f"--seeds {args.seeds}: not a comma-separated list of integers")
     if len(set(args.seeds)) != len(args.seeds):
         sys.exit(f"--seeds {args.seeds}: a seed is listed twice")
+    if args.merge:
+        md = merge(args)
+        print(md.read_text())
+        print(f"wrote {md}")
+        return
     rows = set(args.rows.split(","))
     if args.work and args.work.exists() and any(args.work.iterdir()):
         sys.exit(f"--work {args.work}: not empty")
