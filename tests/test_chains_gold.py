@@ -91,3 +91,16 @@ def test_without_evidences_each_gold_document_gives_its_connecting_triple() -> N
     with pytest.raises(NoChain, match="gold documents without triples"):
         choose_steps("Q?", "A", ["d1", "d9"], by_doc)
     assert isinstance(steps[0], Step)
+
+
+def test_the_evidence_stage_keeps_the_extra_rows_of_distractor_paragraphs(run: Path) -> None:
+    """bench/quality.py --index-triples all adds extracted triples of paragraphs that are gold for no question."""
+    gold = {d for q in read_table(run / "corpus" / "questions").to_pylist() for d in q["gold_doc_ids"] or ()}
+    distractor = next(d["doc_id"] for d in read_table(run / "corpus" / "documents").to_pylist() if d["doc_id"] not in gold)
+    extra = {"doc_id": distractor, "idx": 0, "head": "Some place", "relation": "located in", "tail": "Some country",
+             "docid": "<docid_start>Some place, located in, Some country<docid_end>"}  # fmt: skip
+    n = write_evidence_stage(run / "corpus", run / "triples-all", extra=[extra])
+    rows = read_table(run / "triples-all").to_pylist()
+    assert n == len(rows) == read_table(run / "triples").num_rows + 1
+    assert rows[-1] == extra and rows[:-1] == read_table(run / "triples").to_pylist()
+    assert load_manifest(run / "triples-all")["counters"]["in"] == n

@@ -51,14 +51,15 @@ def evidence_triples(questions: Iterable[dict[str, Any]], documents: Iterable[di
     return rows
 
 
-def write_evidence_stage(corpus: str | Path, out: str | Path) -> int:
-    """A triples stage at ``out`` of :func:`evidence_triples` over an ingest or merge output (one part); returns
-    its row count."""
+def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[dict[str, Any]] = ()) -> int:
+    """A triples stage at ``out`` of :func:`evidence_triples` over an ingest or merge output (one part), followed by
+    the triples rows ``extra`` (a benchmark adds the extracted triples of the distractor paragraphs, which have no
+    evidences); returns its row count."""
     from grtool.store.schemas import TRIPLES
     from grtool.store.stage import StageSpec, StageWriter, read_table, resolve_stage
 
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
-    rows = evidence_triples(read_table(questions).to_pylist(), read_table(documents, ["doc_id", "title"]).to_pylist())
+    rows = evidence_triples(read_table(questions).to_pylist(), read_table(documents, ["doc_id", "title"]).to_pylist()) + list(extra)
     stage = StageWriter(out, StageSpec("triples", TRIPLES, {"source": "evidences"}, inputs=[str(questions), str(documents)]), num_parts=1)
     with stage.shard(0) as shard:
         shard.count_in(len(rows))
