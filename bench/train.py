@@ -6,8 +6,8 @@ One process, one model (the embedded SmolLM2-135M-Instruct unless --model or --r
 train with bf16=True, as grtool does there; on the CPU both train in fp32. Sides, alternated --repeats times (the
 order flips every repeat; the best throughput counts), each with --packing and --no-packing:
   grtool  grtool.train.run.train(plan(...)) — what `grtool train sft` calls: tokenizer with the markers added,
-          their embeddings from [ and ], the progress callback, the loss logged every --logging-steps (grtool's
-          default unless given), the checkpoint saved (fsync) at the last step, the model saved
+          their embeddings from [ and ], the progress callback, the loss logged at grtool's default interval
+          (every step), the checkpoint saved (fsync) at the last step, the model saved
   bare    the script a user writes: AutoTokenizer + the two markers as special tokens, resize_token_embeddings,
           messages split into prompt/completion, SFTTrainer(SFTConfig(completion_only_loss=True, packing=...,
           report_to="none", save_strategy="no", disable_tqdm=True, bf16=<on a GPU>)), trainer.train(); TRL's
@@ -26,7 +26,7 @@ the window. Printed per side: tokens/s, the ratio grtool / bare (target >= 0.95)
 the last step (grtool: the checkpoint saved with fsync, the model saved; bare saves nothing).
 
     python bench/train.py [--rows 32] [--steps 8] [--warmup 2] [--batch-size 2] [--cutoff 256] [--repeats 2]
-    python bench/train.py --random-init 1b --rows 96 --batch-size 8 --cutoff 512 --warmup 3 --packing off --ablation   # a GPU
+    python bench/train.py --random-init 1b --rows 96 --batch-size 8 --cutoff 512 --warmup 5 --steps 40 --packing off --ablation   # a GPU
 """
 
 from __future__ import annotations
