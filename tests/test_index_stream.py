@@ -10,6 +10,7 @@ import pytest
 from test_index import BUNDLED, two_wiki_rows, write_triples_stage
 
 from grtool.docid import DOCID_END, DOCID_START
+from grtool.errors import InputError
 from grtool.index.base import META, Index
 from grtool.index.build import build_index, read_docids, tokenize, write_index
 from grtool.index.stream import pieces_agree, read_sequences
@@ -181,8 +182,8 @@ def test_index_records_where_its_build_time_and_disk_went(tmp_path):
 
 
 def test_the_tokenizer_is_not_held_while_the_stage_is_read(tmp_path, monkeypatch):
-    """A 128K-vocabulary tokenizer is ~150 MB: it is dropped after --tokenizer is checked and loaded again
-    after the stage is read, so the read's peak does not carry it (the read sets the command's peak)."""
+    """A 128K-vocabulary tokenizer is ~150 MB while it loads: --tokenizer is checked without loading it and the
+    tokenizer is loaded after the stage is read, so the read's peak does not carry it."""
     import gc
 
     import grtool.index.stream as stream
@@ -205,6 +206,38 @@ def test_the_tokenizer_is_not_held_while_the_stage_is_read(tmp_path, monkeypatch
     build_index(stage, tmp_path / "idx", tokenizer="llama3")
     assert during == [before]
     assert Index.open(tmp_path / "idx").num_sequences > 0
+
+
+def test_the_tokenizer_is_loaded_once(tmp_path, monkeypatch):
+    """One load per build (each load of a 128K vocabulary parses ~9 MB of JSON into ~150 MB); the index records
+    the tokenizer that load made."""
+    import grtool.index.build as build
+
+    loads: list[str] = []
+
+    def counted(spec):
+        loads.append(str(spec))
+        return load_tokenizer(spec)
+
+    monkeypatch.setattr(build, "load_tokenizer", counted)
+    stage = write_triples_stage(tmp_path / "triples", _odd_rows())
+    build_index(stage, tmp_path / "idx", tokenizer="llama3")
+    assert loads == ["llama3"]
+    meta = json.loads((tmp_path / "idx" / META).read_text())
+    assert meta["tokenizer"]["sha256"] == load_tokenizer("llama3").fingerprint()
+
+
+def test_a_tokenizer_that_cannot_be_found_stops_the_build_before_the_read(tmp_path, monkeypatch):
+    """--tokenizer is checked before the stage is read (a typo costs no read), and nothing is left at --out."""
+    import grtool.index.stream as stream
+
+    reads: list[int] = []
+    read = stream.read_sequences
+    monkeypatch.setattr(stream, "read_sequences", lambda *a, **k: reads.append(1) or read(*a, **k))
+    stage = write_triples_stage(tmp_path / "triples", _odd_rows())
+    with pytest.raises(InputError, match="no-such-tokenizer.json"):
+        build_index(stage, tmp_path / "idx", tokenizer=str(tmp_path / "no-such-tokenizer.json"))
+    assert reads == [] and not (tmp_path / "idx").exists()
 
 
 @pytest.mark.parametrize(("flips", "data"), [(True, "odd"), (True, "2wiki"), (False, "2wiki")])

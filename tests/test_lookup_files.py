@@ -155,3 +155,26 @@ def test_the_cache_keeps_the_most_recently_used_lookups_under_its_limit(tmp_path
     with pytest.raises(InputError, match="GRTOOL_LOOKUP_CACHE_GB"):
         DocidIndex.build(stages[0])
     assert not cache_dir().exists()
+
+
+def test_handing_memory_back_starts_no_process(monkeypatch):
+    """release_build_memory runs between every few chunks of a build: it finds malloc_trim once, in the process,
+    and never forks (ctypes.util.find_library ran ldconfig in a child, a fork of a build holding hundreds of MB,
+    that doubled the process tree's resident memory while it lived)."""
+    import subprocess
+
+    import grtool.docid.lookup as lookup
+
+    started: list[object] = []
+
+    class NoChild(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            started.append(args)
+            raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", NoChild)
+    lookup._malloc_trim.cache_clear()
+    lookup.release_build_memory()
+    lookup.release_build_memory()
+    assert started == []
+    assert lookup._malloc_trim() is not None  # glibc (the test machines): the trim is found

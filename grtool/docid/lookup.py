@@ -22,7 +22,7 @@ in 10^11 per docid looked up.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +55,20 @@ def release_build_memory() -> None:
     """Hand a build's freed scratch memory back to the OS: Arrow's pool and glibc keep freed pages unless
     asked (a marisa trie builds from a key set several times its size; the lookup from shard arrays)."""
     pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, found among the symbols the process already has (None: not glibc). Not through
+    ctypes.util.find_library: that runs ldconfig in a child process, a fork of a build holding hundreds of MB,
+    at every call."""
     try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
+        return None
 
 
 def docid_hashes(docids: pa.Array | pl.Series, markers: Markers) -> np.ndarray:

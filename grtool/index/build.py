@@ -25,7 +25,7 @@ from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
 from grtool.index.stream import DOCIDS_ROW_GROUP, SyntaxReport, flip_from_parts, inner_text
-from grtool.index.tokenizer import DocidTokenizer, load_tokenizer
+from grtool.index.tokenizer import DocidTokenizer, check_tokenizer, load_tokenizer
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
@@ -381,7 +381,11 @@ def build_index(
         kept = existing_build(Path(out), input_path, table, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips)
         if kept is not None:
             return {**kept, "up_to_date": True}
-    tok = [load_tokenizer(tokenizer)]  # handed over in a list: the docid build drops it before the index is built
+    if source == "docids":  # loaded once, when the docids are read (a 128K vocabulary is ~150 MB while it loads)
+        check_tokenizer(tokenizer)
+        tok: list[DocidTokenizer] = []
+    else:  # the documents are read whole anyway: loaded now, before anything is read
+        tok = [load_tokenizer(tokenizer)]
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
     with (
         signals.handled(),
@@ -474,7 +478,7 @@ def _build(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTo
         log.info("building %s index over %d tokens", kind, flat.size)
         return write_index(Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source=source,
                            inputs=inputs, params=params, overwrite=overwrite, claimed=claimed)  # fmt: skip
-    return _build_docids(input_path, out, claimed, held, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
+    return _build_docids(input_path, out, claimed, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
 
 
 @dataclass
@@ -504,16 +508,15 @@ class TokenizerRecord:
 TOKENS_FILE = ".scratch-tokens.u32"  # the token ids the build reads, in its temporary directory (removed before the listing)
 
 
-def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, flips: bool,
+def _build_docids(input_path: str | Path, out: Path, claimed: Claim, *, tokenizer: str, kind: str, flips: bool,
                   params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
     from grtool.docid.lookup import release_build_memory, use_trimmable_arrow_pool
     from grtool.index.stream import read_sequences, tokenize_to_file
 
-    # The tokenizer (loaded before anything was written, to check --tokenizer) is not held while the stage is
-    # read: ~150 MB for a 128K vocabulary on top of the read's own peak. It is loaded again for tokenizing.
-    record = TokenizerRecord.of(held.pop())
+    # The tokenizer is loaded once, after the stage is read (--tokenizer was checked without loading it): not
+    # held on top of the read's own peak.
     use_trimmable_arrow_pool()  # the read's decompressed batches, handed back between buckets
     release_build_memory()
     tmp = temp_dir(out)  # the read's buckets and sorted runs go here (files named .scratch*), and docids.parquet
@@ -532,8 +535,8 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
         log.info("tokenizing %d docids with %s", seqs.count, tokenizer)
         tokenize_started = time.perf_counter()
         tok = load_tokenizer(tokenizer)
-        if tok.fingerprint() != record.sha256:
-            raise InputError(f"--tokenizer {tokenizer}: its tokenizer changed while the index was being built; run the build again")
+        release_build_memory()  # what parsing its JSON freed (~100 MB for a 128K vocabulary), kept by malloc else
+        record = TokenizerRecord.of(tok)
         flat, lengths = tokenize_to_file(tok, seqs, tmp / TOKENS_FILE)
         started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
         timings["tokenize_seconds"] = started - tokenize_started
@@ -541,7 +544,7 @@ def _build_docids(input_path: str | Path, out: Path, claimed: Claim, held: list[
         documents = len(seqs.doc_ids)
         seqs.seq_file.unlink()
         write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs))  # docids.parquet: written by the read
-        del seqs, tok  # the tokenizer (~200 MB for a 128K vocabulary): not held while the index is built
+        del seqs, tok  # the tokenizer (~50 MB for a 128K vocabulary): not held while the index is built
         release_build_memory()  # and the pages their allocators kept
         log.info("building %s index over %d tokens", kind, flat.size)
     except BaseException:

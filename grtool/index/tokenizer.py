@@ -75,6 +75,12 @@ def load_tokenizer(spec: str | Path) -> DocidTokenizer:
     return DocidTokenizer(tok, str(spec), added_markers=bool(missing), source=_file_fingerprint(path))
 
 
+def check_tokenizer(spec: str | Path) -> None:
+    """``--tokenizer`` names a tokenizer that can be found (a file, a folder, a hub id in the local cache, a
+    built-in), checked without loading it: an InputError naming the spelling otherwise."""
+    _resolve(str(spec))
+
+
 def source_fingerprint(spec: str | Path) -> dict[str, Any] | None:
     """The tokenizer.json ``--tokenizer`` names, by name, size and content hash, found without loading it (a large
     vocabulary takes seconds to load). Equal fingerprints, the same tokenizer; None (a model folder without a
