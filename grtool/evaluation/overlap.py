@@ -18,15 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem
-from grtool.export.provenance import questions_record
+from grtool.export.provenance import checkpoint_value, questions_record
 
 EXAMPLES = 5
 
 
 def checkpoint_questions(path: str | Path | None) -> dict[str, Any] | None:
     """The ``questions`` record of a grtool checkpoint (None: not a grtool checkpoint, or written before it)."""
-    from grtool.train.run import checkpoint_value
-
     value = checkpoint_value(path, "questions")
     return value if isinstance(value, dict) and isinstance(value.get("qids"), list) else None
 

@@ -130,3 +130,17 @@ def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str |
         stack.close()
         raise
     return stack
+
+
+CHECKPOINT_RECORD = "grtool.json"  # what `train` writes into a checkpoint: its command, data, questions, flips
+
+
+def checkpoint_value(path: str | Path | None, key: str) -> Any:
+    """``key`` of a grtool checkpoint's ``grtool.json`` (None: not a grtool checkpoint, or not recorded)."""
+    record = Path(path) / CHECKPOINT_RECORD if path else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        return orjson.loads(record.read_bytes()).get(key)
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None

@@ -27,13 +27,12 @@ from typing import Any
 import orjson
 
 from grtool.errors import InputError
+from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, checkpoint_value  # noqa: F401  (PROVENANCE: retrieve reads it here)
 from grtool.extras import require
 from grtool.llm.models import ModelRef
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
-
-PROVENANCE = "grtool.json"
 
 
 @dataclass
@@ -544,17 +543,6 @@ def checkpoint_flips(path: str | Path | None) -> bool | None:
     """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
     value = checkpoint_value(path, "flips")
     return value if isinstance(value, bool) else None
-
-
-def checkpoint_value(path: str | Path | None, key: str) -> Any:
-    """``key`` of a grtool checkpoint's ``grtool.json`` (None: not a grtool checkpoint, or not recorded)."""
-    record = Path(path) / PROVENANCE if path else None
-    if record is None or not record.is_file():
-        return None
-    try:
-        return orjson.loads(record.read_bytes()).get(key)
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return None
 
 
 def _finite(x: float | None) -> float | None:
