@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
@@ -26,6 +26,7 @@ class Unanswerable(str, Enum):
 
 
 @app.command()
+@allows_empty
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
@@ -139,6 +140,7 @@ class Flip(str, Enum):
 
 
 @app.command("gold")
+@allows_empty
 def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
     triples: Annotated[Path, typer.Argument(help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],

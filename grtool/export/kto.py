@@ -23,6 +23,7 @@ from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction,
 from grtool.export.readers import DocidIndex, QuestionIndex
 from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
 from grtool.evaluation.recall import Score, Skipped, iter_scores
+from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
 
 
@@ -124,6 +125,10 @@ def export_kto(
                 key = "desirable" if label else "undesirable"
                 setattr(result, key, getattr(result, key) + 1)
                 counts[key] += 1
+            skips = {"recall between tau and the desirable rule": result.dropped, "unknown qid": result.skipped.unknown_qid,
+                     "no gold documents": result.skipped.no_gold, "a gold document unknown": result.skipped.incomplete_gold}
+            written = result.desirable + result.undesirable
+            check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
         if not is_stdio(out):
             result.file = str(out)
             if fmt == "llamafactory":
