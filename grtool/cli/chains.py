@@ -76,6 +76,7 @@ def synthesize(
     from grtool.chains.synthesize import synthesize as run
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.log import log
+    from grtool.store.coverage import check_triples_cover
 
     refuse_json_with_stdout(as_json, out)
 
@@ -95,6 +96,7 @@ def synthesize(
     cannot_answer = check_cannot_answer(cannot_answer)
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
+    check_triples_cover(triples, corpus)  # before the worked examples, which join them too
     chain_prompt = ChainPrompt.load(prompt, few_shot)
     if few_shot_corpus:
         chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus)

@@ -35,7 +35,9 @@ def recall_cmd(
     """
     from grtool.export.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.recall import evaluate_recall
+    from grtool.store.coverage import check_triples_cover
 
+    check_triples_cover(triples, corpus)
     report = evaluate_recall(responses, QuestionIndex.build(corpus), DocidIndex.build(triples))
     if as_json:
         typer.echo(orjson.dumps(report).decode())

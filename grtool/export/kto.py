@@ -23,6 +23,7 @@ from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction,
 from grtool.export.readers import DocidIndex, QuestionIndex
 from grtool.export.provenance import claim_export, input_fingerprint, write_sidecar
 from grtool.evaluation.recall import Score, Skipped, iter_scores
+from grtool.store.coverage import check_triples_cover
 from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
 
@@ -108,6 +109,7 @@ def export_kto(
         raise GrtoolError(f"--format must be one of {', '.join(KTO_FORMATS)}, got {fmt!r}")
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
+    check_triples_cover(triples, corpus)
     with claim_export([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")]):
         questions = QuestionIndex.build(corpus)
         index = DocidIndex.build(triples)
