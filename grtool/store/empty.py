@@ -73,8 +73,7 @@ def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, in
         reasons = top_reasons(rejected)
         why = f"all {rows_in} input {unit} were rejected: {reasons}" if reasons else f"none of the {rows_in} input {unit} gave a row"
     else:
-        shown = ", ".join(inputs or []) or "the input"
-        why = f"its input has no {unit} ({shown})"
+        why = f"its input {inputs[0]} has no {unit}" if inputs else f"its input has no {unit}"
     hint_text = f"; {hint}" if hint else ""
     raise EmptyResult(
         f"{what}: no rows written: {why}{hint_text} (pass {GUARD} to accept an empty result)",
