@@ -96,6 +96,6 @@ def check_stage(path: str | Path, manifest: dict[str, Any]) -> None:
 
 # The likely cause behind a reason that rejected everything.
 _HINTS = {
-    "gold documents without triples": "no gold document has a triple: are the triples from this corpus?",
-    "context documents without triples": "no context document has a triple: are the triples from this corpus?",
+    "gold documents without triples": "were triples extracted for the questions' gold documents?",
+    "context documents without triples": "were triples extracted for the questions' context documents?",
 }
