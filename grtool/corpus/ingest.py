@@ -32,6 +32,7 @@ from grtool.corpus.dedup_spill import (
 )
 from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
+from grtool.store.stops import open_stops
 from grtool.store.io import is_stdio, open_output
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import (
@@ -451,11 +452,14 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
         if plan.get("detected"):  # what each input was read as (ingest)
             empty["detected"] = plan["detected"]
         write_documents(work, plan, docs_out, on_part=step)
-        docs_out.finish(has_questions=has_questions, **empty)
+        judged = [(docs_out, docs_out.finish(check_empty=False, has_questions=has_questions, **empty))]
         if has_questions:
             q_out = open_output(target("questions"), q_spec, overwrite=overwrite, num_parts=len(q_parts), tag="questions")
             write_questions(work, plan, q_out, on_part=step)
-            q_out.finish(**empty)
+            judged.insert(0, (q_out, q_out.finish(check_empty=False, **empty)))
+    # Both tables written, then judged (grtool.store.empty), questions first: a rejected record is counted there.
+    for writer, manifest in judged:
+        writer.check_empty(manifest)
 
 
 # ------------------------------------------------------------------------------------------- resume
@@ -474,7 +478,8 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
         problem = spec.mismatch(old)
         if problem:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
-        complete = complete and bool(old.get("complete"))
+        # A table whose run stopped (an empty result, say) is judged again by a run, never skipped as done.
+        complete = complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST)
     return complete
 
 
