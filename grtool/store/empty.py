@@ -77,7 +77,7 @@ def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, in
     hint_text = f"; {hint}" if hint else ""
     raise EmptyResult(
         f"{what}: no rows written: {why}{hint_text} (pass {GUARD} to accept an empty result)",
-        {"rows_in": rows_in, "rows_out": 0, "rejected": dict(rejected)},
+        {"rows_in": rows_in, "rows_out": 0, "rejected": {r: n for r, n in rejected.items() if n}},
     )
 
 
