@@ -120,7 +120,7 @@ class Report:
     def printable(self) -> dict[str, Any]:
         """The report with every text made printable: a file name that is not UTF-8 (held with surrogate escapes)
         shows its bytes as ``\\xff`` instead of breaking the JSON or the terminal."""
-        return _printable_tree(self.__dict__)
+        return _printable_tree({k: v for k, v in self.__dict__.items() if k != "empty"})  # that one is among the problems
 
 
 def _printable_tree(value: Any) -> Any:
