@@ -132,6 +132,7 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
                       num_shards: int | None = None, shard_index: int | None = None, splits: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Run the stage over this task's parts; returns the output manifest."""
     from grtool.errors import InputError
+    from grtool.store.coverage import check_triples_cover
     from grtool.store.io import InputTable, open_output
     from grtool.store.schemas import CHAINS
     from grtool.store.sharding import parts_for_task, resolve_sharding
@@ -144,6 +145,7 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
     questions = InputTable.open(corpus, "questions")
     selection = SplitSelection.of(splits, corpus)
     store = TripleStore(triples)
+    check_triples_cover(store.path, corpus)
     params = selection.record({"backend": MODEL, "model": MODEL, "flip": flip, "markers": [markers.start, markers.end], "writer_version": WRITER_VERSION})
     inputs = [str(store.path)] if questions.source == "-" else [questions.source, str(store.path)]
     num_shards, shard_index = resolve_sharding(num_shards, shard_index)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
@@ -26,6 +26,7 @@ class Unanswerable(str, Enum):
 
 
 @app.command()
+@allows_empty
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
@@ -76,6 +77,7 @@ def synthesize(
     from grtool.chains.synthesize import synthesize as run
     from grtool.llm.models import DEFAULT_MODEL_NAME
     from grtool.log import log
+    from grtool.store.coverage import check_triples_cover
 
     refuse_json_with_stdout(as_json, out)
 
@@ -95,6 +97,7 @@ def synthesize(
     cannot_answer = check_cannot_answer(cannot_answer)
     if candidates > 1 and llm.temperature == 0:
         log.warning("--temperature 0: the sampled candidates will mostly repeat the greedy one")
+    check_triples_cover(triples, corpus)  # before the worked examples, which join them too
     chain_prompt = ChainPrompt.load(prompt, few_shot)
     if few_shot_corpus:
         chain_prompt = chain_prompt.with_corpus_examples(corpus, triples, few_shot_corpus, splits=tuple(split or ()))
@@ -140,6 +143,7 @@ class Flip(str, Enum):
 
 
 @app.command("gold")
+@allows_empty
 def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
     triples: Annotated[Path, typer.Argument(help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],

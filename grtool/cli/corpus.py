@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, Out, Overwrite, Plot, RowsPerPart, Strict, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, Json, Out, Overwrite, Plot, RowsPerPart, Strict, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -60,6 +60,7 @@ def _print_summary(title: str, report: dict) -> None:
 
 
 @app.command("ingest")
+@allows_empty
 def ingest_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Release files or directories (a directory is read recursively).")],
     out: Out,
@@ -80,7 +81,7 @@ def ingest_cmd(
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
     allow_empty: Annotated[
-        bool, typer.Option("--allow-empty", help="Accept inputs without a single record (else exit 2 when every input is empty).")
+        bool, typer.Option("--allow-empty", help="Accept an empty corpus: inputs without a single record (else exit 2) and no row written (else exit 1).")
     ] = False,
     as_json: Json = False,
 ) -> None:
@@ -120,6 +121,7 @@ def ingest_cmd(
 
 
 @app.command("merge")
+@allows_empty
 def merge_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Ingested run directories (each holding documents/ and questions/).")],
     out: Out,

@@ -40,10 +40,11 @@ def recall_cmd(
     from grtool.export.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.per_question import PerQuestion
     from grtool.evaluation.recall import evaluate_recall
-    from grtool.evaluation.selection import selected_questions
-
     from grtool.evaluation.overlap import refuse_overlap, train_overlap
+    from grtool.evaluation.selection import selected_questions
+    from grtool.store.coverage import check_triples_cover
 
+    check_triples_cover(triples, corpus)
     report = evaluate_recall(
         responses, QuestionIndex.build(corpus), DocidIndex.build(triples),
         selected=selected_questions(responses, corpus), per_question=PerQuestion(corpus) if per_question else None,

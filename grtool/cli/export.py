@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import CannotAnswer, Json, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
 from grtool.errors import DataProblem
 from grtool.log import stage_summary
 
@@ -48,6 +48,7 @@ MarkersOpt = Annotated[
 
 
 @app.command("sft")
+@allows_empty
 def sft_cmd(
     filtered: Annotated[Path, typer.Argument(help="Filtered chains stage directory ('-' = JSON Lines on stdin).")],
     corpus: Corpus,
@@ -97,6 +98,7 @@ def sft_cmd(
 
 
 @app.command("kto")
+@allows_empty
 def kto_cmd(
     responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...} ("-" = stdin).')],
     corpus: Corpus,
@@ -150,6 +152,7 @@ def kto_cmd(
 
 
 @app.command("gmr")
+@allows_empty
 def gmr_cmd(
     corpus: Annotated[Path, typer.Argument(help="Corpus run directory holding questions/ and documents/.")],
     out: OutFile,
@@ -167,6 +170,7 @@ def gmr_cmd(
     from grtool.export.formats import open_rows
     from grtool.export.gmr import GmrResult, iter_gmr
     from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+    from grtool.store.empty import check_rows
 
     result = GmrResult()
     splits = tuple(split or ())
@@ -174,6 +178,8 @@ def gmr_cmd(
         with open_rows(out, json_array=False) as writer:
             for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions, splits=splits):
                 writer.write(pair)
+            check_rows(str(out), result.questions, writer.rows, {"no gold documents": result.no_gold, "a gold document missing": result.missing_gold_document},
+                       unit="questions", inputs=[str(corpus)])  # before the file is committed
         if str(out) != "-":
             inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
             write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None))

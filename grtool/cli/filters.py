@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
@@ -23,6 +23,7 @@ class Redundant(str, Enum):
 
 
 @app.command("apply")
+@allows_empty
 def apply_cmd(
     chains: Annotated[Path, typer.Argument(help="Chains stage directory (or a run directory holding chains/; '-' = JSON Lines on stdin).")],
     corpus: Annotated[Path, typer.Option("--corpus", help="Ingested corpus run directory (its questions/ are used).")],

@@ -89,3 +89,36 @@ def check_cannot_answer(text: str | None) -> str | None:
     if not text.strip() or "\n" in text.strip():
         raise InputError("--cannot-answer: give one non-empty sentence on one line")
     return text.strip()
+
+
+_ALLOW_EMPTY_HELP = "Accept an empty result: without it, writing no row is an error (exit 1) naming why the rows were rejected."
+
+
+def allows_empty(command):
+    """Give a command ``--allow-empty`` (the empty-result rule, grtool/store/empty.py): the rule holds while the
+    command runs unless the flag is given. A command that declares ``allow_empty`` itself gets the value too."""
+    import functools
+    import inspect
+
+    from grtool.store.empty import allowing
+
+    sig = inspect.signature(command, eval_str=True)
+    declared = "allow_empty" in sig.parameters
+    added = inspect.Parameter(
+        "allow_empty", inspect.Parameter.KEYWORD_ONLY, default=False,
+        annotation=Annotated[bool, typer.Option("--allow-empty", help=_ALLOW_EMPTY_HELP)],
+    )  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        allow = bool(kwargs.get("allow_empty", False))
+        if not declared:
+            kwargs.pop("allow_empty", None)
+        with allowing(allow):
+            return command(*args, **kwargs)
+
+    params = list(sig.parameters.values()) + ([] if declared else [added])
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}  # evaluated: Typer reads them in this module
+    del wrapper.__wrapped__  # Typer must see this signature, not the command's own
+    return wrapper

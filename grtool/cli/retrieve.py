@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 class MarkerMode(str, Enum):
     special = "special"
@@ -22,6 +22,7 @@ class Mode(str, Enum):
     gmr = "gmr"
 
 
+@allows_empty
 @llm_options(temperature=None, max_tokens=512)
 def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],

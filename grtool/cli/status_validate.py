@@ -88,6 +88,15 @@ def validate_cmd(
         ),
     ] = False,
     reason: Annotated[Optional[str], typer.Option("--reason", help="Why the failure is accepted (recorded with --accept).")] = None,
+    accept_empty: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--accept-empty",
+            metavar="PATH",
+            help="A stage directory or exported file (as a path, or relative to DIRECTORY) whose having no row is "
+            "right: it passes with a note, for this validation only (repeatable). Exit 2 when PATH is no empty one.",
+        ),
+    ] = None,
 ) -> None:
     """Check stage directories, index directories and exported files: everything grtool wrote under DIRECTORY.
 
@@ -100,7 +109,9 @@ def validate_cmd(
     (e.g. a manifest not yet re-merged after a later array task committed a shard) are shown but do not fail
     validation. A questions directory is checked against its sibling documents directory whenever one exists.
     A stage whose last run failed (a guard such as --max-empty-share tripped, or an error) fails until a run of
-    it succeeds or the failure is accepted with --accept.
+    it succeeds or the failure is accepted with --accept. A stage or export without a row fails too (a run that
+    stopped on it: as a failed run) unless the command that wrote it was given --allow-empty or it is named with
+    --accept-empty.
 
     Example: grtool validate out/demo
     """
@@ -111,7 +122,7 @@ def validate_cmd(
     if accept:
         for stage, stop in accept_tree(directory, reason):
             console.print(f"accepted: {printable(stage)}: {describe_stop(stop)}", highlight=False, markup=False, soft_wrap=True)
-    reports = validate_tree(directory)
+    reports = validate_tree(directory, accept_empty)
     if not reports:
         raise InputError(f"{directory}: no stage directory here")
     bad = [r for r in reports if not r.ok]

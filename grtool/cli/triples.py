@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import Json, NumShards, Out, Overwrite, Plot, ShardIndex
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
@@ -30,6 +30,7 @@ app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from 
 
 
 @app.command("extract")
+@allows_empty
 @llm_options(max_tokens=1024)
 def extract_command(
     corpus: Annotated[str, typer.Argument(help="Ingest output directory, its documents/ stage directory, or '-' (JSON Lines).")],

@@ -34,6 +34,7 @@ from grtool.corpus.dedup_spill import (
 )
 from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
+from grtool.store.stops import open_stops
 from grtool.store.io import is_stdio, open_output
 from grtool.store.records import load_shard_records, parts_not_on_disk
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
@@ -522,11 +523,14 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
         if plan.get("detected"):  # what each input was read as (ingest)
             empty["detected"] = plan["detected"]
         write_documents(work, plan, docs_out, on_part=step)
-        docs_out.finish(has_questions=has_questions, **empty)
+        judged = [(docs_out, docs_out.finish(check_empty=False, has_questions=has_questions, **empty))]
         if has_questions:
             q_out = open_output(target("questions"), q_spec, overwrite=overwrite, num_parts=len(q_parts), tag="questions")
             write_questions(work, plan, q_out, on_part=step)
-            q_out.finish(**empty)
+            judged.insert(0, (q_out, q_out.finish(check_empty=False, **empty)))
+    # Both tables written, then judged (grtool.store.empty), questions first: a rejected record is counted there.
+    for writer, manifest in judged:
+        writer.check_empty(manifest)
 
 
 # ------------------------------------------------------------------------------------------- resume
@@ -545,8 +549,10 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
         problem = spec.mismatch(old)
         if problem:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
-        # the files decide, not the manifest's flag: a part removed since is redone
-        complete = complete and bool(old.get("complete")) and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d))
+        # the files decide, not the manifest's flag: a part removed since is redone; a table whose run stopped (an
+        # empty result, say) is judged again by a run, never skipped as done
+        complete = (complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST)
+                    and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d)))
     return complete
 
 

@@ -23,6 +23,8 @@ from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction,
 from grtool.export.readers import DocidIndex, QuestionIndex
 from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 from grtool.evaluation.recall import Score, Skipped, iter_scores
+from grtool.store.coverage import check_triples_cover
+from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
 from grtool.store.questions import SplitSelection
 
@@ -112,6 +114,7 @@ def export_kto(
         raise GrtoolError(f"--format must be one of {', '.join(KTO_FORMATS)}, got {fmt!r}")
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
+    check_triples_cover(triples, corpus)
     with claim_export([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")]):
         selected = SplitSelection.of(splits, corpus).qids(corpus)
         questions = QuestionIndex.build(corpus)
@@ -134,6 +137,10 @@ def export_kto(
                 key = "desirable" if label else "undesirable"
                 setattr(result, key, getattr(result, key) + 1)
                 counts[key] += 1
+            skips = {"recall between tau and the desirable rule": result.dropped, "unknown qid": result.skipped.unknown_qid,
+                     "no gold documents": result.skipped.no_gold, "a gold document unknown": result.skipped.incomplete_gold}
+            written = result.desirable + result.undesirable
+            check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
         if not is_stdio(out):
             result.file = str(out)
             if fmt == "llamafactory":

@@ -27,6 +27,7 @@ import orjson
 from grtool import __version__
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
+from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
 from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.records import now
@@ -99,6 +100,7 @@ def write_sidecar(
         "inputs": inputs,
         **({"params": params} if params else {}),  # settings that shaped the rows (e.g. cannot_answer)
         **({"questions": questions} if questions is not None else {}),  # questions_record: what a model trained on it saw
+        **({"allow_empty": True} if allowed() else {}),  # --allow-empty: validate takes an empty file as meant
     }
     out = sidecar_path(p)
     atomic_write_bytes(out, dumps(meta))

@@ -22,6 +22,7 @@ from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction,
 from grtool.export.readers import QuestionIndex
 from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
+from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.questions import SplitSelection
 
@@ -71,6 +72,11 @@ class SftResult:
     files: dict[str, str] = field(default_factory=dict)  # split → path
     qids: dict[str, set[str]] = field(default_factory=dict)  # split → the questions of the rows written
     dataset_info: str | None = None
+
+    def skips(self) -> dict[str, int]:
+        """Why chains read were not exported, by reason."""
+        return {"not selected (pass --all-candidates)": self.not_selected, "outside --split": self.outside_split, "unknown qid": self.unknown_qid,
+                "empty chain": self.empty_chain, "markers that do not pair up": self.broken_chain}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +139,8 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
                 example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(text, opts.markers), opts.system)
                 split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
                 spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}:{question.qid}", orjson.dumps(example))
+            # Judged before any file is written: an empty export writes and registers nothing.
+            check_rows(str(out), result.rows_in, sum(c.chains for c in result.per_dataset.values()), result.skips(), unit="chains", inputs=[str(filtered)])
             _write_splits(spill, out, opts, result)
         if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
             entries = {}

@@ -33,6 +33,7 @@ from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_step
 from grtool.docid import check_markers
 from grtool.filters.text import Markers, parse_markers
 from grtool.log import log, progress
+from grtool.store.coverage import check_triples_cover
 from grtool.store.io import InputTable, is_stdio, open_output
 from grtool.store.questions import SplitSelection
 from grtool.store.reading import iter_shard_batches, open_shard
@@ -303,6 +304,7 @@ def apply_filters(
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
             raise InputError(f"{path}: no such {what} directory")
+    check_triples_cover(triples, corpus)
     selected = SplitSelection.of(config.splits, corpus).qids(corpus)
     questions = QuestionLookup.build(corpus)
     index = open_lookup(triples)

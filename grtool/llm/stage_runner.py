@@ -195,10 +195,14 @@ class ModelStage:
                 backend.close()  # engines with processes of their own (vLLM) stop here, not at interpreter exit
         report.model = backend.model if backend is not None else self._recorded_model(primary)
         model = {"model": report.model} if report.model is not None else {}
-        report.manifests = [w.finish(**model, **o.finish) for w, o in zip(writers, self.outputs)]
+        # Every output is finished before any is judged; the --max-empty-share guard speaks first (it says more
+        # than "no rows"), then the empty-result rule (grtool.store.empty) for each output.
+        report.manifests = [w.finish(check_empty=False, **model, **o.finish) for w, o in zip(writers, self.outputs)]
         if tripped is not None:
             where = self.guard.where(tripped.part) if self.guard.where is not None and not is_stdio(self.outputs[0].path) else ""
             raise tripped.error(self.guard.max_empty_share, units=self.guard.units, outcome=self.guard.outcome, where=where, redo=self.guard.redo)
+        for w, m in zip(writers, report.manifests):
+            w.check_empty(m)
         return report
 
     def _judge_finished(self, primary: Any, finished: list[int]) -> EmptyOutputs | None:

@@ -13,6 +13,7 @@ from grtool.errors import InputError
 from grtool.extras import require
 from grtool.index.base import Index
 from grtool.log import log
+from grtool.store.coverage import check_triples_cover
 from grtool.store.io import is_stdio
 
 
@@ -197,6 +198,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
     if request.mode == "docids":
         check_flips(index, llm.model, request.adapter, triples)
+    check_triples_cover(triples, request.corpus)
     prompt = retrieve_prompt(request, triples, selection.qids(), trained=trained_by_grtool(llm.model, request.adapter))
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,

@@ -141,6 +141,11 @@ class _JsonlShard:
     def __exit__(self, exc_type, exc, tb) -> None:
         with writing(STDIO):
             sys.stdout.buffer.flush()
+        if exc_type is None:
+            self.stage.rows_in += self.rows_in
+            self.stage.merged += self.merged
+            for reason, n in self.rejected.items():
+                self.stage.rejected[reason] = self.stage.rejected.get(reason, 0) + n
 
 
 class JsonlOutput:
@@ -151,6 +156,8 @@ class JsonlOutput:
         self.tag = tag
         self.path = Path(STDIO)
         self.rows = 0  # written so far
+        self.rows_in = self.merged = 0  # of finished parts, for the empty-result rule
+        self.rejected: dict[str, int] = {}
         signals.track(self)
 
     def on_stop(self) -> str | None:
@@ -164,10 +171,22 @@ class JsonlOutput:
     def shard(self, index: int) -> _JsonlShard:
         return _JsonlShard(self, index)
 
-    def finish(self, **extra: Any) -> dict[str, Any]:
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> dict[str, Any]:
         with writing(STDIO):
             sys.stdout.buffer.flush()
-        return {"table": self.spec.table, "stdout": True}
+        manifest = {"table": self.spec.table, "stdout": True}
+        if check_empty:
+            self.check_empty(manifest)
+        return manifest
+
+    def check_empty(self, manifest: dict[str, Any]) -> None:
+        """The stream is judged as a stage directory is (grtool.store.empty), from its parts' counts."""
+        from grtool.store import empty
+
+        rejected = dict(self.rejected, **({"merged into another row": self.merged} if self.merged else {}))
+        empty.check_stage(f"{self.spec.table} rows on standard output", {
+            "complete": True, "rows": self.rows, "counters": {"in": self.rows_in, "rejected": rejected},
+            "inputs": [{"path": i} for i in self.spec.inputs]})
 
 
 STREAM_HINT = "run the same command again to start over (a reader of the stream must start over too)"

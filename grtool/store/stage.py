@@ -395,12 +395,24 @@ class StageWriter:
         self.finished = False
         return ShardWriter(self, index)
 
-    def finish(self, **extra: Any) -> dict[str, Any]:
-        """Merge every committed shard record into the manifest (under the lock) and return it."""
-        manifest, self.records = merge_shard_records(self.path, **extra)
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> dict[str, Any]:
+        """Merge every committed shard record into the manifest (under the lock) and return it.
+
+        A complete stage without a row is an error unless --allow-empty (:mod:`grtool.store.empty`); the caller
+        that judges it later (after another guard) passes ``check_empty=False`` and calls :meth:`check_empty`."""
+        from grtool.store import empty
+
+        manifest, self.records = merge_shard_records(self.path, **extra, allow_empty=empty.allowed())
         self.finished = True
         self.run.release()  # the run is over (a run that goes on writing takes the lock again in shard())
+        if check_empty:
+            self.check_empty(manifest)
         return manifest
+
+    def check_empty(self, manifest: dict[str, Any]) -> None:
+        from grtool.store import empty
+
+        empty.check_stage(self.path, manifest)
 
 
 def merge_shard_records(path: str | Path, **extra: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

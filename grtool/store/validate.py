@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.store.reading import schema_diff, short
 from grtool.store.records import parts_not_on_disk
@@ -111,6 +112,7 @@ class Report:
     notes: list[str] = field(default_factory=list)  # worth knowing, not a failure (exit 0)
     checked: dict[str, Any] = field(default_factory=dict)
     stops: list[dict[str, Any]] = field(default_factory=list)  # a stage's recorded stops, accepted or not
+    empty: str | None = None  # the problem its having no row is (grtool.store.empty), until --accept-empty takes it
 
     @property
     def ok(self) -> bool:
@@ -119,7 +121,7 @@ class Report:
     def printable(self) -> dict[str, Any]:
         """The report with every text made printable: a file name that is not UTF-8 (held with surrogate escapes)
         shows its bytes as ``\\xff`` instead of breaking the JSON or the terminal."""
-        return _printable_tree(self.__dict__)
+        return _printable_tree({k: v for k, v in self.__dict__.items() if k != "empty"})  # that one is among the problems
 
 
 def _printable_tree(value: Any) -> Any:
@@ -152,6 +154,7 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
     _check_stops(path, manifest, report)
     _check_manifest(manifest, records, report)
     _check_shards(path, manifest, records, report)
+    _check_empty_stage(path, manifest, report)
     if check_keys and report.table in TABLES and records and not any("sha256" in p for p in report.problems):
         _check_keys(path, records, report)
     return report
@@ -174,6 +177,43 @@ def _check_stops(path: Path, manifest: dict[str, Any], report: Report) -> None:
             )
         else:
             report.notes.append(f"stop {describe_acceptance(stop)}")
+
+
+def _check_empty_stage(path: Path, manifest: dict[str, Any], report: Report) -> None:
+    """A complete stage without a row is a problem (the empty-result rule) unless its run was given --allow-empty;
+    where the run itself stopped on it, the recorded stop says so already (open: a problem, accepted: a note)."""
+    if not manifest.get("complete") or manifest.get("rows") or any(s.get("guard") == EMPTY_GUARD for s in report.stops):
+        return
+    counters = manifest.get("counters") or {}
+    why = top_reasons(counters.get("rejected") or {}) or f"{counters.get('in', 0)} input rows"
+    _judge_empty(report, bool(manifest.get("allow_empty")), f"{why}; re-run with --allow-empty if that is right")
+
+
+def _judge_empty(report: Report, allowed: bool, why: str) -> None:
+    """An empty stage or export: a note when its run allowed it, else a problem --accept-empty can take."""
+    if allowed:
+        report.notes.append("empty (allowed by --allow-empty)")
+        return
+    report.empty = f"empty: no rows ({why}), or accept it: grtool validate … --accept-empty {report.path}"
+    report.problems.append(report.empty)
+
+
+def accept_empty(reports: list[Report], root: Path, paths: list[Path]) -> list[Report]:
+    """``validate --accept-empty PATH``: the empty stages and exports named (as given, or relative to ``root``)
+    pass with a note; a PATH naming no empty one is an error, so a stale acceptance cannot hide a later problem."""
+    from grtool.errors import InputError
+
+    by_path = {Path(r.path).resolve(): r for r in reports if r.empty is not None}
+    taken = []
+    for given in paths:
+        found = next((by_path[c] for c in (Path(given).resolve(), (root / given).resolve()) if c in by_path), None)
+        if found is None:
+            raise InputError(f"--accept-empty {given}: no empty stage directory or export there (under {root}); see grtool validate {root}")
+        if found.empty in found.problems:
+            found.problems.remove(found.empty)
+            found.notes.append("empty (accepted by --accept-empty)")
+        taken.append(found)
+    return taken
 
 
 def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]], report: Report) -> None:
@@ -535,6 +575,8 @@ def validate_export(sidecar: Path) -> Report:
         report.problems.append(problem or f"{sidecar.name}: cannot be read")
         return report
     report.checked, report.problems, report.notes = check_export(target, meta)
+    if meta.get("rows") == 0:
+        _judge_empty(report, meta.get("allow_empty") is True, "an export of nothing; re-export with --allow-empty if that is right")
     return report
 
 
@@ -570,15 +612,20 @@ def validate_file(path: Path) -> Report:
     return Report(str(path), None, problems=[f"{path}: a file grtool cannot validate (no {sidecar_path(path).name} beside it, not a {DATASET_INFO})"])
 
 
-def validate_tree(root: str | Path) -> list[Report]:
+def validate_tree(root: str | Path, accept_empty_paths: list[Path] | None = None) -> list[Report]:
     """Validate everything grtool wrote under ``root`` (see the module docstring), or ``root`` itself.
 
     References are checked whenever the referenced sibling exists, also when a single stage directory is
     validated; the sibling is then not validated itself, only required to be complete and readable.
     """
     root = Path(root)
-    if root.is_file():
-        return [validate_file(root)]
+    reports = [validate_file(root)] if root.is_file() else _validate_dir(root)
+    if accept_empty_paths:
+        accept_empty(reports, root if root.is_dir() else root.parent, accept_empty_paths)
+    return reports
+
+
+def _validate_dir(root: Path) -> list[Report]:
     found = discover(root)
     reports = [validate_stage(p) for p in found.stages]
     orphans = [validate_orphan(p) for p in found.orphans]

@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from grtool.errors import GrtoolError, InputError
+from grtool.store.coverage import check_triples_cover
 from grtool.store.reading import collect
 from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
 from grtool.triples.grounding import drop_shares
@@ -101,6 +102,8 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     if view not in VIEWS:
         raise InputError(f"--view {view!r}: expected one of {', '.join(VIEWS)}")
     stage = resolve_stage(triples, "triples")
+    if corpus is not None:
+        check_triples_cover(stage, corpus)
     shards = [str(p) for p in shard_paths(stage)]
     if not shards:
         raise GrtoolError(f"{stage}: no finished shards yet")
