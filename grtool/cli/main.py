@@ -25,6 +25,7 @@ if _launched():  # before the imports below, which take a second or more: SIGTER
 
 import typer
 from rich.markup import escape
+import typer.core
 import typer.rich_utils
 
 from grtool import __version__
@@ -34,8 +35,23 @@ from grtool.log import configure, console, log_width
 if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
     typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
 
+# `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
+RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline",
+                "status", "validate", "show", "report")
+
+
+def recipe_rank(name: str) -> int:
+    return RECIPE_ORDER.index(name) if name in RECIPE_ORDER else len(RECIPE_ORDER)
+
+
+class _RecipeOrder(typer.core.TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(super().list_commands(ctx), key=recipe_rank)
+
+
 app = typer.Typer(
     name="grtool",
+    cls=_RecipeOrder,
     help="Build the data and indexes for chain-of-thought generative retrieval.\n\n"
     "Example: grtool corpus ingest hotpot_dev_distractor_v1.json --out out/hotpot",
     no_args_is_help=True,

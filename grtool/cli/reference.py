@@ -25,8 +25,10 @@ def commands(root: Any | None = None) -> Iterator[tuple[list[str], Any]]:
     def walk(cmd: Any, words: list[str]) -> Iterator[tuple[list[str], Any]]:
         subs = getattr(cmd, "commands", None)
         if subs:
-            for name, sub in subs.items():
-                yield from walk(sub, [*words, name])
+            from grtool.cli.main import recipe_rank
+
+            for name in sorted(subs, key=recipe_rank) if not words else subs:  # the top level in the recipe's order
+                yield from walk(subs[name], [*words, name])
         else:
             yield words, cmd
 

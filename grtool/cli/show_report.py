@@ -26,8 +26,9 @@ def show_cmd(
     triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage; default: the one the stage was made from.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON Lines on stdout: one object per row, docids with their verdicts.")] = False,
 ) -> None:
-    """Rows of a stage beside their question, answer and gold documents, each docid marked gold, non-gold or
-    hallucinated, and every document id with its title.
+    """Rows of a stage beside their question, answer and gold documents, docids marked by verdict.
+
+    Each docid is marked gold, non-gold or hallucinated, and every document id is shown with its title.
 
     On a terminal the docids are coloured (green gold, yellow non-gold, red hallucinated); piped, the same lines
     come as plain text with the verdict in brackets.
@@ -81,9 +82,11 @@ def report_cmd(
     run: Annotated[Path, typer.Argument(help="A run directory (a pipeline's out), or any directory holding stage directories.")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="The HTML file (default: RUN/reports/report.html).")] = None,
 ) -> None:
-    """One self-contained HTML page of a whole run: each stage's rows, rejects by reason and time; the funnel
-    questions → chained → kept → exported → recall; filter reasons with examples; collisions and overlap; every
-    recall result with the comparison plot; the exact command of each stage. It needs no network to open.
+    """One self-contained HTML page of a whole run (it opens without a network).
+
+    Each stage's rows, rejects by reason and time; the funnel questions → chained → kept → exported → recall;
+    filter reasons with examples; collisions and overlap; every recall result with the comparison plot; the exact
+    command of each stage.
 
     Example: grtool report out/demo --out out/demo/reports/report.html
     """

@@ -26,6 +26,8 @@ def status_cmd(
 
     Example: grtool status out/demo/triples
     """
+    if not Path(directory).exists():
+        raise InputError(f"{directory}: no such file or directory")
     dirs = find_stage_dirs(directory)
     if not dirs:
         raise InputError(f"{directory}: no stage directory here")
@@ -137,6 +139,8 @@ def validate_cmd(
                 console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
             for n in s["notes"]:
                 console.print(f"    note: {n}", highlight=False, markup=False, soft_wrap=True)
+        problems = sum(len(s["problems"]) for s in shown)
+        console.print(f"{len(reports) - len(bad)} ok, {len(bad)} with problems ({problems} problem{'s' * (problems != 1)})", highlight=False)
     if bad:
         raise typer.Exit(EXIT_DATA)
 
