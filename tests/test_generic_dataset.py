@@ -15,6 +15,7 @@ import pytest
 from grtool.corpus.doc_hash import doc_id
 from grtool.corpus.ingest import ingest
 from grtool.errors import InputError
+from grtool.store.empty import EmptyResult, allowing
 from grtool.store.stage import read_table
 
 from test_corpus_ingest import one_line, rows_by
@@ -163,7 +164,10 @@ def test_unknown_or_ambiguous_gold_is_a_reject_with_the_reason(cli, tmp_path):
     assert one_line(f"{questions}, line 2 (qid 'lost-id'): unknown gold document id ('zz' is not the id") in one_line(proc.stderr)
 
     # the questions without their documents file: every named gold document is unknown, and the reason says why
-    report = ingest([questions], tmp_path / "alone")
+    with pytest.raises(EmptyResult, match="all 4 input rows were rejected: 'unknown gold document id' ×2, 'unknown gold title' ×2"):
+        ingest([questions], tmp_path / "refused")  # an empty result is an error naming the reasons, unless allowed
+    with allowing(True):  # what --allow-empty sets
+        report = ingest([questions], tmp_path / "alone", allow_empty=True)
     assert report.questions == 0 and sum(report.rejected.values()) == 4
     assert all("no generic documents file was read" in r["detail"] for r in _rejects(tmp_path / "alone", "questions"))
 
