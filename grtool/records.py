@@ -1,0 +1,117 @@
+"""One way to read back a JSON record grtool wrote (DESIGN §8): every record kind is a msgspec ``Struct``, declared
+once in the package that owns it, and every reader decodes it through :func:`read_record`. Types, enumerations and
+bounds are ``Meta`` constraints; rules between fields are ``__post_init__`` checks that raise ``ValueError``. A
+record that fails is one :class:`DamagedRecord` line naming the file and the field, exit 1 — never a traceback, a
+hang or an answer.
+
+The bottom floor: it imports only :mod:`grtool.errors`, so every package can declare its records here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from grtool.errors import DataProblem
+
+# ---- the bounded types records are made of
+
+# JSON numbers past 2**53 lose precision in most readers; no count grtool writes comes near it.
+_MAX_COUNT = 2**53
+Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_COUNT)]
+PositiveCount = Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)]
+# NaN fails every comparison, so these refuse it; JSON itself has no infinity, and 1e999 is "out of range".
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
+Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+# A file named by a record lives beside it: no directory parts, no parent, no hidden tricks.
+FileName = Annotated[str, msgspec.Meta(pattern=r"^[^/\x00]+$", max_length=255)]
+
+# A record is small (a manifest with every input's fingerprint is tens of KB); a larger one was not written by
+# grtool, and reading it whole could exhaust memory.
+MAX_RECORD_BYTES = 64 * 2**20
+
+T = TypeVar("T")
+
+
+class DamagedRecord(DataProblem):
+    """A record grtool wrote does not decode through its declaration: edited or damaged (exit 1)."""
+
+
+def _field_message(error: msgspec.ValidationError) -> str:
+    # msgspec says "Expected `int` >= 0 - at `$.num_parts`"; users read "field num_parts: expected `int` >= 0".
+    text = str(error)
+    message, sep, at = text.rpartition(" - at `")
+    if not sep:
+        return text[:1].lower() + text[1:]
+    field = at.rstrip("`").removeprefix("$").removeprefix(".") or "(the whole record)"
+    return f"field {field}: {message[:1].lower()}{message[1:]}"
+
+
+def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
+    """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails."""
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as e:
+        raise DamagedRecord(f"{source}: {what}: {_field_message(e)} (edited or damaged)") from None
+    except msgspec.DecodeError as e:
+        raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}) (edited or damaged)") from None
+
+
+def read_record_bytes(path: Path, *, what: str) -> bytes:
+    """The bytes of a record file: a regular file of bounded size (a FIFO would hang the reader, a directory or a
+    device is not a record). ``FileNotFoundError`` passes through: callers say what a missing record means."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise DamagedRecord(f"{path}: {what} is a directory, not a file (edited or damaged)") from None
+    except OSError as e:
+        raise DamagedRecord(f"{path}: {what} cannot be read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DamagedRecord(f"{path}: {what} is {_file_kind(st.st_mode)}, not a regular file (edited or damaged)")
+        if st.st_size > MAX_RECORD_BYTES:
+            raise DamagedRecord(f"{path}: {what} is {st.st_size:,} bytes, larger than any record grtool writes ({MAX_RECORD_BYTES:,}) (edited or damaged)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_RECORD_BYTES + 1)
+    except OSError as e:
+        raise DamagedRecord(f"{path}: {what} cannot be read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+
+
+def read_record(path: str | Path, kind: type[T], *, what: str) -> T:
+    """Read and decode the record at ``path`` through its declaration ``kind``."""
+    p = Path(path)
+    return decode_record(read_record_bytes(p, what=what), kind, source=p, what=what)
+
+
+def to_builtins(record: Any) -> Any:
+    """A record as plain JSON values (dicts, lists), for writers that add it to a larger document."""
+    return msgspec.to_builtins(record)
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def file_kind(path: str | Path) -> str | None:
+    """What a path is when it is not a regular file or a directory ('a FIFO', 'a character device', ...), else
+    None: messages name special files as what they are instead of "no such file"."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return _file_kind(mode)
