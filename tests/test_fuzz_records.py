@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fuzz_helpers import (
-    JSON_MUTATIONS, SPECIAL_FILES, TEXT_MUTATIONS, Command, build_run, check_properties, commands, dump_json,
+    DAMAGING, JSON_MUTATIONS, SPECIAL_FILES, TEXT_DAMAGING, TEXT_MUTATIONS, Command, build_run, check_properties, commands, dump_json,
     edit_with_digests, files_of, grtool, json_paths, mutate_json, mutate_text, readers, replace_with_special,
 )  # fmt: skip
 
@@ -164,7 +164,9 @@ def record_values(fuzz: Fuzz, draw: Draw) -> None:
     kind = draw.one("mutation", JSON_MUTATIONS)
     pick = draw.number("pick", 0, 50)
     (root / relpath).write_text(dump_json(mutate_json(doc, path, kind, pick)))
-    fuzz.run(draw.command_for(relpath))
+    # A stage's params are the options it ran with, free-form: any value there is a valid record of other options.
+    damaging = kind in DAMAGING and not (relpath.endswith("_manifest.json") and path[:1] == ("params",))
+    fuzz.run(draw.command_for(relpath), answer_must_match=damaging)
 
 
 def record_text(fuzz: Fuzz, draw: Draw) -> None:
@@ -174,7 +176,7 @@ def record_text(fuzz: Fuzz, draw: Draw) -> None:
     at = draw.number("at", 0, 10**6)
     path = root / relpath
     path.write_bytes(mutate_text(path.read_bytes(), kind, at))
-    fuzz.run(draw.command_for(relpath))
+    fuzz.run(draw.command_for(relpath), answer_must_match=kind in TEXT_DAMAGING)
 
 
 _DIRECTORIES = ["run/documents", "run/questions/_shards", "run/triples", "run/chains/_shards", "run/index", "run/export", "run/_pipeline", "run/reports"]
@@ -183,8 +185,13 @@ _DIRECTORIES = ["run/documents", "run/questions/_shards", "run/triples", "run/ch
 def special_files(fuzz: Fuzz, draw: Draw) -> None:
     root = fuzz.reset()
     relpath = draw.one("path", files_of(root) + _DIRECTORIES)
-    replace_with_special(root / relpath, draw.one("special file", SPECIAL_FILES))
-    fuzz.run(draw.command_for(relpath))
+    kind = draw.one("special file", SPECIAL_FILES)
+    was_directory = (root / relpath).is_dir()
+    replace_with_special(root / relpath, kind)
+    # A dangling symlink is a missing file, and an empty directory where a stage was is a missing stage: a run may
+    # legitimately lack them (a stage not run yet). Every other special file is damage.
+    damaging = kind != "dangling_symlink" and not (kind == "directory" and was_directory)
+    fuzz.run(draw.command_for(relpath), answer_must_match=damaging)
 
 
 def content_with_digests(fuzz: Fuzz, draw: Draw) -> None:
