@@ -257,7 +257,10 @@ def test_a_stage_past_max_array_size_is_several_arrays_each_task_one_shard(tmp_p
     config = _config(tmp_path, tmp_path / "run", triples="{ tasks = 7, parallel = 2 }")
     plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
     assert "MaxArraySize 3 (scontrol show config)" in plan, plan
-    assert "#   triples (3 arrays: shards 0-2, 3-5, 6 (MaxArraySize 3), then triples-finalize) after ingest" in plan, plan
+    assert "#   triples (3 arrays: shards 0-2, 3-5, 6 (MaxArraySize 3), one after another (parallel = 2), then triples-finalize) after ingest" in plan, plan
+    table = plan.split("\n")[1:4]
+    assert table[0].split()[1:6] == ["stage", "partition", "gres", "tasks", "arrays"] and table[2].split()[1:5] == ["triples", "(default)", "-", "7"], table
+    assert table[2].split()[5] == "3", table  # the table shows the split
     assert plan.count("#SBATCH --array=0-2%2") == 2 and plan.count("#SBATCH --array=0-0%2") == 1, plan
     cli("pipeline", "run", config, "--executor", "slurm", env=env)
     submitted = [r for r in slurm_fakes.records(tmp_path / "slurm", "sbatch") if not r["test_only"]]

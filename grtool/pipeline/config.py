@@ -36,6 +36,7 @@ import msgspec
 
 from grtool.errors import InputError
 from grtool.pipeline.registry import NoCommands, StageCommands
+from grtool.pipeline.slurm_values import check_slurm_settings, check_slurm_value
 
 
 @dataclass
@@ -328,6 +329,10 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     defaults = {k: _expand(v, variables, f"{path}: [slurm] {k!r}") for k, v in msgspec.to_builtins(spec.slurm).items()}
     # Placeholders are expanded (and checked) in the file's values first, then in each --set value.
     by_name = {name: _expand_stage(entry, variables, f"{path}: stage {name!r}") for name, entry in by_name.items()}
+    # The Slurm values as they will reach a batch script: after their placeholders, each of Slurm's shape.
+    check_slurm_settings(defaults, f"{path}: [slurm]")
+    for name, entry in by_name.items():
+        check_slurm_settings(entry["slurm"], f"{path}: stage {name!r}, slurm")
     for item in overrides:
         if item in var_sets:
             continue  # applied above
@@ -372,11 +377,15 @@ def _slurm_value(key: str, text: str, variables: dict[str, str], where: str) -> 
     fields = list(SlurmTable.__struct_fields__)
     if key not in fields:
         raise InputError(f"{where}: unknown Slurm key {key!r}{_did_you_mean(key, fields)}; known keys: {', '.join(fields)}")
-    value = _expand(shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
+    try:
+        value = _expand(shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
+    except ValueError as e:  # an unclosed quote in the sbatch arguments
+        raise InputError(f"{where}: cannot split the value into words ({e})") from None
     if key not in ("sbatch", "nodes", "cpus", "tasks", "parallel"):
         value = str(value)  # time = 1:00:00 or mem = 64 stay text
     try:
         msgspec.convert({key: value}, SlurmTable, strict=True)
     except msgspec.ValidationError as e:
         raise InputError(f"{where}: {_got(str(e))}, expected {_SLURM_EXPECTED.get(key, 'a string')}") from None
+    check_slurm_value(key, value, f"{where}: slurm")
     return value
