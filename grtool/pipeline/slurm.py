@@ -166,7 +166,7 @@ class SlurmExecutor(PipelineExecutor):
     def _directives(self, stage: Stage, conf: dict[str, Any], *, array: int | None) -> list[str]:
         """The ``#SBATCH`` arguments (unquoted); ``array``: the task count of this array, None for one job."""
         log_name = f"{stage.name}-%A_%a.out" if array else f"{stage.name}-%j.out"
-        lines = [f"--job-name=grtool-{stage.name}", f"--output={self.logs_dir.absolute() / log_name}", "--open-mode=append",
+        lines = [f"--job-name=grtool-{stage.name}", f"--output={self._log_pattern(log_name)}", "--open-mode=append",
                  f"--chdir={self.cwd}", "--requeue", "--signal=TERM@120"]  # fmt: skip
         flags = {"partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time", "nodes": "--nodes",
                  "cpus": "--cpus-per-task", "mem": "--mem", "gres": "--gres"}  # fmt: skip
@@ -175,6 +175,10 @@ class SlurmExecutor(PipelineExecutor):
             lines.append(f"--array=0-{array - 1}" + (f"%{conf['parallel']}" if conf.get("parallel") else ""))
         lines += list(conf.get("sbatch", []))
         return lines
+
+    def _log_pattern(self, name: str) -> str:
+        """--output's file name pattern: the logs folder with any '%' doubled (Slurm would read it as a field)."""
+        return str(self.logs_dir.absolute()).replace("%", "%%") + "/" + name
 
     def _record_path(self, stage: Stage) -> Path:
         return self.jobs_dir / f"{stage.name}.json"
@@ -230,7 +234,7 @@ class SlurmExecutor(PipelineExecutor):
         keep = {k: conf[k] for k in ("partition", "account", "qos", "setup") if conf.get(k)}
         directives = self._directives(stage, {**keep, "time": "01:00:00", "cpus": 1}, array=None)
         directives[0] += "-finalize"
-        directives[1] = f"--output={self.logs_dir.absolute() / f'{stage.name}-finalize-%j.out'}"
+        directives[1] = f"--output={self._log_pattern(f'{stage.name}-finalize-%j.out')}"
         body = ["set -euo pipefail", *([conf["setup"]] if conf.get("setup") else []),
                 f"grtool pipeline finalize --merge {shlex.quote(str(self._record_path(stage).absolute()))}"]  # fmt: skip
         return _script(directives, body)
@@ -438,9 +442,9 @@ def gpus_per_task(gres: str | None) -> int:
 
 
 def job_table(jobs: list[tuple[str, dict[str, Any]]], arrays: dict[str, int] | None = None) -> list[str]:
-    """One line per stage's job (partition, gres, tasks, the arrays they are submitted as, cpus, mem, time,
-    GPU-hours at most) and a total: what a submission asks of the cluster, before its scripts."""
-    header = ["stage", "partition", "gres", "tasks", "arrays", "cpus", "mem", "time", "max GPU-hours"]
+    """One line per stage's job (partition, gres, tasks and the arrays they are split into past MaxArraySize,
+    cpus, mem, time, GPU-hours at most) and a total: what a submission asks of the cluster, before its scripts."""
+    header = ["stage", "partition", "gres", "tasks", "cpus", "mem", "time", "max GPU-hours"]
     rows, total, unknown = [], 0.0, False
     for name, conf in jobs:
         tasks, nodes = conf.get("tasks", 1), conf.get("nodes", 1)
@@ -450,10 +454,11 @@ def job_table(jobs: list[tuple[str, dict[str, Any]]], arrays: dict[str, int] | N
         gpu_hours = gpus * tasks * hours if hours is not None else None
         total += gpu_hours or 0
         shown = "0" if not gpus else f"{gpu_hours:g}" if gpu_hours is not None else "? (no time)"
-        rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", str(tasks),
-                     str((arrays or {}).get(name, 1)) if tasks > 1 else "-", str(conf.get("cpus") or "-"),
+        split = (arrays or {}).get(name, 1)
+        rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", f"{tasks} ({split} arrays)" if split > 1 else str(tasks),
+                     str(conf.get("cpus") or "-"),
                      conf.get("mem") or "-", conf.get("time") or "(default)", shown])  # fmt: skip
-    rows.append(["total", "", "", "", "", "", "", "", f"{total:g}" + ("+?" if unknown else "")])
+    rows.append(["total", "", "", "", "", "", "", f"{total:g}" + ("+?" if unknown else "")])
     return columns(header, rows)
 
 
