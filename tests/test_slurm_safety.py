@@ -21,35 +21,13 @@ import pytest
 
 import slurm_fakes
 from conftest import REPO
+from test_pipeline_slurm_plan import _config as plan_config
 
 HOTPOT = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
 
 
 def _config(folder: Path, out: Path, *, slurm: str = "", triples: str = "{ tasks = 3 }") -> Path:
-    path = folder / "pipe.toml"
-    path.write_text(textwrap.dedent(f"""
-        out = {json.dumps(str(out))}
-        [slurm]
-        time = "01:00:00"
-        {slurm}
-        [[stages]]
-        name = "ingest"
-        run = "corpus ingest"
-        args = [{json.dumps(str(HOTPOT))}]
-        options = {{ out = "{{out}}/corpus" }}
-        [[stages]]
-        name = "triples"
-        run = "triples extract"
-        args = ["{{out}}/corpus"]
-        options = {{ out = "{{out}}/t", backend = "openai", base_url = "http://127.0.0.1:9/v1" }}
-        slurm = {triples}
-        [[stages]]
-        name = "index"
-        run = "index build"
-        args = ["{{out}}/t/triples"]
-        options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
-        """))
-    return path
+    return Path(plan_config(folder, slurm, triples, out))
 
 
 def _toml(text: str) -> str:
@@ -60,7 +38,8 @@ def _toml(text: str) -> str:
 def test_the_issue_newline_in_partition_is_refused_and_runs_nothing(tmp_path, cli):
     marker = tmp_path / "X"
     env = slurm_fakes.install(tmp_path / "slurm")
-    config = _config(tmp_path, tmp_path / "run", slurm=f"partition = {_toml('cpu' + chr(10) + 'touch ' + str(marker))}")
+    config = _config(tmp_path, tmp_path / "run")
+    config.write_text(config.read_text().replace('partition = "cpu"', f"partition = {_toml('cpu' + chr(10) + 'touch ' + str(marker))}"))
     proc = cli("pipeline", "run", config, "--executor", "slurm", check=2, env=env)
     line = proc.stderr.strip().splitlines()[-1]
     assert "[slurm] 'partition'" in line and "'cpu\\ntouch " in line and "partition name" in line, proc.stderr
@@ -259,7 +238,7 @@ def test_a_stage_past_max_array_size_is_several_arrays_each_task_one_shard(tmp_p
     assert "MaxArraySize 3 (scontrol show config)" in plan, plan
     assert "#   triples (3 arrays: shards 0-2, 3-5, 6 (MaxArraySize 3), one after another (parallel = 2), then triples-finalize) after ingest" in plan, plan
     table = plan.split("\n")[1:4]
-    assert table[2].split()[1:7] == ["triples", "(default)", "-", "7", "(3", "arrays)"], table  # the table shows the split
+    assert table[2].split()[1:7] == ["triples", "cpu", "-", "7", "(3", "arrays)"], table  # the table shows the split
     assert plan.count("#SBATCH --array=0-2%2") == 2 and plan.count("#SBATCH --array=0-0%2") == 1, plan
     cli("pipeline", "run", config, "--executor", "slurm", env=env)
     submitted = [r for r in slurm_fakes.records(tmp_path / "slurm", "sbatch") if not r["test_only"]]
