@@ -8,8 +8,9 @@ on PATH.
   It answers ``FAKE_SBATCH_ANSWER`` when set, else a new job id.
 - ``scontrol show config`` prints ``MaxArraySize = $FAKE_MAX_ARRAY_SIZE`` when set (else it fails, as with no
   controller); ``scontrol show job`` knows no job.
-- ``srun`` and ``grtool`` (the finalize step inside a script) record their arguments in ``srun.jsonl`` /
-  ``grtool.jsonl`` and exit 0.
+- ``srun``, ``grtool`` (the finalize step inside a script) and ``scancel`` record their arguments in
+  ``srun.jsonl`` / ``grtool.jsonl`` / ``scancel.jsonl`` and exit 0.
+- ``FAKE_SBATCH_BAD_AT=N``: the Nth submission answers an error text instead of a job id.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ said = directives(script)
 count = HERE / "count"
 n = int(count.read_text()) + 1 if count.exists() else 100
 answer = os.environ.get("FAKE_SBATCH_ANSWER", str(n))
+if not test_only and os.environ.get("FAKE_SBATCH_BAD_AT") == str(n - 99):  # the Nth submission answers nonsense
+    answer = "sbatch: error: try again"
 with open(HERE / "sbatch.jsonl", "a") as f:
     f.write(json.dumps({"args": args, "directives": said, "test_only": test_only, "answer": None if test_only else answer}) + "\n")
 if test_only:
@@ -108,11 +111,11 @@ with open(Path(os.environ["FAKE_SLURM_DIR"]) / "{name}.jsonl", "a") as f:
 """
 
 
-def install(folder: Path, *, max_array_size: int | None = None, answer: str | None = None) -> dict[str, str]:
+def install(folder: Path, *, max_array_size: int | None = None, answer: str | None = None, bad_at: int | None = None) -> dict[str, str]:
     """Write the fake programs into ``folder``/bin; the environment that puts them first on PATH."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    programs = {"sbatch": SBATCH, "scontrol": SCONTROL, "srun": RECORDER.format(name="srun"), "grtool": RECORDER.format(name="grtool")}
+    programs = {"sbatch": SBATCH, "scontrol": SCONTROL, **{name: RECORDER.format(name=name) for name in ("srun", "grtool", "scancel")}}
     for name, text in programs.items():
         path = bin_dir / name
         path.write_text(f"#!{sys.executable}\n{text}")
@@ -122,6 +125,8 @@ def install(folder: Path, *, max_array_size: int | None = None, answer: str | No
         env["FAKE_MAX_ARRAY_SIZE"] = str(max_array_size)
     if answer is not None:
         env["FAKE_SBATCH_ANSWER"] = answer
+    if bad_at is not None:
+        env["FAKE_SBATCH_BAD_AT"] = str(bad_at)
     return env
 
 

@@ -256,6 +256,22 @@ def test_a_stage_past_max_array_size_is_several_arrays_each_task_one_shard(tmp_p
     assert record["jobs"]["run"] == arrays[0] and record["jobs"]["arrays"] == arrays and record["jobs"]["finalize"] == fin["answer"]
 
 
+def test_a_bad_answer_midway_through_a_stage_cancels_its_arrays_and_a_rerun_submits_the_stage_whole(tmp_path, cli):
+    env = slurm_fakes.install(tmp_path / "slurm", max_array_size=3, bad_at=4)  # ingest, arrays 1 and 2, then nonsense
+    config = _config(tmp_path, tmp_path / "run", triples="{ tasks = 7 }")
+    proc = cli("pipeline", "run", config, "--executor", "slurm", check=1, env=env)
+    assert "stage 'triples'" in proc.stderr.strip().splitlines()[-1] and "'sbatch: error: try again'" in proc.stderr, proc.stderr
+    assert slurm_fakes.records(tmp_path / "slurm", "scancel") == [{"argv": ["101", "102"], "cwd": str(Path.cwd()), "task": None}]
+    submitted = [r for r in slurm_fakes.records(tmp_path / "slurm", "sbatch") if not r["test_only"]]
+    assert len(submitted) == 4  # index was not submitted
+    assert json.loads((tmp_path / "run" / "_pipeline" / "slurm" / "triples.json").read_text())["jobs"] == {}
+    env.pop("FAKE_SBATCH_BAD_AT")
+    cli("pipeline", "run", config, "--executor", "slurm", env=env)  # scontrol knows no job: everything again
+    submitted = [r for r in slurm_fakes.records(tmp_path / "slurm", "sbatch") if not r["test_only"]][4:]
+    assert len(submitted) == 6 and json.loads((tmp_path / "run" / "_pipeline" / "slurm" / "triples.json").read_text())["jobs"]["arrays"] == [
+        r["answer"] for r in submitted[1:4]]  # fmt: skip
+
+
 def test_without_max_array_size_the_default_1001_is_assumed_and_said(tmp_path, cli):
     env = slurm_fakes.install(tmp_path / "slurm")  # scontrol show config fails
     plan = cli("pipeline", "run", _config(tmp_path, tmp_path / "run", triples="{ tasks = 1001 }"), "--executor", "slurm", "--dry-run", env=env).stdout

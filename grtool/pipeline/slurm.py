@@ -318,19 +318,22 @@ class SlurmExecutor(PipelineExecutor):
                     # With `parallel`, an array waits for the one before it: the limit holds across the stage's arrays.
                     wait_for = arrays[-1:] if conf.get("parallel") else []
                     arrays.append(_sbatch(["--parsable", *_dependency(deps, after_any=wait_for), str(script_path)], None, f"stage {stage.name!r}"))
+                record["jobs"] = {"run": arrays[0], **({"arrays": arrays} if len(arrays) > 1 else {})}
+                final[stage.name] = arrays[0]
+                if conf.get("tasks", 1) > 1:
+                    fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
+                    fin_path.write_text(self.finalize_script(stage, conf))
+                    fin = _sbatch(["--parsable", *_dependency(arrays), str(fin_path)], None, f"stage {stage.name!r}")
+                    record["jobs"]["finalize"] = fin
+                    final[stage.name] = fin
             except GrtoolError:
-                if arrays:  # a stage half submitted would look queued to a rerun, which would never submit the rest
-                    subprocess.run(["scancel", *arrays], capture_output=True)
-                    log.warning("stage %s: cancelled its arrays %s, submitted before sbatch failed", stage.name, ", ".join(arrays))
+                if arrays:  # a stage half submitted is not recorded: a rerun submits it whole, so its jobs go
+                    try:
+                        subprocess.run(["scancel", *arrays], capture_output=True)
+                    except OSError:
+                        pass  # no scancel: the warning below names the jobs to cancel
+                    log.warning("stage %s: cancelled its jobs %s, submitted before sbatch failed", stage.name, ", ".join(arrays))
                 raise
-            record["jobs"] = {"run": arrays[0], **({"arrays": arrays} if len(arrays) > 1 else {})}
-            final[stage.name] = arrays[0]
-            if conf.get("tasks", 1) > 1:
-                fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
-                fin_path.write_text(self.finalize_script(stage, conf))
-                fin = _sbatch(["--parsable", *_dependency(arrays), str(fin_path)], None, f"stage {stage.name!r}")
-                record["jobs"]["finalize"] = fin
-                final[stage.name] = fin
             atomic_write_bytes(self._record_path(stage), dumps(record))
             after_text = f" after {', '.join(a for a in after if a in final)}" if after else ""
             tasks = conf.get("tasks", 1)
