@@ -70,6 +70,18 @@ def test_a_var_substituted_into_a_slurm_value_is_checked_after_substitution(tmp_
     assert "stage 'triples', slurm 'partition'" in proc.stderr and "'gpu\\u2028x'" in proc.stderr, proc.stderr
 
 
+def test_a_var_in_setup_or_launch_goes_in_as_one_quoted_word(tmp_path, cli):
+    marker = tmp_path / "X"
+    env = slurm_fakes.install(tmp_path / "slurm")
+    config = _config(tmp_path, tmp_path / "run", slurm='setup = "cd {venv}"\nlaunch = "env {flag} "', triples="{ tasks = 2 }")
+    config.write_text(f"[vars]\nvenv = {_toml(f'my env; touch {marker}')}\nflag = \"A=1 $(touch {marker})\"\n" + config.read_text())
+    plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
+    assert f"cd 'my env; touch {marker}'" in plan, plan
+    cli("pipeline", "run", config, "--executor", "slurm", env=env)
+    assert not marker.exists()
+    assert slurm_fakes.records(tmp_path / "slurm", "srun")[0]["argv"][:3] == ["env", f"A=1 $(touch {marker})", "grtool"]
+
+
 # ---- the shapes, key by key (the checking function itself: many cases, no process each)
 
 CONTROL = ["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\u0085", "\u2028", "\u2029", "\u200b", "\ufeff", "\u202e"]

@@ -255,7 +255,8 @@ class SlurmExecutor(PipelineExecutor):
             tasks = conf.get("tasks", 1)
             chunks = self.arrays(conf) if tasks > 1 else [(0, 1)]
             for n, (first, count) in enumerate(chunks):
-                what = "" if tasks == 1 else f" (array of {tasks} tasks)" if len(chunks) == 1 else f" (array {n + 1} of {len(chunks)}: shards {_shard_range(first, count)})"
+                what = f" (array {n + 1} of {len(chunks)}: shards {_shard_range(first, count)})" if len(chunks) > 1 else ""
+                what = what or (f" (array of {tasks} tasks)" if tasks > 1 else "")
                 print(f"# ---- {self._script_path(stage, n)}{what}")
                 print(self.stage_script(state, conf, (first, count)), end="")
             if tasks > 1:

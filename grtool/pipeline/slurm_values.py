@@ -5,7 +5,7 @@ accepts for it (a partition is a name, ``time`` one of Slurm's time formats, ``g
 counts positive and bounded) and no value anywhere may hold a control character (newline, carriage return, tab,
 NUL, U+0085, U+2028/2029, invisible format characters): one such character would end an ``#SBATCH`` line early
 or start a new shell command. ``setup`` is the one key meant as shell (a line run first in the job); it is held
-to one line.
+to one line, and a ``{var}`` placeholder in it (or in ``launch``) is replaced by the value as one quoted word.
 
 Also here: how a value is written on an ``#SBATCH`` line (Slurm's own quoting) and the parsing of Slurm's time
 format, shared by the check and the plan's GPU-hours.
@@ -27,6 +27,7 @@ COUNT_LIMITS = {"nodes": 100_000, "cpus": 100_000, "tasks": 1_000_000, "parallel
 # logs or resume (--wrap would replace the script altogether).
 OWN_SBATCH = {"array", "dependency", "wrap", "output", "chdir", "parsable", "test-only", "kill-on-invalid-dep"}
 MAX_SBATCH_ARGS = 32
+SHELL_KEYS = ("setup", "launch")  # shell text: a [vars] placeholder in them goes in as one quoted word
 
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _NAMES = re.compile(rf"{_NAME}(?:,{_NAME})*", re.ASCII)
@@ -48,7 +49,7 @@ SHAPES = {
     "gres": "name[:type][:count], comma-separated (e.g. gpu:1, gpu:a100:2), count at least 1",
     "sbatch": f"a list of at most {MAX_SBATCH_ARGS} sbatch arguments, each --option or --option=value "
     f"(not {', '.join('--' + o for o in sorted(OWN_SBATCH))}, which grtool sets itself)",
-    "setup": "one line of shell",
+    "setup": "one line of shell ({var} placeholders go in quoted)",
     "launch": "words before `grtool` (shell quoting allowed, no shell syntax)",
     **{key: f"an integer, at least 1 and at most {limit}" for key, limit in COUNT_LIMITS.items()},
 }
