@@ -14,7 +14,6 @@ tests/slurm_fakes.py, whose ``sbatch`` executes every script it is given.
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -185,7 +184,8 @@ def test_a_run_path_with_spaces_quotes_and_dollars_reaches_the_jobs_exactly(tmp_
     marker = tmp_path / "X"
     out = tmp_path / f"my run $(touch {marker}) `touch {marker}` 'q' \"d\" #h 100%j"
     env = slurm_fakes.install(tmp_path / "slurm", max_array_size=1001)
-    config = _config(tmp_path, out, slurm='setup = "true"\nsbatch = ["--comment=a b #c"]')
+    comment = "--comment=a b #c 'q' \"d\" \\e $(touch " + str(marker) + ")"
+    config = _config(tmp_path, out, slurm=f'setup = "true"\nsbatch = [{_toml(comment)}]')
     plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
     assert not marker.exists() and not out.exists()
     cli("pipeline", "run", config, "--executor", "slurm", env=env)
@@ -194,7 +194,7 @@ def test_a_run_path_with_spaces_quotes_and_dollars_reaches_the_jobs_exactly(tmp_
     assert len(submitted) == 4  # ingest, the triples array, its finalize, index
     logs = str(out / "_pipeline" / "logs").replace("%", "%%")  # a '%' of the path is not one of --output's fields
     ingest, triples = submitted[0]["directives"], submitted[1]["directives"]
-    assert f"--output={logs}/ingest-%j.out" in ingest and f"--chdir={Path.cwd()}" in ingest and "--comment=a b #c" in ingest, ingest
+    assert f"--output={logs}/ingest-%j.out" in ingest and f"--chdir={Path.cwd()}" in ingest and comment in ingest, ingest
     assert f"--output={logs}/triples-%A_%a.out" in triples and "--array=0-2" in triples, triples
     assert "--time=01:00:00" in ingest and "--time=01:00:00" in submitted[2]["directives"]
     runs = slurm_fakes.records(tmp_path / "slurm", "srun")
