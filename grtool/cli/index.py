@@ -25,7 +25,7 @@ class Source(str, Enum):  # grtool.index.build.SOURCES
 
 
 # Not the stages' --out: an index is a directory of files, never JSON Lines on stdout.
-IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to create ('-' is refused: an index is a directory of files).")]
+IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to write ('-' is refused: an index is a directory of files).")]
 
 
 @app.command("build")

@@ -29,7 +29,7 @@ class Desirable(str, Enum):  # as `export kto --desirable`
 
 
 Model = Annotated[Optional[str], typer.Option("--model", help="Base model: a folder, a .gguf file, or a hub id in the local cache (default: the embedded SmolLM2-135M-Instruct).")]
-CkptOut = Annotated[Path, typer.Option("--out", "-o", help="Checkpoint directory (with --format llamafactory-yaml: the YAML file, '-' = stdout).")]
+CkptOut = Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Checkpoint directory to write (with --format llamafactory-yaml: the YAML file to write, '-' = stdout).")]
 LearningRate = Annotated[Optional[float], typer.Option("--learning-rate", help="Peak learning rate (default SFT 2e-5, KTO 5e-7; thinkgr: 1e-6 / 4e-7).")]
 PerDevice = Annotated[Optional[int], typer.Option("--per-device-batch-size", min=1, help="Rows per device per step (default 2).")]
 Accumulation = Annotated[Optional[int], typer.Option("--gradient-accumulation", min=1, help="Steps accumulated per optimizer step (default 1).")]
