@@ -158,7 +158,13 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], a
 
     from grtool.log import console
 
-    table = Table(show_header=False, title=str(index))
+    from rich.markup import escape
+
+    from grtool.cli.shape import pretty_value
+
+    table = Table(show_header=False, title=escape(str(index)))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in report.items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+        table.add_row(key, escape(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value)))
     console.print(table)

@@ -128,3 +128,26 @@ def counts_text(counts: dict[str, Any] | None, empty: str = "none") -> str:
     if not counts:
         return empty
     return ", ".join(f"{name} {value}" for name, value in counts.items())
+
+
+def pretty_value(value: Any, indent: str = "") -> str:
+    """A record's value for a table cell: numbers with separators, a mapping one ``key: value`` per line (nested
+    ones indented), a list comma-separated, None as ``-``; never a Python repr."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        lines = []
+        for k, v in value.items():
+            if isinstance(v, dict) and v:
+                lines.append(f"{indent}{k}:")
+                lines.append(pretty_value(v, indent + "  "))
+            else:
+                lines.append(f"{indent}{k}: {pretty_value(v)}")
+        return "\n".join(lines) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(pretty_value(v) for v in value) or "-"
+    return str(value)

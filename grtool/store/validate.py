@@ -558,7 +558,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
             docid = docids[i].as_py()
             got, want = index.docs_of(tok.encode(docid)), sorted(index.docs_of_sequence(i))
             if got != want or not got:
-                report.problems.append(f"lookup of docid #{i} {docid[:80]!r} returns documents {got[:3]}, expected {want[:3]}")
+                report.problems.append(f"lookup of docid #{i} {docid[:80]!r} returns documents {', '.join(got[:3]) or 'none'}, expected {', '.join(want[:3]) or 'none'}")
     else:
         ids, _ = index.next_tokens(index.start())
         if n and not len(ids):
