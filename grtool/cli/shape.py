@@ -36,6 +36,14 @@ def _deprecated(command: str, option: str, value: str) -> None:
         log.warning("%s", text)
 
 
+def _command_words(ctx: Any) -> str:
+    """``chains gold``, whether the command was reached from `grtool` (or ``python -m grtool``) or made alone (a
+    pipeline checks a stage's line on the command itself, named ``grtool chains gold``)."""
+    root = ctx.find_root()
+    path = ctx.command_path[len(root.command_path):] if root is not ctx else ctx.command_path
+    return path.strip().removeprefix("grtool ").strip()
+
+
 def moved_to_options(*options: str) -> type:
     """A command class for a command whose inputs ``options`` (``"--triples"``, in order) were once positional
     arguments after its main input: extra positional arguments fill those options when they are not given, each
@@ -57,8 +65,7 @@ def moved_to_options(*options: str) -> type:
                 value = rest.pop(0)
                 opts[param.name] = value
                 order.append(param)
-                root = ctx.find_root().command_path  # `grtool`, or `python -m grtool`
-                _deprecated(ctx.command_path[len(root):].strip(), option, value)
+                _deprecated(_command_words(ctx), option, value)
             core = inspect.getmodule(typer.core.TyperCommand.__mro__[1])  # click's core, vendored by Typer or not
             for param in core.iter_params_for_processing(order, self.get_params(ctx)):  # type: ignore[union-attr]
                 _, rest = param.handle_parse_result(ctx, opts, rest)

@@ -13,9 +13,6 @@ import orjson
 
 from grtool.store.validate import discover
 
-TRAIN_RECORD = "grtool.json"  # grtool/train/run.py writes it into the checkpoint directory when training ends
-
-
 def _record(path: Path) -> dict[str, Any] | None:
     try:
         value = orjson.loads(path.read_bytes())
@@ -55,24 +52,28 @@ def exports(sidecars: list[Path]) -> list[dict[str, str]]:
 
 
 def checkpoints(root: Path) -> list[dict[str, str]]:
-    """Training outputs under ``root``: finished ones by their record, unfinished ones by their checkpoint folders."""
+    """Training outputs under ``root``: finished ones by their record, a run that has not finished (or was killed)
+    by the record it wrote when it started and by its ``checkpoint-N`` folders."""
+    from grtool.store.outputs import CHECKPOINT
+
     rows = []
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
         saved = sorted((n for n in dirnames if n.startswith("checkpoint-")), key=lambda n: (len(n), n))
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".", "checkpoint-")))
-        record = _record(d / TRAIN_RECORD) if TRAIN_RECORD in filenames else None
-        trained = record is not None and str(record.get("kind", "")).startswith("train ")
-        if not trained and not saved:
+        record = _record(d / CHECKPOINT.record) if CHECKPOINT.record in filenames else None
+        finished = record is not None and str(record.get("kind", "")).startswith("train ")
+        started = _record(d / CHECKPOINT.started) if CHECKPOINT.started in filenames else None
+        if not (finished or saved or (started is not None and started.get("kind") == CHECKPOINT.name)):
             continue
-        if TRAIN_RECORD in filenames and record is None:
-            state = "damaged record"
-        elif trained:
+        if finished:
             state = f"finished {record.get('finished', '-')}"
+        elif CHECKPOINT.record in filenames:
+            state = "damaged record"
         else:
-            state = "not finished"
-        rows.append({"path": str(d), "kind": str(record.get("kind", "-")) if trained else "train",
-                     "steps": _number(record.get("global_step")) if trained else "-", "state": state,
+            state = f"not finished (started {started.get('started', '-')})" if started else "not finished"
+        rows.append({"path": str(d), "kind": str(record.get("kind", "-")) if finished else "train",
+                     "steps": _number(record.get("global_step")) if finished else "-", "state": state,
                      "saved": ", ".join(saved) or "-"})  # fmt: skip
         dirnames[:] = []  # a checkpoint's own folders are not runs of their own
     return rows
