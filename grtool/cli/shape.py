@@ -8,7 +8,8 @@ command class that takes the old extra positional argument as the named option a
 new spelling.
 
 --help shows one metavar style, the classic upper-case one (``PATH``, ``TEXT``, ``INTEGER``, ``[a|b]``) and none
-on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``.
+on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``, and
+lets the terminal wrap a docstring's paragraphs (those releases keep its line breaks, which then print ragged).
 """
 
 from __future__ import annotations
@@ -128,6 +129,35 @@ def use_metavar_style() -> None:
             return name + ("..." if self.nargs != 1 else "")
 
         argument_class._usage_display_name = usage_name
+    _rewrap_help_paragraphs()
+
+
+def _join_lines(paragraph: str) -> str:
+    """A docstring paragraph as one flowing text (the terminal wraps it), list items kept on their own lines;
+    a paragraph starting with Click's \\b marker is kept as written."""
+    if paragraph.startswith("\b"):
+        return paragraph
+    lines = paragraph.split("\n")
+    text = lines[0]
+    for line in lines[1:]:
+        text += ("\n" + line) if line.lstrip().startswith(("- ", "* ", "• ")) else (" " + line.strip())
+    return text
+
+
+def _rewrap_help_paragraphs() -> None:
+    """The Typer releases that keep a docstring's line breaks in --help print ragged lines once the terminal
+    wraps them again (``... the dataset's own`` / ``gold`` / ``triples ...``): join them, as older releases did."""
+    import typer.rich_utils
+
+    if not hasattr(typer.rich_utils, "_fix_linebreaks"):
+        return
+
+    def fix_linebreaks(paragraphs: list[str], markup_mode: Any) -> str:
+        if markup_mode == getattr(typer.rich_utils, "MARKUP_MODE_MARKDOWN", "markdown"):
+            return "\n\n".join(paragraphs)
+        return "\n\n".join(_join_lines(p) for p in paragraphs)
+
+    typer.rich_utils._fix_linebreaks = fix_linebreaks
 
 
 def counts_text(counts: dict[str, Any] | None, empty: str = "none") -> str:
