@@ -82,6 +82,13 @@ def test_every_command_takes_at_most_one_input_as_an_argument() -> None:
             assert all(f"--{name}" in p.opts for p in options), (words, name)
 
 
+def test_the_rule_is_written_in_the_command_reference() -> None:
+    from grtool.cli.shape import INPUT_RULE
+
+    page = (Path(__file__).parent.parent / "docs" / "reference" / "cli.md").read_text()
+    assert INPUT_RULE.lower() in " ".join(page.replace("**", "").replace("`", "").split()).lower()
+
+
 # ----------------------------------------------------------------------------------------------------- --help
 
 
