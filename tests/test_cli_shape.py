@@ -173,3 +173,13 @@ def test_status_of_a_run_lists_its_checkpoints(run: Path, tmp_path: Path) -> Non
     text = "\n".join(_lines(run_cli("status", tmp_path, env=WIDE, check=False)))
     assert re.search(r"^checkpoints$", text, re.M)
     assert re.search(r"│ ckpt\s+│ train sft\s+│ 1\s+│ finished 20\d\d-.*│ checkpoint-1", text)
+
+
+def test_pipeline_status_wider_than_the_terminal_prints_a_block_per_stage(run: Path) -> None:
+    plain = run_cli("pipeline", "status", run, env=WIDE).stdout.splitlines()
+    assert plain[0].split()[:2] == ["stage", "state"] and all(len(line) <= 100 for line in plain)
+    narrow = run_cli("pipeline", "status", run, env={"COLUMNS": "50"}).stdout.splitlines()
+    assert all(len(line) <= 50 for line in narrow)
+    stages = [line for line in narrow if not line.startswith(" ")]
+    assert stages == [line.split()[0] for line in plain[1:]]  # the same stages, in the same order
+    assert narrow[1] == "  state: done" and narrow[2].startswith("  finished: 20")
