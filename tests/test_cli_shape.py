@@ -183,3 +183,11 @@ def test_pipeline_status_wider_than_the_terminal_prints_a_block_per_stage(run: P
     stages = [line for line in narrow if not line.startswith(" ")]
     assert stages == [line.split()[0] for line in plain[1:]]  # the same stages, in the same order
     assert narrow[1] == "  state: done" and narrow[2].startswith("  finished: 20")
+
+
+def test_train_dry_run_spells_its_configuration_as_the_config_file_does(run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    text = _lines(run_cli("train", "sft", run / "export" / "sft.json", "--out", tmp_path / "ckpt", "--dry-run"))
+    config = [line.strip() for line in text if line.startswith("  ")]
+    assert "packing: false" in config and "deepspeed: null" in config
+    assert not [line for line in text if re.search(r": (None|True|False)$", line)]

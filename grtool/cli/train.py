@@ -78,8 +78,9 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
             typer.echo(orjson.dumps(report).decode())
             return
         console.print(f"[bold]train {kind}[/] {report['data']} ({report['rows']} rows, {report['data_format']}) on {report['model']} → {report['out']}", highlight=False)
-        for key, value in report["config"].items():
-            console.print(f"  {key}: {value}", highlight=False)
+        for key, value in report["config"].items():  # as a --config YAML file spells them (null, true), not as Python
+            shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+            console.print(f"  {key}: {shown}", highlight=False, markup=False)
         console.print(
             f"effective batch {report['effective_batch_size']} = per-device {cfg.per_device_batch_size} × accumulation "
             f"{cfg.gradient_accumulation} × {report['processes']} processes; steps {report['steps']}",
