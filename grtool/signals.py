@@ -61,6 +61,7 @@ class _State:
         self.hint: str | None = None  # from note(); else PARTS_HINT when an output with parts is tracked, else PLAIN_HINT
         self.finished = False  # the command's work is over: a signal is only recorded (see work_finished())
         self.late: int | None = None  # the signal recorded after the work finished
+        self.cancelled_by: int | None = None  # a SIGTERM that cancelled a running asyncio loop's tasks
 
 
 _state = _State()
@@ -142,7 +143,25 @@ def _on_term(signum: int, _frame: Any) -> None:
         log.warning("%s received: stopping after the current step (send it again to stop at once)", signal.Signals(signum).name)
         return
     _state.stopping = True
+    loop = _running_loop()
+    if loop is not None:  # raised here it could land in one of the loop's callbacks, which swallow it (and the stop)
+        _state.cancelled_by = signum
+        for task in _all_tasks(loop):
+            task.cancel()  # as asyncio.run does for Ctrl-C: the tasks unwind, asyncio.run raises CancelledError
+        loop.call_soon_threadsafe(lambda: None)  # wake the loop out of its select()
+        return
     raise Stopped(signum)
+
+
+def _running_loop() -> Any:
+    asyncio = sys.modules.get("asyncio")
+    return asyncio._get_running_loop() if asyncio is not None else None
+
+
+def _all_tasks(loop: Any) -> set:
+    import asyncio
+
+    return asyncio.all_tasks(loop)
 
 
 def _on_int(signum: int, frame: Any) -> None:
@@ -215,8 +234,11 @@ def handled(ends_process: bool = False) -> Iterator[None]:
         exit_now(_exit_code(e), teardown=True)
     except Stopped as e:
         finish(e)
-    except BaseExceptionGroup as group:  # raised inside an asyncio/anyio task group (the openai backend's requests)
-        stop = _stop_in(group)
+    except BaseException as e:
+        # raised inside an asyncio/anyio task group (the openai backend's requests): a Stopped in a group
+        stop = _stop_in(e) if isinstance(e, BaseExceptionGroup) else None
+        if stop is None and _state.cancelled_by is not None and _is_cancelled(e):
+            stop = Stopped(_state.cancelled_by)  # the asyncio tasks a SIGTERM cancelled (see _on_term)
         if stop is None:
             raise
         finish(stop)
@@ -225,6 +247,28 @@ def handled(ends_process: bool = False) -> Iterator[None]:
         if own_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         _state.__init__()
+
+
+def run_async(main: Any) -> Any:
+    """``asyncio.run(main)``, where a SIGTERM (which cancels the loop's tasks, see ``_on_term``) comes out as
+    :class:`Stopped`, as anywhere else: callers that tell a stop from a failure (the pipeline) see it as one."""
+    import asyncio
+
+    try:
+        return asyncio.run(main)
+    except BaseException as e:
+        if _state.cancelled_by is not None and _is_cancelled(e):
+            raise Stopped(_state.cancelled_by) from None
+        raise
+
+
+def _is_cancelled(e: BaseException) -> bool:
+    """A CancelledError (alone or in an exception group) came out of an asyncio loop."""
+    import asyncio
+
+    if isinstance(e, BaseExceptionGroup):
+        return e.subgroup(lambda x: isinstance(x, asyncio.CancelledError)) is not None
+    return isinstance(e, asyncio.CancelledError)
 
 
 def _stop_in(group: BaseExceptionGroup) -> Stopped | None:
