@@ -313,10 +313,9 @@ def exit_now(code: int, teardown: bool = False) -> None:
     SIGINT is recorded: the exit code becomes 75 (130), the outputs being complete."""
     _state.finished = True
     if teardown:
-        main = threading.main_thread()
-        for thread in threading.enumerate():
-            if thread is not main and not thread.daemon:
-                thread.join()
+        # What the interpreter does first at exit: its thread-exit hooks (executors told to stop), then every
+        # non-daemon thread joined.
+        threading._shutdown()  # type: ignore[attr-defined]
         import atexit
 
         atexit._run_exitfuncs()  # what the interpreter runs at exit, while our handlers still record signals
