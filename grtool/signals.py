@@ -239,6 +239,11 @@ def handled(ends_process: bool = False) -> Iterator[None]:
         stop = _stop_in(e) if isinstance(e, BaseExceptionGroup) else None
         if stop is None and _state.cancelled_by is not None and _is_cancelled(e):
             stop = Stopped(_state.cancelled_by)  # the asyncio tasks a SIGTERM cancelled (see _on_term)
+        if stop is None and ends_process and isinstance(e, Exception):  # a crash: its traceback, then the same exit path
+            import traceback
+
+            traceback.print_exc()
+            exit_now(1, teardown=True)
         if stop is None:
             raise
         finish(stop)
