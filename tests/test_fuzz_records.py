@@ -190,9 +190,10 @@ def special_files(fuzz: Fuzz, draw: Draw) -> None:
     kind = draw.one("special file", SPECIAL_FILES)
     was_directory = (root / relpath).is_dir()
     replace_with_special(root / relpath, kind)
-    # A dangling symlink is a missing file, and an empty directory where a stage was is a missing stage: a run may
-    # legitimately lack them (a stage not run yet). Every other special file is damage.
-    damaging = kind != "dangling_symlink" and not (kind == "directory" and was_directory)
+    # A dangling symlink is a missing file, and anything where a directory was is a missing stage, index or export
+    # (nothing names them but their own records): a run may legitimately lack them (a stage not run yet). Every
+    # other special file in place of a file is damage.
+    damaging = kind != "dangling_symlink" and not was_directory
     fuzz.run(draw.command_for(relpath), answer_must_match=damaging)
 
 
