@@ -122,12 +122,9 @@ def _touch(d: Path) -> None:
 
 def cache_limit() -> int:
     """Bytes the lookup cache may hold (``$GRTOOL_LOOKUP_CACHE_GB``, default 20)."""
-    raw = os.environ.get("GRTOOL_LOOKUP_CACHE_GB", "20")
-    try:
-        gb = float(raw)
-    except ValueError:
-        raise InputError(f"GRTOOL_LOOKUP_CACHE_GB={raw!r}: not a number of gigabytes") from None
-    return int(gb * 2**30)
+    from grtool.userinput import env
+
+    return int(env("GRTOOL_LOOKUP_CACHE_GB") * 2**30)
 
 
 def evict(base: Path, keep: Path, limit: int, stale_after: float = 86_400) -> list[Path]:

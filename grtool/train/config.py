@@ -9,7 +9,6 @@ unless a later layer sets ``gradient_accumulation`` itself.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -109,10 +108,9 @@ KEYS = {f.name for f in fields(TrainConfig)} - {"kind"}
 
 def world_size() -> int:
     """Processes of this run: ``WORLD_SIZE`` as set by torchrun / accelerate launch, else 1."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    from grtool.userinput import env
+
+    return env("WORLD_SIZE")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -1,0 +1,177 @@
+"""What users type, parsed once and bounded (DESIGN §8): numbers given as options and every environment variable
+grtool reads. A wrong value is one :class:`InputError` line (exit 2) naming the option or variable, the value and
+what is accepted — never a traceback, never a silent default, never ``inf`` or ``nan`` flowing into a stage.
+
+* :func:`parse_number` is the one number parser: finite, in range, an integer where one is asked for.
+* :data:`VARIABLES` declares every environment variable grtool reads, once, with its parser; :func:`env` reads one
+  through it and :func:`check_environment` parses them all when a command starts, before anything is written.
+  ``docs/reference/environment.md`` lists the same variables (a test checks both ways).
+
+The bottom floor: it imports only :mod:`grtool.errors`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grtool.errors import InputError
+
+# No count or size a user gives comes near 2**53; past it floats stop counting, JSON readers lose digits, and a
+# typo such as 10**30 rows would fail deep inside a library instead of here.
+MAX_INTEGER = 2**53
+MAX_REAL = 1e15
+
+
+def shown(value: object) -> str:
+    """A value as messages quote it: repr-escaped, so a control character, invalid UTF-8 (a surrogate escape) or a
+    newline cannot break the one line, and cut to a readable length."""
+    text = repr(value) if isinstance(value, str) else repr(str(value))
+    return text if len(text) <= 80 else text[:60] + "…" + text[-12:]
+
+
+def describe(*, integer: bool, low: float | None, high: float | None) -> str:
+    """What a number parser accepts, in words: 'an integer from 1 to 9,007,199,254,740,992'."""
+    kind = "an integer" if integer else "a number"
+    def fmt(x: float) -> str:
+        return f"{int(x):,}" if float(x).is_integer() and abs(x) <= MAX_INTEGER else f"{x:g}"
+
+    if low is not None and high is not None:
+        return f"{kind} from {fmt(low)} to {fmt(high)}"
+    if low is not None:
+        return f"{kind} of at least {fmt(low)}"
+    if high is not None:
+        return f"{kind} of at most {fmt(high)}"
+    return kind
+
+
+def parse_number(text: str | int | float, *, integer: bool, low: float | None = None, high: float | None = None) -> Any:
+    """``text`` as an int (``integer``) or a finite float within [low, high]; ``ValueError`` says what is accepted.
+    Integers are bounded by ±:data:`MAX_INTEGER` and reals by ±:data:`MAX_REAL` even where no bound is given."""
+    high = min(high, MAX_INTEGER if integer else MAX_REAL) if high is not None else (MAX_INTEGER if integer else MAX_REAL)
+    low = max(low, -MAX_INTEGER if integer else -MAX_REAL) if low is not None else (-MAX_INTEGER if integer else -MAX_REAL)
+    accepted = describe(integer=integer, low=low, high=high)
+    value: Any
+    if isinstance(text, bool):
+        raise ValueError(f"expected {accepted}")
+    if isinstance(text, (int, float)):
+        value = text
+    else:
+        word = text.strip().replace("_", "")
+        if len(word) > 40:  # int() of a 4,300-digit string raises; a long string is never a sane number
+            raise ValueError(f"expected {accepted}")
+        try:
+            value = int(word) if integer else float(word)
+        except ValueError:
+            try:  # an integer may be written 1e6
+                value = float(word) if integer else None
+            except ValueError:
+                value = None
+            if value is None:
+                raise ValueError(f"expected {accepted}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected {accepted} (infinity and NaN are not numbers here)")
+    if integer and isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"expected {accepted}")
+        value = int(value)
+    if not low <= value <= high:
+        raise ValueError(f"expected {accepted}")
+    return value
+
+
+# ---- environment variables
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable grtool reads. ``parse`` turns its text into the value (ValueError saying what is
+    accepted); an unset or empty variable is ``default``. ``secret``: messages never show the value."""
+
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    meaning: str
+    secret: bool = False
+
+
+def _number(*, integer: bool, low: float | None = None, high: float | None = None) -> Callable[[str], Any]:
+    return lambda text: parse_number(text, integer=integer, low=low, high=high)
+
+
+def _directory(text: str) -> Path:
+    """A directory grtool may create: refused when it names an existing file, a FIFO or a device."""
+    path = Path(text).expanduser()
+    if "\x00" in text:
+        raise ValueError("expected a directory path")
+    try:
+        if path.exists() and not path.is_dir():
+            raise ValueError("expected a directory, and this path is a file")
+    except OSError as e:  # a path too long, a component that is a file
+        raise ValueError(f"expected a directory path ({e.strerror or e})") from None
+    return path
+
+
+def _hold(text: str) -> tuple[str, Path]:
+    name, sep, folder = text.partition(":")
+    if not sep or not name or not folder:
+        raise ValueError("expected POINT:DIRECTORY")
+    return name, Path(folder)
+
+
+def _text(text: str) -> str:
+    return text
+
+
+_SLURM_MAX = 2**31 - 1  # Slurm's array ids and counts are 32-bit
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable("GRTOOL_CACHE", _directory, None, "where converted models, tokenizers and bracket-decoding lookups are kept"),
+        Variable("XDG_CACHE_HOME", _directory, None, "the cache's parent when GRTOOL_CACHE is unset"),
+        Variable("GRTOOL_LOOKUP_CACHE_GB", _number(integer=False, low=0, high=2**20), 20.0, "upper bound of the lookup files in the cache, in GB"),
+        Variable("GRTOOL_PROGRESS_INTERVAL", _number(integer=False, low=0, high=86_400), 10.0, "seconds between progress lines in a log"),
+        Variable("GRTOOL_HOLD", _hold, None, "tests only: hold a command at a named point"),
+        Variable("SLURM_ARRAY_TASK_COUNT", _number(integer=True, low=1, high=_SLURM_MAX), None, "tasks of a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_ID", _number(integer=True, low=0, high=_SLURM_MAX), None, "this task's id in a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_MIN", _number(integer=True, low=0, high=_SLURM_MAX), 0, "the first id of a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_STEP", _number(integer=True, low=1, high=_SLURM_MAX), 1, "the step between the ids of a Slurm array"),
+        Variable("WORLD_SIZE", _number(integer=True, low=1, high=2**20), 1, "processes of a training run (torchrun, accelerate)"),
+        Variable("RANK", _number(integer=True, low=0, high=2**20), 0, "this process's rank in a training run"),
+        Variable("COLUMNS", _number(integer=True, low=1, high=100_000), None, "width of tables and log lines"),
+        Variable("OPENAI_API_KEY", _text, None, "the API key of --backend openai", secret=True),
+    )
+}
+
+
+def env(name: str) -> Any:
+    """The parsed value of the registered variable ``name`` (its default when unset or empty); a wrong value is an
+    :class:`InputError` naming the variable, its value and what is accepted."""
+    variable = VARIABLES[name]
+    text = os.environ.get(name)
+    if not text:
+        return variable.default
+    try:
+        return variable.parse(text)
+    except ValueError as e:
+        value = "(value not shown)" if variable.secret else shown(text)
+        raise InputError(f"environment variable {name}={value}: {e}") from None
+
+
+def check_environment() -> None:
+    """Parse every registered variable that is set: a command with a wrong one stops before it writes anything."""
+    for name in VARIABLES:
+        env(name)
+
+
+def cache_root() -> Path:
+    """grtool's cache: ``$GRTOOL_CACHE``, else ``$XDG_CACHE_HOME/grtool``, else ``~/.cache/grtool``."""
+    own = env("GRTOOL_CACHE")
+    if own is not None:
+        return own
+    return (env("XDG_CACHE_HOME") or Path.home() / ".cache") / "grtool"
