@@ -175,3 +175,54 @@ def cache_root() -> Path:
     if own is not None:
         return own
     return (env("XDG_CACHE_HOME") or Path.home() / ".cache") / "grtool"
+
+
+# ---- nesting of the JSON users give
+
+# No dataset record nests deeper than a handful of levels; past this one a record is damaged or not a dataset's,
+# and deeper ones would overflow the recursion of the JSON writers (orjson stops at 254 levels) and readers.
+MAX_NESTING = 100
+
+
+class TooDeep(ValueError):
+    """A JSON value nested deeper than :data:`MAX_NESTING`."""
+
+    def __init__(self) -> None:
+        super().__init__(f"nested deeper than {MAX_NESTING} levels (no dataset record is; damaged, or not a dataset file)")
+
+
+def check_nesting(value: Any, limit: int = MAX_NESTING) -> None:
+    """Raise :class:`TooDeep` when the lists and dicts of ``value`` nest deeper than ``limit`` (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            raise TooDeep()
+        stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list)))
+
+
+def may_nest_deeply(data: bytes | str, limit: int = MAX_NESTING) -> bool:
+    """Quick test of JSON text: False when it holds too few brackets to nest past ``limit``."""
+    if isinstance(data, str):
+        return data.count("[") + data.count("{") > limit
+    return data.count(b"[") + data.count(b"{") > limit
+
+
+def nesting_events(events: Any, on_too_deep: Callable[[], Exception], limit: int = MAX_NESTING) -> Any:
+    """Pass ijson parse events through, raising ``on_too_deep()`` once they nest past ``limit`` + 1 (the array
+    around the records): a record nested 100,000 levels deep is refused at level ``limit``, before ijson spends
+    quadratic time building it."""
+    depth = 0
+    for event in events:
+        kind = event[1]
+        if kind == "start_map" or kind == "start_array":
+            depth += 1
+            if depth > limit + 1:
+                raise on_too_deep()
+        elif kind == "end_map" or kind == "end_array":
+            depth -= 1
+        yield event
