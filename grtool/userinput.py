@@ -226,3 +226,42 @@ def nesting_events(events: Any, on_too_deep: Callable[[], Exception], limit: int
         elif kind == "end_map" or kind == "end_array":
             depth -= 1
         yield event
+
+
+# ---- paths users name as inputs
+
+
+def missing_input(path: str | Path) -> InputError:
+    """Why ``path`` is neither a readable file nor a directory, as one line: a FIFO, a device or a socket named as
+    what it is (grtool reads its inputs more than once, so it needs a file), a closed ``/dev/fd/N``, a dangling
+    symbolic link, a directory it may not enter, else "no such file or directory"."""
+    import re
+
+    from grtool.records import file_kind
+    from grtool.store.paths import printable
+
+    p, shown_path = Path(path), printable(path)
+    kind = file_kind(p)
+    if kind is not None:
+        return InputError(f"{shown_path}: {kind}, not a file: grtool reads an input more than once; write it to a file first")
+    fd = re.fullmatch(r"/(?:dev|proc/self)/fd/(\d+)", str(p))
+    if fd and not os.path.exists(p):
+        return InputError(f"{shown_path}: file descriptor {fd.group(1)} is not open in this process")
+    try:
+        os.stat(p)
+    except PermissionError:
+        return InputError(f"{shown_path}: permission denied (a directory on the way may not be entered)")
+    except OSError as e:
+        if os.path.islink(p):
+            return InputError(f"{shown_path}: a symbolic link to {printable(os.readlink(p))}, which does not exist")
+        if e.errno is not None and e.strerror and not isinstance(e, FileNotFoundError):
+            return InputError(f"{shown_path}: {e.strerror.lower()}")
+    return InputError(f"{shown_path}: no such file or directory")
+
+
+def require_input(path: str | Path) -> Path:
+    """``path`` as a Path when it is a regular file or a directory; else :func:`missing_input`'s one line."""
+    p = Path(path)
+    if not (p.is_file() or p.is_dir()):
+        raise missing_input(p)
+    return p

@@ -30,8 +30,9 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.store.io import is_stdio
-from grtool.store.stage import check_name, tree_files
-from grtool.userinput import TooDeep, check_nesting, may_nest_deeply, nesting_events
+from grtool.store.paths import printable
+from grtool.store.stage import tree_files
+from grtool.userinput import TooDeep, check_nesting, may_nest_deeply, missing_input, nesting_events
 
 READ_BUFFER = 1 << 20
 _BOM = b"\xef\xbb\xbf"
@@ -61,7 +62,6 @@ def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Pa
     p = Path(path)
     if is_stdio(path):  # "-": standard input, any container (detected from its bytes)
         return [p]
-    check_name(p)
     if p.is_file():
         return [p]
     if p.is_dir():
@@ -72,10 +72,8 @@ def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Pa
         ]
         if not files:
             raise InputError(f"{p}: directory holds no input files")
-        for f in files:
-            check_name(f)
         return files
-    raise InputError(f"{p}: no such file or directory")
+    raise missing_input(p)
 
 
 @dataclass
@@ -147,7 +145,7 @@ def open_streams(path: Path) -> Iterator[Stream]:
         except _DECOMPRESS_ERRORS as e:
             raise InputError(f"{path}, start of file: truncated or corrupt compressed data ({e})") from None
         if not tar:
-            yield Stream(str(path), data, raw)
+            yield Stream(printable(path), data, raw)
             return
         try:
             with tarfile.open(fileobj=data, mode="r|") as archive:
@@ -157,7 +155,7 @@ def open_streams(path: Path) -> Iterator[Stream]:
                     fobj = archive.extractfile(member)
                     assert fobj is not None
                     inner = io.BufferedReader(fobj, READ_BUFFER)  # type: ignore[arg-type]
-                    yield Stream(f"{path}:{member.name}", _decompressed(inner), raw)
+                    yield Stream(f"{printable(path)}:{member.name}", _decompressed(inner), raw)
         except _DECOMPRESS_ERRORS as e:
             raise InputError(f"{path}: truncated or corrupt archive ({e})") from None
     finally:
