@@ -30,7 +30,10 @@ MAX_REAL = 1e15
 def shown(value: object) -> str:
     """A value as messages quote it: repr-escaped, so a control character, invalid UTF-8 (a surrogate escape) or a
     newline cannot break the one line, and cut to a readable length."""
+    import re
+
     text = repr(value) if isinstance(value, str) else repr(str(value))
+    text = re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", text)  # a byte that is not UTF-8, as the byte it was
     return text if len(text) <= 80 else text[:60] + "…" + text[-12:]
 
 

@@ -1,7 +1,8 @@
 """Every numeric option and argument of every command is parsed by :func:`grtool.userinput.parse_number`: finite,
 an integer where the annotation says ``int``, within the ``min=``/``max=`` the option declares and never past
 :data:`grtool.userinput.MAX_INTEGER`. Applied once to the whole command tree (:func:`bound_numbers`), so a command
-added later is covered without a line of its own; a wrong value is one usage line naming the option."""
+added later is covered without a line of its own; a wrong value is one usage line naming the option. Text
+parameters that do not name files must be valid UTF-8 (a query typed in another encoding)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,41 @@ def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> N
     param.process_value = process_value
 
 
+# Text parameters that may name a file or a directory: any name the file system holds is one (grtool reads
+# non-UTF-8 names). Every other text parameter (a query, a sentence, a qid) must be valid UTF-8.
+MAY_NAME_FILES = frozenset({"baseline", "corpus", "few_shot_from", "model", "overrides", "reports", "rules", "tokenizer", "triples"})
+
+
+def _is_text(param: Any) -> bool:
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    return (annotation is str or annotation == list[str]) and param.name not in MAY_NAME_FILES
+
+
+def _bind_text(param: Any) -> None:
+    """Command-line bytes that are not UTF-8 reach Python as surrogate escapes, which no encoder (tokenizers,
+    JSON, Parquet) takes: refused here, by the option's name."""
+    original = param.process_value
+    label = max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InputError(f"{label} {shown(value)}: not valid UTF-8 text (the bytes given are not UTF-8)") from None
+        return value
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        value = type(value)(check(v) for v in value) if isinstance(value, (list, tuple)) else check(value)
+        return original(ctx, value)
+
+    param.process_value = process_value
+
+
 def bound_numbers(command: Any) -> Any:
-    """Route the numeric parameters of ``command`` and of every command under it through the one parser."""
+    """Route the numeric parameters of ``command`` and of every command under it through the one parser, and check
+    that its text parameters are text."""
     if getattr(command, _DONE, False):
         return command
     setattr(command, _DONE, True)
@@ -59,6 +93,8 @@ def bound_numbers(command: Any) -> Any:
         kind = _number_kind(param)
         if kind is not None:
             _bind(param, *kind)
+        elif _is_text(param):
+            _bind_text(param)
     for sub in getattr(command, "commands", {}).values():
         bound_numbers(sub)
     return command
