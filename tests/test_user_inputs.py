@@ -341,3 +341,52 @@ def test_queries_of_any_bytes_work_or_are_usage_errors(index, query, lang):
     assert b"Traceback" not in proc.stderr
     if proc.returncode == 2:
         one_line(proc, 2)
+
+
+# ------------------------------------------------------------------- file systems that refuse
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A tmpfs of our own (mounting needs root and the capability; skipped where refused)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+
+    def make(options: str) -> Path:
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode(errors='replace').strip()}")
+        return mount
+
+    yield make
+    subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_an_output_on_a_read_only_mount_is_one_line(small_fs):
+    mount = small_fs("ro,size=1m")
+    one_line(grtool("corpus", "ingest", INPUT, "--out", mount / "o"), 2, str(mount / "o"), "ead-only file system")
+
+
+def test_a_read_only_cache_is_one_line(small_fs, tmp_path):
+    mount = small_fs("ro,size=1m")
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_index import BUNDLED, write_triples_stage
+
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
+    write_triples_stage(tmp_path / "t" / "triples", rows)
+    proc = grtool("index", "build", tmp_path / "t", "-t", "SmolLM2-135M-Instruct", "--out", tmp_path / "idx", env={"GRTOOL_CACHE": str(mount / "cache")})
+    one_line(proc, 2, "read-only")
+
+
+def test_exhausted_inodes_are_named(small_fs):
+    mount = small_fs("size=10m,nr_inodes=40")
+    n = 0
+    try:
+        while True:
+            (mount / f"f{n}").touch()
+            n += 1
+    except OSError:
+        pass
+    for i in range(3):  # room for the output directory, not for the run's files
+        (mount / f"f{i}").unlink()
+    one_line(grtool("corpus", "ingest", INPUT, "--out", mount / "o"), 1, "no inodes left", "remove files")

@@ -139,10 +139,14 @@ def _run() -> None:
     except _click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
         console.print(f"[bold red]error:[/] {escape(_usage_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
-    except Exception as e:  # a full disk or quota, wherever it is met: one line, exit 1 (the output stays resumable)
+    except Exception as e:  # a full disk or quota, or a place that refuses writes, wherever met: one line
         from grtool.invocation import current_command
-        from grtool.store.diskfull import is_disk_full, message, quiet_stdout
+        from grtool.store.diskfull import is_disk_full, message, place_error, quiet_stdout
 
+        place = place_error(e)  # a read-only file system or cache, no write permission: one line, exit 2
+        if place is not None:
+            console.print(f"[bold red]error:[/] {escape(place)}", highlight=False, soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         if not is_disk_full(e):
             raise
         text = message(e, current_command())
