@@ -107,16 +107,9 @@ def _number(*, integer: bool, low: float | None = None, high: float | None = Non
 
 
 def _directory(text: str) -> Path:
-    """A directory grtool may create: refused when it names an existing file, a FIFO or a device."""
-    path = Path(text).expanduser()
-    if "\x00" in text:
-        raise ValueError("expected a directory path")
-    try:
-        if path.exists() and not path.is_dir():
-            raise ValueError("expected a directory, and this path is a file")
-    except OSError as e:  # a path too long, a component that is a file
-        raise ValueError(f"expected a directory path ({e.strerror or e})") from None
-    return path
+    """A directory grtool may create. One it cannot write (a read-only file system, a file in its place) is not
+    refused here: a cache that cannot be written is read as it is, and writes to it are named where they fail."""
+    return Path(text).expanduser()
 
 
 def _hold(text: str) -> tuple[str, Path]:

@@ -136,11 +136,10 @@ def test_a_wrong_variable_stops_a_writing_command_before_it_writes(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_cache_and_hold_variables_are_checked(stage, tmp_path):
+def test_the_hold_variable_is_checked_and_an_unwritable_cache_is_not_refused(stage, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    one_line(grtool("status", stage, env={"GRTOOL_CACHE": str(a_file)}), 2, "GRTOOL_CACHE", "a directory")
-    one_line(grtool("status", stage, env={"XDG_CACHE_HOME": str(a_file)}), 2, "XDG_CACHE_HOME")
+    assert grtool("status", stage, env={"GRTOOL_CACHE": str(a_file)}).returncode == 0  # unwritable: read as it is
     one_line(grtool("status", stage, env={"GRTOOL_HOLD": "nocolon"}), 2, "GRTOOL_HOLD", "POINT:DIRECTORY")
 
 
