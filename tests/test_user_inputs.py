@@ -389,3 +389,13 @@ def test_exhausted_inodes_are_named(small_fs):
     for i in range(3):  # room for the output directory, not for the run's files
         (mount / f"f{i}").unlink()
     one_line(grtool("corpus", "ingest", INPUT, "--out", mount / "o"), 1, "no inodes left", "remove files")
+
+
+@pytest.mark.parametrize("line", ["learning_rate: .inf", "learning_rate: .nan", "learning_rate: 1e400", "epochs: -5.0", "max_steps: 2.5", "max_steps: 100000000000000000000000"])
+def test_train_config_file_numbers_are_finite_and_bounded(tmp_path, line):
+    from grtool.train.config import resolve
+
+    config = tmp_path / "train.yaml"
+    config.write_text(line + "\n")
+    with pytest.raises(InputError, match=re.escape(line.split(":")[0])):
+        resolve("sft", {}, config)

@@ -145,17 +145,16 @@ def _typed(path: Path, key: str, value: Any) -> Any:
     elif kind.startswith("bool"):
         if isinstance(value, bool):
             return value
-    elif kind.startswith("int"):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind.startswith("float"):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
+    elif kind.startswith(("int", "float")) and not isinstance(value, bool):
+        from grtool.userinput import parse_number
+
+        integer = kind.startswith("int")
+        if isinstance(value, int | float) or (isinstance(value, str) and not integer):
+            try:  # finite and bounded, as the options (TOML and YAML have inf and nan)
+                number = parse_number(value, integer=integer, low=None if integer else 0.0)
+                return number if integer else float(number)
+            except ValueError as e:
+                raise InputError(f"--config {path}: {key}: {e}, got {value!r}") from None
     elif kind.startswith("str"):
         if isinstance(value, str):
             return value
