@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,18 @@ MAX_INTEGER = 2**53
 MAX_REAL = 1e15
 
 
-def shown(value: object) -> str:
-    """A value as messages quote it: repr-escaped, so a control character, invalid UTF-8 (a surrogate escape) or a
-    newline cannot break the one line, and cut to a readable length."""
-    import re
+def escaped(text: str) -> str:
+    """``text`` on one printable line: control characters and newlines as escapes, a byte that is not UTF-8 (a
+    surrogate escape in Python) as the ``\\xNN`` it was."""
+    if text.isprintable():
+        return text
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", out)
 
-    text = repr(value) if isinstance(value, str) else repr(str(value))
-    text = re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", text)  # a byte that is not UTF-8, as the byte it was
+
+def shown(value: object) -> str:
+    """A value as messages quote it: quoted, :func:`escaped`, and cut to a readable length."""
+    text = "'" + escaped(value if isinstance(value, str) else str(value)).replace("'", "\\'") + "'"
     return text if len(text) <= 80 else text[:60] + "…" + text[-12:]
 
 

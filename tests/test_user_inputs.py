@@ -399,3 +399,8 @@ def test_train_config_file_numbers_are_finite_and_bounded(tmp_path, line):
     config.write_text(line + "\n")
     with pytest.raises(InputError, match=re.escape(line.split(":")[0])):
         resolve("sft", {}, config)
+
+
+@pytest.mark.parametrize("name", ["a\nb.json", "a\x1b[31mred.json", "tab\there.json"])
+def test_a_path_with_control_characters_stays_on_one_line(tmp_path, name):
+    one_line(grtool("corpus", "ingest", tmp_path / name, "--out", tmp_path / "o"), 2, "no such file or directory")

@@ -130,7 +130,9 @@ def _run() -> None:
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
 
-        console.print(f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False, soft_wrap=True)  # one line, however long
+        from grtool.userinput import escaped  # a newline or a control character in a file name stays on the line
+
+        console.print(f"[bold red]error:[/] {escape(escaped(scrub(str(e))))}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -145,7 +147,9 @@ def _run() -> None:
 
         place = place_error(e)  # a read-only file system or cache, no write permission: one line, exit 2
         if place is not None:
-            console.print(f"[bold red]error:[/] {escape(place)}", highlight=False, soft_wrap=True)
+            from grtool.userinput import escaped
+
+            console.print(f"[bold red]error:[/] {escape(escaped(place))}", highlight=False, soft_wrap=True)
             sys.exit(EXIT_USAGE)
         if not is_disk_full(e):
             raise
@@ -166,13 +170,13 @@ def _interrupted() -> None:
 def _usage_line(error: Exception) -> str:
     """A Click usage error on one line, with the command's help option (Click prints usage, hint and error on
     three lines)."""
-    from grtool.userinput import shown
+    from grtool.userinput import escaped
 
     message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
     ctx = getattr(error, "ctx", None)
     if ctx is not None and getattr(error, "exit_code", 2) == EXIT_USAGE:
         message += f" (see: {ctx.command_path} -h)"
-    return message.encode("utf-8", "backslashreplace").decode("utf-8") if message.isprintable() else shown(message)
+    return escaped(message)
 
 
 def _click_errors() -> tuple[type[Exception], ...]:
