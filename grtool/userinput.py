@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,8 +70,10 @@ def parse_number(text: str | int | float, *, integer: bool, low: float | None = 
     if isinstance(text, (int, float)):
         value = text
     else:
-        word = text.strip().replace("_", "")
-        if len(word) > 40:  # int() of a 4,300-digit string raises; a long string is never a sane number
+        word = text.replace("_", "")
+        # Python's int() and float() take surrounding blanks and any script's digits ("١"): a number typed or set
+        # in the environment is ASCII without blanks. int() of a 4,300-digit string raises: no sane number is long.
+        if len(word) > 40 or not word.isascii() or word != word.strip():
             raise ValueError(f"expected {accepted}")
         try:
             value = int(word) if integer else float(word)
@@ -129,7 +131,7 @@ def _text(text: str) -> str:
     return text
 
 
-_SLURM_MAX = 2**31 - 1  # Slurm's array ids and counts are 32-bit
+MAX_ARRAY_TASKS = 4_000_001  # Slurm's own upper limit of MaxArraySize; ids run below twice that
 
 VARIABLES: dict[str, Variable] = {
     v.name: v
@@ -139,10 +141,10 @@ VARIABLES: dict[str, Variable] = {
         Variable("GRTOOL_LOOKUP_CACHE_GB", _number(integer=False, low=0, high=2**20), 20.0, "upper bound of the lookup files in the cache, in GB"),
         Variable("GRTOOL_PROGRESS_INTERVAL", _number(integer=False, low=0, high=86_400), 10.0, "seconds between progress lines in a log"),
         Variable("GRTOOL_HOLD", _hold, None, "tests only: hold a command at a named point"),
-        Variable("SLURM_ARRAY_TASK_COUNT", _number(integer=True, low=1, high=_SLURM_MAX), None, "tasks of a Slurm array"),
-        Variable("SLURM_ARRAY_TASK_ID", _number(integer=True, low=0, high=_SLURM_MAX), None, "this task's id in a Slurm array"),
-        Variable("SLURM_ARRAY_TASK_MIN", _number(integer=True, low=0, high=_SLURM_MAX), 0, "the first id of a Slurm array"),
-        Variable("SLURM_ARRAY_TASK_STEP", _number(integer=True, low=1, high=_SLURM_MAX), 1, "the step between the ids of a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_COUNT", _number(integer=True, low=1, high=MAX_ARRAY_TASKS), None, "tasks of a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_ID", _number(integer=True, low=0, high=2 * MAX_ARRAY_TASKS), None, "this task's id in a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_MIN", _number(integer=True, low=0, high=2 * MAX_ARRAY_TASKS), 0, "the first id of a Slurm array"),
+        Variable("SLURM_ARRAY_TASK_STEP", _number(integer=True, low=1, high=2 * MAX_ARRAY_TASKS), 1, "the step between the ids of a Slurm array"),
         Variable("WORLD_SIZE", _number(integer=True, low=1, high=2**20), 1, "processes of a training run (torchrun, accelerate)"),
         Variable("RANK", _number(integer=True, low=0, high=2**20), 0, "this process's rank in a training run"),
         Variable("COLUMNS", _number(integer=True, low=1, high=100_000), None, "width of tables and log lines"),
@@ -151,11 +153,12 @@ VARIABLES: dict[str, Variable] = {
 }
 
 
-def env(name: str) -> Any:
-    """The parsed value of the registered variable ``name`` (its default when unset or empty); a wrong value is an
-    :class:`InputError` naming the variable, its value and what is accepted."""
+def env(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The parsed value of the registered variable ``name`` (its default when unset or empty) in ``environ`` (this
+    process's environment by default); a wrong value is an :class:`InputError` naming the variable, its value and
+    what is accepted."""
     variable = VARIABLES[name]
-    text = os.environ.get(name)
+    text = (os.environ if environ is None else environ).get(name)
     if not text:
         return variable.default
     try:
