@@ -405,3 +405,19 @@ def test_train_config_file_numbers_are_finite_and_bounded(tmp_path, line):
 @pytest.mark.parametrize("name", ["a\nb.json", "a\x1b[31mred.json", "tab\there.json"])
 def test_a_path_with_control_characters_stays_on_one_line(tmp_path, name):
     one_line(grtool("corpus", "ingest", tmp_path / name, "--out", tmp_path / "o"), 2, "no such file or directory")
+
+
+@pytest.mark.parametrize("ids", ["9" * 30, "1,inf", "1,nan", "1,1e400", "١٢"])
+def test_index_query_ids_are_bounded_token_ids(ids):
+    from grtool.index.query import parse_ids
+
+    with pytest.raises(InputError, match="--ids"):
+        parse_ids(ids)
+
+
+@pytest.mark.parametrize("spec", ["1-100000000", "0-3", "4-inf", "nan", "9" * 30, "5-4"])
+def test_overlap_sizes_are_bounded(spec):
+    from grtool.corpus.overlap import parse_ns
+
+    with pytest.raises(InputError, match="--n"):
+        parse_ns(spec)
