@@ -248,7 +248,7 @@ def missing_input(path: str | Path) -> InputError:
     p, shown_path = Path(path), printable(path)
     kind = file_kind(p)
     if kind is not None:
-        return InputError(f"{shown_path}: {kind}, not a file: grtool reads an input more than once; write it to a file first")
+        return InputError(f"{shown_path}: {kind}, not a regular file: grtool reads its inputs from files (some more than once); write it to a file first")
     fd = re.fullmatch(r"/(?:dev|proc/self)/fd/(\d+)", str(p))
     if fd and not os.path.exists(p):
         return InputError(f"{shown_path}: file descriptor {fd.group(1)} is not open in this process")
@@ -270,3 +270,28 @@ def require_input(path: str | Path) -> Path:
     if not (p.is_file() or p.is_dir()):
         raise missing_input(p)
     return p
+
+
+def read_input_bytes(path: str | Path) -> bytes:
+    """The bytes of a small file the user names (a pipeline file, a config, a report): opened without blocking,
+    so a FIFO or a device is named (:func:`missing_input`) instead of waited on."""
+    import stat
+
+    from grtool.store.paths import printable
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise missing_input(path) from None
+    except OSError as e:
+        raise InputError(f"{printable(path)}: cannot read it ({(e.strerror or str(e)).lower()})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise missing_input(path) if not os.path.isdir(path) else InputError(f"{printable(path)}: a directory, not a file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"{printable(path)}: cannot read it ({(e.strerror or str(e)).lower()})") from None
+    finally:
+        os.close(fd)

@@ -421,3 +421,16 @@ def test_overlap_sizes_are_bounded(spec):
 
     with pytest.raises(InputError, match="--n"):
         parse_ns(spec)
+
+
+@pytest.mark.parametrize("command", [["pipeline", "run", "{}"], ["eval", "compare", "a={}", "b={}"], ["show", "{}"], ["status", "{}"],
+                                     ["train", "sft", "{}", "--out", "OUT", "--dry-run"]])  # fmt: skip
+@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
+def test_special_files_given_to_any_reader_are_named_never_waited_on(tmp_path, command, special):
+    path = tmp_path / "special"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        path = Path(special)
+    args = [a.replace("{}", str(path)).replace("OUT", str(tmp_path / "o")) for a in command]
+    one_line(grtool(*args), 2, "FIFO" if special == "fifo" else "character device")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+from grtool.userinput import read_input_bytes
 
 # The paper's values (ThinkGR): SFT full fine-tuning, lr 1e-6, batch 512, cutoff 2048, warmup 0.05;
 # KTO lr 4e-7, batch 128, beta 0.1.
@@ -118,9 +119,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as e:
-        raise InputError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+        data = yaml.safe_load(read_input_bytes(path)) or {}
     except yaml.YAMLError as e:
         raise InputError(f"--config {path}: not valid YAML ({e})") from None
     if not isinstance(data, dict):
