@@ -424,7 +424,8 @@ def test_overlap_sizes_are_bounded(spec):
 
 
 @pytest.mark.parametrize("command", [["pipeline", "run", "{}"], ["eval", "compare", "a={}", "b={}"], ["show", "{}"], ["status", "{}"],
-                                     ["train", "sft", "{}", "--out", "OUT", "--dry-run"]])  # fmt: skip
+                                     ["train", "sft", "{}", "--out", "OUT", "--dry-run"], ["index", "build", "{}", "-t", "llama3", "--out", "OUT"],
+                                     ["corpus", "merge", "{}", "--out", "OUT"]])  # fmt: skip
 @pytest.mark.parametrize("special", ["fifo", "/dev/null"])
 def test_special_files_given_to_any_reader_are_named_never_waited_on(tmp_path, command, special):
     path = tmp_path / "special"
