@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from grtool.errors import InputError
 
@@ -22,15 +21,13 @@ VARIABLE = "GRTOOL_HOLD"
 
 def hold(point: str) -> None:
     """Wait here while the environment asks to hold ``point`` (see the module docstring)."""
-    value = os.environ.get(VARIABLE)
-    if not value:
+    if not os.environ.get(VARIABLE):  # every real run: one lookup
         return
-    name, sep, folder = value.partition(":")
-    if not sep or not name or not folder:
-        raise InputError(f"{VARIABLE}={value!r}: expected POINT:DIRECTORY")
+    from grtool.userinput import env
+
+    name, directory = env(VARIABLE)
     if name != point:
         return
-    directory = Path(folder)
     if not directory.is_dir():
         raise InputError(f"{VARIABLE}: {directory} is not a directory")
     scratch = directory / f".{point}.reached.{os.getpid()}"

@@ -18,6 +18,16 @@ from collections.abc import Iterable, Iterator
 from grtool.secrets import redact_argv
 
 _lock = threading.Lock()
+
+
+def _recordable(argv: Iterable[str]) -> tuple[str, ...]:
+    """Redacted, and every word valid UTF-8 (JSON records hold only that): a file name's non-UTF-8 bytes (surrogate
+    escapes in Python) are recorded as ``\\xff`` escapes."""
+    from grtool.store.paths import printable
+
+    return tuple(printable(word) for word in redact_argv(argv))
+
+
 _command: tuple[str, ...] | None = None
 
 
@@ -25,7 +35,7 @@ def set_command(argv: Iterable[str]) -> None:
     """Set the command line of this process's grtool command (``argv`` starts with ``grtool``)."""
     global _command
     with _lock:
-        _command = tuple(redact_argv(argv))
+        _command = _recordable(argv)
 
 
 def current_command() -> list[str]:
@@ -40,7 +50,7 @@ def command(argv: Iterable[str]) -> Iterator[None]:
     global _command
     with _lock:
         previous = _command
-        _command = tuple(redact_argv(argv))
+        _command = _recordable(argv)
     try:
         yield
     finally:

@@ -109,9 +109,15 @@ _state = {"quiet": False, "verbose": False}
 def log_width(stream: IO | None, fallback: int = LOG_WIDTH) -> int | None:
     """Columns for Rich output to ``stream``: an exported ``COLUMNS``, else None on a terminal (Rich measures
     it), else ``fallback``, never Rich's 80-column fallback."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    from grtool.errors import InputError
+    from grtool.userinput import env
+
+    try:
+        columns = env("COLUMNS")
+    except InputError:  # read at import, before a command can report it: the command's start refuses it
+        columns = None
+    if columns is not None:
+        return columns
     try:
         if stream is not None and stream.isatty():
             return None
@@ -309,14 +315,9 @@ def progress(*extra_columns) -> Progress:
 
 
 def progress_interval() -> float:
-    value = os.environ.get("GRTOOL_PROGRESS_INTERVAL")
-    if not value:
-        return PROGRESS_INTERVAL
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        log.warning("GRTOOL_PROGRESS_INTERVAL=%r is not a number of seconds; using %g", value, PROGRESS_INTERVAL)
-        return PROGRESS_INTERVAL
+    from grtool.userinput import env
+
+    return env("GRTOOL_PROGRESS_INTERVAL")
 
 
 class LogProgress(Progress):

@@ -127,11 +127,11 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
         ("temperature", _temperature_option(O, defaults), defaults.get("temperature", 0.0)),
         ("top_p", Annotated[float, O("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")], defaults.get("top_p", 1.0)),
         ("max_tokens", Annotated[int, O("--max-tokens", min=1, help="Most tokens generated per request.")], defaults.get("max_tokens", 1024)),
-        ("seed", Annotated[int, O("--seed", help="Sampling seed (sent with every request).")], defaults.get("seed", 0)),
+        ("seed", Annotated[int, O("--seed", min=0, max=2**32 - 1, help="Sampling seed (sent with every request).")], defaults.get("seed", 0)),
         ("base_url", Annotated[Optional[str], O("--base-url", help="openai: server URL up to /v1 (default http://127.0.0.1:8000/v1).")], None),
         ("api_key_env", Annotated[Optional[str], O("--api-key-env", help="openai: environment variable holding the API key (default OPENAI_API_KEY). The key itself is never taken on the command line.")], None),
         ("concurrency", Annotated[Optional[int], O("--concurrency", min=1, help="openai: requests in flight (default 16).")], None),
-        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, help="openai: seconds one request attempt may take in all, answer read to its end, before it counts as failed and is retried (default 600).")], None),
+        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, max=86_400.0, help="openai: seconds one request attempt may take in all, answer read to its end, before it counts as failed and is retried (default 600).")], None),
         ("max_retries", Annotated[Optional[int], O("--max-retries", min=0, help="openai: retries per request on connection errors, timeouts, 429 and 5xx (default 8).")], None),
         ("max_context", Annotated[Optional[int], O("--max-context", min=16, help="openai: the served model's context in tokens (default: the max_model_len the server reports in /models, if any); prompts certain to exceed it with --max-tokens are rejected as too_long without being sent.")], None),
         ("tensor_parallel_size", Annotated[Optional[int], O("--tensor-parallel-size", min=1, help="vllm: GPUs per model (default 1).")], None),
@@ -149,8 +149,8 @@ def _temperature_option(O: Callable, defaults: dict[str, Any]) -> Any:
     """--temperature; a command whose default is None (``retrieve``: greedy for one sample, sampled for several)
     takes it as optional and decides itself."""
     if "temperature" in defaults and defaults["temperature"] is None:
-        return Annotated[Optional[float], O("--temperature", min=0.0, help="Sampling temperature (0 = greedy; default: the command's).")]
-    return Annotated[float, O("--temperature", min=0.0, help="Sampling temperature (0 = greedy).")]
+        return Annotated[Optional[float], O("--temperature", min=0.0, max=100.0, help="Sampling temperature (0 = greedy; default: the command's).")]
+    return Annotated[float, O("--temperature", min=0.0, max=100.0, help="Sampling temperature (0 = greedy).")]
 
 
 def llm_options(**defaults: Any) -> Callable:

@@ -57,6 +57,12 @@ class _RecipeOrder(typer.core.TyperGroup):
     def list_commands(self, ctx) -> list[str]:
         return sorted(super().list_commands(ctx), key=recipe_rank)
 
+    def get_command(self, ctx, name):  # every numeric option parsed by grtool.userinput (grtool/cli/typed.py)
+        from grtool.cli.typed import bound_numbers
+
+        command = super().get_command(ctx, name)
+        return bound_numbers(command) if command is not None else None
+
 
 app = typer.Typer(
     name="grtool",
@@ -83,6 +89,9 @@ def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log output (stderr).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors; no progress bars.")] = False,
 ) -> None:
+    from grtool.userinput import check_environment
+
+    check_environment()  # a wrong environment variable stops every command before it writes anything
     configure(verbose=verbose, quiet=quiet)
 
 
@@ -135,19 +144,27 @@ def _run() -> None:
     except GrtoolError as e:
         from grtool.secrets import scrub  # the last line of defence: no credential reaches stderr
 
-        console.print(f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False, soft_wrap=True)  # one line, however long
+        from grtool.userinput import escaped  # a newline or a control character in a file name stays on the line
+
+        console.print(f"[bold red]error:[/] {escape(escaped(scrub(str(e))))}", highlight=False, soft_wrap=True)  # one line, however long
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _interrupted()
-    except _click_errors() as e:  # usage errors: missing or unknown options, bad values
-        e.show()
+    except _click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
+        console.print(f"[bold red]error:[/] {escape(_usage_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
-    except Exception as e:  # a full disk or quota, wherever it is met: one line, exit 1 (the output stays resumable)
+    except Exception as e:  # a full disk or quota, or a place that refuses writes, wherever met: one line
         from grtool.invocation import current_command
-        from grtool.store.diskfull import is_disk_full, message, quiet_stdout
+        from grtool.store.diskfull import is_disk_full, message, place_error, quiet_stdout
 
+        place = place_error(e)  # a read-only file system or cache, no write permission: one line, exit 2
+        if place is not None:
+            from grtool.userinput import escaped
+
+            console.print(f"[bold red]error:[/] {escape(escaped(place))}", highlight=False, soft_wrap=True)
+            sys.exit(EXIT_USAGE)
         if not is_disk_full(e):
             raise
         text = message(e, current_command())
@@ -162,6 +179,18 @@ def _interrupted() -> None:
 
     console.print(f"[red]interrupted:[/] {escape(stop_message('SIGINT received'))}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_INTERRUPTED)
+
+
+def _usage_line(error: Exception) -> str:
+    """A Click usage error on one line, with the command's help option (Click prints usage, hint and error on
+    three lines)."""
+    from grtool.userinput import escaped
+
+    message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
+    ctx = getattr(error, "ctx", None)
+    if ctx is not None and getattr(error, "exit_code", 2) == EXIT_USAGE:
+        message += f" (see: {ctx.command_path} -h)"
+    return escaped(message)
 
 
 def _click_errors() -> tuple[type[Exception], ...]:

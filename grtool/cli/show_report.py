@@ -16,7 +16,7 @@ def show_cmd(
     path: Annotated[Path, typer.Argument(help="A chains, filtered, responses or triples stage directory, or an exported file (with its .grtool.json).")],
     qid: Annotated[Optional[list[str]], typer.Option("--qid", help="Rows of this question (repeat for several).")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="N rows drawn at random (reproducible with --seed).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of --sample.")] = 0,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Without --sample: the first N rows (0 = all).")] = 10,
     reason: Annotated[
         Optional[str],

@@ -16,6 +16,7 @@ from grtool.log import console
 from grtool.store.stage import printable
 from grtool.store.stops import describe as describe_stop, describe_acceptance
 from grtool.store.validate import accept_tree, describe, find_stage_dirs, status, validate_tree
+from grtool.userinput import require_input
 
 
 def status_cmd(
@@ -29,8 +30,7 @@ def status_cmd(
     """
     from grtool.inspect.contents import run_contents
 
-    if not Path(directory).exists():
-        raise InputError(f"{directory}: no such file or directory")
+    require_input(directory)
     dirs = find_stage_dirs(directory)
     contents = run_contents(directory) if not as_json else {}
     if not dirs and not any(contents.values()):
@@ -165,8 +165,7 @@ def validate_cmd(
 
     Example: grtool validate out/demo
     """
-    if not Path(directory).exists():
-        raise InputError(f"{directory}: no such file or directory")
+    require_input(directory)
     if reason is not None and not accept:
         raise InputError("--reason goes with --accept")
     if accept:

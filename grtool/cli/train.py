@@ -30,15 +30,15 @@ class Desirable(str, Enum):  # as `export kto --desirable`
 
 Model = Annotated[Optional[str], typer.Option("--model", help="Base model: a folder, a .gguf file, or a hub id in the local cache (default: the embedded SmolLM2-135M-Instruct).")]
 CkptOut = Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Checkpoint directory to write (with --format llamafactory-yaml: the YAML file to write, '-' = stdout).")]
-LearningRate = Annotated[Optional[float], typer.Option("--learning-rate", help="Peak learning rate (default SFT 2e-5, KTO 5e-7; thinkgr: 1e-6 / 4e-7).")]
+LearningRate = Annotated[Optional[float], typer.Option("--learning-rate", min=0.0, max=10.0, help="Peak learning rate (default SFT 2e-5, KTO 5e-7; thinkgr: 1e-6 / 4e-7).")]
 PerDevice = Annotated[Optional[int], typer.Option("--per-device-batch-size", min=1, help="Rows per device per step (default 2).")]
 Accumulation = Annotated[Optional[int], typer.Option("--gradient-accumulation", min=1, help="Steps accumulated per optimizer step (default 1).")]
 EffectiveBatch = Annotated[Optional[int], typer.Option("--effective-batch-size", min=1, help="Target per-device × accumulation × processes; sets the accumulation (thinkgr: 512 SFT, 128 KTO).")]
 Cutoff = Annotated[Optional[int], typer.Option("--cutoff-len", min=1, help="Longest tokenized example; longer ones are cut (default 2048).")]
-Warmup = Annotated[Optional[float], typer.Option("--warmup-ratio", help="Share of the steps spent warming up (default 0.03; thinkgr SFT 0.05).")]
-Epochs = Annotated[Optional[float], typer.Option("--epochs", help="Passes over the data (default 1).")]
-MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Stop after N optimizer steps (overrides --epochs).")]
-Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for shuffling and initialisation (default 0).")]
+Warmup = Annotated[Optional[float], typer.Option("--warmup-ratio", min=0.0, max=1.0, help="Share of the steps spent warming up (default 0.03; thinkgr SFT 0.05).")]
+Epochs = Annotated[Optional[float], typer.Option("--epochs", min=0.0, max=1e6, help="Passes over the data (default 1).")]
+MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", min=1, help="Stop after N optimizer steps (overrides --epochs).")]
+Seed = Annotated[Optional[int], typer.Option("--seed", min=0, max=2**32 - 1, help="Seed for shuffling and initialisation (default 0).")]
 Packing = Annotated[Optional[bool], typer.Option("--packing/--no-packing", help="Pack several examples into one sequence (SFT).")]
 Lora = Annotated[Optional[bool], typer.Option("--lora/--full", help="LoRA adapters (peft) or full fine-tuning (default full).")]
 LoraRank = Annotated[Optional[int], typer.Option("--lora-rank", min=1, help="LoRA rank (default 16).")]
@@ -164,13 +164,13 @@ def kto_cmd(
     model: Annotated[Optional[str], typer.Option("--model", help="The SFT checkpoint (also the reference model).")] = None,
     corpus: Annotated[Optional[str], typer.Option("--corpus", metavar="PATH", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
     triples: Annotated[Optional[str], typer.Option("--triples", metavar="PATH", help="With responses as DATA: the triples the docids resolve against, as `export kto`.")] = None,
-    tau: Annotated[Optional[float], typer.Option("--tau", help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
+    tau: Annotated[Optional[float], typer.Option("--tau", min=0.0, max=1.0, help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
     desirable: Annotated[Optional[Desirable], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
     system: System = None,
     cannot_answer: CannotAnswer = None,
-    beta: Annotated[Optional[float], typer.Option("--beta", help="KTO beta (default 0.1, as the paper).")] = None,
-    desirable_weight: Annotated[Optional[float], typer.Option("--desirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,
-    undesirable_weight: Annotated[Optional[float], typer.Option("--undesirable-weight", help="Default: the balancing weight of the data's class counts.")] = None,
+    beta: Annotated[Optional[float], typer.Option("--beta", min=0.0, help="KTO beta (default 0.1, as the paper).")] = None,
+    desirable_weight: Annotated[Optional[float], typer.Option("--desirable-weight", min=0.0, help="Default: the balancing weight of the data's class counts.")] = None,
+    undesirable_weight: Annotated[Optional[float], typer.Option("--undesirable-weight", min=0.0, help="Default: the balancing weight of the data's class counts.")] = None,
     learning_rate: LearningRate = None,
     per_device_batch_size: PerDevice = None,
     gradient_accumulation: Accumulation = None,

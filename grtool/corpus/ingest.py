@@ -316,7 +316,7 @@ def _record_label(record: Any) -> str:
 
 
 def _input_name(name: str | Path) -> str:
-    return "<stdin>" if is_stdio(name) else str(name)
+    return "<stdin>" if is_stdio(name) else printable(name)
 
 
 def _check_empty(empty: list[str], streams: int, allow_empty: bool) -> None:

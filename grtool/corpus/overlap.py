@@ -37,7 +37,7 @@ import polars as pl
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.log import log
-from grtool.store.reading import collect
+from grtool.store.reading import arrow_sources, collect
 from grtool.store.stage import read_table, resolve_stage, shard_paths
 
 WORD_PATTERN = r"\w+"  # what NLTK's RegexpTokenizer is given; see word_regex() for the engine actually used
@@ -336,7 +336,7 @@ def _load_gold_documents(stage: Path, gold_ids: pl.Series) -> pl.DataFrame:
     if not shards:
         return pl.DataFrame({"doc_id": [], "text": [], "di": []}, schema={"doc_id": pl.String, "text": pl.String, "di": pl.UInt32})
     docs = collect(
-        pl.scan_parquet([str(s) for s in shards])
+        pl.scan_parquet(arrow_sources(shards))
         .select("doc_id", "title", "text")
         .filter(pl.col("doc_id").is_in(gold_ids.implode()))
         .unique("doc_id", keep="first", maintain_order=True),
@@ -351,24 +351,32 @@ def _load_gold_documents(stage: Path, gold_ids: pl.Series) -> pl.DataFrame:
 # -------------------------------------------------------------------------------------- rendering
 
 
+MAX_NGRAM = 1000  # n-grams longer than any paragraph's words
+
+
 def parse_ns(spec: str) -> list[int]:
     """``4-12``, ``4,6,8`` or ``5`` → sizes."""
+    from grtool.userinput import parse_number, shown
+
+    def size(text: str) -> int:
+        return parse_number(text, integer=True, low=1, high=MAX_NGRAM)
+
     sizes: set[int] = set()
     try:
         for part in spec.split(","):
             part = part.strip()
             if "-" in part:
                 a, b = part.split("-", 1)
-                lo, hi = int(a), int(b)
+                lo, hi = size(a), size(b)
                 if lo > hi:
                     raise ValueError
                 sizes.update(range(lo, hi + 1))
             elif part:
-                sizes.add(int(part))
+                sizes.add(size(part))
     except ValueError:
-        raise InputError(f"--n {spec!r}: expected sizes like 4-12, 4,6,8 or 5") from None
-    if not sizes or min(sizes) < 1:
-        raise InputError(f"--n {spec!r}: sizes must be positive integers")
+        raise InputError(f"--n {shown(spec)}: expected sizes from 1 to {MAX_NGRAM} like 4-12, 4,6,8 or 5") from None
+    if not sizes:
+        raise InputError(f"--n {shown(spec)}: expected sizes from 1 to {MAX_NGRAM} like 4-12, 4,6,8 or 5")
     return sorted(sizes)
 
 

@@ -42,11 +42,13 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from grtool.docid import normalize_expr
 from grtool.docid.lookup import HASH_SEED, TripleLookup, _dedupe, _index_type, hash_keys, release_build_memory
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.store.reading import arrow_source
 
 FORMAT = "grtool-triple-lookup/1"
 RECORD = "lookup.json"
@@ -82,7 +84,7 @@ def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: i
     shards = shard_paths(stage)  # checks every shard against its record before the key trusts the records
     if not shards:
         return _empty()
-    missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
+    missing = {"doc_id", "head", "relation", "tail"} - set(pq.read_schema(arrow_source(shards[0])).names)
     if missing:
         raise InputError(f"{shards[0]}: not a triples table (missing columns {', '.join(sorted(missing))})")
     key = stage_key(stage)
@@ -122,12 +124,9 @@ def _touch(d: Path) -> None:
 
 def cache_limit() -> int:
     """Bytes the lookup cache may hold (``$GRTOOL_LOOKUP_CACHE_GB``, default 20)."""
-    raw = os.environ.get("GRTOOL_LOOKUP_CACHE_GB", "20")
-    try:
-        gb = float(raw)
-    except ValueError:
-        raise InputError(f"GRTOOL_LOOKUP_CACHE_GB={raw!r}: not a number of gigabytes") from None
-    return int(gb * 2**30)
+    from grtool.userinput import env
+
+    return int(env("GRTOOL_LOOKUP_CACHE_GB") * 2**30)
 
 
 def evict(base: Path, keep: Path, limit: int, stale_after: float = 86_400) -> list[Path]:

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import DataProblem, InputError
+from grtool.userinput import read_input_bytes
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
 SAME_RECALL = 1e-9  # means over samples are sums of fractions: equal up to rounding is the same
@@ -80,9 +81,7 @@ def load_runs(specs: list[str], inputs: Inputs | None = None, baseline: str | No
 
 def read_report(p: Path) -> dict[str, Any]:
     try:
-        report = orjson.loads(p.read_bytes())
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
+        report = orjson.loads(read_input_bytes(p))
     except orjson.JSONDecodeError as e:
         raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
     if not isinstance(report, dict) or "recall" not in report or "per_dataset" not in report:

@@ -9,14 +9,16 @@ from grtool.errors import InputError
 from grtool.index.base import Index
 
 
+MAX_TOKEN_ID = 2**31 - 1
+
+
 def parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    from grtool.userinput import parse_number, shown
+
+    try:  # a negative id matches nothing (a typo, not a query); ids past 2**31 are no vocabulary's
+        return [parse_number(x, integer=True, low=0, high=MAX_TOKEN_ID) for x in text.replace(" ", "").split(",") if x != ""]
     except ValueError:
-        ids = [-1]
-    if any(i < 0 for i in ids):  # a negative id matches nothing: a typo, not a query
-        raise InputError(f"--ids {text!r}: expected comma-separated token ids (0 or more) like 128256,791,50017")
-    return ids
+        raise InputError(f"--ids {shown(text)}: expected comma-separated token ids from 0 to {MAX_TOKEN_ID:,} like 128256,791,50017") from None
 
 
 def prefix_ids(index: Index, text: str | None = None, ids: list[int] | None = None) -> list[int]:

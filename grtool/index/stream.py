@@ -51,7 +51,7 @@ from grtool.errors import InputError
 from grtool.docid.lookup import release_build_memory
 from grtool.index.tokenizer import DocidTokenizer
 from grtool.store.io import InputTable
-from grtool.store.reading import iter_shard_batches
+from grtool.store.reading import arrow_source, iter_shard_batches, shard_rows
 
 READ_BATCH = 262_144  # rows per record batch read from a shard
 TOKENIZE_CHUNK = 32_768  # sequences tokenized (and written) at a time (their ids are Python lists meanwhile)
@@ -117,7 +117,7 @@ def _batches(table: InputTable, part: int, columns: list[str]) -> Iterator[pl.Da
         for rows in table.iter_part(part, columns=columns):
             yield pl.DataFrame({c: [v if isinstance(v := r.get(c), str) else None for r in rows] for c in columns}, schema={c: pl.String for c in columns})
         return
-    have = set(pq.read_schema(path).names)
+    have = set(pq.read_schema(arrow_source(path)).names)
     wanted = [c for c in columns if c in have]
     for batch in iter_shard_batches(path, wanted, READ_BATCH):
         df = pl.from_arrow(batch)
@@ -274,7 +274,7 @@ def _planned_rows(table: InputTable) -> int | None:
     for p in table.parts:
         if p is None:
             return None
-        n += pq.ParquetFile(p).metadata.num_rows
+        n += shard_rows(p)
     return n
 
 

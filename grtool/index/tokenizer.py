@@ -185,8 +185,9 @@ def _model_folder(spec: str) -> str:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("GRTOOL_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "grtool")
-    return Path(base) / "tokenizers"
+    from grtool.userinput import cache_root
+
+    return cache_root() / "tokenizers"
 
 
 # Split patterns of the two families (pre-tokenization regexes of the released tokenizers).

@@ -17,6 +17,7 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
+from grtool.userinput import require_input
 
 # Stage tables `show` reads rows of; a chains stage written by `filters apply` is shown as "filtered".
 SHOWN_TABLES = ("chains", "responses", "triples")
@@ -41,8 +42,7 @@ class Source:
 
 def open_source(path: Path, corpus: Path | None = None, triples: Path | None = None) -> Source:
     """The thing at ``path`` with its corpus and triples (given ones first, else followed from its records)."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
+    require_input(path)
     if path.is_file():
         source = _export_source(path)
     else:

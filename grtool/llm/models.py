@@ -27,10 +27,9 @@ CONVERTED_MARKER = ".grtool-converted"
 
 def cache_root() -> Path:
     """``$GRTOOL_CACHE``, else ``$XDG_CACHE_HOME/grtool``, else ``~/.cache/grtool``."""
-    if os.environ.get("GRTOOL_CACHE"):
-        return Path(os.environ["GRTOOL_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "grtool"
+    from grtool.userinput import cache_root as root
+
+    return root()
 
 
 def embedded_gguf() -> Path:

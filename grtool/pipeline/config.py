@@ -37,6 +37,8 @@ import msgspec
 from grtool.errors import InputError
 from grtool.pipeline.registry import NoCommands, StageCommands
 from grtool.pipeline.slurm_values import SHELL_KEYS, check_slurm_settings, check_slurm_value
+from grtool.store.paths import printable
+from grtool.userinput import read_input_bytes
 
 
 @dataclass
@@ -303,10 +305,12 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     structure is checked."""
     commands = commands or NoCommands()
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such pipeline file") from None
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"{printable(path)}: no such pipeline file")
+    try:  # a FIFO or a device is named, never waited on
+        raw = tomllib.loads(read_input_bytes(path).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{printable(path)}: not valid TOML (not UTF-8 text: {e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: not valid TOML ({e})") from None
     try:

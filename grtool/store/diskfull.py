@@ -78,9 +78,12 @@ def message(error: BaseException, command: list[str] | None = None) -> str:
     else:
         target = path
     why = "the disk quota is exceeded" if _errno(error) == errno.EDQUOT else "no space left on the device"
+    if _errno(error) == errno.ENOSPC and _no_inodes_left(target):
+        why = "no inodes left on the file system (it holds as many files as it can, whatever space is free)"
+    remedy = "remove files on it" if why.startswith("no inodes") else "free space"
     return (
         f"{printable(path)}: {why} while writing it ({needed}{_free(target)}); nothing incomplete was made visible and "
-        "the output stays resumable: free space and re-run the same command to resume"
+        f"the output stays resumable: {remedy} and re-run the same command to resume"
     )
 
 
@@ -124,11 +127,47 @@ def _stdout_target() -> str:
         return "a pipe or file"
 
 
-def _free(path: str | Path) -> str:
-    """Space free on the file system holding ``path`` (its nearest existing parent)."""
+def _existing(path: str | Path) -> Path:
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
+    return p
+
+
+def _no_inodes_left(path: str | Path) -> bool:
+    """The file system of ``path`` is out of file entries (inodes), not of bytes: a handful of entries left (a run
+    that failed may have freed the one it held) while a MiB or more is free."""
+    try:
+        st = os.statvfs(_existing(path))
+    except OSError:
+        return False
+    return st.f_files > 0 and st.f_favail < 64 and st.f_bavail * st.f_frsize >= 2**20
+
+
+# Errors of the file system that say where, not what went wrong in grtool: a read-only file system or cache, a
+# directory without write permission, a path component that is a file. One line naming the path, exit 2.
+PLACE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EMLINK)
+
+
+def place_error(error: BaseException) -> str | None:
+    """The one line for an OSError about a place (see :data:`PLACE_ERRNOS`, or a path that is not there), or None
+    for any other error."""
+    if not isinstance(error, OSError) or not error.filename:
+        return None
+    path = printable(os.fsdecode(error.filename))
+    if error.errno in PLACE_ERRNOS:
+        hint = ""
+        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            hint = ": grtool cannot write there; give a writable --out (or GRTOOL_CACHE for the cache)"
+        return f"{path}: {(error.strerror or str(error)).lower()}{hint}"
+    if error.errno == errno.ENOENT:  # a directory that cannot be made (under /proc), a file gone meanwhile
+        return f"{path}: {(error.strerror or str(error)).lower()}"
+    return None
+
+
+def _free(path: str | Path) -> str:
+    """Space free on the file system holding ``path`` (its nearest existing parent)."""
+    p = _existing(path)
     try:
         usage = shutil.disk_usage(p)
     except OSError:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from grtool.errors import InputError
 from grtool.store.layout import MANIFEST
-from grtool.store.paths import check_name
+from grtool.store.paths import printable
 from grtool.store.records import load_shard_records
+from grtool.userinput import require_input
 
 if TYPE_CHECKING:
     from grtool.store.stage import StageSpec
@@ -31,24 +31,22 @@ def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[st
     if str(path) == "-":
         return {"path": "-", "kind": "stdin"}
     p = Path(path)
-    check_name(p)
-    if not p.exists():
-        raise InputError(f"{p}: no such file or directory")
-    resolved = p.resolve()
+    require_input(p)  # any name the file system holds: recorded with its non-UTF-8 bytes escaped
+    resolved = printable(p.resolve())
     if p.is_file():
-        return {"path": str(resolved), "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
+        return {"path": resolved, "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
     if (p / MANIFEST).exists():
 
         records = sorted(load_shard_records(p).items())
         h = hashlib.blake2b(digest_size=16)
         for name, rec in records:
             h.update(f"{name}:{rec.get('sha256')}\n".encode())
-        return {"path": str(resolved), "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
+        return {"path": resolved, "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
     h = blake3.blake3()
     files = tree_files(p, exclude)
     for rel, f in files:
         h.update(os.fsencode(rel) + f":{f.stat().st_size}:{file_hash(f)}\n".encode())
-    return {"path": str(resolved), "kind": "tree", "files": len(files), "blake3": h.hexdigest()}
+    return {"path": resolved, "kind": "tree", "files": len(files), "blake3": h.hexdigest()}
 
 
 def tree_files(root: Path, exclude: Iterable[str | Path] = ()) -> list[tuple[str, Path]]:

@@ -12,14 +12,17 @@ becomes the same one-line :class:`~grtool.errors.DataProblem` (exit 1) naming th
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from grtool.errors import DataProblem
+from grtool.records import file_kind
 from grtool.store.paths import printable
 
 MAX_DETAIL = 200  # characters of a reader's message kept in the one-line error
@@ -55,12 +58,14 @@ def verify_shard(shard: Path, record: dict[str, Any], expected: pa.Schema | None
         st = shard.stat()
     except FileNotFoundError:
         raise damaged(shard, f"the file is missing; {name} records it as done") from None
+    if not stat.S_ISREG(st.st_mode):  # a directory or a FIFO in a shard's place: never opened (a FIFO would hang)
+        raise damaged(shard, f"{file_kind(shard) or 'a directory'} in the shard's place, not a file")
     if record.get("bytes") is not None and st.st_size != record["bytes"]:
         what = "empty" if st.st_size == 0 else "truncated" if st.st_size < record["bytes"] else "longer than written"
         raise damaged(shard, f"{what}: {st.st_size} bytes, {name} records {record['bytes']}")
     key = (str(shard.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     if key not in _VERIFIED and record.get("sha256") is not None:
-        with open(shard, "rb") as f:
+        with open_regular(shard) as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
         if digest != record["sha256"]:
             raise damaged(shard, f"its bytes changed since it was written: sha256 differs from {name}")
@@ -71,10 +76,35 @@ def verify_shard(shard: Path, record: dict[str, Any], expected: pa.Schema | None
             raise damaged(shard, f"schema differs from the table's: {schema_diff(got, expected)}")
 
 
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, without blocking on a FIFO; else :func:`damaged`."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise damaged(path, f"{file_kind(path) or 'a directory'} in the shard's place, not a file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def arrow_source(path: str | Path) -> str | BinaryIO:
+    """What Arrow readers open for ``path``: the path itself, or an open file where the name is not valid UTF-8
+    (Arrow takes names as UTF-8 only; Python opens any name the file system holds)."""
+    try:
+        str(path).encode("utf-8")
+        return str(path)
+    except UnicodeEncodeError:
+        return open_regular(path)
+
+
+def arrow_sources(paths: list[Path] | list[str]) -> list[Any]:
+    """:func:`arrow_source` of each path, for polars' ``scan_parquet``/``read_parquet`` of several files."""
+    return [arrow_source(p) for p in paths]
+
+
 def open_shard(shard: str | Path) -> pq.ParquetFile:
     """``pq.ParquetFile`` whose failure (bad magic, cut footer) is a :func:`damaged` error."""
     try:
-        return pq.ParquetFile(shard)
+        return pq.ParquetFile(arrow_source(shard))
     except _READ_ERRORS as e:
         raise damaged(shard, short(e)) from None
 

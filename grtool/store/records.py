@@ -116,6 +116,10 @@ def is_stage_dir(path: str | Path) -> bool:
 def resolve_stage(path: str | Path, table: str) -> Path:
     """Accept a stage directory of ``table`` or a run directory holding ``<table>/``."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO or a device: named as what it is
+        from grtool.userinput import missing_input
+
+        raise missing_input(p)
     for candidate in (p, p / table):
         if is_stage_dir(candidate):
             got = load_manifest(candidate).get("table")

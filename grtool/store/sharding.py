@@ -2,41 +2,35 @@
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 
 from grtool.errors import GrtoolError, InputError
+from grtool.userinput import MAX_ARRAY_TASKS, env
 
-MAX_ARRAY_TASKS = 4_000_001  # Slurm's own upper limit of MaxArraySize
-_INTEGER = re.compile(r"-?[0-9]{1,10}", re.ASCII)
-
-
-def _slurm_int(environ: Mapping[str, str], name: str, low: int, high: int) -> int:
-    text = environ[name]
-    if not _INTEGER.fullmatch(text) or not low <= int(text) <= high:
-        raise InputError(f"${name}={text!r}: expected an integer from {low} to {high} (Slurm sets it in an array task; "
-                         f"or give --num-shards/--shard-index)")  # fmt: skip
-    return int(text)
+__all__ = ["MAX_ARRAY_TASKS", "parts_for_task", "resolve_sharding", "slurm_array_task"]
 
 
 def slurm_array_task(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
-    """``(task count, this task's index from 0)`` from a Slurm array task's variables (``SLURM_ARRAY_TASK_COUNT``,
-    ``SLURM_ARRAY_TASK_ID``, less ``SLURM_ARRAY_TASK_MIN`` where the array starts above 0); None outside an
-    array. A variable that is not a bounded integer, or an index outside the count, is a usage error (exit 2)."""
-    environ = os.environ if environ is None else environ
-    names = ("SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_ID")
-    if not any(n in environ for n in names):
+    """``(task count, this task's index from 0)`` from a Slurm array task's variables, None outside an array. The
+    index is the task's place in the array: ``(SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP``
+    (``--array=0-8:2`` numbers its tasks 0, 2, ..., 8). A variable that is not a bounded integer (parsed by the
+    registry of :mod:`grtool.userinput`), or an id that is not one of the array's, is a usage error (exit 2)."""
+    count, task_id = env("SLURM_ARRAY_TASK_COUNT", environ), env("SLURM_ARRAY_TASK_ID", environ)
+    if count is None and task_id is None:
         return None
-    if "SLURM_ARRAY_TASK_COUNT" not in environ:
-        raise InputError("$SLURM_ARRAY_TASK_ID is set but $SLURM_ARRAY_TASK_COUNT is not: give --num-shards/--shard-index")
-    count = _slurm_int(environ, "SLURM_ARRAY_TASK_COUNT", 1, MAX_ARRAY_TASKS)
-    task_id = _slurm_int(environ, "SLURM_ARRAY_TASK_ID", 0, 2 * MAX_ARRAY_TASKS) if "SLURM_ARRAY_TASK_ID" in environ else 0
-    start = _slurm_int(environ, "SLURM_ARRAY_TASK_MIN", 0, 2 * MAX_ARRAY_TASKS) if "SLURM_ARRAY_TASK_MIN" in environ else 0
-    if not 0 <= task_id - start < count:
-        raise InputError(f"$SLURM_ARRAY_TASK_ID={task_id} is outside the array ($SLURM_ARRAY_TASK_MIN={start}, "
-                         f"$SLURM_ARRAY_TASK_COUNT={count}): give --num-shards/--shard-index")  # fmt: skip
-    return count, task_id - start
+    if count is None:
+        raise InputError("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not: give --num-shards/--shard-index")
+    if task_id is None:
+        return count, 0
+    first, step = env("SLURM_ARRAY_TASK_MIN", environ), env("SLURM_ARRAY_TASK_STEP", environ)
+    if task_id < first or (task_id - first) % step:
+        raise InputError(f"SLURM_ARRAY_TASK_ID={task_id} is not an id of the array that starts at SLURM_ARRAY_TASK_MIN={first} "
+                         f"with step SLURM_ARRAY_TASK_STEP={step}: give --num-shards/--shard-index")  # fmt: skip
+    index = (task_id - first) // step
+    if index >= count:
+        raise InputError(f"SLURM_ARRAY_TASK_ID={task_id} is task {index} of the array (SLURM_ARRAY_TASK_MIN={first}, "
+                         f"SLURM_ARRAY_TASK_STEP={step}), past SLURM_ARRAY_TASK_COUNT={count}: give --num-shards/--shard-index")  # fmt: skip
+    return count, index
 
 
 def resolve_sharding(num_shards: int | None, shard_index: int | None, environ: Mapping[str, str] | None = None) -> tuple[int, int]:

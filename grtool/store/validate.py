@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.store.reading import schema_diff, short
+from grtool.records import file_kind
+from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
 from grtool.store.records import parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
@@ -274,13 +275,16 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
         if not f.exists():
             report.problems.append(f"{f.name}: recorded as done in {SHARDS_DIR}/{name}.json but the file is missing")
             continue
+        if not f.is_file():  # never opened: a FIFO would hang the reader
+            report.problems.append(f"{f.name}: {file_kind(f) or 'a directory'} in the shard's place, not a file (damaged)")
+            continue
         if f.stat().st_size != rec.get("bytes"):
             report.problems.append(f"{f.name}: {f.stat().st_size} bytes, {SHARDS_DIR}/{name}.json says {rec.get('bytes')}")
         if sha256_file(f) != rec.get("sha256"):
             report.problems.append(f"{f.name}: sha256 does not match {SHARDS_DIR}/{name}.json (corrupted or changed)")
             continue
         try:
-            meta = pq.ParquetFile(f)
+            meta = pq.ParquetFile(arrow_source(f))
             for _ in meta.iter_batches(batch_size=65_536):  # every page decodes (a shard damaged before its record
                 pass  # was written matches it, and the other commands would fail on it)
         except Exception as e:
@@ -317,7 +321,7 @@ def _check_accounting(path: Path, shard: str, rec: dict[str, Any], report: Repor
 
 def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) -> None:
     key = list(TABLES[report.table][1])
-    files = [str(f) for f in (path / f"{name}.parquet" for name in sorted(records)) if f.exists()]
+    files = arrow_sources([f for f in (path / f"{name}.parquet" for name in sorted(records)) if f.is_file()])
     if not files:
         return
     try:
@@ -360,8 +364,8 @@ def _first(names: list[str], n: int = 5) -> str:
 
 def check_gold_references(questions: Path, documents: Path) -> list[str]:
     """Every gold doc id of `questions` exists in `documents` (committed shards of both)."""
-    doc_files = [str(f) for f in shard_paths(documents)]
-    q = pl.scan_parquet([str(f) for f in shard_paths(questions)]).select(pl.col("qid"), pl.col("gold_doc_ids").alias("doc_id")).explode("doc_id")
+    doc_files = arrow_sources(shard_paths(documents))
+    q = pl.scan_parquet(arrow_sources(shard_paths(questions))).select(pl.col("qid"), pl.col("gold_doc_ids").alias("doc_id")).explode("doc_id")
     q = q.filter(pl.col("doc_id").is_not_null())
     missing = (q.join(pl.scan_parquet(doc_files).select("doc_id"), on="doc_id", how="anti") if doc_files else q).collect()
     if not missing.height:

@@ -9,12 +9,12 @@ unless a later layer sets ``gradient_accumulation`` itself.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+from grtool.userinput import read_input_bytes
 
 # The paper's values (ThinkGR): SFT full fine-tuning, lr 1e-6, batch 512, cutoff 2048, warmup 0.05;
 # KTO lr 4e-7, batch 128, beta 0.1.
@@ -109,10 +109,9 @@ KEYS = {f.name for f in fields(TrainConfig)} - {"kind"}
 
 def world_size() -> int:
     """Processes of this run: ``WORLD_SIZE`` as set by torchrun / accelerate launch, else 1."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    from grtool.userinput import env
+
+    return env("WORLD_SIZE")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -120,9 +119,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as e:
-        raise InputError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+        data = yaml.safe_load(read_input_bytes(path)) or {}
     except yaml.YAMLError as e:
         raise InputError(f"--config {path}: not valid YAML ({e})") from None
     if not isinstance(data, dict):
@@ -147,17 +144,16 @@ def _typed(path: Path, key: str, value: Any) -> Any:
     elif kind.startswith("bool"):
         if isinstance(value, bool):
             return value
-    elif kind.startswith("int"):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind.startswith("float"):
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
+    elif kind.startswith(("int", "float")) and not isinstance(value, bool):
+        from grtool.userinput import parse_number
+
+        integer = kind.startswith("int")
+        if isinstance(value, int | float) or (isinstance(value, str) and not integer):
+            try:  # finite and bounded, as the options (TOML and YAML have inf and nan)
+                number = parse_number(value, integer=integer, low=None if integer else 0.0)
+                return number if integer else float(number)
+            except ValueError as e:
+                raise InputError(f"--config {path}: {key}: {e}, got {value!r}") from None
     elif kind.startswith("str"):
         if isinstance(value, str):
             return value

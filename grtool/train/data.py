@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import InputError
+from grtool.userinput import require_input
 from grtool.store.stage import sha256_file
 
 Row = dict[str, Any]
@@ -142,8 +143,7 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
     data = Path(data)
     if data.is_dir():
         return _from_chains(data, corpus, system, markers, cannot_answer)
-    if not data.exists():
-        raise InputError(f"{data}: no such file or directory")
+    require_input(data)
     rows, fmt = load_rows(data)
     _check_gmr(data, fmt)
     return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
@@ -223,8 +223,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
 
     if corpus is None or triples is None:
         raise InputError(f"{responses}: responses as KTO data need both --corpus (the run holding questions/) and --triples to be labelled")
-    if not responses.exists():
-        raise InputError(f"{responses}: no such file or directory")
+    require_input(responses)
     with tempfile.TemporaryDirectory(prefix="grtool-train-") as tmp:
         out = Path(tmp) / "kto.jsonl"
         result = export_kto(responses, corpus, triples, out, tau=tau, fmt="trl", system=system, markers=markers, desirable=desirable, cannot_answer=cannot_answer)

@@ -482,7 +482,9 @@ def last_complete_checkpoint(out: Path, remove_incomplete: bool = True) -> Path 
 
 
 def _is_main() -> bool:
-    return os.environ.get("RANK", "0") == "0"
+    from grtool.userinput import env
+
+    return env("RANK") == 0
 
 
 def _version(package: str) -> str | None:
