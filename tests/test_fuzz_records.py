@@ -322,3 +322,22 @@ def test_numeric_options(fuzz, data):
     """A numeric option at an edge value: a documented exit code, no traceback, and when the command refuses it,
     nothing of its output created."""
     numeric_options(fuzz, Draw(data))
+
+
+# ---------------------------------------------------------------------------------------------- what it found
+
+# The smallest examples of defects the fuzzer found, kept as plain tests once fixed: (command, environment changes,
+# the exit code expected).
+FOUND = [
+    (("index", "build", "run/triples", "--tokenizer", "llama3", "--kind", "fm", "--out", "fresh/index", "--memory-limit", "inf"), {}, 2),
+    (("index", "stats", "run/index", "--json"), {"GRTOOL_HOLD": ":"}, 2),  # was a traceback while leaving
+]
+
+
+@pytest.mark.parametrize("argv, env, code", FOUND, ids=[" ".join(a[:2]) + (" " + next(iter(e)) if e else "") for a, e, _ in FOUND])
+def test_found_by_the_fuzzer(fuzz, argv, env, code):
+    root = fuzz.reset()
+    result = grtool(root, *argv, env=fuzz.env(**env))
+    check_properties(result, None, None)
+    assert result.returncode == code, result.describe()
+    assert not (root / "fresh").exists(), result.describe()
