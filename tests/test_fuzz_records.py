@@ -341,3 +341,12 @@ def test_found_by_the_fuzzer(fuzz, argv, env, code):
     check_properties(result, None, None)
     assert result.returncode == code, result.describe()
     assert not (root / "fresh").exists(), result.describe()
+
+
+def test_a_record_whose_text_is_not_utf8_is_damaged():
+    """msgspec raises UnicodeDecodeError (no DecodeError) for such bytes inside a JSON string: it was a traceback
+    from every record reader (found in `_pipeline/*.json`)."""
+    from grtool.records import DamagedRecord, decode_record
+
+    with pytest.raises(DamagedRecord, match=r"run/_pipeline/index.json: stage completion record is not UTF-8 text \(byte 10\)"):
+        decode_record(b'{"stage": "\xff"}', dict, source="run/_pipeline/index.json", what="stage completion record")
