@@ -348,5 +348,5 @@ def test_a_record_whose_text_is_not_utf8_is_damaged():
     from every record reader (found in `_pipeline/*.json`)."""
     from grtool.records import DamagedRecord, decode_record
 
-    with pytest.raises(DamagedRecord, match=r"run/_pipeline/index.json: stage completion record is not UTF-8 text \(byte 10\)"):
+    with pytest.raises(DamagedRecord, match=r"run/_pipeline/index.json: stage completion record is not UTF-8 text \(edited or damaged\)"):
         decode_record(b'{"stage": "\xff"}', dict, source="run/_pipeline/index.json", what="stage completion record")
