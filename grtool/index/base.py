@@ -21,7 +21,6 @@ Directory layout::
 
 from __future__ import annotations
 
-import json
 import mmap
 from collections.abc import Sequence
 from functools import cached_property
@@ -33,10 +32,9 @@ import numpy as np
 from grtool.errors import InputError
 from grtool.log import log
 
-META = "index.json"
-TOKENIZER = "tokenizer.json"
-FORMAT = "grtool-index/1"
-REBUILD = "rebuild it with `grtool index build`"
+from grtool.index.record import FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, read_index_record
+
+__all__ = ["FORMAT", "META", "REBUILD", "TOKENIZER", "Index", "IndexRecord"]
 
 
 def damaged(index_dir: Path, name: str, what: str) -> InputError:
@@ -109,28 +107,25 @@ class Index:
         super().__init_subclass__(**kwargs)
         KINDS[cls.kind] = cls
 
-    def __init__(self, path: Path, meta: dict[str, Any]):
+    def __init__(self, path: Path, meta: dict[str, Any], record: IndexRecord | None = None):
         self.path = path
         self.meta = meta
+        self.record = record  # the typed index.json (None for an in-memory index)
 
     @staticmethod
     def open(path: str | Path) -> "Index":
         p = Path(path)
-        if not (p / META).is_file():
+        if not (p / META).exists():
             raise InputError(f"{p}: not an index directory (no {META}); build one with `grtool index build`")
-        try:
-            meta = json.loads((p / META).read_bytes())
-        except ValueError as e:  # also bytes that are not UTF-8
-            raise InputError(f"{p / META}: not valid JSON ({e})") from None
-        if not isinstance(meta, dict):
-            raise InputError(f"{p / META}: not an index record (a JSON {type(meta).__name__}, not an object); rebuild it with `grtool index build`")
-        if meta.get("format") != FORMAT:
-            raise InputError(f"{p / META}: unknown index format {meta.get('format')!r} (expected {FORMAT})")
-        cls = KINDS.get(meta.get("kind"))
-        if cls is None:
-            raise InputError(f"{p / META}: unknown index kind {meta.get('kind')!r}")
+        record, meta = read_index_record(p)
+        confirm_files(p, record)
+        cls = KINDS[record.kind]
         verify_files(p, meta)
-        return cls.load(p, meta)
+        index = cls.load(p, meta)
+        index.record = record
+        # tokenizer.json is now verified against its digest: the marker ids the record names must be its markers
+        confirm_markers(p, record, lambda: index.tokenizer)
+        return index
 
     # ---- the search API (each kind overrides these)
     def start(self) -> Any:
@@ -157,7 +152,7 @@ class Index:
 
     @property
     def source(self) -> str:
-        return self.meta.get("source", "docids")
+        return self.record.source if self.record is not None else self.meta.get("source", "docids")
 
     @cached_property
     def tokenizer(self):
@@ -167,11 +162,11 @@ class Index:
 
     @property
     def start_id(self) -> int:
-        return int(self.meta["tokenizer"]["docid_start_id"])
+        return self.record.tokenizer.docid_start_id if self.record is not None else int(self.meta["tokenizer"]["docid_start_id"])
 
     @property
     def end_id(self) -> int:
-        return int(self.meta["tokenizer"]["docid_end_id"])
+        return self.record.tokenizer.docid_end_id if self.record is not None else int(self.meta["tokenizer"]["docid_end_id"])
 
     @property
     def num_sequences(self) -> int | None:

@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.store.reading import schema_diff, short
@@ -492,13 +493,12 @@ def validate_index(path: str | Path) -> Report:
     """An index directory: files against index.json (size, sha256), then it opens and answers a few lookups."""
     path = Path(path)
     report = Report(str(path), "index")
+    from grtool.index.record import read_index_record
+
     try:
-        meta = json.loads((path / INDEX_META).read_bytes())
-    except (OSError, ValueError) as e:
-        report.problems.append(f"{INDEX_META}: cannot be read ({e})")
-        return report
-    if not isinstance(meta, dict):
-        report.problems.append(f"{INDEX_META}: not an index record (a JSON {type(meta).__name__}, not an object)")
+        meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
+    except (OSError, GrtoolError) as e:
+        report.problems.append(str(e) if isinstance(e, GrtoolError) else f"{INDEX_META}: cannot be read ({e})")
         return report
     files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     if not files:
@@ -522,6 +522,8 @@ def validate_index(path: str | Path) -> Report:
         return report
     try:
         _index_sanity(path, meta, report)
+    except GrtoolError as e:  # the record disagrees with the files it describes (grtool.index.record.confirm_files)
+        report.problems.append(str(e))
     except Exception as e:
         report.problems.append(f"the index does not open or answer: {type(e).__name__}: {e}")
     stale, notes = check_inputs(meta.get("inputs") or [], "the index")
