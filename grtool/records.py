@@ -60,6 +60,8 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
         raise DamagedRecord(f"{source}: {what}: {_field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}) (edited or damaged)") from None
+    except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
+        raise DamagedRecord(f"{source}: {what} is nested deeper than any record grtool writes (edited or damaged)") from None
 
 
 def read_record_bytes(path: Path, *, what: str) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from grtool.records import DamagedRecord
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
 from grtool.store.fingerprints import check_inputs
@@ -366,7 +367,9 @@ def load_sidecar(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
     target = path.with_name(path.name[: -len(".grtool.json")])
     try:
         meta = read_sidecar(path)
-    except (OSError, ValueError) as e:
+    except DamagedRecord as e:
+        return target, None, str(e)
+    except OSError as e:
         return target, None, f"{path.name}: cannot be read ({e})"
     if meta.get("file") != target.name:
         return target, meta, f"{path.name}: describes {meta.get('file')!r}, not {target.name!r}"

@@ -129,7 +129,7 @@ class IndexRecord(msgspec.Struct):
             if missing:
                 raise ValueError(f"params.{missing[0]}: an FM-index records n, levels, sample_rate and dollar_row")
             if p.n != s.tokens + s.sequences:
-                raise ValueError(f"params.n: {p.n} symbols, not the {s.tokens} tokens plus {s.sequences} separators")
+                raise ValueError(f"params.n: {p.n} symbols, not sizes.tokens ({s.tokens}) plus one separator per sequence (sizes.sequences: {s.sequences})")
             if p.dollar_row >= p.n:  # type: ignore[operator]
                 raise ValueError(f"params.dollar_row: {p.dollar_row} is not below n {p.n}")
 
