@@ -42,7 +42,7 @@ class DamagedRecord(DataProblem):
     """A record grtool wrote does not decode through its declaration: edited or damaged (exit 1)."""
 
 
-def _field_message(error: msgspec.ValidationError) -> str:
+def field_message(error: msgspec.ValidationError) -> str:
     # msgspec says "Expected `int` >= 0 - at `$.num_parts`"; users read "field num_parts: expected `int` >= 0".
     text = str(error)
     message, sep, at = text.rpartition(" - at `")
@@ -57,7 +57,7 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     try:
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as e:
-        raise DamagedRecord(f"{source}: {what}: {_field_message(e)} (edited or damaged)") from None
+        raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}) (edited or damaged)") from None
     except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
