@@ -526,6 +526,9 @@ def validate_index(path: str | Path) -> Report:
         report.problems.append(str(e))
     except Exception as e:
         report.problems.append(f"the index does not open or answer: {type(e).__name__}: {e}")
+    from grtool.index.docid_bytes import record_problems
+
+    report.problems += record_problems(path)
     stale, notes = check_inputs(meta.get("inputs") or [], "the index")
     report.problems += stale
     report.notes += notes
