@@ -47,6 +47,7 @@ from grtool.store.stage import (
 )
 
 
+LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD
 INDEX_META = "index.json"  # grtool.index.base.META (the index package is imported only when an index is found)
 SHARD_GLOB = "part-*.parquet"
 
@@ -340,6 +341,8 @@ def describe(report: Report) -> str:
         return f"export {c.get('kind')}{fmt}, {c.get('rows', 0)} rows"
     if report.table == "dataset_info":
         return f"dataset_info, {c.get('entries', 0)} entries"
+    if report.table == "lookup":
+        return "triples lookup"
     return f"{report.table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
 
 
@@ -393,6 +396,7 @@ class Found:
     indexes: list[Path] = field(default_factory=list)
     sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
     dataset_infos: list[Path] = field(default_factory=list)
+    lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -420,6 +424,9 @@ def discover(root: str | Path) -> Found:
     if is_index_dir(root):
         found.indexes.append(root)
         return found
+    if (root / LOOKUP_RECORD).is_file():
+        found.lookups.append(root)
+        return found
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
@@ -430,6 +437,9 @@ def discover(root: str | Path) -> Found:
         elif INDEX_META in filenames and _is_grtool_index(d / INDEX_META):
             found.indexes.append(d)
             dirnames[:] = []
+            continue
+        elif LOOKUP_RECORD in filenames:
+            found.lookups.append(d)
             continue
         for name in sorted(filenames):
             if is_sidecar(name):
@@ -571,6 +581,12 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
     report.checked["probes"] = len(probes) if index.source == "docids" else 1
 
 
+def validate_lookup(path: Path) -> Report:
+    from grtool.docid.lookup_files import lookup_problems
+
+    return Report(str(path), "lookup", problems=lookup_problems(path))
+
+
 def validate_export(sidecar: Path) -> Report:
     from grtool.export.check import check_export, load_sidecar
 
@@ -637,6 +653,7 @@ def _validate_dir(root: Path) -> list[Report]:
     _check_references(reports, {Path(r.path).resolve() for r in orphans})
     reports += orphans
     reports += [validate_index(p) for p in found.indexes]
+    reports += [validate_lookup(p) for p in found.lookups]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}
