@@ -213,3 +213,188 @@ def test_an_edited_export_record_is_refused_by_its_readers(export_file):
     proc = run_cli("show", export_file, check=False)
     _one_line_naming(proc, "grtool.json", "rows")
 
+
+
+# ------------------------------------------------------------------------------ bracket decoding files
+
+
+DOCID_BYTES_EDITS = {
+    "negative docids": (_set("docids", -1), "docids"),
+    "docids off by one": (lambda m: _set("docids", m["docids"] + 1)(m), "docids"),
+    "open as a number": (_set("open", 1), "open"),
+    "same brackets": (_set("close", "["), "close"),
+    "unknown format": (_set("format", "x"), "format"),
+    "a file size negative": (lambda m: m["files"]["docid_bytes.bin"].update(bytes=-5), "files"),
+    "an extra file": (lambda m: m["files"].update({"other.bin": m["files"]["docid_bytes.bin"]}), "files"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCID_BYTES_EDITS))
+def test_an_edited_docid_bytes_record_is_listed_by_validate_and_never_answers(index_dir, tmp_path, case):
+    from grtool.index.docid_bytes import RECORD, load_docid_bytes, open_docid_bytes
+    from grtool.errors import GrtoolError
+
+    idx = tmp_path / "idx"
+    shutil.copytree(index_dir, idx)
+    texts = list(open_docid_bytes(idx))
+    edit, field = DOCID_BYTES_EDITS[case]
+    meta = json.loads((idx / RECORD).read_text())
+    edit(meta)
+    (idx / RECORD).write_text(json.dumps(meta))
+    with pytest.raises(GrtoolError, match=rf"docid_bytes\.json.*{field}"):
+        load_docid_bytes(idx)
+    report = run_cli("validate", idx, "--json", check=1)
+    problems = [p for s in json.loads(report.stdout)["stages"] for p in s["problems"]]
+    assert any("docid_bytes.json" in p and field in p for p in problems), problems
+    # bracket decoding itself either writes the files anew from docids.parquet or refuses: never other texts
+    try:
+        again = list(open_docid_bytes(idx))
+    except GrtoolError as e:
+        assert "docid_bytes.json" in str(e)
+    else:
+        assert again == texts
+
+
+# ------------------------------------------------------------------------------------ lookup cache
+
+
+@pytest.fixture(scope="module")
+def lookup_dir(tmp_path_factory) -> Path:
+    from grtool.docid.lookup_files import open_lookup
+    from tests.test_index import write_triples_stage
+
+    root = tmp_path_factory.mktemp("lookup")
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
+    write_triples_stage(root / "triples", rows)
+    return open_lookup(root / "triples", root=root / "cache").path
+
+
+LOOKUP_EDITS = {
+    "negative count": (_set("count", -1), "count"),
+    "count NaN": (lambda m: json.dumps(m).replace('"count": 12', '"count": NaN'), "lookup.json"),
+    "documents more than triples": (lambda m: _set("documents", m["count"] + 1)(m), "documents"),
+    "documents off by one": (lambda m: _set("documents", m["documents"] - 1)(m), "arrays"),
+    "a dtype of another width": (lambda m: m["arrays"]["fkeys"].update(dtype="<u4"), "arrays.fkeys.dtype"),
+    "an unknown dtype": (lambda m: m["arrays"]["fdocs"].update(dtype="<f8"), "arrays.fdocs.dtype"),
+    "lengths apart": (lambda m: m["arrays"]["fdocs"].update(length=m["arrays"]["fdocs"]["length"] + 1), "arrays.fdocs.length"),
+    "length as text": (lambda m: m["arrays"]["bkeys"].update(length="9"), "arrays.bkeys.length"),
+    "no arrays": (_set("arrays", _DROP), "arrays"),
+    "doc_ids_bytes": (lambda m: _set("doc_ids_bytes", m["doc_ids_bytes"] + 1)(m), "doc_ids.bin"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOOKUP_EDITS))
+def test_an_edited_lookup_record_is_refused_and_listed_by_validate(lookup_dir, tmp_path, case):
+    from grtool.docid.lookup_files import RECORD, load_lookup
+    from grtool.errors import GrtoolError
+
+    d = tmp_path / lookup_dir.name
+    shutil.copytree(lookup_dir, d)
+    edit, field = LOOKUP_EDITS[case]
+    meta = json.loads((d / RECORD).read_text())
+    text = edit(meta)
+    (d / RECORD).write_text(text if isinstance(text, str) else json.dumps(meta))
+    with pytest.raises(GrtoolError, match=field.replace(".", r"\.")):
+        load_lookup(d)
+    report = run_cli("validate", d, "--json", check=1)
+    problems = [p for s in json.loads(report.stdout)["stages"] for p in s["problems"]]
+    assert any(field in p for p in problems), problems
+
+
+def test_the_intact_lookup_validates(lookup_dir):
+    run_cli("validate", lookup_dir)
+
+
+# ------------------------------------------------------------------------------------ train --config
+
+CONFIG_CASES = {
+    "learning_rate: true": "learning_rate",
+    "learning_rate: [1]": "learning_rate",
+    "learning_rate: fast": "learning_rate",
+    "epochs: .nan": "epochs",
+    "tau: 1e999": "tau",
+    "per_device_batch_size: 2.5": "per_device_batch_size",
+    "per_device_batch_size: '2'": "per_device_batch_size",
+    "lora: 1": "lora",
+    "system: {a: 1}": "system",
+    "bogus_key: 1": "bogus_key",
+    "- a list": "mapping",
+    "a: [": "YAML",
+}
+
+
+@pytest.mark.parametrize("text", sorted(CONFIG_CASES))
+def test_a_bad_config_is_one_line_naming_the_key(tmp_path, text):
+    from grtool.errors import InputError
+    from grtool.train.config import read_config_file
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text(text + "\n")
+    with pytest.raises(InputError) as e:
+        read_config_file(conf)
+    assert str(conf) in str(e.value) and CONFIG_CASES[text] in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_valid_config_keeps_its_values(tmp_path):
+    from grtool.train.config import read_config_file
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("learning-rate: 1e-6\nwarmup_ratio: '0.1'\nepochs: 2\nlora: true\nsystem: null\npreset: thinkgr\n")
+    got = read_config_file(conf)
+    assert got == {"learning_rate": 1e-6, "warmup_ratio": 0.1, "epochs": 2.0, "lora": True, "system": None, "preset": "thinkgr"}
+    assert isinstance(got["epochs"], float)
+
+
+# ------------------------------------------------------------------------------------ export rows
+
+
+ROW_CASES = {
+    "an empty target": ({"kind": "memorization", "doc_id": "d", "input": "t", "target": "  "}, "target"),
+    "a row that is a list": ([1, 2], "object"),
+    "an unknown kind": ({"kind": "ranking", "doc_id": "d", "input": "t", "target": "x"}, "kind"),
+    "a negative step": ({"kind": "retrieval", "qid": "q", "step": -1, "input": "i", "target": "t", "doc_id": None}, "step"),
+    "a step as bool": ({"kind": "retrieval", "qid": "q", "step": True, "input": "i", "target": "t", "doc_id": None}, "step"),
+    "an extra field": ({"kind": "memorization", "doc_id": "d", "input": "t", "target": "x", "extra": 1}, "extra"),
+    "a nested target": ({"kind": "memorization", "doc_id": "d", "input": "t", "target": {"a": [1]}}, "target"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+@pytest.mark.parametrize("layout", ["jsonl", "array one per line", "array on one line"])
+def test_an_export_row_of_the_wrong_shape_is_named_by_record_and_field(export_file, case, layout):
+    from grtool.export.provenance import write_sidecar
+
+    bad, field = ROW_CASES[case]
+    good = {"kind": "memorization", "doc_id": "d0", "input": "title", "target": "text"}
+    rows = [good, bad, good]
+    if layout == "jsonl":
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    elif layout == "array one per line":
+        text = "[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n"
+    else:
+        text = json.dumps(rows)
+    export_file.write_text(text)
+    write_sidecar(export_file, kind="gmr", fmt="gmr", rows=3, json_array=layout != "jsonl", inputs=[])
+    report = run_cli("validate", export_file, "--json", check=1)
+    problems = [p for s in json.loads(report.stdout)["stages"] for p in s["problems"]]
+    assert any("row 2" in p and field in p and "gmr.jsonl" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("layout", ["array one per line", "array on one line", "jsonl"])
+def test_a_deeply_nested_export_row_is_one_line_naming_the_row(export_file, layout):
+    from grtool.export.provenance import write_sidecar
+
+    good = json.dumps({"kind": "memorization", "doc_id": "d0", "input": "title", "target": "text"})
+    deep = '{"kind": "memorization", "doc_id": "d", "input": "t", "target": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    if layout == "jsonl":
+        text = f"{good}\n{deep}\n"
+    elif layout == "array one per line":
+        text = f"[\n{good},\n{deep}\n]\n"
+    else:
+        text = f"[{good},{deep}]"
+    export_file.write_text(text)
+    write_sidecar(export_file, kind="gmr", fmt="gmr", rows=2, json_array=layout != "jsonl", inputs=[])
+    report = run_cli("validate", export_file, "--json", check=1)
+    assert "Traceback" not in report.stderr
+    problems = [p for s in json.loads(report.stdout)["stages"] for p in s["problems"]]
+    assert any("gmr.jsonl" in p and ("row 2" in p or "line 2" in p or "record 2" in p) for p in problems), problems

@@ -3,18 +3,19 @@
 Row shapes are those :mod:`grtool.export.formats` writes (LLaMA-Factory alpaca / sharegpt, TRL messages /
 unpaired preference, GMR pairs). A file registered in a dataset_info.json without a sidecar (written before
 sidecars existed, or by hand) is checked against its entry's ``formatting`` and ``columns`` instead.
-Rows are streamed: grtool writes a JSON array one row per line, so only a hand-formatted array is parsed whole.
+Rows are streamed (:mod:`grtool.jsonrecords`), a JSON array of any layout as well as JSON Lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 import orjson
 
+from grtool.jsonrecords import RecordsError, iter_json_records
 from grtool.records import DamagedRecord, field_message
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
@@ -192,85 +193,17 @@ def shape_from_entry(entry: dict[str, Any]) -> Check:
 # -------------------------------------------------------------------------------------------- rows
 
 
-class RowsError(Exception):
-    """The file cannot be read as rows at all (not JSON, not an array, a broken line)."""
-
-
-def iter_rows(path: Path, json_array: bool | None = None) -> Iterator[Any]:
-    """The rows of a JSON array or a JSON Lines file (``json_array=None``: decided by the first character)."""
-    with open(path, "rb") as f:
-        head = f.read(4096).lstrip()
-    if json_array is None:
-        json_array = head.startswith(b"[")
-    if not json_array:
-        with open(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield orjson.loads(line)
-                    except orjson.JSONDecodeError as e:
-                        raise RowsError(f"line {n} is not valid JSON ({e})") from None
-        return
-    yield from _iter_array(path)
-
-
-def _iter_array(path: Path) -> Iterator[Any]:
-    """A JSON array as grtool writes it ("[", one row per line followed by ",", "]"), streamed; any other
-    layout is parsed whole."""
-    rows: list[Any] = []
-    streamed = True
-    with open(path, "rb") as f:
-        first = f.readline().strip()
-        if first == b"[]":
-            return
-        if first != b"[":
-            streamed = False
-        else:
-            closed = False
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                if closed:
-                    streamed = False
-                    break
-                if line == b"]":
-                    closed = True
-                    continue
-                try:
-                    rows.append(orjson.loads(line[:-1] if line.endswith(b",") else line))
-                except orjson.JSONDecodeError:
-                    streamed = False
-                    break
-                if len(rows) >= 4096:
-                    yield from rows
-                    rows.clear()
-            else:
-                if not closed:
-                    raise RowsError("the JSON array is not closed (truncated file?)")
-    if streamed:
-        yield from rows
-        return
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise RowsError(f"not valid JSON ({e})") from None
-    if not isinstance(data, list):
-        raise RowsError(f"a JSON {type(data).__name__}, expected an array of rows")
-    yield from data
-
-
 def check_rows(path: Path, check: Check, json_array: bool | None, label: str) -> tuple[int, list[str]]:
     """(rows read, problems): a file that cannot be read, and the rows not in ``label``'s shape."""
     n, bad, examples = 0, 0, []
     try:
-        for n, row in enumerate(iter_rows(path, json_array), 1):
+        for n, (_, row) in enumerate(iter_json_records(path, json_array), 1):
             why = check(row)
             if why is not None:
                 bad += 1
                 if len(examples) < MAX_SHAPE_EXAMPLES:
                     examples.append(f"row {n}: {why}")
-    except RowsError as e:
+    except RecordsError as e:
         return n, [f"{path.name}: {e}"]
     except OSError as e:
         return n, [f"{path.name}: cannot be read ({e})"]

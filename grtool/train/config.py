@@ -127,8 +127,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as e:
         raise InputError(f"--config {path}: cannot read it ({e.strerror or e})") from None
-    except (yaml.YAMLError, RecursionError) as e:
-        raise InputError(f"--config {path}: not valid YAML ({e if not isinstance(e, RecursionError) else 'nested too deep'})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        why = " ".join(str(getattr(e, "problem", None) or e).split())  # one line (PyYAML draws the spot below)
+        raise InputError(f"--config {path}: not valid YAML ({where}{why})") from None
+    except RecursionError:
+        raise InputError(f"--config {path}: not valid YAML (nested too deep)") from None
     except UnicodeDecodeError:
         raise InputError(f"--config {path}: not UTF-8 text") from None
     if not isinstance(data, dict):
