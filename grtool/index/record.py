@@ -19,7 +19,6 @@ META = "index.json"
 TOKENIZER = "tokenizer.json"
 FORMAT = "grtool-index/1"
 REBUILD = "rebuild it with `grtool index build`"
-SOURCES = ("docids", "documents")
 # The files each kind's search structure is made of (their names start so; index_bytes is their sum).
 KIND_PREFIXES = {"fm": "fm_", "trie": "trie_", "numpy": "oracle_"}
 SEARCH_PREFIXES = tuple(KIND_PREFIXES.values())

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from grtool.errors import InputError
 from grtool.store.stage import sha256_file
