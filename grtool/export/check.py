@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from grtool.jsonrecords import RecordsError, iter_json_records
+from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
 from grtool.records import DamagedRecord, field_message
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
@@ -230,6 +230,9 @@ def check_export(path: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list
     check = ROW_SHAPES.get(key)
     if check is None:
         problems.append(f"{side}: unknown export {key[0]!r} format {key[1]!r}")
+        return checked, problems, notes
+    if meta.get("json_array") != (first_byte(path) == b"[") and size:
+        problems.append(f"{side}: field json_array: {str(meta.get('json_array')).lower()}, but {path.name} is {'not ' if meta.get('json_array') else ''}a JSON array")
         return checked, problems, notes
     rows, bad = check_rows(path, check, meta.get("json_array"), f"{key[0]} {key[1]}")
     checked["rows"] = rows

@@ -208,3 +208,17 @@ def confirm_markers(index_dir: Path, record: IndexRecord, load_tokenizer: Any) -
     for field, marker, recorded in (("docid_start_id", DOCID_START, t.docid_start_id), ("docid_end_id", DOCID_END, t.docid_end_id)):
         if ids[marker] != recorded:
             raise _refuse(index_dir, f"tokenizer.{field}", f"{recorded}, but {TOKENIZER} has {marker} as id {ids[marker]}")
+
+
+def confirm_sizes(index_dir: Path, record: IndexRecord, lengths: Any) -> None:
+    """The sizes the record gives are those of seq_lengths.npy (a length bound read from the record, such as
+    ``max_sequence_tokens``, limits what a retrieval may generate)."""
+    import numpy as np
+
+    s = record.sizes
+    tokens = int(np.sum(lengths, dtype=np.uint64))
+    longest = int(lengths.max()) if len(lengths) else 0
+    checks = (("sizes.sequences", s.sequences, len(lengths)), ("sizes.tokens", s.tokens, tokens), ("sizes.max_sequence_tokens", s.max_sequence_tokens, longest))
+    for field, recorded, found in checks:
+        if recorded != found:
+            raise _refuse(index_dir, field, f"{recorded:,}, but seq_lengths.npy gives {found:,}")
