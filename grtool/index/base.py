@@ -32,7 +32,7 @@ import numpy as np
 from grtool.errors import InputError
 from grtool.log import log
 
-from grtool.index.record import FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, confirm_sizes, read_index_record
+from grtool.index.record import FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, confirm_sizes, confirm_totals, read_index_record
 
 __all__ = ["FORMAT", "META", "REBUILD", "TOKENIZER", "Index", "IndexRecord"]
 
@@ -121,6 +121,7 @@ class Index:
         confirm_files(p, record)
         cls = KINDS[record.kind]
         verify_files(p, meta)
+        confirm_totals(p, record)
         confirm_sizes(p, record, load_array(p / "seq_lengths.npy", dtype=np.uint32))  # before the kind reads the sizes
         index = cls.load(p, meta)
         index.record = record

@@ -118,11 +118,6 @@ class IndexRecord(msgspec.Struct):
             raise ValueError("sizes.flipped_sequences: flipped sequences in an index built without --flips (params.flips false)")
         if p.flips and self.source != "docids":
             raise ValueError("params.flips: flips are docids' tail-first spellings; the source is documents")
-        if s.total_bytes is not None and s.total_bytes != sum(f.bytes for f in self.files.values()):
-            raise ValueError(f"sizes.total_bytes: {s.total_bytes:,}, the files listed hold {sum(f.bytes for f in self.files.values()):,} bytes")
-        search = sum(f.bytes for n, f in self.files.items() if n.startswith(SEARCH_PREFIXES))
-        if s.index_bytes and s.index_bytes != search:
-            raise ValueError(f"sizes.index_bytes: {s.index_bytes:,}, the search files listed hold {search:,} bytes")
         if self.kind == "fm":
             missing = [f for f in ("n", "levels", "sample_rate", "dollar_row") if getattr(p, f) is None]
             if missing:
@@ -208,6 +203,18 @@ def confirm_markers(index_dir: Path, record: IndexRecord, load_tokenizer: Any) -
     for field, marker, recorded in (("docid_start_id", DOCID_START, t.docid_start_id), ("docid_end_id", DOCID_END, t.docid_end_id)):
         if ids[marker] != recorded:
             raise _refuse(index_dir, f"tokenizer.{field}", f"{recorded}, but {TOKENIZER} has {marker} as id {ids[marker]}")
+
+
+def confirm_totals(index_dir: Path, record: IndexRecord) -> None:
+    """The byte totals agree with the files listed (checked after each file's own size, so an edited size names
+    its file)."""
+    s = record.sizes
+    total = sum(f.bytes for f in record.files.values())
+    if s.total_bytes is not None and s.total_bytes != total:
+        raise _refuse(index_dir, "sizes.total_bytes", f"{s.total_bytes:,}, the files listed hold {total:,} bytes")
+    search = sum(f.bytes for n, f in record.files.items() if n.startswith(SEARCH_PREFIXES))
+    if s.index_bytes and s.index_bytes != search:
+        raise _refuse(index_dir, "sizes.index_bytes", f"{s.index_bytes:,}, the search files listed hold {search:,} bytes")
 
 
 def confirm_sizes(index_dir: Path, record: IndexRecord, lengths: Any) -> None:
