@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from grtool.errors import InputError
+from grtool.index.record import (
+    FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, confirm_sizes, confirm_source, confirm_totals, read_index_record,
+)  # fmt: skip
 from grtool.log import log
-
-from grtool.index.record import FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, confirm_sizes, confirm_totals, read_index_record
 
 __all__ = ["FORMAT", "META", "REBUILD", "TOKENIZER", "Index", "IndexRecord"]
 
@@ -127,6 +128,7 @@ class Index:
         index.record = record
         # tokenizer.json is now verified against its digest: the marker ids the record names must be its markers
         confirm_markers(p, record, lambda: index.tokenizer)
+        confirm_source(p, record, index)
         return index
 
     # ---- the search API (each kind overrides these)

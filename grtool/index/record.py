@@ -157,9 +157,8 @@ def confirm_files(index_dir: Path, record: IndexRecord) -> None:
     if other or not any(n.startswith(prefix) for n in names):
         found = other[0] if other else "none"
         raise _refuse(index_dir, "kind", f"{record.kind!r}, but the files listed are not that kind's ({prefix}* files; found {found})")
-    if (record.source == "docids") != (DOCID_TABLE in names):
-        said = "holds no" if record.source == "docids" else "holds a"
-        raise _refuse(index_dir, "source", f"{record.source!r}, but the index {said} {DOCID_TABLE} (an index of {'documents' if record.source == 'docids' else 'docids'})")
+    if record.source == "documents" and DOCID_TABLE in names:
+        raise _refuse(index_dir, "source", f"'documents', but the index holds a {DOCID_TABLE} (an index of docids)")
     if record.params.flips != (FLIPS_FILE in names):
         raise _refuse(index_dir, "params.flips", f"{str(record.params.flips).lower()}, but the index {'holds no' if record.params.flips else 'holds a'} {FLIPS_FILE}")
     lines = record.files["doc_ids.txt"].bytes
@@ -187,6 +186,16 @@ def marker_ids_in_file(tokenizer_json: Path) -> dict[str, int] | None:
         return None  # the tokenizer itself is read (and a bad one refused) by whoever loads it
     ids = {t.content: t.id for t in added if t.content in (DOCID_START, DOCID_END)}
     return ids if len(ids) == 2 else None
+
+
+def confirm_source(index_dir: Path, record: IndexRecord, index: Any) -> None:
+    """A docids index holds docids: every sequence starts with <docid_start> (one anchored step counts them).
+    An index of documents read as docids would answer every docid query with nothing."""
+    n = record.sizes.sequences
+    if record.source == "docids" and n:
+        starting = index.count(index.extend(index.start(), record.tokenizer.docid_start_id))
+        if starting != n:
+            raise _refuse(index_dir, "source", f"'docids', but {n - starting:,} of its {n:,} sequences do not start with the docid marker (an index of documents?)")
 
 
 def confirm_markers(index_dir: Path, record: IndexRecord, load_tokenizer: Any) -> None:
