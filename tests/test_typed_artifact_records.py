@@ -401,3 +401,25 @@ def test_a_deeply_nested_export_row_is_one_line_naming_the_row(export_file, layo
     assert "Traceback" not in report.stderr
     problems = [p for s in json.loads(report.stdout)["stages"] for p in s["problems"]]
     assert any("gmr.jsonl" in p and ("row 2" in p or "line 2" in p or "record 2" in p) for p in problems), problems
+
+
+def test_an_index_of_documents_relabelled_docids_is_refused(tmp_path):
+    """The other direction of the issue's example: no docid table to tell, the sequences themselves do."""
+    from grtool.store.schemas import DOCUMENTS
+    from grtool.store.stage import StageSpec, StageWriter
+
+    stage = StageWriter(tmp_path / "docs", StageSpec("documents", DOCUMENTS))
+    with stage.shard(0) as sh:
+        sh.count_in(3)
+        sh.write_rows([{"doc_id": f"d{i}", "title": f"t{i}", "text": f"harbor bridge number {i}", "datasets": ["test"]} for i in range(3)])
+    stage.finish()
+    idx = tmp_path / "idx"
+    run_cli("index", "build", tmp_path / "docs", "--tokenizer", "qwen", "--source", "documents", "--out", idx)
+    intact = run_cli("index", "query", idx, "harbor bridge", "--json")
+    assert json.loads(intact.stdout)["read_as"] == "prefix"
+    meta = json.loads((idx / "index.json").read_text())
+    meta["source"] = "docids"
+    (idx / "index.json").write_text(json.dumps(meta))
+    _one_line_naming(run_cli("index", "query", idx, "harbor bridge", "--json", check=False), "index.json", "field source")
+    proc = run_cli("validate", idx, check=1)
+    assert "field source" in proc.stderr and "Traceback" not in proc.stderr
