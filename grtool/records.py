@@ -29,7 +29,7 @@ Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 # A file named by a record lives beside it: no directory parts, no parent, no hidden tricks.
-FileName = Annotated[str, msgspec.Meta(pattern=r"^[^/\x00]+$", max_length=255)]
+FileName = Annotated[str, msgspec.Meta(pattern=r"^(?!\.\.?$)[^/\x00]+$", max_length=255)]  # not "." nor ".."
 
 # A record is small (a manifest with every input's fingerprint is tens of KB); a larger one was not written by
 # grtool, and reading it whole could exhaust memory.

@@ -114,6 +114,7 @@ INDEX_EDITS = {
     "files empty": (_set("files", {}), "files"),
     "file entry bytes negative": (lambda m: m["files"]["doc_ids.txt"].update(bytes=-1), "files"),
     "file name with a slash": (lambda m: m["files"].update({"../x": {"bytes": 1}}), "files"),
+    "file named the parent": (lambda m: m["files"].update({"..": {"bytes": 4096}}), "files"),
     "total bytes": (lambda m: _set("sizes.total_bytes", m["sizes"]["total_bytes"] + 1)(m), "total_bytes"),
     "shorter longest sequence": (lambda m: _set("sizes.max_sequence_tokens", m["sizes"]["max_sequence_tokens"] - 1)(m), "max_sequence_tokens"),
     "tokens moved between sizes and n": (lambda m: (_set("sizes.tokens", m["sizes"]["tokens"] - 1)(m), _set("params.n", m["params"]["n"] - 1)(m)), "tokens"),

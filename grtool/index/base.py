@@ -60,29 +60,24 @@ def load_array(path: Path, mmap: bool = True, dtype: Any = None, ndim: int = 1) 
 _WARNED_UNVERIFIED: set[str] = set()
 
 
-def verify_files(index_dir: Path, meta: dict[str, Any]) -> None:
+def verify_files(index_dir: Path, record: IndexRecord) -> None:
     """Every file index.json lists exists with its recorded size and (indexes built since blake3 digests are
     recorded) content. The digests are computed once per process for an unchanged file (grtool.store.stage
-    file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning."""
+    file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning.
+    The names and sizes are the declaration's (plain file names, counts): nothing outside the index is read."""
     from grtool.store.stage import file_hash
 
-    files = meta.get("files")
-    if not isinstance(files, dict) or not files:
-        raise damaged(index_dir, META, "lists no files")
     unverified = False
-    for name, rec in files.items():
-        if not isinstance(name, str) or Path(name).name != name or not isinstance(rec, dict):
-            raise damaged(index_dir, META, f"bad file entry {name!r}")
+    for name, rec in record.files.items():
         try:
             size = (index_dir / name).stat().st_size
         except FileNotFoundError:
             raise damaged(index_dir, name, "missing") from None
-        if size != rec.get("bytes"):
-            raise damaged(index_dir, name, f"{size:,} bytes, index.json records {rec.get('bytes')}")
-        digest = rec.get("blake3")
-        if digest is None:
+        if size != rec.bytes:
+            raise damaged(index_dir, name, f"{size:,} bytes, index.json records {rec.bytes}")
+        if rec.blake3 is None:
             unverified = True
-        elif file_hash(index_dir / name) != digest:
+        elif file_hash(index_dir / name) != rec.blake3:
             raise damaged(index_dir, name, "content does not match index.json")
     if unverified and str(index_dir) not in _WARNED_UNVERIFIED:
         _WARNED_UNVERIFIED.add(str(index_dir))
@@ -121,7 +116,7 @@ class Index:
         record, meta = read_index_record(p)
         confirm_files(p, record)
         cls = KINDS[record.kind]
-        verify_files(p, meta)
+        verify_files(p, record)
         confirm_totals(p, record)
         confirm_sizes(p, record, load_array(p / "seq_lengths.npy", dtype=np.uint32))  # before the kind reads the sizes
         index = cls.load(p, meta)
