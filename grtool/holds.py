@@ -25,7 +25,10 @@ def hold(point: str) -> None:
         return
     from grtool.userinput import env
 
-    name, directory = env(VARIABLE)
+    try:
+        name, directory = env(VARIABLE)
+    except InputError:  # already refused when the command started; the exit path must not fail on it again
+        return
     if name != point:
         return
     if not directory.is_dir():

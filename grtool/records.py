@@ -29,7 +29,7 @@ Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 # A file named by a record lives beside it: no directory parts, no parent, no hidden tricks.
-FileName = Annotated[str, msgspec.Meta(pattern=r"^[^/\x00]+$", max_length=255)]
+FileName = Annotated[str, msgspec.Meta(pattern=r"^(?!\.\.?$)[^/\x00]+$", max_length=255)]  # not "." nor ".."
 
 # A record is small (a manifest with every input's fingerprint is tens of KB); a larger one was not written by
 # grtool, and reading it whole could exhaust memory.
@@ -42,7 +42,7 @@ class DamagedRecord(DataProblem):
     """A record grtool wrote does not decode through its declaration: edited or damaged (exit 1)."""
 
 
-def _field_message(error: msgspec.ValidationError) -> str:
+def field_message(error: msgspec.ValidationError) -> str:
     # msgspec says "Expected `int` >= 0 - at `$.num_parts`"; users read "field num_parts: expected `int` >= 0".
     text = str(error)
     message, sep, at = text.rpartition(" - at `")
@@ -59,9 +59,11 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     except UnicodeDecodeError:  # msgspec's error for bytes in a JSON string that are not UTF-8
         raise DamagedRecord(f"{source}: {what} is not UTF-8 text (edited or damaged)") from None
     except msgspec.ValidationError as e:
-        raise DamagedRecord(f"{source}: {what}: {_field_message(e)} (edited or damaged)") from None
+        raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}) (edited or damaged)") from None
+    except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
+        raise DamagedRecord(f"{source}: {what} is nested deeper than any record grtool writes (edited or damaged)") from None
 
 
 def read_record_bytes(path: Path, *, what: str) -> bytes:

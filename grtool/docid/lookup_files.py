@@ -36,8 +36,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 import numpy as np
 import orjson
 import polars as pl
@@ -48,6 +49,7 @@ from grtool.docid import normalize_expr
 from grtool.docid.lookup import HASH_SEED, TripleLookup, _dedupe, _index_type, hash_keys, release_build_memory
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.records import Count, DamagedRecord, read_record
 from grtool.store.reading import arrow_source
 
 FORMAT = "grtool-triple-lookup/1"
@@ -196,23 +198,86 @@ def _complete(d: Path) -> bool:
 ARRAYS = ("fkeys", "fdocs", "bkeys", "bfwd", "doc_hashes", "doc_ids_offsets")
 
 
+class ArraySpec(msgspec.Struct):
+    dtype: Literal["<u4", "<u8"]
+    length: Count
+
+
+class LookupArrays(msgspec.Struct):
+    fkeys: ArraySpec
+    fdocs: ArraySpec
+    bkeys: ArraySpec
+    bfwd: ArraySpec
+    doc_hashes: ArraySpec
+    doc_ids_offsets: ArraySpec
+
+
+class LookupRecord(msgspec.Struct):
+    """lookup.json, declared once (:mod:`grtool.records`): what :func:`write_lookup` writes, what every use decodes."""
+
+    format: Literal["grtool-triple-lookup/1"]
+    stage: str
+    count: Count  # triple rows read
+    documents: Count
+    doc_ids_bytes: Count
+    arrays: LookupArrays
+
+    def __post_init__(self) -> None:
+        a = self.arrays
+        for name in ("fkeys", "bkeys", "doc_hashes", "doc_ids_offsets"):  # hashes and byte offsets: 64-bit
+            if getattr(a, name).dtype != "<u8":
+                raise ValueError(f"arrays.{name}.dtype: {getattr(a, name).dtype}, expected <u8")
+        pairs = (("fdocs", "fkeys", 0), ("bfwd", "bkeys", 0), ("doc_hashes", None, self.documents), ("doc_ids_offsets", None, self.documents + 1))
+        for name, beside, want in pairs:
+            n = getattr(a, beside).length if beside else want
+            if getattr(a, name).length != n:
+                raise ValueError(f"arrays.{name}.length: {getattr(a, name).length:,}, expected {n:,} ({'one per ' + beside if beside else 'from documents'})")
+        for name in ("fkeys", "bkeys"):  # one per (triple, document) at most
+            if getattr(a, name).length > self.count:
+                raise ValueError(f"arrays.{name}.length: {getattr(a, name).length:,} keys from {self.count:,} triples")
+        if self.documents > self.count:
+            raise ValueError(f"documents: {self.documents:,} documents from {self.count:,} triples")
+
+
+_REWRITE = "delete the directory, the next run writes it again"
+
+
+def read_lookup_record(d: Path) -> LookupRecord:
+    """lookup.json of a lookup directory through its declaration (:class:`DamagedRecord` naming the field)."""
+    try:
+        return read_record(d / RECORD, LookupRecord, what="triples lookup record")
+    except DamagedRecord as e:
+        raise DamagedRecord(f"{e}; {_REWRITE}") from None
+
+
 def load_lookup(d: Path) -> TripleLookup:
     """Map a lookup directory; a file whose size is not what lookup.json records is an error naming it."""
+    record = read_lookup_record(d)
     try:
-        record = orjson.loads((d / RECORD).read_bytes())
-        arrays = {name: _map(d, name, record["arrays"][name]) for name in ARRAYS}
-        text_size = int(record["doc_ids_bytes"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{d}: damaged triples lookup ({e}); delete the directory, the next run writes it again") from None
+        arrays = {name: _map(d, name, getattr(record.arrays, name)) for name in ARRAYS}
+    except (OSError, ValueError) as e:
+        raise InputError(f"{d}: damaged triples lookup ({e}); {_REWRITE}") from None
+    text_size = record.doc_ids_bytes
     if (d / "doc_ids.bin").stat().st_size != text_size or int(arrays["doc_ids_offsets"][-1]) != text_size:
-        raise InputError(f"{d}: damaged triples lookup (doc_ids.bin is not {text_size:,} bytes); delete the directory, the next run writes it again")
+        raise InputError(f"{d}: damaged triples lookup (doc_ids.bin is not {text_size:,} bytes); {_REWRITE}")
     text = np.memmap(d / "doc_ids.bin", np.uint8, "r") if text_size else b""
     return TripleLookup(arrays["fkeys"], arrays["fdocs"], arrays["bkeys"], arrays["bfwd"], arrays["doc_hashes"], text, arrays["doc_ids_offsets"],
-                        int(record["count"]), d)  # fmt: skip
+                        record.count, d)  # fmt: skip
 
 
-def _map(d: Path, name: str, spec: dict[str, Any]) -> np.ndarray:
-    dtype, n = np.dtype(spec["dtype"]), int(spec["length"])
+def lookup_problems(d: Path) -> list[str]:
+    """For `grtool validate`: a lookup directory's record and files, one line per problem."""
+    from grtool.errors import GrtoolError
+
+    try:
+        load_lookup(d)
+    except (GrtoolError, OSError) as e:
+        return [str(e)]
+    return []
+
+
+def _map(d: Path, name: str, spec: ArraySpec) -> np.ndarray:
+    dtype, n = np.dtype(spec.dtype), spec.length
     path = d / f"{name}.bin"
     if path.stat().st_size != n * dtype.itemsize:
         raise ValueError(f"{path.name} is {path.stat().st_size:,} bytes, not {n:,} × {dtype.itemsize}")
@@ -359,11 +424,11 @@ def write_lookup(stage: Path, shards: list[Path], out: Path, *, bucket_rows: int
     doc_ids.close()
     arrays = {"doc_hashes": doc_hashes.close(), "doc_ids_offsets": doc_offsets.close()}
     n_docs = arrays["doc_hashes"]["length"]
-    hashes_map = _map(out, "doc_hashes", arrays["doc_hashes"])
+    hashes_map = _map(out, "doc_hashes", msgspec.convert(arrays["doc_hashes"], ArraySpec))
 
     # Forward keys: each row's document row, sorted by (key, document) without repeats.
     arrays["fkeys"], arrays["fdocs"] = _keyed_rows(fwd, nb, hashes_map, out / "fkeys.bin", out / "fdocs.bin", _index_type(n_docs))
-    fkeys_map = _map(out, "fkeys", arrays["fkeys"])
+    fkeys_map = _map(out, "fkeys", msgspec.convert(arrays["fkeys"], ArraySpec))
     # Flipped keys: the first row of each triple's forward key (rows of one key are adjacent), sorted by (key, row)
     # without repeats: a key that is the flip of several triples picks the smallest forward key.
     arrays["bkeys"], arrays["bfwd"] = _keyed_rows(flip, nb, fkeys_map, out / "bkeys.bin", out / "bfwd.bin", _index_type(len(fkeys_map)))

@@ -3,17 +3,20 @@
 Row shapes are those :mod:`grtool.export.formats` writes (LLaMA-Factory alpaca / sharegpt, TRL messages /
 unpaired preference, GMR pairs). A file registered in a dataset_info.json without a sidecar (written before
 sidecars existed, or by hand) is checked against its entry's ``formatting`` and ``columns`` instead.
-Rows are streamed: grtool writes a JSON array one row per line, so only a hand-formatted array is parsed whole.
+Rows are streamed (:mod:`grtool.jsonrecords`), a JSON array of any layout as well as JSON Lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
+from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
+from grtool.records import DamagedRecord, field_message
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
 from grtool.store.fingerprints import check_inputs
@@ -25,6 +28,101 @@ Check = Callable[[Any], "str | None"]  # a row → what is wrong with it, or Non
 # ------------------------------------------------------------------------------------------- shapes
 
 
+# Row shapes, each declared once as a msgspec Struct: a field's type, a non-empty text, the turns' roles in order.
+Text = Annotated[str, msgspec.Meta(pattern=r"\S")]  # a string with something in it
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Row(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+def _roles(turns: list, where: str, roles: list[str], *, system: bool = False) -> None:
+    got = [t.role for t in turns]
+    want = (["system"] if system and got[:1] == ["system"] else []) + roles
+    if got != want:
+        raise ValueError(f"{where} roles are {got}, expected {want}")
+
+
+class ShareGPTTurn(_Row, rename={"role": "from"}):
+    role: str
+    value: Text
+
+
+class ShareGPT(_Row):
+    conversations: list[ShareGPTTurn]
+    system: Text | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        _roles(self.conversations, "conversations", ["human", "gpt"])
+
+
+class ShareGPTKTO(ShareGPT, kw_only=True):
+    kto_tag: bool
+
+
+class Alpaca(_Row):
+    instruction: Text
+    input: str
+    output: Text
+    system: Text | msgspec.UnsetType = msgspec.UNSET
+
+
+class Message(_Row):
+    role: str
+    content: Text
+
+
+class TRLMessages(_Row):
+    messages: list[Message]
+
+    def __post_init__(self) -> None:
+        _roles(self.messages, "messages", ["user", "assistant"], system=True)
+
+
+class TRLKTO(_Row):
+    prompt: list[Message]
+    completion: list[Message]
+    label: bool
+
+    def __post_init__(self) -> None:
+        _roles(self.prompt, "prompt", ["user"], system=True)
+        _roles(self.completion, "completion", ["assistant"])
+
+
+class GMRRetrieval(_Row, tag_field="kind", tag="retrieval"):
+    qid: Text
+    step: NonNegative
+    input: Text
+    target: Text
+    doc_id: str | None
+
+
+class GMRMemorization(_Row, tag_field="kind", tag="memorization"):
+    doc_id: Text
+    input: Text
+    target: Text
+
+
+def _declared(kind: Any) -> Check:
+    """A row check decoding through the declaration ``kind``: None, or what is wrong and where."""
+
+    def check(row: Any) -> str | None:
+        try:
+            msgspec.convert(row, type=kind)
+        except msgspec.ValidationError as e:
+            return field_message(e).replace("`str` matching regex", "`str` with text in it, regex")
+        except RecursionError:
+            return "nested deeper than any row grtool writes"
+        return None
+
+    return check
+
+
+_alpaca, _sharegpt, _sharegpt_kto = _declared(Alpaca), _declared(ShareGPT), _declared(ShareGPTKTO)
+_trl_messages, _trl_kto, _gmr = _declared(TRLMessages), _declared(TRLKTO), _declared(GMRRetrieval | GMRMemorization)
+
+
 def _text(value: Any, where: str, *, empty_ok: bool = False) -> str | None:
     if not isinstance(value, str):
         return f"{where} is {type(value).__name__}, expected a string"
@@ -33,98 +131,8 @@ def _text(value: Any, where: str, *, empty_ok: bool = False) -> str | None:
     return None
 
 
-def _object(row: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> str | None:
-    if not isinstance(row, dict):
-        return f"a {type(row).__name__}, expected an object"
-    missing = [k for k in required if k not in row]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    extra = [k for k in row if k not in required and k not in optional]
-    if extra:
-        return f"unexpected {', '.join(extra)}"
-    return None
-
-
-def _turns(turns: Any, where: str, key: str, value: str, roles: list[str]) -> str | None:
-    """A conversation: a list of {key: role, value: text} with exactly ``roles`` in order."""
-    if not isinstance(turns, list):
-        return f"{where} is {type(turns).__name__}, expected a list"
-    got = [t.get(key) if isinstance(t, dict) else None for t in turns]
-    if got != roles:
-        return f"{where} roles are {got}, expected {roles}"
-    for i, t in enumerate(turns):
-        bad = _object(t, (key, value)) or _text(t[value], f"{where}[{i}].{value}")
-        if bad:
-            return f"{where}[{i}]: {bad}" if not bad.startswith(where) else bad
-    return None
-
-
-def _messages(row: dict, field: str, roles: list[str]) -> str | None:
-    turns = row[field]
-    system = isinstance(turns, list) and turns and isinstance(turns[0], dict) and turns[0].get("role") == "system"
-    return _turns(turns, field, "role", "content", (["system"] if system else []) + roles)
-
-
 def _bool(value: Any, where: str) -> str | None:
     return None if isinstance(value, bool) else f"{where} is {type(value).__name__}, expected true/false"
-
-
-def _optional_system(row: dict) -> str | None:
-    return _text(row["system"], "system") if "system" in row else None
-
-
-def _alpaca(row: Any) -> str | None:
-    return (
-        _object(row, ("instruction", "input", "output"), ("system",))
-        or _text(row["instruction"], "instruction")
-        or _text(row["input"], "input", empty_ok=True)
-        or _text(row["output"], "output")
-        or _optional_system(row)
-    )
-
-
-def _sharegpt(row: Any) -> str | None:
-    return _object(row, ("conversations",), ("system",)) or _turns(row["conversations"], "conversations", "from", "value", ["human", "gpt"]) or _optional_system(row)
-
-
-def _sharegpt_kto(row: Any) -> str | None:
-    return (
-        _object(row, ("conversations", "kto_tag"), ("system",))
-        or _turns(row["conversations"], "conversations", "from", "value", ["human", "gpt"])
-        or _bool(row["kto_tag"], "kto_tag")
-        or _optional_system(row)
-    )
-
-
-def _trl_messages(row: Any) -> str | None:
-    return _object(row, ("messages",)) or _messages(row, "messages", ["user", "assistant"])
-
-
-def _trl_kto(row: Any) -> str | None:
-    return (
-        _object(row, ("prompt", "completion", "label"))
-        or _messages(row, "prompt", ["user"])
-        or _turns(row["completion"], "completion", "role", "content", ["assistant"])
-        or _bool(row["label"], "label")
-    )
-
-
-def _gmr(row: Any) -> str | None:
-    if not isinstance(row, dict):
-        return f"a {type(row).__name__}, expected an object"
-    if row.get("kind") == "retrieval":
-        bad = _object(row, ("kind", "qid", "step", "input", "target", "doc_id"))
-        if bad:
-            return bad
-        if not isinstance(row["step"], int) or row["step"] < 0:
-            return f"step is {row['step']!r}, expected a count"
-        if row["doc_id"] is not None and not isinstance(row["doc_id"], str):
-            return f"doc_id is {type(row['doc_id']).__name__}"
-        return _text(row["qid"], "qid") or _text(row["input"], "input") or _text(row["target"], "target")
-    if row.get("kind") == "memorization":
-        bad = _object(row, ("kind", "doc_id", "input", "target"))
-        return bad or _text(row["doc_id"], "doc_id") or _text(row["input"], "input") or _text(row["target"], "target")
-    return f"kind is {row.get('kind')!r}, expected 'retrieval' or 'memorization'"
 
 
 ROW_SHAPES: dict[tuple[str, str], Check] = {
@@ -185,85 +193,17 @@ def shape_from_entry(entry: dict[str, Any]) -> Check:
 # -------------------------------------------------------------------------------------------- rows
 
 
-class RowsError(Exception):
-    """The file cannot be read as rows at all (not JSON, not an array, a broken line)."""
-
-
-def iter_rows(path: Path, json_array: bool | None = None) -> Iterator[Any]:
-    """The rows of a JSON array or a JSON Lines file (``json_array=None``: decided by the first character)."""
-    with open(path, "rb") as f:
-        head = f.read(4096).lstrip()
-    if json_array is None:
-        json_array = head.startswith(b"[")
-    if not json_array:
-        with open(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        yield orjson.loads(line)
-                    except orjson.JSONDecodeError as e:
-                        raise RowsError(f"line {n} is not valid JSON ({e})") from None
-        return
-    yield from _iter_array(path)
-
-
-def _iter_array(path: Path) -> Iterator[Any]:
-    """A JSON array as grtool writes it ("[", one row per line followed by ",", "]"), streamed; any other
-    layout is parsed whole."""
-    rows: list[Any] = []
-    streamed = True
-    with open(path, "rb") as f:
-        first = f.readline().strip()
-        if first == b"[]":
-            return
-        if first != b"[":
-            streamed = False
-        else:
-            closed = False
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                if closed:
-                    streamed = False
-                    break
-                if line == b"]":
-                    closed = True
-                    continue
-                try:
-                    rows.append(orjson.loads(line[:-1] if line.endswith(b",") else line))
-                except orjson.JSONDecodeError:
-                    streamed = False
-                    break
-                if len(rows) >= 4096:
-                    yield from rows
-                    rows.clear()
-            else:
-                if not closed:
-                    raise RowsError("the JSON array is not closed (truncated file?)")
-    if streamed:
-        yield from rows
-        return
-    try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise RowsError(f"not valid JSON ({e})") from None
-    if not isinstance(data, list):
-        raise RowsError(f"a JSON {type(data).__name__}, expected an array of rows")
-    yield from data
-
-
 def check_rows(path: Path, check: Check, json_array: bool | None, label: str) -> tuple[int, list[str]]:
     """(rows read, problems): a file that cannot be read, and the rows not in ``label``'s shape."""
     n, bad, examples = 0, 0, []
     try:
-        for n, row in enumerate(iter_rows(path, json_array), 1):
+        for n, (_, row) in enumerate(iter_json_records(path, json_array), 1):
             why = check(row)
             if why is not None:
                 bad += 1
                 if len(examples) < MAX_SHAPE_EXAMPLES:
                     examples.append(f"row {n}: {why}")
-    except RowsError as e:
+    except RecordsError as e:
         return n, [f"{path.name}: {e}"]
     except OSError as e:
         return n, [f"{path.name}: cannot be read ({e})"]
@@ -290,6 +230,9 @@ def check_export(path: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list
     check = ROW_SHAPES.get(key)
     if check is None:
         problems.append(f"{side}: unknown export {key[0]!r} format {key[1]!r}")
+        return checked, problems, notes
+    if meta.get("json_array") != (first_byte(path) == b"[") and size:
+        problems.append(f"{side}: field json_array: {str(meta.get('json_array')).lower()}, but {path.name} is {'not ' if meta.get('json_array') else ''}a JSON array")
         return checked, problems, notes
     rows, bad = check_rows(path, check, meta.get("json_array"), f"{key[0]} {key[1]}")
     checked["rows"] = rows
@@ -366,7 +309,9 @@ def load_sidecar(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
     target = path.with_name(path.name[: -len(".grtool.json")])
     try:
         meta = read_sidecar(path)
-    except (OSError, ValueError) as e:
+    except DamagedRecord as e:
+        return target, None, str(e)
+    except OSError as e:
         return target, None, f"{path.name}: cannot be read ({e})"
     if meta.get("file") != target.name:
         return target, meta, f"{path.name}: describes {meta.get('file')!r}, not {target.name!r}"

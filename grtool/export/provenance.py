@@ -20,12 +20,14 @@ import hashlib
 from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 import orjson
 
 from grtool import __version__
 from grtool.invocation import current_command
+from grtool.records import Count, FileName, Sha256, read_record
 from grtool.secrets import redact_argv
 from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
@@ -107,11 +109,70 @@ def write_sidecar(
     return out
 
 
+# The trainer formats each export kind writes (grtool.export.formats; export/check.py holds each one's row shape).
+TRAINER_FORMATS = {
+    "sft": ("llamafactory-alpaca", "llamafactory-sharegpt", "trl-messages"),
+    "kto": ("llamafactory", "trl"),
+    "gmr": ("gmr",),
+}
+
+
+class DatasetInfoRef(msgspec.Struct):
+    file: FileName
+    entry: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class QuestionsRef(msgspec.Struct, forbid_unknown_fields=False):
+    """:func:`questions_record` (its ``about`` keys, such as ``split``, pass through undeclared)."""
+
+    count: Count
+    sha256: Sha256
+    qids: list[str]
+
+    def __post_init__(self) -> None:
+        if self.count != len(self.qids):
+            raise ValueError(f"questions.count: {self.count}, but {len(self.qids)} qids are listed")
+        if self.sha256 != hashlib.sha256("\n".join(sorted(set(self.qids))).encode()).hexdigest():
+            raise ValueError("questions.sha256: not the digest of the qids listed")
+
+
+class ExportRecord(msgspec.Struct):
+    """``<file>.grtool.json``, declared once: what :func:`write_sidecar` writes and every reader decodes."""
+
+    format: Literal["grtool-export/1"]
+    kind: Literal["sft", "kto", "gmr"]
+    trainer_format: str
+    file: FileName
+    rows: Count
+    bytes: Count
+    sha256: Sha256
+    json_array: bool = False
+    split: str | None = None
+    dataset_info: DatasetInfoRef | None = None
+    grtool_version: str = "?"
+    command: list[str] = msgspec.field(default_factory=list)
+    created: str = ""
+    inputs: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    questions: QuestionsRef | None = None
+    allow_empty: bool = False
+
+    def __post_init__(self) -> None:
+        if self.trainer_format not in TRAINER_FORMATS[self.kind]:
+            raise ValueError(f"trainer_format: {self.trainer_format!r} is not a format of `export {self.kind}` ({', '.join(TRAINER_FORMATS[self.kind])})")
+        if self.rows and self.bytes < 2 * self.rows:  # each row is an object and a separator at least
+            raise ValueError(f"rows: {self.rows:,} rows cannot fit in {self.bytes:,} bytes")
+
+
+def decode_sidecar(path: str | Path) -> ExportRecord:
+    """``<file>.grtool.json`` through its declaration; :class:`DamagedRecord` naming the field otherwise."""
+    return read_record(path, ExportRecord, what="export record")
+
+
 def read_sidecar(path: str | Path) -> dict[str, Any]:
-    meta = orjson.loads(Path(path).read_bytes())
-    if not isinstance(meta, dict) or meta.get("format") != SIDECAR_FORMAT:
-        raise ValueError(f"not a grtool export record (format {meta.get('format') if isinstance(meta, dict) else None!r}, expected {SIDECAR_FORMAT})")
-    return meta
+    """The sidecar's values as plain JSON (callers pass them on); decoded through :class:`ExportRecord` first."""
+    decode_sidecar(path)
+    return orjson.loads(Path(path).read_bytes())
 
 
 def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str | Path | None, str | None]]) -> ExitStack:

@@ -21,7 +21,6 @@ Directory layout::
 
 from __future__ import annotations
 
-import json
 import mmap
 from collections.abc import Sequence
 from functools import cached_property
@@ -31,12 +30,12 @@ from typing import Any
 import numpy as np
 
 from grtool.errors import InputError
+from grtool.index.record import (
+    FORMAT, META, REBUILD, TOKENIZER, IndexRecord, confirm_files, confirm_markers, confirm_sizes, confirm_source, confirm_totals, read_index_record,
+)  # fmt: skip
 from grtool.log import log
 
-META = "index.json"
-TOKENIZER = "tokenizer.json"
-FORMAT = "grtool-index/1"
-REBUILD = "rebuild it with `grtool index build`"
+__all__ = ["FORMAT", "META", "REBUILD", "TOKENIZER", "Index", "IndexRecord"]
 
 
 def damaged(index_dir: Path, name: str, what: str) -> InputError:
@@ -61,29 +60,24 @@ def load_array(path: Path, mmap: bool = True, dtype: Any = None, ndim: int = 1) 
 _WARNED_UNVERIFIED: set[str] = set()
 
 
-def verify_files(index_dir: Path, meta: dict[str, Any]) -> None:
+def verify_files(index_dir: Path, record: IndexRecord) -> None:
     """Every file index.json lists exists with its recorded size and (indexes built since blake3 digests are
     recorded) content. The digests are computed once per process for an unchanged file (grtool.store.stage
-    file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning."""
+    file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning.
+    The names and sizes are the declaration's (plain file names, counts): nothing outside the index is read."""
     from grtool.store.stage import file_hash
 
-    files = meta.get("files")
-    if not isinstance(files, dict) or not files:
-        raise damaged(index_dir, META, "lists no files")
     unverified = False
-    for name, rec in files.items():
-        if not isinstance(name, str) or Path(name).name != name or not isinstance(rec, dict):
-            raise damaged(index_dir, META, f"bad file entry {name!r}")
+    for name, rec in record.files.items():
         try:
             size = (index_dir / name).stat().st_size
         except FileNotFoundError:
             raise damaged(index_dir, name, "missing") from None
-        if size != rec.get("bytes"):
-            raise damaged(index_dir, name, f"{size:,} bytes, index.json records {rec.get('bytes')}")
-        digest = rec.get("blake3")
-        if digest is None:
+        if size != rec.bytes:
+            raise damaged(index_dir, name, f"{size:,} bytes, index.json records {rec.bytes}")
+        if rec.blake3 is None:
             unverified = True
-        elif file_hash(index_dir / name) != digest:
+        elif file_hash(index_dir / name) != rec.blake3:
             raise damaged(index_dir, name, "content does not match index.json")
     if unverified and str(index_dir) not in _WARNED_UNVERIFIED:
         _WARNED_UNVERIFIED.add(str(index_dir))
@@ -109,28 +103,28 @@ class Index:
         super().__init_subclass__(**kwargs)
         KINDS[cls.kind] = cls
 
-    def __init__(self, path: Path, meta: dict[str, Any]):
+    def __init__(self, path: Path, meta: dict[str, Any], record: IndexRecord | None = None):
         self.path = path
         self.meta = meta
+        self.record = record  # the typed index.json (None for an in-memory index)
 
     @staticmethod
     def open(path: str | Path) -> "Index":
         p = Path(path)
-        if not (p / META).is_file():
+        if not (p / META).exists():
             raise InputError(f"{p}: not an index directory (no {META}); build one with `grtool index build`")
-        try:
-            meta = json.loads((p / META).read_bytes())
-        except ValueError as e:  # also bytes that are not UTF-8
-            raise InputError(f"{p / META}: not valid JSON ({e})") from None
-        if not isinstance(meta, dict):
-            raise InputError(f"{p / META}: not an index record (a JSON {type(meta).__name__}, not an object); rebuild it with `grtool index build`")
-        if meta.get("format") != FORMAT:
-            raise InputError(f"{p / META}: unknown index format {meta.get('format')!r} (expected {FORMAT})")
-        cls = KINDS.get(meta.get("kind"))
-        if cls is None:
-            raise InputError(f"{p / META}: unknown index kind {meta.get('kind')!r}")
-        verify_files(p, meta)
-        return cls.load(p, meta)
+        record, meta = read_index_record(p)
+        confirm_files(p, record)
+        cls = KINDS[record.kind]
+        verify_files(p, record)
+        confirm_totals(p, record)
+        confirm_sizes(p, record, load_array(p / "seq_lengths.npy", dtype=np.uint32))  # before the kind reads the sizes
+        index = cls.load(p, meta)
+        index.record = record
+        # tokenizer.json is now verified against its digest: the marker ids the record names must be its markers
+        confirm_markers(p, record, lambda: index.tokenizer)
+        confirm_source(p, record, index)
+        return index
 
     # ---- the search API (each kind overrides these)
     def start(self) -> Any:
@@ -157,7 +151,7 @@ class Index:
 
     @property
     def source(self) -> str:
-        return self.meta.get("source", "docids")
+        return self.record.source if self.record is not None else self.meta.get("source", "docids")
 
     @cached_property
     def tokenizer(self):
@@ -167,11 +161,11 @@ class Index:
 
     @property
     def start_id(self) -> int:
-        return int(self.meta["tokenizer"]["docid_start_id"])
+        return self.record.tokenizer.docid_start_id if self.record is not None else int(self.meta["tokenizer"]["docid_start_id"])
 
     @property
     def end_id(self) -> int:
-        return int(self.meta["tokenizer"]["docid_end_id"])
+        return self.record.tokenizer.docid_end_id if self.record is not None else int(self.meta["tokenizer"]["docid_end_id"])
 
     @property
     def num_sequences(self) -> int | None:

@@ -28,13 +28,16 @@ import fcntl
 import mmap
 import os
 from pathlib import Path
+from typing import Annotated, Literal
 
+import msgspec
 import numpy as np
 import orjson
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
 from grtool.log import log
+from grtool.records import Count, DamagedRecord, read_record
 
 TEXT = "docid_bytes.bin"
 OFFSETS = "docid_bytes_offsets.npy"
@@ -124,31 +127,63 @@ def _key(b: bytes) -> int:
     return int.from_bytes(b[:8].ljust(8, b"\0"), "big")
 
 
+class _FileEntry(msgspec.Struct):
+    bytes: Count
+    blake3: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class DocidBytesRecord(msgspec.Struct):
+    """docid_bytes.json, declared once (:mod:`grtool.records`)."""
+
+    format: Literal["grtool-docid-bytes/1"]
+    source_blake3: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+    open: Annotated[str, msgspec.Meta(min_length=1)]
+    close: Annotated[str, msgspec.Meta(min_length=1)]
+    docids: Count
+    source: Literal["docids.parquet"] = SOURCE
+    files: dict[Literal["docid_bytes.bin", "docid_bytes_offsets.npy", "docid_bytes_keys.npy"], _FileEntry] | None = None  # None: written before it listed them
+
+    def __post_init__(self) -> None:
+        if self.open == self.close:
+            raise ValueError(f"open and close are the same bracket {self.open!r}")
+        if self.files is not None:
+            if set(self.files) != {TEXT, OFFSETS, KEYS}:
+                raise ValueError(f"files: lists {sorted(self.files)}, not {TEXT}, {OFFSETS} and {KEYS}")
+            if self.files[KEYS].bytes < 8 * self.docids or self.files[OFFSETS].bytes < 8 * (self.docids + 1):
+                raise ValueError(f"docids: {self.docids:,} texts cannot fit the key and offset files listed")
+
+
+def read_docid_bytes_record(index_dir: Path) -> DocidBytesRecord:
+    """docid_bytes.json through its declaration (:class:`DamagedRecord` naming the field)."""
+    return read_record(index_dir / RECORD, DocidBytesRecord, what="bracket decoding record")
+
+
 def _current(index_dir: Path, source: Path, ob: bytes, cb: bytes) -> bool:
-    """The files exist, are complete and were made from this docids.parquet with these brackets."""
+    """The files exist, are complete and were made from this docids.parquet with these brackets. A record that
+    does not decode is not current: the files are derived from docids.parquet and are written anew (a warning
+    says so)."""
     from grtool.store.fingerprints import file_hash
 
     try:
-        record = orjson.loads((index_dir / RECORD).read_bytes())
-    except (OSError, ValueError):
+        record = read_docid_bytes_record(index_dir)
+    except (FileNotFoundError, DamagedRecord):
         return False
     return (
-        isinstance(record, dict) and record.get("format") == FORMAT and record.get("open") == ob.decode() and record.get("close") == cb.decode()
-        and record.get("source_blake3") == file_hash(source) and all((index_dir / f).is_file() for f in FILES)
+        record.open == ob.decode() and record.close == cb.decode()
+        and record.source_blake3 == file_hash(source) and all((index_dir / f).is_file() for f in FILES)
         and _intact(index_dir, record)
     )  # fmt: skip
 
 
-def _intact(index_dir: Path, record: dict) -> bool:
+def _intact(index_dir: Path, record: DocidBytesRecord) -> bool:
     """Each file has the size and digest the record lists (a record written before it listed them: True)."""
     from grtool.store.fingerprints import file_hash
 
-    listed = record.get("files")
-    if not isinstance(listed, dict):
+    if record.files is None:
         return True
-    for name in (TEXT, OFFSETS, KEYS):
-        rec, path = listed.get(name), index_dir / name
-        if not isinstance(rec, dict) or path.stat().st_size != rec.get("bytes") or file_hash(path) != rec.get("blake3"):
+    for name, rec in record.files.items():
+        path = index_dir / name
+        if path.stat().st_size != rec.bytes or file_hash(path) != rec.blake3:
             return False
     return True
 
@@ -161,9 +196,9 @@ def load_docid_bytes(index_dir: str | Path) -> DocidBytes:
 
     d = Path(index_dir)
     try:
-        record = orjson.loads((d / RECORD).read_bytes())
+        record = read_docid_bytes_record(d)
         intact = _intact(d, record)
-    except (OSError, ValueError, AttributeError):
+    except OSError:
         raise damaged(d, RECORD, "unreadable, or a file it lists is missing") from None
     if not intact:
         raise damaged(d, "docid_bytes files", f"not the files {RECORD} records (size or content differs)")
@@ -172,6 +207,8 @@ def load_docid_bytes(index_dir: str | Path) -> DocidBytes:
     size = (d / TEXT).stat().st_size
     if len(offsets) != len(keys) + 1 or (len(keys) and int(offsets[-1]) != size):
         raise damaged(d, OFFSETS, f"{len(offsets):,} offsets for {len(keys):,} texts of {size:,} bytes")
+    if len(keys) != record.docids:
+        raise DamagedRecord(f"{d / RECORD}: bracket decoding record: field docids: {record.docids:,}, the files hold {len(keys):,} texts (edited or damaged)")
     if not size:
         return DocidBytes(b"", offsets, keys, d)
     with open(d / TEXT, "rb") as f:
@@ -419,3 +456,18 @@ def _gather(mapped: _Mapped, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
         return np.zeros(0, np.uint8)
     shift = np.repeat(starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
     return mapped.array[np.arange(total) + shift]
+
+
+def record_problems(index_dir: str | Path) -> list[str]:
+    """For `grtool validate`: what is wrong with an index's bracket decoding files, when it has them (one line
+    each; a bracket run would write them anew, but a damaged record is still reported)."""
+    from grtool.errors import GrtoolError
+
+    d = Path(index_dir)
+    if not (d / RECORD).exists():
+        return []
+    try:
+        load_docid_bytes(d)
+    except GrtoolError as e:
+        return [str(e)]
+    return []

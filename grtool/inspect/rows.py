@@ -210,14 +210,15 @@ def _export_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
     """Rows of an exported file (a JSON array or JSON Lines) as prompt, response and label."""
     if pick.reason is not None:
         raise InputError("--reason reads the rejects of a stage directory; an exported file has none")
+    from grtool.jsonrecords import RecordsError, iter_json_records
+
     path = source.path
     try:
-        data = path.read_bytes()
-        items = orjson.loads(data) if source.manifest.get("json_array") else [orjson.loads(x) for x in data.splitlines() if x.strip()]
-    except (OSError, orjson.JSONDecodeError) as e:
+        items = [item for _, item in iter_json_records(path, bool(source.manifest.get("json_array")))]
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the exported rows ({e.strerror or e})") from None
+    except RecordsError as e:
         raise InputError(f"{path}: cannot read the exported rows ({e})") from None
-    if not isinstance(items, list):
-        raise InputError(f"{path}: expected a JSON array of rows")
     rows = []
     for i, item in enumerate(items, 1):
         prompt, response, label = _conversation(item)

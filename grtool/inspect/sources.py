@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from grtool.errors import InputError
 from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
@@ -151,12 +150,13 @@ def _describe(p: Path) -> Iterator[tuple[str | None, Path, list[Path]]]:
         yield manifest.get("table"), p, _input_paths(manifest)
         return
     if (p / "index.json").is_file():  # an index: index.json names the triples it was built from
+        from grtool.index.record import read_index_record
+
         try:
-            meta = orjson.loads((p / "index.json").read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            meta = read_index_record(p)[1]  # a damaged record: one line naming its field (DamagedRecord)
+        except OSError:
             return
-        if isinstance(meta, dict):
-            yield None, p, _input_paths(meta)
+        yield None, p, _input_paths(meta)
         return
     for table in ("questions", "documents", "triples"):  # a corpus run directory (questions/, documents/)
         if is_stage_dir(p / table):

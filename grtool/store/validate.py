@@ -26,6 +26,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
+from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import file_kind
@@ -47,6 +48,7 @@ from grtool.store.stage import (
 )
 
 
+LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD
 INDEX_META = "index.json"  # grtool.index.base.META (the index package is imported only when an index is found)
 SHARD_GLOB = "part-*.parquet"
 
@@ -354,6 +356,8 @@ def describe(report: Report) -> str:
         return f"export {c.get('kind') or 'of unknown kind'}{fmt}, {c.get('rows', 0)} rows"
     if report.table == "dataset_info":
         return f"dataset_info, {c.get('entries', 0)} entries"
+    if report.table == "lookup":
+        return "triples lookup"
     table = report.table or "table unknown"  # a damaged or missing manifest names none: no "None" in the line
     return f"{table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
 
@@ -408,6 +412,7 @@ class Found:
     indexes: list[Path] = field(default_factory=list)
     sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
     dataset_infos: list[Path] = field(default_factory=list)
+    lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -435,6 +440,9 @@ def discover(root: str | Path) -> Found:
     if is_index_dir(root):
         found.indexes.append(root)
         return found
+    if (root / LOOKUP_RECORD).is_file():
+        found.lookups.append(root)
+        return found
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
@@ -445,6 +453,9 @@ def discover(root: str | Path) -> Found:
         elif INDEX_META in filenames and _is_grtool_index(d / INDEX_META):
             found.indexes.append(d)
             dirnames[:] = []
+            continue
+        elif LOOKUP_RECORD in filenames:
+            found.lookups.append(d)
             continue
         for name in sorted(filenames):
             if is_sidecar(name):
@@ -508,13 +519,12 @@ def validate_index(path: str | Path) -> Report:
     """An index directory: files against index.json (size, sha256), then it opens and answers a few lookups."""
     path = Path(path)
     report = Report(str(path), "index")
+    from grtool.index.record import read_index_record
+
     try:
-        meta = json.loads((path / INDEX_META).read_bytes())
-    except (OSError, ValueError) as e:
-        report.problems.append(f"{INDEX_META}: cannot be read ({e})")
-        return report
-    if not isinstance(meta, dict):
-        report.problems.append(f"{INDEX_META}: not an index record (a JSON {type(meta).__name__}, not an object)")
+        meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
+    except (OSError, GrtoolError) as e:
+        report.problems.append(str(e) if isinstance(e, GrtoolError) else f"{INDEX_META}: cannot be read ({e})")
         return report
     files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
     if not files:
@@ -538,8 +548,13 @@ def validate_index(path: str | Path) -> Report:
         return report
     try:
         _index_sanity(path, meta, report)
+    except GrtoolError as e:  # the record disagrees with the files it describes (grtool.index.record.confirm_files)
+        report.problems.append(str(e))
     except Exception as e:
         report.problems.append(f"the index does not open or answer: {type(e).__name__}: {e}")
+    from grtool.index.docid_bytes import record_problems
+
+    report.problems += record_problems(path)
     stale, notes = check_inputs(meta.get("inputs") or [], "the index")
     report.problems += stale
     report.notes += notes
@@ -580,6 +595,12 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
         if n and not len(ids):
             report.problems.append("no token can start a sequence: the index answers nothing")
     report.checked["probes"] = len(probes) if index.source == "docids" else 1
+
+
+def validate_lookup(path: Path) -> Report:
+    from grtool.docid.lookup_files import lookup_problems
+
+    return Report(str(path), "lookup", problems=lookup_problems(path))
 
 
 def validate_export(sidecar: Path) -> Report:
@@ -648,6 +669,7 @@ def _validate_dir(root: Path) -> list[Report]:
     _check_references(reports, {Path(r.path).resolve() for r in orphans})
     reports += orphans
     reports += [validate_index(p) for p in found.indexes]
+    reports += [validate_lookup(p) for p in found.lookups]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}

@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args, get_type_hints
+
+import msgspec
 
 from grtool.errors import InputError
+from grtool.records import field_message
 from grtool.userinput import read_input_bytes
 
 # The paper's values (ThinkGR): SFT full fine-tuning, lr 1e-6, batch 512, cutoff 2048, warmup 0.05;
@@ -115,50 +118,65 @@ def world_size() -> int:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The keys of a ``--config`` YAML file, decoded through :data:`ConfigFile` (the options' own types)."""
     import yaml
 
     path = Path(path)
     try:
         data = yaml.safe_load(read_input_bytes(path)) or {}
     except yaml.YAMLError as e:
-        raise InputError(f"--config {path}: not valid YAML ({e})") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        why = " ".join(str(getattr(e, "problem", None) or e).split())  # one line (PyYAML draws the spot below)
+        raise InputError(f"--config {path}: not valid YAML ({where}{why})") from None
+    except RecursionError:
+        raise InputError(f"--config {path}: not valid YAML (nested too deep)") from None
+    except UnicodeDecodeError:
+        raise InputError(f"--config {path}: not UTF-8 text") from None
     if not isinstance(data, dict):
         raise InputError(f"--config {path}: expected a mapping of option names to values")
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
     unknown = sorted(set(data) - KEYS - {"preset"})
     if unknown:
         raise InputError(f"--config {path}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(KEYS | {'preset'}))})")
-    return {k: v if k == "preset" else _typed(path, k, v) for k, v in data.items()}
+    try:
+        decoded = msgspec.convert(data, type=ConfigFile)
+    except msgspec.ValidationError as e:
+        raise InputError(f"--config {path}: {field_message(e)}") from None
+    except RecursionError:
+        raise InputError(f"--config {path}: a value nested too deep") from None
+    values = {k: getattr(decoded, k) for k in data}
+    for k in _FLOATS & set(values):
+        if isinstance(values[k], str):  # YAML reads 1e-6 (no dot) as text: a number written so is the number
+            values[k] = float(values[k])
+        if values[k] is not None and not math.isfinite(values[k]):
+            raise InputError(f"--config {path}: field {k}: expected a finite number, got {values[k]}")
+    return values
 
 
-_TYPES = {f.name: str(f.type) for f in fields(TrainConfig)}  # "float | None", "int", "bool", "str", ...
+# What --config may hold: each option's own type (TrainConfig's annotations, read by typing, not by their text);
+# a float may also be written as number text. Undeclared keys are refused above with the list of known ones.
+_NUMBER_TEXT = Annotated[str, msgspec.Meta(pattern=r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")]
+_HINTS = {k: v for k, v in get_type_hints(TrainConfig).items() if k in KEYS}
+_FLOATS = {k for k, t in _HINTS.items() if t is float or float in get_args(t)}
+# NaN and infinity are no setting (YAML reads .nan and .inf as floats)
+_FINITE = Annotated[float, msgspec.Meta(ge=-1e300, le=1e300)]
 
 
-def _typed(path: Path, key: str, value: Any) -> Any:
-    """A --config value of the type its option takes (a float may be written 1e-6, which YAML reads as text);
-    a value of another type would otherwise fail deep inside the checks or the trainer."""
-    kind = _TYPES[key]
-    if value is None:
-        if "None" in kind:
-            return None
-    elif kind.startswith("bool"):
-        if isinstance(value, bool):
-            return value
-    elif kind.startswith(("int", "float")) and not isinstance(value, bool):
-        from grtool.userinput import parse_number
+def _file_type(t: Any) -> Any:
+    if t is float:
+        return _FINITE | _NUMBER_TEXT
+    if float in get_args(t):  # float | None
+        return _FINITE | _NUMBER_TEXT | None
+    return t
 
-        integer = kind.startswith("int")
-        if isinstance(value, int | float) or (isinstance(value, str) and not integer):
-            try:  # finite and bounded, as the options (TOML and YAML have inf and nan)
-                number = parse_number(value, integer=integer, low=None if integer else 0.0)
-                return number if integer else float(number)
-            except ValueError as e:
-                raise InputError(f"--config {path}: {key}: {e}, got {value!r}") from None
-    elif kind.startswith("str"):
-        if isinstance(value, str):
-            return value
-    want = {"bool": "true or false", "int": "a whole number", "float": "a number", "str": "text"}[kind.split(" |")[0]]
-    raise InputError(f"--config {path}: {key}: expected {want}, got {value!r}")
+
+ConfigFile = msgspec.defstruct(
+    "ConfigFile",
+    [(k, _file_type(t), msgspec.UNSET) for k, t in _HINTS.items()] + [("preset", str, msgspec.UNSET)],
+    forbid_unknown_fields=True,
+    kw_only=True,
+)
 
 
 def _apply(values: dict[str, Any], layer: dict[str, Any]) -> None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from grtool.errors import InputError
 from grtool.userinput import require_input
@@ -45,33 +44,21 @@ class TrainData:
 
 
 def read_records(path: Path) -> list[Row]:
-    """A JSON array or JSON Lines file of objects."""
+    """A JSON array or JSON Lines file of objects (:mod:`grtool.jsonrecords`: streamed, nesting bounded)."""
+    from grtool.jsonrecords import RecordsError, iter_json_records
+
+    records: list[Row] = []
     try:
-        raw = path.read_bytes()
+        for position, record in iter_json_records(path):
+            if not isinstance(record, dict):
+                raise InputError(f"{path}, {position.replace('record', 'row')}: expected a JSON object, got {type(record).__name__}")
+            records.append(record)
+    except RecordsError as e:
+        raise InputError(f"{path}: {e}") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read the training data ({e.strerror or e})") from None
-    text = raw.strip()
-    if not text:
-        raise InputError(f"{path}: the training data file is empty")
-    if text.startswith(b"["):
-        try:
-            records = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            raise InputError(f"{path}: not a valid JSON array ({e})") from None
-    else:
-        records = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(orjson.loads(line))
-            except orjson.JSONDecodeError as e:
-                raise InputError(f"{path}, line {n}: not valid JSON ({e})") from None
     if not records:
-        raise InputError(f"{path}: holds no training rows")
-    for n, record in enumerate(records, 1):
-        if not isinstance(record, dict):
-            raise InputError(f"{path}, row {n}: expected a JSON object, got {type(record).__name__}")
+        raise InputError(f"{path}: holds no training rows" if path.stat().st_size else f"{path}: the training data file is empty")
     return records
 
 
