@@ -329,7 +329,7 @@ def exit_now(code: int, teardown: bool = False) -> None:
 
         try:
             hold("exiting")
-        except GrtoolError:  # a malformed GRTOOL_HOLD, named as the command started: leaving must not fail on it again
+        except GrtoolError:  # GRTOOL_HOLD naming a directory that is not there: leaving must not fail on it (a traceback)
             pass
     else:
         mp = sys.modules.get("multiprocessing")
