@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -116,11 +117,21 @@ class Result:
         return f"grtool {' '.join(self.argv)} -> exit {self.returncode}\nstdout:\n{self.stdout[-2000:]}\nstderr:\n{self.stderr[-3000:]}"
 
 
+# A reader that takes /dev/zero for a file would fill the machine's memory (the kernel then kills something, maybe
+# not the command): each command gets this much, and such a reader fails with a MemoryError traceback instead.
+MEMORY_LIMIT = 3 * 2**30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
 def grtool(cwd: Path, *argv: str, env: dict[str, str] | None = None, check: bool = False, timeout: float = HANG_SECONDS) -> Result:
     """``python -m grtool ARGV`` in ``cwd``; killed (with its children) when it runs past ``timeout``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "grtool", *argv], cwd=cwd, env=env if env is not None else os.environ.copy(),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=_limit_memory,
     )  # fmt: skip
     try:
         out, err = proc.communicate(timeout=timeout)
