@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from conftest import EXAMPLES, run_cli
+from run_helpers import write_small_run
 
 # DESIGN §8: 0 done, 1 data problem, 2 usage/input error, 75 transient (interrupted, retry).
 EXIT_CODES = {0, 1, 2, 75}
@@ -59,45 +59,11 @@ stdout = "{out}/reports/stats.json"
 """
 
 
-def _docid(head: str, relation: str, tail: str) -> str:
-    return f"<docid_start>{head}, {relation}, {tail}<docid_end>"
-
-
 def build_run(root: Path) -> str:
-    """A real run under ``root``: `corpus ingest` of two bundled example datasets, triples and chains stages
-    written by the stage writer (no model), then `pipeline run` of index build, export sft, eval recall and corpus
-    stats (so `_pipeline/` records exist). Returns a whole docid of the index (for `index query`)."""
-    from grtool.store.schemas import CHAINS, TRIPLES
-    from grtool.store.stage import StageSpec, StageWriter, read_table
-
-    run = root / "run"
-    run_cli("corpus", "ingest", EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique", "--out", run)
-
-    def write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
-        stage = StageWriter(path, StageSpec(table, schema, command=["grtool", "fuzz"]), num_parts=1)
-        with stage.shard(0) as shard:
-            shard.count_in(len(rows))
-            shard.write_rows(rows)
-        stage.finish()
-
-    documents = read_table(run / "documents").to_pylist()
-    questions = read_table(run / "questions").to_pylist()
-    triples = [
-        {"doc_id": d["doc_id"], "idx": 0, "head": d["title"], "relation": "described in", "tail": f"paragraph {i}",
-         "docid": _docid(d["title"], "described in", f"paragraph {i}")}
-        for i, d in enumerate(documents)
-    ]  # fmt: skip
-    write_stage(run / "triples", "triples", TRIPLES, triples)
-    by_doc = {t["doc_id"]: t for t in triples}
-    chains, responses = [], []
-    for q in questions:
-        docids = [by_doc[d]["docid"] for d in q["gold_doc_ids"] if d in by_doc]
-        text = "I look it up. " + " ".join(docids) + f" So the answer is {q['answer']}."
-        chains.append({"qid": q["qid"], "candidate": 0, "text": text, "docids": docids, "flipped": [False] * len(docids),
-                       "selected": True, "score": 1.0, "model": "fuzz", "temperature": 0.0, "finish_reason": "stop"})  # fmt: skip
-        responses.append({"qid": q["qid"], "response": text})
-    write_stage(run / "chains", "chains", CHAINS, chains)
-    (root / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in responses))
+    """A real run under ``root``: :func:`write_small_run` (ingest, triples, chains, responses), then `pipeline run`
+    of index build, export sft, eval recall and corpus stats (so `_pipeline/` records exist). Returns a whole docid
+    of the index (for `index query`)."""
+    triples = write_small_run(root / "run", root / "responses.jsonl")
     (root / "p.toml").write_text(PIPELINE)
     grtool(root, "pipeline", "run", "p.toml", check=True)
     return triples[0]["docid"].removeprefix("<docid_start>").removesuffix("<docid_end>")

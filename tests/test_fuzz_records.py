@@ -125,8 +125,8 @@ class Draw:
     """What an example chooses: from Hypothesis's data (the tests) or from a seeded random (a longer local sweep
     that collects every failure instead of stopping at the first)."""
 
-    def __init__(self, data=None, rng=None):
-        self.data, self.rng, self.drawn = data, rng, {}
+    def __init__(self, commands: dict[str, Command], data=None, rng=None):
+        self.commands, self.data, self.rng, self.drawn = commands, data, rng, {}
 
     def one(self, label: str, options):
         options = list(options)
@@ -142,14 +142,10 @@ class Draw:
     def command_for(self, relpath: str) -> str:
         """A command that reads ``relpath``; the slow ones (they load the model's tokenizer) one time in six."""
         names = readers(relpath)
-        slow = [n for n in names if fuzz_slow(n)]
+        slow = [n for n in names if self.commands[n].slow]
         if slow and self.number("slow", 0, 5) == 0:
             return self.one("command", slow)
-        return self.one("command", [n for n in names if not fuzz_slow(n)])
-
-
-def fuzz_slow(name: str) -> bool:
-    return name in ("index-resume", "retrieve")
+        return self.one("command", [n for n in names if not self.commands[n].slow])
 
 
 # JSON files of the run: every record grtool reads back, the export and the reports (not the tokenizer: the
@@ -281,7 +277,7 @@ def test_record_values(fuzz, data):
     """One value of one JSON record damaged: wrong type, missing, extra, null, negative, zero, huge, a 5000-digit
     integer, NaN, ±Infinity, 1e999, a fraction, empty, swapped with a sibling, 100,000 levels deep, very long, a
     path out of the run."""
-    record_values(fuzz, Draw(data))
+    record_values(fuzz, Draw(fuzz.commands, data))
 
 
 @fuzz_settings(12)
@@ -289,7 +285,7 @@ def test_record_values(fuzz, data):
 def test_record_text(fuzz, data):
     """A record's (or an input's) whole text damaged: cut short, emptied, invalid UTF-8, a byte-order mark, a key
     twice, garbage after the document, only whitespace, NUL bytes."""
-    record_text(fuzz, Draw(data))
+    record_text(fuzz, Draw(fuzz.commands, data))
 
 
 @fuzz_settings(16)
@@ -297,7 +293,7 @@ def test_record_text(fuzz, data):
 def test_special_files(fuzz, data):
     """A file or directory of the run, or an input, replaced by a FIFO, a directory, /dev/null, /dev/zero, a
     dangling symlink, a symlink to itself, an empty file, or a directory holding a FIFO."""
-    special_files(fuzz, Draw(data))
+    special_files(fuzz, Draw(fuzz.commands, data))
 
 
 @fuzz_settings(12)
@@ -306,14 +302,14 @@ def test_content_with_digests_recomputed(fuzz, data):
     """A shard, an index file or the export edited (a byte flipped, cut short, garbage appended, a block zeroed)
     and every size and digest the records hold of it recomputed: only reading the content can tell. The answer
     may change (the content did); a crash, a hang or a traceback may not."""
-    content_with_digests(fuzz, Draw(data))
+    content_with_digests(fuzz, Draw(fuzz.commands, data))
 
 
 @fuzz_settings(16)
 @given(data=st.data())
 def test_environment(fuzz, data):
     """An environment variable set to an edge value: a usage error naming it, or the intact answer."""
-    environment(fuzz, Draw(data))
+    environment(fuzz, Draw(fuzz.commands, data))
 
 
 @fuzz_settings(14)
@@ -321,7 +317,7 @@ def test_environment(fuzz, data):
 def test_numeric_options(fuzz, data):
     """A numeric option at an edge value: a documented exit code, no traceback, and when the command refuses it,
     nothing of its output created."""
-    numeric_options(fuzz, Draw(data))
+    numeric_options(fuzz, Draw(fuzz.commands, data))
 
 
 # ---------------------------------------------------------------------------------------------- what it found
