@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,13 @@ def cache_root() -> Path:
         return Path(os.environ["GRTOOL_CACHE"]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "grtool"
+
+
+def _embedded_or_none() -> Path | None:
+    try:
+        return embedded_gguf()
+    except GrtoolError:
+        return None
 
 
 def embedded_gguf() -> Path:
@@ -57,6 +65,7 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
     tag = hashlib.blake2b(f"{gguf.name}:{stat.st_size}".encode(), digest_size=6).hexdigest()
     target = (cache_dir or cache_root()) / "models" / f"{gguf.stem}-{tag}"
     if (target / CONVERTED_MARKER).exists():
+        check_model_folder(target, "the default model" if gguf == _embedded_or_none() else str(gguf), cache=True)
         return target
     from grtool.extras import require
 
@@ -105,6 +114,7 @@ def resolve_model(model: str | None, cache_dir: Path | None = None) -> ModelRef:
             raise GrtoolError(f"{model}: no such GGUF file")
         return ModelRef(str(convert_gguf(path, cache_dir)), path.stem)
     if Path(model).is_dir():  # a local folder (a checkpoint): retrained weights at the same path are another model
+        check_model_folder(model)
         return ModelRef(model, f"{model}@{weights_digest(model)}")
     return ModelRef(model, model)
 
@@ -184,3 +194,166 @@ def context_length(config, tokenizer) -> int | None:
             return value
     value = getattr(tokenizer, "model_max_length", None)
     return value if isinstance(value, int) and 0 < value < UNSET_MODEL_MAX_LENGTH else None
+
+
+# ---- a model folder checked before it loads: each defect one line naming it, never a library's traceback
+
+WEIGHT_FILE = r"(adapter_model|model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+
+
+def safetensors_header(path: Path) -> dict[str, Any] | None:
+    """The tensors of a safetensors file (name → dtype, shape, offsets) when the file is whole, else None: the
+    header parses and the file is as long as the tensors it lists (a truncated file is shorter)."""
+    import struct
+
+    import orjson
+
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > 100 * 2**20:
+                return None
+            header = orjson.loads(f.read(length))
+        tensors = {k: t for k, t in header.items() if k != "__metadata__"}
+        end = max((t["data_offsets"][1] for t in tensors.values()), default=0)
+        return tensors if path.stat().st_size >= 8 + length + end else None
+    except (OSError, struct.error, orjson.JSONDecodeError, KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return None
+
+
+def _bad(flag: str, folder: Path, what: str) -> GrtoolError:
+    from grtool.errors import InputError
+
+    return InputError(f"{flag} {folder}: {what}")
+
+
+def model_weights(folder: Path, flag: str = "--model") -> dict[str, list[int]]:
+    """The tensors of a model folder's safetensors weights (name → shape); each file whole, each shard present."""
+    import orjson
+
+    shapes: dict[str, list[int]] = {}
+    files = sorted(folder.glob("*.safetensors"))
+    for index in folder.glob("*.safetensors.index.json"):
+        try:
+            shards = set(orjson.loads(index.read_bytes())["weight_map"].values())
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise _bad(flag, folder, f"{index.name} is not a valid shard index (cut short or edited)") from None
+        missing = sorted(s for s in shards if not (folder / str(s)).is_file())
+        if missing:
+            raise _bad(flag, folder, f"{index.name} names shards that are not there: {', '.join(missing)}")
+    for f in files:
+        tensors = safetensors_header(f)
+        if tensors is None:
+            raise _bad(flag, folder, f"{f.name} is cut short or damaged (its size does not cover the tensors its header lists)")
+        shapes.update({name: list(t.get("shape") or []) for name, t in tensors.items()})
+    return shapes
+
+
+def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool = False) -> None:
+    """Refuse a local model folder that cannot give a working model, naming what is wrong: not a model at all
+    (a grtool index or stage, no config.json), damaged weights, a config.json whose architecture does not
+    match the weights (transformers would start the missing ones at random and generate noise), a tokenizer
+    with more tokens than the embedding has rows, no tokenizer. ``cache``: the folder is grtool's converted copy
+    of a GGUF file (the message says how to rebuild it). A hub id (not a folder) is left to transformers."""
+    import orjson
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return
+    rebuild = f" (grtool's converted copy: delete {folder} and it is converted again)" if cache else ""
+    for record, what in (("index.json", "a grtool index"), ("_manifest.json", "a grtool stage directory")):
+        if (folder / record).is_file() and not (folder / "config.json").is_file():
+            raise _bad(flag, folder, f"is {what}, not a model (a folder with config.json, the weights and the tokenizer)")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise _bad(flag, folder, "has no config.json: not a model folder (config.json, the weights and the tokenizer)" + rebuild)
+    try:
+        config = orjson.loads(config_file.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise _bad(flag, folder, f"config.json is not valid JSON ({e}){rebuild}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise _bad(flag, folder, "config.json names no model_type: not a transformers model config" + rebuild)
+    if not any(re.fullmatch(WEIGHT_FILE, f.name) or f.name.endswith(".safetensors") for f in folder.iterdir() if f.is_file()):
+        raise _bad(flag, folder, "holds no weights (model.safetensors or pytorch_model.bin)" + rebuild)
+    shapes = model_weights(folder, flag)
+    if shapes:
+        _check_architecture(folder, flag, shapes, rebuild)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise _bad(flag, folder, f"has no tokenizer (none of {', '.join(TOKENIZER_FILES)})" + rebuild)
+
+
+def _check_architecture(folder: Path, flag: str, shapes: dict[str, list[int]], rebuild: str) -> None:
+    """The model config.json describes, built without memory (meta device), against the tensors in the files:
+    every parameter present with its shape."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        return  # the backend's extra is missing: its own check says so
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a config it cannot build)
+        raise _bad(flag, folder, f"config.json does not describe a causal language model transformers can build ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}){rebuild}") from None
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    stored = {_strip(name, prefix): shape for name, shape in shapes.items()}
+    tied = {_strip(n, prefix) for n in _tied_names(model)}
+    expected = {_strip(n, prefix): list(p.shape) for n, p in model.named_parameters()}
+    missing = sorted(n for n in expected if n not in stored and n not in tied)
+    arch = ",".join(getattr(config, "architectures", None) or [config.model_type])
+    if len(missing) == len(expected) - len(tied & set(expected)) and missing:
+        raise _bad(flag, folder, f"config.json's architecture ({arch}) loads none of the {len(stored)} tensors in the weights: the config belongs to another model{rebuild}")
+    if missing:
+        raise _bad(flag, folder, f"the weights lack {len(missing)} of the {len(expected)} tensors config.json's architecture ({arch}) needs, e.g. {missing[0]}{rebuild}")
+    wrong = [(n, stored[n], shape) for n, shape in expected.items() if n in stored and stored[n] != shape]
+    if wrong:
+        name, got, want = wrong[0]
+        raise _bad(flag, folder, f"tensor {name} has shape {got} in the weights, config.json's architecture ({arch}) needs {want}{rebuild}")
+
+
+def _strip(name: str, prefix: str) -> str:
+    return name[len(prefix) + 1 :] if prefix and name.startswith(prefix + ".") else name
+
+
+def _tied_names(model: Any) -> set[str]:
+    """Parameters stored once for two names (a tied output head): the files hold one of them."""
+    tied = getattr(model, "_tied_weights_keys", None) or ()
+    names = set(tied.keys()) if isinstance(tied, dict) else set(tied)
+    if getattr(model.config, "tie_word_embeddings", False):
+        names |= {n for n, _ in model.named_parameters() if n.endswith("lm_head.weight")}
+    return names
+
+
+def check_tokenizer(tokenizer: Any, model_name: str, embedding_rows: int | None, flag: str = "--model") -> None:
+    """A vocabulary larger than the embedding: the extra tokens would index past it (an error, or garbage)."""
+    from grtool.errors import InputError
+
+    if embedding_rows is not None and len(tokenizer) > embedding_rows:
+        raise InputError(f"{flag} {model_name}: its tokenizer has {len(tokenizer)} tokens but the embedding has {embedding_rows} rows: the tokenizer belongs to another model")
+
+
+def check_chat_template(tokenizer: Any, where: str) -> None:
+    """The chat template renders a conversation (a Jinja syntax error or a template that raises is named here,
+    not at the first prompt)."""
+    from grtool.errors import InputError
+
+    try:
+        tokenizer.apply_chat_template([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # noqa: BLE001  (jinja2 raises TemplateSyntaxError, TemplateError, UndefinedError, ...)
+        line = getattr(e, "lineno", None)
+        raise InputError(f"{where}: the chat template cannot render a conversation ({type(e).__name__}{f' at line {line}' if line else ''}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+def embedding_rows(folder: str | Path) -> int | None:
+    """Rows of a model folder's input embedding as its config says (checked against the weights above)."""
+    import orjson
+
+    try:
+        config = orjson.loads((Path(folder) / "config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    value = text.get("vocab_size") if isinstance(text, dict) else None
+    return value if isinstance(value, int) and value > 0 else None

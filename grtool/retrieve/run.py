@@ -75,8 +75,9 @@ def model_tokenizer(model: str | None, adapter: Path | None):
     source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path
     try:
         return AutoTokenizer.from_pretrained(str(source)).backend_tokenizer, ref.name
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {model}: cannot load its tokenizer ({e})") from None
+    except Exception as e:  # noqa: BLE001  (transformers' advice, e.g. to install sentencepiece, would mislead)
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise InputError(f"--model {model}: cannot load its tokenizer ({first})") from None
 
 
 def _check_adapter(adapter: Path, tokenizer) -> None:
@@ -172,7 +173,10 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
     if request.adapter is not None:  # peft merges it into the model
+        from grtool.llm.transformers_backend import check_adapter
+
         require("train", "--adapter")
+        check_adapter(request.adapter)
     if llm.backend == "openai":
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
