@@ -256,34 +256,44 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
     match the weights (transformers would start the missing ones at random and generate noise), a tokenizer
     with more tokens than the embedding has rows, no tokenizer. ``cache``: the folder is grtool's converted copy
     of a GGUF file (the message says how to rebuild it). A hub id (not a folder) is left to transformers."""
-    import orjson
+    from grtool.errors import InputError
 
     folder = Path(path)
     if not folder.is_dir():
         return
-    rebuild = f" (grtool's converted copy: delete {folder} and it is converted again)" if cache else ""
+    try:
+        _check_model_folder(folder, flag)
+    except InputError as e:
+        if not cache:
+            raise
+        raise InputError(f"{e} (grtool's converted copy: delete {folder} and it is converted again)") from None
+
+
+def _check_model_folder(folder: Path, flag: str) -> None:
+    import orjson
+
     for record, what in (("index.json", "a grtool index"), ("_manifest.json", "a grtool stage directory")):
         if (folder / record).is_file() and not (folder / "config.json").is_file():
             raise _bad(flag, folder, f"is {what}, not a model (a folder with config.json, the weights and the tokenizer)")
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise _bad(flag, folder, "has no config.json: not a model folder (config.json, the weights and the tokenizer)" + rebuild)
+        raise _bad(flag, folder, "has no config.json: not a model folder (config.json, the weights and the tokenizer)")
     try:
         config = orjson.loads(config_file.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
-        raise _bad(flag, folder, f"config.json is not valid JSON ({e}){rebuild}") from None
+        raise _bad(flag, folder, f"config.json is not valid JSON ({e})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-        raise _bad(flag, folder, "config.json names no model_type: not a transformers model config" + rebuild)
+        raise _bad(flag, folder, "config.json names no model_type: not a transformers model config")
     if not any(re.fullmatch(WEIGHT_FILE, f.name) or f.name.endswith(".safetensors") for f in folder.iterdir() if f.is_file()):
-        raise _bad(flag, folder, "holds no weights (model.safetensors or pytorch_model.bin)" + rebuild)
+        raise _bad(flag, folder, "holds no weights (model.safetensors or pytorch_model.bin)")
     shapes = model_weights(folder, flag)
     if shapes:
-        _check_architecture(folder, flag, shapes, rebuild)
+        _check_architecture(folder, flag, shapes)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise _bad(flag, folder, f"has no tokenizer (none of {', '.join(TOKENIZER_FILES)})" + rebuild)
+        raise _bad(flag, folder, f"has no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
 
 
-def _check_architecture(folder: Path, flag: str, shapes: dict[str, list[int]], rebuild: str) -> None:
+def _check_architecture(folder: Path, flag: str, shapes: dict[str, list[int]]) -> None:
     """The model config.json describes, built without memory (meta device), against the tensors in the files:
     every parameter present with its shape."""
     try:
@@ -296,7 +306,7 @@ def _check_architecture(folder: Path, flag: str, shapes: dict[str, list[int]], r
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     except Exception as e:  # noqa: BLE001  (transformers raises many kinds for a config it cannot build)
-        raise _bad(flag, folder, f"config.json does not describe a causal language model transformers can build ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}){rebuild}") from None
+        raise _bad(flag, folder, f"config.json does not describe a causal language model transformers can build ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     prefix = getattr(model, "base_model_prefix", "") or ""
     stored = {_strip(name, prefix): shape for name, shape in shapes.items()}
     tied = {_strip(n, prefix) for n in _tied_names(model)}
@@ -304,13 +314,13 @@ def _check_architecture(folder: Path, flag: str, shapes: dict[str, list[int]], r
     missing = sorted(n for n in expected if n not in stored and n not in tied)
     arch = ",".join(getattr(config, "architectures", None) or [config.model_type])
     if len(missing) == len(expected) - len(tied & set(expected)) and missing:
-        raise _bad(flag, folder, f"config.json's architecture ({arch}) loads none of the {len(stored)} tensors in the weights: the config belongs to another model{rebuild}")
+        raise _bad(flag, folder, f"config.json's architecture ({arch}) loads none of the {len(stored)} tensors in the weights: the config belongs to another model")
     if missing:
-        raise _bad(flag, folder, f"the weights lack {len(missing)} of the {len(expected)} tensors config.json's architecture ({arch}) needs, e.g. {missing[0]}{rebuild}")
+        raise _bad(flag, folder, f"the weights lack {len(missing)} of the {len(expected)} tensors config.json's architecture ({arch}) needs, e.g. {missing[0]}")
     wrong = [(n, stored[n], shape) for n, shape in expected.items() if n in stored and stored[n] != shape]
     if wrong:
         name, got, want = wrong[0]
-        raise _bad(flag, folder, f"tensor {name} has shape {got} in the weights, config.json's architecture ({arch}) needs {want}{rebuild}")
+        raise _bad(flag, folder, f"tensor {name} has shape {got} in the weights, config.json's architecture ({arch}) needs {want}")
 
 
 def _strip(name: str, prefix: str) -> str:

@@ -359,7 +359,7 @@ def claim_checkpoint(p: Plan) -> Any:
 
 def _train(p: Plan) -> dict[str, Any]:
     from grtool import signals
-    from grtool.train.progress import StopWhenAsked, TrainProgress
+    from grtool.train.progress import NonFiniteTraining, StopOnNonFinite, StopWhenAsked, TrainProgress, check_finite
 
     resume_from = None
     if p.resume and p.out.is_dir():
@@ -371,7 +371,7 @@ def _train(p: Plan) -> dict[str, Any]:
             log.info("resuming from %s (%s)", found.name, found)
     started = time.time()
     progress = TrainProgress(f"train {p.kind}", p.losses)
-    trainer = build_trainer(p, callbacks=[progress, StopWhenAsked()])
+    trainer = build_trainer(p, callbacks=[progress, StopWhenAsked(), StopOnNonFinite()])
     log.info(
         "%s: %d rows, effective batch %d (per-device %d × accumulation %d × %d processes), %d steps",
         p.data.source, len(p.data.rows), effective_batch(p.cfg), p.cfg.per_device_batch_size, p.cfg.gradient_accumulation, world_size(), p.steps,
@@ -385,9 +385,15 @@ def _train(p: Plan) -> dict[str, Any]:
     except (signals.Stopped, KeyboardInterrupt):
         _note_stop(p, trainer.state.global_step)
         raise
+    except NonFiniteTraining as e:
+        raise _diverged(p, e) from None
     if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
         _note_stop(p, trainer.state.global_step)
         signals.stop_if_requested()
+    try:
+        check_finite(trainer.model)
+    except NonFiniteTraining as e:
+        raise _diverged(p, e) from None
     tokenizer = trainer.processing_class
     if p.cfg.lora:
         adapter = p.out / "adapter"
@@ -409,6 +415,19 @@ def _train(p: Plan) -> dict[str, Any]:
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     return record
+
+
+def _diverged(p: Plan, e: Exception) -> Exception:
+    """A run whose numbers stopped being finite: nothing of it was saved (exit 1)."""
+    from grtool.errors import DataProblem
+    from grtool.store.paths import printable
+
+    found = last_complete_checkpoint(p.out, remove_incomplete=False) if p.out.is_dir() else None
+    kept = f"; {found.name} (saved before) is the last complete checkpoint" if found is not None else ""
+    return DataProblem(
+        f"train {p.kind}: training diverged ({e}); nothing of it was saved in {printable(p.out)}{kept}: "
+        f"lower --learning-rate (now {p.cfg.lr:g}){' or --beta' if p.kind == 'kto' else ''}, or check the base model's weights"
+    )
 
 
 def _note_stop(p: Plan, step: int) -> None:
@@ -449,6 +468,9 @@ def atomic_checkpoints(trainer_class: type) -> type:
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)  # a save cut short earlier
+            from grtool.train.progress import check_finite
+
+            check_finite(model)  # a checkpoint of non-finite weights could only be resumed into more of them
             self.accelerator.wait_for_everyone()
             self._staging = str(staging)
             try:
