@@ -361,6 +361,9 @@ def _train(p: Plan) -> dict[str, Any]:
     from grtool import signals
     from grtool.train.progress import NonFiniteTraining, StopOnNonFinite, StopWhenAsked, TrainProgress, check_finite
 
+    from grtool.holds import hold
+
+    hold("training")  # tests: a run that holds --out and has written its run record there
     resume_from = None
     if p.resume and p.out.is_dir():
         found = last_complete_checkpoint(p.out, remove_incomplete=_is_main())  # every rank picks the same one
