@@ -117,3 +117,14 @@ def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples
     trained = prompt(ckpt)
     assert trained.k == 0 and trained.messages("q1", "Who?") == [{"role": "user", "content": instruction("Who?", "brackets")}]
     assert prompt(ckpt, few_shot=2).k == 2  # asked for: given
+
+
+def test_degenerate_answers_count_as_empty():
+    """A model with broken weights writes only end-of-text tokens, which decoding keeps beside the docid markers:
+    the empty-output guard counts such answers as empty (before: as answers, so the guard never tripped)."""
+    from grtool.retrieve.stage import degenerate
+
+    for text in ("", "  \n", "<|endoftext|>" * 40, "<|im_end|>\n<|endoftext|>", "</s></s>", "<eos><pad>"):
+        assert degenerate(text), text
+    for text in ("<docid_start>Ada Lovelace, place of birth, London<docid_end>", "[Ada, born in, London]", "no answer <|endoftext|>"):
+        assert not degenerate(text), text

@@ -239,6 +239,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
     bare.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
         shutil.copy(Path(resolve_model(None).path) / name, bare / name)
+    (bare / "model.safetensors").symlink_to(Path(resolve_model(None).path) / "model.safetensors")  # a model folder has weights
     config = orjson.loads((bare / "tokenizer_config.json").read_bytes())
     config.pop("chat_template", None)
     (bare / "tokenizer_config.json").write_bytes(orjson.dumps(config))

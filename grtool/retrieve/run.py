@@ -127,16 +127,14 @@ def check_trained_for(mode: str, model: str | None, adapter: Path | None) -> Non
     """A model `train sft` made (its ``grtool.json`` beside the weights, or beside the adapter) knows one task:
     GMR pairs (data format ``gmr``) make a document generator for --mode gmr, chains a docid reasoner for
     --mode docids. The other mode would decode a model with a prompt it never saw: refused."""
+    from grtool.export.provenance import CHECKPOINT_RECORD, read_checkpoint
     from grtool.train.data import GMR
 
     for where, folder in (("--model", Path(model) if model else None), ("--adapter", Path(adapter).resolve().parent if adapter else None)):
-        record = folder / "grtool.json" if folder is not None else None
-        if record is None or not record.is_file():
+        checkpoint = read_checkpoint(folder)  # a damaged record: exit 1 naming its field, not "taken as it is"
+        if checkpoint is None:
             continue
-        try:
-            fmt = (orjson.loads(record.read_bytes()).get("data") or {}).get("format")
-        except (ValueError, OSError, AttributeError):
-            continue  # not a record this check can read: the model is taken as it is
+        fmt, record = checkpoint.data.format, folder / CHECKPOINT_RECORD
         if fmt is None or (fmt == GMR) == (mode == "gmr"):
             continue
         trained = "`export gmr` pairs" if fmt == GMR else f"chains ({fmt})"
