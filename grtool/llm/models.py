@@ -9,6 +9,7 @@ and the vLLM backends, load that folder in seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -262,11 +263,29 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
     if not folder.is_dir():
         return
     try:
-        _check_model_folder(folder, flag)
+        _check_once(folder, flag, _signature(folder))
     except InputError as e:
         if not cache:
             raise
         raise InputError(f"{e} (grtool's converted copy: delete {folder} and it is converted again)") from None
+
+
+def _signature(folder: Path) -> tuple:
+    """What a folder's check depends on: its files' names, sizes and times (a changed file is checked again)."""
+    entries = []
+    for f in sorted(folder.iterdir()):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        entries.append((f.name, st.st_size, st.st_mtime_ns))
+    return tuple(entries)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_once(folder: Path, flag: str, signature: tuple) -> None:  # noqa: ARG001  (signature: the cache key)
+    """A folder is checked once per process (commands resolve the model several times)."""
+    _check_model_folder(folder, flag)
 
 
 def _check_model_folder(folder: Path, flag: str) -> None:
