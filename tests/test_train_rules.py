@@ -213,3 +213,18 @@ def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli):
                    "training diverged", "nothing of it was saved")  # fmt: skip
     assert "nan" in err.lower()
     assert not (out / "grtool.json").exists() and not (out / "model.safetensors").exists() and not list(out.glob("checkpoint-*"))
+
+
+def test_more_inputs_refused_before_anything_loads(tmp_path, cli):
+    """Found trying more cases of the same kinds: each was a traceback (exit 1) after the run had started."""
+    data = write_sft(tmp_path / "sft.json", n=4)
+    out = tmp_path / "ckpt"
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"\x00" * 1000)
+    one_line(cli("train", "sft", data, "--out", out, "--model", fake, "--dry-run", check=2), "not a GGUF file")
+    deepspeed = tmp_path / "ds.json"
+    deepspeed.write_text("{bad")
+    one_line(cli("train", "sft", data, "--out", out, "--deepspeed", deepspeed, check=2), "--deepspeed", "not a JSON DeepSpeed config")
+    one_line(cli("train", "sft", data, "--out", out, "--lora", "--lora-target", "nosuchmodule,q_proj", check=2), "the model has no module nosuchmodule")
+    one_line(cli("train", "sft", data, "--out", out, "--effective-batch-size", str(10**23), check=2), "--effective-batch-size", "accepted is")
+    assert not out.exists()

@@ -62,6 +62,9 @@ def embedded_gguf() -> Path:
 def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
     """A safetensors folder (weights, config, tokenizer, chat template) converted once from ``gguf``."""
     gguf = Path(gguf)
+    with open(gguf, "rb") as f:
+        if f.read(4) != b"GGUF":  # transformers would fail deep in its reader, with a traceback
+            raise GrtoolError(f"{gguf}: not a GGUF file (it does not start with the GGUF magic bytes)")
     stat = gguf.stat()
     tag = hashlib.blake2b(f"{gguf.name}:{stat.st_size}".encode(), digest_size=6).hexdigest()
     target = (cache_dir or cache_root()) / "models" / f"{gguf.stem}-{tag}"
@@ -83,8 +86,12 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         with activity(f"converting {gguf.name} to a safetensors folder under {target.parent} (once)"):
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            except Exception as e:  # noqa: BLE001  (a GGUF cut short, or of an architecture transformers cannot read)
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                raise GrtoolError(f"{gguf}: cannot convert it to a model folder ({first})") from None
             # The tensors are de-quantized on load; drop the GGUF marker so the plain weights can be saved.
             model.hf_quantizer = None
             if hasattr(model.config, "quantization_config"):

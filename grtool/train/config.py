@@ -185,6 +185,8 @@ def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None =
     _apply(values, file_values)
     _apply(values, {k: v for k, v in options.items() if k in KEYS and v is not None})
     cfg = TrainConfig(kind=kind, **{k: v for k, v in values.items() if k in KEYS})
+    if cfg.effective_batch_size is not None and not 1 <= cfg.effective_batch_size <= MAX_INT:
+        raise InputError(f"--effective-batch-size {cfg.effective_batch_size}: accepted is a whole number from 1 to {MAX_INT}")
     if cfg.effective_batch_size is not None:
         per_step = cfg.per_device_batch_size * world_size()
         cfg.gradient_accumulation = max(1, math.ceil(cfg.effective_batch_size / per_step))
@@ -244,10 +246,36 @@ def check(cfg: TrainConfig) -> None:
     if cfg.lora and not any(t.strip() for t in cfg.lora_target.split(",")):
         raise InputError(f"--lora-target {cfg.lora_target!r}: names no module (all-linear, or names such as q_proj,v_proj)")
     check_report_to(cfg.report_to)
-    if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
-        raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
+    if cfg.deepspeed:
+        check_deepspeed_config(cfg.deepspeed)
     if cfg.chat_template and not Path(cfg.chat_template).is_file():
         raise InputError(f"--chat-template {cfg.chat_template}: no such file")
+
+
+def check_deepspeed_config(path: str) -> None:
+    """--deepspeed names a JSON object (the trainer would fail on it only after --out was written)."""
+    import json
+
+    if not Path(path).is_file():
+        raise InputError(f"--deepspeed {path}: no such file")
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"--deepspeed {path}: not a JSON DeepSpeed config ({e})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"--deepspeed {path}: expected a JSON object (a DeepSpeed config such as examples/deepspeed/zero3.json)")
+
+
+def check_lora_target(cfg: TrainConfig, module_names: list[str]) -> None:
+    """Each --lora-target name matches a module of the model, as peft matches them (the whole name or its last
+    parts); peft would fail only after the model loaded, with a traceback."""
+    if not cfg.lora or cfg.lora_target == "all-linear" or not module_names:  # no names: the model is not known yet
+        return
+    wanted = [t.strip() for t in cfg.lora_target.split(",") if t.strip()]
+    unknown = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in module_names)]
+    if unknown:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in module_names if n and not n.rsplit(".", 1)[-1].isdigit()})
+        raise InputError(f"--lora-target {cfg.lora_target}: the model has no module {', '.join(unknown)} (its modules: {', '.join(leaves[:30])}; or all-linear)")
 
 
 def check_cutoff(cfg: TrainConfig, context: int | None) -> None:

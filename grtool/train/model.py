@@ -67,6 +67,19 @@ def model_context(ref: ModelRef) -> int | None:
         return None
 
 
+def module_names(ref: ModelRef) -> list[str]:
+    """The names of the model's modules, from its config without its weights (meta device); [] when unknown."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ref.path))
+    except Exception:  # noqa: BLE001  (a hub id not in the cache: the load itself says why)
+        return []
+    return [name for name, _ in model.named_modules()]
+
+
 def load_model(ref: ModelRef, dtype: Any = None):
     from transformers import AutoModelForCausalLM
 

@@ -83,6 +83,8 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         require("llm", f"train {kind} --dry-run")
     if writes_checkpoint:  # the loggers of a run on this machine (a LLaMA-Factory config may run elsewhere)
         check_report_to_installed(cfg.report_to)
+        if cfg.deepspeed and check_out:  # a --dry-run may plan the run of another machine
+            require_deepspeed()
 
     if kind == "sft":
         loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers, cannot_answer=cfg.cannot_answer)
@@ -103,6 +105,11 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         from grtool.train.model import model_context
 
         check_cutoff(cfg, model_context(ref))
+        if cfg.lora:
+            from grtool.train.config import check_lora_target
+            from grtool.train.model import module_names
+
+            check_lora_target(cfg, module_names(ref))
     if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
         _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
@@ -120,6 +127,15 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
     if check_out and _is_main():  # other ranks would see the directory rank 0 is already filling
         _check_out(result)
     return result
+
+
+def require_deepspeed() -> None:
+    import importlib.util
+
+    from grtool.errors import MissingDependency
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise MissingDependency("--deepspeed", "deepspeed", "deepspeed")
 
 
 def _inputs(model: ModelRef, data_source: str, cfg: TrainConfig) -> tuple[list[Any], list[Any]]:
