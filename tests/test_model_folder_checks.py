@@ -98,6 +98,12 @@ def test_index_or_empty_folder_as_model(tmp_path, cli):
     refused(dry_run(cli, tmp_path, empty), "has no config.json")
 
 
+def test_damaged_tokenizer_files(model_folder, tmp_path, cli):
+    bad = damaged_copy(model_folder, tmp_path / "model")
+    (bad / "tokenizer_config.json").write_text("[garbage")
+    refused(dry_run(cli, tmp_path, bad), "tokenizer_config.json is not valid JSON")
+
+
 def test_no_tokenizer_never_advises_sentencepiece(model_folder, tmp_path, cli):
     bad = damaged_copy(model_folder, tmp_path / "model")
     (bad / "tokenizer.json").unlink()

@@ -310,6 +310,12 @@ def _check_model_folder(folder: Path, flag: str) -> None:
         raise _bad(flag, folder, f"config.json is not valid JSON ({e})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise _bad(flag, folder, "config.json names no model_type: not a transformers model config")
+    for name in ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "generation_config.json", "added_tokens.json"):
+        try:
+            if (folder / name).is_file():
+                orjson.loads((folder / name).read_bytes())
+        except (OSError, orjson.JSONDecodeError) as e:
+            raise _bad(flag, folder, f"{name} is not valid JSON ({e})") from None
     if not any(re.fullmatch(WEIGHT_FILE, f.name) or f.name.endswith(".safetensors") for f in folder.iterdir() if f.is_file()):
         raise _bad(flag, folder, "holds no weights (model.safetensors or pytorch_model.bin)")
     shapes = model_weights(folder, flag)
