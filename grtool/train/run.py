@@ -27,7 +27,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, CheckpointRecord, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record  # noqa: F401  (PROVENANCE: retrieve reads it here)
+from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record
 from grtool.extras import require
 from grtool.llm.models import ModelRef, safetensors_header
 from grtool.log import activity, log, quiet_libraries
@@ -375,9 +375,8 @@ def claim_checkpoint(p: Plan) -> Any:
 
 def _train(p: Plan) -> dict[str, Any]:
     from grtool import signals
-    from grtool.train.progress import NonFiniteTraining, StopOnNonFinite, StopWhenAsked, TrainProgress, check_finite
-
     from grtool.holds import hold
+    from grtool.train.progress import NonFiniteTraining, StopOnNonFinite, StopWhenAsked, TrainProgress, check_finite
 
     hold("training")  # tests: a run that holds --out and has written its run record there
     resume_from = None
