@@ -318,6 +318,11 @@ def _check_model_folder(folder: Path, flag: str) -> None:
             raise _bad(flag, folder, f"{name} is not valid JSON ({e})") from None
     if not any(re.fullmatch(WEIGHT_FILE, f.name) or f.name.endswith(".safetensors") for f in folder.iterdir() if f.is_file()):
         raise _bad(flag, folder, "holds no weights (model.safetensors or pytorch_model.bin)")
+    import zipfile
+
+    for f in folder.glob("*.bin"):  # torch.save writes zip archives: a cut one has no central directory
+        if re.fullmatch(WEIGHT_FILE, f.name) and not zipfile.is_zipfile(f):
+            raise _bad(flag, folder, f"{f.name} is cut short or damaged (not a whole torch archive)")
     shapes = model_weights(folder, flag)
     if shapes:
         _check_architecture(folder, flag, shapes)
