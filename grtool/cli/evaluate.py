@@ -122,7 +122,7 @@ def print_per_question(questions: list[dict]) -> None:
 @app.command("compare")
 def compare_cmd(
     reports: Annotated[list[str], typer.Argument(help="Runs as LABEL=PATH (or PATH: labelled by its name): a report of `eval recall --json`, or a `retrieve` output directory (scored here).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the Markdown table here (default: print it).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Markdown file to write the table to (default: print it).")] = None,
     plot: Plot = None,
     as_json: Json = False,
     corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Questions to score responses directories with (default: the questions stage each manifest names).")] = None,

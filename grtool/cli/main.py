@@ -29,11 +29,13 @@ import typer.core
 import typer.rich_utils
 
 from grtool import __version__
+from grtool.cli.shape import use_metavar_style
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 from grtool.log import configure, console, log_width
 
 if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
     typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
+use_metavar_style()  # one metavar style in every --help: none on flags, PATH / TEXT / INTEGER / [a|b] on values
 
 # `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
 RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline",
