@@ -1,8 +1,10 @@
-"""A checkpoint's ``grtool.json`` for tests that stand a model folder in for a trained checkpoint: every field
-`train` writes, with what the test is about given by the caller (readers decode the whole declared record)."""
+"""Stand-ins for what `train` makes: a checkpoint's ``grtool.json`` for tests that stand a model folder in for a
+trained checkpoint (every field `train` writes, with what the test is about given by the caller: readers decode
+the whole declared record), and a model whose weights are not finite (what a diverged run would have saved)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -26,3 +28,23 @@ def checkpoint_record(**fields: Any) -> dict[str, Any]:
 
 def checkpoint_record_bytes(**fields: Any) -> bytes:
     return orjson.dumps(checkpoint_record(**fields))
+
+
+def nan_model(folder: Path) -> Path:
+    """The small model with its final norm NaN: every loss NaN, every answer end-of-text."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from grtool.llm.models import resolve_model
+
+    base = Path(resolve_model(None).path)
+    folder.mkdir(parents=True)
+    for f in base.iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy(f, folder / f.name)
+    weights = load_file(base / "model.safetensors")
+    weights["model.norm.weight"] = torch.full_like(weights["model.norm.weight"], float("nan"))
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder

@@ -254,22 +254,9 @@ def test_a_model_that_writes_only_end_of_text_trips_the_empty_guard(run, tmp_pat
     """A model with non-finite weights (what a diverged training run saved, before runs stopped on it) writes
     end-of-text only: its answers count as empty and the run fails, exit 1 (the end-of-text tokens a decoding that
     keeps special tokens leaves in the text count too: test_retrieve_settings.py)."""
-    import shutil
+    from checkpoint_records import nan_model
 
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from grtool.llm.models import resolve_model
-
-    base = Path(resolve_model(None).path)
-    broken = tmp_path / "nan-model"
-    broken.mkdir()
-    for f in base.iterdir():
-        if f.is_file() and f.suffix != ".safetensors":
-            shutil.copy(f, broken / f.name)
-    weights = load_file(base / "model.safetensors")
-    weights["model.norm.weight"] = torch.full_like(weights["model.norm.weight"], float("nan"))
-    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    broken = nan_model(tmp_path / "nan-model")
     proc = run_cli(
         "retrieve", run, "--index", run / "index", "--triples", run / "triples", "--model", broken, "--markers", "brackets", "--few-shot", "0",
         "--limit", "3", "--max-tokens", "6", "--threads", "2", "--no-cache", "--out", tmp_path / "responses", check=1,

@@ -193,23 +193,12 @@ def test_a_second_run_into_a_live_runs_folder_exits_75(tmp_path, cli):
 def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli):
     """A base model whose final norm is NaN: every loss is NaN. The run stops at the first logged loss (before:
     it saved the non-finite weights, which then wrote end-of-text only, exit 0)."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    from tests.checkpoint_records import nan_model
 
-    from grtool.llm.models import resolve_model
-
-    base = Path(resolve_model(None).path)
-    nan_model = tmp_path / "nan-model"
-    nan_model.mkdir()
-    for f in base.iterdir():
-        if f.is_file() and f.suffix != ".safetensors":
-            shutil.copy(f, nan_model / f.name)
-    weights = load_file(base / "model.safetensors")
-    weights["model.norm.weight"] = torch.full_like(weights["model.norm.weight"], float("nan"))
-    save_file(weights, nan_model / "model.safetensors", metadata={"format": "pt"})
+    broken = nan_model(tmp_path / "nan-model")
     data = write_sft(tmp_path / "sft.json", n=4)
     out = tmp_path / "ckpt"
-    err = one_line(cli("train", "sft", data, "--model", nan_model, "--out", out, "--max-steps", "2", "--save-steps", "1", *TINY, check=1),
+    err = one_line(cli("train", "sft", data, "--model", broken, "--out", out, "--max-steps", "2", "--save-steps", "1", *TINY, check=1),
                    "training diverged", "nothing of it was saved")  # fmt: skip
     assert "nan" in err.lower()
     assert not (out / "grtool.json").exists() and not (out / "model.safetensors").exists() and not list(out.glob("checkpoint-*"))
