@@ -154,7 +154,10 @@ def stats_cmd(
     Example: grtool corpus stats out/corpus --plot out/corpus/stats.png
     """
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
 
+    read = [input_stage(directory, "questions"), input_stage(directory, "documents")]
+    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory])
     stats = corpus_stats(directory)
     if plot is not None:
         plot_stats(stats, plot)

@@ -139,12 +139,10 @@ def compare_cmd(
     """
     from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, plot as plot_runs, table
     from grtool.log import log
-    from grtool.store.outputs import refuse_output_among_inputs
+    from grtool.store.outputs import refuse_overlapping_outputs
 
     given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]
-    for flag, target in (("--out", out), ("--plot", plot)):
-        if target is not None:
-            refuse_output_among_inputs(target, inputs=given, flag=flag)
+    refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)

@@ -155,6 +155,7 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
     _check_manifest(manifest, records, report)
     _check_shards(path, manifest, records, report)
     _check_empty_stage(path, manifest, report)
+    _note_leftovers(path, report)
     if check_keys and report.table in TABLES and records and not any("sha256" in p for p in report.problems):
         _check_keys(path, records, report)
     return report
@@ -327,6 +328,16 @@ def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) 
     if dup.height:
         examples = "; ".join(" / ".join(str(v) for v in r[:-1]) for r in dup.head(3).rows())  # the key's values, not the count
         report.problems.append(f"key {' + '.join(key)} not unique: {dup.height} duplicated keys (e.g. {examples})")
+
+
+def _note_leftovers(path: Path, report: Report) -> None:
+    """Temporary files a killed run left (not a failure: the next run of the stage removes them)."""
+    from grtool.store.stage import leftovers
+
+    found = [str(f.relative_to(path)) for f in leftovers(path)]
+    if found:
+        report.notes.append(f"{len(found)} temporary file{'s' if len(found) > 1 else ''} left by a killed run: {_first(found)} "
+                            "(the next run of this stage removes them)")
 
 
 def describe(report: Report) -> str:
