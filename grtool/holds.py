@@ -5,7 +5,8 @@ a clock (a process that finished between a test's poll and its signal made one s
 and waits until ``DIR/POINT.release`` exists. Signals are handled while it waits (SIGTERM stops it as anywhere
 else). Unset, as in every real run, a point costs one environment lookup.
 
-Points: ``starting`` (the ``grtool`` command, before its modules are imported); ``locked`` (a run holds its output's lock, before it reads or writes anything); ``finished`` (the
+Points: ``starting`` (the ``grtool`` command, before its modules are imported); ``locked`` (a run holds its output's lock, before it reads or writes anything); ``training`` (`train`
+holds its --out and has written its run record there, before the model loads); ``finished`` (the
 command's work is done, its outputs complete); ``exiting`` (its exit callbacks have run, the process ends next).
 """
 

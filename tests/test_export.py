@@ -252,6 +252,8 @@ def test_kto_exits_1_when_a_class_is_empty(cli, samples, tmp_path):
     responses = write_responses(tmp_path / "only_good.jsonl", [(Q_MOZA, MOZA_EXACT), (Q_ANA, ANA_FLIPPED_EXACT)])
     proc = cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", tmp_path / "k.json", check=1)
     assert "no undesirable responses" in flat(proc.stderr)
+    # a failed export writes and registers nothing (it wrote the file, its record and the dataset_info entry)
+    assert not (tmp_path / "k.json").exists() and not (tmp_path / "k.json.grtool.json").exists() and not (tmp_path / "dataset_info.json").exists()
 
 
 # ------------------------------------------------------------------------------------------------- SFT

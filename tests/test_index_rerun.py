@@ -45,7 +45,7 @@ def grtool(words: list, monkeypatch, capsys) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["grtool", *map(str, words)])
     monkeypatch.setenv("COLUMNS", "300")
     with pytest.raises(SystemExit) as e:
-        run()
+        run(ends_process=False)
     captured = capsys.readouterr()
     return e.value.code or 0, captured.out, " ".join(captured.err.split())
 

@@ -153,7 +153,7 @@ def grtool_in_process(words: list[str], monkeypatch, capsys) -> tuple[int, str]:
     monkeypatch.setattr(sys, "argv", ["grtool", *words])
     monkeypatch.setenv("COLUMNS", "300")
     with pytest.raises(SystemExit) as e:
-        run()
+        run(ends_process=False)
     return e.value.code, " ".join(capsys.readouterr().err.split())
 
 

@@ -50,6 +50,7 @@ def run(samples, tmp_path_factory) -> dict:  # noqa: F811
     model.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "config.json", "chat_template.jinja"):
         shutil.copy(Path(resolve_model(None).path) / name, model / name)
+    (model / "model.safetensors").symlink_to(Path(resolve_model(None).path) / "model.safetensors")  # a model folder has weights
     return {"root": root, "filtered": base / "filtered", "model": model, "sft": write_sft(base / "thinkgr_sft.json", n=4)}
 
 

@@ -229,3 +229,37 @@ def test_a_question_beyond_the_context_is_a_too_long_reject(run, tmp_path):
     rejects = [json.loads(line) for f in sorted((out / "_rejects").iterdir()) for line in f.read_text().splitlines()]
     assert [(r["reason"], r["record"]["qid"]) for r in rejects] == [("too_long", long_qid)] * 2
     run_cli("validate", out)
+
+
+def test_every_question_beyond_the_context_fails_naming_the_reason(run, tmp_path):
+    """All prompts too long: nothing was generated, so the run fails saying why (before: exit 0, 0 responses, and
+    "no selected question has gold documents")."""
+    from test_export import _write_stage
+
+    from grtool.store.schemas import QUESTIONS
+
+    rows = read_table(run / "questions").to_pylist()[:2]
+    for row in rows:
+        row["question"] = "Which of these came first? " + "a long list of names, " * 2300
+    _write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
+    proc = run_cli(
+        "retrieve", tmp_path / "corpus", "--index", run / "index", "--triples", run / "triples", "--markers", "brackets",
+        "--few-shot", "0", "--max-tokens", "4", "--threads", "2", "--no-cache", "--out", tmp_path / "responses", check=1,
+    )  # fmt: skip
+    err = " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr and "'too_long' ×2" in err and "longer than the model's context" in err, err[-2000:]
+
+
+def test_a_model_that_writes_only_end_of_text_trips_the_empty_guard(run, tmp_path):
+    """A model with non-finite weights (what a diverged training run saved, before runs stopped on it) writes
+    end-of-text only: its answers count as empty and the run fails, exit 1 (the end-of-text tokens a decoding that
+    keeps special tokens leaves in the text count too: test_retrieve_settings.py)."""
+    from checkpoint_records import nan_model
+
+    broken = nan_model(tmp_path / "nan-model")
+    proc = run_cli(
+        "retrieve", run, "--index", run / "index", "--triples", run / "triples", "--model", broken, "--markers", "brackets", "--few-shot", "0",
+        "--limit", "3", "--max-tokens", "6", "--threads", "2", "--no-cache", "--out", tmp_path / "responses", check=1,
+    )  # fmt: skip
+    err = " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr and "are empty" in err, err[-2000:]

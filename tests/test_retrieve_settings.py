@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from checkpoint_records import checkpoint_record_bytes
 from test_export import samples  # noqa: F401  (the real ingest of the samples, with triples)
 
 from grtool.retrieve.run import sampling_temperature
@@ -40,7 +41,6 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
     """`train` records whether its chains had flipped docids (a stage, or the stage an export file's record names;
     a KTO run inherits it from its SFT checkpoint); `retrieve` with such a model refuses an index built without
     --flips, with the command that fixes it, and takes the other way round."""
-    import json
     import shutil
 
     from conftest import run_cli
@@ -66,7 +66,7 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
 
     sft = tmp_path / "ckpt"
     sft.mkdir()
-    (sft / "grtool.json").write_text(json.dumps({"kind": "train sft", "flips": learned_flips(_plan(export, "base"))}))
+    (sft / "grtool.json").write_bytes(checkpoint_record_bytes(flips=learned_flips(_plan(export, "base"))))
     assert checkpoint_flips(sft) is True
     assert learned_flips(_plan(tmp_path / "bare.json", sft)) is True  # KTO on the SFT checkpoint: it learned them
 
@@ -75,7 +75,7 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
     with pytest.raises(InputError, match=r"without --flips.*grtool index build .* --flips"):
         check_flips(Index.open(tmp_path / "plain"), str(sft), None, samples["root"] / "triples")
     check_flips(Index.open(tmp_path / "with_flips"), str(sft), None, samples["root"] / "triples")
-    (sft / "grtool.json").write_text(json.dumps({"kind": "train sft", "flips": False}))
+    (sft / "grtool.json").write_bytes(checkpoint_record_bytes(flips=False))
     check_flips(Index.open(tmp_path / "with_flips"), str(sft), None, samples["root"] / "triples")  # harmless: a note
     check_flips(Index.open(tmp_path / "plain"), str(sft), None, samples["root"] / "triples")
 
@@ -96,7 +96,6 @@ def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples
     """`retrieve --markers brackets` puts 3 worked examples before an off-the-shelf model's question, but a model
     `grtool train` wrote (grtool.json beside its weights, or beside its adapter) learned the bare instruction
     (`export sft --markers brackets` rows have no examples): by default it gets exactly that prompt."""
-    import json
     from pathlib import Path
 
     from grtool.export.formats import instruction
@@ -105,7 +104,7 @@ def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples
     ckpt, plain = tmp_path / "ckpt", tmp_path / "plain"
     for folder in (ckpt, plain, ckpt / "adapter"):
         folder.mkdir(parents=True)
-    (ckpt / "grtool.json").write_text(json.dumps({"kind": "train sft"}))
+    (ckpt / "grtool.json").write_bytes(checkpoint_record_bytes())
     assert trained_by_grtool(str(ckpt), None) and trained_by_grtool(None, ckpt / "adapter")
     assert not trained_by_grtool(str(plain), None) and not trained_by_grtool(None, None) and not trained_by_grtool("HuggingFaceTB/x", None)
 
@@ -117,3 +116,14 @@ def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples
     trained = prompt(ckpt)
     assert trained.k == 0 and trained.messages("q1", "Who?") == [{"role": "user", "content": instruction("Who?", "brackets")}]
     assert prompt(ckpt, few_shot=2).k == 2  # asked for: given
+
+
+def test_degenerate_answers_count_as_empty():
+    """A model with broken weights writes only end-of-text tokens, which decoding keeps beside the docid markers:
+    the empty-output guard counts such answers as empty (before: as answers, so the guard never tripped)."""
+    from grtool.retrieve.stage import degenerate
+
+    for text in ("", "  \n", "<|endoftext|>" * 40, "<|im_end|>\n<|endoftext|>", "</s></s>", "<eos><pad>"):
+        assert degenerate(text), text
+    for text in ("<docid_start>Ada Lovelace, place of birth, London<docid_end>", "[Ada, born in, London]", "no answer <|endoftext|>"):
+        assert not degenerate(text), text

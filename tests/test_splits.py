@@ -17,6 +17,7 @@ import pytest
 
 from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.stage import load_manifest, read_table
+from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
 from tests.conftest import REPO, SHARED_DATA, run_cli
 from tests.test_export import _write_stage
 
@@ -165,7 +166,7 @@ def test_training_data_records_its_questions_and_a_kto_checkpoint_adds_its_base(
 
     base = tmp_path / "ckpt-sft"
     base.mkdir()
-    (base / "grtool.json").write_bytes(orjson.dumps({"kind": "train sft", "questions": trained_questions(str(sft), data.questions, None)}))
+    (base / "grtool.json").write_bytes(checkpoint_record_bytes(questions=trained_questions(str(sft), data.questions, None)))
     kto_data = {"qids": ["kto-only-question"], "count": 1}
     record = trained_questions("kto.json", kto_data, base)
     assert set(record["qids"]) == exported | {"kto-only-question"} and record["complete"]
@@ -193,7 +194,7 @@ def checkpoint(run, tmp_path_factory) -> tuple[Path, set[str]]:
     for f in Path(resolve_model(None).path).iterdir():
         (ckpt / f.name).symlink_to(f)
     questions = trained_questions(str(sft), exported_questions(sft), None)
-    record = {"kind": "train sft", "data": {"source": str(sft), "format": "llamafactory-sharegpt"}, "flips": False, "questions": questions}
+    record = checkpoint_record(data={"source": str(sft), "format": "llamafactory-sharegpt", "rows": 1}, flips=False, questions=questions)
     (ckpt / "grtool.json").write_bytes(orjson.dumps(record))
     run_cli("index", "build", run / "triples", "--tokenizer", "default", "--flips", "--out", run / "index")
     return ckpt, set(questions["qids"])

@@ -12,6 +12,7 @@ import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.export.formats import dataset_info_stanza, instruction, kto_row, sft_row, update_dataset_info
+from tests.checkpoint_records import checkpoint_record_bytes
 from tests.test_export import samples  # noqa: F401  (fixture: the real samples ingested once)
 
 pytestmark = pytest.mark.slow
@@ -239,6 +240,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
     bare.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
         shutil.copy(Path(resolve_model(None).path) / name, bare / name)
+    (bare / "model.safetensors").symlink_to(Path(resolve_model(None).path) / "model.safetensors")  # a model folder has weights
     config = orjson.loads((bare / "tokenizer_config.json").read_bytes())
     config.pop("chat_template", None)
     (bare / "tokenizer_config.json").write_bytes(orjson.dumps(config))
@@ -299,7 +301,7 @@ def test_sft_on_export_gmr_pairs_trains_the_gmr_request_and_retrieve_checks_the_
     assert "--mode gmr" in err and "export gmr" in err
     chains_model = tmp_path / "chains-model"  # a chains checkpoint's record (only what the check reads)
     chains_model.mkdir()
-    (chains_model / "grtool.json").write_bytes(orjson.dumps({"kind": "train sft", "data": {"format": "llamafactory-sharegpt"}}))
+    (chains_model / "grtool.json").write_bytes(checkpoint_record_bytes())
     err = cli("retrieve", samples["root"], "--index", tmp_path / "no-index", "--mode", "gmr", "--model", chains_model, "--out", tmp_path / "y", check=2).stderr
     assert "--mode docids" in err
     # A file mixing GMR pairs and chat rows, or whose export record disagrees with its rows, is refused.

@@ -11,7 +11,6 @@ import typer
 from rich.table import Table
 
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
-from grtool.errors import DataProblem
 from grtool.log import stage_summary
 
 app = typer.Typer(name="export", help="Export training data for SFT, KTO and GMR-style trainers.", no_args_is_help=True)
@@ -146,9 +145,6 @@ def kto_cmd(
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
     if as_json and str(out) != "-":
         typer.echo(orjson.dumps(summary).decode())
-    empty = [name for name, n in (("desirable", result.desirable), ("undesirable", result.undesirable)) if n == 0]
-    if empty:
-        raise DataProblem(f"no {' and no '.join(empty)} responses: KTO needs both classes (tau = {tau})")
 
 
 @app.command("gmr")

@@ -112,14 +112,15 @@ def _register() -> None:
 _register()
 
 
-def run() -> None:
+def run(ends_process: bool = True) -> None:
     """Entry point: user-facing errors print one clear line on stderr and exit with their code; SIGTERM stops any
-    command resumably with the transient code (grtool/signals.py)."""
+    command resumably with the transient code (grtool/signals.py). ``ends_process=False`` (tests calling it in their
+    own process): the exit is a ``SystemExit`` raised to the caller instead of the end of the process."""
     from grtool import signals
     from grtool.invocation import set_command
 
     set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
-    with signals.handled(ends_process=True):
+    with signals.handled(ends_process=ends_process):
         _run()
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import GrtoolError
+from grtool.errors import DataProblem, GrtoolError
 from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
 from grtool.export.readers import DocidIndex, QuestionIndex
 from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
@@ -94,6 +94,14 @@ class KtoResult:
         }
 
 
+def one_class(result: KtoResult, tau: float) -> None:
+    """KTO needs desirable and undesirable rows; a file with one class (and no row at all, --allow-empty aside)
+    would only fail when trained on (exit 1)."""
+    empty = [name for name, n in (("desirable", result.desirable), ("undesirable", result.undesirable)) if n == 0]
+    if empty and result.desirable + result.undesirable:
+        raise DataProblem(f"no {' and no '.join(empty)} responses: KTO needs both classes (tau = {tau}); nothing written")
+
+
 def export_kto(
     responses: str | Path,
     corpus: str | Path,
@@ -141,6 +149,7 @@ def export_kto(
                      "no gold documents": result.skipped.no_gold, "a gold document unknown": result.skipped.incomplete_gold}
             written = result.desirable + result.undesirable
             check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
+            one_class(result, tau)  # also before: a failed export writes and registers nothing
         if not is_stdio(out):
             result.file = str(out)
             if fmt == "llamafactory":

@@ -27,7 +27,7 @@ import orjson
 
 from grtool import __version__
 from grtool.invocation import current_command
-from grtool.records import Count, FileName, Sha256, read_record
+from grtool.records import Count, FileName, PositiveCount, Seconds, Sha256, read_record, to_builtins
 from grtool.secrets import redact_argv
 from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
@@ -122,12 +122,14 @@ class DatasetInfoRef(msgspec.Struct):
     entry: Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class QuestionsRef(msgspec.Struct, forbid_unknown_fields=False):
-    """:func:`questions_record` (its ``about`` keys, such as ``split``, pass through undeclared)."""
+class QuestionsRecord(msgspec.Struct, kw_only=True):
+    """:func:`questions_record`, in an export's sidecar and a checkpoint's record: the questions whose rows it holds
+    (`eval recall` refuses to score a model on them). Its ``about`` keys, such as ``splits``, pass through."""
 
     count: Count
     sha256: Sha256
     qids: list[str]
+    complete: bool = True
 
     def __post_init__(self) -> None:
         if self.count != len(self.qids):
@@ -154,7 +156,7 @@ class ExportRecord(msgspec.Struct):
     created: str = ""
     inputs: list[dict[str, Any]] = msgspec.field(default_factory=list)
     params: dict[str, Any] = msgspec.field(default_factory=dict)
-    questions: QuestionsRef | None = None
+    questions: QuestionsRecord | None = None
     allow_empty: bool = False
 
     def __post_init__(self) -> None:
@@ -196,14 +198,101 @@ def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str |
 
 
 CHECKPOINT_RECORD = "grtool.json"  # what `train` writes into a checkpoint: its command, data, questions, flips
+RUN_RECORD = "grtool-run.json"  # what `train` writes into --out when it starts: what --resume must continue
+
+
+class TrainedOn(msgspec.Struct, kw_only=True):
+    """What a training run reads, as its checkpoint records it: the data and the base model."""
+
+    source: str
+    format: str
+    rows: Count
+    sha256: Sha256 | None = None  # of the data file (None: a stage directory, see the fingerprint)
+    fingerprint: dict[str, Any] = {}
+    desirable: Count | None = None  # KTO
+    undesirable: Count | None = None
+
+
+class BaseModel(msgspec.Struct):
+    name: str
+    path: str
+
+
+class LossPoint(msgspec.Struct):
+    step: Count
+    loss: float
+
+
+TRAIN_KINDS = ("train sft", "train kto")
+
+
+class CheckpointRecord(msgspec.Struct, kw_only=True):
+    """``grtool.json`` of a finished checkpoint (:func:`grtool.train.run.provenance` writes it)."""
+
+    kind: Annotated[str, msgspec.Meta(pattern="^train (sft|kto)$")]
+    command: list[str]
+    versions: dict[str, str | None] = {}
+    finished: str
+    data: TrainedOn
+    base_model: BaseModel
+    questions: QuestionsRecord | None = None
+    flips: bool | None = None
+    hyperparameters: dict[str, Any]
+    processes: PositiveCount = 1
+    effective_batch_size: PositiveCount
+    global_step: Count
+    resumed_from: str | None = None
+    train_loss: float | None = None
+    first_loss: float | None = None
+    final_loss: float | None = None
+    losses: list[LossPoint] = []
+    markers: dict[str, int] = {}
+    adapter: str | None = None
+    seconds: Seconds = 0.0
+
+
+class RunIdentity(msgspec.Struct, kw_only=True):
+    """What a training run is, for --resume: resuming with another model, data or setting would mix two runs."""
+
+    kind: Annotated[str, msgspec.Meta(pattern="^train (sft|kto)$")]
+    data: str
+    data_sha256: Sha256 | None = None
+    data_fingerprint: dict[str, Any] = {}
+    model: str  # the model's name as recorded (a local folder: PATH@weights-digest)
+    model_path: str
+    hyperparameters: dict[str, Any]
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """``grtool-run.json``: written when a run starts into --out (a killed run leaves it behind)."""
+
+    kind: str
+    started: str
+    command: list[str] = []
+    train: RunIdentity | None = None  # absent in a record of grtool before 0.x: --resume then cannot compare
+
+
+def read_checkpoint(path: str | Path | None) -> CheckpointRecord | None:
+    """The ``grtool.json`` of a grtool checkpoint folder (None: not one). A damaged record is
+    :class:`~grtool.records.DamagedRecord` (exit 1), never taken for "not a checkpoint"."""
+    if not path:
+        return None
+    record = Path(path) / CHECKPOINT_RECORD
+    if not record.exists() and not record.is_symlink():
+        return None
+    return read_record(record, CheckpointRecord, what="the checkpoint record")
+
+
+def read_run_record(out: str | Path) -> RunRecord | None:
+    """``out``'s ``grtool-run.json`` (None: none there)."""
+    record = Path(out) / RUN_RECORD
+    if not record.exists() and not record.is_symlink():
+        return None
+    return read_record(record, RunRecord, what="the training run record")
 
 
 def checkpoint_value(path: str | Path | None, key: str) -> Any:
-    """``key`` of a grtool checkpoint's ``grtool.json`` (None: not a grtool checkpoint, or not recorded)."""
-    record = Path(path) / CHECKPOINT_RECORD if path else None
-    if record is None or not record.is_file():
-        return None
-    try:
-        return orjson.loads(record.read_bytes()).get(key)
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return None
+    """``key`` of a grtool checkpoint's ``grtool.json``, as plain JSON values (None: not a grtool checkpoint,
+    or not recorded)."""
+    record = read_checkpoint(path)
+    return None if record is None else to_builtins(getattr(record, key, None))

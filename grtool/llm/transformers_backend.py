@@ -48,16 +48,23 @@ class TransformersBackend:
         self.chunk_size = self.batch_size * 8
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         with activity(f"loading model {ref.name} on {self.device}"):
+            from grtool.llm.models import check_chat_template, check_tokenizer, embedding_rows
+
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(ref.path)
+            except Exception as e:  # noqa: BLE001  (transformers' advice, e.g. to install sentencepiece, would mislead)
+                raise GrtoolError(f"--model {ref.name}: cannot load its tokenizer with transformers ({_first_line(e)})") from None
+            check_tokenizer(self.tokenizer, ref.name, embedding_rows(ref.path))
+            try:
                 self.lm = AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype).to(self.device).eval()
-            except OSError as e:
-                raise GrtoolError(f"cannot load model {ref.name!r} with transformers: {e}") from None
+            except Exception as e:  # noqa: BLE001
+                raise GrtoolError(f"--model {ref.name}: cannot load it with transformers ({_first_line(e)})") from None
             if adapter is not None:
                 self.lm = _with_adapter(self.lm, adapter)
                 self.model = f"{ref.name}+{Path(adapter).name}@{weights_digest(adapter)}"
         if self.tokenizer.chat_template is None:
             raise GrtoolError(f"model {ref.name!r}: its tokenizer has no chat template")
+        check_chat_template(self.tokenizer, f"--model {ref.name}")
         self.tokenizer.padding_side = "left"  # generation continues from the right edge of every row
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -180,13 +187,42 @@ class TransformersBackend:
 
 def _with_adapter(lm, adapter: str):
     """The model with a LoRA adapter (peft) merged into its weights: inference then costs what the base costs."""
-    if not (Path(adapter) / "adapter_config.json").is_file():
-        raise InputError(f"--adapter {adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    check_adapter(adapter)
     try:
         from peft import PeftModel
     except ImportError as e:
         raise MissingDependency("--adapter", "peft", detail=e, extra="train") from None
-    return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
+    try:
+        return PeftModel.from_pretrained(lm, adapter).merge_and_unload().eval()
+    except Exception as e:  # noqa: BLE001  (an adapter made for another model: missing modules, wrong shapes)
+        raise InputError(f"--adapter {adapter}: does not apply to this model ({_first_line(e)})") from None
+
+
+def check_adapter(adapter: str | Path) -> None:
+    """A LoRA adapter folder as `train --lora` writes it: adapter_config.json naming its method, whole weights."""
+    import orjson
+
+    from grtool.llm.models import model_weights
+
+    folder = Path(adapter)
+    if not folder.is_dir():
+        raise InputError(f"--adapter {adapter}: not a directory (the adapter folder `train --lora` writes, CKPT/adapter)")
+    if not (folder / "adapter_config.json").is_file():
+        raise InputError(f"--adapter {adapter}: not a LoRA adapter directory (no adapter_config.json)")
+    try:
+        config = orjson.loads((folder / "adapter_config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise InputError(f"--adapter {adapter}: adapter_config.json is not valid JSON ({e})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("peft_type"), str):
+        raise InputError(f"--adapter {adapter}: adapter_config.json names no peft_type: not a peft adapter")
+    if not any(f.name.startswith("adapter_model.") for f in folder.iterdir()):
+        raise InputError(f"--adapter {adapter}: holds no adapter weights (adapter_model.safetensors)")
+    model_weights(folder, "--adapter")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
 
 
 def _step_counter(max_tokens: int):

@@ -75,8 +75,9 @@ def model_tokenizer(model: str | None, adapter: Path | None):
     source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path
     try:
         return AutoTokenizer.from_pretrained(str(source)).backend_tokenizer, ref.name
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {model}: cannot load its tokenizer ({e})") from None
+    except Exception as e:  # noqa: BLE001  (transformers' advice, e.g. to install sentencepiece, would mislead)
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise InputError(f"--model {model}: cannot load its tokenizer ({first})") from None
 
 
 def _check_adapter(adapter: Path, tokenizer) -> None:
@@ -126,16 +127,14 @@ def check_trained_for(mode: str, model: str | None, adapter: Path | None) -> Non
     """A model `train sft` made (its ``grtool.json`` beside the weights, or beside the adapter) knows one task:
     GMR pairs (data format ``gmr``) make a document generator for --mode gmr, chains a docid reasoner for
     --mode docids. The other mode would decode a model with a prompt it never saw: refused."""
+    from grtool.export.provenance import CHECKPOINT_RECORD, read_checkpoint
     from grtool.train.data import GMR
 
     for where, folder in (("--model", Path(model) if model else None), ("--adapter", Path(adapter).resolve().parent if adapter else None)):
-        record = folder / "grtool.json" if folder is not None else None
-        if record is None or not record.is_file():
+        checkpoint = read_checkpoint(folder)  # a damaged record: exit 1 naming its field, not "taken as it is"
+        if checkpoint is None:
             continue
-        try:
-            fmt = (orjson.loads(record.read_bytes()).get("data") or {}).get("format")
-        except (ValueError, OSError, AttributeError):
-            continue  # not a record this check can read: the model is taken as it is
+        fmt, record = checkpoint.data.format, folder / CHECKPOINT_RECORD
         if fmt is None or (fmt == GMR) == (mode == "gmr"):
             continue
         trained = "`export gmr` pairs" if fmt == GMR else f"chains ({fmt})"
@@ -172,7 +171,10 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     if request.adapter is not None and not Path(request.adapter).is_dir():
         raise InputError(f"--adapter {request.adapter}: no such directory")
     if request.adapter is not None:  # peft merges it into the model
+        from grtool.llm.transformers_backend import check_adapter
+
         require("train", "--adapter")
+        check_adapter(request.adapter)
     if llm.backend == "openai":
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":

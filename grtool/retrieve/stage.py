@@ -9,6 +9,7 @@ the questions, builds the prompts and turns generations into rows.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,17 @@ def response_row(question: dict[str, Any], sample: int, gen: Generation, lookup:
     return row, sum(1 for found, _ in resolved if not found)
 
 
+# End-of-text and padding tokens as models write them when special tokens are kept in the text (the docid markers
+# are special tokens, so decoding keeps them all): <|endoftext|>, <|im_end|>, </s>, <eos>, <pad>, <end_of_turn>.
+_END_TOKENS = re.compile(r"<\|[A-Za-z0-9_]+\|>|</?s>|<(?:eos|pad|unk|end_of_turn|start_of_turn)>")
+
+
+def degenerate(text: str) -> bool:
+    """An answer with nothing in it: empty, blank, or only end-of-text / padding tokens (a model whose weights
+    are broken writes end-of-text at once). Counted as empty by the empty-output guard."""
+    return not _END_TOKENS.sub("", text).strip()
+
+
 def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIndex, settings: RetrieveSettings, spec: dict[str, Any]):
     """The part function of the docid modes: every sample of every question of the part, one row each."""
 
@@ -178,7 +190,7 @@ def docids_part_fn(selection: Selection, prompt: RetrievePrompt, lookup: DocidIn
                 row, hallucinated = response_row(question, sample, gen, lookup, settings, part.llm.model)
                 rows.append(row)
                 part.empty.add()
-                if not gen.text.strip():
+                if degenerate(gen.text):
                     part.shard.count("responses_empty")
                     part.empty.add_empty(example(f"{row['qid']} sample {sample}", "empty output", gen.finish_reason, gen.text) if part.empty.wants_examples else None)
                 part.shard.count("docids", row["n_docids"])

@@ -98,4 +98,5 @@ def check_stage(path: str | Path, manifest: dict[str, Any]) -> None:
 _HINTS = {
     "gold documents without triples": "were triples extracted for the questions' gold documents?",
     "context documents without triples": "were triples extracted for the questions' context documents?",
+    "too_long": "every prompt is longer than the model's context: is --model the one meant, or are the questions (or --few-shot examples) too long?",
 }

@@ -65,7 +65,7 @@ class TrainConfig:
     cutoff_len: int = 2048
     warmup_ratio: float = 0.03
     epochs: float = 1.0
-    max_steps: int = -1  # > 0 overrides epochs
+    max_steps: int | None = None  # set (≥ 1): overrides epochs
     seed: int = 0
     packing: bool = False
     lora: bool = False
@@ -199,6 +199,8 @@ def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None =
     _apply(values, file_values)
     _apply(values, {k: v for k, v in options.items() if k in KEYS and v is not None})
     cfg = TrainConfig(kind=kind, **{k: v for k, v in values.items() if k in KEYS})
+    if cfg.effective_batch_size is not None and not 1 <= cfg.effective_batch_size <= MAX_INT:
+        raise InputError(f"--effective-batch-size {cfg.effective_batch_size}: accepted is a whole number from 1 to {MAX_INT}")
     if cfg.effective_batch_size is not None:
         per_step = cfg.per_device_batch_size * world_size()
         cfg.gradient_accumulation = max(1, math.ceil(cfg.effective_batch_size / per_step))
@@ -214,39 +216,87 @@ def resolve(kind: str, options: dict[str, Any], config_file: str | Path | None =
     return cfg
 
 
+# Whole-number settings are at most this: every one of them ends up in a C integer of torch or the tokenizers,
+# and a larger one (a typo) would fail mid-run instead of here.
+MAX_INT = 2**31 - 1
+MAX_SEED = 2**32 - 1  # numpy's seed (the Trainer seeds numpy, random and torch with it)
+
+
+def _finite(name: str, value: float, *, low: float, high: float = math.inf, low_open: bool = True, high_open: bool = True, accepted: str) -> None:
+    """A number option is finite and within its range; the message names what is accepted."""
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (math.isfinite(value) and above and below):
+        raise InputError(f"--{name.replace('_', '-')} {value}: accepted is {accepted}")
+
+
 def check(cfg: TrainConfig) -> None:
+    """Every setting within its range, before anything is read or loaded (NaN and infinity included: a run with
+    them trains, saves non-finite weights and reports a loss of 0)."""
     for name in ("per_device_batch_size", "gradient_accumulation", "cutoff_len", "lora_rank", "lora_alpha", "save_steps",
                  "save_total_limit", "logging_steps"):  # fmt: skip
-        if getattr(cfg, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be ≥ 1, got {getattr(cfg, name)}")
-    if not 0.0 <= cfg.warmup_ratio < 1.0:
-        raise InputError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
-    if cfg.lr <= 0:
-        raise InputError(f"--learning-rate must be > 0, got {cfg.lr}")
-    if cfg.max_steps <= 0 and cfg.epochs <= 0:
-        raise InputError("give --epochs > 0 or --max-steps > 0")
-    if not 0.0 < cfg.tau <= 1.0:
-        raise InputError(f"--tau must be in (0, 1], got {cfg.tau}")
+        if not 1 <= getattr(cfg, name) <= MAX_INT:
+            raise InputError(f"--{name.replace('_', '-')} {getattr(cfg, name)}: accepted is a whole number from 1 to {MAX_INT}")
+    if cfg.max_steps is not None and not 1 <= cfg.max_steps <= MAX_INT:
+        raise InputError(f"--max-steps {cfg.max_steps}: accepted is a whole number from 1 to {MAX_INT} (leave it out to train --epochs)")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        raise InputError(f"--seed {cfg.seed}: accepted is a whole number from 0 to {MAX_SEED} (2**32 - 1)")
+    _finite("warmup_ratio", cfg.warmup_ratio, low=0.0, low_open=False, high=1.0, accepted="a number in [0, 1)")
+    _finite("learning_rate", cfg.lr, low=0.0, high=1.0, high_open=False, accepted="a finite number > 0 and ≤ 1 (e.g. 2e-5)")
+    _finite("epochs", cfg.epochs, low=0.0, high=1e6, high_open=False, accepted="a finite number of passes > 0 (at most 1e6)")
+    _finite("tau", cfg.tau, low=0.0, high=1.0, high_open=False, accepted="a number in (0, 1]")
     if cfg.desirable not in ("exact", "all-gold"):
         raise InputError(f"--desirable must be exact or all-gold, got {cfg.desirable!r}")
     if cfg.markers not in ("special", "brackets"):
         raise InputError(f"--markers must be special or brackets, got {cfg.markers!r}")
     if cfg.cannot_answer is not None and (not cfg.cannot_answer.strip() or "\n" in cfg.cannot_answer.strip()):
         raise InputError("--cannot-answer: give one non-empty sentence on one line")
-    if cfg.beta <= 0:
-        raise InputError(f"--beta must be > 0, got {cfg.beta}")
+    _finite("beta", cfg.beta, low=0.0, high=1e6, high_open=False, accepted="a finite number > 0 (default 0.1)")
     for name in ("desirable_weight", "undesirable_weight"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) <= 0:
-            raise InputError(f"--{name.replace('_', '-')} must be > 0, got {getattr(cfg, name)}")
+        if getattr(cfg, name) is not None:
+            _finite(name, getattr(cfg, name), low=0.0, high=1e6, high_open=False, accepted="a finite number > 0")
     if cfg.lr_scheduler not in LR_SCHEDULERS:
         raise InputError(f"lr_scheduler {cfg.lr_scheduler!r} (--config): not one of {', '.join(LR_SCHEDULERS)}")
     if cfg.lora and not any(t.strip() for t in cfg.lora_target.split(",")):
         raise InputError(f"--lora-target {cfg.lora_target!r}: names no module (all-linear, or names such as q_proj,v_proj)")
     check_report_to(cfg.report_to)
-    if cfg.deepspeed and not Path(cfg.deepspeed).is_file():
-        raise InputError(f"--deepspeed {cfg.deepspeed}: no such file")
+    if cfg.deepspeed:
+        check_deepspeed_config(cfg.deepspeed)
     if cfg.chat_template and not Path(cfg.chat_template).is_file():
         raise InputError(f"--chat-template {cfg.chat_template}: no such file")
+
+
+def check_deepspeed_config(path: str) -> None:
+    """--deepspeed names a JSON object (the trainer would fail on it only after --out was written)."""
+    import json
+
+    if not Path(path).is_file():
+        raise InputError(f"--deepspeed {path}: no such file")
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"--deepspeed {path}: not a JSON DeepSpeed config ({e})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"--deepspeed {path}: expected a JSON object (a DeepSpeed config such as examples/deepspeed/zero3.json)")
+
+
+def check_lora_target(cfg: TrainConfig, module_names: list[str]) -> None:
+    """Each --lora-target name matches a module of the model, as peft matches them (the whole name or its last
+    parts); peft would fail only after the model loaded, with a traceback."""
+    if not cfg.lora or cfg.lora_target == "all-linear" or not module_names:  # no names: the model is not known yet
+        return
+    wanted = [t.strip() for t in cfg.lora_target.split(",") if t.strip()]
+    unknown = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in module_names)]
+    if unknown:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in module_names if n and not n.rsplit(".", 1)[-1].isdigit()})
+        raise InputError(f"--lora-target {cfg.lora_target}: the model has no module {', '.join(unknown)} (its modules: {', '.join(leaves[:30])}; or all-linear)")
+
+
+def check_cutoff(cfg: TrainConfig, context: int | None) -> None:
+    """--cutoff-len within the model's context (unknown context: nothing to check); past it the positions
+    have no embedding and the run crashes after training, when the weights are saved or first used."""
+    if context is not None and cfg.cutoff_len > context:
+        raise InputError(f"--cutoff-len {cfg.cutoff_len}: longer than the model's context of {context} tokens; accepted is 1 to {context}")
 
 
 def report_to_names(value: str) -> list[str]:
@@ -282,7 +332,7 @@ def effective_batch(cfg: TrainConfig) -> int:
 
 def planned_steps(cfg: TrainConfig, rows: int) -> int:
     """Optimizer steps the Trainer will run over ``rows`` examples (before packing)."""
-    if cfg.max_steps > 0:
+    if cfg.max_steps is not None:
         return cfg.max_steps
     batches = math.ceil(rows / (cfg.per_device_batch_size * world_size()))
     per_epoch = max(batches // cfg.gradient_accumulation, 1)

@@ -132,7 +132,11 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
         return _from_chains(data, corpus, system, markers, cannot_answer)
     require_input(data)
     rows, fmt = load_rows(data)
-    _check_gmr(data, fmt)
+    _check_export_kind(data, fmt, "sft")
+    labelled = next((n for n, row in enumerate(rows, 1) if "label" in row), None)
+    if labelled is not None:
+        raise InputError(f"{data}, row {labelled}: carries a KTO label (kto_tag / label): rows of `export kto`, whose undesirable answers SFT would learn "
+                         "as well as the desirable ones; train kto on this file, or train sft on the file `export sft` wrote")  # fmt: skip
     return TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
 
 
@@ -147,21 +151,30 @@ def exported_questions(data: Path) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("qids"), list) else None
 
 
-def _check_gmr(data: Path, fmt: str) -> None:
-    """GMR pairs train a document generator, chains a docid reasoner: one file is one or the other. The export's
-    ``<file>.grtool.json`` (when there) must agree with the rows."""
+# What each command trains on, by the `export` that wrote the file (its ``<file>.grtool.json`` says which).
+TRAINS_ON = {"sft": ("sft", GMR), "kto": ("kto",)}
+
+
+def _check_export_kind(data: Path, fmt: str, kind: str) -> None:
+    """A file an `export` wrote is trained by its own command: `train sft` takes `export sft` and `export gmr`
+    files, `train kto` `export kto` files. GMR pairs train a document generator, chains a docid reasoner: one file
+    is one or the other. The export's record (when there) must agree with the command and with the rows."""
     from grtool.export.provenance import read_sidecar, sidecar_path
 
     if GMR in fmt.split("+") and fmt != GMR:
         raise InputError(f"{data}: mixes `export gmr` pairs with chat rows ({fmt}); train a GMR model and a chains model from separate files")
     sidecar = sidecar_path(data)
-    if sidecar.is_file():
-        try:
-            kind = read_sidecar(sidecar).get("kind")
-        except (ValueError, OSError):
-            return  # not grtool's record: the rows alone decide
-        if (kind == GMR) != (fmt == GMR):
-            raise InputError(f"{data}: {sidecar.name} says `export {kind}` wrote it, but its rows are {fmt}")
+    if not sidecar.is_file():
+        return
+    try:
+        exported = read_sidecar(sidecar).get("kind")
+    except (ValueError, OSError):
+        return  # not grtool's record: the rows alone decide
+    if exported not in TRAINS_ON[kind]:
+        raise InputError(f"{data}: {sidecar.name} says `export {exported}` wrote it; `train {kind}` trains on what `export {' or export '.join(TRAINS_ON[kind])}` writes"
+                         f"{f' (train {exported} takes this file)' if exported in TRAINS_ON else ''}")  # fmt: skip
+    if (exported == GMR) != (fmt == GMR):
+        raise InputError(f"{data}: {sidecar.name} says `export {exported}` wrote it, but its rows are {fmt}")
 
 
 def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str, cannot_answer: str | None = None) -> TrainData:
@@ -191,6 +204,7 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
         raise InputError(f"{data}: no such file")
     else:
         rows, fmt = load_rows(data)
+        _check_export_kind(data, fmt, "kto")
         loaded = TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
     missing = sum("label" not in r for r in loaded.rows)
     if missing:

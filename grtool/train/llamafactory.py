@@ -83,7 +83,7 @@ def llamafactory_config(p: Plan, output_dir: str) -> dict[str, Any]:
         seed=cfg.seed,
         bf16=cfg.bf16 if cfg.bf16 is not None else True,
     )
-    if cfg.max_steps > 0:
+    if cfg.max_steps is not None:
         config["max_steps"] = cfg.max_steps
     return config
 

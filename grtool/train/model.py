@@ -24,19 +24,60 @@ def resolve(model: str | None) -> ModelRef:
 def load_tokenizer(ref: ModelRef, chat_template: str | None = None):
     from transformers import AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(ref.path)
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {ref.name}: cannot load its tokenizer ({e})") from None
+    from grtool.llm.models import check_chat_template, check_tokenizer, embedding_rows
+
+    tokenizer = load_model_tokenizer(ref)
+    check_tokenizer(tokenizer, ref.name, embedding_rows(ref.path))
     if chat_template:
-        tokenizer.chat_template = Path(chat_template).read_text()
+        try:
+            tokenizer.chat_template = Path(chat_template).read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"--chat-template {chat_template}: cannot read it as text ({getattr(e, 'strerror', None) or e})") from None
     if not getattr(tokenizer, "chat_template", None):
         raise InputError(
             f"--model {ref.name}: its tokenizer has no chat template, so the user and assistant turns cannot be "
             "rendered; pass one with --chat-template FILE (a Jinja file, e.g. the chat template of the instruct "
             "model this base was made from: the `chat_template` of its tokenizer_config.json or chat_template.jinja)"
         )
+    check_chat_template(tokenizer, f"--chat-template {chat_template}" if chat_template else f"--model {ref.name}")
     return tokenizer
+
+
+def load_model_tokenizer(ref: ModelRef):
+    """The tokenizer of a model folder or hub id; a failure is one line (transformers' own advice, such as
+    installing sentencepiece for a folder that simply has no tokenizer, would mislead)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(ref.path)
+    except Exception as e:  # noqa: BLE001  (OSError, ValueError, ImportError, tokenizers' Exception, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"--model {ref.name}: cannot load its tokenizer ({first[:300]})") from None
+
+
+def model_context(ref: ModelRef) -> int | None:
+    """The model's context in tokens from its config (None: unknown without loading it)."""
+    from grtool.llm.models import context_length
+
+    try:
+        from transformers import AutoConfig
+
+        return context_length(AutoConfig.from_pretrained(ref.path), None)
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def module_names(ref: ModelRef) -> list[str]:
+    """The names of the model's modules, from its config without its weights (meta device); [] when unknown."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ref.path))
+    except Exception:  # noqa: BLE001  (a hub id not in the cache: the load itself says why)
+        return []
+    return [name for name, _ in model.named_modules()]
 
 
 def load_model(ref: ModelRef, dtype: Any = None):
@@ -44,8 +85,9 @@ def load_model(ref: ModelRef, dtype: Any = None):
 
     try:
         return AutoModelForCausalLM.from_pretrained(ref.path, dtype=dtype) if dtype is not None else AutoModelForCausalLM.from_pretrained(ref.path)
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {ref.name}: cannot load it ({e})") from None
+    except Exception as e:  # noqa: BLE001  (a folder checked by check_model_folder; a hub id may still fail here)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"--model {ref.name}: cannot load it ({first[:300]})") from None
 
 
 def add_markers(tokenizer) -> list[str]:

@@ -54,3 +54,32 @@ class StopWhenAsked(TrainerCallback):
             control.should_save = True
             control.should_training_stop = True
         return control
+
+
+class NonFiniteTraining(Exception):
+    """Raised inside the Trainer when the loss, the gradient norm or the weights are no longer finite."""
+
+
+class StopOnNonFinite(TrainerCallback):
+    """A logged loss or gradient norm that is NaN or infinite stops the run before anything of it is saved (the
+    Trainer logs a step before it saves it): a model with non-finite weights writes nothing but end-of-text, and
+    KTO even reports its loss as 0.0. The weights themselves are checked before every save (:func:`check_finite`),
+    which covers the steps between two logs."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        import math
+
+        for key in ("loss", "grad_norm"):
+            value = (logs or {}).get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                raise NonFiniteTraining(f"{key} is {value} at step {state.global_step}")
+
+
+def check_finite(model) -> None:
+    """Every weight of ``model`` is finite (on this process; a sharded parameter checks its own shard)."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.numel() and not bool(torch.isfinite(param).all()):
+                raise NonFiniteTraining(f"weight {name} holds NaN or infinite values")

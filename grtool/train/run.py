@@ -17,19 +17,19 @@ import os
 import platform
 import re
 import shutil
-import struct
 import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, checkpoint_value  # noqa: F401  (PROVENANCE: retrieve reads it here)
+from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record
 from grtool.extras import require
-from grtool.llm.models import ModelRef
+from grtool.llm.models import ModelRef, safetensors_header
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
@@ -83,6 +83,8 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
         require("llm", f"train {kind} --dry-run")
     if writes_checkpoint:  # the loggers of a run on this machine (a LLaMA-Factory config may run elsewhere)
         check_report_to_installed(cfg.report_to)
+        if cfg.deepspeed and check_out:  # a --dry-run may plan the run of another machine
+            require_deepspeed()
 
     if kind == "sft":
         loaded = load_sft(data, corpus=cfg.corpus, system=cfg.system, markers=cfg.markers, cannot_answer=cfg.cannot_answer)
@@ -97,6 +99,17 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
             "lower --per-device-batch-size / --gradient-accumulation or give more data"
         )
     ref = resolve(model)
+    read_checkpoint(ref.path)  # a base model that is a grtool checkpoint: its record is read at the end, so damage stops the run now
+    if writes_checkpoint:
+        from grtool.train.config import check_cutoff
+        from grtool.train.model import model_context
+
+        check_cutoff(cfg, model_context(ref))
+        if cfg.lora:
+            from grtool.train.config import check_lora_target
+            from grtool.train.model import module_names
+
+            check_lora_target(cfg, module_names(ref))
     if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
         _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
@@ -116,6 +129,15 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
     return result
 
 
+def require_deepspeed() -> None:
+    import importlib.util
+
+    from grtool.errors import MissingDependency
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise MissingDependency("--deepspeed", "deepspeed", "deepspeed")
+
+
 def _inputs(model: ModelRef, data_source: str, cfg: TrainConfig) -> tuple[list[Any], list[Any]]:
     """``(inputs, directories inputs are found in)`` of a training run, for the rule that --out is none of them."""
     path = model.path if Path(model.path).exists() else None
@@ -132,11 +154,70 @@ def _check_paths(out: Path, inputs: list[Any], holders: list[Any], *, replace: b
 
 
 def _check_out(p: Plan) -> None:
+    """--out against what it holds: a live run there is a transient refusal (exit 75, naming it); a finished
+    checkpoint is replaced only with --overwrite; --resume continues only the run that command started."""
+    from grtool.store.locks import output_lock
+
     out = p.out
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (p.resume or p.overwrite):
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    with output_lock(out):  # exit 75 naming the live run, before any advice about the files it is writing
+        pass
+    finished = read_checkpoint(out)
+    if finished is not None and (p.resume or not p.overwrite):
+        raise InputError(
+            f"--out {out}: holds a finished checkpoint ({finished.kind}, {finished.global_step} steps, {finished.finished}); "
+            "--resume continues only an interrupted run: pass --overwrite (without --resume) to replace it, or choose another --out"
+        )
+    if not (p.resume or p.overwrite):
         raise InputError(f"--out {out}: already holds files; pass --resume to continue its last checkpoint or --overwrite to start over")
+    if p.resume:
+        check_resume(p, read_run_record(out))
+
+
+# Settings a resumed run may change: how often it saves and logs, not what it learns.
+RESUME_MAY_CHANGE = frozenset({"save_steps", "save_total_limit", "keep_checkpoints", "logging_steps", "report_to"})
+
+
+def run_identity(p: Plan) -> RunIdentity:
+    hyper = p.report()["config"]
+    return RunIdentity(kind=f"train {p.kind}", data=p.data.source, data_sha256=p.data.sha256, data_fingerprint=p.data.fingerprint,
+                       model=p.model.name, model_path=p.model.path, hyperparameters=hyper)  # fmt: skip
+
+
+def check_resume(p: Plan, record: RunRecord | None) -> None:
+    """--resume continues the run whose ``grtool-run.json`` is in --out only with the same command: another kind,
+    model, data or setting would mix two runs into one checkpoint that records only the second (exit 2)."""
+    from grtool.store.paths import printable
+
+    out = p.out
+    if record is None or record.train is None:
+        if not any(_CHECKPOINT.fullmatch(d.name) for d in out.iterdir() if d.is_dir()):
+            raise InputError(f"--out {printable(out)}: --resume: it holds no training run of grtool (no {RUN_RECORD}, no checkpoint-N); choose another --out")
+        log.warning("--resume: %s has no %s saying which command started it: the resumed run is not compared with it", printable(out), RUN_RECORD)
+        return
+    was, now_ = record.train, run_identity(p)
+    differences = []
+    if was.kind != now_.kind:
+        differences.append(f"the run is `{was.kind}`, this is `{now_.kind}`")
+    if was.model != now_.model:
+        differences.append(f"--model was {was.model}, now {now_.model}")
+    if (was.data, was.data_sha256, was.data_fingerprint) != (now_.data, now_.data_sha256, now_.data_fingerprint):
+        same_path = was.data == now_.data
+        differences.append(f"the data {was.data} {'changed since' if same_path else 'was given, now ' + now_.data}")
+    for key in sorted(set(was.hyperparameters) | set(now_.hyperparameters)):
+        if key in RESUME_MAY_CHANGE:
+            continue
+        old, new = was.hyperparameters.get(key), now_.hyperparameters.get(key)
+        if old != new:
+            differences.append(f"{key.replace('_', '-')} was {old!r}, now {new!r}")
+    if differences:
+        raise InputError(
+            f"--out {printable(out)}: --resume refused: this command differs from the run it would continue ({'; '.join(differences)}); "
+            "resume with the same command, or start over with --overwrite"
+        )
 
 
 def _dtype(cfg: TrainConfig):
@@ -157,7 +238,7 @@ def _common_args(p: Plan) -> dict[str, Any]:
         max_length=cfg.cutoff_len,
         warmup_steps=cfg.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps (transformers 5)
         num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
+        max_steps=cfg.max_steps if cfg.max_steps is not None else -1,  # -1: the Trainer runs --epochs
         seed=cfg.seed,
         lr_scheduler_type=cfg.lr_scheduler,
         save_strategy="steps",
@@ -278,14 +359,26 @@ def claim_checkpoint(p: Plan) -> Any:
     claimed = claim(p.out, CHECKPOINT, inputs=inputs, holders=holders, overwrite=p.overwrite and not p.resume)
     if p.overwrite and not p.resume:
         claimed.clear()
-    claimed.mark_started()  # a run killed before its grtool.json can still be started over with --overwrite
+    # what the run is (a killed run can still be started over with --overwrite, and --resume compares with it);
+    # a resumed run keeps the record of the command that started it
+    if not (p.resume and (previous := read_run_record(p.out)) is not None and previous.train is not None):
+        from grtool.invocation import current_command
+        from grtool.secrets import redact_argv
+        from grtool.store.records import now
+        from grtool.store.stage import atomic_write_bytes
+
+        started = RunRecord(kind="checkpoint", started=now(), command=redact_argv(claimed.lock.command or current_command()), train=run_identity(p))
+        p.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(p.out / RUN_RECORD, msgspec.json.format(msgspec.json.encode(started)) + b"\n")
     return claimed
 
 
 def _train(p: Plan) -> dict[str, Any]:
     from grtool import signals
-    from grtool.train.progress import StopWhenAsked, TrainProgress
+    from grtool.holds import hold
+    from grtool.train.progress import NonFiniteTraining, StopOnNonFinite, StopWhenAsked, TrainProgress, check_finite
 
+    hold("training")  # tests: a run that holds --out and has written its run record there
     resume_from = None
     if p.resume and p.out.is_dir():
         found = last_complete_checkpoint(p.out, remove_incomplete=_is_main())  # every rank picks the same one
@@ -296,7 +389,7 @@ def _train(p: Plan) -> dict[str, Any]:
             log.info("resuming from %s (%s)", found.name, found)
     started = time.time()
     progress = TrainProgress(f"train {p.kind}", p.losses)
-    trainer = build_trainer(p, callbacks=[progress, StopWhenAsked()])
+    trainer = build_trainer(p, callbacks=[progress, StopWhenAsked(), StopOnNonFinite()])
     log.info(
         "%s: %d rows, effective batch %d (per-device %d × accumulation %d × %d processes), %d steps",
         p.data.source, len(p.data.rows), effective_batch(p.cfg), p.cfg.per_device_batch_size, p.cfg.gradient_accumulation, world_size(), p.steps,
@@ -310,9 +403,15 @@ def _train(p: Plan) -> dict[str, Any]:
     except (signals.Stopped, KeyboardInterrupt):
         _note_stop(p, trainer.state.global_step)
         raise
+    except NonFiniteTraining as e:
+        raise _diverged(p, e) from None
     if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
         _note_stop(p, trainer.state.global_step)
         signals.stop_if_requested()
+    try:
+        check_finite(trainer.model)
+    except NonFiniteTraining as e:
+        raise _diverged(p, e) from None
     tokenizer = trainer.processing_class
     if p.cfg.lora:
         adapter = p.out / "adapter"
@@ -334,6 +433,19 @@ def _train(p: Plan) -> dict[str, Any]:
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     return record
+
+
+def _diverged(p: Plan, e: Exception) -> Exception:
+    """A run whose numbers stopped being finite: nothing of it was saved (exit 1)."""
+    from grtool.errors import DataProblem
+    from grtool.store.paths import printable
+
+    found = last_complete_checkpoint(p.out, remove_incomplete=False) if p.out.is_dir() else None
+    kept = f"; {found.name} (saved before) is the last complete checkpoint" if found is not None else ""
+    return DataProblem(
+        f"train {p.kind}: training diverged ({e}); nothing of it was saved in {printable(p.out)}{kept}: "
+        f"lower --learning-rate (now {p.cfg.lr:g}){' or --beta' if p.kind == 'kto' else ''}, or check the base model's weights"
+    )
 
 
 def _note_stop(p: Plan, step: int) -> None:
@@ -374,6 +486,9 @@ def atomic_checkpoints(trainer_class: type) -> type:
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)  # a save cut short earlier
+            from grtool.train.progress import check_finite
+
+            check_finite(model)  # a checkpoint of non-finite weights could only be resumed into more of them
             self.accelerator.wait_for_everyone()
             self._staging = str(staging)
             try:
@@ -434,7 +549,7 @@ def checkpoint_problem(folder: Path) -> str | None:
         if missing:
             return f"{index.name} names missing shards {', '.join(missing)}"
     for f in weights:
-        if f.suffix == ".safetensors" and not _safetensors_whole(f):
+        if f.suffix == ".safetensors" and safetensors_header(f) is None:
             return f"{f.name} is cut short"
     for f in folder.iterdir():  # torch.save writes zip archives: a cut one has no central directory
         if f.is_file() and f.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(f):
@@ -445,18 +560,6 @@ def checkpoint_problem(folder: Path) -> str | None:
     if (folder / "optimizer.pt").is_file() and not (folder / "scheduler.pt").is_file():
         return "no scheduler state (scheduler.pt)"
     return None
-
-
-def _safetensors_whole(path: Path) -> bool:
-    """The header parses and the file is as long as the tensors it lists (a truncated file is shorter)."""
-    try:
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = orjson.loads(f.read(length))
-        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
-        return path.stat().st_size >= 8 + length + end
-    except (struct.error, orjson.JSONDecodeError, KeyError, TypeError, IndexError, ValueError, AttributeError):
-        return False
 
 
 def last_complete_checkpoint(out: Path, remove_incomplete: bool = True) -> Path | None:
