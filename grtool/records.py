@@ -52,6 +52,9 @@ def field_message(error: msgspec.ValidationError, within: str = "") -> str:
             return text[:1].lower() + text[1:]
         message, at = text, "$"
     field = at.rstrip("`").removeprefix("$").removeprefix(".")
+    if message.startswith("field ") and ": " in message:  # a rule of a record nested in this one names its own field
+        inner, message = message.removeprefix("field ").split(": ", 1)
+        field = f"{field}.{inner}" if field else inner
     if within:
         field = within + ("." if field and not field.startswith("[") else "") + field
     return f"field {field or '(the whole record)'}: {message[:1].lower()}{message[1:]}"

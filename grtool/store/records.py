@@ -10,13 +10,13 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, FileName, Sha256, decode_record, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, Sha256, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
 from grtool.store.schemas import TABLES
@@ -73,6 +73,7 @@ def dumps(obj: Any) -> bytes:
 
 # ---- the declarations: every reader of a manifest or a shard record decodes it through these (grtool.records)
 
+T = TypeVar("T")
 PartName = Annotated[str, msgspec.Meta(pattern=PART_PATTERN)]
 PartCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTS)]
 TableName = Literal[tuple(TABLES)]  # type: ignore[valid-type]
@@ -163,6 +164,18 @@ class InputRecord(msgspec.Struct, omit_defaults=True):
     sample_blake2b: Digest | None = None
 
 
+def entries_of(mapping: dict[str, Any], kind: type[T], field: str) -> dict[str, T]:
+    """The values of a JSON object decoded as ``kind`` one by one: msgspec names a failing dict entry ``[...]``,
+    users need its key (``shards.part-00003.sha256``)."""
+    decoded = {}
+    for key, value in mapping.items():
+        try:
+            decoded[key] = msgspec.convert(value, kind)
+        except msgspec.ValidationError as e:
+            raise ValueError(field_message(e, f"{field}.{key}")) from None
+    return decoded
+
+
 class SchemaField(msgspec.Struct):
     name: Text
     type: Text
@@ -176,11 +189,12 @@ class Manifest(msgspec.Struct):
     schema: list[SchemaField] = []
     inputs: list[InputRecord] = []
     params: dict[Text, Any] = {}
-    shards: dict[PartName, ShardRecord] = {}
+    # by part name and by task: checked entry by entry in __post_init__, so a message names the entry's key
+    shards: dict[PartName, Any] = {}
     counters: Counters = msgspec.field(default_factory=Counters)
     rows: Count | None = None
     complete: bool = False
-    stops: dict[Text, StopRecord] | None = None
+    stops: dict[Text, Any] | None = None
     command: list[Text] | None = None
     grtool_version: Text | None = None
     created: Text | None = None
@@ -188,6 +202,8 @@ class Manifest(msgspec.Struct):
     has_questions: bool | None = None
 
     def __post_init__(self) -> None:
+        self.shards = entries_of(self.shards, ShardRecord, "shards")
+        self.stops = None if self.stops is None else entries_of(self.stops, StopRecord, "stops")
         for name, entry in self.shards.items():
             if entry.part not in (None, name):
                 raise ValueError(f"field shards.{name}.part: {entry.part!r} is listed under {name}")
@@ -272,16 +288,23 @@ def now() -> str:
 
 
 def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
-    """The part a shard record names is there as committed: a regular file of the recorded size (a removed,
-    truncated or replaced part is not, so resume redoes it; its bytes are hashed by ``validate``, not here)."""
+    """The part a shard record names is there as committed: a regular file of the recorded size holding the
+    recorded rows (its footer says; a removed, truncated or replaced part is not, so resume redoes it; its bytes
+    are hashed by ``validate``, not here)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     name = record.get("file")
     if not isinstance(name, str) or "/" in name:
         return False
+    part = Path(path) / name
     try:
-        st = (Path(path) / name).stat()
-    except OSError:
+        st = part.stat()
+        if not (stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")):
+            return False
+        return pq.read_metadata(part).num_rows == record.get("rows")
+    except (OSError, ValueError, pa.ArrowException):  # a damaged footer: not the part that was committed
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")
 
 
 def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]]) -> list[str]:

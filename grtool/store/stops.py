@@ -49,7 +49,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.layout import LOCK, MANIFEST
 from grtool.records import DamagedRecord, field_message
-from grtool.store.records import StopRecord, atomic_write_bytes, dumps, load_manifest, now
+from grtool.store.records import StopRecord, atomic_write_bytes, entries_of, dumps, load_manifest, now
 
 STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
@@ -73,9 +73,11 @@ def read_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> dict[s
     if stops is None:
         return {}
     try:
-        msgspec.convert(stops, dict[str, StopRecord])  # the declaration, as load_manifest decodes it
+        entries_of(msgspec.convert(stops, dict[str, Any]), StopRecord, STOPS)  # the declaration load_manifest decodes it by
     except msgspec.ValidationError as e:
         raise DamagedRecord(f"{where}: manifest: {field_message(e, STOPS)} (edited or damaged)") from None
+    except ValueError as e:
+        raise DamagedRecord(f"{where}: manifest: {e} (edited or damaged)") from None
     return stops
 
 
