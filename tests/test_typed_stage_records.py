@@ -386,7 +386,7 @@ def test_a_valid_slurm_job_record_reads(pipeline_dir):
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps(_slurm_record(pipeline_dir)))
     proc = grtool_in(pipeline_dir, "status", "run")
-    assert proc.returncode == 0 and "123" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "123" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert grtool_in(pipeline_dir, "pipeline", "finalize", record).returncode == 0
 
 
