@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import InputError
+from grtool.records import DamagedRecord
 from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
 
 # Stage tables `show` reads rows of; a chains stage written by `filters apply` is shown as "filtered".
@@ -146,7 +147,7 @@ def _describe(p: Path) -> Iterator[tuple[str | None, Path, list[Path]]]:
     if is_stage_dir(p):
         try:
             manifest = load_manifest(p)
-        except InputError:
+        except (InputError, DamagedRecord):
             return
         yield manifest.get("table"), p, _input_paths(manifest)
         return
