@@ -3,17 +3,21 @@ before anything is submitted. The runs against a real Slurm are in tests/test_sl
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
+from pathlib import Path
 
 from conftest import REPO
 
 
-def _config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }") -> str:
+def _config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }", out: Path | None = None) -> str:
+    """Three stages (ingest, triples as an array, index) under ``out`` (default TMP/run), any path quoted for TOML."""
     hotpot = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     path = tmp_path / "pipe.toml"
+    extra = extra.replace("\n", "\n        ")  # kept inside the dedented text
     path.write_text(textwrap.dedent(f"""
-        out = "{tmp_path / 'run'}"
+        out = {json.dumps(str(out or tmp_path / 'run'))}
         [slurm]
         partition = "cpu"
         time = "01:00:00"
@@ -21,7 +25,7 @@ def _config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }") -> 
         [[stages]]
         name = "ingest"
         run = "corpus ingest"
-        args = ["{hotpot}"]
+        args = [{json.dumps(str(hotpot))}]
         options = {{ out = "{{out}}/corpus" }}
         [[stages]]
         name = "triples"

@@ -350,7 +350,7 @@ def apply_filters(
     manifest = writer.finish()
     if not is_stdio(out):
         counts = Counter(manifest["counters"].get("extra", {}))
-        examples = _examples_from_rejects(Path(out), counts, examples)
+        examples = examples_from_rejects(Path(out), counts, examples)
     return build_report(counts, examples, rules=tuple(config.rules), all_candidates=config.all_candidates, settings=config.params())
 
 
@@ -367,7 +367,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _examples_from_rejects(stage: Path, counts: Counter[str], have: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def examples_from_rejects(stage: Path, counts: Counter[str], have: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Two examples per reason, topped up from the stage's rejects (parts done by earlier runs or tasks)."""
     examples = {k: list(v) for k, v in have.items()}
     wanted = {key.split("/", 1)[1] for key in counts if key.startswith("reason/")}

@@ -240,10 +240,10 @@ def filter_reasons(stage: Path, manifest: dict[str, Any]) -> list[tuple[str, int
     """(reason code, chains, examples) of a filters stage, most frequent first."""
     from collections import Counter
 
-    from grtool.filters.apply import _examples_from_rejects
+    from grtool.filters.apply import examples_from_rejects
 
     counts = Counter({k: v for k, v in _extra(manifest).items() if k.startswith("reason/") and isinstance(v, int)})
-    examples = _examples_from_rejects(stage, counts, {})
+    examples = examples_from_rejects(stage, counts, {})
     return [(key.split("/", 1)[1], n, examples.get(key.split("/", 1)[1], [])[:EXAMPLES_PER_REASON]) for key, n in counts.most_common()]
 
 

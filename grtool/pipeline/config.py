@@ -36,6 +36,7 @@ import msgspec
 
 from grtool.errors import InputError
 from grtool.pipeline.registry import NoCommands, StageCommands
+from grtool.pipeline.slurm_values import SHELL_KEYS, check_slurm_settings, check_slurm_value
 
 
 @dataclass
@@ -249,8 +250,9 @@ def _valid_option_value(value: Any) -> bool:
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
 
-def expand(text: str, variables: dict[str, str], where: str) -> str:
-    """``text`` with ``{name}`` replaced; any other ``{…}`` (format specs, attributes, indices) is an error."""
+def expand(text: str, variables: dict[str, str], where: str, *, shell: bool = False) -> str:
+    """``text`` with ``{name}`` replaced; any other ``{…}`` (format specs, attributes, indices) is an error.
+    ``shell``: ``text`` is shell (a Slurm ``setup`` line, ``launch`` words): each value goes in as one quoted word."""
 
     def replace(m: re.Match) -> str:
         token = m[0]
@@ -262,17 +264,23 @@ def expand(text: str, variables: dict[str, str], where: str) -> str:
             known = ", ".join("{" + v + "}" for v in variables)
             raise InputError(f"{where}: unknown placeholder {token} in {text!r}{_did_you_mean(m[1], list(variables))}; "
                              f"placeholders: {known} (write {{{{ and }}}} for literal braces)")  # fmt: skip
-        return variables[m[1]]
+        return shlex.quote(variables[m[1]]) if shell else variables[m[1]]
 
     return _FIELD.sub(replace, text)
 
 
-def _expand(value: Any, variables: dict[str, str], where: str) -> Any:
+def _expand(value: Any, variables: dict[str, str], where: str, *, shell: bool = False) -> Any:
     if isinstance(value, str):
-        return expand(value, variables, where)
+        return expand(value, variables, where, shell=shell)
     if isinstance(value, list):
         return [_expand(v, variables, where) for v in value]
     return value
+
+
+def _expand_slurm(key: str, value: Any, variables: dict[str, str], where: str) -> Any:
+    """A Slurm value with its placeholders replaced; in the shell keys (``setup``, ``launch``) a value stays
+    data: one quoted word, never shell syntax."""
+    return _expand(value, variables, where, shell=key in SHELL_KEYS)
 
 
 def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) -> dict[str, Any]:
@@ -281,7 +289,7 @@ def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) 
         if key == "options":
             expanded[key] = {k: _expand(v, variables, f"{where}, option {k!r}") for k, v in value.items()}
         elif key == "slurm":
-            expanded[key] = {k: _expand(v, variables, f"{where}, slurm {k!r}") for k, v in value.items()}
+            expanded[key] = {k: _expand_slurm(k, v, variables, f"{where}, slurm {k!r}") for k, v in value.items()}
         else:
             expanded[key] = _expand(value, variables, f"{where}, key {key!r}")
     return expanded
@@ -325,9 +333,13 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         if stage.name in by_name:
             raise InputError(f"{path}: stage name {stage.name!r} is used twice")
         by_name[stage.name] = {**msgspec.structs.asdict(stage), "slurm": msgspec.to_builtins(stage.slurm)}
-    defaults = {k: _expand(v, variables, f"{path}: [slurm] {k!r}") for k, v in msgspec.to_builtins(spec.slurm).items()}
+    defaults = {k: _expand_slurm(k, v, variables, f"{path}: [slurm] {k!r}") for k, v in msgspec.to_builtins(spec.slurm).items()}
     # Placeholders are expanded (and checked) in the file's values first, then in each --set value.
     by_name = {name: _expand_stage(entry, variables, f"{path}: stage {name!r}") for name, entry in by_name.items()}
+    # The Slurm values as they will reach a batch script: after their placeholders, each of Slurm's shape.
+    check_slurm_settings(defaults, f"{path}: [slurm]")
+    for name, entry in by_name.items():
+        check_slurm_settings(entry["slurm"], f"{path}: stage {name!r}, slurm")
     for item in overrides:
         if item in var_sets:
             continue  # applied above
@@ -372,11 +384,15 @@ def _slurm_value(key: str, text: str, variables: dict[str, str], where: str) -> 
     fields = list(SlurmTable.__struct_fields__)
     if key not in fields:
         raise InputError(f"{where}: unknown Slurm key {key!r}{_did_you_mean(key, fields)}; known keys: {', '.join(fields)}")
-    value = _expand(shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
+    try:
+        value = _expand_slurm(key, shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
+    except ValueError as e:  # an unclosed quote in the sbatch arguments
+        raise InputError(f"{where}: cannot split the value into words ({e})") from None
     if key not in ("sbatch", "nodes", "cpus", "tasks", "parallel"):
         value = str(value)  # time = 1:00:00 or mem = 64 stay text
     try:
         msgspec.convert({key: value}, SlurmTable, strict=True)
     except msgspec.ValidationError as e:
         raise InputError(f"{where}: {_got(str(e))}, expected {_SLURM_EXPECTED.get(key, 'a string')}") from None
+    check_slurm_value(key, value, f"{where}: slurm")
     return value

@@ -59,9 +59,16 @@ class StageTable(msgspec.Struct):
     slurm: dict[Text, Any]
 
 
-class Jobs(msgspec.Struct, forbid_unknown_fields=True):
+class Jobs(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """The jobs submitted: the (first) array, every array when the stage needed several, the finalize job."""
+
     run: JobId | None = None
+    arrays: list[JobId] = []
     finalize: JobId | None = None
+
+    def __post_init__(self) -> None:
+        if self.arrays and self.run != self.arrays[0]:
+            raise ValueError(f"field run: {self.run!r} is not the first of the arrays {self.arrays}")
 
 
 class SlurmJobRecord(msgspec.Struct):
@@ -78,9 +85,6 @@ class SlurmJobRecord(msgspec.Struct):
         _timestamp(self.submitted, "submitted")
         if self.jobs.finalize is not None and self.jobs.run is None:
             raise ValueError("field jobs: a finalize job without the run job it follows")
-
-    def job_ids(self) -> list[str]:
-        return [j for j in (self.jobs.run, self.jobs.finalize) if j]
 
 
 def _named_after(path: Path, name: str, field: str, what: str) -> None:

@@ -10,6 +10,14 @@
   whole array: it starts once, after the last task ended, and merges the shard records into each manifest alone,
   so the merge cannot race a task (the tasks' own merges under the manifest lock need a file system with
   ``flock``; this one does not).
+- A stage of more tasks than the cluster's ``MaxArraySize`` (``scontrol show config``; Slurm's default 1001
+  when it does not say) is several arrays, each covering a contiguous range of shards: the script passes
+  ``--num-shards N --shard-index $((SLURM_ARRAY_TASK_ID + offset))`` explicitly. The finalize job waits for all
+  of them; with ``parallel`` each array also waits for the one before it, so the limit holds across them.
+- Every ``[slurm]`` value was checked at load against the shape Slurm accepts for its key
+  (:mod:`grtool.pipeline.slurm_values`); words on ``#SBATCH`` lines are quoted the way Slurm reads them, the
+  script's commands with ``shlex``; a string with a control character never reaches a script.
+- sbatch's answer must be a job id; anything else stops the run naming the stage (nothing waits on it).
 - The jobs' scripts and records are in ``OUT/_pipeline/slurm/``, their logs in ``OUT/_pipeline/logs/``
   (``STAGE-%A_%a.out`` for an array task, ``STAGE-%j.out`` for a single job).
 - ``#SBATCH --signal=TERM@120`` stops grtool two minutes before the time limit (exit 75, resumable) and the job
@@ -28,11 +36,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import DataProblem, GrtoolError, InputError
+from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
 from grtool.pipeline.records import read_slurm_job
+from grtool.pipeline.slurm_values import control_character, sbatch_word, shown, time_minutes
 from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
 from grtool.records import to_builtins
 from grtool.store.records import now
@@ -45,6 +54,9 @@ ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPEN
 RETRYABLE = {"CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE"}  # ended from outside: resumable
 MAX_REQUEUES = 5  # a stage that keeps exiting 75 (a server down) stops requeueing itself after this many
 POLL_SECONDS = 2.0
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: array indexes 0-1000
+_STAGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}", re.ASCII)  # a job name and a file name
+_JOB_ID = re.compile(r"([0-9]{1,18})(?:;[A-Za-z0-9_.\-]{1,128})?", re.ASCII)  # sbatch --parsable: id[;cluster]
 
 
 def settings(pipeline: Pipeline, stage: Stage) -> dict[str, Any]:
@@ -107,9 +119,7 @@ class SlurmExecutor(PipelineExecutor):
         where = f"{self.pipeline.path}: stage {stage.name!r}, slurm"
         if "tasks" in self.pipeline.slurm:
             raise InputError(f"{self.pipeline.path}: [slurm] tasks: set tasks per stage (slurm = {{ tasks = N }}), not for every stage")
-        for key in ("tasks", "parallel", "cpus", "nodes"):
-            if key in conf and conf[key] < 1:
-                raise InputError(f"{where} {key!r}: must be at least 1, got {conf[key]}")
+        self._check_script_text(stage)
         tasks = conf.get("tasks", 1)
         if tasks > 1:
             if not self.commands.accepts(stage.run, "num_shards"):
@@ -123,35 +133,79 @@ class SlurmExecutor(PipelineExecutor):
                                  f"cannot do together; run it once with --set {stage.name}.slurm.tasks=1, or locally")  # fmt: skip
         elif "parallel" in conf:
             raise InputError(f"{where} 'parallel': only for an array (tasks > 1)")
+        if tasks > 1 and self.max_array_size()[0] < 1:
+            raise InputError(f"{where} 'tasks': this cluster has job arrays turned off (MaxArraySize = 0); set tasks = 1")
+
+    def _check_script_text(self, stage: Stage) -> None:
+        """Every string of ``stage`` that its batch script carries: no control character (a newline would end an
+        ``#SBATCH`` line or a comment early), and a stage name fit for a job name and a file name."""
+        where = f"{self.pipeline.path}: stage {stage.name!r}"
+        if not _STAGE_NAME.fullmatch(stage.name):
+            raise InputError(f"{where}: the name {shown(stage.name)} cannot name a Slurm job and its files; "
+                             f"expected letters, digits, '_', '.', '-' (at most 128)")  # fmt: skip
+        values = [(f"option {k!r}", v) for k, value in stage.options.items() for v in (value if isinstance(value, list) else [value])]
+        texts = [("key 'run'", stage.run), *(("key 'args'", a) for a in stage.args), *values, *(("key 'outputs'", o) for o in stage.outputs),
+                 ("key 'stdout'", stage.stdout), ("out", str(self.out)), ("the working directory", str(self.cwd))]  # fmt: skip
+        for what, text in texts:
+            bad = control_character(text) if isinstance(text, str) else None
+            if bad:
+                raise InputError(f"{where}, {what}: {shown(text, 200)} holds the control character '{bad}', which a Slurm job's script cannot carry")
+
+    def max_array_size(self) -> tuple[int, str]:
+        """The cluster's MaxArraySize and where it came from (asked once per run)."""
+        if getattr(self, "_max_array", None) is None:
+            self._max_array = max_array_size()
+        return self._max_array
+
+    def arrays(self, conf: dict[str, Any]) -> list[tuple[int, int]]:
+        """The stage's arrays as (first shard, task count): one array unless the tasks pass MaxArraySize."""
+        tasks, size = conf.get("tasks", 1), max(self.max_array_size()[0], 1)
+        return [(start, min(size, tasks - start)) for start in range(0, tasks, size)]
 
     # ---- the batch scripts
 
-    def _directives(self, stage: Stage, conf: dict[str, Any], *, array: bool) -> list[str]:
+    def _directives(self, stage: Stage, conf: dict[str, Any], *, array: int | None) -> list[str]:
+        """The ``#SBATCH`` arguments (unquoted); ``array``: the task count of this array, None for one job."""
         log_name = f"{stage.name}-%A_%a.out" if array else f"{stage.name}-%j.out"
-        lines = [f"--job-name=grtool-{stage.name}", f"--output={self.logs_dir.absolute() / log_name}", "--open-mode=append",
+        lines = [f"--job-name=grtool-{stage.name}", f"--output={self._log_pattern(log_name)}", "--open-mode=append",
                  f"--chdir={self.cwd}", "--requeue", "--signal=TERM@120"]  # fmt: skip
         flags = {"partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time", "nodes": "--nodes",
                  "cpus": "--cpus-per-task", "mem": "--mem", "gres": "--gres"}  # fmt: skip
         lines += [f"{flag}={conf[key]}" for key, flag in flags.items() if conf.get(key) is not None]
         if array:
-            tasks = conf["tasks"]
-            lines.append(f"--array=0-{tasks - 1}" + (f"%{conf['parallel']}" if conf.get("parallel") else ""))
+            lines.append(f"--array=0-{array - 1}" + (f"%{conf['parallel']}" if conf.get("parallel") else ""))
         lines += list(conf.get("sbatch", []))
         return lines
+
+    def _log_pattern(self, name: str) -> str:
+        """--output's file name pattern: the logs folder with any '%' doubled (Slurm would read it as a field)."""
+        return str(self.logs_dir.absolute()).replace("%", "%%") + "/" + name
 
     def _record_path(self, stage: Stage) -> Path:
         return self.jobs_dir / f"{stage.name}.json"
 
-    def stage_script(self, state: StageState, conf: dict[str, Any]) -> str:
+    def _script_path(self, stage: Stage, index: int = 0) -> Path:
+        return self.jobs_dir / (f"{stage.name}.sbatch" if index == 0 else f"{stage.name}.array{index}.sbatch")
+
+    def stage_script(self, state: StageState, conf: dict[str, Any], chunk: tuple[int, int] | None = None) -> str:
+        """The job of a stage; ``chunk`` (first shard, task count): one array of an array stage (the first one
+        when not given)."""
         stage = state.stage
-        array = conf.get("tasks", 1) > 1
+        tasks = conf.get("tasks", 1)
+        array = tasks > 1
         overwrite = self._overwrite(state)
         line = shlex.join(["grtool", *stage.argv(overwrite)])
-        if conf.get("launch"):
-            line = f"{conf['launch']} {line}"
+        if array:  # each task one shard: the array's index, moved by where this array starts
+            first, count = chunk or self.arrays(conf)[0]
+            index = '"$SLURM_ARRAY_TASK_ID"' if first == 0 else f'"$((SLURM_ARRAY_TASK_ID + {first}))"'
+            line += f" --num-shards {tasks} --shard-index {index}"
+        if conf.get("launch"):  # words, each quoted: never shell syntax
+            line = f"{shlex.join(shlex.split(conf['launch']))} {line}"
         record = shlex.quote(str(self._record_path(stage).absolute()))
-        body = [f"# stage {stage.name}: {state.state}" + (f" ({state.detail})" if state.detail else ""),
-                f"# outputs: {', '.join(stage.outputs) or '-'}", "set -uo pipefail"]  # fmt: skip
+        body = [_comment(f"stage {stage.name}: {state.state}" + (f" ({state.detail})" if state.detail else "")),
+                _comment(f"outputs: {', '.join(stage.outputs) or '-'}"), "set -uo pipefail"]  # fmt: skip
+        if array:
+            body.insert(1, _comment(f"shards {_shard_range(first, count)} of {tasks}"))
         if conf.get("setup"):
             body.append(conf["setup"])
         if stage.stdout:  # replaced only when the command succeeds: a failed run keeps the earlier report
@@ -174,14 +228,14 @@ class SlurmExecutor(PipelineExecutor):
             body.append('if [ "$rc" -ne 0 ]; then exit "$rc"; fi')
         if not array:
             body.append(f"grtool pipeline finalize {record}")
-        return _script(self._directives(stage, conf, array=array), body)
+        return _script(self._directives(stage, conf, array=count if array else None), body)
 
     def finalize_script(self, stage: Stage, conf: dict[str, Any]) -> str:
         """After an array: one job, afterok on every task, that merges the manifests and records the stage done."""
         keep = {k: conf[k] for k in ("partition", "account", "qos", "setup") if conf.get(k)}
-        directives = self._directives(stage, {**keep, "time": "01:00:00", "cpus": 1}, array=False)
+        directives = self._directives(stage, {**keep, "time": "01:00:00", "cpus": 1}, array=None)
         directives[0] += "-finalize"
-        directives[1] = f"--output={self.logs_dir.absolute() / f'{stage.name}-finalize-%j.out'}"
+        directives[1] = f"--output={self._log_pattern(f'{stage.name}-finalize-%j.out')}"
         body = ["set -euo pipefail", *([conf["setup"]] if conf.get("setup") else []),
                 f"grtool pipeline finalize --merge {shlex.quote(str(self._record_path(stage).absolute()))}"]  # fmt: skip
         return _script(directives, body)
@@ -191,13 +245,21 @@ class SlurmExecutor(PipelineExecutor):
     def dry_run(self) -> None:
         todo = self._todo()
         print(f"# jobs to submit (relative paths are resolved from {self.cwd}, the jobs' --chdir):")
-        for line in job_table([(state.stage.name, conf) for state, conf, _ in todo]):
+        arrays = {state.stage.name: len(self.arrays(conf)) for state, conf, _ in todo if conf.get("tasks", 1) > 1}
+        for line in job_table([(state.stage.name, conf) for state, conf, _ in todo], arrays):
             print(f"#   {line}")
+        if any(conf.get("tasks", 1) > 1 for _, conf, _ in todo):
+            size, source = self.max_array_size()
+            print(f"# MaxArraySize {size} ({source}): a stage of more tasks is submitted as several arrays")
         for state, conf, after in todo:
             stage = state.stage
             tasks = conf.get("tasks", 1)
-            print(f"# ---- {self.jobs_dir / (stage.name + '.sbatch')}" + (f" (array of {tasks} tasks)" if tasks > 1 else ""))
-            print(self.stage_script(state, conf), end="")
+            chunks = self.arrays(conf) if tasks > 1 else [(0, 1)]
+            for n, (first, count) in enumerate(chunks):
+                what = f" (array {n + 1} of {len(chunks)}: shards {_shard_range(first, count)})" if len(chunks) > 1 else ""
+                what = what or (f" (array of {tasks} tasks)" if tasks > 1 else "")
+                print(f"# ---- {self._script_path(stage, n)}{what}")
+                print(self.stage_script(state, conf, (first, count)), end="")
             if tasks > 1:
                 print(f"# ---- {self.jobs_dir / (stage.name + '.finalize.sbatch')} (after every task of {stage.name})")
                 print(self.finalize_script(stage, conf), end="")
@@ -209,9 +271,18 @@ class SlurmExecutor(PipelineExecutor):
                 print(f"#   {stage.name}: {state.state}, not submitted")
                 continue
             _, conf, after = entry
-            kind = f"array 0-{conf['tasks'] - 1}, then {stage.name}-finalize" if conf.get("tasks", 1) > 1 else "one job"
-            print(f"#   {stage.name} ({kind})" + (f" after {', '.join(after)}" if after else ""))
+            print(f"#   {stage.name} ({self._job_kind(stage, conf)})" + (f" after {', '.join(after)}" if after else ""))
         print(f"# {len(todo)} of {len(self.stages)} stages to submit" + (f": {', '.join(t[0].stage.name for t in todo)}" if todo else ""), flush=True)
+
+    def _job_kind(self, stage: Stage, conf: dict[str, Any]) -> str:
+        if conf.get("tasks", 1) == 1:
+            return "one job"
+        chunks = self.arrays(conf)
+        if len(chunks) == 1:
+            return f"array 0-{conf['tasks'] - 1}, then {stage.name}-finalize"
+        ranges = ", ".join(_shard_range(first, count) for first, count in chunks)
+        parallel = f", one after another (parallel = {conf['parallel']})" if conf.get("parallel") else ""
+        return f"{len(chunks)} arrays: shards {ranges} (MaxArraySize {self.max_array_size()[0]}){parallel}, then {stage.name}-finalize"
 
     # ---- submission
 
@@ -222,15 +293,15 @@ class SlurmExecutor(PipelineExecutor):
             return print_summary(self.stages) if self.wait else None
         if shutil.which("sbatch") is None:
             raise InputError("--executor slurm: no sbatch on PATH (run it on a Slurm login node, or use --executor local)")
-        scripts = {state.stage.name: self.stage_script(state, conf) for state, conf, _ in todo}
+        scripts = {state.stage.name: [self.stage_script(state, conf, chunk) for chunk in (self.arrays(conf) if conf.get("tasks", 1) > 1 else [(0, 1)])]
+                   for state, conf, _ in todo}  # fmt: skip
         queued = {state.stage.name: self._active_job(state.stage) for state, _, _ in todo}
-        for name, script in scripts.items():  # sbatch checks every job (partition, gres, time, ...) before one is submitted
+        for name, stage_scripts in scripts.items():  # sbatch checks every job (partition, gres, time, ...) before one is submitted
             if queued[name] is None:
-                _sbatch(["--test-only"], script, f"stage {name!r}")
+                _sbatch(["--test-only"], stage_scripts[0], f"stage {name!r}", test_only=True)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         final: dict[str, str] = {}  # stage -> the job its dependents wait for
-        submitted: dict[str, dict[str, Any]] = {}
         for state, conf, after in todo:
             stage = state.stage
             if queued[stage.name] is not None:
@@ -238,25 +309,38 @@ class SlurmExecutor(PipelineExecutor):
                 log.info("stage %s: already queued or running as job %s, not submitted again", stage.name, queued[stage.name])
                 continue
             deps = [final[a] for a in after if a in final]
-            dep_args = [f"--dependency=afterok:{':'.join(deps)}", "--kill-on-invalid-dep=yes"] if deps else []
             record = {"stage": stage.to_dict(), "out": str(self.out.absolute()), "overwrite": self._overwrite(state), "tasks": conf.get("tasks", 1),
                       "submitted": now(), "jobs": {}}  # fmt: skip
             atomic_write_bytes(self._record_path(stage), dumps(record))  # before the job starts: its last step reads it
-            script_path = self.jobs_dir / f"{stage.name}.sbatch"
-            script_path.write_text(scripts[stage.name])
-            job = _sbatch(["--parsable", *dep_args, str(script_path)], None, f"stage {stage.name!r}")
-            record["jobs"]["run"] = job
-            final[stage.name] = job
-            if conf.get("tasks", 1) > 1:
-                fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
-                fin_path.write_text(self.finalize_script(stage, conf))
-                fin = _sbatch(["--parsable", f"--dependency=afterok:{job}", "--kill-on-invalid-dep=yes", str(fin_path)], None, f"stage {stage.name!r}")
-                record["jobs"]["finalize"] = fin
-                final[stage.name] = fin
+            arrays: list[str] = []
+            try:
+                for n, script in enumerate(scripts[stage.name]):
+                    script_path = self._script_path(stage, n)
+                    script_path.write_text(script)
+                    # With `parallel`, an array waits for the one before it: the limit holds across the stage's arrays.
+                    wait_for = arrays[-1:] if conf.get("parallel") else []
+                    arrays.append(_sbatch(["--parsable", *_dependency(deps, after_any=wait_for), str(script_path)], None, f"stage {stage.name!r}"))
+                record["jobs"] = {"run": arrays[0], **({"arrays": arrays} if len(arrays) > 1 else {})}
+                final[stage.name] = arrays[0]
+                if conf.get("tasks", 1) > 1:
+                    fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
+                    fin_path.write_text(self.finalize_script(stage, conf))
+                    fin = _sbatch(["--parsable", *_dependency(arrays), str(fin_path)], None, f"stage {stage.name!r}")
+                    record["jobs"]["finalize"] = fin
+                    final[stage.name] = fin
+            except GrtoolError:
+                if arrays:  # a stage half submitted is not recorded: a rerun submits it whole, so its jobs go
+                    try:
+                        subprocess.run(["scancel", *arrays], capture_output=True)
+                    except OSError:
+                        pass  # no scancel: the warning below names the jobs to cancel
+                    log.warning("stage %s: cancelled its jobs %s, submitted before sbatch failed", stage.name, ", ".join(arrays))
+                raise
             atomic_write_bytes(self._record_path(stage), dumps(record))
-            submitted[stage.name] = record
             after_text = f" after {', '.join(a for a in after if a in final)}" if after else ""
-            log.info("stage %s: submitted job %s%s%s", stage.name, job, f" (array of {conf['tasks']} tasks)" if conf.get("tasks", 1) > 1 else "", after_text)
+            tasks = conf.get("tasks", 1)
+            what = "" if tasks == 1 else f" (array of {tasks} tasks)" if len(arrays) == 1 else f" (arrays of {tasks} tasks: jobs {', '.join(arrays)})"
+            log.info("stage %s: submitted job %s%s%s", stage.name, arrays[0], what, after_text)
         if not self.wait:
             return None
         self._wait([name for name in final])
@@ -267,8 +351,8 @@ class SlurmExecutor(PipelineExecutor):
         path = self._record_path(stage)
         if not path.exists():
             return None
-        jobs = read_slurm_job(path).jobs
-        ids = [j for j in (jobs.run, jobs.finalize) if j]
+        jobs = to_builtins(read_slurm_job(path).jobs)
+        ids = job_ids(jobs)
         if not ids:
             return None
         states = job_states(ids)
@@ -279,7 +363,7 @@ class SlurmExecutor(PipelineExecutor):
     def _wait(self, names: list[str]) -> None:
         """Until every job of ``names`` ended; raise naming each job that did not complete and its log."""
         records = {n: read_slurm_job(self._record_path(s)) for n in names for s in self.stages if s.name == n}
-        ids = {n: r.job_ids() for n, r in records.items()}
+        ids = {n: job_ids(to_builtins(r.jobs)) for n, r in records.items()}
         all_ids = [j for js in ids.values() for j in js]
         unknown_since = time.monotonic()
         while True:
@@ -311,22 +395,45 @@ class SlurmExecutor(PipelineExecutor):
         raise DataProblem(f"pipeline jobs failed: {message}")
 
 
+def job_ids(jobs: dict[str, Any]) -> list[str]:
+    """Every job of a stage's record: its arrays (or its one job), then its finalize job."""
+    runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
+    return [*runs, *([jobs["finalize"]] if jobs.get("finalize") else [])]
+
+
 def time_hours(text: str | None) -> float | None:
     """A Slurm ``--time`` (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in hours; None
-    when unset or unreadable (the partition's limit applies, which the plan cannot know)."""
-    if not text:
-        return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", str(text).strip())
-    if not m:
-        return None
-    days, a, b, c = (int(g) if g else None for g in m.groups())
-    if days is not None:  # D-HH[:MM[:SS]]
-        h, mi, se = a, b or 0, c or 0
-    elif c is not None:  # HH:MM:SS
-        days, h, mi, se = 0, a, b, c
-    else:  # MM or MM:SS
-        days, h, mi, se = 0, 0, a, b or 0
-    return (days or 0) * 24 + h + mi / 60 + se / 3600
+    when unset, unlimited or unreadable (the partition's limit applies, which the plan cannot know)."""
+    minutes = time_minutes(str(text).strip()) if text else None
+    return minutes / 60 if minutes is not None and minutes != float("inf") else None
+
+
+def max_array_size() -> tuple[int, str]:
+    """The cluster's ``MaxArraySize`` (an array's indexes are 0 to MaxArraySize - 1) and where it came from:
+    ``scontrol show config``, else Slurm's default 1001."""
+    try:
+        proc = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        proc = None
+    m = re.search(r"^MaxArraySize\s*=\s*([0-9]{1,8})\s*$", proc.stdout, re.M | re.ASCII) if proc and proc.returncode == 0 else None
+    if m and int(m[1]) <= 4_000_001:
+        return int(m[1]), "scontrol show config"
+    return DEFAULT_MAX_ARRAY_SIZE, "Slurm's default: scontrol show config did not say"
+
+
+def _shard_range(first: int, count: int) -> str:
+    return f"{first}-{first + count - 1}" if count > 1 else str(first)
+
+
+def _dependency(after_ok: list[str], after_any: list[str] | None = None) -> list[str]:
+    """sbatch's dependency arguments: every job of ``after_ok`` completed, every job of ``after_any`` ended."""
+    parts = ([f"afterok:{':'.join(after_ok)}"] if after_ok else []) + ([f"afterany:{':'.join(after_any)}"] if after_any else [])
+    return [f"--dependency={','.join(parts)}", "--kill-on-invalid-dep=yes"] if parts else []
+
+
+def _comment(text: str) -> str:
+    """A comment line of a script: one line whatever ``text`` holds (a control character is escaped)."""
+    return "# " + "".join(repr(ch)[1:-1] if control_character(ch) else ch for ch in text)
 
 
 def gpus_per_task(gres: str | None) -> int:
@@ -339,9 +446,9 @@ def gpus_per_task(gres: str | None) -> int:
     return total
 
 
-def job_table(jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """One line per stage's job (partition, gres, tasks, cpus, mem, time, GPU-hours at most) and a total: what
-    a submission asks of the cluster, before its scripts."""
+def job_table(jobs: list[tuple[str, dict[str, Any]]], arrays: dict[str, int] | None = None) -> list[str]:
+    """One line per stage's job (partition, gres, tasks and the arrays they are split into past MaxArraySize,
+    cpus, mem, time, GPU-hours at most) and a total: what a submission asks of the cluster, before its scripts."""
     header = ["stage", "partition", "gres", "tasks", "cpus", "mem", "time", "max GPU-hours"]
     rows, total, unknown = [], 0.0, False
     for name, conf in jobs:
@@ -352,7 +459,9 @@ def job_table(jobs: list[tuple[str, dict[str, Any]]]) -> list[str]:
         gpu_hours = gpus * tasks * hours if hours is not None else None
         total += gpu_hours or 0
         shown = "0" if not gpus else f"{gpu_hours:g}" if gpu_hours is not None else "? (no time)"
-        rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", str(tasks), str(conf.get("cpus") or "-"),
+        split = (arrays or {}).get(name, 1)
+        rows.append([name, conf.get("partition") or "(default)", conf.get("gres") or "-", f"{tasks} ({split} arrays)" if split > 1 else str(tasks),
+                     str(conf.get("cpus") or "-"),
                      conf.get("mem") or "-", conf.get("time") or "(default)", shown])  # fmt: skip
     rows.append(["total", "", "", "", "", "", "", f"{total:g}" + ("+?" if unknown else "")])
     return columns(header, rows)
@@ -365,16 +474,26 @@ def columns(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _script(directives: list[str], body: list[str]) -> str:
-    return "\n".join(["#!/bin/bash", *(f"#SBATCH {d}" for d in directives), *body]) + "\n"
+    # Each directive one word as Slurm reads #SBATCH lines: a path with spaces or quotes stays one argument.
+    return "\n".join(["#!/bin/bash", *(f"#SBATCH {sbatch_word(d)}" for d in directives), *body]) + "\n"
 
 
-def _sbatch(args: list[str], script: str | None, what: str) -> str:
-    """Run sbatch (the script on stdin when given); the job id it printed (``--parsable``), or an error naming ``what``."""
+def _sbatch(args: list[str], script: str | None, what: str, *, test_only: bool = False) -> str:
+    """Run sbatch (the script on stdin when given); the job id it printed (``--parsable``: ``ID`` or
+    ``ID;CLUSTER``; or ``Submitted batch job ID``), or an error naming ``what``. Nothing else is taken for an id:
+    a later job would wait on it."""
     proc = subprocess.run(["sbatch", *args], input=script, capture_output=True, text=True)
     if proc.returncode != 0:
         said = " ".join((proc.stderr or proc.stdout).split()) or f"exit {proc.returncode}"
         raise InputError(f"--executor slurm: sbatch refused the job of {what}: {said}")
-    return proc.stdout.strip().split(";")[0]
+    if test_only:
+        return ""
+    answer = proc.stdout.strip()
+    m = _JOB_ID.fullmatch(answer.removeprefix("Submitted batch job "))
+    if not m:
+        raise GrtoolError(f"--executor slurm: sbatch answered {shown(answer, 200)} for the job of {what}, which is not a job id "
+                          f"(expected ID or ID;CLUSTER); no job waits on it, later stages were not submitted", EXIT_DATA)  # fmt: skip
+    return m[1]
 
 
 # ---- job states: squeue/scontrol while Slurm remembers the job, then the jobcomp file (sacct needs slurmdbd)
@@ -429,8 +548,8 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
     have_slurm = shutil.which("scontrol") is not None
     for path in sorted(folder.glob("*.json")):
         record = read_slurm_job(path)  # a damaged one is one line naming it, not a stage left out of the table
-        jobs = {k: v for k, v in to_builtins(record.jobs).items() if v}
-        ids = record.job_ids()
+        jobs = to_builtins(record.jobs)
+        ids = job_ids(jobs)
         states = job_states(ids) if have_slurm and ids else {}
         counts: dict[str, int] = {}
         for s in states.values():
