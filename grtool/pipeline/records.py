@@ -16,13 +16,12 @@ from typing import Annotated, Any
 import msgspec
 
 from grtool.records import DamagedRecord, Seconds, read_record
-from grtool.store.layout import MAX_PARTS
+from grtool.store.sharding import MAX_ARRAY_TASKS
 from grtool.store.records import InputRecord, Text
 
 # What sbatch --parsable prints before any ";cluster": the job's number.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}$")]
-# An array has at most one task per part of its stage.
-Tasks = Annotated[int, msgspec.Meta(ge=1, le=MAX_PARTS)]
+Tasks = Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY_TASKS)]
 
 
 def _timestamp(value: str, field: str) -> None:
