@@ -132,7 +132,7 @@ class StopRecord(msgspec.Struct):
     task: Annotated[str, msgspec.Meta(pattern=r"^(all|[0-9]{1,9}/[0-9]{1,9})$")]
     kind: Literal["guard", "error"]
     guard: Text | None
-    numbers: dict[Text, Text | int | float | bool | None]
+    numbers: dict[Text, Any]  # what the guard measured, as it chose to say it (counts, shares, rejects by reason)
     message: Text
     exit_code: ExitCode
     when: Text
@@ -217,6 +217,14 @@ class Manifest(msgspec.Struct):
         for key, stop in (self.stops or {}).items():
             if stop.task != key:
                 raise ValueError(f"field stops.{key}.task: {stop.task!r} is recorded under {key!r}")
+
+
+def write_record(path: Path, record: dict[str, Any], kind: type, what: str) -> None:
+    """Write a manifest or shard record once it decodes through its declaration, as every reader decodes it: grtool
+    never writes a record it would refuse to read back (a bug then stops here, naming the field)."""
+    data = dumps(record)
+    decode_record(data, kind, source=path, what=f"{what} about to be written")
+    atomic_write_bytes(path, data)
 
 
 def load_manifest(path: str | Path) -> dict[str, Any]:

@@ -49,7 +49,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.layout import LOCK, MANIFEST
 from grtool.records import DamagedRecord, field_message
-from grtool.store.records import StopRecord, atomic_write_bytes, entries_of, dumps, load_manifest, now
+from grtool.store.records import Manifest, StopRecord, dumps, entries_of, load_manifest, now, write_record
 
 STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
@@ -119,7 +119,7 @@ def _update(path: Path, change) -> Any:
         result = change(stops)
         if dumps(stops) != before:
             manifest[STOPS] = stops
-            atomic_write_bytes(path / MANIFEST, dumps(manifest))
+            write_record(path / MANIFEST, manifest, Manifest, "manifest")
     return result
 
 
