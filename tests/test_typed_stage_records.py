@@ -45,14 +45,19 @@ def assert_named(proc: subprocess.CompletedProcess, file: Path | str, fields: tu
 # ---- edits: each takes the record's JSON value and returns the text to write
 
 
+def _at(record: Any, path: str) -> tuple[Any, str]:
+    """The object holding the field at the dotted ``path``, and the field's own name."""
+    *parents, last = path.split(".")
+    for key in parents:
+        record = record[key]
+    return record, last
+
+
 def setting(path: str, value: Any) -> Callable[[Any], str]:
     """Set the field at the dotted ``path`` to ``value`` (``RAW + text``: the JSON text itself, e.g. NaN)."""
 
     def edit(record: Any) -> str:
-        *parents, last = path.split(".")
-        target = record
-        for key in parents:
-            target = target[key]
+        target, last = _at(record, path)
         raw = isinstance(value, str) and value.startswith(RAW)
         target[last] = RAW if raw else value
         text = json.dumps(record, indent=2)
@@ -63,10 +68,7 @@ def setting(path: str, value: Any) -> Callable[[Any], str]:
 
 def removing(path: str) -> Callable[[Any], str]:
     def edit(record: Any) -> str:
-        *parents, last = path.split(".")
-        target = record
-        for key in parents:
-            target = target[key]
+        target, last = _at(record, path)
         del target[last]
         return json.dumps(record)
 
@@ -77,10 +79,7 @@ def nesting(path: str) -> Callable[[Any], str]:
     """The field's value wrapped in an object of its own name: ``{"rows": {"rows": 3}}``."""
 
     def edit(record: Any) -> str:
-        target = record
-        *parents, last = path.split(".")
-        for key in parents:
-            target = target[key]
+        target, last = _at(record, path)
         target[last] = {last: target[last]}
         return json.dumps(record)
 
