@@ -5,7 +5,8 @@ a clock (a process that finished between a test's poll and its signal made one s
 and waits until ``DIR/POINT.release`` exists. Signals are handled while it waits (SIGTERM stops it as anywhere
 else). Unset, as in every real run, a point costs one environment lookup.
 
-Points: ``locked`` (a run holds its output's lock, before it reads or writes anything).
+Points: ``starting`` (the ``grtool`` command, before its modules are imported); ``locked`` (a run holds its output's lock, before it reads or writes anything); ``finished`` (the
+command's work is done, its outputs complete); ``exiting`` (its exit callbacks have run, the process ends next).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def hold(point: str) -> None:
     directory = Path(folder)
     if not directory.is_dir():
         raise InputError(f"{VARIABLE}: {directory} is not a directory")
-    (directory / f"{point}.reached").write_text(str(os.getpid()))
+    scratch = directory / f".{point}.reached.{os.getpid()}"
+    scratch.write_text(str(os.getpid()))
+    os.replace(scratch, directory / f"{point}.reached")  # whole when it appears: a test reads the pid at once
     release = directory / f"{point}.release"
     while not release.exists():
         time.sleep(0.01)

@@ -25,9 +25,11 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from grtool.errors import EXIT_TRANSIENT
+from grtool.errors import EXIT_INTERRUPTED, EXIT_TRANSIENT
 
-DEFAULT_HINT = "run the same command again to resume (finished parts are kept)"
+PARTS_HINT = "run the same command again to resume (finished parts are kept)"  # a stage's parts were being written
+PLAIN_HINT = "run the same command again"  # a command without parts (export, eval, report, stats)
+DEFAULT_HINT = PARTS_HINT  # the old name
 
 
 class Stopped(BaseException):
@@ -42,6 +44,8 @@ class Stopped(BaseException):
 
 
 class Stoppable(Protocol):
+    keeps_parts: bool  # its finished parts survive a stop (a stage directory): the hint says so
+
     def on_stop(self) -> str | None:
         """The run stopped: let go of what is still held (locks), say how far this output got (None: nothing)."""
 
@@ -54,7 +58,10 @@ class _State:
         self.requested: int | None = None
         self.interrupted = False  # SIGINT came (Typer turns its KeyboardInterrupt into exit code 130)
         self.notes: list[str] = []  # from noted(), as a stop unwound through it
-        self.hint = DEFAULT_HINT
+        self.hint: str | None = None  # from note(); else PARTS_HINT when an output with parts is tracked, else PLAIN_HINT
+        self.finished = False  # the command's work is over: a signal is only recorded (see work_finished())
+        self.late: int | None = None  # the signal recorded after the work finished
+        self.cancelled_by: int | None = None  # a SIGTERM that cancelled a running asyncio loop's tasks
 
 
 _state = _State()
@@ -107,7 +114,8 @@ def progress_lines() -> list[str]:
 def stop_message(what: str) -> str:
     """``what`` (stopped by SIGTERM, interrupted), then what was done and how to resume, on one line."""
     done = "; ".join(progress_lines()) or "nothing was finished yet"
-    return f"{what}: {done}; {_state.hint}"
+    parts = any(getattr(ref(), "keeps_parts", False) for ref in _tracked)
+    return f"{what}: {done}; {_state.hint or (PARTS_HINT if parts else PLAIN_HINT)}"
 
 
 def requested() -> int | None:
@@ -123,6 +131,9 @@ def stop_if_requested() -> None:
 
 
 def _on_term(signum: int, _frame: Any) -> None:
+    if _state.finished:
+        _state.late = _state.late or signum  # the outputs are complete: nothing to unwind, the exit code says it
+        return
     if _state.stopping:
         return  # already unwinding: let the cleanup finish (a scheduler's SIGKILL ends it if it takes too long)
     if _state.deferring and _state.requested is None:
@@ -132,10 +143,31 @@ def _on_term(signum: int, _frame: Any) -> None:
         log.warning("%s received: stopping after the current step (send it again to stop at once)", signal.Signals(signum).name)
         return
     _state.stopping = True
+    loop = _running_loop()
+    if loop is not None:  # raised here it could land in one of the loop's callbacks, which swallow it (and the stop)
+        _state.cancelled_by = signum
+        for task in _all_tasks(loop):
+            task.cancel()  # as asyncio.run does for Ctrl-C: the tasks unwind, asyncio.run raises CancelledError
+        loop.call_soon_threadsafe(lambda: None)  # wake the loop out of its select()
+        return
     raise Stopped(signum)
 
 
+def _running_loop() -> Any:
+    asyncio = sys.modules.get("asyncio")
+    return asyncio._get_running_loop() if asyncio is not None else None
+
+
+def _all_tasks(loop: Any) -> set:
+    import asyncio
+
+    return asyncio.all_tasks(loop)
+
+
 def _on_int(signum: int, frame: Any) -> None:
+    if _state.finished or _state.stopping:
+        _state.late = _state.late or signum
+        return
     _state.interrupted = True
     signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as always
 
@@ -170,11 +202,21 @@ def install_early() -> None:
         signal.signal(signal.SIGTERM, _on_early_term)
 
 
+def work_finished() -> None:
+    """The command's work is over (its outputs complete, or its error decided): from here a SIGTERM or SIGINT is
+    only recorded, and :func:`exit_now` ends the process with the transient code (130 for SIGINT) instead of the
+    command's own, while the handlers stay in place until the process is gone (never killed by the signal)."""
+    _state.finished = True
+
+
 @contextlib.contextmanager
-def handled() -> Iterator[None]:
+def handled(ends_process: bool = False) -> Iterator[None]:
     """Run a command with SIGTERM turned into :class:`Stopped`; the outermost one prints the line and ends the
     process with the transient code. Nested uses (the index build, run by the CLI or a pipeline) change nothing;
-    outside the main thread, or where someone else installed a handler, it stays out of the way."""
+    outside the main thread, or where someone else installed a handler, it stays out of the way.
+
+    ``ends_process`` (the ``grtool`` command): the command's exit (``sys.exit``) ends the process here through
+    :func:`exit_now`, with the handlers still installed, so a signal landing after the work never kills it."""
     ours = (signal.SIG_DFL, _on_early_term)
     if _state.installed or threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) not in ours:
         yield
@@ -186,10 +228,22 @@ def handled() -> Iterator[None]:
     _state.installed = True
     try:
         yield
+    except SystemExit as e:
+        if not ends_process:
+            raise
+        exit_now(_exit_code(e), teardown=True)
     except Stopped as e:
         finish(e)
-    except BaseExceptionGroup as group:  # raised inside an asyncio/anyio task group (the openai backend's requests)
-        stop = _stop_in(group)
+    except BaseException as e:
+        # raised inside an asyncio/anyio task group (the openai backend's requests): a Stopped in a group
+        stop = _stop_in(e) if isinstance(e, BaseExceptionGroup) else None
+        if stop is None and _state.cancelled_by is not None and _is_cancelled(e):
+            stop = Stopped(_state.cancelled_by)  # the asyncio tasks a SIGTERM cancelled (see _on_term)
+        if stop is None and ends_process and isinstance(e, Exception):  # a crash: its traceback, then the same exit path
+            import traceback
+
+            traceback.print_exc()
+            exit_now(1, teardown=True)
         if stop is None:
             raise
         finish(stop)
@@ -198,6 +252,28 @@ def handled() -> Iterator[None]:
         if own_int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         _state.__init__()
+
+
+def run_async(main: Any) -> Any:
+    """``asyncio.run(main)``, where a SIGTERM (which cancels the loop's tasks, see ``_on_term``) comes out as
+    :class:`Stopped`, as anywhere else: callers that tell a stop from a failure (the pipeline) see it as one."""
+    import asyncio
+
+    try:
+        return asyncio.run(main)
+    except BaseException as e:
+        if _state.cancelled_by is not None and _is_cancelled(e):
+            raise Stopped(_state.cancelled_by) from None
+        raise
+
+
+def _is_cancelled(e: BaseException) -> bool:
+    """A CancelledError (alone or in an exception group) came out of an asyncio loop."""
+    import asyncio
+
+    if isinstance(e, BaseExceptionGroup):
+        return e.subgroup(lambda x: isinstance(x, asyncio.CancelledError)) is not None
+    return isinstance(e, asyncio.CancelledError)
 
 
 def _stop_in(group: BaseExceptionGroup) -> Stopped | None:
@@ -221,12 +297,42 @@ def finish(stop: Stopped) -> None:
     exit_now(stop.exit_code)
 
 
-def exit_now(code: int) -> None:
-    """End the process without the interpreter's teardown (seconds with torch loaded, on a busy machine) once the
-    cleanup has run; a normal exit when child processes of ours are alive (their teardown stops them)."""
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None and mp.active_children():
-        sys.exit(code)
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)  # sys.exit("text"): Python prints it and exits 1
+    return 1
+
+
+LATE_LINE = "stopped: {name} received after the command's work was done{what}; exit {code} as for any stop"
+
+
+def exit_now(code: int, teardown: bool = False) -> None:
+    """End the process with ``code`` once the cleanup has run, without the interpreter's finalization, which resets
+    the signal handlers to the default (a signal then kills the process) and takes seconds with torch loaded.
+
+    ``teardown``: a command that ended by itself: its other threads are joined and the exit callbacks run (temporary
+    directories, multiprocessing children), as the interpreter would. Meanwhile, and until the end, a SIGTERM or
+    SIGINT is recorded: the exit code becomes 75 (130), the outputs being complete."""
+    _state.finished = True
+    if teardown:
+        # What the interpreter does first at exit: its thread-exit hooks (executors told to stop), then every
+        # non-daemon thread joined.
+        threading._shutdown()  # type: ignore[attr-defined]
+        import atexit
+
+        atexit._run_exitfuncs()  # what the interpreter runs at exit, while our handlers still record signals
+        from grtool.holds import hold
+
+        hold("exiting")
+    else:
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.active_children():  # children of ours (a vLLM engine): their exit callback stops them
+            import atexit
+
+            atexit._run_exitfuncs()
     import logging
 
     logging.shutdown()
@@ -235,4 +341,16 @@ def exit_now(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # from here a signal waits: it is checked below
+    pending = signal.sigpending()
+    late = _state.late or next((s for s in (signal.SIGTERM, signal.SIGINT) if s in pending), None)
+    if late is not None and _state.installed and not (_state.stopping or _state.interrupted):  # the first stop's code stays
+        final = EXIT_INTERRUPTED if late == signal.SIGINT else EXIT_TRANSIENT
+        what = "" if code in (0, final) else f" (it had ended with exit {code})"
+        name = signal.Signals(late).name
+        try:
+            os.write(2, (LATE_LINE.format(name=name, what=what, code=final) + "\n").encode())
+        except OSError:
+            pass
+        code = final
     os._exit(code)

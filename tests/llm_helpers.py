@@ -58,12 +58,20 @@ class TitleTripleServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, delay: float = 0.0, relation: str = "is a", tail: str = "document"):
+    def __init__(self, delay: float = 0.0, relation: str = "is a", tail: str = "document", hold_after: int | None = None):
+        """``hold_after=N``: the requests after the first N wait until :meth:`release` (or the server closes), and
+        ``holding`` is set once one waits: a test then signals a client whose next part is known to be in flight."""
         super().__init__(("127.0.0.1", 0), _TitleTripleHandler)
         self.delay, self.relation, self.tail = delay, relation, tail
         self.titles: list[str] = []
         self.empty: set[str] = set()
         self.lock = threading.Lock()
+        self.hold_after = hold_after
+        self.holding = threading.Event()
+        self.released = threading.Event()
+
+    def release(self) -> None:
+        self.released.set()
 
     @property
     def url(self) -> str:
@@ -78,6 +86,7 @@ class TitleTripleServer(ThreadingHTTPServer):
         return self
 
     def __exit__(self, *exc) -> None:
+        self.released.set()
         self.shutdown()
         self.server_close()
 
@@ -107,6 +116,10 @@ class _TitleTripleHandler(BaseHTTPRequestHandler):
         title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
         with self.server.lock:
             self.server.titles.append(title)
+            held = self.server.hold_after is not None and len(self.server.titles) > self.server.hold_after
+        if held:
+            self.server.holding.set()
+            self.server.released.wait()
         time.sleep(self.server.delay)
         triples = [] if title in self.server.empty else [[title, self.server.relation, self.server.tail]]
         choice = {"index": 0, "message": {"role": "assistant", "content": json.dumps({"triples": triples})}, "finish_reason": "stop"}

@@ -37,8 +37,8 @@ stdout = "{{out}}/reports/collisions.json"
 [[stages]]
 name = "chains"
 run = "chains gold"
-args = ["{{out}}/corpus", "{{out}}/triples"]
-options = {{ out = "{{out}}/chains" }}
+args = ["{{out}}/corpus"]
+options = {{ triples = "{{out}}/triples", out = "{{out}}/chains" }}
 
 [[stages]]
 name = "filters"
@@ -83,7 +83,7 @@ def build_run(shared_data: Path, root: Path) -> Path:
     write_evidence_stage(out / "corpus", out / "triples")
     # the responses: each question's gold chain as a model might write it, and the same cut after its first docid
     responses.mkdir()
-    run_cli("-q", "chains", "gold", out / "corpus", out / "triples", "--out", root / "gold-chains")
+    run_cli("-q", "chains", "gold", out / "corpus", "--triples", out / "triples", "--out", root / "gold-chains")
     chains = read_table(root / "gold-chains").to_pylist()
     end = "<docid_end>"
     (responses / "gold.jsonl").write_text("".join(json.dumps({"qid": c["qid"], "response": c["text"]}) + "\n" for c in chains))

@@ -35,7 +35,7 @@ def test_constrained_chains_cite_only_offered_triples(tmp_path):
     root = tmp_path / "run"
     build_samples(SHARED_DATA, root)
     out = tmp_path / "chains"
-    run_cli("chains", "synthesize", root, root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first")
+    run_cli("chains", "synthesize", root, "--triples", root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first")
     extra = load_manifest(out)["counters"]["extra"]
     assert extra["docids"] > 0
     assert extra["docids_not_offered"] == 0, extra
@@ -43,5 +43,5 @@ def test_constrained_chains_cite_only_offered_triples(tmp_path):
     assert rows and all(r["docids"] is not None for r in rows)
     # the same run unconstrained cites triples that were not offered (what the constraint prevents)
     free = tmp_path / "free"
-    run_cli("chains", "synthesize", root, root / "triples", "--out", free, "--candidates", "2", "--max-tokens", "120", "--select", "first", "--no-constrain")
+    run_cli("chains", "synthesize", root, "--triples", root / "triples", "--out", free, "--candidates", "2", "--max-tokens", "120", "--select", "first", "--no-constrain")
     assert load_manifest(free)["counters"]["extra"]["docids_not_offered"] > 0

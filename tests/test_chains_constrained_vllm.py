@@ -45,7 +45,7 @@ def test_vllm_constrained_chains_cite_only_offered_triples(tmp_path):
     build_samples(SHARED_DATA, root)
     out = tmp_path / "chains"
     _run_grtool(
-        "chains", "synthesize", root, root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first",
+        "chains", "synthesize", root, "--triples", root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first",
         "--backend", "vllm", "--enforce-eager", "--max-model-len", "4096",
     )  # fmt: skip
     manifest = load_manifest(out)

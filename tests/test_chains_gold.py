@@ -23,7 +23,7 @@ def run(cli, shared_data: Path, tmp_path: Path) -> Path:
 
 def test_gold_chains_cite_the_evidences_in_order_and_pass_the_filters(cli, run: Path) -> None:
     corpus, triples, chains = run / "corpus", run / "triples", run / "chains"
-    summary = json.loads(cli("-q", "chains", "gold", corpus, triples, "--out", chains, "--json").stdout)
+    summary = json.loads(cli("-q", "chains", "gold", corpus, "--triples", triples, "--out", chains, "--json").stdout)
     questions = {q["qid"]: q for q in read_table(corpus / "questions").to_pylist()}
     rows = read_table(chains).to_pylist()
     assert summary["questions"] == len(questions) == summary["questions_chained"] + sum(summary["rejected"].values())
@@ -47,13 +47,13 @@ def test_gold_chains_cite_the_evidences_in_order_and_pass_the_filters(cli, run: 
     assert out["messages"][-1]["content"] in {r["text"] for r in rows}
 
     # a second run resumes (nothing to do); another --flip is a different run, refused without --overwrite
-    again = json.loads(cli("-q", "chains", "gold", corpus, triples, "--out", chains, "--json").stdout)
+    again = json.loads(cli("-q", "chains", "gold", corpus, "--triples", triples, "--out", chains, "--json").stdout)
     assert again["rows"] == len(rows)
-    assert "flip" in cli("-q", "chains", "gold", corpus, triples, "--out", chains, "--flip", "always", check=False).stderr
+    assert "flip" in cli("-q", "chains", "gold", corpus, "--triples", triples, "--out", chains, "--flip", "always", check=False).stderr
 
 
 def test_flip_always_writes_every_docid_tail_first(cli, run: Path) -> None:
-    cli("-q", "chains", "gold", run / "corpus", run / "triples", "--out", run / "chains", "--flip", "always")
+    cli("-q", "chains", "gold", run / "corpus", "--triples", run / "triples", "--out", run / "chains", "--flip", "always")
     rows = read_table(run / "chains").to_pylist()
     assert rows and all(all(r["flipped"]) and r["text"].startswith("I look up the ") for r in rows)  # from the known head
     cli("-q", "filters", "apply", run / "chains", "--corpus", run / "corpus", "--triples", run / "triples", "--out", run / "filtered")
@@ -61,7 +61,7 @@ def test_flip_always_writes_every_docid_tail_first(cli, run: Path) -> None:
 
 
 def test_a_wrong_flip_is_refused_before_anything_is_written(cli, tmp_path: Path) -> None:
-    proc = cli("chains", "gold", tmp_path / "corpus", tmp_path / "triples", "--out", tmp_path / "out", "--flip", "sometimes", check=2)
+    proc = cli("chains", "gold", tmp_path / "corpus", "--triples", tmp_path / "triples", "--out", tmp_path / "out", "--flip", "sometimes", check=2)
     assert "--flip" in proc.stderr and not (tmp_path / "out").exists()
 
 

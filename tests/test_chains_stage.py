@@ -202,7 +202,7 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     _drop_triples(triples, {doc_id(records[2]["supporting_facts"][0][0])})
 
     out = tmp_path / "chains"
-    args = ["chains", "synthesize", corpus, triples, "--out", out, "--candidates", "4", "--select", "entropy", *llm_args(server)]
+    args = ["chains", "synthesize", corpus, "--triples", triples, "--out", out, "--candidates", "4", "--select", "entropy", *llm_args(server)]
     cli(*args, "--num-shards", "2", "--shard-index", "0")
     assert not load_manifest(out)["complete"]
     cli(*args, "--num-shards", "2", "--shard-index", "1")
@@ -277,7 +277,7 @@ def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_p
     # The corpus is a real ingest output directory; TRIPLES a run directory holding triples/.
     corpus, run = ingest_inputs(cli, shared_data, tmp_path)
     out = tmp_path / "chains"
-    proc = cli("chains", "synthesize", corpus, run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", "--json", *llm_args(server))
+    proc = cli("chains", "synthesize", corpus, "--triples", run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", "--json", *llm_args(server))
     rows = read_table(out).to_pylist()
     assert len(rows) == 3 * len(records)
     summary = json.loads(proc.stdout)  # --json: the summary as one object, nothing else on stdout
@@ -298,7 +298,7 @@ def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, r
     server = start_server(records, with_logprobs=False)
     try:
         corpus, triples, _ = build_inputs(records[:2], tmp_path, parts=1)
-        proc = cli("chains", "synthesize", corpus, triples, "--out", tmp_path / "chains", *llm_args(server), check=2)
+        proc = cli("chains", "synthesize", corpus, "--triples", triples, "--out", tmp_path / "chains", *llm_args(server), check=2)
         assert "logprobs" in proc.stderr and "Traceback" not in proc.stderr
     finally:
         server.shutdown()
@@ -310,7 +310,7 @@ def test_a_server_answering_only_empty_strings_trips_the_empty_output_guard(cli,
     try:
         corpus, triples, _ = build_inputs(records, tmp_path, parts=2)
         out = tmp_path / "chains"
-        args = ["chains", "synthesize", corpus, triples, "--out", out, "-n", "2", "--select", select, *llm_args(server)]
+        args = ["chains", "synthesize", corpus, "--triples", triples, "--out", out, "-n", "2", "--select", select, *llm_args(server)]
         proc = cli(*args, check=1, env={"COLUMNS": "10000"})
         flat = " ".join(proc.stderr.split())
         n = 2 * len(records[0::2])
@@ -340,7 +340,7 @@ def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path
         corpus, triples, _ = build_inputs(records, tmp_path, parts=1)
         for select in ("entropy", "first"):
             out = tmp_path / select
-            cli("chains", "synthesize", corpus, triples, "--out", out, "-n", "4", "--select", select, "--max-empty-share", "0.5", *llm_args(server))
+            cli("chains", "synthesize", corpus, "--triples", triples, "--out", out, "-n", "4", "--select", select, "--max-empty-share", "0.5", *llm_args(server))
             rows = read_table(out).to_pylist()
             selected = [r for r in rows if r["selected"]]
             assert len(selected) == len(records) and all(r["text"] and r["candidate"] in (1, 3) for r in selected), select
@@ -353,7 +353,7 @@ def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, shared_data, r
     # `corpus ingest --out -` streams documents and questions; chains reads the questions from that stream.
     _, run = ingest_inputs(cli, shared_data, tmp_path)
     stream = cli("corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", "-").stdout
-    proc = cli("chains", "synthesize", "-", run, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=stream)
+    proc = cli("chains", "synthesize", "-", "--triples", run, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=stream)
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == 2 * len(records) and sum(r["selected"] for r in rows) == len(records)
     assert all(d.startswith(S) and d.endswith(E) for r in rows for d in r["docids"])
@@ -389,7 +389,7 @@ def test_tiny_model_end_to_end_with_entropy_selection(cli, tmp_path, records):
     corpus, triples, _ = build_inputs(records[:2], tmp_path, parts=1)
     (tmp_path / "zero_shot.jsonl").write_text("")  # a short prompt keeps the CPU run quick
     out = tmp_path / "chains"
-    args = ["chains", "synthesize", corpus, triples, "--out", out, "-n", "2", "--max-tokens", "32", "--few-shot", tmp_path / "zero_shot.jsonl"]
+    args = ["chains", "synthesize", corpus, "--triples", triples, "--out", out, "-n", "2", "--max-tokens", "32", "--few-shot", tmp_path / "zero_shot.jsonl"]
     cli(*args)
     rows = read_table(out).to_pylist()
     assert len(rows) == 4

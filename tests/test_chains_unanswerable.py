@@ -112,7 +112,7 @@ def musique_full(shared_data, tmp_path, cli):
 def _synthesize(cli, world, out, *args):
     server = world["server"]
     cli(
-        "chains", "synthesize", world["corpus"], world["triples"], "--out", out, "--candidates", "2", "--select", "first",
+        "chains", "synthesize", world["corpus"], "--triples", world["triples"], "--out", out, "--candidates", "2", "--select", "first",
         "--backend", "openai", "--base-url", server.url, "--model", "fake-70b", "--max-retries", "0", *args,
     )  # fmt: skip
     return load_manifest(out)

@@ -40,7 +40,7 @@ def test_triples_of_another_corpus_are_named_by_every_command_that_joins_them(cl
     expected = f"the triples in {data['triples']} cover none of the"
     chains = tmp_path / "chains"
     for allow in ([], ["--allow-empty"]):
-        proc = cli("chains", "gold", data["hotpot"], data["triples"], "--out", chains, *allow, check=1)
+        proc = cli("chains", "gold", data["hotpot"], "--triples", data["triples"], "--out", chains, *allow, check=1)
         assert expected in proc.stderr and f"corpus {data['hotpot'] / 'documents'}" in proc.stderr
         assert "are these triples from this corpus?" in proc.stderr and not chains.exists()
     # filters apply (chains joined with the wrong corpus)
@@ -75,7 +75,7 @@ def test_an_empty_stage_exits_1_with_its_reasons_is_recorded_and_fails_validate(
     count; the manifest records the stop (status shows it, validate fails it, a resume judges it again);
     --accept or a run with --allow-empty lets it pass."""
     chains = tmp_path / "chains"
-    args = ["chains", "gold", data["wiki"], data["off_gold"], "--out", chains]
+    args = ["chains", "gold", data["wiki"], "--triples", data["off_gold"], "--out", chains]
     proc = cli(*args, check=1)
     n = len(read_table(data["wiki"] / "questions"))
     assert f"{chains}: no rows written: all {n} input rows were rejected: 'gold documents without triples' ×{n}" in proc.stderr
@@ -100,7 +100,7 @@ def test_filters_on_empty_chains_and_the_export_of_an_empty_stage(cli, data, tmp
     """The issue's chain of silent steps: filters on empty chains exit 1; the SFT export of an empty stage writes
     and registers nothing; with --allow-empty each goes on, and validate says the emptiness was allowed."""
     chains, filtered, export = tmp_path / "chains", tmp_path / "filtered", tmp_path / "export" / "sft.json"
-    cli("-q", "chains", "gold", data["wiki"], data["off_gold"], "--out", chains, "--allow-empty")
+    cli("-q", "chains", "gold", data["wiki"], "--triples", data["off_gold"], "--out", chains, "--allow-empty")
     filters = ["filters", "apply", chains, "--corpus", data["wiki"], "--triples", data["off_gold"], "--out", filtered]
     assert f"its input {chains} has no rows" in cli(*filters, check=1).stderr
     cli("-q", *filters, "--allow-empty")
@@ -141,7 +141,7 @@ def test_validate_reports_an_empty_export_and_stage_unless_accepted(cli, data, t
     manifest.pop("allow_empty")  # as an older grtool wrote it
     manifest_path.write_text(json.dumps(manifest))
     export = tmp_path / "run" / "export" / "sft.json"
-    cli("-q", "chains", "gold", data["wiki"], data["off_gold"], "--out", tmp_path / "gold", "--allow-empty")
+    cli("-q", "chains", "gold", data["wiki"], "--triples", data["off_gold"], "--out", tmp_path / "gold", "--allow-empty")
     cli("-q", "export", "sft", tmp_path / "gold", "--corpus", data["wiki"], "--out", export, "--format", "llamafactory-alpaca", "--allow-empty")
     sidecar = export.with_name("sft.json.grtool.json")
     meta = json.loads(sidecar.read_text())
@@ -161,7 +161,7 @@ def test_the_pipeline_passes_allow_empty_to_a_stage(cli, data, tmp_path):
     config = tmp_path / "p.toml"
     config.write_text(
         f'out = "{tmp_path / "out"}"\n[[stages]]\nname = "gold"\nrun = "chains gold"\n'
-        f'args = ["{data["wiki"]}", "{data["off_gold"]}"]\noptions = {{ out = "{{out}}/chains", allow_empty = true }}\n'
+        f'args = ["{data["wiki"]}"]\noptions = {{ triples = "{data["off_gold"]}", out = "{{out}}/chains", allow_empty = true }}\n'
     )
     assert "--allow-empty" in cli("pipeline", "run", config, "--dry-run").stdout
     cli("-q", "pipeline", "run", config)

@@ -76,7 +76,7 @@ def _run(argv: list[str]) -> MissingDependency:
         ("plot", ["corpus", "stats", "{run}", "--plot", "{tmp}/stats.png"], "stats.png"),
         ("llm", ["triples", "extract", "{run}", "--out", "{tmp}/triples"], "triples"),
         ("vllm", ["triples", "extract", "{run}", "--backend", "vllm", "--out", "{tmp}/triples"], "triples"),
-        ("entities", ["chains", "synthesize", "{run}", "{tmp}/t", "--backend", "openai", "--no-constrain", "--out", "{tmp}/chains"], "chains"),
+        ("entities", ["chains", "synthesize", "{run}", "--triples", "{tmp}/t", "--backend", "openai", "--no-constrain", "--out", "{tmp}/chains"], "chains"),
         ("llm", ["retrieve", "{run}", "--index", "{tmp}/index", "--out", "{tmp}/responses"], "responses"),
     ],
 )

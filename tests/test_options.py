@@ -103,9 +103,9 @@ BAD = [
     ("triples extract {corpus} --out {out} --backend openai --base-url http://[::1/v1 --limit 1", "--base-url"),
     ("triples extract {corpus} --out {out} --backend openai --base-url ftp://127.0.0.1:9/v1 --limit 1", "--base-url"),
     ("triples extract {corpus} --out {out} --backend openai --base-url 127.0.0.1:9/v1 --model m --limit 1", "--base-url"),
-    ("chains synthesize {corpus} {triples} --out {out} --backend openai --base-url http:///v1", "--base-url"),
+    ("chains synthesize {corpus} --triples {triples} --out {out} --backend openai --base-url http:///v1", "--base-url"),
     ("retrieve {corpus} --index {triples} --out {out} --backend openai --base-url http://127.0.0.1:0/v1", "--base-url"),
-    ("chains synthesize {corpus} {triples} --out {out} --backend foo", "--backend"),
+    ("chains synthesize {corpus} --triples {triples} --out {out} --backend foo", "--backend"),
     ("retrieve {corpus} --index {triples} --out {out} --backend foo", "--backend"),
     ("index build {triples} --tokenizer llama3 --out {out} --kind foo", "--kind"),
     ("index build {triples} --tokenizer llama3 --out {out} --source foo", "--source"),
@@ -122,9 +122,9 @@ BAD = [
     ("triples extract {corpus} --out {out} --limit 0", "--limit"),
     ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start '' --limit 1", "--docid-start"),
     ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start X --docid-end X --limit 1", "--docid-start"),
-    ("chains synthesize {corpus} {triples} --out {out} --backend openai --model m --max-retries 0 --docid-start <d --docid-end <d>", "--docid-end"),
+    ("chains synthesize {corpus} --triples {triples} --out {out} --backend openai --model m --max-retries 0 --docid-start <d --docid-end <d>", "--docid-end"),
     # a --model no local backend could load (was: found when the model loaded, after OUT was created)
-    ("chains synthesize {corpus} {triples} --out {out} --model {out}/missing", "--model"),
+    ("chains synthesize {corpus} --triples {triples} --out {out} --model {out}/missing", "--model"),
     ("triples extract {corpus} --out {out} --model missing.gguf", "--model"),
     ("triples extract {corpus} --out {out} --model {responses}", "--model"),
     # training values TRL/transformers/peft would take, or refuse only once the trainer is built

@@ -31,7 +31,7 @@ def run(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("show")
     run_cli("-q", "corpus", "ingest", SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", d / "corpus")
     write_evidence_stage(d / "corpus", d / "triples")
-    run_cli("-q", "chains", "gold", d / "corpus", d / "triples", "--out", d / "chains")
+    run_cli("-q", "chains", "gold", d / "corpus", "--triples", d / "triples", "--out", d / "chains")
     chains = read_table(d / "chains").to_pylist()
     questions = {q["qid"]: q for q in read_table(d / "corpus" / "questions").to_pylist()}
     titles = dict(zip(*read_table(d / "corpus" / "documents", ["doc_id", "title"]).to_pydict().values()))

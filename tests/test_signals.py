@@ -43,18 +43,19 @@ def documents(tmp_path) -> Path:
     return write_documents(tmp_path / "documents", DOCS, num_parts=3)
 
 
-def _sigterm_when(proc: subprocess.Popen, ready, timeout: float = 60) -> tuple[str, float]:
-    """Wait until ``ready()`` (the child still running), send it SIGTERM: its stderr and the seconds from the signal
-    to its exit. The child is killed if anything goes wrong."""
+HELD = ("--timeout", "600")  # a held request waits for the signal, never for a client's timeout
+
+
+def _sigterm_when(proc: subprocess.Popen, ready) -> str:
+    """Wait until ``ready()`` (a state: the child still running and held there), send it SIGTERM; its stderr. No
+    clock: the child either reaches the state or ends (then the test fails with its output)."""
     try:
-        deadline = time.monotonic() + timeout
         while not ready():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            assert proc.poll() is None, proc.communicate()
             time.sleep(0.001)
-        sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        return err, time.monotonic() - sent
+        _, err = proc.communicate(timeout=300)  # only a guard against a hang
+        return err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -62,13 +63,12 @@ def _sigterm_when(proc: subprocess.Popen, ready, timeout: float = 60) -> tuple[s
 
 def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, documents, cli):
     out = tmp_path / "out"
-    with TitleTripleServer(delay=0.5) as server:
-        cmd = [sys.executable, "-m", "grtool", *_extract(documents, out, server.url)]
+    with TitleTripleServer(hold_after=2) as server:  # part 0's two documents are answered; part 1's first waits
+        cmd = [sys.executable, "-m", "grtool", *_extract(documents, out, server.url, *HELD)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "10000"})
-        # once the first part is committed: the second part's first request is in flight
-        err, took = _sigterm_when(proc, (out / "triples" / "_shards" / "part-00000.json").exists)
+        # the first part is committed and the second part's first request is held in flight
+        err = _sigterm_when(proc, lambda: server.holding.is_set() and (out / "triples" / "_shards" / "part-00000.json").exists())
         assert proc.returncode == EXIT_TRANSIENT, err
-        assert took < 5, f"{took:.1f} s from SIGTERM to exit"
         said = " ".join(err.split())
         assert "Traceback" not in err
         assert f"SIGTERM received: {out / 'triples'}: 1 of 3 parts done" in said and "run the same command again to resume" in said, err
@@ -78,7 +78,7 @@ def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, docum
         assert not (out / "triples" / "part-00001.parquet").exists()
 
         # The same command again: only the missing parts are done, and the rows are those of an uninterrupted run.
-        server.delay = 0
+        server.release()
         again = cli(*_extract(documents, out, server.url), env={"COLUMNS": "10000"})
         assert "2 parts done, 1 already done" in " ".join(again.stderr.split()), again.stderr
     assert _rows(out / "triples") == [(d["doc_id"], d["title"], "is a", "document") for d in DOCS]
@@ -88,13 +88,13 @@ def test_sigterm_stops_a_stage_resumably_with_the_transient_code(tmp_path, docum
 def test_sigterm_while_streaming_to_stdout_does_not_promise_a_resume(tmp_path, documents):
     """--out -: the rows already streamed belong to the reader and nothing is kept, so the stop line counts them
     and says the run starts over (not "finished parts are kept")."""
-    with TitleTripleServer(delay=0.3) as server:
-        args = _extract(documents, Path("-"), server.url)
+    with TitleTripleServer(hold_after=2) as server:
+        args = _extract(documents, Path("-"), server.url, *HELD, "--cache-dir", str(tmp_path / "cache"))  # no answer from an earlier run
         proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
         try:
             first = proc.stdout.readline()  # a row is out: the stream has begun
-            time.sleep(0.1)  # the rest of that part goes out; the next part waits for the server
+            server.holding.wait(300)  # the next part's request is held: nothing more comes until the signal
             proc.send_signal(signal.SIGTERM)
             rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): it skips what readline buffered
             proc.wait(timeout=30)
@@ -113,14 +113,11 @@ def test_sigterm_while_the_command_is_still_loading_exits_with_the_transient_cod
     """Between the start of `grtool` and the command running lie a second or more of imports: a SIGTERM there (a
     job cancelled as it starts) exits 75 as well, so a requeue-on-75 script requeues it, instead of dying by the
     signal (143)."""
+    holds = tmp_path / "holds"
+    holds.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "stats", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-
-    def handler_in_place() -> bool:  # the first handler of SIGTERM: send it while the modules are still loading
-        caught = Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0]
-        return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
-
-    err, _ = _sigterm_when(proc, handler_in_place, timeout=30)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "GRTOOL_HOLD": f"starting:{holds}"})  # fmt: skip
+    err = _sigterm_when(proc, (holds / "starting.reached").exists)  # held before the imports (grtool.holds)
     assert proc.returncode == EXIT_TRANSIENT, err
     assert "SIGTERM received while the command was starting: nothing was written" in err, err
 
@@ -161,16 +158,16 @@ def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, d
 def test_sigterm_stops_a_pipeline_with_its_summary_and_the_transient_code(tmp_path, documents):
     out = tmp_path / "out"
     config = tmp_path / "pipe.toml"
-    with TitleTripleServer(delay=0.5) as server:
+    with TitleTripleServer(hold_after=2) as server:
         config.write_text(
             f'out = "{out}"\n'
             f'[[stages]]\nname = "extract"\nrun = "triples extract"\nargs = ["{documents}"]\n'
-            f'options = {{ out = "{{out}}/extract", grounding = "off", backend = "openai", base_url = "{server.url}", concurrency = 1 }}\n'
+            f'options = {{ out = "{{out}}/extract", grounding = "off", backend = "openai", base_url = "{server.url}", concurrency = 1, timeout = 600 }}\n'
             f'[[stages]]\nname = "check"\nrun = "validate"\nargs = ["{{out}}/extract"]\n'
         )
         proc = subprocess.Popen([sys.executable, "-m", "grtool", "pipeline", "run", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, env={**os.environ, "COLUMNS": "10000"})  # fmt: skip
-        err, _ = _sigterm_when(proc, (out / "extract" / "triples" / "_shards" / "part-00000.json").exists)
+        err = _sigterm_when(proc, lambda: server.holding.is_set() and (out / "extract" / "triples" / "_shards" / "part-00000.json").exists())
     assert proc.returncode == EXIT_TRANSIENT, err
     said = " ".join(err.split())
     assert "pipeline stopped at stage extract (exit code 75)" in said and "stopped: grtool triples extract" in said and "left: check" in said, err

@@ -38,7 +38,7 @@ def run(tmp_path_factory) -> Path:
     (root / "in" / "data_ids_train.json").write_text(json.dumps(records[-TRAIN_RECORDS:]))
     run_cli("corpus", "ingest", root / "in", "--out", root / "corpus")
     assert write_evidence_stage(root / "corpus", root / "triples") > 0
-    run_cli("chains", "gold", root / "corpus", root / "triples", "--out", root / "chains")  # every question
+    run_cli("chains", "gold", root / "corpus", "--triples", root / "triples", "--out", root / "chains")  # every question
     return root
 
 
@@ -68,7 +68,7 @@ def test_ingest_shows_each_input_split_and_warns_of_an_unknown_one(cli, tmp_path
 
 def test_chains_gold_reads_only_its_split_and_records_it(cli, run, tmp_path):
     out = tmp_path / "chains"
-    summary = json.loads(cli("chains", "gold", run / "corpus", run / "triples", "--out", out, "--split", "train", "--json").stdout)
+    summary = json.loads(cli("chains", "gold", run / "corpus", "--triples", run / "triples", "--out", out, "--split", "train", "--json").stdout)
     rows = read_table(out).to_pylist()
     train = qids_of(run, "train")
     assert rows and {r["qid"] for r in rows} <= train
@@ -77,13 +77,13 @@ def test_chains_gold_reads_only_its_split_and_records_it(cli, run, tmp_path):
     assert manifest["params"]["split"] == ["train"]
     assert manifest["counters"]["extra"]["questions_not_selected"] == len(qids_of(run, "dev"))
     # a resume with another selection is another run: refused like any changed option
-    proc = cli("chains", "gold", run / "corpus", run / "triples", "--out", out, "--split", "dev", check=2)
+    proc = cli("chains", "gold", run / "corpus", "--triples", run / "triples", "--out", out, "--split", "dev", check=2)
     assert "split" in proc.stderr
 
 
 def test_an_unknown_split_is_a_usage_error_naming_the_splits_there(cli, run, tmp_path):
     commands = [
-        ("chains", "gold", run / "corpus", run / "triples", "--out", tmp_path / "c"),
+        ("chains", "gold", run / "corpus", "--triples", run / "triples", "--out", tmp_path / "c"),
         ("filters", "apply", run / "chains", "--corpus", run / "corpus", "--triples", run / "triples", "--out", tmp_path / "f"),
         ("export", "sft", run / "chains", "--corpus", run / "corpus", "--out", tmp_path / "sft.json"),
         ("export", "gmr", run / "corpus", "--out", tmp_path / "gmr.jsonl"),
@@ -137,7 +137,7 @@ def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
     server = start_server(records)
     try:
         out = tmp_path / "chains"
-        cli("chains", "synthesize", run / "corpus", run / "triples", "--out", out, "--split", "train", "-n", "1", "--select", "first",
+        cli("chains", "synthesize", run / "corpus", "--triples", run / "triples", "--out", out, "--split", "train", "-n", "1", "--select", "first",
             "--few-shot-corpus", "1", *llm_args(server))  # fmt: skip
     finally:
         server.shutdown()

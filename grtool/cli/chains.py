@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
@@ -25,12 +26,12 @@ class Unanswerable(str, Enum):
     skip = "skip"
 
 
-@app.command()
+@app.command(cls=moved_to_options("--triples"))  # `chains synthesize CORPUS TRIPLES` until the next release
 @allows_empty
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
-    triples: Annotated[Path, typer.Argument(help="Triples stage directory (from `grtool triples extract`), or a run directory holding triples/.")],
+    triples: Annotated[Path, typer.Option("--triples", metavar="PATH", help="Triples stage directory (from `grtool triples extract`), or a run directory holding triples/.")],
     out: Out,
     split: Split = None,
     candidates: Annotated[int, typer.Option("--candidates", "-n", min=1, help="Chains per question: one greedy, the rest sampled at --temperature (GReG: 5).")] = 5,
@@ -68,7 +69,7 @@ def synthesize(
     Questions without gold documents or without triples for them are rejected with the reason, never dropped.
     Empty answers are never selected over non-empty ones; too many of them in a part (--max-empty-share) exit 1.
 
-    Example: grtool chains synthesize out/2wiki out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
+    Example: grtool chains synthesize out/2wiki --triples out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
     """
     from grtool.docid import Markers, check_markers
     from grtool.chains.prompt import ChainPrompt
@@ -119,8 +120,8 @@ def synthesize(
         typer.echo(orjson.dumps(summary).decode())
         return
     log.info(
-        "chains: %s questions chained, %s rows, rejected %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
-        summary["questions_chained"], summary["rows"], summary["rejected"] or "none", summary["docids"],
+        "chains: %s questions chained, %s rows, rejected: %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
+        summary["questions_chained"], summary["rows"], counts_text(summary["rejected"]), summary["docids"],
         summary["docids_flipped"], summary["docids_not_offered"], summary["cache_hits"], summary["cache_generated"],
     )  # fmt: skip
 
@@ -142,11 +143,11 @@ class Flip(str, Enum):
     always = "always"
 
 
-@app.command("gold")
+@app.command("gold", cls=moved_to_options("--triples"))  # `chains gold CORPUS TRIPLES` until the next release
 @allows_empty
 def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
-    triples: Annotated[Path, typer.Argument(help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],
+    triples: Annotated[Path, typer.Option("--triples", metavar="PATH", help="Triples stage directory holding the gold documents' triples, or a run directory holding triples/.")],
     out: Out,
     split: Split = None,
     flip: Annotated[Flip, typer.Option("--flip", help="Docids written tail-first: auto = when the tail is known and the head is not; always; never.")] = Flip.auto,
@@ -162,7 +163,7 @@ def gold_cmd(
     connects the question to the answer); the chain ends "So the answer is ...". The rows are the chains table's,
     for `filters apply` and `export sft`; a question it cannot write is rejected with the reason.
 
-    Example: grtool chains gold out/2wiki out/2wiki/triples --out out/2wiki/chains-gold
+    Example: grtool chains gold out/2wiki --triples out/2wiki/triples --out out/2wiki/chains-gold
     """
     from grtool.chains.gold import write_gold_chains
     from grtool.log import log
@@ -182,5 +183,5 @@ def gold_cmd(
 
         typer.echo(orjson.dumps(summary).decode())
         return
-    log.info("chains gold: %s questions chained, rejected %s; %s docids (%s flipped)", summary["questions_chained"],
-             summary["rejected"] or "none", summary["docids"], summary["docids_flipped"])  # fmt: skip
+    log.info("chains gold: %s questions chained, rejected: %s; %s docids (%s flipped)", summary["questions_chained"],
+             counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip

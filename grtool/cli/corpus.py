@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import allows_empty, Json, Out, Overwrite, Plot, RowsPerPart, Strict, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
 app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
@@ -63,7 +63,7 @@ def _print_summary(title: str, report: dict) -> None:
 @allows_empty
 def ingest_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Release files or directories (a directory is read recursively).")],
-    out: Out,
+    out: RunOut,
     dataset: Annotated[
         DatasetChoice,
         typer.Option(
@@ -124,7 +124,7 @@ def ingest_cmd(
 @allows_empty
 def merge_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Ingested run directories (each holding documents/ and questions/).")],
-    out: Out,
+    out: RunOut,
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
     as_json: Json = False,
@@ -154,7 +154,10 @@ def stats_cmd(
     Example: grtool corpus stats out/corpus --plot out/corpus/stats.png
     """
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
 
+    read = [input_stage(directory, "questions"), input_stage(directory, "documents")]
+    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory])
     stats = corpus_stats(directory)
     if plot is not None:
         plot_stats(stats, plot)

@@ -30,6 +30,10 @@ def overlap_cmd(
     Example: grtool corpus overlap out/hotpot --n 4-12 --plot out/overlap.png
     """
     from grtool.corpus.overlap import corpus_overlap, iter_table_rows, parse_ns, plot_overlap
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+
+    read = [input_stage(corpus, "questions"), input_stage(corpus, "documents")]
+    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[corpus])
 
     report = corpus_overlap(corpus, parse_ns(n))
     if plot is not None:

@@ -122,7 +122,7 @@ def print_per_question(questions: list[dict]) -> None:
 @app.command("compare")
 def compare_cmd(
     reports: Annotated[list[str], typer.Argument(help="Runs as LABEL=PATH (or PATH: labelled by its name): a report of `eval recall --json`, or a `retrieve` output directory (scored here).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the Markdown table here (default: print it).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Markdown file to write the table to (default: print it).")] = None,
     plot: Plot = None,
     as_json: Json = False,
     corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Questions to score responses directories with (default: the questions stage each manifest names).")] = None,
@@ -139,12 +139,10 @@ def compare_cmd(
     """
     from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, plot as plot_runs, table
     from grtool.log import log
-    from grtool.store.outputs import refuse_output_among_inputs
+    from grtool.store.outputs import refuse_overlapping_outputs
 
     given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]
-    for flag, target in (("--out", out), ("--plot", plot)):
-        if target is not None:
-            refuse_output_among_inputs(target, inputs=given, flag=flag)
+    refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)

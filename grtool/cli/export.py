@@ -38,7 +38,7 @@ class Markers(str, Enum):
     brackets = "brackets"
 
 
-OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file ('-' = JSON Lines on stdout).")]
+OutFile = Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="File to write ('-' = JSON Lines on stdout).")]
 Corpus = Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")]
 Triples = Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")]
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt added to every example.")]

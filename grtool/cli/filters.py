@@ -89,11 +89,10 @@ def apply_cmd(
         docid_end=docid_end,
         splits=tuple(split or ()),
     )
-    if report is not None:
-        from grtool.store.outputs import input_stage, refuse_output_among_inputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
 
-        stages = [input_stage(chains, "chains"), input_stage(corpus, "questions"), input_stage(triples, "triples")]
-        refuse_output_among_inputs(report, inputs=stages, holders=[chains, corpus, triples], flag="--report")
+    stages = [input_stage(chains, "chains"), input_stage(corpus, "questions"), input_stage(triples, "triples")]
+    refuse_overlapping_outputs([("--out", out), ("--report", report)], inputs=stages, holders=[chains, corpus, triples])
     result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)

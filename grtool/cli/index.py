@@ -25,7 +25,7 @@ class Source(str, Enum):  # grtool.index.build.SOURCES
 
 
 # Not the stages' --out: an index is a directory of files, never JSON Lines on stdout.
-IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to create ('-' is refused: an index is a directory of files).")]
+IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to write ('-' is refused: an index is a directory of files).")]
 
 
 @app.command("build")
@@ -158,7 +158,13 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], a
 
     from grtool.log import console
 
-    table = Table(show_header=False, title=str(index))
+    from rich.markup import escape
+
+    from grtool.cli.shape import pretty_value
+
+    table = Table(show_header=False, title=escape(str(index)))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")
     for key, value in report.items():
-        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+        table.add_row(key, escape(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value)))
     console.print(table)

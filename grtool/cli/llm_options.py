@@ -95,6 +95,7 @@ class LLMSettings:
         if self.no_cache:
             return None
         if self.cache_dir is not None:
+            refuse_cache_over_output(Path(self.cache_dir), out)
             return Path(self.cache_dir)
         if str(out) == "-":
             return cache_root() / "requests"
@@ -103,6 +104,18 @@ class LLMSettings:
     def identity(self, model_name: str) -> dict[str, Any]:
         """What belongs in a stage's parameters: the backend, the model and the sampling; never transport or secrets."""
         return {"backend": self.backend, "model": model_name, "sampling": self.sampling().as_dict()}
+
+
+def refuse_cache_over_output(cache: Path, out: Path | str) -> None:
+    """--cache-dir is written too: it may lie inside --out (as the default OUT/_llm_cache does), never be it nor
+    hold it (the cache's files would mix with the stage's, and --overwrite of one would meet the other)."""
+    from grtool.errors import InputError
+    from grtool.store.paths import is_within, printable, real
+
+    if str(out) != "-" and is_within(real(out), real(cache)):
+        what = "is" if real(out) == real(cache) else "contains"
+        raise InputError(f"--cache-dir {printable(cache)}: {what} --out {printable(out)}, which this command also writes; "
+                         "put the request cache somewhere else")
 
 
 def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -21,6 +21,13 @@ def _launched() -> bool:
 
 if _launched():  # before the imports below, which take a second or more: SIGTERM meanwhile exits 75 too
     signals.install_early()
+    from grtool.errors import InputError
+    from grtool.holds import hold
+
+    try:
+        hold("starting")  # a test's signal lands here, among the imports, whatever the machine's speed
+    except InputError:
+        pass  # a malformed GRTOOL_HOLD is reported by the command's own hold points, as one line
 
 
 import typer
@@ -29,11 +36,13 @@ import typer.core
 import typer.rich_utils
 
 from grtool import __version__
+from grtool.cli.shape import use_metavar_style
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 from grtool.log import configure, console, log_width
 
 if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
     typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
+use_metavar_style()  # one metavar style in every --help: none on flags, PATH / TEXT / INTEGER / [a|b] on values
 
 # `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
 RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline",
@@ -101,20 +110,25 @@ def run() -> None:
     from grtool.invocation import set_command
 
     set_command(["grtool", *sys.argv[1:]])  # what manifests record; the only place grtool reads sys.argv
-    with signals.handled():
+    with signals.handled(ends_process=True):
         _run()
 
 
 def _run() -> None:
     from grtool import signals
+    from grtool.holds import hold
     from grtool.store.stops import recording
 
     try:
-        # With standalone_mode off, click returns the code of a typer.Exit instead of exiting. A failure after
-        # a stage directory exists is recorded in its manifest (validate fails it until a run succeeds).
-        with recording() as outcome:
-            code = app(standalone_mode=False)
-            outcome.returned(code)  # Ctrl-C comes back as 130: not a success
+        try:
+            # With standalone_mode off, click returns the code of a typer.Exit instead of exiting. A failure after
+            # a stage directory exists is recorded in its manifest (validate fails it until a run succeeds).
+            with recording() as outcome:
+                code = app(standalone_mode=False)
+                outcome.returned(code)  # Ctrl-C comes back as 130: not a success
+        finally:
+            signals.work_finished()  # whatever came of it: a signal from here on changes only the exit code
+        hold("finished")
         if code == EXIT_INTERRUPTED and signals.interrupted():  # Typer hands Ctrl-C back as exit code 130
             _interrupted()
         sys.exit(code if isinstance(code, int) else 0)

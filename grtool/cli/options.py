@@ -20,7 +20,12 @@ def out_path(value: str | Path) -> Path:
 
 
 Out = Annotated[
-    Path, typer.Option("--out", "-o", parser=out_path, metavar="PATH", help="Output stage directory ('-' = JSON Lines on stdout).")
+    Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Stage directory to write ('-' = JSON Lines on stdout).")
+]
+# corpus ingest and merge write two stages, documents/ and questions/, under the directory they are given
+RunOut = Annotated[
+    Path,
+    typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Run directory to write: its documents/ and questions/ stages ('-' = JSON Lines on stdout)."),
 ]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete existing output and start over (default: resume).")]
 NumShards = Annotated[

@@ -117,7 +117,13 @@ def status(
     if as_json:
         print(orjson.dumps({"out": str(out), "stages": rows}, option=orjson.OPT_INDENT_2).decode())
         return
-    print("\n".join(status_lines(rows)), flush=True)
+    import shutil
+    import sys
+
+    from grtool.log import log_width
+
+    width = log_width(sys.stdout) or shutil.get_terminal_size().columns  # wider: one block per stage
+    print("\n".join(status_lines(rows, width)), flush=True)
 
 
 @app.command("finalize", hidden=True)

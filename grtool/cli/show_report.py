@@ -80,7 +80,7 @@ def _print_rows(rows: list) -> None:
 
 def report_cmd(
     run: Annotated[Path, typer.Argument(help="A run directory (a pipeline's out), or any directory holding stage directories.")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="The HTML file (default: RUN/reports/report.html).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="HTML file to write (default: RUN/reports/report.html).")] = None,
 ) -> None:
     """One self-contained HTML page of a whole run (it opens without a network).
 

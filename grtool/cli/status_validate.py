@@ -22,34 +22,82 @@ def status_cmd(
     directory: Annotated[Path, typer.Argument(help="A stage directory, or a run directory holding several.")],
     as_json: Json = False,
 ) -> None:
-    """Shards done and pending, rows, and rejects by reason.
+    """Shards done and pending, rows, and rejects by reason; for a run directory also its indexes, exported files,
+    checkpoints, and the stages of the pipeline that wrote it with their times.
 
     Example: grtool status out/demo/triples
     """
+    from grtool.inspect.contents import run_contents
+
     if not Path(directory).exists():
         raise InputError(f"{directory}: no such file or directory")
     dirs = find_stage_dirs(directory)
-    if not dirs:
+    contents = run_contents(directory) if not as_json else {}
+    if not dirs and not any(contents.values()):
         raise InputError(f"{directory}: no stage directory here")
     results = [status(d) for d in dirs]
     if as_json:
         typer.echo(orjson.dumps(results[0] if len(results) == 1 else results).decode())
         return
-    t = Table(title="stage status")
-    for col in ("stage", "table", "parts done", "pending", "rows", "rejected", "complete"):
-        # Never "…": paths (which tell the rows apart) stay on one line as long as anything can give way.
-        t.add_column(col, overflow="fold", no_wrap=col == "stage")
-    for s in results:
-        rej = s["counters"]["rejected"]
-        rej_text = ", ".join(f"{k}: {v}" for k, v in rej.items()) or "0"
-        planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
-        t.add_row(s["path"], s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]), rej_text, _complete(s))
-    console.print(t)
+    if results:
+        console.print(_stage_table(results, Path(directory)))
+    for title, rows in contents.items():
+        if rows:
+            console.print(_rows_table(title, rows, Path(directory)))
+    _print_pipeline_stages(directory)
     _print_slurm_jobs(directory)
     for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
             console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _shown(path: str, root: Path) -> str:
+    """A path under the directory asked about, relative to it (the table stays narrow); others as they are."""
+    try:
+        relative = Path(path).relative_to(root)
+    except ValueError:
+        return printable(path)
+    return printable(relative) if str(relative) != "." else printable(path)
+
+
+def _stage_table(results: list[dict], root: Path) -> Table:
+    t = Table(title="stage status")
+    for col in ("stage", "table", "parts done", "pending", "rows", "rejected", "complete"):
+        # Paths (which tell the rows apart) fold rather than end in "…"; the rejected reasons wrap one per line.
+        t.add_column(col, overflow="fold", ratio=3 if col in ("stage", "rejected") else None)
+    for s in results:
+        rej = s["counters"]["rejected"]
+        rej_text = "\n".join(f"{k}: {v}" for k, v in rej.items()) or "0"
+        planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
+        t.add_row(escape(_shown(s["path"], root)), s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]),
+                  escape(rej_text), _complete(s))  # fmt: skip
+    return t
+
+
+def _rows_table(title: str, rows: list[dict[str, str]], root: Path) -> Table:
+    """Indexes, exports or checkpoints: one row each, their record's fields as columns."""
+    t = Table(title=title)
+    for col in rows[0]:
+        t.add_column(col, overflow="fold", ratio=3 if col == "path" else None)
+    for r in rows:
+        t.add_row(*(escape(_shown(v, root) if k == "path" else printable(v)) for k, v in r.items()))
+    return t
+
+
+def _print_pipeline_stages(directory: Path) -> None:
+    """A run a pipeline wrote (``_pipeline/``): its stages in the order they finished, with their times."""
+    from grtool.pipeline.status import has_records, run_status
+
+    if not Path(directory).is_dir() or not has_records(Path(directory)):
+        return
+    t = Table(title="pipeline stages")
+    for col in ("stage", "state", "finished", "seconds"):
+        t.add_column(col, overflow="fold")
+    for r in run_status(Path(directory)):
+        seconds = f"{r['seconds']:g}" if isinstance(r["seconds"], (int, float)) else "-"
+        t.add_row(escape(r["stage"]), r["state"], escape(str(r["finished"] or "-")), seconds)
+    console.print(t)
 
 
 def _print_slurm_jobs(directory: Path) -> None:

@@ -29,7 +29,7 @@ class Desirable(str, Enum):  # as `export kto --desirable`
 
 
 Model = Annotated[Optional[str], typer.Option("--model", help="Base model: a folder, a .gguf file, or a hub id in the local cache (default: the embedded SmolLM2-135M-Instruct).")]
-CkptOut = Annotated[Path, typer.Option("--out", "-o", help="Checkpoint directory (with --format llamafactory-yaml: the YAML file, '-' = stdout).")]
+CkptOut = Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Checkpoint directory to write (with --format llamafactory-yaml: the YAML file to write, '-' = stdout).")]
 LearningRate = Annotated[Optional[float], typer.Option("--learning-rate", help="Peak learning rate (default SFT 2e-5, KTO 5e-7; thinkgr: 1e-6 / 4e-7).")]
 PerDevice = Annotated[Optional[int], typer.Option("--per-device-batch-size", min=1, help="Rows per device per step (default 2).")]
 Accumulation = Annotated[Optional[int], typer.Option("--gradient-accumulation", min=1, help="Steps accumulated per optimizer step (default 1).")]
@@ -78,8 +78,9 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
             typer.echo(orjson.dumps(report).decode())
             return
         console.print(f"[bold]train {kind}[/] {report['data']} ({report['rows']} rows, {report['data_format']}) on {report['model']} → {report['out']}", highlight=False)
-        for key, value in report["config"].items():
-            console.print(f"  {key}: {value}", highlight=False)
+        for key, value in report["config"].items():  # as a --config YAML file spells them (null, true), not as Python
+            shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value
+            console.print(f"  {key}: {shown}", highlight=False, markup=False)
         console.print(
             f"effective batch {report['effective_batch_size']} = per-device {cfg.per_device_batch_size} × accumulation "
             f"{cfg.gradient_accumulation} × {report['processes']} processes; steps {report['steps']}",
@@ -115,7 +116,7 @@ def sft_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export sft` wrote (LLaMA-Factory sharegpt/alpaca or TRL messages), or a filtered-chains stage directory (with --corpus).")],
     out: CkptOut,
     model: Model = None,
-    corpus: Annotated[Optional[str], typer.Option("--corpus", help="With a chains directory as DATA: the corpus run holding questions/.")] = None,
+    corpus: Annotated[Optional[str], typer.Option("--corpus", metavar="PATH", help="With a chains directory as DATA: the corpus run holding questions/.")] = None,
     system: System = None,
     cannot_answer: CannotAnswer = None,
     learning_rate: LearningRate = None,
@@ -161,8 +162,8 @@ def kto_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples.")],
     out: CkptOut,
     model: Annotated[Optional[str], typer.Option("--model", help="The SFT checkpoint (also the reference model).")] = None,
-    corpus: Annotated[Optional[str], typer.Option("--corpus", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
-    triples: Annotated[Optional[str], typer.Option("--triples", help="With responses as DATA: the triples the docids resolve against, as `export kto`.")] = None,
+    corpus: Annotated[Optional[str], typer.Option("--corpus", metavar="PATH", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
+    triples: Annotated[Optional[str], typer.Option("--triples", metavar="PATH", help="With responses as DATA: the triples the docids resolve against, as `export kto`.")] = None,
     tau: Annotated[Optional[float], typer.Option("--tau", help="With responses: recall below it is undesirable (default 0.5, as `export kto`).")] = None,
     desirable: Annotated[Optional[Desirable], typer.Option("--desirable", help="With responses: exact (default; the gold set exactly) or all-gold (every gold document, extras allowed).")] = None,
     system: System = None,

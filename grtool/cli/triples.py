@@ -153,8 +153,11 @@ def collisions_command(
     """
     from rich.table import Table
 
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
     from grtool.triples.collisions import collision_stats, plot_docs_per_triple
 
+    read = [input_stage(triples, "triples"), input_stage(corpus, "documents")]
+    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[triples, corpus])
     report = collision_stats(triples, corpus, top, view.value)
     if plot is not None:
         plot_docs_per_triple(report, plot)

@@ -212,6 +212,10 @@ def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, i
         elif _already_complete(out, [doc_spec, q_spec]):
             log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
             shutil.rmtree(work, ignore_errors=True)  # left behind when a run was killed after its last shard
+            from grtool.store.stage import remove_leftovers
+
+            for spec in (doc_spec, q_spec):  # this run holds OUT alone: every temporary file there is a killed run's
+                remove_leftovers(out / spec.table)
             return True
         plan = None if overwrite else load_plan(work, identity)
         resumed = plan is not None

@@ -84,7 +84,7 @@ def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: i
         return _empty()
     missing = {"doc_id", "head", "relation", "tail"} - set(pl.read_parquet_schema(shards[0]))
     if missing:
-        raise InputError(f"{shards[0]}: not a triples table (missing columns {sorted(missing)})")
+        raise InputError(f"{shards[0]}: not a triples table (missing columns {', '.join(sorted(missing))})")
     key = stage_key(stage)
     base = root if root is not None else cache_dir()
     final = base / key

@@ -185,7 +185,7 @@ def _batches(table: InputTable, index: int) -> Iterator[pa.RecordBatch]:
     pf = open_shard(part)
     missing = set(CHAINS.names) - set(pf.schema_arrow.names)
     if missing:
-        raise InputError(f"{part}: not a chains table (missing columns {sorted(missing)})")
+        raise InputError(f"{part}: not a chains table (missing columns {', '.join(sorted(missing))})")
     yield from iter_shard_batches(part, CHAINS.names, BATCH_ROWS)
 
 

@@ -96,7 +96,7 @@ def token_bytes(tokenizer) -> list[bytes | None]:
             elif d.get("type") == "Replace" and (d.get("content") == " "):
                 space = (d.get("pattern") or {}).get("String", space)
         if space is None:
-            raise InputError(f"token_bytes: unsupported tokenizer decoder {sorted(k for k in kinds if k)} (ByteLevel or Metaspace/SentencePiece expected)")
+            raise InputError(f"token_bytes: unsupported tokenizer decoder {', '.join(sorted(k for k in kinds if k)) or 'none'} (ByteLevel or Metaspace/SentencePiece expected)")
         fallback = bool(model.get("byte_fallback")) or "ByteFallback" in kinds
 
         def convert(piece: str) -> bytes:

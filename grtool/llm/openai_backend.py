@@ -40,7 +40,7 @@ import httpx
 
 from grtool.errors import GrtoolError, TransientError
 from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
-from grtool import secrets
+from grtool import secrets, signals
 from grtool.log import activity, activity_detail, log
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -177,7 +177,7 @@ class OpenAIBackend:
                     async with asyncio.timeout(self._models_timeout):
                         return await client.get(f"{self._url}/models")
 
-            r = asyncio.run(get())
+            r = signals.run_async(get())
             r.raise_for_status()
             self._models_cache = list(r.json().get("data", []))
         return self._models_cache
@@ -209,7 +209,7 @@ class OpenAIBackend:
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         with activity(f"{len(prompts)} prompts for {self.model} at {self._shown}"):
-            return asyncio.run(self._generate_all(prompts, sampling, on_done))
+            return signals.run_async(self._generate_all(prompts, sampling, on_done))
 
     async def _generate_all(self, prompts: list[Messages], sampling: Sampling, on_done: OnDone | None = None) -> list[Generation]:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)

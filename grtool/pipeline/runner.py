@@ -76,7 +76,7 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
     """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
     a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
     such a report would replace it. Reading an earlier stage's report (``eval compare``) stays fine."""
-    from grtool.store.outputs import refuse_output_among_inputs
+    from grtool.store.outputs import refuse_output_among_inputs, refuse_overlapping_outputs
 
     external: list[str] = []
     written: list[str] = []
@@ -87,6 +87,10 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
     for flag, target in [*targets, *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
+    for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
+        if target:
+            for stage_flag, output in targets:
+                refuse_overlapping_outputs([(flag, target), (stage_flag, output)])
 
 
 def input_fingerprints(stage: Stage) -> dict[str, Any]:

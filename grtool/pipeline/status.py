@@ -48,8 +48,9 @@ def has_records(out: Path) -> bool:
     return (out / RECORDS_DIR).is_dir() and any((out / RECORDS_DIR).glob("*.json")) or (out / RECORDS_DIR / JOBS_DIR).is_dir()
 
 
-def status_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The rows as aligned text, then one line per failed job or task naming its log."""
+def status_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
+    """The rows as aligned text, then one line per failed job or task naming its log. When the table is wider than
+    ``width`` (a terminal's columns), each stage is a block of ``field: value`` lines instead."""
     header = ["stage", "state", "finished", "seconds", "slurm jobs", "slurm states"]
     table = []
     for r in rows:
@@ -59,6 +60,8 @@ def status_lines(rows: list[dict[str, Any]]) -> list[str]:
         table.append([r["stage"], r["state"], r["finished"] or "-", f"{r['seconds']:g}" if r["seconds"] is not None else "-",
                       job if slurm else "-", slurm.get("summary", "-")])  # fmt: skip
     lines = columns(header, table)
+    if width is not None and max(map(len, lines)) > width:
+        lines = [line for row in table for line in (row[0], *(f"  {h}: {v}" for h, v in zip(header[1:], row[1:]) if v != "-"))]
     for r in rows:
         if r["detail"] and r["state"] != "done":
             lines.append(f"{r['stage']}: {r['detail']}")

@@ -42,12 +42,14 @@ class OutputKind:
     started: str | None = None  # a record written when a run starts, before the complete one (a killed run has it)
     keep: tuple[str, ...] = ()  # grtool's entries that --overwrite keeps (a request cache, the run's own locks)
     directory: bool = True
+    folders: tuple[str, ...] = ()  # the entries of ``own`` that grtool makes as directories; every other one is a file
+    flat: bool = True  # its folders hold only files (a stage's records and rejects); a checkpoint's hold trees
 
 
 STAGE = OutputKind(
     "stage", "a stage directory", MANIFEST,
     own=(MANIFEST, f"{MANIFEST}.*.tmp", "part-*.parquet", "part-*.parquet.*.tmp", SHARDS_DIR, REJECTS_DIR),
-    keep=(LLM_CACHE, LOCK, "_run.lock", "_run.task-*.lock"),
+    keep=(LLM_CACHE, LOCK, "_run.lock", "_run.task-*.lock"), folders=(SHARDS_DIR, REJECTS_DIR),
 )  # fmt: skip
 INDEX = OutputKind(
     "index", "an index directory", "index.json",
@@ -60,6 +62,7 @@ CHECKPOINT = OutputKind(
          "pytorch_model*.bin", "training_args.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
          "checkpoint-*", "incomplete-checkpoint", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
+    folders=("checkpoint-*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
 
@@ -98,6 +101,47 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
         if is_within(r, o):
             what = "is" if o == r else "contains"
             raise InputError(f"{flag} {printable(out)}: {what} the input {printable(name)}; write the output somewhere else")
+
+
+def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]], *, inputs: Iterable[str | Path | None] = (),
+                               holders: Iterable[str | Path | None] = ()) -> None:
+    """Exit 2, before anything is written, when two outputs of one command meet: equal (symlinks resolved), or
+    one inside the other (``--report f6/_manifest.json`` with ``--out f6``); or when one meets an input (see
+    :func:`refuse_output_among_inputs`).
+
+    ``outputs``: ``(flag, path)`` of everything the command writes (a stage, ``--report``, ``--plot``, a ``--json``
+    file); ``None``, empty and ``-`` (stdout) are left out. Standard output redirected to a file counts as one more
+    output (``stdout``): ``> f6/_manifest.json`` would be written over by the stage, or the other way round.
+    """
+    inputs, holders = list(inputs), list(holders)
+    named = [(flag, path) for flag, path in outputs if path is not None and str(path) not in ("", "-")]
+    for flag, path in named:
+        refuse_output_among_inputs(path, inputs, holders, flag=flag)
+    redirected = stdout_file()
+    if redirected is not None and any(str(path) != "-" for _, path in named):
+        named.append(("stdout", redirected))
+    resolved = [(flag, path, real(path)) for flag, path in named]
+    for i, (flag, path, r) in enumerate(resolved):
+        for other_flag, other, o in resolved[i + 1:]:
+            if r == o:
+                raise InputError(f"{flag} {printable(path)}: is also {other_flag} {printable(other)}, which this command "
+                                 "writes too; give each output its own path")
+            if is_within(r, o) or is_within(o, r):
+                (inner_flag, inner), (outer_flag, outer) = ((flag, path), (other_flag, other)) if is_within(r, o) else ((other_flag, other), (flag, path))
+                raise InputError(f"{inner_flag} {printable(inner)}: lies inside {outer_flag} {printable(outer)}, which this command "
+                                 "also writes; write it somewhere else")
+
+
+def stdout_file() -> Path | None:
+    """The regular file standard output is redirected to (``> file``), else None (a terminal, a pipe)."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.fstat(1).st_mode):
+            return None
+        return Path(os.readlink("/proc/self/fd/1"))
+    except OSError:
+        return None
 
 
 def _is_artefact(p: Path) -> bool:
@@ -182,6 +226,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
                 f"{flag} {printable(p)}: --overwrite refused: its index.json is not one grtool wrote (format {fmt!r}) and it "
                 f"holds {_listing(entries)}; remove what you do not need yourself or choose another --out"
             )
+    refuse_foreign_types(p, own_entries(p, kind)[0], kind, flag)
     if kind is STAGE and table is not None:
         got = (_read_record(record) or {}).get("table")
         if got != table:
@@ -204,11 +249,59 @@ def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
     return sorted(own), sorted(unknown)
 
 
-def _delete(entry: Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
+def _delete(entry: Path, kind: OutputKind) -> None:
+    """Remove one of grtool's entries, checked by :func:`refuse_foreign_types`: a file or a link is unlinked
+    (a link never followed), one of grtool's folders emptied of its files, then removed."""
+    if entry.is_symlink() or not entry.is_dir():
+        entry.unlink(missing_ok=True)
+    elif not kind.flat:
         shutil.rmtree(entry)
     else:
-        entry.unlink(missing_ok=True)
+        for inner in entry.iterdir():
+            inner.unlink(missing_ok=True)
+        entry.rmdir()
+
+
+def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
+    """Why ``entry``, named like one of grtool's, is not what grtool writes there (None: it is)."""
+    import stat
+
+    mode = entry.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return None  # the link goes, never what it points to
+    folder = _matches(entry.name, kind.folders)
+    if folder and stat.S_ISDIR(mode):
+        if not kind.flat:
+            return None
+        for inner in entry.iterdir():
+            if not (inner.is_symlink() or inner.is_file()):
+                return f"{printable(inner)} is {file_kind_name(inner)}, and grtool writes only files in {printable(entry.name)}"
+        return None
+    if not folder and stat.S_ISREG(mode):
+        return None
+    wanted = "a directory" if folder else "a file"
+    return f"{printable(entry)} is {file_kind_name(entry)}, and grtool writes {wanted} by that name"
+
+
+def file_kind_name(path: Path) -> str:
+    import stat
+
+    mode = path.lstat().st_mode
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def refuse_foreign_types(out: Path, own: list[Path], kind: OutputKind, flag: str = "--out") -> None:
+    """Exit 2, before anything is deleted, when an entry named like grtool's is of another type (a directory
+    ``part-00000.parquet``, a FIFO): --overwrite removes files and links grtool writes, never a user's directory."""
+    for entry in own:
+        why = _foreign_type(entry, kind)
+        if why is not None:
+            raise InputError(f"{flag} {printable(out)}: --overwrite refused: {why}; nothing was deleted; move it away yourself "
+                             "or choose another --out")
 
 
 def _say_left(out: Path, unknown: list[Path]) -> None:
@@ -237,9 +330,10 @@ class Claim:
         if not self.out.is_dir():
             return []
         own, self.left = own_entries(self.out, self.kind)
+        refuse_foreign_types(self.out, own, self.kind)
         own.sort(key=lambda e: e.name not in (self.kind.record, self.kind.started))
         for entry in own:
-            _delete(entry)
+            _delete(entry, self.kind)
         _say_left(self.out, self.left)
         return self.left
 
@@ -296,7 +390,7 @@ def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | No
     if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
         raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; "
                          "name an existing directory or a new path")
-    refuse_output_among_inputs(p, inputs, holders, flag=flag)
+    refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
     if overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)
     lock = RunLock(p, shards, command) if kind is STAGE else output_lock(p, command)

@@ -304,6 +304,8 @@ class StageWriter:
     - ``done(i)`` tells whether part ``i`` is already committed; ``shard(i)`` writes it.
     """
 
+    keeps_parts = True  # a stop keeps its committed parts: the stop line says so (grtool.signals)
+
     def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None,
                  shards: tuple[int, int] | None = None):
         """``shards=(count, index)`` when this run is one array task (``--num-shards/--shard-index``); the
@@ -326,6 +328,8 @@ class StageWriter:
         try:
             if overwrite:
                 claimed.clear()
+            elif self.whole_run:
+                remove_leftovers(self.path)
             (self.path / SHARDS_DIR).mkdir(exist_ok=True)
             with self._lock():
                 self._open_manifest()
@@ -456,6 +460,25 @@ def _clean_stale_tmp(path: Path) -> None:
     for f in list(path.glob(f"*{TMP_SUFFIX}")) + list((path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
         if _stale(f):
             f.unlink(missing_ok=True)
+
+
+def leftovers(path: str | Path) -> list[Path]:
+    """The temporary files of the stage directory ``path`` (a part, a rejects file, a record being written): a run
+    that is not writing any more (killed by SIGKILL, a node lost) left them."""
+    path = Path(path)
+    found: list[Path] = []
+    for folder in (path, path / SHARDS_DIR, path / REJECTS_DIR):
+        if folder.is_dir() and not folder.is_symlink():
+            found += [f for f in folder.glob(f"*{TMP_SUFFIX}") if f.is_file() and not f.is_symlink()]
+    return sorted(found)
+
+
+def remove_leftovers(path: Path) -> None:
+    """A whole run holds the directory alone (its run lock is exclusive): every temporary file there is a killed
+    run's, whatever its age; removed before anything is written."""
+    for f in leftovers(path):
+        log.info("%s: removing %s, left by a run that was killed", path, f.relative_to(path))
+        f.unlink(missing_ok=True)
 
 
 def _owner() -> str:

@@ -161,6 +161,7 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
     _check_manifest(manifest, records, report)
     _check_shards(path, manifest, records, report)
     _check_empty_stage(path, manifest, report)
+    _note_leftovers(path, report)
     if check_keys and report.table in TABLES and records and not any("sha256" in p for p in report.problems):
         _check_keys(path, records, report)
     return report
@@ -331,21 +332,32 @@ def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) 
         report.problems.append(f"key check failed: {e}")
         return
     if dup.height:
-        examples = ", ".join(str(r) for r in dup.head(3).rows())
-        report.problems.append(f"key {tuple(key)} not unique: {dup.height} duplicated keys (e.g. {examples})")
+        examples = "; ".join(" / ".join(str(v) for v in r[:-1]) for r in dup.head(3).rows())  # the key's values, not the count
+        report.problems.append(f"key {' + '.join(key)} not unique: {dup.height} duplicated keys (e.g. {examples})")
+
+
+def _note_leftovers(path: Path, report: Report) -> None:
+    """Temporary files a killed run left (not a failure: the next run of the stage removes them)."""
+    from grtool.store.stage import leftovers
+
+    found = [str(f.relative_to(path)) for f in leftovers(path)]
+    if found:
+        report.notes.append(f"{len(found)} temporary file{'s' if len(found) > 1 else ''} left by a killed run: {_first(found)} "
+                            "(the next run of this stage removes them)")
 
 
 def describe(report: Report) -> str:
     """What was validated, for the one-line summary of a report."""
     c = report.checked
     if report.table == "index":
-        return f"index, {c.get('kind')}, {c.get('sequences') or 0} sequences, {c.get('documents') or 0} documents"
+        return f"index, {c.get('kind') or 'kind unknown'}, {c.get('sequences') or 0} sequences, {c.get('documents') or 0} documents"
     if report.table == "export":
-        fmt = f" {c.get('format')}" if c.get("format") != c.get("kind") else ""
-        return f"export {c.get('kind')}{fmt}, {c.get('rows', 0)} rows"
+        fmt = f" {c.get('format')}" if c.get("format") not in (None, c.get("kind")) else ""
+        return f"export {c.get('kind') or 'of unknown kind'}{fmt}, {c.get('rows', 0)} rows"
     if report.table == "dataset_info":
         return f"dataset_info, {c.get('entries', 0)} entries"
-    return f"{report.table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
+    table = report.table or "table unknown"  # a damaged or missing manifest names none: no "None" in the line
+    return f"{table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
 
 
 def _first(names: list[str], n: int = 5) -> str:
@@ -564,7 +576,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
             docid = docids[i].as_py()
             got, want = index.docs_of(tok.encode(docid)), sorted(index.docs_of_sequence(i))
             if got != want or not got:
-                report.problems.append(f"lookup of docid #{i} {docid[:80]!r} returns documents {got[:3]}, expected {want[:3]}")
+                report.problems.append(f"lookup of docid #{i} {docid[:80]!r} returns documents {', '.join(got[:3]) or 'none'}, expected {', '.join(want[:3]) or 'none'}")
     else:
         ids, _ = index.next_tokens(index.start())
         if n and not len(ids):

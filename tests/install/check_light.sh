@@ -49,7 +49,7 @@ expect_extra() {  # EXTRA OUT_DIR COMMAND...
 expect_extra llm out/triples "$g" triples extract out/hotpot --out out/triples
 expect_extra plot stats.png "$g" corpus stats out/hotpot --plot stats.png
 # (the openai backend needs no extra; the default --select entropy needs spaCy, checked with the options)
-expect_extra entities out/chains "$g" chains synthesize out/hotpot out/triples --backend openai --no-constrain --out out/chains
+expect_extra entities out/chains "$g" chains synthesize out/hotpot --triples out/triples --backend openai --no-constrain --out out/chains
 expect_extra llm out/index-default "$g" index build - --tokenizer default --out out/index-default < "$repo/tests/data/index_triples.jsonl"
 
 echo "check-light: passed in $((SECONDS - start)) s"

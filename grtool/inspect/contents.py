@@ -1,0 +1,85 @@
+"""What a run directory holds besides its stage directories, for `grtool status RUN`: indexes (``index.json``),
+exported files (``<file>.grtool.json``) and training outputs (``grtool.json`` of ``train sft|kto``, and the
+``checkpoint-N`` folders of a run that has not finished). Each is read from its own record; a record that does not
+parse is listed as damaged (``grtool validate`` says why)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from grtool.store.validate import discover
+
+def _record(path: Path) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "-"
+
+
+def indexes(found_paths: list[Path]) -> list[dict[str, str]]:
+    rows = []
+    for path in found_paths:
+        meta = _record(path / "index.json")
+        if meta is None:
+            rows.append({"path": str(path), "kind": "damaged", "source": "-", "docids": "-", "created": "-"})
+            continue
+        sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
+        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")), "source": str(meta.get("source", "-")),
+                     "docids": _number(sizes.get("sequences")), "created": str(meta.get("created", "-"))})  # fmt: skip
+    return rows
+
+
+def exports(sidecars: list[Path]) -> list[dict[str, str]]:
+    rows = []
+    for sidecar in sidecars:
+        path = sidecar.with_name(sidecar.name[: -len(".grtool.json")])
+        meta = _record(sidecar)
+        if meta is None:
+            rows.append({"path": str(path), "kind": "damaged", "format": "-", "rows": "-", "created": "-"})
+            continue
+        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")), "format": str(meta.get("trainer_format") or "-"),
+                     "rows": _number(meta.get("rows")), "created": str(meta.get("created", "-"))})  # fmt: skip
+    return rows
+
+
+def checkpoints(root: Path) -> list[dict[str, str]]:
+    """Training outputs under ``root``: finished ones by their record, a run that has not finished (or was killed)
+    by the record it wrote when it started and by its ``checkpoint-N`` folders."""
+    from grtool.store.outputs import CHECKPOINT
+
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        saved = sorted((n for n in dirnames if n.startswith("checkpoint-")), key=lambda n: (len(n), n))
+        dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".", "checkpoint-")))
+        record = _record(d / CHECKPOINT.record) if CHECKPOINT.record in filenames else None
+        finished = record is not None and str(record.get("kind", "")).startswith("train ")
+        started = _record(d / CHECKPOINT.started) if CHECKPOINT.started in filenames else None
+        if not (finished or saved or (started is not None and started.get("kind") == CHECKPOINT.name)):
+            continue
+        if finished:
+            state = f"finished {record.get('finished', '-')}"
+        elif CHECKPOINT.record in filenames:
+            state = "damaged record"
+        else:
+            state = f"not finished (started {started.get('started', '-')})" if started else "not finished"
+        rows.append({"path": str(d), "kind": str(record.get("kind", "-")) if finished else "train",
+                     "steps": _number(record.get("global_step")) if finished else "-", "state": state,
+                     "saved": ", ".join(saved) or "-"})  # fmt: skip
+        dirnames[:] = []  # a checkpoint's own folders are not runs of their own
+    return rows
+
+
+def run_contents(root: str | Path) -> dict[str, list[dict[str, str]]]:
+    root = Path(root)
+    found = discover(root)
+    return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(root) if root.is_dir() else []}
