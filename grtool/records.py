@@ -60,7 +60,6 @@ def field_message(error: msgspec.ValidationError, within: str = "") -> str:
     return f"field {field or '(the whole record)'}: {message[:1].lower()}{message[1:]}"
 
 
-_field_message = field_message
 
 
 def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
@@ -68,7 +67,7 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     try:
         return msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as e:
-        raise DamagedRecord(f"{source}: {what}: {_field_message(e)} (edited or damaged)") from None
+        raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}){_near_field(data, str(e))} (edited or damaged)") from None
 
