@@ -60,8 +60,6 @@ def field_message(error: msgspec.ValidationError, within: str = "") -> str:
     return f"field {field or '(the whole record)'}: {message[:1].lower()}{message[1:]}"
 
 
-
-
 def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
     """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails."""
     try:
