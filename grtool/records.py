@@ -42,14 +42,22 @@ class DamagedRecord(DataProblem):
     """A record grtool wrote does not decode through its declaration: edited or damaged (exit 1)."""
 
 
-def field_message(error: msgspec.ValidationError) -> str:
-    # msgspec says "Expected `int` >= 0 - at `$.num_parts`"; users read "field num_parts: expected `int` >= 0".
+def field_message(error: msgspec.ValidationError, within: str = "") -> str:
+    """msgspec says "Expected `int` >= 0 - at `$.num_parts`"; users read "field num_parts: expected `int` >= 0".
+    ``within``: the field the checked value sits in, for a part of a record checked on its own."""
     text = str(error)
     message, sep, at = text.rpartition(" - at `")
     if not sep:
-        return text[:1].lower() + text[1:]
-    field = at.rstrip("`").removeprefix("$").removeprefix(".") or "(the whole record)"
-    return f"field {field}: {message[:1].lower()}{message[1:]}"
+        if not within:
+            return text[:1].lower() + text[1:]
+        message, at = text, "$"
+    field = at.rstrip("`").removeprefix("$").removeprefix(".")
+    if message.startswith("field ") and ": " in message:  # a rule of a record nested in this one names its own field
+        inner, message = message.removeprefix("field ").split(": ", 1)
+        field = f"{field}.{inner}" if field else inner
+    if within:
+        field = within + ("." if field and not field.startswith("[") else "") + field
+    return f"field {field or '(the whole record)'}: {message[:1].lower()}{message[1:]}"
 
 
 def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
@@ -61,9 +69,23 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     except msgspec.ValidationError as e:
         raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
-        raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}) (edited or damaged)") from None
+        raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}){_near_field(data, str(e))} (edited or damaged)") from None
     except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
         raise DamagedRecord(f"{source}: {what} is nested deeper than any record grtool writes (edited or damaged)") from None
+
+
+def _near_field(data: bytes | str, message: str) -> str:
+    """", in field num_parts" for a value JSON has no word for (a bare NaN, Infinity): the last key before the
+    byte msgspec names, so the line says which field to look at."""
+    import re
+
+    at = re.search(r"\(byte (\d+)\)", message)
+    if at is None:
+        return ""
+    head = data[: int(at.group(1))]
+    head = head.decode("utf-8", "replace") if isinstance(head, bytes) else head
+    keys = re.findall(r'"((?:[^"\\]|\\.){1,200})"\s*:', head)
+    return f", in field {keys[-1]}" if keys else ""
 
 
 def read_record_bytes(path: Path, *, what: str) -> bytes:

@@ -213,4 +213,4 @@ def test_manifest_without_stops_reads_and_a_damaged_one_is_named(tmp_path, share
 
     manifest["stops"] = {"all": {"task": "all", "kind": "guard", "guard": "--max-empty-share", "message": 3}}
     (stage / "_manifest.json").write_text(json.dumps(manifest))
-    assert "stops.all.numbers is None (edited or damaged)" in validate_stage(stage).problems[0]
+    assert "field stops.all.message: expected `str`, got `int` (edited or damaged)" in validate_stage(stage).problems[0]

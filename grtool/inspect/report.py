@@ -24,6 +24,7 @@ import orjson
 
 from grtool import __version__
 from grtool.errors import InputError
+from grtool.records import DamagedRecord
 from grtool.store.records import load_manifest, now
 from grtool.store.reading import arrow_sources
 
@@ -121,7 +122,7 @@ def _json(path: Path) -> Any:
 def _manifest(d: Path) -> dict[str, Any] | None:
     try:
         return load_manifest(d)
-    except InputError:  # an unreadable manifest is left out of the page (grtool validate names it)
+    except (InputError, DamagedRecord):  # an unreadable manifest is left out of the page (grtool validate names it)
         return None
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 
 from grtool.errors import InputError
+from grtool.records import DamagedRecord
 from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
 from grtool.userinput import require_input
 
@@ -145,7 +146,7 @@ def _describe(p: Path) -> Iterator[tuple[str | None, Path, list[Path]]]:
     if is_stage_dir(p):
         try:
             manifest = load_manifest(p)
-        except InputError:
+        except (InputError, DamagedRecord):
             return
         yield manifest.get("table"), p, _input_paths(manifest)
         return

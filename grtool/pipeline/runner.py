@@ -13,16 +13,19 @@ would: it resumes or refuses its existing output, unless ``pipeline run --overwr
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
+from grtool.pipeline.records import StageDone, read_stage_done
 from grtool.pipeline.registry import StageCommands
+from grtool.records import to_builtins
 from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
@@ -109,15 +112,15 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
     dirs = _stage_dirs(stage.outputs)
     statuses = [status(d) for d in dirs]
     if record.exists():
-        saved = json.loads(record.read_text())
-        if saved.get("command") != stage.identity():
+        saved = read_stage_done(record)
+        if saved.command != stage.identity():
             return StageState(stage, "changed", "the command differs from the one that made the outputs")
         missing = [o for o in stage.outputs if not Path(o).exists()]
         if missing:
             return StageState(stage, "to run", f"missing {', '.join(missing)}")
-        if "inputs" in saved:
-            current = input_fingerprints(stage)
-            changed = [p for p in sorted(set(current) | set(saved["inputs"])) if current.get(p) != saved["inputs"].get(p)]
+        if saved.inputs is not None:
+            current, recorded = input_fingerprints(stage), to_builtins(saved.inputs)
+            changed = [p for p in sorted(set(current) | set(recorded)) if current.get(p) != recorded.get(p)]
             if changed:
                 return StageState(stage, "inputs changed", f"{', '.join(changed)} changed since it ran; runs again with --overwrite")
         if all(s["complete"] for s in statuses):
@@ -253,15 +256,9 @@ def mark_done(out: str | Path, stage: Stage, seconds: float) -> None:
     """The stage's completion record: its command and what it read, written once its command succeeded."""
     record = Path(out) / RECORDS_DIR / f"{stage.name}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "stage": stage.name,
-        "command": stage.identity(),
-        "outputs": stage.outputs,
-        "inputs": input_fingerprints(stage),
-        "seconds": round(seconds, 3),
-        "finished": now(),
-    }
-    atomic_write_bytes(record, dumps(payload))
+    done = msgspec.convert({"stage": stage.name, "command": stage.identity(), "outputs": stage.outputs, "inputs": input_fingerprints(stage),
+                            "seconds": round(max(seconds, 0.0), 3), "finished": now()}, StageDone)  # fmt: skip
+    atomic_write_bytes(record, dumps(to_builtins(done)))  # written as it is read back: through its declaration
 
 
 def summarize(stages: list[Stage]) -> list[dict[str, Any]]:

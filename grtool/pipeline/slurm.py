@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import re
 import shlex
 import shutil
@@ -41,8 +40,10 @@ from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
+from grtool.pipeline.records import read_slurm_job
 from grtool.pipeline.slurm_values import control_character, sbatch_word, shown, time_minutes
 from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
+from grtool.records import to_builtins
 from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
 
@@ -350,19 +351,19 @@ class SlurmExecutor(PipelineExecutor):
         path = self._record_path(stage)
         if not path.exists():
             return None
-        jobs = json.loads(path.read_text()).get("jobs", {})
+        jobs = to_builtins(read_slurm_job(path).jobs)
         ids = job_ids(jobs)
         if not ids:
             return None
         states = job_states(ids)
         if any(s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied" for s in states.values()):
-            return jobs.get("finalize") or jobs["run"]
+            return jobs.finalize or jobs.run
         return None
 
     def _wait(self, names: list[str]) -> None:
         """Until every job of ``names`` ended; raise naming each job that did not complete and its log."""
-        records = {n: json.loads(self._record_path(s).read_text()) for n in names for s in self.stages if s.name == n}
-        ids = {n: job_ids(r["jobs"]) for n, r in records.items()}
+        records = {n: read_slurm_job(self._record_path(s)) for n in names for s in self.stages if s.name == n}
+        ids = {n: job_ids(to_builtins(r.jobs)) for n, r in records.items()}
         all_ids = [j for js in ids.values() for j in js]
         unknown_since = time.monotonic()
         while True:
@@ -546,20 +547,17 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
         return rows
     have_slurm = shutil.which("scontrol") is not None
     for path in sorted(folder.glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        jobs = record.get("jobs", {})
+        record = read_slurm_job(path)  # a damaged one is one line naming it, not a stage left out of the table
+        jobs = to_builtins(record.jobs)
         ids = job_ids(jobs)
         states = job_states(ids) if have_slurm and ids else {}
         counts: dict[str, int] = {}
         for s in states.values():
             counts[s["state"]] = counts.get(s["state"], 0) + 1
-        name = record["stage"]["name"]
+        name = record.stage.name
         failed = [{"job": key, "state": s["state"], "exit": s.get("exit"), "log": s.get("log") or str(_log_path(Path(out), name, key, jobs))}
                   for key, s in sorted(states.items()) if s["state"] not in ACTIVE and s["state"] != "COMPLETED"]  # fmt: skip
-        rows.append({"stage": name, "jobs": jobs, "tasks": record.get("tasks", 1), "submitted": record.get("submitted"),
+        rows.append({"stage": name, "jobs": jobs, "tasks": record.tasks, "submitted": record.submitted,
                      "states": {k: v["state"] for k, v in states.items()}, "failed": failed,
                      "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or ("unknown" if have_slurm else "unknown (no scontrol here)")})  # fmt: skip
     return rows
@@ -582,10 +580,10 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
 
     path = Path(record_path)
     try:
-        record = json.loads(path.read_text())
-        stage = Stage.from_dict(record["stage"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"{path}: not a stage's job record ({e})") from None
+        record = read_slurm_job(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such stage's job record") from None
+    stage = Stage.from_dict(to_builtins(record.stage))
     dirs = stage_dirs(stage)
     if merge:
         for d in dirs:
@@ -597,6 +595,8 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     missing = [o for o in stage.outputs if not Path(o).exists()]
     if missing:
         raise DataProblem(f"stage {stage.name!r}: its job left no {', '.join(missing)}")
-    submitted = _dt.datetime.fromisoformat(record.get("submitted") or now())
-    mark_done(record["out"], stage, (_dt.datetime.now(_dt.timezone.utc) - submitted).total_seconds())
+    submitted = _dt.datetime.fromisoformat(record.submitted)
+    if submitted.tzinfo is None:
+        submitted = submitted.replace(tzinfo=_dt.timezone.utc)
+    mark_done(record.out, stage, (_dt.datetime.now(_dt.timezone.utc) - submitted).total_seconds())
     log.info("stage %s: done", stage.name)

@@ -4,19 +4,21 @@ Slurm, its jobs' states and the log of every job or array task that failed (as d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from grtool.pipeline.config import Pipeline
+from grtool.pipeline.records import read_stage_done
 from grtool.pipeline.runner import RECORDS_DIR, stage_state
+from grtool.records import to_builtins
 from grtool.pipeline.slurm import JOBS_DIR, columns, slurm_jobs
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """A stage's completion record as JSON values; none yet is ``{}``, a damaged one is one line (exit 1)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return to_builtins(read_stage_done(path))
+    except FileNotFoundError:
         return {}
 
 

@@ -14,5 +14,11 @@ TMP_SUFFIX = ".tmp"
 LLM_CACHE = "_llm_cache"
 
 
+# Part names have five digits and are ordered as text; no stage plans more parts (a manifest saying so is damaged,
+# and nothing loops up to an unchecked count).
+MAX_PARTS = 100_000
+PART_PATTERN = r"^part-[0-9]{5}$"
+
+
 def part_name(index: int) -> str:
     return f"part-{index:05d}"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from grtool.errors import TransientError
@@ -23,7 +23,8 @@ from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
 from grtool.store.paths import prepare_out_dir
-from grtool.store.records import now
+from grtool.records import DamagedRecord, read_record, to_builtins
+from grtool.store.records import PartCount, Text, now
 
 BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
 
@@ -104,12 +105,24 @@ def _unflock(path: Path) -> None:
         os.close(hold.fd)  # the lock ends with the last descriptor of its open file
 
 
+class LockHolder(msgspec.Struct):
+    """What a run lock file says about the run holding it (:meth:`RunLock._holder`)."""
+
+    host: Text
+    pid: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    started: Text
+    command: list[Text] = []
+    task: PartCount | None = None
+    tasks: PartCount | None = None
+
+
 def _read_holder(path: Path) -> dict[str, Any] | None:
+    """The holder a lock file names; None while it has not written itself yet, or when the file is damaged (the
+    message then says no more than that a run holds it)."""
     try:
-        info = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        return to_builtins(read_record(path, LockHolder, what="lock holder"))
+    except (OSError, DamagedRecord):
         return None
-    return info if isinstance(info, dict) else None
 
 
 def _describe(info: dict[str, Any] | None) -> str:

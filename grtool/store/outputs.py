@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import RunLock, output_lock
 from grtool.store.paths import check_name, is_within, printable, real
@@ -179,9 +180,11 @@ def found_entries(out: Path, kind: OutputKind) -> list[Path]:
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
+    """The record as a JSON object, or None; a damaged one does not stop --overwrite from replacing what grtool
+    wrote (its kind was checked), and a FIFO or a huge file in its place is never read (read_record_bytes)."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        data = json.loads(read_record_bytes(path, what="record"))
+    except (OSError, ValueError, DamagedRecord):
         return None
     return data if isinstance(data, dict) else None
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
+import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 import orjson
 
 from grtool.errors import InputError
+from grtool.records import Count, DamagedRecord, FileName, Sha256, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
-from grtool.store.layout import MANIFEST, SHARDS_DIR, TMP_SUFFIX, part_name
+from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
+from grtool.store.schemas import TABLES
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -68,45 +71,206 @@ def dumps(obj: Any) -> bytes:
 # -------------------------------------------------------------------------------------------- reads
 
 
-# The fields grtool reads from its records, with their types: an edited or damaged record is one line, never a
-# TypeError deep inside a command.
-_MANIFEST_FIELDS = {"table": str, "schema": list, "inputs": list, "params": dict, "num_parts": int, "stops": dict}
-_SHARD_FIELDS = {"file": str, "bytes": int, "rows": int, "sha256": str, "counters": dict, "rejects_file": str}
+# ---- the declarations: every reader of a manifest or a shard record decodes it through these (grtool.records)
+
+T = TypeVar("T")
+PartName = Annotated[str, msgspec.Meta(pattern=PART_PATTERN)]
+PartCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTS)]
+TableName = Literal[tuple(TABLES)]  # type: ignore[valid-type]
+# A rejects file lives in the stage's _rejects/ folder, named after its part.
+RejectsFile = Annotated[str, msgspec.Meta(pattern=rf"^{REJECTS_DIR}/part-[0-9]{{5}}\.jsonl$")]
+Text = Annotated[str, msgspec.Meta(max_length=1_000_000)]
+# The exit codes a stop records (a process exit status).
+ExitCode = Annotated[int, msgspec.Meta(ge=0, le=255)]
 
 
-def _checked_record(f: Path, data: Any, fields: dict[str, type], what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise InputError(f"{f}: {what} is a JSON {type(data).__name__}, not an object (edited or damaged)")
-    for key, typ in fields.items():
-        value = data.get(key)
-        if value is not None and (not isinstance(value, typ) or (typ is int and isinstance(value, bool))):
-            raise InputError(f"{f}: {what} field {key!r} is {value!r}, not a{'n' if typ is int else ''} {typ.__name__} (edited or damaged)")
-    return data
+class Counters(msgspec.Struct, forbid_unknown_fields=True):
+    """Rows in, out, folded into another row, and dropped by reason (a shard's, or their sum in the manifest)."""
+
+    in_: Count = msgspec.field(name="in", default=0)
+    out: Count = 0
+    merged: Count = 0
+    rejected: dict[Text, Count] = {}
+    extra: dict[Text, Count] = {}
+
+
+class ShardRecord(msgspec.Struct):
+    """``_shards/part-NNNNN.json``, a shard's commit point; the manifest's ``shards`` entries are the same
+    without ``part``."""
+
+    file: FileName
+    rows: Count
+    bytes: Count
+    sha256: Sha256
+    counters: Counters
+    part: PartName | None = None
+    rejects_file: RejectsFile | None = None
+    finished: Text | None = None
+
+    def __post_init__(self) -> None:
+        if self.part is not None:
+            _names_its_part(self, self.part)
+        if self.rejects_file is not None and self.part is not None and self.rejects_file != f"{REJECTS_DIR}/{self.part}.jsonl":
+            raise ValueError(f"field rejects_file: {self.rejects_file!r} is not the rejects file of {self.part}")
+
+
+def _names_its_part(record: ShardRecord, name: str) -> None:
+    if record.file != f"{name}.parquet":
+        raise ValueError(f"field file: {record.file!r} is not {name}.parquet, the part it records")
+
+
+class Acceptance(msgspec.Struct):
+    by: Text
+    when: Text
+    command: list[Text] = []
+    reason: Text | None = None
+
+
+class StopRecord(msgspec.Struct):
+    """Why a run of the stage stopped (:mod:`grtool.store.stops`), by task in the manifest's ``stops``."""
+
+    task: Annotated[str, msgspec.Meta(pattern=r"^(all|[0-9]{1,9}/[0-9]{1,9})$")]
+    kind: Literal["guard", "error"]
+    guard: Text | None
+    numbers: dict[Text, Any]  # what the guard measured, as it chose to say it (counts, shares, rejects by reason)
+    message: Text
+    exit_code: ExitCode
+    when: Text
+    command: list[Text]
+    accepted: Acceptance | None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "guard") != (self.guard is not None):
+            raise ValueError(f"field guard: {self.guard!r} with kind {self.kind!r} (a guard stop names its guard, an error none)")
+        if self.task != "all":
+            index, count = map(int, self.task.split("/"))
+            if not 0 <= index < count:
+                raise ValueError(f"field task: {self.task!r} is no task of its array (index below count)")
+
+
+Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16,128}$")]
+
+
+class InputRecord(msgspec.Struct, omit_defaults=True):
+    """One input's fingerprint (:func:`grtool.store.fingerprints.fingerprint`; older grtool wrote sampled hashes)."""
+
+    path: Text
+    kind: Literal["stdin", "file", "stage", "tree"] | None = None
+    size: Count | None = None
+    shards: PartCount | None = None
+    files: Count | None = None
+    blake3: Digest | None = None
+    blake2b: Digest | None = None
+    sample_blake2b: Digest | None = None
+
+
+def entries_of(mapping: dict[str, Any], kind: type[T], field: str) -> dict[str, T]:
+    """The values of a JSON object decoded as ``kind`` one by one: msgspec names a failing dict entry ``[...]``,
+    users need its key (``shards.part-00003.sha256``)."""
+    decoded = {}
+    for key, value in mapping.items():
+        try:
+            decoded[key] = msgspec.convert(value, kind)
+        except msgspec.ValidationError as e:
+            raise ValueError(field_message(e, f"{field}.{key}")) from None
+    return decoded
+
+
+class SchemaField(msgspec.Struct):
+    name: Text
+    type: Text
+
+
+class Manifest(msgspec.Struct):
+    """``_manifest.json``: what made the stage and the merged shard records (fields newer writers add pass)."""
+
+    table: TableName
+    num_parts: PartCount | None
+    schema: list[SchemaField] = []
+    inputs: list[InputRecord] = []
+    params: dict[Text, Any] = {}
+    # by part name and by task: checked entry by entry in __post_init__, so a message names the entry's key
+    shards: dict[PartName, Any] = {}
+    counters: Counters = msgspec.field(default_factory=Counters)
+    rows: Count | None = None
+    complete: bool = False
+    stops: dict[Text, Any] | None = None
+    command: list[Text] | None = None
+    grtool_version: Text | None = None
+    created: Text | None = None
+    allow_empty: bool | None = None
+    has_questions: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.shards = entries_of(self.shards, ShardRecord, "shards")
+        self.stops = None if self.stops is None else entries_of(self.stops, StopRecord, "stops")
+        for name, entry in self.shards.items():
+            if entry.part not in (None, name):
+                raise ValueError(f"field shards.{name}.part: {entry.part!r} is listed under {name}")
+            _names_its_part(entry, name)
+            if self.num_parts is not None and int(name[5:]) >= self.num_parts:
+                raise ValueError(f"field shards: {name} is past the {self.num_parts} parts num_parts plans")
+        if self.complete and (self.num_parts is None or len(self.shards) != self.num_parts):
+            raise ValueError(f"field complete: true, but {len(self.shards)} of {self.num_parts} planned parts are listed in shards")
+        if self.rows is not None and self.rows != sum(e.rows for e in self.shards.values()):
+            raise ValueError(f"field rows: {self.rows}, the shards it lists hold {sum(e.rows for e in self.shards.values())}")
+        for key, stop in (self.stops or {}).items():
+            if stop.task != key:
+                raise ValueError(f"field stops.{key}.task: {stop.task!r} is recorded under {key!r}")
+
+
+def write_record(path: Path, record: dict[str, Any], kind: type, what: str) -> None:
+    """Write a manifest or shard record once it decodes through its declaration, as every reader decodes it: grtool
+    never writes a record it would refuse to read back (a bug then stops here, naming the field)."""
+    data = dumps(record)
+    decode_record(data, kind, source=path, what=f"{what} about to be written")
+    atomic_write_bytes(path, data)
 
 
 def load_manifest(path: str | Path) -> dict[str, Any]:
+    """The stage's manifest, decoded through :class:`Manifest` (a damaged one is one :class:`DamagedRecord` line
+    naming the field), as the JSON object it is (with the fields a newer writer added)."""
     p = Path(path) / MANIFEST
     try:
-        data = json.loads(p.read_bytes())
+        data = read_record_bytes(p, what="manifest")
     except FileNotFoundError:
         raise InputError(f"{Path(path)}: not a stage directory (no {MANIFEST})") from None
-    except ValueError as e:  # also bytes that are not UTF-8
-        raise InputError(f"{p}: manifest is not valid JSON ({e})") from None
-    return _checked_record(p, data, _MANIFEST_FIELDS, "manifest")
+    decode_record(data, Manifest, source=p, what="manifest")
+    return msgspec.json.decode(data)
+
+
+def read_shard_record(f: Path) -> dict[str, Any]:
+    """One shard record, decoded through :class:`ShardRecord`; it must record the part its file is named after."""
+    what = "shard record"
+    if not re.match(PART_PATTERN, f.stem):
+        raise DamagedRecord(f"{f}: {what}: its name is not part-NNNNN.json (edited or damaged)")
+    data = read_record_bytes(f, what=what)
+    record = decode_record(data, ShardRecord, source=f, what=what)
+    if record.part not in (None, f.stem) or record.file != f"{f.stem}.parquet":
+        wrong = "part" if record.part not in (None, f.stem) else "file"
+        raise DamagedRecord(f"{f}: {what}: field {wrong}: {getattr(record, wrong)!r} is not {f.stem}, the part it is named after (edited or damaged)")
+    return msgspec.json.decode(data)
 
 
 def load_shard_records(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Completion records of the committed shards, by part name."""
+    """Completion records of the committed shards, by part name (each through :func:`read_shard_record`)."""
     d = Path(path) / SHARDS_DIR
     records: dict[str, dict[str, Any]] = {}
     if d.is_dir():
         for f in sorted(d.glob("part-*.json")):
-            try:
-                data = json.loads(f.read_bytes())
-            except ValueError as e:  # also bytes that are not UTF-8
-                raise InputError(f"{f}: shard record is not valid JSON ({e})") from None
-            records[f.stem] = _checked_record(f, data, _SHARD_FIELDS, "shard record")
+            records[f.stem] = read_shard_record(f)
     return records
+
+
+def check_parts_planned(path: str | Path, num_parts: int | None, records: dict[str, Any]) -> None:
+    """Every shard record is a part the manifest plans: one past ``num_parts`` means the manifest or the record was
+    edited (:class:`DamagedRecord` naming both)."""
+    if num_parts is None:
+        return
+    past = sorted(name for name in records if int(name[5:]) >= num_parts)
+    if past:
+        raise DamagedRecord(f"{Path(path) / MANIFEST}: manifest: field num_parts: {num_parts}, but {SHARDS_DIR}/{past[0]}.json "
+                            f"records a part past it (edited or damaged)")
 
 
 def is_stage_dir(path: str | Path) -> bool:
@@ -136,20 +300,28 @@ def now() -> str:
 
 
 def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
-    """The part a shard record names is there as committed: a regular file of the recorded size (a removed,
-    truncated or replaced part is not, so resume redoes it; its bytes are hashed by ``validate``, not here)."""
+    """The part a shard record names is there as committed: a regular file of the recorded size holding the
+    recorded rows (its footer says; a removed, truncated or replaced part is not, so resume redoes it; its bytes
+    are hashed by ``validate``, not here)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     name = record.get("file")
     if not isinstance(name, str) or "/" in name:
         return False
+    part = Path(path) / name
     try:
-        st = (Path(path) / name).stat()
-    except OSError:
+        st = part.stat()
+        if not (stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")):
+            return False
+        return pq.read_metadata(part).num_rows == record.get("rows")
+    except (OSError, ValueError, pa.ArrowException):  # a damaged footer: not the part that was committed
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")
 
 
 def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]]) -> list[str]:
     """The planned parts of a stage that are not committed on disk: no shard record, or not :func:`part_on_disk`."""
     if num_parts is None:
         return []
+    check_parts_planned(path, num_parts, records)
     return [part_name(i) for i in range(num_parts) if part_name(i) not in records or not part_on_disk(path, records[part_name(i)])]

@@ -70,6 +70,10 @@ from grtool.store.locks import (  # noqa: F401
 )
 from grtool.store.outputs import STAGE, claim
 from grtool.store.records import (  # noqa: F401  (re-exported: the stage API)
+    MAX_PARTS,
+    Manifest,
+    ShardRecord,
+    write_record,
     _fsync_dir,
     atomic_write_bytes,
     commit_file,
@@ -265,7 +269,7 @@ class ShardWriter:
             "counters": self.counters(),
             "finished": now(),
         }
-        atomic_write_bytes(self.stage.path / SHARDS_DIR / f"{self.name}.json", dumps(record))
+        write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
         return record
 
     def abort(self) -> None:
@@ -308,6 +312,9 @@ class StageWriter:
         default is a whole run. The directory is locked for the run (see :class:`RunLock`) until ``finish``."""
         self.path = Path(path)
         self.spec = spec
+        if num_parts is not None and num_parts > MAX_PARTS:  # part names have five digits, and records say so
+            raise GrtoolError(f"{self.path}: the run plans {num_parts:,} parts, more than {MAX_PARTS:,}; give it larger parts "
+                              f"(--rows-per-part) or fewer inputs")  # fmt: skip
         self.num_parts = num_parts
         self.identity = spec.identity()
         self.whole_run = shards is None or shards[0] <= 1
@@ -381,7 +388,7 @@ class StageWriter:
             "complete": False,  # every planned part committed (a stop recorded in "stops" still fails the stage)
             "stops": {},  # why runs of it failed, by task (grtool.store.stops)
         }
-        atomic_write_bytes(mpath, dumps(manifest))
+        write_record(mpath, manifest, Manifest, "manifest")
 
     def _nothing_committed(self, manifest: dict[str, Any]) -> bool:
         """No part, no shard record and no rejects were committed under ``manifest`` (its run failed early)."""
@@ -433,7 +440,7 @@ def merge_shard_records(path: str | Path, **extra: Any) -> tuple[dict[str, Any],
         n = manifest.get("num_parts")
         manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
         manifest.update(extra)
-        atomic_write_bytes(path / MANIFEST, dumps(manifest))
+        write_record(path / MANIFEST, manifest, Manifest, "manifest")
         if manifest["complete"]:
             _clean_stale_tmp(path)
     return manifest, records

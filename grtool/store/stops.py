@@ -42,31 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from filelock import FileLock
 
-from grtool.errors import InputError
 from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.layout import LOCK, MANIFEST
-from grtool.store.records import atomic_write_bytes, dumps, load_manifest, now
+from grtool.records import DamagedRecord, field_message
+from grtool.store.records import Manifest, StopRecord, dumps, entries_of, load_manifest, now, write_record
 
 STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
 MAX_MESSAGE = 4000  # characters of an error message kept in the record
-
-# The fields of a stop record with their types (None allowed where the value may be null).
-_STOP_FIELDS: dict[str, tuple[type, ...]] = {
-    "task": (str,),
-    "kind": (str,),
-    "guard": (str, type(None)),
-    "numbers": (dict,),
-    "message": (str,),
-    "exit_code": (int,),
-    "when": (str,),
-    "command": (list,),
-    "accepted": (dict, type(None)),
-}
-
 
 def task_key(shards: tuple[int, int] | None) -> str:
     """``"all"`` for a whole run, ``"I/N"`` for task I of an N-task array."""
@@ -81,19 +68,16 @@ def task_key(shards: tuple[int, int] | None) -> str:
 
 def read_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> dict[str, dict[str, Any]]:
     """The manifest's stop records by task (none in a manifest of an older grtool); an edited or damaged record
-    is one :class:`InputError` naming the field."""
+    is one :class:`DamagedRecord` naming the field."""
     stops = manifest.get(STOPS)
     if stops is None:
         return {}
-    if not isinstance(stops, dict):
-        raise InputError(f"{where}: field {STOPS!r} is a JSON {type(stops).__name__}, not an object (edited or damaged)")
-    for key, stop in stops.items():
-        if not isinstance(stop, dict):
-            raise InputError(f"{where}: {STOPS}.{key} is not an object (edited or damaged)")
-        for name, types in _STOP_FIELDS.items():
-            value = stop.get(name)
-            if not isinstance(value, types) or isinstance(value, bool):
-                raise InputError(f"{where}: {STOPS}.{key}.{name} is {value!r} (edited or damaged)")
+    try:
+        entries_of(msgspec.convert(stops, dict[str, Any]), StopRecord, STOPS)  # the declaration load_manifest decodes it by
+    except msgspec.ValidationError as e:
+        raise DamagedRecord(f"{where}: manifest: {field_message(e, STOPS)} (edited or damaged)") from None
+    except ValueError as e:
+        raise DamagedRecord(f"{where}: manifest: {e} (edited or damaged)") from None
     return stops
 
 
@@ -135,7 +119,7 @@ def _update(path: Path, change) -> Any:
         result = change(stops)
         if dumps(stops) != before:
             manifest[STOPS] = stops
-            atomic_write_bytes(path / MANIFEST, dumps(manifest))
+            write_record(path / MANIFEST, manifest, Manifest, "manifest")
     return result
 
 

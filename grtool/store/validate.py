@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import file_kind
+from grtool.records import DamagedRecord, file_kind
 from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
-from grtool.store.records import parts_not_on_disk
+from grtool.store.records import check_parts_planned, parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
 from grtool.store.stage import (
@@ -151,6 +151,11 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
         manifest = load_manifest(path)
         records = load_shard_records(path)
     except Exception as e:  # an unreadable manifest is a finding, not a crash
+        report.problems.append(str(e))
+        return report
+    try:
+        check_parts_planned(path, manifest.get("num_parts"), records)
+    except DamagedRecord as e:
         report.problems.append(str(e))
         return report
     report.table = manifest.get("table")
