@@ -329,6 +329,8 @@ FOUND = {
     "GRTOOL_HOLD malformed": (None, ("index", "stats", "run/index", "--json"), {"GRTOOL_HOLD": ":"}, 2),  # was a traceback while leaving
     # validate took the export for one without a record ("checked against its entry only") and passed
     "export record a directory": (("run/export/sft.json.grtool.json", "directory"), ("validate", "run", "--json"), {}, 1),
+    # corpus stats passed the documents over as absent ("documents": null) and exited 0
+    "manifest a FIFO": (("run/documents/_manifest.json", "fifo"), ("corpus", "stats", "run", "--json"), {}, 1),
 }
 
 
