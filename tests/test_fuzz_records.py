@@ -322,15 +322,22 @@ def test_numeric_options(fuzz, data):
 
 # ---------------------------------------------------------------------------------------------- what it found
 
-# The smallest examples of defects the fuzzer found, kept as plain tests once fixed: what is damaged (a path of the
-# run and the special file put there, or nothing), the command, the environment it runs in, the exit code expected.
+# The smallest examples of defects the fuzzer found, kept as plain tests once fixed: the damage done to the run
+# (or None), the command, the environment it runs in, the exit code expected.
+def _special(relpath: str, kind: str):
+    return lambda root: replace_with_special(root / relpath, kind)
+
+
 FOUND = {
     "memory-limit inf": (None, ("index", "build", "run/triples", "--tokenizer", "llama3", "--kind", "fm", "--out", "fresh/index", "--memory-limit", "inf"), {}, 2),
     "GRTOOL_HOLD malformed": (None, ("index", "stats", "run/index", "--json"), {"GRTOOL_HOLD": ":"}, 2),  # was a traceback while leaving
     # validate took the export for one without a record ("checked against its entry only") and passed
-    "export record a directory": (("run/export/sft.json.grtool.json", "directory"), ("validate", "run", "--json"), {}, 1),
+    "export record a directory": (_special("run/export/sft.json.grtool.json", "directory"), ("validate", "run", "--json"), {}, 1),
     # corpus stats passed the documents over as absent ("documents": null) and exited 0
-    "manifest a FIFO": (("run/documents/_manifest.json", "fifo"), ("corpus", "stats", "run", "--json"), {}, 1),
+    "manifest a FIFO": (_special("run/documents/_manifest.json", "fifo"), ("corpus", "stats", "run", "--json"), {}, 1),
+    # the tokenizers library's bare Exception was a traceback from every command that opens the index
+    "index tokenizer unreadable": (lambda root: edit_with_digests(root, "run/index/tokenizer.json", "zero_block", 990106),
+                                   ("index", "query", "run/index", "{docid}", "--json"), {}, 1),  # fmt: skip
 }
 
 
@@ -339,8 +346,8 @@ def test_found_by_the_fuzzer(fuzz, name):
     damage, argv, env, code = FOUND[name]
     root = fuzz.reset()
     if damage is not None:
-        replace_with_special(root / damage[0], damage[1])
-    result = grtool(root, *argv, env=fuzz.env(**env))
+        damage(root)
+    result = grtool(root, *(a.format(docid=fuzz.commands["query"].argv[3]) for a in argv), env=fuzz.env(**env))
     check_properties(result, None, None)
     assert result.returncode == code, result.describe()
     assert not (root / "fresh").exists(), result.describe()
