@@ -353,8 +353,6 @@ def test_found_by_the_fuzzer(fuzz, name):
     assert not (root / "fresh").exists(), result.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline run takes a stage for done when its output files are there, whatever "
-                   "they hold: the stage record keeps no digest of a stdout file, and the export's own record is not checked")
 @pytest.mark.parametrize("output", ["run/reports/recall.json", "run/export/sft.json"])
 def test_resume_checks_the_output_files_of_done_stages(fuzz, output):
     """DESIGN §8: a stage is complete only when the files its record names are there and match. Found by the fuzzer:
