@@ -17,7 +17,7 @@ A directory holding none of these is a problem too: "nothing to validate" must n
 
 from __future__ import annotations
 
-import json
+import orjson
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -473,7 +473,7 @@ def discover(root: str | Path) -> Found:
 def _is_grtool_index(meta_path: Path) -> bool:
     """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
     try:
-        meta = json.loads(meta_path.read_bytes())
+        meta = orjson.loads(meta_path.read_bytes())  # bounded nesting, unlike json's recursion
     except (OSError, ValueError):
         return True
     return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
