@@ -94,3 +94,31 @@ def test_a_million_deep_array_item_is_refused_in_bounded_memory(tmp_path):
         peaks[levels] = usage.ru_maxrss  # KiB on Linux
     # a quadratic path would need terabytes; 200 MiB of slack covers allocator noise
     assert peaks[1_000_000] < peaks[150] + 200 * 1024, peaks
+
+
+# ------------------------------------------------------------------ 2. the dedup spill plan is a typed record
+
+
+def _plan(rows: list, buckets: int) -> str:
+    table = f'{{"buckets": {buckets}, "rows": {rows}, "rejects": 0}}'
+    return f'{{"identity": {{}}, "documents": {table}, "questions": {table}}}'
+
+
+@pytest.mark.parametrize("work", ["_ingest_work", "_merge_work"])
+@pytest.mark.parametrize("plan, field", [
+    (_plan([1, 2], 3), "rows"),  # a count per bucket, not fewer
+    (_plan([-1], 1), "rows"),
+    (_plan([1], 0), "buckets"),
+    (_plan([1], 1).replace('"identity": {}', '"identity": {"x": ' + DEEP + "}"), "nested"),
+])
+def test_a_damaged_spill_plan_is_one_line_naming_it(tmp_path, work, plan, field):
+    """A spill plan left by a stopped ingest or merge is read back through its declaration: a damaged one is one
+    line naming plan.json and the field (exit 1), never a traceback nor rows written by a wrong plan."""
+    source = tmp_path / "corpus"
+    if work == "_merge_work":
+        grtool("corpus", "ingest", EXAMPLES / "2wikimultihopqa", "--out", source).check_returncode()
+    out = tmp_path / "out"
+    (out / work).mkdir(parents=True)
+    (out / work / "plan.json").write_text(plan)
+    args = ("ingest", EXAMPLES / "2wikimultihopqa") if work == "_ingest_work" else ("merge", source)
+    one_line(grtool("corpus", *args, "--out", out), 1, "plan.json", field)
