@@ -122,3 +122,30 @@ def test_a_damaged_spill_plan_is_one_line_naming_it(tmp_path, work, plan, field)
     (out / work / "plan.json").write_text(plan)
     args = ("ingest", EXAMPLES / "2wikimultihopqa") if work == "_ingest_work" else ("merge", source)
     one_line(grtool("corpus", *args, "--out", out), 1, "plan.json", field)
+
+
+# ------------------------------------------------------------------ 3. the Slurm job record is written from its declaration
+
+
+def test_the_slurm_job_records_are_exactly_their_declaration(tmp_path):
+    """Every _pipeline/slurm/STAGE.json a run submits is the bytes its declaration encodes: the writer builds the
+    SlurmJobRecord, so no field can be written that the reader does not know."""
+    import slurm_fakes
+    from test_pipeline_slurm_plan import _config as plan_config
+
+    from grtool.pipeline.records import read_slurm_job
+    from grtool.records import to_builtins
+    from grtool.store.records import dumps
+
+    env = slurm_fakes.install(tmp_path / "slurm")
+    out = tmp_path / "run"
+    config = Path(plan_config(tmp_path, "", "{ tasks = 3 }", out))
+    proc = grtool("pipeline", "run", config, "--executor", "slurm", env=env)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    records = sorted((out / "_pipeline" / "slurm").glob("*.json"))
+    assert [p.stem for p in records] == ["index", "ingest", "triples"]
+    for path in records:
+        record = read_slurm_job(path)
+        assert path.read_bytes() == dumps(to_builtins(record)), path
+    triples = read_slurm_job(out / "_pipeline" / "slurm" / "triples.json")
+    assert triples.tasks == 3 and triples.jobs.run and triples.jobs.finalize
