@@ -149,3 +149,27 @@ def test_the_slurm_job_records_are_exactly_their_declaration(tmp_path):
         assert path.read_bytes() == dumps(to_builtins(record)), path
     triples = read_slurm_job(out / "_pipeline" / "slurm" / "triples.json")
     assert triples.tasks == 3 and triples.jobs.run and triples.jobs.finalize
+
+
+# ------------------------------------------------------------------ 4. directory names that are not UTF-8
+
+
+def test_an_index_under_a_name_that_is_not_utf8_is_queried_and_validated(tmp_path):
+    """grtool writes UTF-8 names only; a user may move what it wrote under any name the file system holds."""
+    import json
+
+    from test_index import BUNDLED, write_triples_stage
+
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
+    write_triples_stage(tmp_path / "triples", rows)
+    built = grtool("index", "build", tmp_path / "triples", "-t", "llama3", "--out", tmp_path / "idx")
+    assert built.returncode == 0, built.stderr.decode()[-2000:]
+    odd = os.fsencode(tmp_path) + b"/run\xff"
+    os.mkdir(odd)
+    os.rename(tmp_path / "idx", os.fsdecode(odd + b"/idx"))
+    os.rename(tmp_path / "triples", os.fsdecode(odd + b"/triples"))
+    query = grtool("index", "query", odd + b"/idx", "Old Harbor Bridge")
+    assert query.returncode == 0, query.stderr.decode()[-2000:]
+    for target in (odd + b"/idx", odd):
+        proc = grtool("validate", target)
+        assert proc.returncode == 0 and not errors_of(proc), proc.stderr.decode()[-2000:]

@@ -498,7 +498,7 @@ def _table_by_schema(path: Path) -> str | None:
     """The table whose schema the first shard has, if any (an orphan has no manifest to say it)."""
     for f in sorted(path.glob(SHARD_GLOB)):
         try:
-            schema = pq.read_schema(f)
+            schema = pq.read_schema(arrow_source(f))
         except Exception:
             continue
         for name, (expected, _) in TABLES.items():
@@ -586,7 +586,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
     n = len(lengths)
     probes = sorted({0, n // 2, n - 1}) if n else []
     if index.source == "docids":
-        docids = pq.read_table(path / "docids.parquet", columns=["docid"]).column("docid")
+        docids = pq.read_table(arrow_source(path / "docids.parquet"), columns=["docid"]).column("docid")
         if len(docids) != n:
             report.problems.append(f"docids.parquet: {len(docids)} docids, {INDEX_META} says {n} sequences")
             return
