@@ -173,3 +173,20 @@ def test_an_index_under_a_name_that_is_not_utf8_is_queried_and_validated(tmp_pat
     for target in (odd + b"/idx", odd):
         proc = grtool("validate", target)
         assert proc.returncode == 0 and not errors_of(proc), proc.stderr.decode()[-2000:]
+
+
+def test_export_sft_reads_stages_under_a_name_that_is_not_utf8(tmp_path, shared_data):
+    from test_export import build_samples, write_chains
+
+    samples = build_samples(shared_data, tmp_path / "corpus")
+    write_chains(samples, tmp_path / "filtered")
+    odd = os.fsencode(tmp_path) + b"/run\xff"
+    os.mkdir(odd)
+    for name in ("corpus", "filtered"):
+        os.rename(tmp_path / name, os.fsdecode(odd + b"/" + name.encode()))
+    out = tmp_path / "sft.json"
+    proc = grtool("export", "sft", odd + b"/filtered", "--corpus", odd + b"/corpus", "--out", out)
+    assert proc.returncode == 0 and not errors_of(proc), proc.stderr.decode()[-2000:]
+    assert out.stat().st_size > 0
+    proc = grtool("validate", out)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
