@@ -190,3 +190,34 @@ def test_export_sft_reads_stages_under_a_name_that_is_not_utf8(tmp_path, shared_
     assert out.stat().st_size > 0
     proc = grtool("validate", out)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+
+
+# ------------------------------------------------------------------ 5. leftovers of a killed index build
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_removed_by_the_next_build(tmp_path):
+    """`index build` writes into .<out>.<pid>.tmp beside --out; SIGKILL leaves it (with its scratch files)."""
+    import json
+
+    from test_index import BUNDLED, write_triples_stage
+
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
+    write_triples_stage(tmp_path / "triples", rows)
+    build = ("index", "build", tmp_path / "triples", "-t", "llama3", "--out", tmp_path / "idx")
+    assert grtool(*build).returncode == 0
+    left = tmp_path / f".idx.{_dead_pid()}.tmp"
+    left.mkdir()
+    (left / ".scratch-tokens.u32").write_bytes(b"\0" * 64)
+    proc = grtool("validate", tmp_path / "idx")
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert f"left by a killed `index build` beside it: {left.name}" in proc.stderr.decode() + proc.stdout.decode()
+    assert grtool(*build, "--overwrite").returncode == 0
+    assert not left.exists()
+    proc = grtool("validate", tmp_path / "idx")
+    assert proc.returncode == 0 and left.name not in proc.stderr.decode() + proc.stdout.decode()

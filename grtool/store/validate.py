@@ -351,6 +351,17 @@ def _note_leftovers(path: Path, report: Report) -> None:
                             "(the next run of this stage removes them)")
 
 
+def _note_index_leftovers(path: Path, report: Report) -> None:
+    """Temporary directories a killed `index build` of ``path`` left beside it (not a failure: the next build
+    of the same --out removes them)."""
+    from grtool.index.build import stale_builds
+
+    found = [d.name for d in stale_builds(path)]
+    if found:
+        report.notes.append(f"{len(found)} temporary build director{'ies' if len(found) > 1 else 'y'} left by a killed `index build` "
+                            f"beside it: {_first(found)} (the next `index build --out {path.name}` removes them)")
+
+
 def describe(report: Report) -> str:
     """What was validated, for the one-line summary of a report."""
     c = report.checked
@@ -526,6 +537,7 @@ def validate_index(path: str | Path) -> Report:
     report = Report(str(path), "index")
     from grtool.index.record import read_index_record
 
+    _note_index_leftovers(path, report)
     try:
         meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
     except (OSError, GrtoolError) as e:
