@@ -490,10 +490,12 @@ def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    from grtool.store.reading import arrow_source
+
     path = Path(writer.path) / f"{result.part}.parquet"
     if not path.is_file():
         return result
-    table = pq.read_table(path, columns=["qid", "candidate", "text", "finish_reason"])
+    table = pq.read_table(arrow_source(path), columns=["qid", "candidate", "text", "finish_reason"])
     blank = table.filter(pc.equal(pc.utf8_trim_whitespace(table["text"]), ""))
     for row in blank.slice(0, 3).to_pylist():
         result.examples.append(example(f"{row['qid']} candidate {row['candidate']}", "empty output", row["finish_reason"], row["text"] or ""))

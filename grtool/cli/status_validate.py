@@ -30,14 +30,18 @@ def status_cmd(
     """
     from grtool.inspect.contents import run_contents
 
+    from grtool.store.records import is_stage_dir
+
     require_input(directory)
     dirs = find_stage_dirs(directory)
-    contents = run_contents(directory) if not as_json else {}
+    contents = run_contents(directory)
     if not dirs and not any(contents.values()):
         raise InputError(f"{directory}: no stage directory here")
     results = [status(d) for d in dirs]
     if as_json:
-        typer.echo(orjson.dumps(results[0] if len(results) == 1 else results).decode())
+        # A stage directory: its status object. A run directory: one object holding what the tables show.
+        shown = results[0] if is_stage_dir(directory) and len(results) == 1 else {"stages": results, **contents, **_pipeline_json(directory)}
+        typer.echo(orjson.dumps(shown).decode())
         return
     if results:
         console.print(_stage_table(results, Path(directory)))
@@ -83,6 +87,16 @@ def _rows_table(title: str, rows: list[dict[str, str]], root: Path) -> Table:
     for r in rows:
         t.add_row(*(escape(_shown(v, root) if k == "path" else printable(v)) for k, v in r.items()))
     return t
+
+
+def _pipeline_json(directory: Path) -> dict[str, list[dict]]:
+    """The pipeline stages and Slurm jobs of a run directory, as `status --json` prints them (empty lists when no
+    pipeline wrote it)."""
+    from grtool.pipeline.slurm import slurm_jobs
+    from grtool.pipeline.status import has_records, run_status
+
+    pipeline = run_status(Path(directory)) if Path(directory).is_dir() and has_records(Path(directory)) else []
+    return {"pipeline": pipeline, "slurm_jobs": slurm_jobs(directory)}
 
 
 def _print_pipeline_stages(directory: Path) -> None:

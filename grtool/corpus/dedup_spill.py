@@ -26,14 +26,16 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete_expr
+from grtool.records import Count, read_record, to_builtins
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import MAX_ROWS_PER_SHARD, atomic_write_bytes, dumps
 
@@ -43,6 +45,28 @@ PLAN = "plan.json"
 FLUSH_ROWS = 32_768
 MAX_BUCKETS = 256
 BUCKET_TARGET_BYTES = 32 << 20  # of (estimated, decompressed) input per bucket
+
+
+class TableSpill(msgspec.Struct, forbid_unknown_fields=True):
+    """One table's spill in the plan: its bucket count, the rows spilled to each bucket, the rejects."""
+
+    buckets: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUCKETS)]
+    rows: list[Count]
+    rejects: Count
+
+    def __post_init__(self) -> None:
+        if len(self.rows) != self.buckets:  # phase 2 reads bucket i for rows[i]: a shorter list loses buckets
+            raise ValueError(f"rows: {len(self.rows)} counts for {self.buckets} buckets")
+
+
+class SpillPlan(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``plan.json`` of a finished phase 1 (written last, so a resumed run trusts the spill it describes)."""
+
+    identity: dict[str, Any]  # the run's parameters and inputs: a plan of another run is not reused
+    documents: TableSpill
+    questions: TableSpill
+    empty_inputs: list[str] = []
+    detected: list[dict[str, Any]] = []
 
 
 def buckets_for_bytes(estimated_bytes: int) -> int:
@@ -140,15 +164,13 @@ class Spill:
         self.questions.close()
         for f in self.reject_files.values():
             f.close()
-        plan = {
-            "identity": self.identity,
-            "documents": {"buckets": self.docs.k, "rows": self.docs.rows, "rejects": self.reject_counts["documents"]},
-            "questions": {"buckets": self.questions.k, "rows": self.questions.rows, "rejects": self.reject_counts["questions"]},
-        }
-        if self.empty_inputs:
-            plan["empty_inputs"] = self.empty_inputs
-        if self.detected:
-            plan["detected"] = self.detected
+        plan = to_builtins(SpillPlan(
+            identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
+            documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),
+            questions=TableSpill(self.questions.k, list(self.questions.rows), self.reject_counts["questions"]),
+            empty_inputs=list(self.empty_inputs),
+            detected=list(self.detected),
+        ))
         atomic_write_bytes(self.root / PLAN, dumps(plan))
         return plan
 
@@ -163,8 +185,8 @@ def load_plan(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
     p = root / PLAN
     if not p.exists():
         return None
-    plan = orjson.loads(p.read_bytes())
-    return plan if plan.get("identity") == orjson.loads(dumps(identity)) else None
+    plan = to_builtins(read_record(p, SpillPlan, what="spill plan"))
+    return plan if plan["identity"] == orjson.loads(dumps(identity)) else None
 
 
 # ------------------------------------------------------------------------------------------ phase 2

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL
 from grtool.errors import InputError
 from grtool.index.base import Index
+from grtool.store.reading import arrow_source
 
 SHOWN_IDS = 16  # ids of a docid shown in the message
 
@@ -62,7 +63,7 @@ def sample_docids(index: Index, samples: int) -> list[str]:
     path = index.path / "docids.parquet"
     if not path.is_file():
         raise InputError(f"{index.path}: no docids.parquet (an index of --source documents has no docids to check)")
-    reader = pq.ParquetFile(path)
+    reader = pq.ParquetFile(arrow_source(path))  # a directory name that is not UTF-8 too
     n = reader.metadata.num_rows
     picks = sorted(set(np.linspace(0, n - 1, num=min(samples, n), dtype=np.int64).tolist())) if n else []
     # Row group by row group, only those holding a pick: never the whole column (millions of docids).

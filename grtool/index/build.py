@@ -343,16 +343,24 @@ def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: lis
     return claim(out, INDEX, inputs=inputs, holders=holders, overwrite=overwrite)
 
 
-def remove_stale_builds(out: Path) -> None:
+def stale_builds(out: Path) -> list[Path]:
     """Temporary directories of earlier builds of ``out`` whose process is gone (``.<out>.<pid>.tmp``, with the
-    FM build's scratch inside): a killed build leaves them, the next one removes them."""
+    FM build's scratch inside): a killed build leaves them (validate names them, the next build removes them)."""
     if not out.parent.is_dir():
-        return
+        return []
+    found = []
     for d in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
         pid = d.name[len(out.name) + 2 : -len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir() and d.stat().st_uid == os.getuid():
-            log.info("removing %s, left by an interrupted build", d)
-            shutil.rmtree(d, ignore_errors=True)
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir() and not d.is_symlink() and d.stat().st_uid == os.getuid():
+            found.append(d)
+    return sorted(found)
+
+
+def remove_stale_builds(out: Path) -> None:
+    """Remove :func:`stale_builds` of ``out`` (before a build of it starts)."""
+    for d in stale_builds(out):
+        log.info("removing %s, left by an interrupted build", d)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def build_index(

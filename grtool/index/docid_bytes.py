@@ -322,8 +322,10 @@ def _spill(source: Path, scratch: Path, ob: bytes, cb: bytes) -> tuple[np.ndarra
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from grtool.store.reading import arrow_source
+
     try:
-        reader = pq.ParquetFile(source)
+        reader = pq.ParquetFile(arrow_source(source))  # a directory name that is not UTF-8 too
     except Exception as e:  # noqa: BLE001 - pyarrow raises several kinds for a damaged file
         raise InputError(f"{source}: not a readable Parquet file ({e}); rebuild the index with `grtool index build`") from None
     starts: list[np.ndarray] = []

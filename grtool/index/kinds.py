@@ -18,6 +18,7 @@ import numpy as np
 
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import KINDS, META, REBUILD, Index, damaged, load_array  # noqa: F401  (KINDS: filled by the classes below)
+from grtool.store.paths import printable
 
 DEFAULT_SAMPLE_RATE = 32
 
@@ -299,9 +300,9 @@ class FMIndex(Index):
             # the native constructor checks the arrays' shapes and the values it follows (the code tree, symbols,
             # persisted offsets); every query checks each offset it reads against its array (a DamagedIndex)
             native = cls._native_index(arrays, n, levels, sample_rate, dollar_row)
-            native.set_label(str(path))
+            native.set_label(printable(path))  # its messages name the index; a name that is not UTF-8 too
         except (ValueError, TypeError) as e:
-            raise InputError(f"index {path}: {e} (damaged); {REBUILD}") from None
+            raise InputError(f"index {printable(path)}: {e} (damaged); {REBUILD}") from None
         return cls(path, meta, native)
 
     @classmethod

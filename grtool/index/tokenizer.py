@@ -97,12 +97,22 @@ def _file_fingerprint(path: Path) -> dict[str, Any] | None:
     return {"name": f.name, "bytes": f.stat().st_size, "blake3": file_hash(f)}
 
 
+def tokenizer_file(path: str | Path) -> Tokenizer:
+    """``Tokenizer.from_file``, also under a directory name that is not UTF-8 (the Rust side takes UTF-8 names
+    only; Python reads any name the file system holds)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return Tokenizer.from_str(Path(path).read_text(encoding="utf-8"))
+    return Tokenizer.from_file(str(path))
+
+
 def from_json_file(path: str | Path) -> DocidTokenizer:
     """The exact tokenizer an index directory carries (a file it does not read is damaged: exit 1)."""
     from grtool.records import DamagedRecord
 
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = tokenizer_file(path)
     except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
         raise DamagedRecord(f"{path}: not a tokenizer the tokenizers library reads ({str(e)[:200]}) (edited or damaged)") from None
     if tok.token_to_id(DOCID_START) is None or tok.token_to_id(DOCID_END) is None:
@@ -133,11 +143,11 @@ def _resolve(spec: str) -> tuple[Path, str | None]:
 def _load_base(p: Path, hub_id: str | None) -> Tokenizer:
     if p.is_file():
         try:
-            return Tokenizer.from_file(str(p))
+            return tokenizer_file(p)
         except Exception as e:  # tokenizers raises plain Exceptions for bad files
             raise InputError(f"{p}: not a tokenizer.json ({e})") from None
     if (p / "tokenizer.json").is_file():
-        return Tokenizer.from_file(str(p / "tokenizer.json"))
+        return tokenizer_file(p / "tokenizer.json")
     require("llm", f"--tokenizer {hub_id or p} (a folder without tokenizer.json)")  # transformers converts its files
     try:  # a model directory with only slow-tokenizer files: let transformers convert it
         from transformers import AutoTokenizer

@@ -112,9 +112,18 @@ class Pipeline:
 def _coerce(text: str) -> Any:
     """A --set value: TOML scalar syntax when it parses (numbers, true/false, quoted strings), else the text."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return _toml(f"v = {text}", "--set value")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def _toml(text: str, where: str) -> dict[str, Any]:
+    """``tomllib.loads``, with arrays or inline tables nested past Python's recursion limit refused as one line
+    (tomllib's parser recurses once per level: a 100,000-deep array would otherwise end in a traceback)."""
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise InputError(f"{where}: not valid TOML (arrays or tables nested too deep)") from None
 
 
 # ---- the schema of a pipeline file: msgspec checks the types, the messages below name stage and key
@@ -308,7 +317,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     if not path.exists() and not path.is_symlink():
         raise InputError(f"{printable(path)}: no such pipeline file")
     try:  # a FIFO or a device is named, never waited on
-        raw = tomllib.loads(read_input_bytes(path).decode("utf-8"))
+        raw = _toml(read_input_bytes(path).decode("utf-8"), printable(path))
     except UnicodeDecodeError as e:
         raise InputError(f"{printable(path)}: not valid TOML (not UTF-8 text: {e.reason} at byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:

@@ -40,7 +40,7 @@ from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
-from grtool.pipeline.records import read_slurm_job
+from grtool.pipeline.records import Jobs, SlurmJobRecord, StageTable, read_slurm_job
 from grtool.pipeline.slurm_values import control_character, sbatch_word, shown, time_minutes
 from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
 from grtool.records import to_builtins
@@ -309,9 +309,10 @@ class SlurmExecutor(PipelineExecutor):
                 log.info("stage %s: already queued or running as job %s, not submitted again", stage.name, queued[stage.name])
                 continue
             deps = [final[a] for a in after if a in final]
-            record = {"stage": stage.to_dict(), "out": str(self.out.absolute()), "overwrite": self._overwrite(state), "tasks": conf.get("tasks", 1),
-                      "submitted": now(), "jobs": {}}  # fmt: skip
-            atomic_write_bytes(self._record_path(stage), dumps(record))  # before the job starts: its last step reads it
+            # built from its declaration, the one truth of what finalize_stage reads back (read_slurm_job)
+            record = SlurmJobRecord(stage=StageTable(**stage.to_dict()), out=str(self.out.absolute()), overwrite=self._overwrite(state),
+                                    tasks=conf.get("tasks", 1), submitted=now())  # fmt: skip
+            atomic_write_bytes(self._record_path(stage), dumps(to_builtins(record)))  # before the job starts: its last step reads it
             arrays: list[str] = []
             try:
                 for n, script in enumerate(scripts[stage.name]):
@@ -320,13 +321,13 @@ class SlurmExecutor(PipelineExecutor):
                     # With `parallel`, an array waits for the one before it: the limit holds across the stage's arrays.
                     wait_for = arrays[-1:] if conf.get("parallel") else []
                     arrays.append(_sbatch(["--parsable", *_dependency(deps, after_any=wait_for), str(script_path)], None, f"stage {stage.name!r}"))
-                record["jobs"] = {"run": arrays[0], **({"arrays": arrays} if len(arrays) > 1 else {})}
+                record.jobs = Jobs(run=arrays[0], arrays=arrays if len(arrays) > 1 else [])
                 final[stage.name] = arrays[0]
                 if conf.get("tasks", 1) > 1:
                     fin_path = self.jobs_dir / f"{stage.name}.finalize.sbatch"
                     fin_path.write_text(self.finalize_script(stage, conf))
                     fin = _sbatch(["--parsable", *_dependency(arrays), str(fin_path)], None, f"stage {stage.name!r}")
-                    record["jobs"]["finalize"] = fin
+                    record.jobs = Jobs(run=record.jobs.run, arrays=record.jobs.arrays, finalize=fin)
                     final[stage.name] = fin
             except GrtoolError:
                 if arrays:  # a stage half submitted is not recorded: a rerun submits it whole, so its jobs go
@@ -336,7 +337,7 @@ class SlurmExecutor(PipelineExecutor):
                         pass  # no scancel: the warning below names the jobs to cancel
                     log.warning("stage %s: cancelled its jobs %s, submitted before sbatch failed", stage.name, ", ".join(arrays))
                 raise
-            atomic_write_bytes(self._record_path(stage), dumps(record))
+            atomic_write_bytes(self._record_path(stage), dumps(to_builtins(record)))
             after_text = f" after {', '.join(a for a in after if a in final)}" if after else ""
             tasks = conf.get("tasks", 1)
             what = "" if tasks == 1 else f" (array of {tasks} tasks)" if len(arrays) == 1 else f" (arrays of {tasks} tasks: jobs {', '.join(arrays)})"

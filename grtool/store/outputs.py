@@ -15,7 +15,7 @@ All refusals are exit 2 and say what was found.
 from __future__ import annotations
 
 import fnmatch
-import json
+import orjson
 import os
 import shutil
 from collections.abc import Iterable
@@ -183,7 +183,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     """The record as a JSON object, or None; a damaged one does not stop --overwrite from replacing what grtool
     wrote (its kind was checked), and a FIFO or a huge file in its place is never read (read_record_bytes)."""
     try:
-        data = json.loads(read_record_bytes(path, what="record"))
+        data = orjson.loads(read_record_bytes(path, what="record"))  # bounded nesting, unlike json's recursion
     except (OSError, ValueError, DamagedRecord):
         return None
     return data if isinstance(data, dict) else None

@@ -316,7 +316,9 @@ def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
         st = part.stat()
         if not (stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")):
             return False
-        return pq.read_metadata(part).num_rows == record.get("rows")
+        from grtool.store.reading import arrow_source  # a directory name that is not UTF-8 too
+
+        return pq.read_metadata(arrow_source(part)).num_rows == record.get("rows")
     except (OSError, ValueError, pa.ArrowException):  # a damaged footer: not the part that was committed
         return False
 

@@ -17,7 +17,7 @@ A directory holding none of these is a problem too: "nothing to validate" must n
 
 from __future__ import annotations
 
-import json
+import orjson
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,6 +351,17 @@ def _note_leftovers(path: Path, report: Report) -> None:
                             "(the next run of this stage removes them)")
 
 
+def _note_index_leftovers(path: Path, report: Report) -> None:
+    """Temporary directories a killed `index build` of ``path`` left beside it (not a failure: the next build
+    of the same --out removes them)."""
+    from grtool.index.build import stale_builds
+
+    found = [d.name for d in stale_builds(path)]
+    if found:
+        report.notes.append(f"{len(found)} temporary build director{'ies' if len(found) > 1 else 'y'} left by a killed `index build` "
+                            f"beside it: {_first(found)} (the next `index build --out {path.name}` removes them)")
+
+
 def describe(report: Report) -> str:
     """What was validated, for the one-line summary of a report."""
     c = report.checked
@@ -473,7 +484,7 @@ def discover(root: str | Path) -> Found:
 def _is_grtool_index(meta_path: Path) -> bool:
     """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
     try:
-        meta = json.loads(meta_path.read_bytes())
+        meta = orjson.loads(meta_path.read_bytes())  # bounded nesting, unlike json's recursion
     except (OSError, ValueError):
         return True
     return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
@@ -498,7 +509,7 @@ def _table_by_schema(path: Path) -> str | None:
     """The table whose schema the first shard has, if any (an orphan has no manifest to say it)."""
     for f in sorted(path.glob(SHARD_GLOB)):
         try:
-            schema = pq.read_schema(f)
+            schema = pq.read_schema(arrow_source(f))
         except Exception:
             continue
         for name, (expected, _) in TABLES.items():
@@ -526,6 +537,7 @@ def validate_index(path: str | Path) -> Report:
     report = Report(str(path), "index")
     from grtool.index.record import read_index_record
 
+    _note_index_leftovers(path, report)
     try:
         meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
     except (OSError, GrtoolError) as e:
@@ -586,7 +598,7 @@ def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
     n = len(lengths)
     probes = sorted({0, n // 2, n - 1}) if n else []
     if index.source == "docids":
-        docids = pq.read_table(path / "docids.parquet", columns=["docid"]).column("docid")
+        docids = pq.read_table(arrow_source(path / "docids.parquet"), columns=["docid"]).column("docid")
         if len(docids) != n:
             report.problems.append(f"docids.parquet: {len(docids)} docids, {INDEX_META} says {n} sequences")
             return

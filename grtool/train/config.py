@@ -264,12 +264,12 @@ def check(cfg: TrainConfig) -> None:
 
 def check_deepspeed_config(path: str) -> None:
     """--deepspeed names a JSON object (the trainer would fail on it only after --out was written)."""
-    import json
+    import orjson
 
     if not Path(path).is_file():
         raise InputError(f"--deepspeed {path}: no such file")
     try:
-        config = json.loads(Path(path).read_text())
+        config = orjson.loads(Path(path).read_bytes())  # bounded nesting: a deep file is a JSONDecodeError
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise InputError(f"--deepspeed {path}: not a JSON DeepSpeed config ({e})") from None
     if not isinstance(config, dict):
