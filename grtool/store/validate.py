@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import DamagedRecord, file_kind
+from grtool.records import DamagedRecord, file_kind, read_record_bytes
 from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
 from grtool.store.records import check_parts_planned, parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
@@ -455,14 +455,14 @@ def discover(root: str | Path) -> Found:
             found.stages.append(d)
         elif is_orphan_dir(d):
             found.orphans.append(d)
-        elif INDEX_META in filenames and _is_grtool_index(d / INDEX_META):
+        elif INDEX_META in dirnames or (INDEX_META in filenames and _is_grtool_index(d / INDEX_META)):  # a folder in a record's place is damage to report
             found.indexes.append(d)
             dirnames[:] = []
             continue
         elif LOOKUP_RECORD in filenames:
             found.lookups.append(d)
             continue
-        for name in sorted(filenames):
+        for name in sorted(filenames + [n for n in dirnames if is_sidecar(n)]):  # a folder in a record's place: reported
             if is_sidecar(name):
                 found.sidecars.append(d / name)
             elif name == DATASET_INFO:
@@ -472,9 +472,9 @@ def discover(root: str | Path) -> Found:
 
 def _is_grtool_index(meta_path: Path) -> bool:
     """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
-    try:
-        meta = json.loads(meta_path.read_bytes())
-    except (OSError, ValueError):
+    try:  # bounded, and no read of a FIFO or /dev/zero: discovery must not hang on a damaged record
+        meta = json.loads(read_record_bytes(meta_path, what="index record"))
+    except (OSError, ValueError, DamagedRecord):
         return True
     return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
 

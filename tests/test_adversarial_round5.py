@@ -1,0 +1,57 @@
+"""Round 5 adversarial cases for issue #36: new cases of the kinds in DESIGN §8, tried on a small real run (the
+report fixture's run plus an index over its triples). Each test names the kind it holds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SHARED_DATA, run_cli
+from report_helpers import build_run
+
+HANG_GUARD = 60  # seconds: a command that reads /dev/zero or a FIFO must refuse at once, never wait
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory) -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    run = build_run(SHARED_DATA, tmp_path_factory.mktemp("adv"))
+    run_cli("-q", "index", "build", run / "triples", "--tokenizer", "llama3", "--kind", "numpy", "--out", run / "index")
+    return run
+
+
+@pytest.fixture
+def run_copy(base_run, tmp_path) -> Path:
+    return Path(shutil.copytree(base_run, tmp_path / "run", symlinks=True))
+
+
+def grtool(*args, input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "grtool", *map(str, args)], capture_output=True, text=True, timeout=HANG_GUARD, input=input)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode in (0, 1, 2, 75, 130), (proc.returncode, proc.stderr[-3000:])
+    return proc
+
+
+def _replace(path: Path, how: str) -> None:
+    path.unlink()
+    if how == "devzero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
+# kind 1: a record in place of which stands /dev/zero or a folder; discovery (validate), the run listing (status)
+# and the page (report) read records bounded and never whole: validate names it, status/report list it as damaged
+@pytest.mark.parametrize("record", ["index/index.json", "export/sft.json.grtool.json", "export/dataset_info.json"])
+@pytest.mark.parametrize("how", ["devzero", "dir"])
+def test_record_replaced_by_device_or_folder(run_copy, record, how):
+    _replace(run_copy / record, how)
+    proc = grtool("validate", run_copy)
+    assert proc.returncode == 1, proc.stderr
+    assert Path(record).name in proc.stderr
+    assert grtool("status", run_copy).returncode == 0
+    assert grtool("report", run_copy, "--out", run_copy.parent / "page.html").returncode == 0
