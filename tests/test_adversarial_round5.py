@@ -3,6 +3,7 @@ report fixture's run plus an index over its triples). Each test names the kind i
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -55,3 +56,24 @@ def test_record_replaced_by_device_or_folder(run_copy, record, how):
     assert Path(record).name in proc.stderr
     assert grtool("status", run_copy).returncode == 0
     assert grtool("report", run_copy, "--out", run_copy.parent / "page.html").returncode == 0
+
+
+# kind 2: a stage is read only when its manifest and its shard records agree: another stage's manifest copied in
+# (same table, so the schema check cannot tell) made export and filters read 9 rows where the manifest said 13
+def test_manifest_of_another_stage_is_refused_by_readers(run_copy, tmp_path):
+    shutil.copy(run_copy / "chains" / "_manifest.json", run_copy / "filtered" / "_manifest.json")
+    for args in (["export", "sft", run_copy / "filtered", "--corpus", run_copy / "corpus", "--out", tmp_path / "x.json"],
+                 ["filters", "apply", run_copy / "filtered", "--corpus", run_copy / "corpus", "--triples", run_copy / "triples", "--out", tmp_path / "f"]):
+        proc = grtool(*args)
+        assert proc.returncode == 1, proc.stderr
+        assert "_manifest.json records sha256" in proc.stderr and "part-00000" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+# kind 4: a FIFO named as the responses file is named as what it is (it said "no such file")
+def test_responses_fifo_named_as_fifo(run_copy, tmp_path):
+    fifo = tmp_path / "responses.jsonl"
+    os.mkfifo(fifo)
+    proc = grtool("eval", "recall", fifo, "--corpus", run_copy / "corpus", "--triples", run_copy / "triples")
+    assert proc.returncode == 2
+    assert "a FIFO" in proc.stderr.strip().splitlines()[-1]
