@@ -77,3 +77,19 @@ def test_responses_fifo_named_as_fifo(run_copy, tmp_path):
     proc = grtool("eval", "recall", fifo, "--corpus", run_copy / "corpus", "--triples", run_copy / "triples")
     assert proc.returncode == 2
     assert "a FIFO" in proc.stderr.strip().splitlines()[-1]
+
+
+# kind 3: the outputs of one `pipeline run` never collide: two stages writing one path (spelt with and without a
+# trailing slash) or one stage writing inside another's output were planned as "to run" and met at run time
+@pytest.mark.parametrize("second_out", ["{out}/c/", "{out}/c/inner"])
+def test_pipeline_stages_with_colliding_outputs_refused(run_copy, tmp_path, second_out):
+    toml = tmp_path / "p.toml"
+    stage = '[[stages]]\nname = "{name}"\nrun = "chains gold"\nargs = ["{corpus}"]\noptions = {{ triples = "{triples}", out = "{out}" }}\n'
+    common = {"corpus": run_copy / "corpus", "triples": run_copy / "triples"}
+    toml.write_text(f'out = "{tmp_path / "pout"}"\n' + stage.format(name="a", out="{out}/c", **common)
+                    + stage.format(name="b", out=second_out, **common).replace("{{", "{").replace("}}", "}"))
+    for args in (["--dry-run"], []):
+        proc = grtool("pipeline", "run", toml, *args)
+        assert proc.returncode == 2, proc.stderr
+        assert "stage 'a' output" in proc.stderr and "stage 'b' output" in proc.stderr
+    assert not (tmp_path / "pout").exists()
