@@ -93,3 +93,18 @@ def test_pipeline_stages_with_colliding_outputs_refused(run_copy, tmp_path, seco
         assert proc.returncode == 2, proc.stderr
         assert "stage 'a' output" in proc.stderr and "stage 'b' output" in proc.stderr
     assert not (tmp_path / "pout").exists()
+
+
+# kind 1: validate checks the pipeline's stage records too (status refused the run, validate said "0 problems")
+@pytest.mark.parametrize("how", ["empty", "devzero", "dir", "other stage's"])
+def test_validate_checks_pipeline_records(run_copy, how):
+    record = run_copy / "_pipeline" / "chains.json"
+    if how == "empty":
+        record.write_bytes(b"")
+    elif how == "other stage's":
+        shutil.copy(run_copy / "_pipeline" / "filters.json", record)
+    else:
+        _replace(record, how)
+    proc = grtool("validate", run_copy)
+    assert proc.returncode == 1, proc.stderr
+    assert "chains.json" in proc.stderr

@@ -418,6 +418,7 @@ class Found:
     sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
     dataset_infos: list[Path] = field(default_factory=list)
     lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
+    pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -450,6 +451,8 @@ def discover(root: str | Path) -> Found:
         return found
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
+        if "_pipeline" in dirnames:  # its stage records are read back by status and pipeline run: checked here too
+            found.pipeline_runs.append(d)
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
         if is_stage_dir(d):
             found.stages.append(d)
@@ -608,6 +611,24 @@ def validate_lookup(path: Path) -> Report:
     return Report(str(path), "lookup", problems=lookup_problems(path))
 
 
+def validate_pipeline_records(run: Path) -> Report:
+    """Each ``_pipeline/<stage>.json`` through its declaration (the records `status` and `pipeline run` trust)."""
+    from grtool.pipeline.records import read_stage_done
+    from grtool.pipeline.runner import RECORDS_DIR
+
+    report = Report(str(run / RECORDS_DIR), "pipeline records")
+    records = sorted((run / RECORDS_DIR).glob("*.json"))
+    for record in records:
+        try:
+            read_stage_done(record)
+        except DamagedRecord as e:
+            report.problems.append(str(e))
+        except OSError as e:  # a dangling link or a loop in a record's place
+            report.problems.append(f"{record}: stage completion record cannot be read ({e.strerror or e})")
+    report.checked = {"records": len(records)}
+    return report
+
+
 def validate_export(sidecar: Path) -> Report:
     from grtool.export.check import check_export, load_sidecar
 
@@ -675,6 +696,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports += orphans
     reports += [validate_index(p) for p in found.indexes]
     reports += [validate_lookup(p) for p in found.lookups]
+    reports += [validate_pipeline_records(p) for p in found.pipeline_runs]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}
