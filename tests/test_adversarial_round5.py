@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,21 @@ def test_validate_checks_pipeline_records(run_copy, how):
     proc = grtool("validate", run_copy)
     assert proc.returncode == 1, proc.stderr
     assert "chains.json" in proc.stderr
+
+
+# kind 6: Ctrl-C while the command is still starting (among its imports) is one line and exit 130, as SIGTERM
+# there is 75 (it was a KeyboardInterrupt traceback and death by the signal)
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 75)])
+def test_signal_while_starting(run_copy, tmp_path, sig, code):
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", "validate", run_copy], env={**os.environ, "GRTOOL_HOLD": f"starting:{holds}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while not (holds / "starting.reached").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    (holds / "starting.release").touch()
+    err = proc.communicate(timeout=HANG_GUARD)[1]
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
