@@ -64,6 +64,8 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails."""
     try:
         return msgspec.json.decode(data, type=kind)
+    except UnicodeDecodeError:  # msgspec's error for bytes in a JSON string that are not UTF-8
+        raise DamagedRecord(f"{source}: {what} is not UTF-8 text (edited or damaged)") from None
     except msgspec.ValidationError as e:
         raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:

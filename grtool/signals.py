@@ -334,9 +334,13 @@ def exit_now(code: int, teardown: bool = False) -> None:
         import atexit
 
         atexit._run_exitfuncs()  # what the interpreter runs at exit, while our handlers still record signals
+        from grtool.errors import GrtoolError
         from grtool.holds import hold
 
-        hold("exiting")
+        try:
+            hold("exiting")
+        except GrtoolError:  # GRTOOL_HOLD naming a directory that is not there: leaving must not fail on it (a traceback)
+            pass
     else:
         mp = sys.modules.get("multiprocessing")
         if mp is not None and mp.active_children():  # children of ours (a vLLM engine): their exit callback stops them

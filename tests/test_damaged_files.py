@@ -23,8 +23,8 @@ import pytest
 
 from conftest import EXAMPLES, run_cli
 from log_helpers import unstamped
-from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, read_table
+from grtool.store.stage import read_table
+from run_helpers import write_small_run
 
 HINT = "run grtool validate"
 
@@ -33,41 +33,11 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
-    stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
-
-
-def _docid(h: str, r: str, t: str) -> str:
-    return f"<docid_start>{h}, {r}, {t}<docid_end>"
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> Path:
     """A corpus run directory (documents, questions), its triples and chains, and responses to score."""
     root = tmp_path_factory.mktemp("pristine") / "run"
-    run_cli("corpus", "ingest", EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique", "--out", root)
-    documents = read_table(root / "documents").to_pylist()
-    questions = read_table(root / "questions").to_pylist()
-    triples = [
-        {"doc_id": d["doc_id"], "idx": 0, "head": d["title"], "relation": "described in", "tail": f"paragraph {i}",
-         "docid": _docid(d["title"], "described in", f"paragraph {i}")}
-        for i, d in enumerate(documents)
-    ]  # fmt: skip
-    _write_stage(root / "triples", "triples", TRIPLES, triples)
-    by_doc = {t["doc_id"]: t for t in triples}
-    chains, responses = [], []
-    for q in questions:
-        docids = [by_doc[d]["docid"] for d in q["gold_doc_ids"] if d in by_doc]
-        text = "I look it up. " + " ".join(docids) + f" So the answer is {q['answer']}."
-        chains.append({"qid": q["qid"], "candidate": 0, "text": text, "docids": docids, "flipped": [False] * len(docids),
-                       "selected": True, "score": 1.0, "model": "test", "temperature": 0.0, "finish_reason": "stop"})  # fmt: skip
-        responses.append({"qid": q["qid"], "response": text})
-    _write_stage(root / "chains", "chains", CHAINS, chains)
-    (root.parent / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in responses))
+    write_small_run(root, root.parent / "responses.jsonl")
     return root
 
 

@@ -79,7 +79,7 @@ def parse_bytes(text: str | int) -> int:
     mult = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(t[-1:], 1)
     try:
         return int(float(t[:-1] if mult > 1 else t) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: inf, which float() reads but no int holds
         raise GrtoolError(f"--memory-limit {text!r}: expected a size like 8G or 512M") from None
 
 

@@ -98,8 +98,13 @@ def _file_fingerprint(path: Path) -> dict[str, Any] | None:
 
 
 def from_json_file(path: str | Path) -> DocidTokenizer:
-    """The exact tokenizer an index directory carries."""
-    tok = Tokenizer.from_file(str(path))
+    """The exact tokenizer an index directory carries (a file it does not read is damaged: exit 1)."""
+    from grtool.records import DamagedRecord
+
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
+        raise DamagedRecord(f"{path}: not a tokenizer the tokenizers library reads ({str(e)[:200]}) (edited or damaged)") from None
     if tok.token_to_id(DOCID_START) is None or tok.token_to_id(DOCID_END) is None:
         raise InputError(f"{path}: tokenizer has no {DOCID_START}/{DOCID_END} tokens")
     return DocidTokenizer(tok, str(path), added_markers=False)

@@ -71,7 +71,7 @@ class LocalExecutor(PipelineExecutor):
                 log.info("stage %s: done, skipped", stage.name)
                 continue
             overwrite = runs_with_overwrite(self.commands, s, self.overwrite)
-            if s.state == "inputs changed":
+            if s.state in ("inputs changed", "outputs changed"):
                 log.warning("stage %s: %s", stage.name, s.detail)
             log.info("stage %s: %s", stage.name, stage.command_line(overwrite))
             try:

@@ -41,6 +41,9 @@ class StageDone(msgspec.Struct):
     finished: Text
     # by input path: a stage directory's fingerprint, or a list of them for a run directory holding several
     inputs: dict[Text, InputRecord | list[InputRecord]] | None = None
+    # by output path: the fingerprint of each output that is a file (a report, an export, the stdout file); stage
+    # directories are checked by their own records, indexes by theirs
+    files: dict[Text, InputRecord] | None = None
 
     def __post_init__(self) -> None:
         _timestamp(self.finished, "finished")

@@ -36,7 +36,7 @@ RECORDS_DIR = "_pipeline"
 @dataclass
 class StageState:
     stage: Stage
-    state: str  # "done" | "partial" | "to run" | "changed" | "inputs changed" | "stale"
+    state: str  # "done" | "partial" | "to run" | "changed" | "inputs changed" | "outputs changed" | "stale"
     detail: str = ""
 
 
@@ -106,6 +106,12 @@ def input_fingerprints(stage: Stage) -> dict[str, Any]:
     return found
 
 
+def output_file_fingerprints(stage: Stage) -> dict[str, Any]:
+    """The outputs that are files (reports, exports, the stdout file) by their content: a done stage whose file was
+    cut short or edited is not done."""
+    return {path: fingerprint(path) for path in stage.outputs if Path(path).is_file()}
+
+
 def _overlaps(a: str, b: str) -> bool:
     pa_, pb = Path(a).resolve(), Path(b).resolve()
     return pa_ == pb or pa_ in pb.parents or pb in pa_.parents
@@ -122,6 +128,11 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
         missing = [o for o in stage.outputs if not Path(o).exists()]
         if missing:
             return StageState(stage, "to run", f"missing {', '.join(missing)}")
+        if saved.files is not None:
+            current_files, recorded_files = output_file_fingerprints(stage), to_builtins(saved.files)
+            edited = [p for p in sorted(recorded_files) if current_files.get(p) != recorded_files[p]]
+            if edited:
+                return StageState(stage, "outputs changed", f"{', '.join(edited)} changed since the stage wrote it; runs again with --overwrite")
         if saved.inputs is not None:
             current, recorded = input_fingerprints(stage), to_builtins(saved.inputs)
             changed = [p for p in sorted(set(current) | set(recorded)) if current.get(p) != recorded.get(p)]
@@ -216,7 +227,7 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
 def runs_with_overwrite(commands: StageCommands, state: StageState, overwrite: set[str]) -> bool:
     """Whether a stage that is not done runs with ``--overwrite``: its inputs changed since it ran, or the
     user named it (``pipeline run --overwrite STAGE``)."""
-    return (state.state == "inputs changed" or state.stage.name in overwrite) and accepts_overwrite(commands, state.stage)
+    return (state.state in ("inputs changed", "outputs changed") or state.stage.name in overwrite) and accepts_overwrite(commands, state.stage)
 
 
 def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False) -> float:
@@ -261,7 +272,7 @@ def mark_done(out: str | Path, stage: Stage, seconds: float) -> None:
     record = Path(out) / RECORDS_DIR / f"{stage.name}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     done = msgspec.convert({"stage": stage.name, "command": stage.identity(), "outputs": stage.outputs, "inputs": input_fingerprints(stage),
-                            "seconds": round(max(seconds, 0.0), 3), "finished": now()}, StageDone)  # fmt: skip
+                            "files": output_file_fingerprints(stage), "seconds": round(max(seconds, 0.0), 3), "finished": now()}, StageDone)  # fmt: skip
     atomic_write_bytes(record, dumps(to_builtins(done)))  # written as it is read back: through its declaration
 
 

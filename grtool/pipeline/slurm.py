@@ -111,7 +111,7 @@ class SlurmExecutor(PipelineExecutor):
 
     def _overwrite(self, state: StageState) -> bool:
         # A done stage whose input an earlier stage remakes ("stale") will find its inputs changed when it runs.
-        changed = state.state in ("inputs changed", "stale") or state.stage.name in self.overwrite
+        changed = state.state in ("inputs changed", "outputs changed", "stale") or state.stage.name in self.overwrite
         return changed and self.commands.accepts(state.stage.run, "overwrite")
 
     def _check(self, state: StageState, conf: dict[str, Any]) -> None:

@@ -274,7 +274,9 @@ def check_parts_planned(path: str | Path, num_parts: int | None, records: dict[s
 
 
 def is_stage_dir(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
+    """Anything named like a manifest marks a stage directory: a FIFO, a directory or a dangling link there is a
+    damaged stage for its reader to name, never a directory to pass over as holding no stage."""
+    return os.path.lexists(Path(path) / MANIFEST)
 
 
 def resolve_stage(path: str | Path, table: str) -> Path:

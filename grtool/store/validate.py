@@ -465,7 +465,7 @@ def discover(root: str | Path) -> Found:
         elif LOOKUP_RECORD in filenames:
             found.lookups.append(d)
             continue
-        for name in sorted(filenames + [n for n in dirnames if is_sidecar(n)]):  # a folder in a record's place: reported
+        for name in sorted(filenames + dirnames):  # a sidecar's name on a directory: a damaged sidecar, not none
             if is_sidecar(name):
                 found.sidecars.append(d / name)
             elif name == DATASET_INFO:
