@@ -190,9 +190,17 @@ def deferred() -> Iterator[None]:
 EARLY_LINE = b"stopped: SIGTERM received while the command was starting: nothing was written; run the same command again (exit 75)\n"
 
 
+EARLY_INT_LINE = b"stopped: SIGINT received while the command was starting: nothing was written (exit 130)\n"
+
+
 def _on_early_term(signum: int, _frame: Any) -> None:
     os.write(2, EARLY_LINE)  # nothing else is safe to use yet, and nothing needs cleaning up
     os._exit(EXIT_TRANSIENT)
+
+
+def _on_early_int(signum: int, _frame: Any) -> None:
+    os.write(2, EARLY_INT_LINE)  # Ctrl-C among the imports: one line and 130, not a KeyboardInterrupt traceback
+    os._exit(EXIT_INTERRUPTED)
 
 
 def install_early() -> None:
@@ -200,6 +208,8 @@ def install_early() -> None:
     node) ends the process with the transient code too, not by the signal; :func:`handled` takes over."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_early_term)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_early_int)
 
 
 def work_finished() -> None:
@@ -222,7 +232,7 @@ def handled(ends_process: bool = False) -> Iterator[None]:
         yield
         return
     signal.signal(signal.SIGTERM, _on_term)
-    own_int = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    own_int = signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_early_int)
     if own_int:
         signal.signal(signal.SIGINT, _on_int)
     _state.installed = True

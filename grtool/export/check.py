@@ -16,7 +16,7 @@ import msgspec
 import orjson
 
 from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
-from grtool.records import DamagedRecord, field_message
+from grtool.records import DamagedRecord, field_message, read_record_bytes
 from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
 from grtool.store.stage import sha256_file
 from grtool.store.fingerprints import check_inputs
@@ -252,9 +252,11 @@ def _check_entry(path: Path, meta: dict[str, Any], key: tuple[str, str]) -> list
     info_path = path.parent / ref.get("file", DATASET_INFO)
     name = ref.get("entry")
     try:
-        info = orjson.loads(info_path.read_bytes())
+        info = orjson.loads(read_record_bytes(info_path, what="dataset_info"))
     except FileNotFoundError:
         return [f"{info_path.name}: missing, but {path.name} is registered there as {name!r}"]
+    except DamagedRecord as e:
+        return [str(e)]
     except orjson.JSONDecodeError as e:
         return [f"{info_path.name}: not valid JSON ({e})"]
     entry = info.get(name) if isinstance(info, dict) else None
@@ -278,9 +280,11 @@ def check_dataset_info(path: Path, with_sidecar: set[Path]) -> tuple[dict[str, A
     notes: list[str] = []
     checked: dict[str, Any] = {"entries": 0, "rows": 0}
     try:
-        info = orjson.loads(path.read_bytes())
+        info = orjson.loads(read_record_bytes(path, what="dataset_info"))
     except orjson.JSONDecodeError as e:
         return checked, [f"{path.name}: not valid JSON ({e})"], notes
+    except DamagedRecord as e:
+        return checked, [str(e)], notes
     if not isinstance(info, dict):
         return checked, [f"{path.name}: a JSON {type(info).__name__}, expected an object of dataset entries"], notes
     checked["entries"] = len(info)

@@ -22,6 +22,7 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.docid import MARKERS, SPECIAL
+from grtool.records import read_record_bytes
 from grtool.store.stage import atomic_write_bytes, commit_file
 
 INSTRUCTION_TEMPLATE = (
@@ -116,7 +117,7 @@ def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> 
     info: dict[str, Any] = {}
     if path.exists():
         try:
-            info = orjson.loads(path.read_bytes())
+            info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
         except orjson.JSONDecodeError as e:
             raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
         if not isinstance(info, dict):

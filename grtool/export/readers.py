@@ -22,6 +22,7 @@ from grtool.docid.lookup import TripleLookup, hash_keys, release_build_memory
 from grtool.docid.lookup_files import open_lookup
 from grtool.errors import InputError
 from grtool.store.stage import iter_batches, resolve_stage
+from grtool.userinput import missing_input
 
 @dataclass(frozen=True)
 class Question:
@@ -125,7 +126,7 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
     else:
         p = Path(path)
         if not p.is_file():
-            raise InputError(f"{p}: no such file")
+            raise missing_input(p)  # a FIFO or a device named as what it is, not "no such file"
         handle = gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
     try:
         for lineno, line in enumerate(handle, 1):

@@ -11,12 +11,13 @@ from typing import Any
 
 import orjson
 
+from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.validate import discover
 
 def _record(path: Path) -> dict[str, Any] | None:
     try:
-        value = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        value = orjson.loads(read_record_bytes(path, what="record"))  # bounded: /dev/zero or a FIFO is "damaged"
+    except (OSError, orjson.JSONDecodeError, DamagedRecord):
         return None
     return value if isinstance(value, dict) else None
 

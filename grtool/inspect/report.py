@@ -24,7 +24,7 @@ import orjson
 
 from grtool import __version__
 from grtool.errors import InputError
-from grtool.records import DamagedRecord
+from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import load_manifest, now
 from grtool.store.reading import arrow_sources
 
@@ -114,8 +114,8 @@ def _within(p: Path, parent: Path) -> bool:
 
 def _json(path: Path) -> Any:
     try:
-        return orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        return orjson.loads(read_record_bytes(path, what="record"))  # bounded: a damaged record is left out, never read whole
+    except (OSError, orjson.JSONDecodeError, DamagedRecord):
         return None
 
 

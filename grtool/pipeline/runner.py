@@ -87,6 +87,10 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
     for flag, target in [*targets, *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
+    for i, (flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
+        for other_flag, other in targets[i + 1:]:
+            if other_flag != flag:
+                refuse_overlapping_outputs([(flag, target), (other_flag, other)])
     for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
         if target:
             for stage_flag, output in targets:

@@ -106,8 +106,13 @@ def shard_paths(path: str | Path) -> list[Path]:
     table = manifest.get("table")
     expected = TABLES[table][0] if table in TABLES else None
     shards = []
+    listed = manifest.get("shards") or {}
     for name, record in sorted(records.items()):
         shard = p / f"{name}.parquet"
+        entry = listed.get(name) or {}
+        for key in ("sha256", "bytes", "rows"):  # the manifest copies each record: a difference is a record edited or copied from another stage
+            if key in entry and entry[key] != record.get(key):
+                raise reading.damaged(shard, f"{MANIFEST} records {key} {entry[key]!r}, {SHARDS_DIR}/{name}.json records {record.get(key)!r}")
         reading.verify_shard(shard, record, expected)
         shards.append(shard)
     return shards

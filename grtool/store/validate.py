@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import DamagedRecord, file_kind
+from grtool.records import DamagedRecord, file_kind, read_record_bytes
 from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
 from grtool.store.records import check_parts_planned, parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
@@ -429,6 +429,7 @@ class Found:
     sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
     dataset_infos: list[Path] = field(default_factory=list)
     lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
+    pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -461,12 +462,14 @@ def discover(root: str | Path) -> Found:
         return found
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
+        if "_pipeline" in dirnames:  # its stage records are read back by status and pipeline run: checked here too
+            found.pipeline_runs.append(d)
         dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
         if is_stage_dir(d):
             found.stages.append(d)
         elif is_orphan_dir(d):
             found.orphans.append(d)
-        elif INDEX_META in filenames and _is_grtool_index(d / INDEX_META):
+        elif INDEX_META in dirnames or (INDEX_META in filenames and _is_grtool_index(d / INDEX_META)):  # a folder in a record's place is damage to report
             found.indexes.append(d)
             dirnames[:] = []
             continue
@@ -483,9 +486,9 @@ def discover(root: str | Path) -> Found:
 
 def _is_grtool_index(meta_path: Path) -> bool:
     """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
-    try:
-        meta = orjson.loads(meta_path.read_bytes())  # bounded nesting, unlike json's recursion
-    except (OSError, ValueError):
+    try:  # bounded size and nesting, and no read of a FIFO or /dev/zero: discovery must not hang on a damaged record
+        meta = orjson.loads(read_record_bytes(meta_path, what="index record"))
+    except (OSError, ValueError, DamagedRecord):
         return True
     return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
 
@@ -620,6 +623,24 @@ def validate_lookup(path: Path) -> Report:
     return Report(str(path), "lookup", problems=lookup_problems(path))
 
 
+def validate_pipeline_records(run: Path) -> Report:
+    """Each ``_pipeline/<stage>.json`` through its declaration (the records `status` and `pipeline run` trust)."""
+    from grtool.pipeline.records import read_stage_done
+    from grtool.pipeline.runner import RECORDS_DIR
+
+    report = Report(str(run / RECORDS_DIR), "pipeline records")
+    records = sorted((run / RECORDS_DIR).glob("*.json"))
+    for record in records:
+        try:
+            read_stage_done(record)
+        except DamagedRecord as e:
+            report.problems.append(str(e))
+        except OSError as e:  # a dangling link or a loop in a record's place
+            report.problems.append(f"{record}: stage completion record cannot be read ({e.strerror or e})")
+    report.checked = {"records": len(records)}
+    return report
+
+
 def validate_export(sidecar: Path) -> Report:
     from grtool.export.check import check_export, load_sidecar
 
@@ -687,6 +708,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports += orphans
     reports += [validate_index(p) for p in found.indexes]
     reports += [validate_lookup(p) for p in found.lookups]
+    reports += [validate_pipeline_records(p) for p in found.pipeline_runs]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}
