@@ -45,12 +45,12 @@ def test_a_long_pause_in_one_task_survives_another_task_starting(tmp_path):
     import os
 
     spec = StageSpec("documents", DOCUMENTS, params={"p": 1}, command=["grtool", "t"])
-    slow = StageWriter(tmp_path / "docs", spec, num_parts=2)
+    slow = StageWriter(tmp_path / "docs", spec, num_parts=2, shards=(2, 0))  # array task 0 of 2
     shard = slow.shard(0)
     shard.write_rows([{"doc_id": "a", "title": "t", "text": "x", "datasets": ["d"]}])
     shard.count_in(1)
     os.utime(shard.tmp, (0, 0))  # looks an hour old to anyone checking its age
-    other = StageWriter(tmp_path / "docs", spec, num_parts=2)  # another array task starts meanwhile
+    other = StageWriter(tmp_path / "docs", spec, num_parts=2, shards=(2, 1))  # array task 1 starts meanwhile
     with other.shard(1) as s1:
         s1.count_in(0)
     other.finish()

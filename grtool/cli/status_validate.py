@@ -43,6 +43,8 @@ def status_cmd(
         shown = results[0] if is_stage_dir(directory) and len(results) == 1 else {"stages": results, **contents, **_pipeline_json(directory)}
         typer.echo(orjson.dumps(shown).decode())
         return
+    # the tables name what they list relative to it (they fit a terminal); the directory itself whole, on one line
+    console.print(f"{printable(Path(directory).resolve())}:", highlight=False, markup=False, soft_wrap=True)
     if results:
         console.print(_stage_table(results, Path(directory)))
     for title, rows in contents.items():
