@@ -60,6 +60,18 @@ def field_message(error: msgspec.ValidationError, within: str = "") -> str:
     return f"field {field or '(the whole record)'}: {message[:1].lower()}{message[1:]}"
 
 
+def check_timestamp(value: str | None, field: str) -> None:
+    """A time a record carries is an ISO 8601 time (a ``__post_init__`` rule; ``None`` or empty: not recorded)."""
+    import datetime as _dt
+
+    if not value:
+        return
+    try:
+        _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"field {field}: {value!r} is not an ISO 8601 time") from None
+
+
 def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
     """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails."""
     try:

@@ -107,6 +107,7 @@ STOP = {"task": "all", "kind": "guard", "guard": "--max-empty-share", "numbers":
 
 MANIFEST_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
     "num_parts 10**12 (the issue's)": (setting("num_parts", 10**12), ("num_parts",)),
+    "created not a time": (setting("created", "9999-99-99T99:99:99"), ("created",)),
     "num_parts a string": (setting("num_parts", "2"), ("num_parts",)),
     "num_parts true": (setting("num_parts", True), ("num_parts",)),
     "num_parts negative": (setting("num_parts", -1), ("num_parts",)),
@@ -147,6 +148,7 @@ MANIFEST_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
 
 SHARD_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
     "rows a string": (setting("rows", "3"), ("rows",)),
+    "finished not a time": (setting("finished", "yesterday"), ("finished",)),
     "rows negative": (setting("rows", -1), ("rows",)),
     "rows 10**20": (setting("rows", 10**20), ("rows",)),
     "rows nested": (nesting("rows"), ("rows",)),

@@ -9,26 +9,18 @@ traceback or a stage taken for done.
 
 from __future__ import annotations
 
-import datetime as _dt
 from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
 
-from grtool.records import DamagedRecord, Seconds, read_record
+from grtool.records import DamagedRecord, Seconds, check_timestamp, read_record
 from grtool.store.sharding import MAX_ARRAY_TASKS
 from grtool.store.records import InputRecord, Text
 
 # What sbatch --parsable prints before any ";cluster": the job's number.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}$")]
 Tasks = Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY_TASKS)]
-
-
-def _timestamp(value: str, field: str) -> None:
-    try:
-        _dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"field {field}: {value!r} is not an ISO 8601 time") from None
 
 
 class StageDone(msgspec.Struct):
@@ -46,7 +38,7 @@ class StageDone(msgspec.Struct):
     files: dict[Text, InputRecord] | None = None
 
     def __post_init__(self) -> None:
-        _timestamp(self.finished, "finished")
+        check_timestamp(self.finished, "finished")
 
 
 class StageTable(msgspec.Struct):
@@ -84,7 +76,7 @@ class SlurmJobRecord(msgspec.Struct):
     jobs: Jobs = msgspec.field(default_factory=Jobs)
 
     def __post_init__(self) -> None:
-        _timestamp(self.submitted, "submitted")
+        check_timestamp(self.submitted, "submitted")
         if self.jobs.finalize is not None and self.jobs.run is None:
             raise ValueError("field jobs: a finalize job without the run job it follows")
 

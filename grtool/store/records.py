@@ -16,7 +16,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, FileName, Sha256, decode_record, field_message, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
 from grtool.store.schemas import TABLES
@@ -108,6 +108,7 @@ class ShardRecord(msgspec.Struct):
     finished: Text | None = None
 
     def __post_init__(self) -> None:
+        check_timestamp(self.finished, "finished")
         if self.part is not None:
             _names_its_part(self, self.part)
         if self.rejects_file is not None and self.part is not None and self.rejects_file != f"{REJECTS_DIR}/{self.part}.jsonl":
@@ -202,6 +203,7 @@ class Manifest(msgspec.Struct):
     has_questions: bool | None = None
 
     def __post_init__(self) -> None:
+        check_timestamp(self.created, "created")
         self.shards = entries_of(self.shards, ShardRecord, "shards")
         self.stops = None if self.stops is None else entries_of(self.stops, StopRecord, "stops")
         for name, entry in self.shards.items():
