@@ -72,6 +72,11 @@ def input_paths(stage: Stage) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+# The commands whose --out is a run directory: they write their stage directories inside it (OUT/triples,
+# OUT/documents and OUT/questions), where later stages write theirs too.
+RUN_DIRECTORY_COMMANDS = ("corpus ingest", "corpus merge", "triples extract")
+
+
 def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
     """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
     a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
@@ -84,13 +89,19 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
         external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
         written += stage.outputs
     targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
+    run_dirs = {o for stage in stages if " ".join(stage.run.split()) in RUN_DIRECTORY_COMMANDS for o in stage.outputs}
     for flag, target in [*targets, *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
     for i, (flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
         for other_flag, other in targets[i + 1:]:
-            if other_flag != flag:
-                refuse_overlapping_outputs([(flag, target), (other_flag, other)])
+            if other_flag == flag:
+                continue
+            if target in run_dirs or other in run_dirs:  # a run directory holds other stages: only the same path collides
+                if Path(target).resolve() == Path(other).resolve():
+                    refuse_overlapping_outputs([(flag, target), (other_flag, other)])
+                continue
+            refuse_overlapping_outputs([(flag, target), (other_flag, other)])
     for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
         if target:
             for stage_flag, output in targets:
