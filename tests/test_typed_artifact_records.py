@@ -187,6 +187,7 @@ SIDECAR_EDITS = {
     "json_array true on JSON Lines": (_set("json_array", True), "json_array"),
     "file with a slash": (_set("file", "../gmr.jsonl"), "file"),
     "questions count": (_set("questions", {"count": 2, "sha256": "0" * 64, "qids": ["q1"]}), "questions"),
+    "created not a time": (_set("created", "yesterday"), "created"),
     "an array": (lambda m: "[1]", "grtool.json"),
     "deep nesting": (lambda m: '{"a":' * 50_000 + "1" + "}" * 50_000, "grtool.json"),
 }

@@ -27,7 +27,7 @@ import orjson
 
 from grtool import __version__
 from grtool.invocation import current_command
-from grtool.records import Count, FileName, PositiveCount, Seconds, Sha256, read_record, to_builtins
+from grtool.records import Count, FileName, PositiveCount, Seconds, Sha256, check_timestamp, read_record, to_builtins
 from grtool.secrets import redact_argv
 from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
@@ -160,6 +160,7 @@ class ExportRecord(msgspec.Struct):
     allow_empty: bool = False
 
     def __post_init__(self) -> None:
+        check_timestamp(self.created, "created")
         if self.trainer_format not in TRAINER_FORMATS[self.kind]:
             raise ValueError(f"trainer_format: {self.trainer_format!r} is not a format of `export {self.kind}` ({', '.join(TRAINER_FORMATS[self.kind])})")
         if self.rows and self.bytes < 2 * self.rows:  # each row is an object and a separator at least
@@ -249,6 +250,9 @@ class CheckpointRecord(msgspec.Struct, kw_only=True):
     markers: dict[str, int] = {}
     adapter: str | None = None
     seconds: Seconds = 0.0
+
+    def __post_init__(self) -> None:
+        check_timestamp(self.finished, "finished")
 
 
 class RunIdentity(msgspec.Struct, kw_only=True):
