@@ -18,6 +18,8 @@ from grtool.records import DamagedRecord, Seconds, check_timestamp, read_record
 from grtool.store.sharding import MAX_ARRAY_TASKS
 from grtool.store.records import InputRecord, Text
 
+RECORDS_DIR = "_pipeline"  # OUT/_pipeline: the run's records (stage completions, Slurm jobs and logs)
+
 # What sbatch --parsable prints before any ";cluster": the job's number.
 JobId = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}$")]
 Tasks = Annotated[int, msgspec.Meta(ge=1, le=MAX_ARRAY_TASKS)]

@@ -23,14 +23,12 @@ import msgspec
 
 from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
-from grtool.pipeline.records import StageDone, read_stage_done
+from grtool.pipeline.records import RECORDS_DIR, StageDone, read_stage_done
 from grtool.pipeline.registry import StageCommands
 from grtool.records import to_builtins
 from grtool.store.records import now
 from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
 from grtool.store.validate import find_stage_dirs, status
-
-RECORDS_DIR = "_pipeline"
 
 
 @dataclass

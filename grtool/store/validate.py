@@ -625,8 +625,7 @@ def validate_lookup(path: Path) -> Report:
 
 def validate_pipeline_records(run: Path) -> Report:
     """Each ``_pipeline/<stage>.json`` through its declaration (the records `status` and `pipeline run` trust)."""
-    from grtool.pipeline.records import read_stage_done
-    from grtool.pipeline.runner import RECORDS_DIR
+    from grtool.pipeline.records import RECORDS_DIR, read_stage_done
 
     report = Report(str(run / RECORDS_DIR), "pipeline records")
     records = sorted((run / RECORDS_DIR).glob("*.json"))
