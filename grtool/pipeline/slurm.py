@@ -358,7 +358,7 @@ class SlurmExecutor(PipelineExecutor):
             return None
         states = job_states(ids)
         if any(s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied" for s in states.values()):
-            return jobs.finalize or jobs.run
+            return jobs.get("finalize") or jobs.get("run")
         return None
 
     def _wait(self, names: list[str]) -> None:
@@ -379,8 +379,8 @@ class SlurmExecutor(PipelineExecutor):
                                   f"see {self.logs_dir} and grtool status {self.out}", 75)  # fmt: skip
             time.sleep(POLL_SECONDS)
         failed = []
-        for name, job_ids in ids.items():
-            for key, s in sorted(job_states(job_ids).items()):
+        for name, stage_ids in ids.items():
+            for key, s in sorted(job_states(stage_ids).items()):
                 if s["state"] != "COMPLETED":
                     failed.append((name, key, s))
         if not failed:
