@@ -27,7 +27,7 @@ COMMON_FILES = (TOKENIZER, "doc_ids.txt", "seq_docs_offsets.npy", "seq_docs.npy"
 DOCID_TABLE = "docids.parquet"  # --source docids only
 FLIPS_FILE = "seq_flipped.npy"  # --flips only
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]  # finite (NaN fails every bound)
-Digest = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]  # sha256 or blake3, hex
+Digest = Sha256  # sha256 or blake3: both 64 hex digits, the one pattern of grtool.records
 
 
 class FileEntry(msgspec.Struct, forbid_unknown_fields=False):
