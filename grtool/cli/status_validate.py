@@ -35,7 +35,10 @@ def status_cmd(
     require_input(directory)
     dirs = find_stage_dirs(directory)
     contents = run_contents(directory)
-    if not dirs and not any(contents.values()):
+    from grtool.pipeline.status import has_records
+
+    submitted = Path(directory).is_dir() and has_records(Path(directory))  # a pipeline's jobs, before any stage wrote
+    if not dirs and not any(contents.values()) and not submitted:
         raise InputError(f"{directory}: no stage directory here")
     results = [status(d) for d in dirs]
     if as_json:
@@ -118,7 +121,7 @@ def _print_pipeline_stages(directory: Path) -> None:
 
 def _print_slurm_jobs(directory: Path) -> None:
     """A pipeline run directory run with --executor slurm: each stage's last jobs and their states."""
-    from grtool.pipeline.slurm import slurm_jobs
+    from grtool.pipeline.slurm import job_label, slurm_jobs
 
     rows = slurm_jobs(directory)
     if not rows:
@@ -127,7 +130,7 @@ def _print_slurm_jobs(directory: Path) -> None:
     for col in ("stage", "job", "tasks", "states", "submitted"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        job = r["jobs"].get("run", "-") + (f" (finalize {r['jobs']['finalize']})" if r["jobs"].get("finalize") else "")
+        job = job_label(r["jobs"])
         t.add_row(r["stage"], job, str(r["tasks"]), r["summary"], r["submitted"] or "-")
     console.print(t)
 

@@ -402,6 +402,13 @@ def job_ids(jobs: dict[str, Any]) -> list[str]:
     return [*runs, *([jobs["finalize"]] if jobs.get("finalize") else [])]
 
 
+def job_label(jobs: dict[str, Any]) -> str:
+    """A stage's jobs as status shows them: its job, or every array of a stage split past MaxArraySize, and its
+    finalize job ("12, 13 (finalize 14)")."""
+    runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
+    return (", ".join(runs) or "-") + (f" (finalize {jobs['finalize']})" if jobs.get("finalize") else "")
+
+
 def time_hours(text: str | None) -> float | None:
     """A Slurm ``--time`` (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``) in hours; None
     when unset, unlimited or unreadable (the partition's limit applies, which the plan cannot know)."""
