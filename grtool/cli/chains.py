@@ -8,12 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
-app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
+register(Group("chains", "Synthesize thought-retrieval chains from questions and gold triples."))
 
 
 class Select(str, Enum):
@@ -26,7 +27,6 @@ class Unanswerable(str, Enum):
     skip = "skip"
 
 
-@app.command(cls=moved_to_options("--triples"))  # `chains synthesize CORPUS TRIPLES` until the next release
 @allows_empty
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
@@ -126,6 +126,9 @@ def synthesize(
     )  # fmt: skip
 
 
+register(Command("chains synthesize", synthesize, cls=moved_to_options("--triples")))  # `chains synthesize CORPUS TRIPLES` until the next release
+
+
 def _constrain(asked: bool | None, backend: str) -> bool:
     """--constrain defaults to on where grtool runs the decoder. A server takes it as a structured-output regex
     (vLLM's ``structured_outputs``), which other OpenAI-compatible servers reject or ignore: asked for, not default."""
@@ -143,7 +146,6 @@ class Flip(str, Enum):
     always = "always"
 
 
-@app.command("gold", cls=moved_to_options("--triples"))  # `chains gold CORPUS TRIPLES` until the next release
 @allows_empty
 def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
@@ -185,3 +187,6 @@ def gold_cmd(
         return
     log.info("chains gold: %s questions chained, rejected: %s; %s docids (%s flipped)", summary["questions_chained"],
              counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip
+
+
+register(Command("chains gold", gold_cmd, cls=moved_to_options("--triples")))  # `chains gold CORPUS TRIPLES` until the next release

@@ -9,11 +9,12 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
-app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
+register(Group("pipeline", "Run several stages from one TOML file."))
 
 
 class Executor(str, Enum):
@@ -21,7 +22,6 @@ class Executor(str, Enum):
     slurm = "slurm"
 
 
-@app.command("run")
 def run(
     config: Annotated[Path, typer.Argument(help="Pipeline TOML file (see examples/demo.toml).")],
     until: Annotated[Optional[str], typer.Option("--until", help="Stop after this stage.")] = None,
@@ -89,7 +89,9 @@ def run(
         stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
 
 
-@app.command("status")
+register(Command("pipeline run", run))
+
+
 def status(
     target: Annotated[Path, typer.Argument(help="The pipeline TOML file, or the run directory it writes (its out).")],
     overrides: Annotated[Optional[list[str]], typer.Option("--set", help="The same --set values as the run (they may move its out and its outputs).")] = None,
@@ -126,7 +128,9 @@ def status(
     print("\n".join(status_lines(rows, width)), flush=True)
 
 
-@app.command("finalize", hidden=True)
+register(Command("pipeline status", status))
+
+
 def finalize(
     job: Annotated[Path, typer.Argument(help="A stage's job record (OUT/_pipeline/slurm/STAGE.json).")],
     merge: Annotated[bool, typer.Option("--merge", help="Merge the shard records of the stage's directories first (after an array).")] = False,
@@ -135,3 +139,6 @@ def finalize(
     from grtool.pipeline.slurm import finalize_stage
 
     finalize_stage(job, merge=merge)
+
+
+register(Command("pipeline finalize", finalize, hidden=True))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
@@ -95,5 +96,4 @@ def retrieve_cmd(
         )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("retrieve")(retrieve_cmd)
+register(Command("retrieve", retrieve_cmd))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.errors import InputError
 
 
@@ -97,6 +98,5 @@ def report_cmd(
     stage_summary.print(f"wrote {target}", highlight=False, markup=False, soft_wrap=True)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("show")(show_cmd)
-    app.command("report")(report_cmd)
+register(Command("show", show_cmd))
+register(Command("report", report_cmd))

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
@@ -208,6 +209,5 @@ def validate_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("status")(status_cmd)
-    app.command("validate")(validate_cmd)
+register(Command("status", status_cmd))
+register(Command("validate", validate_cmd))

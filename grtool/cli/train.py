@@ -9,9 +9,10 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
+from grtool.cli.commands import Command, Group, Kind, register
 from grtool.cli.options import CannotAnswer, Json, Overwrite
 
-app = typer.Typer(name="train", help="Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL).", no_args_is_help=True)
+register(Group("train", "Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL)."))
 
 
 class Preset(str, Enum):
@@ -111,7 +112,6 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         typer.echo(orjson.dumps(record).decode())
 
 
-@app.command("sft")
 def sft_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export sft` wrote (LLaMA-Factory sharegpt/alpaca or TRL messages), or a filtered-chains stage directory (with --corpus).")],
     out: CkptOut,
@@ -157,7 +157,9 @@ def sft_cmd(
     _run("sft", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
 
 
-@app.command("kto")
+register(Command("train sft", sft_cmd))
+
+
 def kto_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples.")],
     out: CkptOut,
@@ -208,3 +210,6 @@ def kto_cmd(
     """
     options = {k: v for k, v in locals().items() if k not in ("data", "out", "model", "preset", "config", "resume", "overwrite", "dry_run", "fmt", "as_json")}
     _run("kto", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
+
+
+register(Command("train kto", kto_cmd))
