@@ -111,10 +111,12 @@ def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, 
 
 
 def test_command_extras_of_the_demo():
-    from grtool.pipeline.needs import command_extras
+    from grtool.cli.stages import CliCommands
     from grtool.pipeline.config import load_pipeline
 
-    needs = {(s.name, extra) for s in load_pipeline(HERE.parent / "examples" / "demo.toml", None).stages for extra, _ in command_extras(s.run, s.options)}
+    commands = CliCommands()
+    stages = load_pipeline(HERE.parent / "examples" / "demo.toml", None, commands).stages
+    needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.argv()[len(s.run.split()):])}
     assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
             ("retrieve-base", "llm"), ("recall-table", "plot")} <= needs  # fmt: skip
     assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base"}

@@ -214,10 +214,11 @@ def test_stage_registry_matches_the_cli():
     import typer.main
 
     from grtool.cli.main import app
-    from grtool.cli.stages import COMMANDS, STAGE_COMMANDS, stage_function
+    from grtool.cli.stages import CliCommands, stage_function
     from grtool.pipeline.config import Stage
     from grtool.pipeline.runner import accepts_overwrite as accepts
 
+    COMMANDS = CliCommands()
     accepts_overwrite = lambda stage: accepts(COMMANDS, stage)  # noqa: E731
 
     found = {}
@@ -228,7 +229,7 @@ def test_stage_registry_matches_the_cli():
     found.pop("pipeline run")
     found.pop("pipeline finalize")  # a Slurm job's own last step, not a stage
     found.pop("pipeline status")  # reads a pipeline's records, not a stage
-    assert set(STAGE_COMMANDS) == set(found)
+    assert set(COMMANDS.names()) == set(found)
     for run, command in found.items():
         assert stage_function(run) is not None
         assert accepts_overwrite(Stage("s", run)) == any(p.name == "overwrite" for p in command.params), run

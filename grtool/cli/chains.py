@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, Kind, register
-from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
@@ -126,7 +127,13 @@ def synthesize(
     )  # fmt: skip
 
 
-register(Command("chains synthesize", synthesize, cls=moved_to_options("--triples")))  # `chains synthesize CORPUS TRIPLES` until the next release
+def _synthesize_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    select = options.get("select", Select.entropy)
+    entropy = [("entities", "--select entropy")] if select in (Select.entropy, "entropy") else []  # spaCy's entities
+    return backend_extras(options) + entropy
+
+
+register(Command("chains synthesize", synthesize, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_synthesize_extras))  # `chains synthesize CORPUS TRIPLES` until the next release
 
 
 def _constrain(asked: bool | None, backend: str) -> bool:
@@ -189,4 +196,4 @@ def gold_cmd(
              counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip
 
 
-register(Command("chains gold", gold_cmd, cls=moved_to_options("--triples")))  # `chains gold CORPUS TRIPLES` until the next release
+register(Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE}))  # `chains gold CORPUS TRIPLES` until the next release

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grtool.pipeline.registry import Command, Kind, command_name
+from grtool.pipeline.registry import Command, PathKind, command_name
 
-__all__ = ["Command", "Group", "Kind", "click_command", "click_errors", "declared", "group", "register"]
+__all__ = ["Command", "Group", "PathKind", "click_command", "click_errors", "declared", "group", "register"]
 
 
 @dataclass(frozen=True)

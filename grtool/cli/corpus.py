@@ -10,8 +10,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
-from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, refuse_json_with_stdout
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
 register(Group("corpus", "Ingest, merge and describe the question/document corpora."))
@@ -120,7 +120,7 @@ def ingest_cmd(
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
 
 
-register(Command("corpus ingest", ingest_cmd))
+register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": PathKind.RUN}))
 
 
 @allows_empty
@@ -144,7 +144,7 @@ def merge_cmd(
         _report_summary(f"merged into {out}", report, as_json)
 
 
-register(Command("corpus merge", merge_cmd))
+register(Command("corpus merge", merge_cmd, reads={"inputs": PathKind.RUN}, writes={"out": PathKind.RUN}))
 
 
 def stats_cmd(
@@ -172,4 +172,4 @@ def stats_cmd(
         console.print(stats_table(stats))
 
 
-register(Command("corpus stats", stats_cmd))
+register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

@@ -9,8 +9,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
-from grtool.cli.options import Json, Plot
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import Json, Plot, plot_extras
 from grtool.log import console, log
 
 
@@ -59,4 +59,4 @@ def overlap_cmd(
         console.print(f"left out: {count} questions ({reason.replace('_', ' ')})")
 
 
-register(Command("corpus overlap", overlap_cmd))
+register(Command("corpus overlap", overlap_cmd, reads={"corpus": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

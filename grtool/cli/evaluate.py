@@ -9,8 +9,8 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
-from grtool.cli.options import Json, Plot
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import Json, Plot, plot_extras
 from grtool.errors import DataProblem
 from grtool.log import console
 
@@ -64,7 +64,7 @@ def recall_cmd(
         refuse_overlap(overlap, responses)
 
 
-register(Command("eval recall", recall_cmd))
+register(Command("eval recall", recall_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
 
 
 def print_recall(report: dict) -> None:
@@ -161,4 +161,4 @@ def compare_cmd(
         plot_runs(runs, plot)
 
 
-register(Command("eval compare", compare_cmd))
+register(Command("eval compare", compare_cmd, reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT, "plot": PathKind.REPORT}, extras=plot_extras))

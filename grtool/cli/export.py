@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
 from grtool.log import stage_summary
 
@@ -96,7 +96,7 @@ def sft_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-register(Command("export sft", sft_cmd))
+register(Command("export sft", sft_cmd, reads={"filtered": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
 
 
 @allows_empty
@@ -149,7 +149,7 @@ def kto_cmd(
         typer.echo(orjson.dumps(summary).decode())
 
 
-register(Command("export kto", kto_cmd))
+register(Command("export kto", kto_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
 
 
 @allows_empty
@@ -195,4 +195,4 @@ def gmr_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-register(Command("export gmr", gmr_cmd))
+register(Command("export gmr", gmr_cmd, reads={"corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))

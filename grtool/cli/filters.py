@@ -10,7 +10,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
@@ -119,4 +119,4 @@ def apply_cmd(
     stage_summary.print(table)
 
 
-register(Command("filters apply", apply_cmd))
+register(Command("filters apply", apply_cmd, reads={"chains": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE, "report": PathKind.REPORT}))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from enum import Enum
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json, Overwrite, out_path
 
 register(Group("index", "Build and query the docid index for constrained decoding."))
@@ -69,7 +70,16 @@ def build_cmd(
         )
 
 
-register(Command("index build", build_cmd))
+def _build_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The embedded model's tokenizer, or one read from a .gguf file, comes with the llm extra."""
+    from grtool.llm.models import DEFAULT_MODEL_NAME
+
+    tokenizer = str(options.get("tokenizer") or "")
+    needs_llm = tokenizer in ("default", DEFAULT_MODEL_NAME) or tokenizer.endswith(".gguf")
+    return [("llm", f"--tokenizer {tokenizer}")] if needs_llm else []
+
+
+register(Command("index build", build_cmd, reads={"triples": PathKind.STAGE}, writes={"out": PathKind.DIRECTORY}, extras=_build_extras))
 
 
 def query_cmd(
@@ -131,7 +141,7 @@ def query_cmd(
         console.print(f"documents: {named}" + (" (a flipped docid: tail, relation, head)" if result["flipped"] else ""), highlight=False)
 
 
-register(Command("index query", query_cmd))
+register(Command("index query", query_cmd, reads={"index": PathKind.DIRECTORY, "corpus": PathKind.STAGE}))
 
 
 def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, str]:
@@ -174,4 +184,4 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], a
     console.print(table)
 
 
-register(Command("index stats", stats_cmd))
+register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY}))

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.errors import InputError
 
 
@@ -98,5 +98,5 @@ def report_cmd(
     stage_summary.print(f"wrote {target}", highlight=False, markup=False, soft_wrap=True)
 
 
-register(Command("show", show_cmd))
-register(Command("report", report_cmd))
+register(Command("show", show_cmd, reads={"path": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
+register(Command("report", report_cmd, reads={"run": PathKind.RUN}, writes={"out": PathKind.REPORT}))

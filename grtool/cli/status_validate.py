@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
@@ -209,5 +209,5 @@ def validate_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-register(Command("status", status_cmd))
-register(Command("validate", validate_cmd))
+register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
+register(Command("validate", validate_cmd, reads={"directory": PathKind.RUN, "accept_empty": PathKind.STAGE}))

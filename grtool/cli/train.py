@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -9,7 +10,7 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
-from grtool.cli.commands import Command, Group, Kind, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import CannotAnswer, Json, Overwrite
 
 register(Group("train", "Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL)."))
@@ -157,7 +158,17 @@ def sft_cmd(
     _run("sft", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
 
 
-register(Command("train sft", sft_cmd))
+def _train_extras(words: str) -> Callable[[Mapping[str, Any]], list[tuple[str, str]]]:
+    """Training needs TRL and torch; a --dry-run, or writing a LLaMA-Factory config, does not."""
+
+    def extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        checkpoint = options.get("format", OutFormat.checkpoint) in (OutFormat.checkpoint, "checkpoint")
+        return [("train", words)] if checkpoint and not options.get("dry_run") else []
+
+    return extras
+
+
+register(Command("train sft", sft_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train sft")))
 
 
 def kto_cmd(
@@ -212,4 +223,4 @@ def kto_cmd(
     _run("kto", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
 
 
-register(Command("train kto", kto_cmd))
+register(Command("train kto", kto_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train kto")))

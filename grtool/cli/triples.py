@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from grtool.cli.commands import Command, Group, Kind, register
-from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
@@ -128,7 +128,7 @@ def extract_command(
         )
 
 
-register(Command("triples extract", extract_command))
+register(Command("triples extract", extract_command, reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY}, extras=backend_extras))
 
 
 def collisions_command(
@@ -187,4 +187,4 @@ def collisions_command(
         console.print(worst)
 
 
-register(Command("triples collisions", collisions_command))
+register(Command("triples collisions", collisions_command, reads={"triples": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

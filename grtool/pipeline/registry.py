@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 
-class Kind(str, Enum):
+class PathKind(str, Enum):
     """What a path parameter of a command names."""
 
     STAGE = "stage directory"  # one stage directory (grtool/store), or a run directory holding the one meant
@@ -41,7 +41,7 @@ def _no_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-def _frozen(mapping: Mapping[str, Kind]) -> Mapping[str, Kind]:
+def _frozen(mapping: Mapping[str, PathKind]) -> Mapping[str, PathKind]:
     return MappingProxyType(dict(mapping))
 
 
@@ -62,8 +62,8 @@ class Command:
     function: Callable[..., Any]
     help: str | None = None
     extras: Extras = _no_extras
-    reads: Mapping[str, Kind] = field(default_factory=dict)
-    writes: Mapping[str, Kind] = field(default_factory=dict)
+    reads: Mapping[str, PathKind] = field(default_factory=dict)
+    writes: Mapping[str, PathKind] = field(default_factory=dict)
     check: Callable[[dict[str, Any]], None] | None = None
     stage: bool = True
     hidden: bool = False
@@ -91,7 +91,7 @@ class Command:
     @property
     def writes_run_directory(self) -> bool:
         """Whether its output is a run directory, inside which later stages write theirs."""
-        return Kind.RUN in self.writes.values()
+        return PathKind.RUN in self.writes.values()
 
 
 def command_name(run: str) -> str:
