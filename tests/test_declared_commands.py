@@ -133,3 +133,11 @@ def test_every_path_parameter_of_a_stage_command_is_declared_read_or_written():
 
 def _names_a_path(hint: object) -> bool:
     return hint is Path or any(_names_a_path(a) for a in typing.get_args(hint))
+
+
+def test_the_cli_modules_import_no_cycle():
+    """`pipeline run` runs its sibling commands through the root command its context holds, not by importing
+    cli/main.py: no circle main -> pipeline -> stages -> main (lazy imports counted)."""
+    from test_imports import cycles, import_graph
+
+    assert [c for c in cycles(import_graph()) if any(m.startswith("grtool.cli") for m in c)] == []
