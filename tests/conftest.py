@@ -81,14 +81,18 @@ def pipeline_toml(stages: list[dict], **top: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_pipeline_file(path: Path | str, stages: list[dict], **top: object) -> Path:
+    """Write the pipeline file ``path`` from Python data (see :func:`pipeline_toml`); returns its path."""
+    Path(path).write_text(pipeline_toml(stages, **top))
+    return Path(path)
+
+
 @pytest.fixture
 def write_pipeline(tmp_path):
     """``write_pipeline(stages, out=..., path=TMP/pipeline.toml, vars={...}, slurm={...})``: the pipeline file
     written from Python data (see :func:`pipeline_toml`); returns its path."""
 
     def write(stages: list[dict], path: Path | str | None = None, **top: object) -> Path:
-        target = Path(path) if path is not None else tmp_path / "pipeline.toml"
-        target.write_text(pipeline_toml(stages, **top))
-        return target
+        return write_pipeline_file(path if path is not None else tmp_path / "pipeline.toml", stages, **top)
 
     return write
