@@ -1,4 +1,4 @@
-"""The `grtool` command: one Typer sub-app per stage, registered here; the commands live beside this file."""
+"""The `grtool` command, built from the declared commands (grtool/cli/commands.py) of the modules beside this file."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import typer.core
 import typer.rich_utils
 
 from grtool import __version__
-from grtool.cli.commands import click_errors
+from grtool.cli import commands
 from grtool.cli.shape import use_metavar_style
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 from grtool.log import configure, console, log_width
@@ -100,8 +100,6 @@ def _register() -> None:
     """One registration for every command: its declaration (grtool/cli/commands.py), from the modules beside this
     file (each imports only what its own --help needs; its work is imported when it runs) and from any program that
     registers one before it runs ``run()``."""
-    from grtool.cli import commands
-
     sub_apps: dict[str, typer.Typer] = {}
     added: set[str] = set()
 
@@ -168,7 +166,7 @@ def _run() -> None:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _interrupted()
-    except click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
+    except commands.click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
         console.print(f"[bold red]error:[/] {escape(_usage_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
     except Exception as e:  # a full disk or quota, or a place that refuses writes, wherever met: one line
