@@ -59,6 +59,9 @@ def status_cmd(
             console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
 
 
+register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
+
+
 def _shown(path: str, root: Path) -> str:
     """A path under the directory asked about, relative to it (the table stays narrow); others as they are."""
     try:
@@ -209,5 +212,4 @@ def validate_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
 register(Command("validate", validate_cmd, reads={"directory": PathKind.RUN, "accept_empty": PathKind.STAGE}))
