@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
@@ -59,6 +60,9 @@ def status_cmd(
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
             console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+
+
+register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
 
 
 def _shown(path: str, root: Path) -> str:
@@ -211,6 +215,4 @@ def validate_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("status")(status_cmd)
-    app.command("validate")(validate_cmd)
+register(Command("validate", validate_cmd, reads={"directory": PathKind.RUN, "accept_empty": PathKind.STAGE}))

@@ -122,7 +122,7 @@ class SlurmExecutor(PipelineExecutor):
         self._check_script_text(stage)
         tasks = conf.get("tasks", 1)
         if tasks > 1:
-            if not self.commands.accepts(stage.run, "num_shards"):
+            if not self.commands.shards(stage.run):
                 raise InputError(f"{where} 'tasks': {stage.run} does not split its work into shards (no --num-shards); run it as one job (tasks = 1)")
             if {"num_shards", "shard_index"} & set(stage.options):
                 raise InputError(f"{where} 'tasks': the stage sets --num-shards/--shard-index itself; an array task takes them from Slurm")
