@@ -16,7 +16,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, FileName, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
 from grtool.store.schemas import TABLES
@@ -106,9 +106,15 @@ class ShardRecord(msgspec.Struct):
     part: PartName | None = None
     rejects_file: RejectsFile | None = None
     finished: Text | None = None
+    # The part's wall time, from its opening to its commit, and the rows it wrote per second (None where its
+    # seconds round to 0); older records have neither.
+    seconds: Seconds | None = None
+    rows_per_second: Rate | None = None
 
     def __post_init__(self) -> None:
         check_timestamp(self.finished, "finished")
+        if self.rows_per_second is not None and not (self.seconds and abs(self.rows_per_second * self.seconds - self.rows) <= 0.01 * self.seconds + 1e-6 * self.rows):
+            raise ValueError(f"field rows_per_second: {self.rows_per_second!r}, but {self.rows} rows in {self.seconds!r} seconds")
         if self.part is not None:
             _names_its_part(self, self.part)
         if self.rejects_file is not None and self.part is not None and self.rejects_file != f"{REJECTS_DIR}/{self.part}.jsonl":
