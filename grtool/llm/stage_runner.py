@@ -31,7 +31,7 @@ from rich.progress import TextColumn
 from grtool.llm.base import Backend, Generation
 from grtool.llm.cache import CacheStats, CachedLLM
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
-from grtool.log import activity, progress
+from grtool.log import activity
 from grtool.store.io import is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.stage import StageWriter, load_manifest, part_name
