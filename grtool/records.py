@@ -27,6 +27,8 @@ PositiveCount = Annotated[int, msgspec.Meta(ge=1, le=_MAX_COUNT)]
 # NaN fails every comparison, so these refuse it; JSON itself has no infinity, and 1e999 is "out of range".
 Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+# Units per second (rows a part wrote per second): at most a count over a millisecond.
+Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1000.0 * _MAX_COUNT)]
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 # A file named by a record lives beside it: no directory parts, no parent, no hidden tricks.
 FileName = Annotated[str, msgspec.Meta(pattern=r"^(?!\.\.?$)[^/\x00]+$", max_length=255)]  # not "." nor ".."

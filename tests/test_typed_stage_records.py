@@ -162,6 +162,8 @@ SHARD_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
     "file of another part": (setting("file", "part-00000.parquet"), ("file",)),
     "part of another part": (setting("part", "part-00000"), ("part",)),
     "rejects_file elsewhere": (setting("rejects_file", "/etc/passwd"), ("rejects_file",)),
+    "seconds negative": (setting("seconds", -1.5), ("seconds",)),
+    "rows_per_second NaN": (setting("rows_per_second", RAW + "NaN"), ("rows_per_second",)),
     "counters a list": (setting("counters", []), ("counters",)),
     "counters.in negative": (setting("counters.in", -1), ("counters.in",)),
     "counters.extra a string": (setting("counters.extra", {"a": "b"}), ("counters.extra",)),

@@ -133,9 +133,9 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
     """Run the stage over this task's parts; returns the output manifest."""
     from grtool.errors import InputError
     from grtool.store.coverage import check_triples_cover
-    from grtool.store.io import InputTable, open_output
+    from grtool.store.io import InputTable
+    from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
     from grtool.store.schemas import CHAINS
-    from grtool.store.sharding import parts_for_task, resolve_sharding
     from grtool.store.stage import StageSpec
 
     if flip not in FLIP_MODES:
@@ -148,35 +148,35 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
     check_triples_cover(store.path, corpus)
     params = selection.record({"backend": MODEL, "model": MODEL, "flip": flip, "markers": [markers.start, markers.end], "writer_version": WRITER_VERSION})
     inputs = [str(store.path)] if questions.source == "-" else [questions.source, str(store.path)]
-    num_shards, shard_index = resolve_sharding(num_shards, shard_index)
-    writer = open_output(out, StageSpec("chains", CHAINS, params, inputs=inputs), overwrite=overwrite,
-                         num_parts=questions.num_parts, shards=(num_shards, shard_index))  # fmt: skip
-    for i in parts_for_task(questions.num_parts, num_shards, shard_index):
-        if writer.done(i):
-            continue
-        part = questions.parts[i]
-        source = f"{questions.source}/{part.name}" if part is not None else "<stdin>"
-        with writer.shard(i) as shard:
-            position = 0
-            for rows in questions.iter_part(i):
-                by_doc = store.for_docs(g for r in rows if selection.keeps(r.get("split")) for g in (r.get("gold_doc_ids") or []) if g)
-                out_rows = []
-                for r in rows:
-                    if not selection.keeps(r.get("split")):  # --split: not read (counted, not rejected)
-                        shard.count("questions_not_selected")
-                        position += 1
-                        continue
-                    shard.count_in(1)
-                    shard.count("questions")
-                    try:
-                        out_rows.append(gold_chain_row(r, by_doc, flip, markers))
-                    except NoChain as why:
-                        shard.reject({"qid": r.get("qid")}, why.reason, source=source, position=position, detail=why.detail)
-                    else:
-                        shard.count("questions_chained")
-                        shard.count("docids", len(out_rows[-1]["docids"]))
-                        shard.count("docids_flipped", sum(out_rows[-1]["flipped"]))
+    loop = PartLoop([Output(out, StageSpec("chains", CHAINS, params, inputs=inputs))], questions.num_parts, overwrite=overwrite,
+                    num_shards=num_shards, shard_index=shard_index)  # fmt: skip
+
+    def write_part(part: LoopPart) -> None:
+        shard, found = part.shard, questions.parts[part.index]
+        source = f"{questions.source}/{found.name}" if found is not None else "<stdin>"
+        position = 0
+        for rows in questions.iter_part(part.index):
+            by_doc = store.for_docs(g for r in rows if selection.keeps(r.get("split")) for g in (r.get("gold_doc_ids") or []) if g)
+            out_rows = []
+            for r in rows:
+                if not selection.keeps(r.get("split")):  # --split: not read (counted, not rejected)
+                    shard.count("questions_not_selected")
                     position += 1
-                if out_rows:
-                    shard.write_rows(out_rows)
-    return writer.finish()
+                    continue
+                shard.count_in(1)
+                shard.count("questions")
+                try:
+                    out_rows.append(gold_chain_row(r, by_doc, flip, markers))
+                except NoChain as why:
+                    shard.reject({"qid": r.get("qid")}, why.reason, source=source, position=position, detail=why.detail)
+                else:
+                    shard.count("questions_chained")
+                    shard.count("docids", len(out_rows[-1]["docids"]))
+                    shard.count("docids_flipped", sum(out_rows[-1]["flipped"]))
+                position += 1
+            if out_rows:
+                shard.write_rows(out_rows)
+
+    loop.run(write_part, Bar("writing gold chains"))
+    (manifest,) = loop.finish()
+    return manifest

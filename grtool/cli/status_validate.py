@@ -76,7 +76,7 @@ def _shown(path: str, root: Path) -> str:
 
 def _stage_table(results: list[dict], root: Path) -> Table:
     t = Table(title="stage status")
-    for col in ("stage", "table", "parts done", "pending", "rows", "rejected", "complete"):
+    for col in ("stage", "table", "parts done", "pending", "rows", "s", "rows/s", "rejected", "complete"):
         # Paths (which tell the rows apart) fold rather than end in "…"; the rejected reasons wrap one per line.
         t.add_column(col, overflow="fold", ratio=3 if col in ("stage", "rejected") else None)
     for s in results:
@@ -84,8 +84,14 @@ def _stage_table(results: list[dict], root: Path) -> Table:
         rej_text = "\n".join(f"{k}: {v}" for k, v in rej.items()) or "0"
         planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
         t.add_row(escape(_shown(s["path"], root)), s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]),
+                  _number(s["seconds"], ".1f"), _number(s["rows_per_second"], ".0f"),
                   escape(rej_text), _complete(s))  # fmt: skip
     return t
+
+
+def _number(value: float | None, spec: str) -> str:
+    """A part timing for the table ("-": the shard records predate timing)."""
+    return "-" if value is None else format(value, spec)
 
 
 def _rows_table(title: str, rows: list[dict[str, str]], root: Path) -> Table:

@@ -32,13 +32,13 @@ from grtool.filters.report import build_report
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.docid import check_markers
 from grtool.filters.text import Markers, parse_markers
-from grtool.log import log, progress
+from grtool.log import log
 from grtool.store.coverage import check_triples_cover
-from grtool.store.io import InputTable, is_stdio, open_output
+from grtool.store.io import InputTable, is_stdio
+from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.questions import SplitSelection
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
-from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.stage import REJECTS_DIR, StageSpec
 
 BATCH_ROWS = 16_384
@@ -313,41 +313,40 @@ def apply_filters(
 
     inputs = [source.source] if not is_stdio(chains) else []
     spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(corpus), str(triples)])
-    num_shards, shard_index = resolve_sharding(num_shards, shard_index)
-    writer = open_output(out, spec, overwrite=overwrite, num_parts=source.num_parts, shards=(num_shards, shard_index))
+    loop = PartLoop([Output(out, spec)], source.num_parts, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
     counts: Counter[str] = Counter()
     examples: dict[str, list[dict]] = {}
-    todo = [i for i in parts_for_task(source.num_parts, num_shards, shard_index) if not writer.done(i)]
-    with progress() as bar, _collector_paused():
-        task = bar.add_task("filtering chains", total=len(todo))
-        for i in todo:
-            with writer.shard(i) as sh:
-                chooser, passed = Chooser(config.all_candidates), []
-                for batch in _batches(source, i):
-                    batch, left_out = selected.filter(batch)
-                    if left_out:  # chains of questions outside --split: not read (counted, not rejected)
-                        sh.count("not_selected", left_out)
-                        counts["not_selected"] += left_out
-                    if not batch.num_rows:
-                        continue
-                    judged, outcome = judge.judge(batch)
-                    sh.count_in(judged.num_rows)
-                    passed.append(_passed(judged, outcome))
-                    chooser.add(judged, outcome)
-                    _reject(sh, judged, outcome, examples)
-                    for key, value in outcome.counts.items():
-                        sh.count(key, value)
-                    counts.update(outcome.counts)
-                if passed:  # written once the part's questions are complete: `selected` marks the kept chains
-                    table = pa.concat_tables(passed)
-                    at = table.schema.get_field_index("selected")
-                    sh.write_table(table.set_column(at, table.schema.field(at), chooser.selected()))
-                chosen = chooser.counts()
-                for key, value in chosen.items():
-                    sh.count(key, value)
-                counts.update(chosen)
-            bar.advance(task)
-    manifest = writer.finish()
+
+    def filter_part(part: LoopPart) -> None:
+        sh = part.shard
+        chooser, passed = Chooser(config.all_candidates), []
+        for batch in _batches(source, part.index):
+            batch, left_out = selected.filter(batch)
+            if left_out:  # chains of questions outside --split: not read (counted, not rejected)
+                sh.count("not_selected", left_out)
+                counts["not_selected"] += left_out
+            if not batch.num_rows:
+                continue
+            judged, outcome = judge.judge(batch)
+            sh.count_in(judged.num_rows)
+            passed.append(_passed(judged, outcome))
+            chooser.add(judged, outcome)
+            _reject(sh, judged, outcome, examples)
+            for key, value in outcome.counts.items():
+                sh.count(key, value)
+            counts.update(outcome.counts)
+        if passed:  # written once the part's questions are complete: `selected` marks the kept chains
+            table = pa.concat_tables(passed)
+            at = table.schema.get_field_index("selected")
+            sh.write_table(table.set_column(at, table.schema.field(at), chooser.selected()))
+        chosen = chooser.counts()
+        for key, value in chosen.items():
+            sh.count(key, value)
+        counts.update(chosen)
+
+    with _collector_paused():
+        loop.run(filter_part, Bar("filtering chains"))
+    (manifest,) = loop.finish()
     if not is_stdio(out):
         counts = Counter(manifest["counters"].get("extra", {}))
         examples = examples_from_rejects(Path(out), counts, examples)

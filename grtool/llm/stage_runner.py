@@ -1,28 +1,25 @@
-"""The part loop every stage that calls a model shares (`triples extract`, `chains synthesize`, …).
+"""The part loop of the stages that call a model (`triples extract`, `chains synthesize`, `retrieve`).
 
-A stage supplies *what one part does* (a :data:`PartFn`); :class:`ModelStage` owns the rest, the same way for
-every stage (datatrove's step/executor split):
+A stage supplies *what one part does* (a :data:`PartFn`). Sharding, skipping finished parts, the progress bar and
+each part's timing are :class:`grtool.store.partloop.PartLoop`'s, as for every sharded stage; :class:`ModelStage`
+adds what a model needs (datatrove's step/executor split):
 
-- **sharding**: ``--num-shards/--shard-index`` resolved once here (defaults: the Slurm array variables), the
-  output writers opened as that task (:class:`~grtool.store.stage.StageWriter` locks, shard records);
-- **skipping**: a part is done when every output has it; a finished part is not redone but still judged by
-  the empty-output guard (:mod:`grtool.llm.guard`), so re-running after the guard tripped does not exit 0;
 - **the backend's lifetime**: built from its factory only when some part has work (a finished run resumes
-  without loading a model), once for the run;
+  without loading a model), once for the run, before the first part's shards open (not in its seconds);
 - **the request cache**: one :class:`~grtool.llm.cache.CachedLLM` (one SQLite file) per part, closed after it;
   its hits and misses go into the part's shard counters (``cache_hits``, ``cache_misses``) and the run's totals;
-- **progress**: one bar with units/s, generated tokens/s and cache hits (:class:`Meter`), and what the backend is
-  busy with (:func:`grtool.log.activity`: loading the model, generating a batch, requests answered);
-- **the guard**: after a part whose empty share is too large, no further part is started; the manifests are
-  finished and the guard's :class:`~grtool.errors.DataProblem` is raised.
+- **progress**: the bar shows units/s, generated tokens/s and cache hits (:class:`Meter`), and what the backend
+  is busy with (:func:`grtool.log.activity`: loading the model, generating a batch, requests answered);
+- **the guard** (:mod:`grtool.llm.guard`): a finished part is not redone but still judged, so re-running after
+  the guard tripped does not exit 0; after a part whose empty share is too large, no further part is started,
+  the manifests are finished and the guard's :class:`~grtool.errors.DataProblem` is raised.
 
-A new model stage (``retrieve``…) builds a :class:`ModelStage` with its outputs and guard and calls
-:meth:`ModelStage.run` with its part function.
+A new model stage builds a :class:`ModelStage` with its outputs and guard and calls :meth:`ModelStage.run` with its
+part function.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,10 +31,10 @@ from rich.progress import TextColumn
 from grtool.llm.base import Backend, Generation
 from grtool.llm.cache import CacheStats, CachedLLM
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
-from grtool.log import activity, progress
-from grtool.store.io import is_stdio, open_output
-from grtool.store.sharding import parts_for_task, resolve_sharding
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name
+from grtool.log import activity
+from grtool.store.io import is_stdio
+from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
+from grtool.store.stage import StageWriter, load_manifest, part_name
 
 
 class Meter:
@@ -61,15 +58,6 @@ class Meter:
 
     def skip(self, n: int) -> None:
         self.bar.advance(self.task, n)
-
-
-@dataclass
-class Output:
-    """One stage directory the stage writes (``path`` ``-``: JSON Lines on stdout); ``finish`` goes into its manifest."""
-
-    path: str | Path
-    spec: StageSpec
-    finish: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,48 +136,49 @@ class ModelStage:
     planned: Callable[[list[int]], int | None] = lambda parts: None  # units of these parts, for the bar's total
 
     def run(self, part_fn: PartFn) -> StageRun:
-        shards = resolve_sharding(self.num_shards, self.shard_index)
-        writers = [open_output(o.path, o.spec, overwrite=self.overwrite, num_parts=self.num_parts, shards=shards) for o in self.outputs]
-        primary = writers[0]
-        mine = parts_for_task(self.num_parts, *shards)
-        todo = [i for i in mine if not all(w.done(i) for w in writers)]
-        report = StageRun(parts_skipped=[part_name(i) for i in mine if i not in todo])
-        tripped = self._judge_finished(primary, [i for i in mine if i not in todo])
-        if tripped is not None:
-            todo = []
+        loop = PartLoop(self.outputs, self.num_parts, overwrite=self.overwrite, num_shards=self.num_shards, shard_index=self.shard_index)
+        primary = loop.writers[0]
+        report = StageRun(parts_skipped=[part_name(i) for i in loop.finished])
+        tripped = self._judge_finished(primary, loop.finished)
         factory = backend_factory(self.backend)
         backend: Backend | None = None
+        meter: Meter | None = None
+        bar = Bar(
+            self.description,
+            (TextColumn(f"{{task.fields[rate]:.2f}} {self.unit}/s"), TextColumn("{task.fields[tok_s]:.0f} tok/s"), TextColumn("cache hits {task.fields[hits]}")),
+            {"rate": 0.0, "tok_s": 0.0, "hits": 0},
+            total=self.planned,
+        )
+
+        def start(i: int) -> None:
+            nonlocal backend, meter
+            meter = meter or Meter(bar.progress, bar.task)
+            if backend is None:
+                # Imports and weights: often the first minute of a run (outside the first part's seconds).
+                with activity("starting the backend" + (f" for {self.model_name}" if self.model_name else "")):
+                    backend = factory()
+
+        def one(loop_part: LoopPart) -> None:
+            nonlocal tripped
+            assert backend is not None and meter is not None
+            # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
+            cache = self.cache_dir / f"{loop_part.name}.sqlite" if self.cache_dir is not None else None
+            llm = CachedLLM(backend, cache, **({"chunk_size": self.cache_chunk_size} if self.cache_chunk_size else {}))
+            part = Part(loop_part.index, loop_part.name, llm, loop_part.shards, meter, EmptyOutputs(loop_part.name))
+            try:
+                part_fn(part)
+                part.shard.count("cache_hits", llm.stats.hits)
+                part.shard.count("cache_misses", llm.stats.misses)
+            finally:
+                llm.close()
+            report.cache.hits += llm.stats.hits
+            report.cache.misses += llm.stats.misses
+            if part.empty.over(self.guard.max_empty_share):
+                tripped = part.empty
+                loop_part.stop()
+
         try:
-            with progress(
-                TextColumn(f"{{task.fields[rate]:.2f}} {self.unit}/s"),
-                TextColumn("{task.fields[tok_s]:.0f} tok/s"),
-                TextColumn("cache hits {task.fields[hits]}"),
-            ) as bar:
-                meter = Meter(bar, bar.add_task(self.description, total=self.planned(todo), rate=0.0, tok_s=0.0, hits=0))
-                for i in todo:
-                    if backend is None:
-                        # Imports and weights: often the first minute of a run.
-                        with activity("starting the backend" + (f" for {self.model_name}" if self.model_name else "")):
-                            backend = factory()
-                    name = part_name(i)
-                    # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
-                    cache = self.cache_dir / f"{name}.sqlite" if self.cache_dir is not None else None
-                    llm = CachedLLM(backend, cache, **({"chunk_size": self.cache_chunk_size} if self.cache_chunk_size else {}))
-                    part = Part(i, name, llm, [], meter, EmptyOutputs(name))
-                    try:
-                        with contextlib.ExitStack() as stack:
-                            part.shards = [None if w.done(i) else stack.enter_context(w.shard(i)) for w in writers]
-                            part_fn(part)
-                            part.shard.count("cache_hits", llm.stats.hits)
-                            part.shard.count("cache_misses", llm.stats.misses)
-                    finally:
-                        llm.close()
-                    report.parts_done.append(name)
-                    report.cache.hits += llm.stats.hits
-                    report.cache.misses += llm.stats.misses
-                    if part.empty.over(self.guard.max_empty_share):
-                        tripped = part.empty
-                        break
+            report.parts_done = loop.run(one, bar, parts=[] if tripped is not None else loop.todo, before_part=start)
         finally:
             if backend is not None and hasattr(backend, "close"):
                 backend.close()  # engines with processes of their own (vLLM) stop here, not at interpreter exit
@@ -197,12 +186,11 @@ class ModelStage:
         model = {"model": report.model} if report.model is not None else {}
         # Every output is finished before any is judged; the --max-empty-share guard speaks first (it says more
         # than "no rows"), then the empty-result rule (grtool.store.empty) for each output.
-        report.manifests = [w.finish(check_empty=False, **model, **o.finish) for w, o in zip(writers, self.outputs)]
+        report.manifests = loop.finish(check_empty=False, **model)
         if tripped is not None:
             where = self.guard.where(tripped.part) if self.guard.where is not None and not is_stdio(self.outputs[0].path) else ""
             raise tripped.error(self.guard.max_empty_share, units=self.guard.units, outcome=self.guard.outcome, where=where, redo=self.guard.redo)
-        for w, m in zip(writers, report.manifests):
-            w.check_empty(m)
+        loop.check_empty(report.manifests)
         return report
 
     def _judge_finished(self, primary: Any, finished: list[int]) -> EmptyOutputs | None:

@@ -16,7 +16,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, FileName, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
 from grtool.store.schemas import TABLES
@@ -106,6 +106,11 @@ class ShardRecord(msgspec.Struct):
     part: PartName | None = None
     rejects_file: RejectsFile | None = None
     finished: Text | None = None
+    # The part's wall time, from its opening to its commit, and the rows it wrote per second (None where its
+    # seconds round to 0); older records have neither. Bounds only: an edited ``rows`` is named as itself by the
+    # checks against the part's file, not as a rate that no longer agrees.
+    seconds: Seconds | None = None
+    rows_per_second: Rate | None = None
 
     def __post_init__(self) -> None:
         check_timestamp(self.finished, "finished")

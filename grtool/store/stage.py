@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -187,6 +188,13 @@ class StageSpec:
         return ", ".join(diffs) or None
 
 
+def part_timing(rows: int, elapsed: float) -> dict[str, float | None]:
+    """A shard record's ``seconds`` (to the millisecond) and ``rows_per_second`` (rows written over those seconds;
+    None when they round to 0): where a stage spends its time, per part (datatrove's ``track_time``)."""
+    seconds = round(max(elapsed, 0.0), 3)
+    return {"seconds": seconds, "rows_per_second": round(rows / seconds, 3) if seconds else None}
+
+
 class ShardWriter:
     """Writes one shard: rows to Parquet, dropped records to the rejects file, counters to the record.
 
@@ -205,6 +213,7 @@ class ShardWriter:
         self.rejects_tmp = stage.path / REJECTS_DIR / f"{self.name}.jsonl.{owner}{TMP_SUFFIX}"
         self._writer: pq.ParquetWriter | None = None
         self._rejects_file = None
+        self.started = time.monotonic()  # the part's seconds run from here to its commit
         self.rows_in = 0
         self.rows_out = 0
         self.merged = 0
@@ -273,6 +282,7 @@ class ShardWriter:
             "rejects_file": f"{REJECTS_DIR}/{self.name}.jsonl" if n_rejects else None,
             "counters": self.counters(),
             "finished": now(),
+            **part_timing(self.rows_out, time.monotonic() - self.started),
         }
         write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
         return record

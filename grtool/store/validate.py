@@ -80,9 +80,19 @@ def status(path: str | Path) -> dict[str, Any]:
         "parts_pending": pending,
         "rows": sum(r["rows"] for r in records.values()),
         "counters": counters,
+        **_timing(records),
         "complete": n is not None and not pending and not open_stops(manifest),
         "stops": [stop for _, stop in sorted(recorded.items())],
     }
+
+
+def _timing(records: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """The parts' seconds summed (time spent working, not the wall time of a run whose array tasks overlap) and the
+    rows those parts wrote per second; None where no record has seconds (written by an older grtool)."""
+    timed = [r for r in records.values() if r.get("seconds") is not None]
+    seconds = round(sum(r["seconds"] for r in timed), 3)
+    rows = sum(r["rows"] for r in timed)
+    return {"seconds": seconds if timed else None, "rows_per_second": round(rows / seconds, 3) if timed and seconds else None}
 
 
 def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, dict[str, Any]]]:

@@ -1,0 +1,124 @@
+"""The part loop every sharded stage shares: a stage supplies *what one part does*, :class:`PartLoop` the rest.
+
+- **sharding**: ``--num-shards/--shard-index`` resolved once (defaults: the Slurm array variables), the output
+  writers opened as that task (:class:`~grtool.store.stage.StageWriter` locks, shard records);
+- **skipping**: a part is finished when every output has it (its record names a file on disk as committed);
+  a finished part is not redone; where only some outputs have it, the part runs and writes the others;
+- **progress**: one bar, counting parts (each advanced when committed) or the stage's own units;
+- **timing**: each shard record gets the part's wall ``seconds`` and written ``rows_per_second``
+  (:class:`~grtool.store.stage.ShardWriter` measures from the part's opening to its commit);
+- **stopping early**: a part may ask that no further part starts (a guard tripped); it is committed first.
+
+The model stages add the backend, the request cache and the empty-output guard on top
+(:class:`grtool.llm.stage_runner.ModelStage`); the others (``filters apply``, ``chains gold``) call :meth:`PartLoop.run`
+with their part function directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grtool.log import progress
+from grtool.store.io import open_output
+from grtool.store.layout import part_name
+from grtool.store.sharding import parts_for_task, resolve_sharding
+from grtool.store.stage import StageSpec
+
+
+@dataclass
+class Output:
+    """One stage directory the stage writes (``path`` ``-``: JSON Lines on stdout); ``finish`` goes into its manifest."""
+
+    path: str | Path
+    spec: StageSpec
+    finish: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Bar:
+    """The loop's progress bar: its name, extra columns over its task's ``fields``, and its total.
+
+    ``total(parts)`` gives the units of the parts to do (the stage advances the bar itself, per row or document);
+    without it the bar counts parts, advanced by the loop as each commits. ``progress`` and ``task`` are set while
+    the loop runs, for a stage that advances the bar itself.
+    """
+
+    description: str
+    columns: tuple[Any, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+    total: Callable[[list[int]], int | None] | None = None
+    progress: Any = None
+    task: Any = None
+
+
+@dataclass
+class LoopPart:
+    """What a part function gets: the part, and the shards it writes (``shards[k]`` writes output ``k``; None where
+    that output already has the part)."""
+
+    index: int
+    name: str
+    shards: list[Any]
+    stopping: bool = False
+
+    @property
+    def shard(self) -> Any:
+        return self.shards[0]
+
+    def stop(self) -> None:
+        """No further part starts after this one (which is committed)."""
+        self.stopping = True
+
+
+class PartLoop:
+    """This task's parts of a stage: the outputs opened, the parts finished and to do; :meth:`run` drives them.
+
+    Opening it opens the writers (a refused resume or a held lock fails here, before any work)."""
+
+    def __init__(self, outputs: Sequence[Output], num_parts: int, *, overwrite: bool = False,
+                 num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
+        self.outputs = list(outputs)
+        self.num_parts = num_parts
+        self.sharding = resolve_sharding(num_shards, shard_index)
+        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=num_parts, shards=self.sharding) for o in self.outputs]
+        mine = parts_for_task(num_parts, *self.sharding)
+        self.finished = [i for i in mine if all(w.done(i) for w in self.writers)]
+        self.todo = [i for i in mine if i not in set(self.finished)]
+
+    def run(self, part_fn: Callable[[LoopPart], None], bar: Bar | None = None, *, parts: list[int] | None = None,
+            before_part: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
+        """Run ``part_fn`` on each part to do (``parts``: fewer, in this order), committing each part's shards when
+        it returns (an exception aborts them); ``before_part(i)`` runs before a part's shards open (loading a model,
+        outside the part's timing). Returns the names of the parts done."""
+        todo = self.todo if parts is None else parts
+        done: list[str] = []
+        with progress(*bar.columns) if bar is not None else contextlib.nullcontext() as shown:
+            if bar is not None:
+                total = bar.total(todo) if bar.total is not None else len(todo)
+                bar.progress, bar.task = shown, shown.add_task(bar.description, total=total, **bar.fields)
+            for i in todo:
+                if before_part is not None:
+                    before_part(i)
+                part = LoopPart(i, part_name(i), [])
+                with contextlib.ExitStack() as stack:
+                    part.shards = [None if w.done(i) else stack.enter_context(w.shard(i)) for w in self.writers]
+                    part_fn(part)
+                done.append(part.name)
+                if bar is not None and bar.total is None:
+                    shown.advance(bar.task)
+                if part.stopping:
+                    break
+        return done
+
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> list[dict[str, Any]]:
+        """Merge each output's shard records into its manifest (with ``extra`` and the output's ``finish``)."""
+        return [w.finish(check_empty=check_empty, **extra, **o.finish) for w, o in zip(self.writers, self.outputs)]
+
+    def check_empty(self, manifests: list[dict[str, Any]]) -> None:
+        """The empty-result rule (:mod:`grtool.store.empty`) for each output, after a caller's own guard spoke."""
+        for w, m in zip(self.writers, manifests):
+            w.check_empty(m)

@@ -1,0 +1,164 @@
+"""The one part loop (`grtool.store.partloop`): `chains gold` and `filters apply` run on it as the model stages do.
+
+Each shard record carries its part's wall `seconds` and `rows_per_second`; a finished part is kept (its files and
+record untouched) and only a missing part is written again, with the same bytes; a record an older grtool wrote,
+without the timing, still reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grtool.records import DamagedRecord
+from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
+from grtool.store.records import load_manifest, load_shard_records, read_shard_record
+from grtool.store.schemas import TRIPLES
+from grtool.store.stage import StageSpec
+from grtool.triples.evidence import write_evidence_stage
+
+
+@pytest.fixture(scope="module")
+def shared_data_dir() -> Path:
+    from tests.conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, shared_data_dir: Path) -> Path:
+    """The real 2Wiki sample ingested in parts of 4 questions, its evidence triples, gold chains and their filtering."""
+    from tests.conftest import run_cli
+
+    root = tmp_path_factory.mktemp("partloop")
+    run_cli("-q", "corpus", "ingest", shared_data_dir / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", root / "corpus", "--rows-per-part", "4")
+    assert write_evidence_stage(root / "corpus", root / "triples") > 0
+    run_cli("-q", *gold_args(root))
+    run_cli("-q", *filter_args(root))
+    return root
+
+
+def gold_args(root: Path) -> list:
+    return ["chains", "gold", root / "corpus", "--triples", root / "triples", "--out", root / "chains"]
+
+
+def filter_args(root: Path) -> list:
+    return ["filters", "apply", root / "chains", "--corpus", root / "corpus", "--triples", root / "triples", "--out", root / "filtered"]
+
+
+def check_timing(record: dict) -> None:
+    seconds, rate = record["seconds"], record["rows_per_second"]
+    assert 0 <= seconds < 600
+    if seconds == 0:
+        assert rate is None
+    else:
+        assert rate >= 0 and abs(rate * seconds - record["rows"]) <= 0.01 * seconds
+
+
+@pytest.mark.parametrize("stage", ["chains", "filtered"])
+def test_every_part_records_its_seconds_and_rows_per_second(cli, run: Path, stage: str) -> None:
+    records = load_shard_records(run / stage)
+    assert len(records) >= 3 and sum(r["rows"] for r in records.values()) > 0
+    listed = load_manifest(run / stage)["shards"]
+    for name, record in records.items():
+        check_timing(record)
+        assert {k: listed[name][k] for k in ("seconds", "rows_per_second")} == {k: record[k] for k in ("seconds", "rows_per_second")}
+    status = json.loads(cli("status", run / stage, "--json").stdout)
+    assert status["seconds"] == pytest.approx(sum(r["seconds"] for r in records.values()), abs=1e-3)
+    if status["seconds"]:
+        assert status["rows_per_second"] == pytest.approx(status["rows"] / status["seconds"], rel=1e-3)
+    shown = cli("status", run / stage, env={"COLUMNS": "250"})
+    assert "rows/s" in shown.stdout + shown.stderr
+
+
+@pytest.mark.parametrize("stage, args", [("filtered", filter_args), ("chains", gold_args)])
+def test_a_rerun_keeps_finished_parts_and_writes_only_the_missing_one_again(cli, run: Path, stage: str, args) -> None:
+    """The finished parts' files and records are not rewritten (a rewritten record would carry new seconds); the
+    removed part comes back byte for byte. `filtered` first: the chains it read stay as they were."""
+    out = run / stage
+    files = {f.relative_to(out): f.read_bytes() for f in [*out.glob("part-*.parquet"), *(out / "_shards").glob("*.json"), *(out / "_rejects").glob("*.jsonl")]}
+    removed = [out / "part-00001.parquet", out / "_shards" / "part-00001.json"]
+    before = read_shard_record(removed[1])
+    for f in removed:
+        f.unlink()
+    cli("-q", *args(run))
+    for name, data in files.items():
+        if name != Path("_shards/part-00001.json"):
+            assert (out / name).read_bytes() == data, name
+    after = read_shard_record(removed[1])
+    assert {k: after[k] for k in ("rows", "sha256", "counters")} == {k: before[k] for k in ("rows", "sha256", "counters")}
+    check_timing(after)
+
+
+def test_a_shard_record_without_timing_still_reads(cli, run: Path, tmp_path: Path) -> None:
+    """Shard records an older grtool wrote have no seconds: they read, validate and show as not timed."""
+    import shutil
+
+    old = tmp_path / "chains"
+    shutil.copytree(run / "chains", old)
+    manifest = json.loads((old / "_manifest.json").read_text())
+    for f in (old / "_shards").glob("*.json"):
+        record = json.loads(f.read_text())
+        del record["seconds"], record["rows_per_second"]
+        f.write_text(json.dumps(record))
+        for key in ("seconds", "rows_per_second"):
+            del manifest["shards"][f.stem][key]
+    (old / "_manifest.json").write_text(json.dumps(manifest))
+    assert "seconds" not in read_shard_record(old / "_shards" / "part-00000.json")
+    cli("validate", old)
+    status = json.loads(cli("status", old, "--json").stdout)
+    assert status["seconds"] is None and status["rows_per_second"] is None and status["complete"]
+    # a resume over them keeps them as they are
+    cli("-q", "chains", "gold", run / "corpus", "--triples", run / "triples", "--out", old)
+    assert "seconds" not in read_shard_record(old / "_shards" / "part-00000.json")
+
+
+@pytest.mark.parametrize("field, value", [("seconds", -1.0), ("rows_per_second", 1e300), ("seconds", "fast")])
+def test_a_timing_out_of_bounds_is_refused_naming_its_field(run: Path, tmp_path: Path, field: str, value) -> None:
+    record = json.loads((run / "chains" / "_shards" / "part-00000.json").read_text())
+    record[field] = value
+    f = tmp_path / "part-00000.json"
+    f.write_text(json.dumps(record))
+    with pytest.raises(DamagedRecord, match=f"field {field}"):
+        read_shard_record(f)
+
+
+def test_the_loop_writes_only_what_an_output_lacks_and_stops_when_a_part_asks(tmp_path: Path) -> None:
+    """Two outputs, three parts: a part one output already has is written only to the other; a part that asks
+    to stop is committed and no further part starts; the next run does what is left."""
+    outputs = [Output(tmp_path / name, StageSpec("triples", TRIPLES)) for name in ("a", "b")]
+
+    def row(i: int) -> dict:
+        return {"doc_id": f"d{i}", "idx": 0, "head": "h", "relation": "r", "tail": "t", "docid": "<h, r, t>"}
+
+    loop = PartLoop(outputs[1:], 3)
+    loop.run(lambda part: part.shard.write_rows([row(part.index)]), parts=[1])
+    loop.finish(check_empty=False)
+
+    seen: list[tuple[str, int]] = []
+
+    def write(part: LoopPart) -> None:
+        seen.append(("part", part.index))
+        for shard in part.shards:
+            if shard is not None:
+                shard.write_rows([row(part.index)])
+        if part.index == 1:
+            part.stop()
+
+    loop = PartLoop(outputs, 3)
+    assert (loop.finished, loop.todo) == ([], [0, 1, 2])
+    bar = Bar("toy")
+    assert loop.run(write, bar, before_part=lambda i: seen.append(("before", i))) == ["part-00000", "part-00001"]
+    assert seen == [("before", 0), ("part", 0), ("before", 1), ("part", 1)] and bar.task is not None
+    loop.finish(check_empty=False)
+    b_record = (tmp_path / "b" / "_shards" / "part-00001.json").read_bytes()
+    loop = PartLoop(outputs, 3)
+    assert (loop.finished, loop.todo) == ([0, 1], [2])
+    assert loop.run(write) == ["part-00002"]
+    manifests = loop.finish()
+    assert [m["complete"] for m in manifests] == [True, True] and [m["rows"] for m in manifests] == [3, 3]
+    assert (tmp_path / "b" / "_shards" / "part-00001.json").read_bytes() == b_record  # written by the first run only
