@@ -23,7 +23,7 @@ _lock = threading.Lock()
 def _recordable(argv: Iterable[str]) -> tuple[str, ...]:
     """Redacted, and every word valid UTF-8 (JSON records hold only that): a file name's non-UTF-8 bytes (surrogate
     escapes in Python) are recorded as ``\\xff`` escapes."""
-    from grtool.store.paths import printable
+    from grtool.errors import printable
 
     return tuple(printable(word) for word in redact_argv(argv))
 

@@ -243,7 +243,7 @@ def missing_input(path: str | Path) -> InputError:
     import re
 
     from grtool.records import file_kind
-    from grtool.store.paths import printable
+    from grtool.errors import printable
 
     p, shown_path = Path(path), printable(path)
     kind = file_kind(p)
@@ -277,7 +277,7 @@ def read_input_bytes(path: str | Path) -> bytes:
     so a FIFO or a device is named (:func:`missing_input`) instead of waited on."""
     import stat
 
-    from grtool.store.paths import printable
+    from grtool.errors import printable
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

@@ -16,7 +16,8 @@ from conftest import SHARED_DATA, run_cli
 from test_export import build_samples
 
 from grtool.export.readers import DocidIndex
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
 from tests.conftest import REPO, SHARED_DATA, run_cli
 from tests.test_export import _write_stage

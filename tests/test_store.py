@@ -9,13 +9,9 @@ import pytest
 from grtool.errors import GrtoolError
 from grtool.store.schemas import DOCUMENTS
 from grtool.store.sharding import parts_for_task, resolve_sharding
-from grtool.store.stage import (
-    StageSpec,
-    StageWriter,
-    iter_rows,
-    load_manifest,
-    redact_argv,
-)
+from grtool.store.stage import StageSpec, StageWriter, iter_rows
+from grtool.store.records import load_manifest
+from grtool.secrets import redact_argv
 from grtool.store.validate import status, validate_stage
 
 

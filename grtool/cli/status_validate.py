@@ -13,7 +13,7 @@ from rich.table import Table
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
-from grtool.store.stage import printable
+from grtool.errors import printable
 from grtool.store.stops import describe as describe_stop, describe_acceptance
 from grtool.store.validate import accept_tree, describe, find_stage_dirs, status, validate_tree
 from grtool.userinput import require_input

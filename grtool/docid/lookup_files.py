@@ -80,7 +80,8 @@ def stage_key(stage: Path) -> str:
 
 def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: int = BUCKET_ROWS) -> TripleLookup:
     """The lookup of a triples stage (run or stage directory): its files in the cache, written first when missing."""
-    from grtool.store.stage import resolve_stage, shard_paths
+    from grtool.store.records import resolve_stage
+    from grtool.store.stage import shard_paths
 
     stage = resolve_stage(triples, "triples")
     shards = shard_paths(stage)  # checks every shard against its record before the key trusts the records

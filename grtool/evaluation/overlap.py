@@ -48,7 +48,7 @@ def trained_questions(data_source: str, data_questions: dict[str, Any] | None, b
 def responses_model(responses: str | Path) -> Path | None:
     """The local checkpoint that wrote a `retrieve` directory's responses (its adapter's checkpoint for
     ``--adapter``); None for a file, a named model, or a directory `retrieve` did not write."""
-    from grtool.store.stage import is_stage_dir, load_manifest
+    from grtool.store.records import is_stage_dir, load_manifest
 
     p = Path(responses)
     if str(responses) == "-" or not is_stage_dir(p):

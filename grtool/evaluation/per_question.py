@@ -17,7 +17,8 @@ from grtool.errors import InputError
 from grtool.evaluation.verdicts import GOLD, HALLUCINATED, NON_GOLD
 from grtool.export.readers import Question
 from grtool.log import log
-from grtool.store.stage import is_stage_dir, iter_batches, resolve_stage
+from grtool.store.records import is_stage_dir, resolve_stage
+from grtool.store.stage import iter_batches
 
 if TYPE_CHECKING:
     from grtool.evaluation.recall import Score

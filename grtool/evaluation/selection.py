@@ -8,7 +8,7 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.log import log
-from grtool.store.stage import is_stage_dir, load_manifest
+from grtool.store.records import is_stage_dir, load_manifest
 
 
 def retrieve_manifest(responses: str | Path) -> dict[str, Any] | None:

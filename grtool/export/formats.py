@@ -23,7 +23,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.docid import MARKERS, SPECIAL
 from grtool.records import read_record_bytes
-from grtool.store.stage import atomic_write_bytes, commit_file
+from grtool.store.records import atomic_write_bytes, commit_file
 
 INSTRUCTION_TEMPLATE = (
     "Work out which documents answer the question below. Reason in short steps. Whenever a step needs a fact, "

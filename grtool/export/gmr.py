@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from grtool.store.questions import SplitSelection
-from grtool.store.stage import iter_batches, resolve_stage
+from grtool.store.stage import iter_batches
+from grtool.store.records import resolve_stage
 
 DONE = "DONE"
 MEMORIZATION_SHARE = 0.7

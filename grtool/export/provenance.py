@@ -33,7 +33,8 @@ from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
 from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.records import now
-from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
+from grtool.store.records import atomic_write_bytes, dumps, resolve_stage, sha256_file
+from grtool.store.fingerprints import fingerprint
 
 SIDECAR_SUFFIX = ".grtool.json"
 SIDECAR_FORMAT = "grtool-export/1"

@@ -39,7 +39,8 @@ from grtool.store.questions import SplitSelection
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
 from grtool.store.sharding import parts_for_task, resolve_sharding
-from grtool.store.stage import REJECTS_DIR, StageSpec
+from grtool.store.layout import REJECTS_DIR
+from grtool.store.stage import StageSpec
 
 BATCH_ROWS = 16_384
 EXAMPLES_PER_REASON = 2

@@ -154,7 +154,7 @@ def check_model(backend: str, model: str | None) -> None:
 def weights_digest(folder: str | Path) -> str:
     """A short digest of a model folder's weights and config (BLAKE3 of their content, cached per process), so the
     request cache and the manifests tell a retrained checkpoint from the one that was at its path before."""
-    from grtool.store.stage import file_hash
+    from grtool.store.fingerprints import file_hash
 
     files = sorted(f for f in Path(folder).iterdir() if f.is_file() and (f.suffix in (".safetensors", ".bin", ".pt") or f.name == "config.json"))
     h = hashlib.blake2b(digest_size=6)

@@ -37,7 +37,9 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
 from grtool.log import activity, progress
 from grtool.store.io import is_stdio, open_output
 from grtool.store.sharding import parts_for_task, resolve_sharding
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, part_name
+from grtool.store.stage import StageSpec, StageWriter
+from grtool.store.records import load_manifest
+from grtool.store.layout import part_name
 
 
 class Meter:

@@ -45,7 +45,8 @@ from grtool.pipeline.slurm_values import control_character, sbatch_word, shown, 
 from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
 from grtool.records import to_builtins
 from grtool.store.records import now
-from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
+from grtool.store.layout import TMP_SUFFIX
+from grtool.store.records import atomic_write_bytes, dumps
 
 JOBS_DIR = "slurm"
 LOGS_DIR = "logs"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import blake3
 
 from grtool.store.layout import MANIFEST
-from grtool.store.paths import printable
+from grtool.errors import printable
 from grtool.store.records import load_shard_records
 from grtool.userinput import require_input
 

@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 
 from grtool.errors import InputError
 from grtool.store.io import is_stdio
-from grtool.store.stage import iter_batches, resolve_stage
+from grtool.store.stage import iter_batches
+from grtool.store.records import resolve_stage
 
 
 def split_counts(corpus: str | Path) -> Counter[str]:

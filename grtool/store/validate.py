@@ -34,18 +34,10 @@ from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
 from grtool.store.records import check_parts_planned, parts_not_on_disk
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
-from grtool.store.stage import (
-    MANIFEST,
-    SHARDS_DIR,
-    is_stage_dir,
-    load_manifest,
-    load_shard_records,
-    merge_counters,
-    part_name,
-    printable,
-    sha256_file,
-    shard_paths,
-)
+from grtool.store.layout import MANIFEST, SHARDS_DIR, part_name
+from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, sha256_file
+from grtool.store.stage import merge_counters, shard_paths
+from grtool.errors import printable
 
 
 LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD

@@ -23,7 +23,7 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.userinput import require_input
-from grtool.store.stage import sha256_file
+from grtool.store.records import sha256_file
 
 Row = dict[str, Any]
 GMR = "gmr"  # the data format of `export gmr` pairs, recorded as data.format in the checkpoint's grtool.json
@@ -250,7 +250,7 @@ def data_flips(source: str | Path) -> bool | None:
     column of the chains or responses stage behind the data (the data itself, or the stage an export file's
     ``.grtool.json`` names). None when no such stage is known (a hand-made file, a stage since removed)."""
     from grtool.export.provenance import read_sidecar, sidecar_path
-    from grtool.store.stage import is_stage_dir, load_manifest
+    from grtool.store.records import is_stage_dir, load_manifest
 
     p = Path(source)
     if p.is_file():
