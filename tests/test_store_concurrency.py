@@ -8,7 +8,7 @@ from grtool.store.schemas import DOCUMENTS
 from grtool.store.sharding import parts_for_task
 from grtool.store.stage import StageSpec, StageWriter
 from grtool.store.records import load_manifest
-from grtool.store.validate import validate_stage
+from grtool.audit.validate import validate_stage
 
 PARTS = 24
 TASKS = 4

@@ -15,7 +15,8 @@ from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
 from grtool.errors import printable
 from grtool.store.stops import describe as describe_stop, describe_acceptance
-from grtool.store.validate import accept_tree, describe, find_stage_dirs, status, validate_tree
+from grtool.audit.validate import accept_tree, describe, validate_tree
+from grtool.store.status import find_stage_dirs, status
 from grtool.userinput import require_input
 
 

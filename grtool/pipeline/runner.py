@@ -31,7 +31,7 @@ from grtool.store.layout import TMP_SUFFIX
 from grtool.store.records import atomic_write_bytes, commit_file, dumps
 from grtool.store.fingerprints import fingerprint
 from grtool.store.stage import merge_counters
-from grtool.store.validate import find_stage_dirs, status
+from grtool.store.status import find_stage_dirs, status
 
 
 @dataclass

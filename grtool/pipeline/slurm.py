@@ -578,7 +578,7 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     """Check a stage's outputs are complete after its job and write its completion record; ``merge``: merge the
     shard records into each manifest first (once, after an array's last task)."""
     from grtool.store.stage import merge_shard_records
-    from grtool.store.validate import status
+    from grtool.store.status import status
 
     path = Path(record_path)
     try:
