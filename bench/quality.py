@@ -148,7 +148,7 @@ def marker_model(model: str | None, out: Path) -> Path:
 
 
 def slug(model: str | None) -> str:
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
 
     name = DEFAULT_MODEL_NAME if model in (None, "default") else Path(model.rstrip("/")).name.removesuffix(".gguf")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-").lower()

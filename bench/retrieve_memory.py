@@ -46,7 +46,7 @@ try:
     if what == "model":  # what the transformers backend loads: the tokenizer and the weights on the CPU
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from grtool.llm.models import resolve_model
+        from grtool.models import resolve_model
         path = resolve_model(None).path
         AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path)

@@ -185,7 +185,7 @@ def bare_side(data: Path, args, packing: bool, tmp: Path, *, logging_steps: int 
     from trl import SFTConfig, SFTTrainer
 
     from grtool.docid import DOCID_END, DOCID_START
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     path = resolve_model(args.model).path
     last = args.warmup + args.steps + 1

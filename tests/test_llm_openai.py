@@ -295,7 +295,7 @@ def test_logprobs_required_and_parsed():
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     model = resolve_model(None).path
     port = free_port()

@@ -46,7 +46,7 @@ def marker_model(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grtool.docid import DOCID_END, DOCID_START
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     base = resolve_model(None).path
     out = tmp_path_factory.mktemp("marker_model")

@@ -56,7 +56,7 @@ def test_processor_waits_for_async_placeholders(run):  # noqa: F811
     from grtool.index.decoding import Forbidden
     from grtool.index.tokenizer import load_tokenizer
     from grtool.index.vllm_processor import EXTRA_ARG, DocidVllmLogitsProcessor
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
     from grtool.retrieve.stage import constraint_spec
     from grtool.store.stage import read_table
 

@@ -184,7 +184,7 @@ def checkpoint(run, tmp_path_factory) -> tuple[Path, set[str]]:
     """The embedded model in a folder with a grtool.json that records the train questions as its training data
     (as `train sft` writes it from `export sft --split train`); an FM-index with its tokenizer."""
     from grtool.evaluation.overlap import trained_questions
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
     from grtool.train.data import exported_questions
 
     root = tmp_path_factory.mktemp("ckpt")

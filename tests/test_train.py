@@ -234,7 +234,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
     err = cli("train", "sft", small, "--out", out, "--per-device-batch-size", "2", "--gradient-accumulation", "2", check=2).stderr
     assert "small.json" in err and "effective batch of 4" in err
     # a base model without a chat template: say what to pass
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -25,7 +25,7 @@ import typer
 from grtool.extras import require_backend
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, check_backend_options, make_backend
 from grtool.llm.base import Backend, Sampling, check_room
-from grtool.llm.models import cache_root
+from grtool.userinput import cache_root
 
 _PANEL = "LLM"
 

@@ -69,7 +69,7 @@ def model_tokenizer(model: str | None, adapter: Path | None):
     """The model's fast tokenizer (``tokenizers.Tokenizer``), loaded without the weights."""
     from transformers import AutoTokenizer
 
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     ref = resolve_model(model)
     source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path

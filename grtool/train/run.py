@@ -29,7 +29,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record
 from grtool.extras import require
-from grtool.llm.models import ModelRef, safetensors_header
+from grtool.models import ModelRef, safetensors_header
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft

