@@ -212,7 +212,7 @@ class Bench:
         """Each scored test question's recall and exact set (1/0), by the scorer of `eval recall`; a question
         with several responses gets their mean."""
         from grtool.evaluation.recall import Skipped, iter_scores
-        from grtool.export.readers import DocidIndex, QuestionIndex
+        from grtool.vocab.readers import DocidIndex, QuestionIndex
 
         if self.scoring is None:
             self.scoring = (QuestionIndex.build(self.p("test")), DocidIndex.build(self.p("triples")))

@@ -73,7 +73,8 @@ def rows(n: int) -> list[tuple[str, str]]:
 
 def write_rows(path: Path, n: int) -> Path:
     """The file `grtool export sft --format trl-messages` writes (JSON Lines of {"messages": [...]})."""
-    from grtool.export.formats import instruction, sft_row
+    from grtool.vocab.prompt import instruction
+    from grtool.export.formats import sft_row
 
     path.write_text("".join(json.dumps(sft_row("trl-messages", instruction(q), c, None)) + "\n" for q, c in rows(n)))
     return path

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
+from grtool.vocab.text import CANNOT_ANSWER_SENTENCE
 from grtool.corpus.doc_hash import doc_id
 from grtool.store.io import InputTable
 from grtool.store.schemas import TRIPLES

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
 
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.llm.base import Generation
 from grtool.retrieve.stage import RetrieveSettings, response_row
 from grtool.store.schemas import RESPONSES

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from grtool.filters.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
+from grtool.vocab.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
 from grtool.store.empty import allowing
 from grtool.store.io import InputTable
 from grtool.store.schemas import CHAINS, TRIPLES

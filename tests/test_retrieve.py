@@ -15,7 +15,7 @@ import pytest
 from conftest import SHARED_DATA, run_cli
 from test_export import build_samples
 
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 

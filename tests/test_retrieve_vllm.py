@@ -14,7 +14,7 @@ import pytest
 from conftest import run_cli
 from test_retrieve import _assert_all_exist, _rows, run  # noqa: F401  (run: the shared corpus + index fixture)
 
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 
 pytestmark = pytest.mark.slow
 

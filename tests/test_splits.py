@@ -292,7 +292,7 @@ def test_demo_trains_on_no_question_it_scores():
 def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
     """The demo's own splits on the bundled example corpus: the questions export sft and export kto write
     (read back from their records) and those the scored retrieve stages select are disjoint."""
-    from grtool.retrieve.stage import Selection
+    from grtool.store.questions import Selection
 
     stages = demo_stages()
     files = [a for s in stages.values() if s.run == "corpus ingest" for a in s.args]

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.export.formats import dataset_info_stanza, instruction, kto_row, sft_row, update_dataset_info
+from grtool.export.formats import dataset_info_stanza, kto_row, sft_row, update_dataset_info
+from grtool.vocab.prompt import instruction
 from tests.checkpoint_records import checkpoint_record_bytes
 from tests.test_export import samples  # noqa: F401  (fixture: the real samples ingested once)
 

@@ -8,7 +8,7 @@
   never wrote one, a problem (its checks, and the gold check of a sibling that needs it, cannot be done);
 - index directories (``index.json``): every file's size and sha256, the index opens, sizes agree, a few docids
   looked up return their documents, the input triples unchanged since the build;
-- exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.export.provenance`) and LLaMA-Factory
+- exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.vocab.provenance`) and LLaMA-Factory
   ``dataset_info.json`` files: present, unchanged, parseable, every row in its format's shape, entries
   pointing at existing files (:mod:`grtool.export.check`).
 
@@ -408,7 +408,7 @@ def discover(root: str | Path) -> Found:
     """Stage directories, orphaned shards, indexes and exports under ``root`` (``_*`` and ``.*`` folders below it,
     a stage's own bookkeeping, caches and temporary builds, are not searched). A stage or index directory given
     itself is the only thing found."""
-    from grtool.export.provenance import DATASET_INFO, is_sidecar
+    from grtool.vocab.provenance import DATASET_INFO, is_sidecar
 
     root = Path(root)
     found = Found()
@@ -636,7 +636,7 @@ def nothing_found(root: Path) -> Report:
 
 def validate_file(path: Path) -> Report:
     """A single file: an export (by its sidecar, or the sidecar itself) or a dataset_info.json."""
-    from grtool.export.provenance import DATASET_INFO, is_sidecar, sidecar_path
+    from grtool.vocab.provenance import DATASET_INFO, is_sidecar, sidecar_path
 
     if is_sidecar(path):
         return validate_export(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem
-from grtool.export.provenance import checkpoint_value, questions_record
+from grtool.vocab.provenance import checkpoint_value, questions_record
 
 EXAMPLES = 5
 
@@ -86,7 +86,7 @@ class Overlap:
 
 def train_overlap(responses: str | Path) -> Overlap:
     """How many questions answered in ``responses`` the model that wrote them trained on."""
-    from grtool.export.readers import iter_responses
+    from grtool.vocab.readers import iter_responses
 
     model = responses_model(responses)
     record = checkpoint_questions(model) if model is not None else None

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from grtool.errors import InputError
 from grtool.evaluation.verdicts import GOLD, HALLUCINATED, NON_GOLD
-from grtool.export.readers import Question
+from grtool.vocab.readers import Question
 from grtool.log import log
 from grtool.store.records import is_stage_dir, resolve_stage
 from grtool.store.stage import iter_batches

@@ -2,7 +2,7 @@
 
 Per response: the docids are parsed (special tokens or brackets), each is looked up in the triples
 (collisions retrieve every document holding the triple, a tail-first docid counts, see
-:class:`~grtool.export.readers.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
+:class:`~grtool.vocab.readers.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
 found nowhere in the corpus is a hallucination; spans that are not docids are malformed (see
 :func:`grtool.docid.parse`; docids are compared by :func:`grtool.docid.normalize`).
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grtool.docid import Parsed, parse
 from grtool.evaluation.verdicts import JudgedDocid, judged
-from grtool.export.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
+from grtool.vocab.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
 
 if TYPE_CHECKING:
     from grtool.evaluation.per_question import PerQuestion

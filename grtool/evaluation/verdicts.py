@@ -35,11 +35,11 @@ class JudgedDocid:
 
 def judged(keys: Sequence[str], resolved: Sequence[tuple[Collection[str], bool]], gold: Collection[str]) -> list[JudgedDocid]:
     """The verdicts of docids already looked up (``resolved``: (documents, flipped) per key, as
-    :meth:`grtool.export.readers.DocidIndex.resolve_many` returns them)."""
+    :meth:`grtool.vocab.readers.DocidIndex.resolve_many` returns them)."""
     return [JudgedDocid(key, docid_verdict(docs, gold), tuple(sorted(docs)), bool(flipped) and bool(docs)) for key, (docs, flipped) in zip(keys, resolved)]
 
 
 def judge_docids(keys: Sequence[str], gold: Collection[str], index) -> list[JudgedDocid]:
-    """Look up ``keys`` (docid keys) in ``index`` (a :class:`~grtool.export.readers.DocidIndex` of the triples)
+    """Look up ``keys`` (docid keys) in ``index`` (a :class:`~grtool.vocab.readers.DocidIndex` of the triples)
     and judge each against the question's ``gold`` document ids."""
     return judged(keys, index.resolve_many(list(keys)), frozenset(gold))

@@ -31,7 +31,7 @@ from grtool.filters.questions import QuestionLookup
 from grtool.filters.report import build_report
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.docid import check_markers
-from grtool.filters.text import Markers, parse_markers
+from grtool.vocab.text import Markers, parse_markers
 from grtool.log import log, progress
 from grtool.store.coverage import check_triples_cover
 from grtool.store.io import InputTable, is_stdio, open_output

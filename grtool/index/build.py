@@ -153,7 +153,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
     """Whole documents in doc_id order, one sequence each, rendered as `export gmr` renders them (``title: text``):
     `retrieve --mode gmr` generates exactly these strings."""
-    from grtool.export.gmr import render_document  # a pure function; export/ sits above index/
+    from grtool.vocab.gmr import render_document
 
     table = InputTable.open(path, "documents")
     rows = {}

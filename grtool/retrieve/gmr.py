@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grtool.export.gmr import DONE, step_input, step_request
+from grtool.vocab.gmr import DONE, step_input, step_request
 from grtool.index.base import Index
 from grtool.llm.base import TOO_LONG, Generation, Messages
 from grtool.retrieve.rejects import reject_too_long

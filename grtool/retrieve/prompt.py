@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 
 from grtool.chains.corpus_examples import Example, example_answer
-from grtool.export.formats import instruction
+from grtool.vocab.prompt import instruction
 from grtool.llm.base import Messages
 
 

@@ -27,7 +27,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record
+from grtool.vocab.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_flips, read_checkpoint, read_run_record
 from grtool.extras import require
 from grtool.models import ModelRef, safetensors_header
 from grtool.log import activity, log, quiet_libraries
@@ -642,12 +642,6 @@ def learned_flips(p: Plan) -> bool | None:
 
     data = data_flips(p.data.source)
     return True if checkpoint_flips(p.model.path) else data
-
-
-def checkpoint_flips(path: str | Path | None) -> bool | None:
-    """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
-    value = checkpoint_value(path, "flips")
-    return value if isinstance(value, bool) else None
 
 
 def _finite(x: float | None) -> float | None:

@@ -301,3 +301,9 @@ def checkpoint_value(path: str | Path | None, key: str) -> Any:
     or not recorded)."""
     record = read_checkpoint(path)
     return None if record is None else to_builtins(getattr(record, key, None))
+
+
+def checkpoint_flips(path: str | Path | None) -> bool | None:
+    """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
+    value = checkpoint_value(path, "flips")
+    return value if isinstance(value, bool) else None
