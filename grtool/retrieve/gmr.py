@@ -1,6 +1,6 @@
 """`grtool retrieve --mode gmr`: generative multi-hop retrieval, one whole document per step (GMR / GRLS style).
 
-Per question, step k's request is the input `export gmr` trains on (:func:`grtool.export.gmr.step_input`: the
+Per question, step k's request is the input `export gmr` trains on (:func:`grtool.vocab.gmr.step_input`: the
 question and the documents generated so far) as the only user turn, and the model writes one document of a
 ``--source documents`` index, or ``DONE``, under :class:`grtool.index.constraints.DocumentConstraint` (constrained
 beam search with ``--beams``). The document becomes evidence for the next step; a question stops at ``DONE`` or

@@ -5,7 +5,7 @@ falls on the completion (the assistant turn) only (``completion_only_loss``), wh
 KTO: the same plus ``"label": bool``.
 
 Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
-KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.export.gmr.step_request` puts it,
+KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.vocab.gmr.step_request` puts it,
 the very request `retrieve --mode gmr` sends, and the target as the completion), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
 ``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
 turned into rows the way `export sft` does, and responses (a `retrieve` directory or its JSON Lines, with the
