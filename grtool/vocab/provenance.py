@@ -12,6 +12,9 @@ Exports are single files for trainers, not stage directories, so what made them 
 unchanged (bytes, sha256), the recorded number of rows, every row in the recorded format's shape, the
 dataset_info entry pointing at it, and inputs unchanged since (a re-run upstream stage makes it stale).
 Nothing is written for ``--out -``.
+
+The records of a checkpoint `grtool train` writes (``grtool.json``) and of a training run live here too: train
+writes them, and retrieve, evaluation and the audit read them.
 """
 
 from __future__ import annotations

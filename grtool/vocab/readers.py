@@ -1,4 +1,4 @@
-"""Lookups the export and evaluation commands share: questions by qid, documents by docid, responses by line.
+"""Lookups export, evaluation, retrieve and train share: questions by qid, documents by docid, responses by line.
 
 Both hold no Python object per entry, so a few million triples or a few hundred thousand questions cost tens
 of megabytes instead of the gigabytes a ``dict`` of strings would (measured in ``bench/export.py``): questions
