@@ -4,6 +4,9 @@ questions shares (chains synthesize / gold, filters apply, export sft / kto / gm
 A split named that no question has is a usage error naming the splits the corpus holds: a typo (``--split
 valid``) must not select nothing, or everything. The selection is recorded in the stage's manifest parameters
 (``split``), so resuming an output with another selection is refused like any other changed option.
+
+:class:`Selection` adds ``--dataset`` and ``--limit``: the questions `retrieve` answers, which `eval recall`
+selects again from a retrieve manifest to count the questions left without a response.
 """
 
 from __future__ import annotations
