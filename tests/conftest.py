@@ -42,3 +42,57 @@ def run_cli(*args: str, input: str | None = None, env: dict | None = None, check
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def _toml_value(value: object) -> str:
+    """A TOML value from Python data: strings as JSON writes them (valid TOML basic strings), lists, inline tables."""
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value)
+    if isinstance(value, Path):
+        return json.dumps(str(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML value for {value!r}")
+
+
+def _toml_key(key: str) -> str:
+    import json
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def pipeline_toml(stages: list[dict], **top: object) -> str:
+    """The text of a pipeline file: ``top`` holds its top-level values (``out``, ``note``) and tables (``vars``,
+    ``slurm``: dicts); each stage is a dict of its keys (``name``, ``run``, ``args``, ``options``, ``outputs``,
+    ``stdout``, ``slurm``), written in that order."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in top.items() if not isinstance(v, dict)]
+    for table, values in ((k, v) for k, v in top.items() if isinstance(v, dict)):
+        lines += [f"[{table}]", *(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in values.items())]
+    for stage in stages:
+        lines.append("[[stages]]")
+        lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in stage.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_pipeline_file(path: Path | str, stages: list[dict], **top: object) -> Path:
+    """Write the pipeline file ``path`` from Python data (see :func:`pipeline_toml`); returns its path."""
+    Path(path).write_text(pipeline_toml(stages, **top))
+    return Path(path)
+
+
+@pytest.fixture
+def write_pipeline(tmp_path):
+    """``write_pipeline(stages, out=..., path=TMP/pipeline.toml, vars={...}, slurm={...})``: the pipeline file
+    written from Python data (see :func:`pipeline_toml`); returns its path."""
+
+    def write(stages: list[dict], path: Path | str | None = None, **top: object) -> Path:
+        return write_pipeline_file(path if path is not None else tmp_path / "pipeline.toml", stages, **top)
+
+    return write

@@ -158,12 +158,9 @@ def test_validate_reports_an_empty_export_and_stage_unless_accepted(cli, data, t
     assert "--accept-empty" in cli("validate", tmp_path / "run", "--accept-empty", "nothing-here", check=2).stderr
 
 
-def test_the_pipeline_passes_allow_empty_to_a_stage(cli, data, tmp_path):
-    config = tmp_path / "p.toml"
-    config.write_text(
-        f'out = "{tmp_path / "out"}"\n[[stages]]\nname = "gold"\nrun = "chains gold"\n'
-        f'args = ["{data["wiki"]}"]\noptions = {{ triples = "{data["off_gold"]}", out = "{{out}}/chains", allow_empty = true }}\n'
-    )
+def test_the_pipeline_passes_allow_empty_to_a_stage(cli, data, tmp_path, write_pipeline):
+    config = write_pipeline([{"name": "gold", "run": "chains gold", "args": [data["wiki"]],
+                              "options": {"triples": data["off_gold"], "out": "{out}/chains", "allow_empty": True}}], out=tmp_path / "out")
     assert "--allow-empty" in cli("pipeline", "run", config, "--dry-run").stdout
     cli("-q", "pipeline", "run", config)
     assert load_manifest(tmp_path / "out" / "chains")["allow_empty"] is True

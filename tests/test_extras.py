@@ -96,14 +96,11 @@ def test_training_needs_the_train_extra(tmp_path, without):
     assert "pip install 'grtool[train]'" in str(e) and not (tmp_path / "ckpt").exists()
 
 
-def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, examples):
-    config = tmp_path / "p.toml"
-    config.write_text(
-        f'out = "{tmp_path / "out"}"\n'
-        f'[[stages]]\nname = "ingest"\nrun = "corpus ingest"\nargs = ["{examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"}"]\n'
-        'options = { out = "{out}/ingest" }\n'
-        '[[stages]]\nname = "stats"\nrun = "corpus stats"\nargs = ["{out}/ingest"]\noptions = { plot = "{out}/stats.png" }\n'
-    )
+def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, examples, write_pipeline):
+    config = write_pipeline([
+        {"name": "ingest", "run": "corpus ingest", "args": [examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"], "options": {"out": "{out}/ingest"}},
+        {"name": "stats", "run": "corpus stats", "args": ["{out}/ingest"], "options": {"plot": "{out}/stats.png"}},
+    ], out=tmp_path / "out")  # fmt: skip
     without("plot")
     e = _run(["pipeline", "run", str(config)])
     assert "stage 'stats': --plot needs" in str(e) and "pip install 'grtool[plot]'" in str(e)
@@ -111,10 +108,12 @@ def test_a_pipeline_checks_every_stage_before_the_first_runs(tmp_path, without, 
 
 
 def test_command_extras_of_the_demo():
-    from grtool.pipeline.needs import command_extras
+    from grtool.cli.stages import CliCommands
     from grtool.pipeline.config import load_pipeline
 
-    needs = {(s.name, extra) for s in load_pipeline(HERE.parent / "examples" / "demo.toml", None).stages for extra, _ in command_extras(s.run, s.options)}
+    commands = CliCommands()
+    stages = load_pipeline(HERE.parent / "examples" / "demo.toml", None, commands).stages
+    needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.argv()[len(s.run.split()):])}
     assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
             ("retrieve-base", "llm"), ("recall-table", "plot")} <= needs  # fmt: skip
     assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base"}

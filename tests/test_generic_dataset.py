@@ -15,7 +15,7 @@ import pytest
 from grtool.corpus.doc_hash import doc_id
 from grtool.corpus.ingest import ingest
 from grtool.errors import InputError
-from grtool.store.empty import EmptyResult, allowing
+from grtool.store.empty import EmptyResult
 from grtool.store.stage import read_table
 
 from test_corpus_ingest import one_line, rows_by
@@ -166,8 +166,7 @@ def test_unknown_or_ambiguous_gold_is_a_reject_with_the_reason(cli, tmp_path):
     # the questions without their documents file: every named gold document is unknown, and the reason says why
     with pytest.raises(EmptyResult, match="all 4 input rows were rejected: 'unknown gold document id' ×2, 'unknown gold title' ×2"):
         ingest([questions], tmp_path / "refused")  # an empty result is an error naming the reasons, unless allowed
-    with allowing(True):  # what --allow-empty sets
-        report = ingest([questions], tmp_path / "alone", allow_empty=True)
+    report = ingest([questions], tmp_path / "alone", allow_empty=True)  # what --allow-empty sets
     assert report.questions == 0 and sum(report.rejected.values()) == 4
     assert all("no generic documents file was read" in r["detail"] for r in _rejects(tmp_path / "alone", "questions"))
 

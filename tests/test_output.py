@@ -11,12 +11,12 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
 from grtool.llm.base import Generation
+from conftest import write_pipeline_file
 from log_helpers import STAMP, check_log, unstamped
 
 PROGRESS_LINE = re.compile(STAMP.pattern + r"reading inputs: [\d,]+/[\d,]+ \(\d+%\), [\d.,]+/s, elapsed \d+:\d\d:\d\d(, ETA \d+:\d\d:\d\d|, done)$", re.M)
@@ -119,31 +119,11 @@ def test_library_progress_bars_stay_out_of_a_log():
 
 
 def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
-    config = tmp_path / "pipe.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            out = "{tmp_path / 'run'}"
-
-            [[stages]]
-            name = "ingest"
-            run = "corpus ingest"
-            args = ["{examples / 'musique' / 'musique_ans_v1.0_dev.example.jsonl'}"]
-            options = {{ out = "{{out}}/ingest" }}
-
-            [[stages]]
-            name = "merge"
-            run = "corpus merge"
-            args = ["{{out}}/ingest", "{tmp_path / 'not-a-corpus'}"]
-            options = {{ out = "{{out}}/corpus" }}
-
-            [[stages]]
-            name = "stats"
-            run = "corpus stats"
-            args = ["{{out}}/corpus"]
-            """
-        )
-    )
+    config = write_pipeline_file(tmp_path / "pipe.toml", [
+        {"name": "ingest", "run": "corpus ingest", "args": [examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"], "options": {"out": "{out}/ingest"}},
+        {"name": "merge", "run": "corpus merge", "args": ["{out}/ingest", tmp_path / "not-a-corpus"], "options": {"out": "{out}/corpus"}},
+        {"name": "stats", "run": "corpus stats", "args": ["{out}/corpus"]},
+    ], out=tmp_path / "run")  # fmt: skip
     # A folder that holds no corpus: found only when merge reads it (a missing path is refused before any stage runs).
     (tmp_path / "not-a-corpus").mkdir()
     merge = f"grtool corpus merge {tmp_path / 'run' / 'ingest'} {tmp_path / 'not-a-corpus'} --out {tmp_path / 'run' / 'corpus'}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, write_pipeline_file
 from tests.test_export import samples, write_chains  # noqa: F401  (fixture: the real samples ingested once)
 from tests.test_overwrite_safety import one_line, snapshot
 
@@ -140,11 +140,11 @@ def test_a_plot_beside_the_stages_of_its_run_directory_is_fine(run, tmp_path):
 
 
 def test_pipeline_json_inside_a_stage_output_is_refused(tmp_path, examples):
-    config = tmp_path / "p.toml"
     out = tmp_path / "run"
-    config.write_text(f'out = "{out}"\n\n[[stages]]\nname = "ingest"\nrun = "corpus ingest"\n'
-                      f'args = ["{examples / "generic" / "questions_dev.jsonl"}", "{examples / "generic" / "documents.jsonl"}"]\n'
-                      f'options = {{ dataset = "generic", out = "{out / "corpus"}" }}\n')
+    config = write_pipeline_file(tmp_path / "p.toml", [
+        {"name": "ingest", "run": "corpus ingest", "args": [examples / "generic" / "questions_dev.jsonl", examples / "generic" / "documents.jsonl"],
+         "options": {"dataset": "generic", "out": out / "corpus"}},
+    ], out=out)  # fmt: skip
     target = out / "corpus" / "questions" / "_manifest.json"
     err = refused(("pipeline", "run", config, "--json", target))
     assert f"--json {target}: lies inside" in err

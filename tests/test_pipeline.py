@@ -3,49 +3,26 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from conftest import write_pipeline_file
 from grtool.errors import InputError
 from grtool.pipeline.config import load_pipeline
 
 
-def _config(tmp_path, examples) -> str:
-    text = textwrap.dedent(
-        f"""
-        out = "{tmp_path / 'run'}"
+def _stages(examples) -> list[dict]:
+    return [
+        {"name": "ingest-2wiki", "run": "corpus ingest", "args": [examples / "2wikimultihopqa" / "data_ids_dev.example.json"], "options": {"out": "{out}/ingest/2wiki"}},
+        {"name": "ingest-musique", "run": "corpus ingest", "args": [examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"], "options": {"out": "{out}/ingest/musique"}},
+        {"name": "merge", "run": "corpus merge", "args": ["{out}/ingest/2wiki", "{out}/ingest/musique"], "options": {"out": "{out}/corpus"}},
+        {"name": "stats", "run": "corpus stats", "args": ["{out}/corpus"], "options": {"json": True}, "stdout": "{out}/reports/stats.json"},
+    ]
 
-        [[stages]]
-        name = "ingest-2wiki"
-        run = "corpus ingest"
-        args = ["{examples / '2wikimultihopqa' / 'data_ids_dev.example.json'}"]
-        options = {{ out = "{{out}}/ingest/2wiki" }}
 
-        [[stages]]
-        name = "ingest-musique"
-        run = "corpus ingest"
-        args = ["{examples / 'musique' / 'musique_ans_v1.0_dev.example.jsonl'}"]
-        options = {{ out = "{{out}}/ingest/musique" }}
-
-        [[stages]]
-        name = "merge"
-        run = "corpus merge"
-        args = ["{{out}}/ingest/2wiki", "{{out}}/ingest/musique"]
-        options = {{ out = "{{out}}/corpus" }}
-
-        [[stages]]
-        name = "stats"
-        run = "corpus stats"
-        args = ["{{out}}/corpus"]
-        options = {{ json = true }}
-        stdout = "{{out}}/reports/stats.json"
-        """
-    )
-    path = tmp_path / "pipe.toml"
-    path.write_text(text)
-    return str(path)
+def _config(tmp_path, examples, *more: dict) -> str:
+    return str(write_pipeline_file(tmp_path / "pipe.toml", [*_stages(examples), *more], out=tmp_path / "run"))
 
 
 def _plan(cli, config, *extra):
@@ -129,9 +106,9 @@ def test_changed_input_remakes_the_stage_and_what_reads_it(tmp_path, examples, c
     data.mkdir()
     source = data / "dev.jsonl"
     shutil.copy(examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", source)
-    config = Path(_config(tmp_path, examples)).read_text().replace(str(examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"), str(source))
-    path = tmp_path / "pipe2.toml"
-    path.write_text(config)
+    stages = _stages(examples)
+    stages[1]["args"] = [source]
+    path = write_pipeline_file(tmp_path / "pipe2.toml", stages, out=tmp_path / "run")
     cli("pipeline", "run", path)
     assert set(_plan(cli, path).values()) == {"done"}
     questions_before = json.loads((tmp_path / "run" / "reports" / "stats.json").read_text())
@@ -163,7 +140,6 @@ def test_each_stage_records_its_own_command(tmp_path, examples, cli):
     """A stage run by `pipeline run` records its own equivalent `grtool …` line, not `grtool pipeline run FILE`."""
     import shlex
 
-    config = Path(_config(tmp_path, examples))
     from grtool.store.schemas import TRIPLES
     from grtool.store.stage import StageSpec, StageWriter
 
@@ -174,18 +150,7 @@ def test_each_stage_records_its_own_command(tmp_path, examples, cli):
         shard.count_in(len(rows))
         shard.write_rows(rows)
     writer.finish()
-    config.write_text(
-        config.read_text()
-        + textwrap.dedent(
-            f"""
-            [[stages]]
-            name = "index"
-            run = "index build"
-            args = ["{triples}"]
-            options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
-            """
-        )
-    )
+    config = _config(tmp_path, examples, {"name": "index", "run": "index build", "args": [triples], "options": {"tokenizer": "qwen", "out": "{out}/index"}})
     cli("pipeline", "run", config, "--until", "merge")
     cli("pipeline", "run", config, "--from", "index")
     pipeline = load_pipeline(config)
@@ -214,10 +179,11 @@ def test_stage_registry_matches_the_cli():
     import typer.main
 
     from grtool.cli.main import app
-    from grtool.cli.stages import COMMANDS, STAGE_COMMANDS, stage_function
+    from grtool.cli.stages import CliCommands, stage_function
     from grtool.pipeline.config import Stage
     from grtool.pipeline.runner import accepts_overwrite as accepts
 
+    COMMANDS = CliCommands()
     accepts_overwrite = lambda stage: accepts(COMMANDS, stage)  # noqa: E731
 
     found = {}
@@ -228,7 +194,7 @@ def test_stage_registry_matches_the_cli():
     found.pop("pipeline run")
     found.pop("pipeline finalize")  # a Slurm job's own last step, not a stage
     found.pop("pipeline status")  # reads a pipeline's records, not a stage
-    assert set(STAGE_COMMANDS) == set(found)
+    assert set(COMMANDS.names()) == set(found)
     for run, command in found.items():
         assert stage_function(run) is not None
         assert accepts_overwrite(Stage("s", run)) == any(p.name == "overwrite" for p in command.params), run

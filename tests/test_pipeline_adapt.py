@@ -4,10 +4,9 @@ Slurm dry run's job table, paths a stage reads checked before the first stage ru
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, write_pipeline_file
 from test_pipeline_slurm_plan import _config
 
 from grtool.pipeline.config import load_pipeline
@@ -22,28 +21,13 @@ def _slurm_config(tmp_path) -> str:
     return _config(tmp_path, variables, '{ partition = "{gpu_partition}", tasks = 3, gres = "gpu:{gpus}", time = "2:00:00" }')
 
 
-def _local_config(tmp_path, merge_args: str = '"{out}/corpus"') -> str:
-    path = tmp_path / "local.toml"
-    path.write_text(textwrap.dedent(f"""
-        out = "{tmp_path / 'run'}"
-        [[stages]]
-        name = "ingest"
-        run = "corpus ingest"
-        args = ["{HOTPOT}"]
-        options = {{ out = "{{out}}/corpus" }}
-        [[stages]]
-        name = "merge"
-        run = "corpus merge"
-        args = [{merge_args}]
-        options = {{ out = "{{out}}/merged" }}
-        [[stages]]
-        name = "stats"
-        run = "corpus stats"
-        args = ["{{out}}/merged"]
-        options = {{ json = true }}
-        stdout = "{{out}}/stats.json"
-        """))
-    return str(path)
+def _local_config(tmp_path, merge_args: tuple[str, ...] = ("{out}/corpus",)) -> str:
+    stages = [
+        {"name": "ingest", "run": "corpus ingest", "args": [HOTPOT], "options": {"out": "{out}/corpus"}},
+        {"name": "merge", "run": "corpus merge", "args": list(merge_args), "options": {"out": "{out}/merged"}},
+        {"name": "stats", "run": "corpus stats", "args": ["{out}/merged"], "options": {"json": True}, "stdout": "{out}/stats.json"},
+    ]
+    return str(write_pipeline_file(tmp_path / "local.toml", stages, out=tmp_path / "run"))
 
 
 def _section(out: str, name: str) -> str:
@@ -90,7 +74,7 @@ def test_the_recipe_adapts_with_vars_and_refuses_a_missing_deepspeed_config(cli)
 
 
 def test_a_missing_input_stops_a_local_run_before_its_first_stage(tmp_path, cli):
-    config = _local_config(tmp_path, '"{out}/corpus", "no/such/corpus"')
+    config = _local_config(tmp_path, ("{out}/corpus", "no/such/corpus"))
     for dry in (("--dry-run",), ()):
         proc = cli("pipeline", "run", config, *dry, check=2)
         message = " ".join(proc.stderr.split())

@@ -15,13 +15,12 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, write_pipeline_file
 from llm_helpers import TitleTripleServer
 
 pytestmark = pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on PATH: no Slurm here (make test-slurm starts a single-node cluster)")
@@ -62,34 +61,13 @@ def local_out(_server, tmp_path_factory) -> Path:
 
 def _pipeline(path: Path, out: Path, url: str, tasks: int = 3) -> Path:
     hotpot = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
-    path.write_text(textwrap.dedent(f"""
-        out = "{out}"
-
-        [slurm]
-        time = "00:10:00"
-        setup = "export PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={REPO}"
-
-        [[stages]]
-        name = "ingest"
-        run = "corpus ingest"
-        args = ["{hotpot}"]
-        options = {{ out = "{{out}}/corpus", rows_per_part = 2 }}
-
-        [[stages]]
-        name = "triples"
-        run = "triples extract"
-        args = ["{{out}}/corpus"]
-        options = {{ out = "{{out}}/run", backend = "openai", base_url = "{url}", concurrency = 1, grounding = "off", no_cache = true }}
-        slurm = {{ tasks = {tasks} }}
-
-        [[stages]]
-        name = "collisions"
-        run = "triples collisions"
-        args = ["{{out}}/run/triples"]
-        options = {{ corpus = "{{out}}/corpus", json = true }}
-        stdout = "{{out}}/reports/collisions.json"
-        """))
-    return path
+    return write_pipeline_file(path, [
+        {"name": "ingest", "run": "corpus ingest", "args": [hotpot], "options": {"out": "{out}/corpus", "rows_per_part": 2}},
+        {"name": "triples", "run": "triples extract", "args": ["{out}/corpus"], "slurm": {"tasks": tasks},
+         "options": {"out": "{out}/run", "backend": "openai", "base_url": url, "concurrency": 1, "grounding": "off", "no_cache": True}},
+        {"name": "collisions", "run": "triples collisions", "args": ["{out}/run/triples"], "options": {"corpus": "{out}/corpus", "json": True},
+         "stdout": "{out}/reports/collisions.json"},
+    ], out=out, slurm={"time": "00:10:00", "setup": f"export PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={REPO}"})  # fmt: skip
 
 
 def _rows(stage: Path) -> list:

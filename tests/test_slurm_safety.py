@@ -266,6 +266,10 @@ def test_a_stage_past_max_array_size_is_several_arrays_each_task_one_shard(tmp_p
     assert sorted(int(r["argv"][-1]) for r in runs) == list(range(7)) and {r["argv"][-3] for r in runs} == {"7"}, runs
     record = json.loads((tmp_path / "run" / "_pipeline" / "slurm" / "triples.json").read_text())
     assert record["jobs"]["run"] == arrays[0] and record["jobs"]["arrays"] == arrays and record["jobs"]["finalize"] == fin["answer"]
+    # status names every array of the split stage, not only the first
+    split = f"{', '.join(arrays)} (finalize {fin['answer']})"
+    assert split in cli("pipeline", "status", tmp_path / "run", env=env).stdout
+    assert split in " ".join(cli("status", tmp_path / "run", env={**env, "COLUMNS": "400"}).stderr.split())  # its tables go to stderr
 
 
 def test_a_bad_answer_midway_through_a_stage_cancels_its_arrays_and_a_rerun_submits_the_stage_whole(tmp_path, cli):

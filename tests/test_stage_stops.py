@@ -9,12 +9,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections import defaultdict
 
 import pytest
 
+from conftest import write_pipeline_file
 from grtool.errors import InputError
 from grtool.audit.validate import accept_tree, validate_stage, validate_tree
 from grtool.store.status import status
@@ -166,26 +166,11 @@ def test_pipeline_records_the_failed_stage_only_with_its_own_command(tmp_path, e
     server = FlakyServer(defaultdict(lambda: ("I found nothing.", "stop")), flaky=False)
     _serve(server)
     run = tmp_path / "run"
-    config = tmp_path / "pipe.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""
-            out = "{run}"
-
-            [[stages]]
-            name = "ingest"
-            run = "corpus ingest"
-            args = ["{examples / 'musique' / 'musique_ans_v1.0_dev.example.jsonl'}"]
-            options = {{ out = "{{out}}/corpus" }}
-
-            [[stages]]
-            name = "triples"
-            run = "triples extract"
-            args = ["{{out}}/corpus"]
-            options = {{ out = "{{out}}/extract", backend = "openai", base-url = "{server.url}", limit = 3 }}
-            """
-        )
-    )
+    config = write_pipeline_file(tmp_path / "pipe.toml", [
+        {"name": "ingest", "run": "corpus ingest", "args": [examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"], "options": {"out": "{out}/corpus"}},
+        {"name": "triples", "run": "triples extract", "args": ["{out}/corpus"],
+         "options": {"out": "{out}/extract", "backend": "openai", "base-url": server.url, "limit": 3}},
+    ], out=run)  # fmt: skip
     try:
         proc = cli("pipeline", "run", config, check=1, env=WIDE)
         assert "stage 'triples' failed" in proc.stderr and "3 of 3 documents gave no triples" in proc.stderr

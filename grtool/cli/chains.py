@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
-app = typer.Typer(name="chains", help="Synthesize thought-retrieval chains from questions and gold triples.", no_args_is_help=True)
+register(Group("chains", "Synthesize thought-retrieval chains from questions and gold triples."))
 
 
 class Select(str, Enum):
@@ -26,7 +28,6 @@ class Unanswerable(str, Enum):
     skip = "skip"
 
 
-@app.command(cls=moved_to_options("--triples"))  # `chains synthesize CORPUS TRIPLES` until the next release
 @allows_empty
 @llm_options(temperature=0.7, max_tokens=512)
 def synthesize(
@@ -126,6 +127,15 @@ def synthesize(
     )  # fmt: skip
 
 
+def _synthesize_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    select = options.get("select", Select.entropy)
+    entropy = [("entities", "--select entropy")] if select in (Select.entropy, "entropy") else []  # spaCy's entities
+    return backend_extras(options) + entropy
+
+
+register(Command("chains synthesize", synthesize, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_synthesize_extras))  # `chains synthesize CORPUS TRIPLES` until the next release
+
+
 def _constrain(asked: bool | None, backend: str) -> bool:
     """--constrain defaults to on where grtool runs the decoder. A server takes it as a structured-output regex
     (vLLM's ``structured_outputs``), which other OpenAI-compatible servers reject or ignore: asked for, not default."""
@@ -143,7 +153,6 @@ class Flip(str, Enum):
     always = "always"
 
 
-@app.command("gold", cls=moved_to_options("--triples"))  # `chains gold CORPUS TRIPLES` until the next release
 @allows_empty
 def gold_cmd(
     corpus: Annotated[str, typer.Argument(help="Questions: an ingest output directory, its questions/ stage, or '-' (JSON Lines on stdin).")],
@@ -185,3 +194,6 @@ def gold_cmd(
         return
     log.info("chains gold: %s questions chained, rejected: %s; %s docids (%s flipped)", summary["questions_chained"],
              counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip
+
+
+register(Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE}))  # `chains gold CORPUS TRIPLES` until the next release

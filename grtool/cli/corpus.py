@@ -10,10 +10,11 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, refuse_json_with_stdout
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout
 from grtool.log import console, log, stage_summary
 
-app = typer.Typer(name="corpus", help="Ingest, merge and describe the question/document corpora.", no_args_is_help=True)
+register(Group("corpus", "Ingest, merge and describe the question/document corpora."))
 
 
 class DatasetChoice(str, Enum):
@@ -59,7 +60,6 @@ def _print_summary(title: str, report: dict) -> None:
         stage_summary.print(read)
 
 
-@app.command("ingest")
 @allows_empty
 def ingest_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Release files or directories (a directory is read recursively).")],
@@ -120,7 +120,9 @@ def ingest_cmd(
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
 
 
-@app.command("merge")
+register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": PathKind.RUN}))
+
+
 @allows_empty
 def merge_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Ingested run directories (each holding documents/ and questions/).")],
@@ -142,7 +144,9 @@ def merge_cmd(
         _report_summary(f"merged into {out}", report, as_json)
 
 
-@app.command("stats")
+register(Command("corpus merge", merge_cmd, reads={"inputs": PathKind.RUN}, writes={"out": PathKind.RUN}))
+
+
 def stats_cmd(
     directory: Annotated[Path, typer.Argument(help="A run directory holding questions/ (and documents/).")],
     as_json: Json = False,
@@ -166,3 +170,6 @@ def stats_cmd(
         typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
     else:
         console.print(stats_table(stats))
+
+
+register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

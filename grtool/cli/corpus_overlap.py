@@ -9,12 +9,11 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.corpus import app
-from grtool.cli.options import Json, Plot
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import Json, Plot, plot_extras
 from grtool.log import console, log
 
 
-@app.command("overlap")
 def overlap_cmd(
     corpus: Annotated[Path, typer.Argument(help="Ingested corpus: a run directory holding questions/ and documents/.")],
     n: Annotated[str, typer.Option("--n", help="n-gram sizes: a range 4-12, a list 4,6,8 or one size.")] = "4-12",
@@ -58,3 +57,6 @@ def overlap_cmd(
     console.print(share)
     for reason, count in report.left_out.items():
         console.print(f"left out: {count} questions ({reason.replace('_', ' ')})")
+
+
+register(Command("corpus overlap", overlap_cmd, reads={"corpus": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

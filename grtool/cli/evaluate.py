@@ -9,18 +9,18 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.options import Json, Plot
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.options import Json, Plot, plot_extras
 from grtool.errors import DataProblem
 from grtool.log import console
 
-app = typer.Typer(name="eval", help="Score model responses (retrieval recall).", no_args_is_help=True)
+register(Group("eval", "Score model responses (retrieval recall)."))
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-@app.command("recall")
 def recall_cmd(
     responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
@@ -62,6 +62,9 @@ def recall_cmd(
         raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
     if not allow_train_overlap:
         refuse_overlap(overlap, responses)
+
+
+register(Command("eval recall", recall_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
 
 
 def print_recall(report: dict) -> None:
@@ -119,7 +122,6 @@ def print_per_question(questions: list[dict]) -> None:
     console.print(table)
 
 
-@app.command("compare")
 def compare_cmd(
     reports: Annotated[list[str], typer.Argument(help="Runs as LABEL=PATH (or PATH: labelled by its name): a report of `eval recall --json`, or a `retrieve` output directory (scored here).")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Markdown file to write the table to (default: print it).")] = None,
@@ -157,3 +159,6 @@ def compare_cmd(
         typer.echo(text)
     if plot is not None:
         plot_runs(runs, plot)
+
+
+register(Command("eval compare", compare_cmd, reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT, "plot": PathKind.REPORT}, extras=plot_extras))

@@ -10,10 +10,11 @@ import orjson
 import typer
 from rich.table import Table
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
 from grtool.log import stage_summary
 
-app = typer.Typer(name="export", help="Export training data for SFT, KTO and GMR-style trainers.", no_args_is_help=True)
+register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
 
 
 class SftFormat(str, Enum):
@@ -46,7 +47,6 @@ MarkersOpt = Annotated[
 ]
 
 
-@app.command("sft")
 @allows_empty
 def sft_cmd(
     filtered: Annotated[Path, typer.Argument(help="Filtered chains stage directory ('-' = JSON Lines on stdin).")],
@@ -96,7 +96,9 @@ def sft_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-@app.command("kto")
+register(Command("export sft", sft_cmd, reads={"filtered": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
+
+
 @allows_empty
 def kto_cmd(
     responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...} ("-" = stdin).')],
@@ -147,7 +149,9 @@ def kto_cmd(
         typer.echo(orjson.dumps(summary).decode())
 
 
-@app.command("gmr")
+register(Command("export kto", kto_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
+
+
 @allows_empty
 def gmr_cmd(
     corpus: Annotated[Path, typer.Argument(help="Corpus run directory holding questions/ and documents/.")],
@@ -189,3 +193,6 @@ def gmr_cmd(
     )
     if as_json and str(out) != "-":
         typer.echo(orjson.dumps(result.as_dict()).decode())
+
+
+register(Command("export gmr", gmr_cmd, reads={"corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))

@@ -10,11 +10,12 @@ import orjson
 import typer
 from rich.table import Table
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
-app = typer.Typer(name="filters", help="Filter chains (format, existing triples, gold coverage, answers, redundancy).", no_args_is_help=True)
+register(Group("filters", "Filter chains (format, existing triples, gold coverage, answers, redundancy)."))
 
 
 class Redundant(str, Enum):
@@ -22,7 +23,6 @@ class Redundant(str, Enum):
     trim = "trim"
 
 
-@app.command("apply")
 @allows_empty
 def apply_cmd(
     chains: Annotated[Path, typer.Argument(help="Chains stage directory (or a run directory holding chains/; '-' = JSON Lines on stdin).")],
@@ -117,3 +117,6 @@ def apply_cmd(
             *(str(d["rules"].get(r, 0)) for r in result["rules"]), *(str(d["lost"].get(r, 0)) for r in result["lost"]),
         )  # fmt: skip
     stage_summary.print(table)
+
+
+register(Command("filters apply", apply_cmd, reads={"chains": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE, "report": PathKind.REPORT}))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from enum import Enum
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json, Overwrite, out_path
 
-app = typer.Typer(name="index", help="Build and query the docid index for constrained decoding.", no_args_is_help=True)
+register(Group("index", "Build and query the docid index for constrained decoding."))
 
 
 class Kind(str, Enum):  # grtool.index.kinds.KINDS
@@ -28,7 +30,6 @@ class Source(str, Enum):  # grtool.index.build.SOURCES
 IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Index directory to write ('-' is refused: an index is a directory of files).")]
 
 
-@app.command("build")
 def build_cmd(
     triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode, spelled as its --model: a local model or checkpoint directory, a .gguf file, a HF hub id in the local cache, SmolLM2-135M-Instruct (= default, the embedded model); or a tokenizer.json, or a built-in: llama3, qwen.")],
@@ -69,7 +70,18 @@ def build_cmd(
         )
 
 
-@app.command("query")
+def _build_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The embedded model's tokenizer, or one read from a .gguf file, comes with the llm extra."""
+    from grtool.models import DEFAULT_MODEL_NAME
+
+    tokenizer = str(options.get("tokenizer") or "")
+    needs_llm = tokenizer in ("default", DEFAULT_MODEL_NAME) or tokenizer.endswith(".gguf")
+    return [("llm", f"--tokenizer {tokenizer}")] if needs_llm else []
+
+
+register(Command("index build", build_cmd, reads={"triples": PathKind.STAGE}, writes={"out": PathKind.DIRECTORY}, extras=_build_extras))
+
+
 def query_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
     text: Annotated[Optional[str], typer.Argument(help="A whole docid 'head, relation, tail' (its documents) or, when the index holds no such docid, a docid prefix (the valid next tokens).")] = None,
@@ -129,6 +141,9 @@ def query_cmd(
         console.print(f"documents: {named}" + (" (a flipped docid: tail, relation, head)" if result["flipped"] else ""), highlight=False)
 
 
+register(Command("index query", query_cmd, reads={"index": PathKind.DIRECTORY, "corpus": PathKind.STAGE}))
+
+
 def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, str]:
     """Titles of the documents a query found: from --corpus, else the corpus behind the index's triples ({} when
     none is recorded, e.g. an index built from JSON Lines on stdin)."""
@@ -141,7 +156,6 @@ def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, s
     return titles_of(documents, set(doc_ids)) if documents is not None else {}
 
 
-@app.command("stats")
 def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], as_json: Json = False) -> None:
     """Tokens, sequences, documents, bytes, bits per token and build parameters of an index.
 
@@ -168,3 +182,6 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], a
     for key, value in report.items():
         table.add_row(key, escape(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value)))
     console.print(table)
+
+
+register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY}))

@@ -18,6 +18,7 @@ import inspect
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -152,6 +153,15 @@ def _temperature_option(O: Callable, defaults: dict[str, Any]) -> Any:
     if "temperature" in defaults and defaults["temperature"] is None:
         return Annotated[Optional[float], O("--temperature", min=0.0, max=100.0, help="Sampling temperature (0 = greedy; default: the command's).")]
     return Annotated[float, O("--temperature", min=0.0, max=100.0, help="Sampling temperature (0 = greedy).")]
+
+
+def backend_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The extra of the --backend a generating command's parsed options name (none for a remote server)."""
+    from grtool.extras import BACKEND_EXTRAS
+
+    backend = options.get("backend", DEFAULT_BACKEND)
+    backend = str(backend.value if isinstance(backend, Enum) else backend)
+    return [(BACKEND_EXTRAS[backend], f"--backend {backend}")] if backend in BACKEND_EXTRAS else []
 
 
 def llm_options(**defaults: Any) -> Callable:

@@ -1,4 +1,4 @@
-"""The `grtool` command: one Typer sub-app per stage, registered here; the commands live beside this file."""
+"""The `grtool` command, built from the declared commands (grtool/cli/commands.py) of the modules beside this file."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ import typer.core
 import typer.rich_utils
 
 from grtool import __version__
+from grtool.cli import commands
 from grtool.cli.shape import use_metavar_style
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 from grtool.log import configure, console, log_width
@@ -96,17 +97,29 @@ def main(
 
 
 def _register() -> None:
-    # Imported here so that `grtool --help` stays fast and each stage's imports stay in its own module.
-    from grtool.cli import chains, corpus, corpus_overlap, evaluate, export, filters, index, pipeline, retrieve, show_report, status_validate, train, triples
+    """One registration for every command: its declaration (grtool/cli/commands.py), from the modules beside this
+    file (each imports only what its own --help needs; its work is imported when it runs) and from any program that
+    registers one before it runs ``run()``."""
+    sub_apps: dict[str, typer.Typer] = {}
+    added: set[str] = set()
 
-    del corpus_overlap  # it only attaches commands to `corpus`
+    def add(declaration: commands.Command | commands.Group) -> None:
+        if isinstance(declaration, commands.Group) or declaration.words in added:
+            return  # a group appears with its first command
+        added.add(declaration.words)
+        group, *rest = declaration.words.split()
+        if not rest:
+            commands.add_command(app, declaration, group)
+            return
+        if group not in sub_apps:
+            about = commands.group(group)
+            sub_apps[group] = typer.Typer(name=group, help=about.help, no_args_is_help=True)
+            app.add_typer(sub_apps[group])
+        commands.add_command(sub_apps[group], declaration, rest[0])
 
-    status_validate.register(app)
-    show_report.register(app)
-    retrieve.register(app)
-    for module in (corpus, triples, chains, filters, index, export, train, evaluate, pipeline):
-        if module.app.registered_commands or module.app.registered_groups:
-            app.add_typer(module.app)
+    commands.on_register(add)  # those registered from now on, discovery's included
+    for declaration in commands.declared().values():  # those registered before this module was imported
+        add(declaration)
 
 
 _register()
@@ -153,7 +166,7 @@ def _run() -> None:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _interrupted()
-    except _click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
+    except commands.click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
         console.print(f"[bold red]error:[/] {escape(_usage_line(e))}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USAGE)
     except Exception as e:  # a full disk or quota, or a place that refuses writes, wherever met: one line
@@ -193,15 +206,3 @@ def _usage_line(error: Exception) -> str:
         message += f" (see: {ctx.command_path} -h)"
     return escaped(message)
 
-
-def _click_errors() -> tuple[type[Exception], ...]:
-    """Click's exception class, from click itself and from the copy that newer Typer releases vendor."""
-    import importlib
-
-    found = []
-    for name in ("typer._click.exceptions", "click.exceptions"):
-        try:
-            found.append(importlib.import_module(name).ClickException)
-        except ImportError:
-            continue
-    return tuple(found)

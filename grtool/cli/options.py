@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -61,6 +62,11 @@ def _plot_path(value: str | Path) -> Path:
 
 
 Plot = Annotated[Optional[Path], typer.Option("--plot", parser=_plot_path, metavar="PATH", help="Write a PNG chart to this file.")]
+
+
+def plot_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The extras of a command whose only optional need is --plot (matplotlib)."""
+    return [("plot", "--plot")] if options.get("plot") not in (None, False) else []
 RowsPerPart = Annotated[
     Optional[int],
     typer.Option(

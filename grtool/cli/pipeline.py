@@ -9,11 +9,12 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
 from grtool.log import log, stage_summary
 
-app = typer.Typer(name="pipeline", help="Run several stages from one TOML file.", no_args_is_help=True)
+register(Group("pipeline", "Run several stages from one TOML file."))
 
 
 class Executor(str, Enum):
@@ -21,8 +22,8 @@ class Executor(str, Enum):
     slurm = "slurm"
 
 
-@app.command("run")
 def run(
+    ctx: typer.Context,
     config: Annotated[Path, typer.Argument(help="Pipeline TOML file (see examples/demo.toml).")],
     until: Annotated[Optional[str], typer.Option("--until", help="Stop after this stage.")] = None,
     start: Annotated[Optional[str], typer.Option("--from", help="Start at this stage.")] = None,
@@ -51,7 +52,7 @@ def run(
 
     Example: grtool pipeline run examples/demo.toml --until triples --set triples.limit=20
     """
-    from grtool.cli.stages import COMMANDS
+    from grtool.cli.stages import CliCommands
     from grtool.pipeline.config import load_pipeline
     from grtool.pipeline.executors import LocalExecutor
     from grtool.pipeline.runner import check_overwrite_names, check_stage_arguments, refuse_writes_over_inputs
@@ -65,8 +66,9 @@ def run(
         raise InputError("--wait: only with --executor slurm (the local executor always runs the stages to the end)")
     if summary_json and executor is Executor.slurm and not wait and not dry_run:
         raise InputError("--json: with --executor slurm only together with --wait (the summary is made when the jobs ended)")
+    COMMANDS = CliCommands(ctx.find_root().command)  # the stages run through the same `grtool` command
     pipeline = load_pipeline(config, overrides, COMMANDS)
-    refuse_writes_over_inputs(pipeline.stages, {"--json": str(summary_json) if summary_json else None})
+    refuse_writes_over_inputs(COMMANDS, pipeline.stages, {"--json": str(summary_json) if summary_json else None})
     forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
     stages = pipeline.select(start, until)
     check_stage_arguments(COMMANDS, pipeline, stages, forced)
@@ -89,7 +91,9 @@ def run(
         stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
 
 
-@app.command("status")
+register(Command("pipeline run", run, stage=False))
+
+
 def status(
     target: Annotated[Path, typer.Argument(help="The pipeline TOML file, or the run directory it writes (its out).")],
     overrides: Annotated[Optional[list[str]], typer.Option("--set", help="The same --set values as the run (they may move its out and its outputs).")] = None,
@@ -109,10 +113,10 @@ def status(
             raise InputError(f"{target}: no pipeline records (no {target}/_pipeline/*.json); give the pipeline file or its out directory")
         out, rows = target, run_status(target)
     else:
-        from grtool.cli.stages import COMMANDS
+        from grtool.cli.stages import CliCommands
         from grtool.pipeline.config import load_pipeline
 
-        pipeline = load_pipeline(target, overrides, COMMANDS)
+        pipeline = load_pipeline(target, overrides, CliCommands())
         out, rows = Path(pipeline.out), pipeline_status(pipeline)
     if as_json:
         print(orjson.dumps({"out": str(out), "stages": rows}, option=orjson.OPT_INDENT_2).decode())
@@ -126,7 +130,9 @@ def status(
     print("\n".join(status_lines(rows, width)), flush=True)
 
 
-@app.command("finalize", hidden=True)
+register(Command("pipeline status", status, stage=False))
+
+
 def finalize(
     job: Annotated[Path, typer.Argument(help="A stage's job record (OUT/_pipeline/slurm/STAGE.json).")],
     merge: Annotated[bool, typer.Option("--merge", help="Merge the shard records of the stage's directories first (after an array).")] = False,
@@ -135,3 +141,6 @@ def finalize(
     from grtool.pipeline.slurm import finalize_stage
 
     finalize_stage(job, merge=merge)
+
+
+register(Command("pipeline finalize", finalize, hidden=True, stage=False))

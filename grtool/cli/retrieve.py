@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
 
 import orjson
 import typer
 
-from grtool.cli.llm_options import LLMSettings, llm_options
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 class MarkerMode(str, Enum):
@@ -95,5 +97,8 @@ def retrieve_cmd(
         )
 
 
-def register(app: typer.Typer) -> None:
-    app.command("retrieve")(retrieve_cmd)
+def _retrieve_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return backend_extras(options) + ([("train", "--adapter")] if options.get("adapter") else [])  # peft
+
+
+register(Command("retrieve", retrieve_cmd, reads={"corpus": PathKind.STAGE, "index": PathKind.DIRECTORY, "triples": PathKind.STAGE, "adapter": PathKind.DIRECTORY}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_retrieve_extras))

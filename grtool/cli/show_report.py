@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.errors import InputError
 
 
@@ -62,6 +63,9 @@ def show_cmd(
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+register(Command("show", show_cmd, reads={"path": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
+
+
 def _print_rows(rows: list) -> None:
     """Coloured on a terminal (never wrapped by Rich), plain text elsewhere."""
     from rich.console import Console
@@ -97,6 +101,4 @@ def report_cmd(
     stage_summary.print(f"wrote {target}", highlight=False, markup=False, soft_wrap=True)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("show")(show_cmd)
-    app.command("report")(report_cmd)
+register(Command("report", report_cmd, reads={"run": PathKind.RUN}, writes={"out": PathKind.REPORT}))

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
@@ -36,7 +37,10 @@ def status_cmd(
     require_input(directory)
     dirs = find_stage_dirs(directory)
     contents = run_contents(directory)
-    if not dirs and not any(contents.values()):
+    from grtool.pipeline.status import has_records
+
+    submitted = Path(directory).is_dir() and has_records(Path(directory))  # a pipeline's jobs, before any stage wrote
+    if not dirs and not any(contents.values()) and not submitted:
         raise InputError(f"{directory}: no stage directory here")
     results = [status(d) for d in dirs]
     if as_json:
@@ -57,6 +61,9 @@ def status_cmd(
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
             console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+
+
+register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
 
 
 def _shown(path: str, root: Path) -> str:
@@ -119,7 +126,7 @@ def _print_pipeline_stages(directory: Path) -> None:
 
 def _print_slurm_jobs(directory: Path) -> None:
     """A pipeline run directory run with --executor slurm: each stage's last jobs and their states."""
-    from grtool.pipeline.slurm import slurm_jobs
+    from grtool.pipeline.slurm import job_label, slurm_jobs
 
     rows = slurm_jobs(directory)
     if not rows:
@@ -128,7 +135,7 @@ def _print_slurm_jobs(directory: Path) -> None:
     for col in ("stage", "job", "tasks", "states", "submitted"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        job = r["jobs"].get("run", "-") + (f" (finalize {r['jobs']['finalize']})" if r["jobs"].get("finalize") else "")
+        job = job_label(r["jobs"])
         t.add_row(r["stage"], job, str(r["tasks"]), r["summary"], r["submitted"] or "-")
     console.print(t)
 
@@ -209,6 +216,4 @@ def validate_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("status")(status_cmd)
-    app.command("validate")(validate_cmd)
+register(Command("validate", validate_cmd, reads={"directory": PathKind.RUN, "accept_empty": PathKind.STAGE}))

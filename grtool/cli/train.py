@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -9,9 +10,10 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import CannotAnswer, Json, Overwrite
 
-app = typer.Typer(name="train", help="Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL).", no_args_is_help=True)
+register(Group("train", "Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL)."))
 
 
 class Preset(str, Enum):
@@ -111,7 +113,6 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         typer.echo(orjson.dumps(record).decode())
 
 
-@app.command("sft")
 def sft_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export sft` wrote (LLaMA-Factory sharegpt/alpaca or TRL messages), or a filtered-chains stage directory (with --corpus).")],
     out: CkptOut,
@@ -157,7 +158,19 @@ def sft_cmd(
     _run("sft", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
 
 
-@app.command("kto")
+def _train_extras(words: str) -> Callable[[Mapping[str, Any]], list[tuple[str, str]]]:
+    """Training needs TRL and torch; a --dry-run, or writing a LLaMA-Factory config, does not."""
+
+    def extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        checkpoint = options.get("format", OutFormat.checkpoint) in (OutFormat.checkpoint, "checkpoint")
+        return [("train", words)] if checkpoint and not options.get("dry_run") else []
+
+    return extras
+
+
+register(Command("train sft", sft_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train sft")))
+
+
 def kto_cmd(
     data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples.")],
     out: CkptOut,
@@ -208,3 +221,6 @@ def kto_cmd(
     """
     options = {k: v for k, v in locals().items() if k not in ("data", "out", "model", "preset", "config", "resume", "overwrite", "dry_run", "fmt", "as_json")}
     _run("kto", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
+
+
+register(Command("train kto", kto_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train kto")))

@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex
+from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
@@ -26,10 +27,9 @@ class Grounding(str, Enum):
     off = "off"
 
 
-app = typer.Typer(name="triples", help="Extract knowledge triples (docids) from documents with an LLM.", no_args_is_help=True)
+register(Group("triples", "Extract knowledge triples (docids) from documents with an LLM."))
 
 
-@app.command("extract")
 @allows_empty
 @llm_options(max_tokens=1024)
 def extract_command(
@@ -128,7 +128,9 @@ def extract_command(
         )
 
 
-@app.command("collisions")
+register(Command("triples extract", extract_command, reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY}, extras=backend_extras))
+
+
 def collisions_command(
     triples: Annotated[Path, typer.Argument(help="Triples stage directory, or the run directory holding triples/.")],
     corpus: Annotated[
@@ -183,3 +185,6 @@ def collisions_command(
         for item in report["top_colliding"]:
             worst.add_row(str(item["documents"]), item["docid"])
         console.print(worst)
+
+
+register(Command("triples collisions", collisions_command, reads={"triples": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

@@ -35,6 +35,7 @@ from grtool.corpus.dedup_spill import (
 from grtool.errors import GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.stops import open_stops
+from grtool.store.empty import allowing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.records import load_shard_records, parts_not_on_disk
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
@@ -106,7 +107,8 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
     detect_inputs(_probes(inputs, found), dataset)  # an ambiguous file or a refused --dataset: before OUT exists
     fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity, allow_empty)  # noqa: E731
-    report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
+    with allowing(allow_empty):  # a caller of this function, not only the command, may allow an empty result
+        report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
 
 

@@ -62,7 +62,7 @@ class LocalExecutor(PipelineExecutor):
         print(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""), flush=True)
 
     def run(self) -> list[dict[str, Any]]:
-        require_extras(self.stages)
+        require_extras(self.commands, self.stages)
         check_input_paths(self.commands, self.pipeline, self.plan())
         stages = self.stages
         for n, stage in enumerate(stages):

@@ -1,8 +1,12 @@
 """What the pipeline knows of the commands its stages run: one small interface, filled in by the CLI.
 
+A command is declared once, as a :class:`Command` beside its Typer function (``grtool/cli/<stage>.py``): its
+words, its function (options typed in its signature), which extras it needs, what it reads and writes, its early
+checks. The CLI registers the Typer command from it, and the pipeline learns from it what a stage needs.
+
 The pipeline (its plan, its executors) never imports the CLI. Whoever runs a pipeline hands it a
-:class:`StageCommands`: the ``grtool`` command passes its own (``grtool.cli.stages.COMMANDS``), built from the
-functions behind its commands. It is the only thing the local and the Slurm executor share: the local one asks
+:class:`StageCommands`: the ``grtool`` command passes its own (``grtool.cli.stages.CliCommands``), built from the
+declared commands. It is the only thing the local and the Slurm executor share: the local one asks
 it to run a stage's command line in this process, the Slurm one writes that command line into a batch script;
 both ask it what a stage's command accepts (``--overwrite``, array sharding) and check every stage's options
 before the first stage runs.
@@ -10,7 +14,84 @@ before the first stage runs.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+
+class PathKind(str, Enum):
+    """What a path parameter of a command names."""
+
+    STAGE = "stage directory"  # one stage directory (grtool/store), or a run directory holding the one meant
+    RUN = "run directory"  # a directory of stage directories, which later stages may write inside too
+    FILE = "file"  # a file the user gives (a raw dataset, a prompt, a config)
+    LABELLED_FILE = "LABEL=FILE"  # a file, optionally preceded by a label and "="
+    DIRECTORY = "directory"  # a directory that is not a stage (a cache, a checkpoint, an index)
+    REPORT = "report"  # a file written with a command's results (JSON, a chart, an export)
+
+
+Extras = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+def _no_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return []
+
+
+def _frozen(mapping: Mapping[str, PathKind]) -> Mapping[str, PathKind]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``grtool`` command, declared once.
+
+    ``words``: how it is called ("filters apply"; one word for a top-level command). ``function``: the Typer
+    function it runs, its options typed in its signature (``Annotated[..., typer.Option(...)]``). ``help``: the
+    help text, by default the function's docstring. ``extras``: the (extra, feature) pairs it needs installed, from
+    its parsed options (parameter names as in the function). ``reads`` / ``writes``: its path parameters and what
+    they name; a pipeline checks what a stage reads exists before the first stage runs. ``check``: what it checks
+    of its parsed options before it writes (default: the function's ``check_options``, which ``llm_options``
+    adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
+    """
+
+    words: str
+    function: Callable[..., Any]
+    help: str | None = None
+    extras: Extras = _no_extras
+    reads: Mapping[str, PathKind] = field(default_factory=dict)
+    writes: Mapping[str, PathKind] = field(default_factory=dict)
+    check: Callable[[dict[str, Any]], None] | None = None
+    stage: bool = True
+    hidden: bool = False
+    cls: type | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "words", command_name(self.words))
+        object.__setattr__(self, "reads", _frozen(self.reads))
+        object.__setattr__(self, "writes", _frozen(self.writes))
+        if self.check is None:
+            object.__setattr__(self, "check", getattr(self.function, "check_options", None))
+        parameters = inspect.signature(self.function).parameters
+        unknown = [name for name in (*self.reads, *self.writes) if name not in parameters]
+        if unknown:
+            raise TypeError(f"command {self.words!r}: {', '.join(unknown)} is not a parameter of {self.function.__name__}")
+
+    def accepts(self, parameter: str) -> bool:
+        return parameter in inspect.signature(self.function).parameters
+
+    @property
+    def shards(self) -> bool:
+        """Whether it runs one shard of its input (``--num-shards`` / ``--shard-index``): a Slurm array's task."""
+        return self.accepts("num_shards")
+
+    @property
+    def writes_run_directory(self) -> bool:
+        """Whether its output is a run directory, inside which later stages write theirs."""
+        return PathKind.RUN in self.writes.values()
 
 
 def command_name(run: str) -> str:
@@ -42,6 +123,22 @@ class StageCommands(ABC):
     @abstractmethod
     def invoke(self, argv: list[str]) -> int | None:
         """Run ``grtool ARGV`` in this process; returns its exit code (None or 0: success) or raises its error."""
+
+    def declared(self, run: str) -> Command | None:
+        """The declaration of the stage's command (None: unknown, or not a command a stage may run)."""
+        return None
+
+    def extras(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
+        """(extra, feature) pairs the command line needs installed, from its options as the command parses them."""
+        return []
+
+    def shards(self, run: str) -> bool:
+        declared = self.declared(run)
+        return declared is not None and declared.shards
+
+    def writes_run_directory(self, run: str) -> bool:
+        declared = self.declared(run)
+        return declared is not None and declared.writes_run_directory
 
     def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
         """(parameter, path) pairs: the files and directories the command line names for its command to read

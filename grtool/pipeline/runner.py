@@ -73,12 +73,7 @@ def input_paths(stage: Stage) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-# The commands whose --out is a run directory: they write their stage directories inside it (OUT/triples,
-# OUT/documents and OUT/questions), where later stages write theirs too.
-RUN_DIRECTORY_COMMANDS = ("corpus ingest", "corpus merge", "triples extract")
-
-
-def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
+def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
     """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
     a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
     such a report would replace it. Reading an earlier stage's report (``eval compare``) stays fine."""
@@ -90,7 +85,9 @@ def refuse_writes_over_inputs(stages: list[Stage], extra: dict[str, str | None] 
         external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
         written += stage.outputs
     targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
-    run_dirs = {o for stage in stages if " ".join(stage.run.split()) in RUN_DIRECTORY_COMMANDS for o in stage.outputs}
+    # A command whose output is a run directory writes its stage directories inside it (OUT/triples, OUT/documents
+    # and OUT/questions), where later stages write theirs too.
+    run_dirs = {o for stage in stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
     for flag, target in [*targets, *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
@@ -180,14 +177,14 @@ def accepts_overwrite(commands: StageCommands, stage: Stage) -> bool:
     return commands.accepts(stage.run, "overwrite")
 
 
-def require_extras(stages: list[Stage]) -> None:
+def require_extras(commands: StageCommands, stages: list[Stage]) -> None:
     """Every extra the stages' commands need is installed, checked before the first stage runs (a missing one
     would otherwise stop the pipeline halfway, after the stages before it wrote their outputs)."""
     from grtool.extras import require
-    from grtool.pipeline.needs import command_extras
 
     for stage in stages:
-        for extra, feature in command_extras(stage.run, stage.options):
+        words = len(stage.run.split())
+        for extra, feature in commands.extras(stage.run, stage.argv()[words:]):
             require(extra, f"stage {stage.name!r}: {feature}")
 
 

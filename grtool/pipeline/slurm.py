@@ -123,7 +123,7 @@ class SlurmExecutor(PipelineExecutor):
         self._check_script_text(stage)
         tasks = conf.get("tasks", 1)
         if tasks > 1:
-            if not self.commands.accepts(stage.run, "num_shards"):
+            if not self.commands.shards(stage.run):
                 raise InputError(f"{where} 'tasks': {stage.run} does not split its work into shards (no --num-shards); run it as one job (tasks = 1)")
             if {"num_shards", "shard_index"} & set(stage.options):
                 raise InputError(f"{where} 'tasks': the stage sets --num-shards/--shard-index itself; an array task takes them from Slurm")
@@ -401,6 +401,13 @@ def job_ids(jobs: dict[str, Any]) -> list[str]:
     """Every job of a stage's record: its arrays (or its one job), then its finalize job."""
     runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
     return [*runs, *([jobs["finalize"]] if jobs.get("finalize") else [])]
+
+
+def job_label(jobs: dict[str, Any]) -> str:
+    """A stage's jobs as status shows them: its job, or every array of a stage split past MaxArraySize, and its
+    finalize job ("12, 13 (finalize 14)")."""
+    runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
+    return (", ".join(runs) or "-") + (f" (finalize {jobs['finalize']})" if jobs.get("finalize") else "")
 
 
 def time_hours(text: str | None) -> float | None:

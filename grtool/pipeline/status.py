@@ -11,7 +11,7 @@ from grtool.pipeline.config import Pipeline
 from grtool.pipeline.records import read_stage_done
 from grtool.pipeline.runner import RECORDS_DIR, stage_state
 from grtool.records import to_builtins
-from grtool.pipeline.slurm import JOBS_DIR, columns, slurm_jobs
+from grtool.pipeline.slurm import JOBS_DIR, columns, job_label, slurm_jobs
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def status_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[s
     for r in rows:
         slurm = r["slurm"] or {}
         jobs = slurm.get("jobs", {})
-        job = (jobs.get("run") or "-") + (f" (finalize {jobs['finalize']})" if jobs.get("finalize") else "")
+        job = job_label(jobs)
         table.append([r["stage"], r["state"], r["finished"] or "-", f"{r['seconds']:g}" if r["seconds"] is not None else "-",
                       job if slurm else "-", slurm.get("summary", "-")])  # fmt: skip
     lines = columns(header, table)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from grtool.errors import InputError
 from grtool.extras import require
