@@ -1,6 +1,6 @@
 """The steps of generative multi-hop retrieval (GMR/GRLS style), shared by `export gmr` (the training pairs),
 `train` (their chat) and `retrieve --mode gmr` (the same prompt at decoding time), and by `index build` (a
-document's rendering, the string the GMR index holds).
+document's rendering, the string a ``--source documents`` index holds).
 
 Step k's input is the question followed by the k gold documents already retrieved; its target is gold document
 k+1, and the last step's target is ``DONE``. A document is written as ``title: text``, the same string as target
