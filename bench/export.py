@@ -145,7 +145,7 @@ def worker_index(kind: str, root: Path) -> dict:
     base = current_rss_mb()
     start = time.perf_counter()
     if kind == "grtool":
-        from grtool.export.readers import DocidIndex
+        from grtool.vocab.readers import DocidIndex
 
         index = DocidIndex.build(root / "triples")
         lookup = None
@@ -183,7 +183,7 @@ def worker_index(kind: str, root: Path) -> dict:
 def worker_recall(kind: str, root: Path) -> dict:
     start = time.perf_counter()
     if kind == "grtool":
-        from grtool.export.readers import DocidIndex, QuestionIndex
+        from grtool.vocab.readers import DocidIndex, QuestionIndex
         from grtool.evaluation.recall import evaluate_recall
 
         report = evaluate_recall(root / "responses.jsonl", QuestionIndex.build(root / "corpus"), DocidIndex.build(root / "triples"))
@@ -220,7 +220,8 @@ def worker_sft(kind: str, root: Path, out: Path) -> dict:
         result = export_sft(root / "chains", root / "corpus", out, SftOptions(max_per_dataset=None, seed=1))
         rows = sum(c.train for c in result.per_dataset.values())
     else:
-        from grtool.export.formats import instruction, sft_row
+        from grtool.vocab.prompt import instruction
+        from grtool.export.formats import sft_row
 
         questions = {}
         for batch in iter_batches(root / "corpus" / "questions", columns=["qid", "question"]):

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from grtool.filters.apply import FilterConfig, apply_filters
-from grtool.filters.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
+from grtool.vocab.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
 from grtool.log import configure
 from grtool.store.schemas import CHAINS, DOCUMENTS, QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, iter_rows

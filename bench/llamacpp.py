@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from grtool.llm import Sampling, make_backend
-    from grtool.llm.models import embedded_gguf
+    from grtool.models import embedded_gguf
     from grtool.log import configure
     from grtool.triples.prompt import load_prompt
 

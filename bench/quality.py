@@ -148,7 +148,7 @@ def marker_model(model: str | None, out: Path) -> Path:
 
 
 def slug(model: str | None) -> str:
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
 
     name = DEFAULT_MODEL_NAME if model in (None, "default") else Path(model.rstrip("/")).name.removesuffix(".gguf")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-").lower()
@@ -212,7 +212,7 @@ class Bench:
         """Each scored test question's recall and exact set (1/0), by the scorer of `eval recall`; a question
         with several responses gets their mean."""
         from grtool.evaluation.recall import Skipped, iter_scores
-        from grtool.export.readers import DocidIndex, QuestionIndex
+        from grtool.vocab.readers import DocidIndex, QuestionIndex
 
         if self.scoring is None:
             self.scoring = (QuestionIndex.build(self.p("test")), DocidIndex.build(self.p("triples")))

@@ -26,7 +26,7 @@ def tokenizer_folder(tokenizer: str | None) -> Path:
     """The folder whose tokenizer files the model gets: ``tokenizer``, else the embedded model's (converted once)."""
     if tokenizer:
         return Path(tokenizer)
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     return Path(resolve_model(None).path)
 

@@ -58,7 +58,7 @@ def marker_model(out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grtool.docid import DOCID_END, DOCID_START
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     base = resolve_model(None).path
     tok = AutoTokenizer.from_pretrained(base)

@@ -46,7 +46,7 @@ try:
     if what == "model":  # what the transformers backend loads: the tokenizer and the weights on the CPU
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from grtool.llm.models import resolve_model
+        from grtool.models import resolve_model
         path = resolve_model(None).path
         AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path)
@@ -98,7 +98,7 @@ def lookup_dir(index_dir: Path, triples: str | Path | None = None) -> Path | Non
     without it, or not built yet)."""
     try:
         from grtool.docid.lookup_files import cache_dir, stage_key
-        from grtool.store.stage import resolve_stage
+        from grtool.store.records import resolve_stage
     except ImportError:
         return None
     if triples is None:
@@ -197,7 +197,8 @@ def make_triples(out: Path, n: int, corpus: Path | None = None, seed: int = 0) -
     stage = StageWriter(out, StageSpec("triples", TRIPLES, {"source": "bench/retrieve_memory.py", "seed": seed, "rows": n}), num_parts=parts)
     evidence = None
     if corpus is not None:
-        from grtool.store.stage import read_table, resolve_stage
+        from grtool.store.stage import read_table
+        from grtool.store.records import resolve_stage
         from grtool.triples.evidence import evidence_triples
 
         found = evidence_triples(read_table(resolve_stage(corpus, "questions")).to_pylist(), read_table(resolve_stage(corpus, "documents"), ["doc_id", "title"]).to_pylist())

@@ -73,7 +73,8 @@ def rows(n: int) -> list[tuple[str, str]]:
 
 def write_rows(path: Path, n: int) -> Path:
     """The file `grtool export sft --format trl-messages` writes (JSON Lines of {"messages": [...]})."""
-    from grtool.export.formats import instruction, sft_row
+    from grtool.vocab.prompt import instruction
+    from grtool.export.formats import sft_row
 
     path.write_text("".join(json.dumps(sft_row("trl-messages", instruction(q), c, None)) + "\n" for q, c in rows(n)))
     return path
@@ -185,7 +186,7 @@ def bare_side(data: Path, args, packing: bool, tmp: Path, *, logging_steps: int 
     from trl import SFTConfig, SFTTrainer
 
     from grtool.docid import DOCID_END, DOCID_START
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     path = resolve_model(args.model).path
     last = args.warmup + args.steps + 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_DATA = 1  # the data has problems (validation failed, a guard tripped)
 EXIT_USAGE = 2  # usage or input error
@@ -9,6 +12,11 @@ EXIT_USAGE = 2  # usage or input error
 # locked by another run, SIGTERM): the same command run again later resumes. 75 is sysexits' EX_TEMPFAIL.
 EXIT_TRANSIENT = 75
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): the user stopped it; a retry loop must not start it again
+
+
+def printable(path: str | Path) -> str:
+    """A path for messages (every message that names a file uses it), whatever bytes its name holds (non-UTF-8 bytes shown as ``\\xff``)."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 class GrtoolError(Exception):

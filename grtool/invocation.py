@@ -15,6 +15,7 @@ import contextlib
 import threading
 from collections.abc import Iterable, Iterator
 
+from grtool.errors import printable
 from grtool.secrets import redact_argv
 
 _lock = threading.Lock()
@@ -23,8 +24,6 @@ _lock = threading.Lock()
 def _recordable(argv: Iterable[str]) -> tuple[str, ...]:
     """Redacted, and every word valid UTF-8 (JSON records hold only that): a file name's non-UTF-8 bytes (surrogate
     escapes in Python) are recorded as ``\\xff`` escapes."""
-    from grtool.store.paths import printable
-
     return tuple(printable(word) for word in redact_argv(argv))
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import InputError
+from grtool.errors import InputError, printable
 
 # No count or size a user gives comes near 2**53; past it floats stop counting, JSON readers lose digits, and a
 # typo such as 10**30 rows would fail deep inside a library instead of here.
@@ -243,7 +243,6 @@ def missing_input(path: str | Path) -> InputError:
     import re
 
     from grtool.records import file_kind
-    from grtool.store.paths import printable
 
     p, shown_path = Path(path), printable(path)
     kind = file_kind(p)
@@ -276,8 +275,6 @@ def read_input_bytes(path: str | Path) -> bytes:
     """The bytes of a small file the user names (a pipeline file, a config, a report): opened without blocking,
     so a FIFO or a device is named (:func:`missing_input`) instead of waited on."""
     import stat
-
-    from grtool.store.paths import printable
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

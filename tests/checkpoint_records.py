@@ -37,7 +37,7 @@ def nan_model(folder: Path) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     base = Path(resolve_model(None).path)
     folder.mkdir(parents=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 SECTION_IDS = ("stages", "funnel", "filters", "corpus", "collisions", "overlap", "eval", "commands")
 

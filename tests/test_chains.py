@@ -253,7 +253,8 @@ def test_default_candidates_are_greg_s_five_one_greedy_four_sampled():
 
 
 def test_cannot_answer_sentence_replaces_grtools_in_the_chain_prompt():
-    from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE, ChainPrompt
+    from grtool.vocab.text import CANNOT_ANSWER_SENTENCE
+    from grtool.chains.prompt import ChainPrompt
 
     default = ChainPrompt.load()
     assert CANNOT_ANSWER_SENTENCE in default.system and default.with_cannot_answer(None) is default

@@ -12,7 +12,8 @@ from test_export import build_samples
 
 from grtool.chains.prompt import user_turn
 from grtool.index.constraints import offered_docids
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 
 def test_offered_docids_read_back_what_the_prompt_lists():

@@ -17,7 +17,8 @@ import pytest
 from conftest import SHARED_DATA
 from test_export import build_samples
 
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
 TIMEOUT = 600  # the stage takes ~1-2 min on 2 CPU cores; seen: the process then never exits (vLLM shutdown)

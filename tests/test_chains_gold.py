@@ -9,7 +9,8 @@ import pytest
 
 from grtool.chains.docids import Triple
 from grtool.chains.gold import NoChain, Step, choose_steps, write_chain
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 from grtool.triples.evidence import question_evidences, write_evidence_stage
 
 

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from grtool.store.schemas import QUESTIONS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, read_table
+from grtool.store.stage import StageSpec, StageWriter, read_table
+from grtool.store.records import load_manifest
 
 S, E = "<docid_start>", "<docid_end>"
 

@@ -15,11 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
+from grtool.vocab.text import CANNOT_ANSWER_SENTENCE
 from grtool.corpus.doc_hash import doc_id
 from grtool.store.io import InputTable
 from grtool.store.schemas import TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, iter_rows, load_manifest
+from grtool.store.stage import StageSpec, StageWriter, iter_rows
+from grtool.store.records import load_manifest
 
 S, E = "<docid_start>", "<docid_end>"
 _OFFERED = re.compile(r"^\d+\. \[(.*)\]$", re.M)

@@ -18,7 +18,8 @@ import pytest
 from grtool.corpus.synthetic import write_hotpot_array
 from grtool.errors import GrtoolError
 from grtool.store.schemas import DOCUMENTS
-from grtool.store.stage import StageSpec, StageWriter, read_table, run_lock
+from grtool.store.stage import StageSpec, StageWriter, read_table
+from grtool.store.locks import run_lock
 
 
 @pytest.fixture(scope="module")

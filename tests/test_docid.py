@@ -30,7 +30,7 @@ from grtool.docid import (
     triple_key,
 )
 from grtool.export.kto import kto_label
-from grtool.export.readers import DocidIndex, Question, Response
+from grtool.vocab.readers import DocidIndex, Question, Response
 from grtool.evaluation.recall import score_response
 from grtool.docid.lookup import docid_hashes
 from grtool.docid.lookup_files import open_lookup

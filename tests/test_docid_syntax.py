@@ -16,7 +16,7 @@ from test_llm_openai import FlakyServer, _serve
 from grtool.docid import (
     BRACKETS, DOCID_END, DOCID_START, SPECIAL, SYNTAX_REASONS, flip, flip_key, parse, render, triple_key, triple_problem,
 )  # fmt: skip
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.index.base import Index
 from grtool.index.build import build_index
 from grtool.store.schemas import TRIPLES

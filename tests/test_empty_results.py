@@ -10,7 +10,8 @@ import pytest
 
 from grtool.store.empty import EmptyResult, allowing, check_rows, top_reasons
 from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, read_table
+from grtool.store.stage import StageSpec, StageWriter, read_table
+from grtool.store.records import load_manifest
 from grtool.triples.evidence import write_evidence_stage
 from tests.conftest import EXAMPLES, run_cli
 

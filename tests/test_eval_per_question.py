@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
 
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.llm.base import Generation
 from grtool.retrieve.stage import RetrieveSettings, response_row
 from grtool.store.schemas import RESPONSES
-from grtool.store.stage import read_table, resolve_stage
+from grtool.store.stage import read_table
+from grtool.store.records import resolve_stage
 
 M, Z = "Mohammed bin Hamad bin Khalifa Al Thani", "Moza bint Nasser"  # Q_MOZA's gold titles
 MOZA_EXACT = f"{SPECIAL(M, 'mother', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')} Al Khor."  # recall 1, exact

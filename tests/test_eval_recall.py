@@ -28,7 +28,7 @@ from test_export import (
 
 from grtool.docid import normalize as normalize_docid
 from grtool.docid import parse as parse_docids
-from grtool.export.readers import DocidIndex, QuestionIndex, Response
+from grtool.vocab.readers import DocidIndex, QuestionIndex, Response
 from grtool.evaluation.recall import score_response
 
 SCORED = [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grtool.export.formats import instruction
-from grtool.export.gmr import render_document
+from grtool.vocab.prompt import instruction
+from grtool.vocab.gmr import render_document
 from grtool.export.shuffle import unit_hash
 from conftest import SHARED_DATA, run_cli
 from grtool.store.schemas import CHAINS, TRIPLES

@@ -12,11 +12,12 @@ import re
 
 import pytest
 
-from grtool.filters.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
+from grtool.vocab.text import Markers, conclusion, contains_answer, normalize_answer, parse_markers, says_cannot_answer
 from grtool.store.empty import allowing
 from grtool.store.io import InputTable
 from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, iter_rows, load_manifest
+from grtool.store.stage import StageSpec, StageWriter, iter_rows
+from grtool.store.records import load_manifest
 
 S, E = "<docid_start>", "<docid_end>"
 

@@ -85,7 +85,7 @@ class Fuzz:
 
 def prepare(base: Path) -> Fuzz:
     """Build the run under ``base`` and record every command's answer on it intact."""
-    from grtool.llm.models import cache_root
+    from grtool.userinput import cache_root
 
     cache = base / "cache"
     cache.mkdir()

@@ -17,7 +17,8 @@ from grtool.index.base import Index
 from grtool.index.kinds import FMIndex, NumpyIndex, TrieIndex
 from grtool.index.query import query
 from grtool.store.schemas import TRIPLES
-from grtool.store.stage import StageSpec, StageWriter, sha256_file
+from grtool.store.stage import StageSpec, StageWriter
+from grtool.store.records import sha256_file
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = HERE / "data" / "index_triples.jsonl"

@@ -15,7 +15,7 @@ from grtool.index.agreement import check_agreement, fix_command
 from grtool.index.base import Index
 from grtool.index.build import build_index
 from grtool.index.tokenizer import load_tokenizer
-from grtool.llm.models import DEFAULT_MODEL_NAME
+from grtool.models import DEFAULT_MODEL_NAME
 
 SMOL = DEFAULT_MODEL_NAME
 
@@ -37,7 +37,7 @@ def _off_the_shelf_smol() -> Tokenizer:
     """The embedded model's own tokenizer, as transformers loads it: no docid markers."""
     from transformers import AutoTokenizer
 
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(SMOL).path).backend_tokenizer
 

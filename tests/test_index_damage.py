@@ -154,7 +154,7 @@ def _damage(pristine: Path, target: Path, name: str, how: str, rng, bypass: bool
         (target / name).write_bytes(data)
     meta = json.loads((pristine / "index.json").read_text())
     if bypass:
-        from grtool.store.stage import file_hash
+        from grtool.store.fingerprints import file_hash
 
         if how == "missing":
             del meta["files"][name]

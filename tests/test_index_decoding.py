@@ -28,7 +28,7 @@ def docid_model(tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
     from grtool.index.build import build_index
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     base = Path(resolve_model(None).path)
     root = tmp_path_factory.mktemp("docid_model")

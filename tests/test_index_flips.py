@@ -62,7 +62,7 @@ def test_flipped_docids_are_indexed_and_find_their_documents(cli, tmp_path, kind
     # the summary line names the cost
     line = cli("index", "build", "-", "--tokenizer", "qwen", "--out", out, "--flips", "--overwrite", input=BUNDLED.read_text(), env={"COLUMNS": "300"}).stderr
     assert f"{len(docs)} of them flipped ({built['flips_token_share']:.1%} of the tokens)" in line
-    from grtool.store.validate import validate_index
+    from grtool.audit.validate import validate_index
 
     assert not validate_index(out).problems
 

@@ -15,7 +15,8 @@ from grtool.index.base import META, Index
 from grtool.index.build import build_index, read_docids, tokenize, write_index
 from grtool.index.stream import pieces_agree, read_sequences
 from grtool.index.tokenizer import load_tokenizer
-from grtool.store.stage import fingerprint, resolve_stage
+from grtool.store.fingerprints import fingerprint
+from grtool.store.records import resolve_stage
 
 VOLATILE = ("created", "build_seconds", "build", "command")  # "build": timings, scratch disk
 

@@ -63,7 +63,7 @@ def _save(tok) -> str:
 def test_default_is_the_embedded_models_tokenizer():
     from transformers import AutoTokenizer
 
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     model_tok = AutoTokenizer.from_pretrained(resolve_model(None).path)
     tok = load_tokenizer("default")
@@ -86,7 +86,7 @@ def test_a_missing_package_names_the_pip_line():
 
 @pytest.mark.slow
 def test_the_default_models_name_is_the_default_tokenizer():
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
 
     tok = load_tokenizer(DEFAULT_MODEL_NAME)
     assert tok.fingerprint() == load_tokenizer("default").fingerprint() and tok.spec == DEFAULT_MODEL_NAME

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from grtool.corpus.synthetic import write_hotpot_array
-from grtool.store.stage import _legacy_fingerprint, read_table
+from grtool.store.fingerprints import _legacy_fingerprint
+from grtool.store.stage import read_table
 
 
 def one_line(text: str) -> str:

@@ -295,7 +295,7 @@ def test_logprobs_required_and_parsed():
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     model = resolve_model(None).path
     port = free_port()
@@ -491,7 +491,7 @@ def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, shared_dat
     """--constrain through vLLM's server: every citation is an offered triple; the same run without it is not."""
     from test_export import build_samples
 
-    from grtool.store.stage import load_manifest
+    from grtool.store.records import load_manifest
 
     root = tmp_path / "run"
     build_samples(shared_data, root)

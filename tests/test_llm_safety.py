@@ -26,7 +26,8 @@ from grtool import secrets
 from grtool.errors import GrtoolError
 from grtool.llm import Sampling, make_backend
 from grtool.llm.base import Generation, TokenLogprobs
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 from llm_helpers import write_documents
 
 SECRET = "sk-test-0123456789abcdefSECRET"

@@ -13,7 +13,7 @@ import numpy as np
 from grtool.docid import flip_key, render, triple_key
 from grtool.docid.lookup import hash_keys
 from grtool.docid.lookup_files import open_lookup
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 

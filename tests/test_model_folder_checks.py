@@ -17,7 +17,7 @@ from tests.test_train import write_sft
 
 @pytest.fixture(scope="module")
 def model_folder():
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     return Path(resolve_model(None).path)
 

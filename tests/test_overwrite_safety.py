@@ -44,7 +44,7 @@ def run(samples, tmp_path_factory) -> dict:  # noqa: F811
     shutil.copytree(samples["root"], root)
     (root / "notes.txt").write_text("my notes about this run\n")
     write_chains(samples, base / "filtered")
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     model = base / "base-model"
     model.mkdir()

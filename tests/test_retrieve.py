@@ -15,8 +15,9 @@ import pytest
 from conftest import SHARED_DATA, run_cli
 from test_export import build_samples
 
-from grtool.export.readers import DocidIndex
-from grtool.store.stage import load_manifest, read_table
+from grtool.vocab.readers import DocidIndex
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def marker_model(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grtool.docid import DOCID_END, DOCID_START
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     base = resolve_model(None).path
     out = tmp_path_factory.mktemp("marker_model")

@@ -15,8 +15,9 @@ import pytest
 from conftest import SHARED_DATA, run_cli
 from test_export import build_samples
 
-from grtool.export.gmr import DONE, render_document
-from grtool.store.stage import load_manifest, read_table
+from grtool.vocab.gmr import DONE, render_document
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 
 pytestmark = pytest.mark.slow
 

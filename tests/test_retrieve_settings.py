@@ -25,7 +25,8 @@ def test_system_prompt_is_the_one_export_sft_trains_with(tmp_path):
 
     from conftest import run_cli
 
-    from grtool.export.formats import instruction, sft_row
+    from grtool.vocab.prompt import instruction
+    from grtool.export.formats import sft_row
     from grtool.retrieve.run import RetrieveRequest, retrieve_prompt
 
     request = RetrieveRequest(corpus="unused", index=Path("unused"), out=tmp_path / "out", few_shot=0, system="Answer with docids.")
@@ -50,7 +51,8 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
     from grtool.index.base import Index
     from grtool.retrieve.run import check_flips
     from grtool.train.data import data_flips
-    from grtool.train.run import checkpoint_flips, learned_flips
+    from grtool.vocab.provenance import checkpoint_flips
+    from grtool.train.run import learned_flips
 
     forward = tmp_path / "forward"
     write_chains(samples, forward)  # no flipped docid
@@ -98,7 +100,7 @@ def test_brackets_with_a_grtool_checkpoint_default_to_no_worked_examples(samples
     (`export sft --markers brackets` rows have no examples): by default it gets exactly that prompt."""
     from pathlib import Path
 
-    from grtool.export.formats import instruction
+    from grtool.vocab.prompt import instruction
     from grtool.retrieve.run import RetrieveRequest, retrieve_prompt, trained_by_grtool
 
     ckpt, plain = tmp_path / "ckpt", tmp_path / "plain"

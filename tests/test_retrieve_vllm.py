@@ -14,7 +14,7 @@ import pytest
 from conftest import run_cli
 from test_retrieve import _assert_all_exist, _rows, run  # noqa: F401  (run: the shared corpus + index fixture)
 
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_processor_waits_for_async_placeholders(run):  # noqa: F811
     from grtool.index.decoding import Forbidden
     from grtool.index.tokenizer import load_tokenizer
     from grtool.index.vllm_processor import EXTRA_ARG, DocidVllmLogitsProcessor
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
     from grtool.retrieve.stage import constraint_spec
     from grtool.store.stage import read_table
 

@@ -16,7 +16,8 @@ import orjson
 import pytest
 
 from grtool.store.schemas import CHAINS, TRIPLES
-from grtool.store.stage import load_manifest, read_table
+from grtool.store.records import load_manifest
+from grtool.store.stage import read_table
 from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
 from tests.conftest import REPO, SHARED_DATA, run_cli
 from tests.test_export import _write_stage
@@ -183,7 +184,7 @@ def checkpoint(run, tmp_path_factory) -> tuple[Path, set[str]]:
     """The embedded model in a folder with a grtool.json that records the train questions as its training data
     (as `train sft` writes it from `export sft --split train`); an FM-index with its tokenizer."""
     from grtool.evaluation.overlap import trained_questions
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
     from grtool.train.data import exported_questions
 
     root = tmp_path_factory.mktemp("ckpt")
@@ -291,7 +292,7 @@ def test_demo_trains_on_no_question_it_scores():
 def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
     """The demo's own splits on the bundled example corpus: the questions export sft and export kto write
     (read back from their records) and those the scored retrieve stages select are disjoint."""
-    from grtool.retrieve.stage import Selection
+    from grtool.store.questions import Selection
 
     stages = demo_stages()
     files = [a for s in stages.values() if s.run == "corpus ingest" for a in s.args]

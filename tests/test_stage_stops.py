@@ -16,7 +16,8 @@ import pytest
 
 from conftest import write_pipeline_file
 from grtool.errors import InputError
-from grtool.store.validate import accept_tree, status, validate_stage, validate_tree
+from grtool.audit.validate import accept_tree, validate_stage, validate_tree
+from grtool.store.status import status
 
 from llm_helpers import hotpot_paragraphs, write_documents
 from test_llm_openai import ANSWERS, FlakyServer, _serve

@@ -9,14 +9,11 @@ import pytest
 from grtool.errors import GrtoolError
 from grtool.store.schemas import DOCUMENTS
 from grtool.store.sharding import parts_for_task, resolve_sharding
-from grtool.store.stage import (
-    StageSpec,
-    StageWriter,
-    iter_rows,
-    load_manifest,
-    redact_argv,
-)
-from grtool.store.validate import status, validate_stage
+from grtool.store.stage import StageSpec, StageWriter, iter_rows
+from grtool.store.records import load_manifest
+from grtool.secrets import redact_argv
+from grtool.store.status import status
+from grtool.audit.validate import validate_stage
 
 
 def _docs(n: int, start: int = 0) -> list[dict]:

@@ -6,8 +6,9 @@ import multiprocessing as mp
 
 from grtool.store.schemas import DOCUMENTS
 from grtool.store.sharding import parts_for_task
-from grtool.store.stage import StageSpec, StageWriter, load_manifest
-from grtool.store.validate import validate_stage
+from grtool.store.stage import StageSpec, StageWriter
+from grtool.store.records import load_manifest
+from grtool.audit.validate import validate_stage
 
 PARTS = 24
 TASKS = 4

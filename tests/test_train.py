@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.export.formats import dataset_info_stanza, instruction, kto_row, sft_row, update_dataset_info
+from grtool.export.formats import dataset_info_stanza, kto_row, sft_row, update_dataset_info
+from grtool.vocab.prompt import instruction
 from tests.checkpoint_records import checkpoint_record_bytes
 from tests.test_export import samples  # noqa: F401  (fixture: the real samples ingested once)
 
@@ -234,7 +235,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
     err = cli("train", "sft", small, "--out", out, "--per-device-batch-size", "2", "--gradient-accumulation", "2", check=2).stderr
     assert "small.json" in err and "effective batch of 4" in err
     # a base model without a chat template: say what to pass
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -47,7 +47,7 @@ def finished(tmp_path_factory):
 
 
 def test_the_checkpoint_records_decode_through_their_declarations(finished, tmp_path, cli):
-    from grtool.export.provenance import read_checkpoint, read_run_record
+    from grtool.vocab.provenance import read_checkpoint, read_run_record
     from grtool.records import DamagedRecord
 
     record = read_checkpoint(finished)
@@ -158,7 +158,7 @@ def test_config_file_numbers_are_held_to_the_same_bounds(tmp_path, cli):
 
 def test_train_sft_refuses_a_kto_export(tmp_path, cli):
     """`train sft` trained on a KTO export, its undesirable answers too."""
-    from grtool.export.provenance import write_sidecar
+    from grtool.vocab.provenance import write_sidecar
 
     kto = write_kto(tmp_path / "thinkgr_kto.json", 2, 2)
     one_line(cli("train", "sft", kto, "--out", tmp_path / "ckpt", check=2), "carries a KTO label")  # the rows say so

@@ -159,7 +159,7 @@ def test_a_fifo_index_record_does_not_hang(index_dir, tmp_path):
 @pytest.fixture
 def export_file(tmp_path) -> Path:
     """A GMR export written by grtool's own writer (rows and sidecar)."""
-    from grtool.export.provenance import write_sidecar
+    from grtool.vocab.provenance import write_sidecar
 
     out = tmp_path / "gmr.jsonl"
     rows = [{"kind": "memorization", "doc_id": f"d{i}", "input": f"title {i}", "target": f"text {i}"} for i in range(3)]
@@ -209,7 +209,7 @@ def test_an_edited_export_record_is_named_by_validate(export_file, case):
 
 def test_an_edited_export_record_is_refused_by_its_readers(export_file):
     """Readers other than validate decode the same declaration (a DamagedRecord, not a silent default)."""
-    from grtool.export.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import read_sidecar, sidecar_path
     from grtool.records import DamagedRecord
 
     _edit_sidecar(export_file, _set("rows", -1))
@@ -365,7 +365,7 @@ ROW_CASES = {
 @pytest.mark.parametrize("case", sorted(ROW_CASES))
 @pytest.mark.parametrize("layout", ["jsonl", "array one per line", "array on one line"])
 def test_an_export_row_of_the_wrong_shape_is_named_by_record_and_field(export_file, case, layout):
-    from grtool.export.provenance import write_sidecar
+    from grtool.vocab.provenance import write_sidecar
 
     bad, field = ROW_CASES[case]
     good = {"kind": "memorization", "doc_id": "d0", "input": "title", "target": "text"}
@@ -385,7 +385,7 @@ def test_an_export_row_of_the_wrong_shape_is_named_by_record_and_field(export_fi
 
 @pytest.mark.parametrize("layout", ["array one per line", "array on one line", "jsonl"])
 def test_a_deeply_nested_export_row_is_one_line_naming_the_row(export_file, layout):
-    from grtool.export.provenance import write_sidecar
+    from grtool.vocab.provenance import write_sidecar
 
     good = json.dumps({"kind": "memorization", "doc_id": "d0", "input": "title", "target": "text"})
     deep = '{"kind": "memorization", "doc_id": "d", "input": "t", "target": ' + "[" * 100_000 + "]" * 100_000 + "}"

@@ -288,7 +288,7 @@ def test_index_json_rewritten_to_match_damaged_files_still_fails(indexed_run):
     # Checksums alone are not enough when index.json was edited to agree: the index must still answer.
     import numpy as np
 
-    from grtool.store.stage import sha256_file
+    from grtool.store.records import sha256_file
 
     idx = indexed_run / "index"
     lengths = np.load(idx / "seq_lengths.npy")

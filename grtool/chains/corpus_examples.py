@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from grtool.docid import MARKERS
-from grtool.store.stage import iter_batches, resolve_stage
+from grtool.store.stage import iter_batches
+from grtool.store.records import resolve_stage
 
 Triple = tuple[str, str, str]
 

@@ -27,7 +27,7 @@ from typing import Any
 from grtool.chains.docids import Triple
 from grtool.chains.triples import TripleStore
 from grtool.docid import SPECIAL, Markers, loose_key
-from grtool.filters.text import normalize_answer
+from grtool.vocab.text import normalize_answer
 from grtool.triples.evidence import question_evidences
 
 MODEL = "gold"

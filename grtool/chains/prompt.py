@@ -19,11 +19,9 @@ from grtool.chains.docids import Triple
 from grtool.docid import BRACKETS, render
 from grtool.errors import InputError
 from grtool.llm.base import Messages
+from grtool.vocab.text import CANNOT_ANSWER_SENTENCE
 
 PROMPTS = Path(__file__).parent / "prompts"
-# The recipe's ending for a question the triples cannot answer (system prompt rule 5); the filters require it
-# exactly for unanswerable questions.
-CANNOT_ANSWER_SENTENCE = "The retrieved triples are not enough to answer the question."
 DEFAULT_SYSTEM = PROMPTS / "system.txt"
 DEFAULT_FEW_SHOT = PROMPTS / "few_shot.jsonl"
 

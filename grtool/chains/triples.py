@@ -14,7 +14,8 @@ from grtool.docid import triple_problem
 from grtool.errors import InputError
 from grtool.log import log
 from grtool.store.reading import open_shard, read_row_group
-from grtool.store.stage import resolve_stage, shard_paths
+from grtool.store.records import resolve_stage
+from grtool.store.stage import shard_paths
 
 COLUMNS = ["doc_id", "idx", "head", "relation", "tail"]
 

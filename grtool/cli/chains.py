@@ -77,7 +77,7 @@ def synthesize(
     from grtool.chains.synthesize import ChainSettings
     from grtool.chains.synthesize import run_summary
     from grtool.chains.synthesize import synthesize as run
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
     from grtool.log import log
     from grtool.store.coverage import check_triples_cover
 

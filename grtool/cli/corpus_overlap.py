@@ -9,7 +9,7 @@ import orjson
 import typer
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json, Plot, plot_extras
 from grtool.log import console, log
 

@@ -37,7 +37,7 @@ def recall_cmd(
 
     Example: grtool eval recall out/retrieve/sft --corpus out/corpus --triples out/triples --per-question --json
     """
-    from grtool.export.readers import DocidIndex, QuestionIndex
+    from grtool.vocab.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.per_question import PerQuestion
     from grtool.evaluation.recall import evaluate_recall
     from grtool.evaluation.overlap import refuse_overlap, train_overlap

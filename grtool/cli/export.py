@@ -169,7 +169,7 @@ def gmr_cmd(
     """
     from grtool.export.formats import open_rows
     from grtool.export.gmr import GmrResult, iter_gmr
-    from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+    from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
     from grtool.store.empty import check_rows
 
     result = GmrResult()

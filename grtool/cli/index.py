@@ -72,7 +72,7 @@ def build_cmd(
 
 def _build_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The embedded model's tokenizer, or one read from a .gguf file, comes with the llm extra."""
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
 
     tokenizer = str(options.get("tokenizer") or "")
     needs_llm = tokenizer in ("default", DEFAULT_MODEL_NAME) or tokenizer.endswith(".gguf")

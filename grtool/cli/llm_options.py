@@ -26,7 +26,7 @@ import typer
 from grtool.extras import require_backend
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, check_backend_options, make_backend
 from grtool.llm.base import Backend, Sampling, check_room
-from grtool.llm.models import cache_root
+from grtool.userinput import cache_root
 
 _PANEL = "LLM"
 
@@ -111,7 +111,8 @@ def refuse_cache_over_output(cache: Path, out: Path | str) -> None:
     """--cache-dir is written too: it may lie inside --out (as the default OUT/_llm_cache does), never be it nor
     hold it (the cache's files would mix with the stage's, and --overwrite of one would meet the other)."""
     from grtool.errors import InputError
-    from grtool.store.paths import is_within, printable, real
+    from grtool.store.paths import is_within, real
+    from grtool.errors import printable
 
     if str(out) != "-" and is_within(real(out), real(cache)):
         what = "is" if real(out) == real(cache) else "contains"

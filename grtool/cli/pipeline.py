@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
 from grtool.log import log, stage_summary

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import orjson
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 

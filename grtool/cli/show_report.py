@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, PathKind, register
 from grtool.errors import InputError
 
 

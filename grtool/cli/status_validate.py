@@ -10,13 +10,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
-from grtool.store.stage import printable
+from grtool.errors import printable
 from grtool.store.stops import describe as describe_stop, describe_acceptance
-from grtool.store.validate import accept_tree, describe, find_stage_dirs, status, validate_tree
+from grtool.audit.validate import accept_tree, describe, validate_tree
+from grtool.store.status import find_stage_dirs, status
 from grtool.userinput import require_input
 
 

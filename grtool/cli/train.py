@@ -97,7 +97,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         if str(out) == "-":
             typer.echo(text, nl=False)
         else:
-            from grtool.store.stage import atomic_write_bytes
+            from grtool.store.records import atomic_write_bytes
 
             out.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(out, text.encode())

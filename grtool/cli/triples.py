@@ -73,7 +73,7 @@ def extract_command(
     Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
     """
     from grtool.docid import Markers, check_markers
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
     from grtool.triples.extract import ExtractConfig, extract
     from grtool.triples.grounding import drop_shares

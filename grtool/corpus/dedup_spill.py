@@ -37,7 +37,8 @@ import pyarrow as pa
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.records import Count, read_record, to_builtins
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MAX_ROWS_PER_SHARD, atomic_write_bytes, dumps
+from grtool.store.stage import MAX_ROWS_PER_SHARD
+from grtool.store.records import atomic_write_bytes, dumps
 
 DOC_SPILL = pa.schema([("seq", pa.int64()), *DOCUMENTS])
 QUESTION_SPILL = pa.schema([("seq", pa.int64()), *QUESTIONS, ("source", pa.string()), ("position", pa.string())])

@@ -39,17 +39,12 @@ from grtool.store.empty import allowing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.records import load_shard_records, parts_not_on_disk
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import (
-    MANIFEST,
-    MAX_ROWS_PER_SHARD,
-    RUN_LOCK,
-    StageSpec,
-    load_manifest,
-    prepare_out_dir,
-    printable,
-    refuse_stdin_resume,
-    run_lock,
-)
+from grtool.store.layout import MANIFEST, RUN_LOCK
+from grtool.store.stage import MAX_ROWS_PER_SHARD, StageSpec, refuse_stdin_resume
+from grtool.store.records import load_manifest
+from grtool.store.paths import prepare_out_dir
+from grtool.store.locks import run_lock
+from grtool.errors import printable
 
 WORK_DIR = "_ingest_work"
 COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets

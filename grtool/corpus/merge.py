@@ -18,7 +18,9 @@ from grtool.errors import InputError
 from grtool.log import progress
 from grtool.store.io import is_stdio, stdin_rows
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
-from grtool.store.stage import MANIFEST, StageSpec, iter_batches, load_manifest, resolve_stage, shard_paths
+from grtool.store.layout import MANIFEST
+from grtool.store.stage import StageSpec, iter_batches, shard_paths
+from grtool.store.records import load_manifest, resolve_stage
 
 WORK_DIR = "_merge_work"
 ROWS_PER_BUCKET = 50_000

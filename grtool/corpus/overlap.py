@@ -38,7 +38,8 @@ from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.log import log
 from grtool.store.reading import arrow_sources, collect
-from grtool.store.stage import read_table, resolve_stage, shard_paths
+from grtool.store.stage import read_table, shard_paths
+from grtool.store.records import resolve_stage
 
 WORD_PATTERN = r"\w+"  # what NLTK's RegexpTokenizer is given; see word_regex() for the engine actually used
 DEFAULT_NS = tuple(range(4, 13))

@@ -30,8 +30,8 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.store.io import is_stdio
-from grtool.store.paths import printable
-from grtool.store.stage import tree_files
+from grtool.errors import printable
+from grtool.store.fingerprints import tree_files
 from grtool.userinput import TooDeep, check_nesting, may_nest_deeply, missing_input, nesting_events
 
 READ_BUFFER = 1 << 20

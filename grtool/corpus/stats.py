@@ -17,7 +17,8 @@ from rich.table import Table
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.store.reading import arrow_sources, collect
-from grtool.store.stage import is_stage_dir, load_manifest, shard_paths
+from grtool.store.records import is_stage_dir, load_manifest
+from grtool.store.stage import shard_paths
 
 
 def _stage(directory: Path, table: str) -> Path | None:

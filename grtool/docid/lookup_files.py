@@ -11,7 +11,7 @@ a process then holds only the pages its lookups touch::
     doc_ids.bin, doc_ids_offsets.bin (uint64, n + 1)   the document ids, row for row
     lookup.json         what they hold (lengths, dtypes, the stage and its fingerprint); written last
 
-**Where**: ``$GRTOOL_CACHE/lookups/<key>/`` (:func:`grtool.llm.models.cache_root`), never inside the triples
+**Where**: ``$GRTOOL_CACHE/lookups/<key>/`` (:func:`grtool.userinput.cache_root`), never inside the triples
 stage (an input, which grtool does not write) nor an index (`eval recall`, `export kto` and `filters` have none,
 and `retrieve --triples` may name another stage than the index's). The key is a digest of the stage's shard
 records (their sha256, checked against the shards before every use, so a changed stage is a new key, never the
@@ -59,7 +59,7 @@ _PROBE = ["grtool lookup probe", "Kiel, located in, Germany"]  # hashes that mus
 
 
 def cache_dir() -> Path:
-    from grtool.llm.models import cache_root
+    from grtool.userinput import cache_root
 
     return cache_root() / "lookups"
 
@@ -80,7 +80,8 @@ def stage_key(stage: Path) -> str:
 
 def open_lookup(triples: str | Path, *, root: Path | None = None, bucket_rows: int = BUCKET_ROWS) -> TripleLookup:
     """The lookup of a triples stage (run or stage directory): its files in the cache, written first when missing."""
-    from grtool.store.stage import resolve_stage, shard_paths
+    from grtool.store.records import resolve_stage
+    from grtool.store.stage import shard_paths
 
     stage = resolve_stage(triples, "triples")
     shards = shard_paths(stage)  # checks every shard against its record before the key trusts the records

@@ -50,7 +50,7 @@ class Inputs:
     def lookup(self, kind: str, path: str | Path):
         key = (kind, str(Path(path).resolve()))
         if key not in self.built:
-            from grtool.export.readers import DocidIndex, QuestionIndex
+            from grtool.vocab.readers import DocidIndex, QuestionIndex
 
             self.built[key] = QuestionIndex.build(path) if kind == "questions" else DocidIndex.build(path)
         return self.built[key]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem
-from grtool.export.provenance import checkpoint_value, questions_record
+from grtool.vocab.provenance import checkpoint_value, questions_record
 
 EXAMPLES = 5
 
@@ -48,7 +48,7 @@ def trained_questions(data_source: str, data_questions: dict[str, Any] | None, b
 def responses_model(responses: str | Path) -> Path | None:
     """The local checkpoint that wrote a `retrieve` directory's responses (its adapter's checkpoint for
     ``--adapter``); None for a file, a named model, or a directory `retrieve` did not write."""
-    from grtool.store.stage import is_stage_dir, load_manifest
+    from grtool.store.records import is_stage_dir, load_manifest
 
     p = Path(responses)
     if str(responses) == "-" or not is_stage_dir(p):
@@ -86,7 +86,7 @@ class Overlap:
 
 def train_overlap(responses: str | Path) -> Overlap:
     """How many questions answered in ``responses`` the model that wrote them trained on."""
-    from grtool.export.readers import iter_responses
+    from grtool.vocab.readers import iter_responses
 
     model = responses_model(responses)
     record = checkpoint_questions(model) if model is not None else None

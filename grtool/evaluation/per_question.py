@@ -8,19 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from grtool.errors import InputError
-from grtool.evaluation.verdicts import GOLD, HALLUCINATED, NON_GOLD
-from grtool.export.readers import Question
+from grtool.evaluation.verdicts import GOLD, HALLUCINATED, NON_GOLD, Score
+from grtool.vocab.readers import Question
 from grtool.log import log
-from grtool.store.stage import is_stage_dir, iter_batches, resolve_stage
+from grtool.store.records import is_stage_dir, resolve_stage
+from grtool.store.stage import iter_batches
 
-if TYPE_CHECKING:
-    from grtool.evaluation.recall import Score
 
 SCORED = "scored"
 NO_RESPONSE = "no_response"  # selected and scorable, but the responses hold no row for it

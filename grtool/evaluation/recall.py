@@ -2,7 +2,7 @@
 
 Per response: the docids are parsed (special tokens or brackets), each is looked up in the triples
 (collisions retrieve every document holding the triple, a tail-first docid counts, see
-:class:`~grtool.export.readers.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
+:class:`~grtool.vocab.readers.DocidIndex`), and recall = |retrieved ∩ gold| / |gold|. A well-formed docid
 found nowhere in the corpus is a hallucination; spans that are not docids are malformed (see
 :func:`grtool.docid.parse`; docids are compared by :func:`grtool.docid.normalize`).
 """
@@ -12,40 +12,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grtool.docid import Parsed, parse
-from grtool.evaluation.verdicts import JudgedDocid, judged
-from grtool.export.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
+from grtool.evaluation.per_question import PerQuestion
+from grtool.evaluation.verdicts import Score
+from grtool.vocab.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
 
-if TYPE_CHECKING:
-    from grtool.evaluation.per_question import PerQuestion
 
 SCORE_BATCH = 2048  # responses scored per lookup call
-
-
-@dataclass
-class Score:
-    question: Question
-    response: Response
-    retrieved: frozenset[str]
-    docids: int  # well-formed docids in the response
-    hallucinated: int  # of those, found nowhere in the corpus
-    flipped: int  # of those, found only when read tail-first
-    malformed: int
-    recall: float = field(init=False)  # |retrieved ∩ gold| / |gold|
-    exact: bool = field(init=False)  # retrieved documents are exactly the gold set (the recipe's "accuracy 1")
-    keys: tuple[str, ...] = ()  # the docid keys, in order (none for a GMR response)
-    resolved: tuple[tuple[frozenset[str], bool], ...] = ()  # per key: (documents, flipped)
-
-    def __post_init__(self) -> None:
-        gold = frozenset(self.question.gold)
-        self.recall = len(self.retrieved & gold) / len(gold)
-        self.exact = self.retrieved == gold
-
-    def verdicts(self) -> list[JudgedDocid]:
-        """Each docid of the response with its verdict (gold / non-gold / hallucinated) for this question."""
-        return judged(self.keys, self.resolved, frozenset(self.question.gold))
 
 
 def score_response(response: Response, question: Question, index: DocidIndex) -> Score:

@@ -8,7 +8,7 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.log import log
-from grtool.store.stage import is_stage_dir, load_manifest
+from grtool.store.records import is_stage_dir, load_manifest
 
 
 def retrieve_manifest(responses: str | Path) -> dict[str, Any] | None:
@@ -30,7 +30,7 @@ def selected_questions(responses: str | Path, corpus: str | Path) -> set[str] | 
     manifest = retrieve_manifest(responses)
     if manifest is None:
         return None
-    from grtool.retrieve.stage import Selection
+    from grtool.store.questions import Selection
 
     params = manifest.get("params") or {}
     datasets, splits, limit = params.get("datasets") or [], params.get("splits") or [], params.get("limit")

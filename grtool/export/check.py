@@ -17,8 +17,8 @@ import orjson
 
 from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
 from grtool.records import DamagedRecord, field_message, read_record_bytes
-from grtool.export.provenance import DATASET_INFO, read_sidecar, sidecar_path
-from grtool.store.stage import sha256_file
+from grtool.vocab.provenance import DATASET_INFO, read_sidecar, sidecar_path
+from grtool.store.records import sha256_file
 from grtool.store.fingerprints import check_inputs
 
 MAX_SHAPE_EXAMPLES = 3

@@ -1,4 +1,4 @@
-"""Trainer-facing formats: the instruction template, rows for LLaMA-Factory and TRL, and their files.
+"""Trainer-facing formats: rows for LLaMA-Factory and TRL, and their files.
 
 LLaMA-Factory (``data/README.md`` of hiyouga/LLaMA-Factory): a JSON array per dataset, registered in the
 ``dataset_info.json`` of the dataset directory with ``file_name``, ``formatting`` (alpaca or sharegpt),
@@ -23,28 +23,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.docid import MARKERS, SPECIAL
 from grtool.records import read_record_bytes
-from grtool.store.stage import atomic_write_bytes, commit_file
-
-INSTRUCTION_TEMPLATE = (
-    "Work out which documents answer the question below. Reason in short steps. Whenever a step needs a fact, "
-    "retrieve it as a knowledge triple written {start}head, relation, tail{end}, and bring a new entity into "
-    "your reasoning only through a triple you retrieved. If the retrieved triples are not enough, say that "
-    "the question cannot be answered.\n\nQuestion: {question}"
-)
-
-
-# With --cannot-answer the instruction names the sentence to end with instead (export sft|kto and retrieve alike).
-_CANNOT_DEFAULT = "say that the question cannot be answered."
-
-
-def instruction(question: str, markers: str = "special", cannot_answer: str | None = None) -> str:
-    """The user turn for one question (shared by SFT, KTO and retrieve so all see the same prompt)."""
-    start, end = MARKERS[markers].start, MARKERS[markers].end
-    template = INSTRUCTION_TEMPLATE
-    if cannot_answer:
-        template = template.replace(_CANNOT_DEFAULT, f"finish with \"{cannot_answer.replace('{', '{{').replace('}', '}}')}\"")
-    return template.format(start=start, end=end, question=question.strip())
-
+from grtool.store.records import atomic_write_bytes, commit_file
 
 def with_markers(chain: str, markers: str) -> str:
     """A chain stored with special-token docids, rewritten to the wanted markers."""

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem, GrtoolError
-from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, instruction, kto_row, open_rows, update_dataset_info
-from grtool.export.readers import DocidIndex, QuestionIndex
-from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
-from grtool.evaluation.recall import Score, Skipped, iter_scores
+from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, kto_row, open_rows, update_dataset_info
+from grtool.vocab.prompt import instruction
+from grtool.vocab.readers import DocidIndex, QuestionIndex
+from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+from grtool.evaluation.verdicts import Score
+from grtool.evaluation.recall import Skipped, iter_scores
 from grtool.store.coverage import check_triples_cover
 from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio

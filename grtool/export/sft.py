@@ -18,9 +18,10 @@ import orjson
 
 from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
-from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, instruction, open_rows, sft_row, update_dataset_info, with_markers
-from grtool.export.readers import QuestionIndex
-from grtool.export.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, open_rows, sft_row, update_dataset_info, with_markers
+from grtool.vocab.prompt import instruction
+from grtool.vocab.readers import QuestionIndex
+from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio

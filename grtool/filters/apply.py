@@ -31,7 +31,7 @@ from grtool.filters.questions import QuestionLookup
 from grtool.filters.report import build_report
 from grtool.filters.rules import RULES, Chain, Failure, Settings, redundant_steps, trim
 from grtool.docid import check_markers
-from grtool.filters.text import Markers, parse_markers
+from grtool.vocab.text import Markers, parse_markers
 from grtool.log import log
 from grtool.store.coverage import check_triples_cover
 from grtool.store.io import InputTable, is_stdio
@@ -39,7 +39,8 @@ from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.questions import SplitSelection
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
-from grtool.store.stage import REJECTS_DIR, StageSpec
+from grtool.store.layout import REJECTS_DIR
+from grtool.store.stage import StageSpec
 
 BATCH_ROWS = 16_384
 EXAMPLES_PER_REASON = 2

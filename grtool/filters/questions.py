@@ -13,9 +13,10 @@ from pathlib import Path
 import polars as pl
 
 from grtool.docid.lookup import HASH_SEED
-from grtool.filters.text import normalize_answer
+from grtool.vocab.text import normalize_answer
 from grtool.store.reading import arrow_sources
-from grtool.store.stage import resolve_stage, shard_paths
+from grtool.store.records import resolve_stage
+from grtool.store.stage import shard_paths
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,20 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
+from grtool.vocab.text import CANNOT_ANSWER_SENTENCE
 from grtool.filters.questions import QuestionInfo
-from grtool.filters.text import (
-    Markers,
-    Parsed,
-    conclusion,
-    contains_answer,
-    ends_with_cannot_answer,
-    has_answer_phrase,
-    normalize_answer,
-    parse_markers,
-    says_cannot_answer,
-    sentence_bounds,
-)
+from grtool.vocab.text import Markers, Parsed, conclusion, contains_answer, ends_with_cannot_answer, has_answer_phrase, normalize_answer, parse_markers, says_cannot_answer, sentence_bounds
 
 
 _EMPTY_PART = re.compile(r"(?:^|,)\s*(?:,|$)")

@@ -17,6 +17,7 @@ from grtool.docid import DOCID_END, DOCID_START, SPECIAL
 from grtool.errors import InputError
 from grtool.index.base import Index
 from grtool.store.reading import arrow_source
+from grtool.vocab.gmr import DONE
 
 SHOWN_IDS = 16  # ids of a docid shown in the message
 
@@ -42,7 +43,7 @@ def sample_documents(index: Index, samples: int) -> list[str]:
     starts, _ = index.next_tokens(index.start())
     picks = sorted(set(np.linspace(0, len(starts) - 1, num=min(samples, len(starts)), dtype=np.int64).tolist())) if len(starts) else []
     longest = int(index.meta.get("sizes", {}).get("max_sequence_tokens") or 1 << 16)
-    texts = ["DONE"]  # retrieve --mode gmr's stop word (grtool.export.gmr.DONE)
+    texts = [DONE]  # retrieve --mode gmr's stop word
     for i in picks:
         ids, state = [int(starts[i])], index.extend(index.start(), int(starts[i]))
         while len(ids) < longest:

@@ -65,7 +65,7 @@ def verify_files(index_dir: Path, record: IndexRecord) -> None:
     recorded) content. The digests are computed once per process for an unchanged file (grtool.store.stage
     file_hash: memory-mapped, multithreaded BLAKE3); older indexes get their sizes checked and one warning.
     The names and sizes are the declaration's (plain file names, counts): nothing outside the index is read."""
-    from grtool.store.stage import file_hash
+    from grtool.store.fingerprints import file_hash
 
     unverified = False
     for name, rec in record.files.items():

@@ -32,7 +32,8 @@ from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
 from grtool.store.records import now
-from grtool.store.stage import dumps, file_hash, fingerprint, resolve_stage, sha256_file
+from grtool.store.records import dumps, resolve_stage, sha256_file
+from grtool.store.fingerprints import file_hash, fingerprint
 
 SOURCES = ("docids", "documents")
 # What a stopped build (SIGTERM, Ctrl-C) leaves: nothing. An index is built whole, so a new run starts over.
@@ -152,7 +153,7 @@ def read_docids(path: str | Path, flips: bool = False) -> Docids:
 def read_documents(path: str | Path) -> tuple[list[str], list[list[int]], list[str]]:
     """Whole documents in doc_id order, one sequence each, rendered as `export gmr` renders them (``title: text``):
     `retrieve --mode gmr` generates exactly these strings."""
-    from grtool.export.gmr import render_document  # a pure function; export/ sits above index/
+    from grtool.vocab.gmr import render_document
 
     table = InputTable.open(path, "documents")
     rows = {}

@@ -32,6 +32,7 @@ import numpy as np
 from grtool.docid import BRACKETS, Triple, flip, render
 from grtool.errors import InputError
 from grtool.index.decoding import Forbidden
+from grtool.vocab.gmr import DONE
 
 _BUILT: dict[tuple, Any] = {}
 
@@ -111,7 +112,6 @@ class DocidLimit:
         return self.inner.openers
 
 
-DONE = "DONE"  # grtool.export.gmr.DONE (index/ sits below export/)
 
 
 class DocumentConstraint:

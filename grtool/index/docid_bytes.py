@@ -247,7 +247,7 @@ def write_docid_bytes(index_dir: str | Path, open: bytes = b"[", close: bytes = 
     directory); returns their names. Memory: a few integers per docid and one Parquet batch, never all texts."""
     from grtool.docid.lookup import release_build_memory
     from grtool.store.fingerprints import file_hash
-    from grtool.store.stage import atomic_write_bytes, commit_file
+    from grtool.store.records import atomic_write_bytes, commit_file
 
     d = Path(index_dir)
     source = d / SOURCE

@@ -18,7 +18,7 @@ import numpy as np
 
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import KINDS, META, REBUILD, Index, damaged, load_array  # noqa: F401  (KINDS: filled by the classes below)
-from grtool.store.paths import printable
+from grtool.errors import printable
 
 DEFAULT_SAMPLE_RATE = 32
 

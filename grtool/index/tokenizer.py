@@ -123,7 +123,7 @@ def from_json_file(path: str | Path) -> DocidTokenizer:
 def _resolve(spec: str) -> tuple[Path, str | None]:
     """Where the tokenizer ``spec`` names is read from: a tokenizer.json (or other tokenizer file) or a model
     folder; and the hub id when that folder is a snapshot in the local HF cache."""
-    from grtool.llm.models import DEFAULT_MODEL_NAME
+    from grtool.models import DEFAULT_MODEL_NAME
 
     if spec in ("llama3", "qwen"):
         return _builtin_json(spec), None
@@ -194,7 +194,7 @@ def _package_dir(name: str) -> Path:
 
 def _model_folder(spec: str) -> str:
     """The converted folder of the embedded default model or of a GGUF file (converted once, as the backends do)."""
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     return resolve_model(None if spec == "default" else spec).path  # SmolLM2-135M-Instruct resolves like None
 

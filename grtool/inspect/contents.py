@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from grtool.records import DamagedRecord, read_record_bytes
-from grtool.store.validate import discover
+from grtool.audit.validate import discover
 
 def _record(path: Path) -> dict[str, Any] | None:
     try:

@@ -73,7 +73,7 @@ class Run:
 
 
 def read_run(path: Path) -> Run:
-    from grtool.store.validate import find_stage_dirs
+    from grtool.store.status import find_stage_dirs
 
     if not path.is_dir():
         raise InputError(f"{path}: not a directory")

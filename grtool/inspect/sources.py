@@ -92,7 +92,7 @@ def _stage_source(path: Path) -> Source:
 
 
 def _export_source(path: Path) -> Source:
-    from grtool.export.provenance import is_sidecar, read_sidecar, sidecar_path
+    from grtool.vocab.provenance import is_sidecar, read_sidecar, sidecar_path
 
     if is_sidecar(path):
         path = path.with_name(path.name[: -len(".grtool.json")])

@@ -34,7 +34,9 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
 from grtool.log import activity
 from grtool.store.io import is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
-from grtool.store.stage import StageWriter, load_manifest, part_name
+from grtool.store.stage import StageWriter
+from grtool.store.records import load_manifest
+from grtool.store.layout import part_name
 
 
 class Meter:

@@ -1,6 +1,6 @@
 """Local generation with Hugging Face transformers (CPU or one GPU), batched, with the tokenizer's chat template.
 
-The default model is the embedded SmolLM2-135M-Instruct (see :mod:`grtool.llm.models`). A JSON schema in
+The default model is the embedded SmolLM2-135M-Instruct (see :mod:`grtool.models`). A JSON schema in
 :class:`Sampling` is part of the cache key and is left to the prompt; a docid constraint (``Sampling.constraint``,
 `grtool retrieve`) runs as a logits processor (:mod:`grtool.index.decoding`).
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, InputError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
-from grtool.llm.models import context_length, resolve_model, weights_digest
+from grtool.models import context_length, resolve_model, weights_digest
 from grtool.log import activity, activity_detail, log, quiet_libraries
 
 
@@ -48,7 +48,7 @@ class TransformersBackend:
         self.chunk_size = self.batch_size * 8
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         with activity(f"loading model {ref.name} on {self.device}"):
-            from grtool.llm.models import check_chat_template, check_tokenizer, embedding_rows
+            from grtool.models import check_chat_template, check_tokenizer, embedding_rows
 
             try:
                 self.tokenizer = AutoTokenizer.from_pretrained(ref.path)
@@ -202,7 +202,7 @@ def check_adapter(adapter: str | Path) -> None:
     """A LoRA adapter folder as `train --lora` writes it: adapter_config.json naming its method, whole weights."""
     import orjson
 
-    from grtool.llm.models import model_weights
+    from grtool.models import model_weights
 
     folder = Path(adapter)
     if not folder.is_dir():

@@ -14,7 +14,7 @@ from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
 from grtool.llm.base import Generation, Messages, OnDone, Sampling, TokenLogprobs, context_check, not_generated
-from grtool.llm.models import resolve_model, weights_digest
+from grtool.models import resolve_model, weights_digest
 from grtool.log import activity, quiet_libraries
 
 

@@ -37,7 +37,7 @@ import msgspec
 from grtool.errors import InputError
 from grtool.pipeline.registry import NoCommands, StageCommands
 from grtool.pipeline.slurm_values import SHELL_KEYS, check_slurm_settings, check_slurm_value
-from grtool.store.paths import printable
+from grtool.errors import printable
 from grtool.userinput import read_input_bytes
 
 

@@ -27,8 +27,11 @@ from grtool.pipeline.records import RECORDS_DIR, StageDone, read_stage_done
 from grtool.pipeline.registry import StageCommands
 from grtool.records import to_builtins
 from grtool.store.records import now
-from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, commit_file, dumps, fingerprint, merge_counters
-from grtool.store.validate import find_stage_dirs, status
+from grtool.store.layout import TMP_SUFFIX
+from grtool.store.records import atomic_write_bytes, commit_file, dumps
+from grtool.store.fingerprints import fingerprint
+from grtool.store.stage import merge_counters
+from grtool.store.status import find_stage_dirs, status
 
 
 @dataclass

@@ -45,7 +45,8 @@ from grtool.pipeline.slurm_values import control_character, sbatch_word, shown, 
 from grtool.pipeline.runner import RECORDS_DIR, StageState, check_input_paths, mark_done, stage_dirs
 from grtool.records import to_builtins
 from grtool.store.records import now
-from grtool.store.stage import TMP_SUFFIX, atomic_write_bytes, dumps
+from grtool.store.layout import TMP_SUFFIX
+from grtool.store.records import atomic_write_bytes, dumps
 
 JOBS_DIR = "slurm"
 LOGS_DIR = "logs"
@@ -584,7 +585,7 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     """Check a stage's outputs are complete after its job and write its completion record; ``merge``: merge the
     shard records into each manifest first (once, after an array's last task)."""
     from grtool.store.stage import merge_shard_records
-    from grtool.store.validate import status
+    from grtool.store.status import status
 
     path = Path(record_path)
     try:

@@ -1,6 +1,6 @@
 """`grtool retrieve --mode gmr`: generative multi-hop retrieval, one whole document per step (GMR / GRLS style).
 
-Per question, step k's request is the input `export gmr` trains on (:func:`grtool.export.gmr.step_input`: the
+Per question, step k's request is the input `export gmr` trains on (:func:`grtool.vocab.gmr.step_input`: the
 question and the documents generated so far) as the only user turn, and the model writes one document of a
 ``--source documents`` index, or ``DONE``, under :class:`grtool.index.constraints.DocumentConstraint` (constrained
 beam search with ``--beams``). The document becomes evidence for the next step; a question stops at ``DONE`` or
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grtool.export.gmr import DONE, step_input, step_request
+from grtool.vocab.gmr import DONE, step_input, step_request
 from grtool.index.base import Index
 from grtool.llm.base import TOO_LONG, Generation, Messages
 from grtool.retrieve.rejects import reject_too_long

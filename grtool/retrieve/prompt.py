@@ -1,6 +1,6 @@
 """The chat prompt `grtool retrieve` sends: the SFT instruction, after optional few-shot turns.
 
-The user turn is :func:`grtool.export.formats.instruction`, the one `export sft` and `export kto` train on, so a
+The user turn is :func:`grtool.vocab.prompt.instruction`, the one `export sft` and `export kto` train on, so a
 trained model sees at inference the prompt it learned. Off-the-shelf models (``--markers brackets``) get
 ``--few-shot K`` worked turns first: questions of ``--few-shot-from`` (the corpus's train split by default), each
 answered by a short chain that retrieves one gold triple per gold document, in hop order. The examples are picked
@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 
 from grtool.chains.corpus_examples import Example, example_answer
-from grtool.export.formats import instruction
+from grtool.vocab.prompt import instruction
 from grtool.llm.base import Messages
 
 

@@ -68,7 +68,7 @@ def model_tokenizer(model: str | None, adapter: Path | None):
     """The model's fast tokenizer (``tokenizers.Tokenizer``), loaded without the weights."""
     from transformers import AutoTokenizer
 
-    from grtool.llm.models import resolve_model
+    from grtool.models import resolve_model
 
     ref = resolve_model(model)
     source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path
@@ -99,17 +99,17 @@ def checkpoint_dir(model: str | None, adapter: Path | None) -> Path | None:
 
 def trained_by_grtool(model: str | None, adapter: Path | None) -> bool:
     """The model is a checkpoint `grtool train` wrote (its grtool.json is there)."""
-    from grtool.train.run import PROVENANCE
+    from grtool.vocab.provenance import CHECKPOINT_RECORD
 
     folder = checkpoint_dir(model, adapter)
-    return folder is not None and (folder / PROVENANCE).is_file()
+    return folder is not None and (folder / CHECKPOINT_RECORD).is_file()
 
 
 def check_flips(index: Index, model: str | None, adapter: Path | None, triples: Path | None) -> None:
     """A model that learned tail-first docids (its checkpoint's grtool.json says so) needs an index that holds
     them (``--flips``): otherwise every flipped docid it starts is cut off by the constraint, and recall is lower
     without a word. The other way round is harmless: the flips are there, unused."""
-    from grtool.train.run import checkpoint_flips
+    from grtool.vocab.provenance import checkpoint_flips
 
     checkpoint = checkpoint_dir(model, adapter)
     learned = checkpoint_flips(checkpoint)
@@ -126,8 +126,8 @@ def check_trained_for(mode: str, model: str | None, adapter: Path | None) -> Non
     """A model `train sft` made (its ``grtool.json`` beside the weights, or beside the adapter) knows one task:
     GMR pairs (data format ``gmr``) make a document generator for --mode gmr, chains a docid reasoner for
     --mode docids. The other mode would decode a model with a prompt it never saw: refused."""
-    from grtool.export.provenance import CHECKPOINT_RECORD, read_checkpoint
-    from grtool.train.data import GMR
+    from grtool.vocab.provenance import CHECKPOINT_RECORD, read_checkpoint
+    from grtool.vocab.gmr import GMR
 
     for where, folder in (("--model", Path(model) if model else None), ("--adapter", Path(adapter).resolve().parent if adapter else None)):
         checkpoint = read_checkpoint(folder)  # a damaged record: exit 1 naming its field, not "taken as it is"
@@ -160,8 +160,9 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     """Run the stage; the report the command prints (recall, hallucinations, docids per response, latency)."""
     from grtool.docid.lookup import use_trimmable_arrow_pool
-    from grtool.export.readers import DocidIndex
-    from grtool.retrieve.stage import RetrieveSettings, Selection, index_fingerprint, run_retrieve
+    from grtool.vocab.readers import DocidIndex
+    from grtool.retrieve.stage import RetrieveSettings, index_fingerprint, run_retrieve
+    from grtool.store.questions import Selection
 
     use_trimmable_arrow_pool()  # the pages the checks below decode, not held for the whole run beside the model
 
@@ -290,7 +291,7 @@ def few_shot_record(request: RetrieveRequest, prompt) -> dict[str, Any] | None:
 
 def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:
     from grtool.evaluation.recall import evaluate_recall
-    from grtool.export.readers import QuestionIndex
+    from grtool.vocab.readers import QuestionIndex
     from grtool.retrieve.stage import latency_percentiles
 
     counters = manifest.get("counters") or {}

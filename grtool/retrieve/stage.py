@@ -18,19 +18,16 @@ from typing import Any
 import pyarrow.compute as pc
 
 from grtool.docid import parse
-from grtool.errors import InputError
-from grtool.export.readers import DocidIndex
+from grtool.vocab.readers import DocidIndex
 from grtool.index.base import Index
 from grtool.llm.base import Backend, Generation, Sampling
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.retrieve.prompt import RetrievePrompt
 from grtool.retrieve.rejects import reject_too_long
-from grtool.store.io import InputTable
-from grtool.store.questions import SplitSelection
+from grtool.store.questions import Selection
 
 MARKER_MODES = ("special", "brackets")
 MODES = ("docids", "gmr")
-QUESTION_COLUMNS = ["qid", "dataset", "split", "question", "gold_doc_ids", "answerable"]
 
 
 @dataclass(frozen=True)
@@ -60,61 +57,6 @@ class RetrieveSettings:
 
     def params(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
-
-
-# ------------------------------------------------------------------------------------------ selection
-
-
-@dataclass
-class Selection:
-    """The questions to answer: a questions stage filtered by dataset and split, the first ``limit`` of them."""
-
-    table: InputTable
-    datasets: tuple[str, ...] = ()
-    splits: tuple[str, ...] = ()
-    quota: list[int | None] | None = None  # rows per part under --limit (None: every matching row)
-
-    @classmethod
-    def of(cls, corpus: str | Path, datasets: tuple[str, ...] = (), splits: tuple[str, ...] = (), limit: int | None = None) -> "Selection":
-        table = InputTable.open(corpus, "questions")
-        if table.source == "-":
-            raise InputError("retrieve reads questions from a corpus run directory or its questions stage, not stdin")
-        selection = cls(table, tuple(datasets), SplitSelection.of(splits, corpus).splits)
-        counts = [selection._count(i) for i in range(table.num_parts)]
-        if sum(counts) == 0:
-            what = ", ".join(f"{k} {', '.join(v)}" for k, v in (("dataset", datasets), ("split", splits)) if v) or "any"
-            raise InputError(f"{table.source}: no questions selected ({what}); see `grtool corpus stats` for what it holds")
-        if limit is not None:
-            left, quota = limit, []
-            for n in counts:
-                quota.append(min(n, left))
-                left -= quota[-1]
-            selection.quota = quota
-        return selection
-
-    def _matching(self, part: int, columns: list[str]):
-        keeps = SplitSelection(self.splits).keeps
-        for batch in self.table.iter_part(part, columns=columns):
-            yield from (r for r in batch if (not self.datasets or r["dataset"] in self.datasets) and keeps(r["split"]))
-
-    def _count(self, part: int) -> int:
-        return sum(1 for _ in self._matching(part, ["dataset", "split"]))
-
-    def rows(self, part: int) -> list[dict[str, Any]]:
-        wanted = None if self.quota is None else self.quota[part]
-        rows = []
-        for row in self._matching(part, QUESTION_COLUMNS):
-            if wanted is not None and len(rows) >= wanted:
-                break
-            rows.append(row)
-        return rows
-
-    def qids(self) -> set[str]:
-        """Every selected question of every part (all shards': the prompt must be the same in each)."""
-        return {r["qid"] for part in range(self.table.num_parts) for r in self.rows(part)}
-
-    def planned(self, parts: list[int]) -> int:
-        return sum(self.quota[i] if self.quota is not None else self._count(i) for i in parts)  # type: ignore[misc]
 
 
 # ------------------------------------------------------------------------------------------ constraint

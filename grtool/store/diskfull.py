@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grtool.store.paths import printable
+from grtool.errors import printable
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded", "database or disk is full")

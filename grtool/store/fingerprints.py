@@ -6,17 +6,23 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import blake3
 
 from grtool.store.layout import MANIFEST
-from grtool.store.paths import printable
+from grtool.errors import printable
 from grtool.store.records import load_shard_records
 from grtool.userinput import require_input
 
-if TYPE_CHECKING:
-    from grtool.store.stage import StageSpec
+
+class StageInputs(Protocol):
+    """What :func:`changed_inputs` reads of a stage's spec (:class:`grtool.store.stage.StageSpec`, which imports
+    this module)."""
+
+    inputs: list[str]
+
+    def input_fingerprints(self) -> list[dict[str, Any]]: ...
 
 
 def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[str, Any]:
@@ -110,7 +116,7 @@ def _legacy_fingerprint(p: Path) -> dict[str, Any]:
     return {"kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
 
 
-def changed_inputs(old: list[dict[str, Any]] | None, spec: "StageSpec") -> list[str]:
+def changed_inputs(old: list[dict[str, Any]] | None, spec: StageInputs) -> list[str]:
     """The inputs of ``spec`` that differ from the fingerprints ``old`` recorded (``[]``: the same inputs).
 
     Paths compare resolved. A manifest written before whole-file hashes (``sample_blake2b``) is compared with

@@ -20,7 +20,8 @@ from grtool.errors import InputError
 from grtool.log import log
 from grtool.store.diskfull import writing
 from grtool.store.reading import iter_shard_batches
-from grtool.store.stage import StageSpec, StageWriter, load_manifest, resolve_stage, shard_paths
+from grtool.store.stage import StageSpec, StageWriter, shard_paths
+from grtool.store.records import load_manifest, resolve_stage
 
 STDIO = "-"
 

@@ -27,7 +27,8 @@ from grtool.errors import InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import RunLock, output_lock
-from grtool.store.paths import check_name, is_within, printable, real
+from grtool.store.paths import check_name, is_within, real
+from grtool.errors import printable
 from grtool.store.records import atomic_write_bytes, dumps, now, resolve_stage
 
 

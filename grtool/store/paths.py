@@ -5,12 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grtool.errors import InputError
-
-
-def printable(path: str | Path) -> str:
-    """A path for messages, whatever bytes its name holds (non-UTF-8 bytes shown as ``\\xff``)."""
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+from grtool.errors import InputError, printable
 
 
 def check_name(path: str | Path) -> None:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from grtool.errors import DataProblem
 from grtool.records import file_kind
-from grtool.store.paths import printable
+from grtool.errors import printable
 
 MAX_DETAIL = 200  # characters of a reader's message kept in the one-line error
 

@@ -38,56 +38,11 @@ from grtool.invocation import current_command
 from grtool.store import reading
 from grtool.store.diskfull import writing
 from grtool.secrets import redact_argv
-from grtool.store.layout import (  # noqa: F401  (the names of a stage directory, re-exported)
-    LLM_CACHE,
-    LOCK,
-    MANIFEST,
-    REJECTS_DIR,
-    RUN_LOCK,
-    SHARDS_DIR,
-    TASK_LOCK,
-    TMP_SUFFIX,
-    part_name,
-)
-from grtool.store.fingerprints import (  # noqa: F401
-    _HASHES,
-    _legacy_fingerprint,
-    _sample_hash,
-    changed_inputs,
-    file_hash,
-    fingerprint,
-    tree_files,
-)
-from grtool.store.locks import (  # noqa: F401
-    _HOLDS,
-    RunLock,
-    _describe,
-    _live_tasks,
-    _read_holder,
-    _try_flock,
-    _unflock,
-    output_lock,
-    run_lock,
-)
+from grtool.store.layout import LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
+from grtool.store.fingerprints import changed_inputs, fingerprint
 from grtool.store.outputs import STAGE, claim
-from grtool.store.records import (  # noqa: F401  (re-exported: the stage API)
-    MAX_PARTS,
-    Manifest,
-    ShardRecord,
-    write_record,
-    _fsync_dir,
-    atomic_write_bytes,
-    commit_file,
-    dumps,
-    is_stage_dir,
-    load_manifest,
-    load_shard_records,
-    now,
-    part_on_disk,
-    resolve_stage,
-    sha256_file,
-)
-from grtool.store.paths import check_name, prepare_out_dir, printable  # noqa: F401
+from grtool.store.records import MAX_PARTS, Manifest, ShardRecord, write_record, commit_file, dumps, is_stage_dir, load_manifest, load_shard_records, now, part_on_disk, sha256_file
+from grtool.errors import printable
 
 MAX_ROWS_PER_SHARD = 100_000
 PARQUET_COMPRESSION = "zstd"

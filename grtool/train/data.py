@@ -5,7 +5,7 @@ falls on the completion (the assistant turn) only (``completion_only_loss``), wh
 KTO: the same plus ``"label": bool``.
 
 Read: LLaMA-Factory sharegpt (``conversations`` of ``from``/``value``, optional ``system``, ``kto_tag`` for
-KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.export.gmr.step_request` puts it,
+KTO), `export gmr` pairs (``input``/``target``: the input as :func:`grtool.vocab.gmr.step_request` puts it,
 the very request `retrieve --mode gmr` sends, and the target as the completion), LLaMA-Factory alpaca (``instruction``/``input``/``output``), TRL ``messages`` and TRL KTO
 ``prompt``/``completion``/``label`` rows, as a JSON array or JSON Lines. A filtered-chains stage directory is
 turned into rows the way `export sft` does, and responses (a `retrieve` directory or its JSON Lines, with the
@@ -23,10 +23,10 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.userinput import require_input
-from grtool.store.stage import sha256_file
+from grtool.store.records import sha256_file
+from grtool.vocab.gmr import GMR
 
 Row = dict[str, Any]
-GMR = "gmr"  # the data format of `export gmr` pairs, recorded as data.format in the checkpoint's grtool.json
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
@@ -95,7 +95,7 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
         messages += [_message("user", prompt), _message("assistant", record["output"])]
         return _split_turns(messages, where), "llamafactory-alpaca"
     if "input" in record and "target" in record:  # an `export gmr` pair
-        from grtool.export.gmr import step_request
+        from grtool.vocab.gmr import step_request
 
         return _split_turns([*step_request(str(record["input"])), _message("assistant", record["target"])], where), GMR
     if "messages" in record:
@@ -142,7 +142,7 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
 
 def exported_questions(data: Path) -> dict[str, Any] | None:
     """The questions an export file's ``<file>.grtool.json`` says its rows come from (None: no such record)."""
-    from grtool.export.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import read_sidecar, sidecar_path
 
     try:
         record = read_sidecar(sidecar_path(data)).get("questions")
@@ -159,7 +159,7 @@ def _check_export_kind(data: Path, fmt: str, kind: str) -> None:
     """A file an `export` wrote is trained by its own command: `train sft` takes `export sft` and `export gmr`
     files, `train kto` `export kto` files. GMR pairs train a document generator, chains a docid reasoner: one file
     is one or the other. The export's record (when there) must agree with the command and with the rows."""
-    from grtool.export.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import read_sidecar, sidecar_path
 
     if GMR in fmt.split("+") and fmt != GMR:
         raise InputError(f"{data}: mixes `export gmr` pairs with chat rows ({fmt}); train a GMR model and a chains model from separate files")
@@ -178,7 +178,7 @@ def _check_export_kind(data: Path, fmt: str, kind: str) -> None:
 
 
 def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: str, cannot_answer: str | None = None) -> TrainData:
-    from grtool.export.provenance import input_fingerprint, questions_record
+    from grtool.vocab.provenance import input_fingerprint, questions_record
     from grtool.export.sft import SftOptions, export_sft
 
     if corpus is None:
@@ -220,7 +220,7 @@ def _from_responses(responses: Path, corpus: str | None, triples: str | None, sy
                     cannot_answer: str | None = None) -> TrainData:
     """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
     from grtool.export.kto import export_kto
-    from grtool.export.provenance import input_fingerprint, questions_record
+    from grtool.vocab.provenance import input_fingerprint, questions_record
 
     if corpus is None or triples is None:
         raise InputError(f"{responses}: responses as KTO data need both --corpus (the run holding questions/) and --triples to be labelled")
@@ -249,8 +249,8 @@ def data_flips(source: str | Path) -> bool | None:
     """Whether the docids the model trains on include tail-first (flipped) spellings: read from the ``flipped``
     column of the chains or responses stage behind the data (the data itself, or the stage an export file's
     ``.grtool.json`` names). None when no such stage is known (a hand-made file, a stage since removed)."""
-    from grtool.export.provenance import read_sidecar, sidecar_path
-    from grtool.store.stage import is_stage_dir, load_manifest
+    from grtool.vocab.provenance import read_sidecar, sidecar_path
+    from grtool.store.records import is_stage_dir, load_manifest
 
     p = Path(source)
     if p.is_file():

@@ -7,7 +7,7 @@ from typing import Any
 
 from grtool.docid import BRACKET_END, BRACKET_START, DOCID_END, DOCID_START
 from grtool.errors import InputError
-from grtool.llm.models import ModelRef, resolve_model
+from grtool.models import ModelRef, resolve_model
 
 MARKER_TOKENS = (DOCID_START, DOCID_END)
 # Each new marker row starts as the embedding of the bracket it replaces: a docid opens where the model
@@ -22,9 +22,7 @@ def resolve(model: str | None) -> ModelRef:
 
 
 def load_tokenizer(ref: ModelRef, chat_template: str | None = None):
-    from transformers import AutoTokenizer
-
-    from grtool.llm.models import check_chat_template, check_tokenizer, embedding_rows
+    from grtool.models import check_chat_template, check_tokenizer, embedding_rows
 
     tokenizer = load_model_tokenizer(ref)
     check_tokenizer(tokenizer, ref.name, embedding_rows(ref.path))
@@ -57,7 +55,7 @@ def load_model_tokenizer(ref: ModelRef):
 
 def model_context(ref: ModelRef) -> int | None:
     """The model's context in tokens from its config (None: unknown without loading it)."""
-    from grtool.llm.models import context_length
+    from grtool.models import context_length
 
     try:
         from transformers import AutoConfig

@@ -27,9 +27,9 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.export.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_value, read_checkpoint, read_run_record
+from grtool.vocab.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_flips, read_checkpoint, read_run_record
 from grtool.extras import require
-from grtool.llm.models import ModelRef, safetensors_header
+from grtool.models import ModelRef, safetensors_header
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
@@ -190,7 +190,7 @@ def run_identity(p: Plan) -> RunIdentity:
 def check_resume(p: Plan, record: RunRecord | None) -> None:
     """--resume continues the run whose ``grtool-run.json`` is in --out only with the same command: another kind,
     model, data or setting would mix two runs into one checkpoint that records only the second (exit 2)."""
-    from grtool.store.paths import printable
+    from grtool.errors import printable
 
     out = p.out
     if record is None or record.train is None:
@@ -365,7 +365,7 @@ def claim_checkpoint(p: Plan) -> Any:
         from grtool.invocation import current_command
         from grtool.secrets import redact_argv
         from grtool.store.records import now
-        from grtool.store.stage import atomic_write_bytes
+        from grtool.store.records import atomic_write_bytes
 
         started = RunRecord(kind="checkpoint", started=now(), command=redact_argv(claimed.lock.command or current_command()), train=run_identity(p))
         p.out.mkdir(parents=True, exist_ok=True)
@@ -429,7 +429,7 @@ def _train(p: Plan) -> dict[str, Any]:
         if not p.cfg.keep_checkpoints:
             for finished in [*p.out.glob("checkpoint-*"), p.out / STAGING]:
                 shutil.rmtree(finished, ignore_errors=True)
-        from grtool.store.stage import atomic_write_bytes
+        from grtool.store.records import atomic_write_bytes
 
         atomic_write_bytes(p.out / PROVENANCE, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     return record
@@ -438,7 +438,7 @@ def _train(p: Plan) -> dict[str, Any]:
 def _diverged(p: Plan, e: Exception) -> Exception:
     """A run whose numbers stopped being finite: nothing of it was saved (exit 1)."""
     from grtool.errors import DataProblem
-    from grtool.store.paths import printable
+    from grtool.errors import printable
 
     found = last_complete_checkpoint(p.out, remove_incomplete=False) if p.out.is_dir() else None
     kept = f"; {found.name} (saved before) is the last complete checkpoint" if found is not None else ""
@@ -513,7 +513,7 @@ def atomic_checkpoints(trainer_class: type) -> type:
 
 def _commit_checkpoint(written: Path, final: Path) -> None:
     """fsync every file of a finished checkpoint folder, then rename it into place."""
-    from grtool.store.stage import _fsync_dir
+    from grtool.store.records import _fsync_dir
 
     for folder, _, files in os.walk(written):
         for name in files:
@@ -642,12 +642,6 @@ def learned_flips(p: Plan) -> bool | None:
 
     data = data_flips(p.data.source)
     return True if checkpoint_flips(p.model.path) else data
-
-
-def checkpoint_flips(path: str | Path | None) -> bool | None:
-    """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
-    value = checkpoint_value(path, "flips")
-    return value if isinstance(value, bool) else None
 
 
 def _finite(x: float | None) -> float | None:

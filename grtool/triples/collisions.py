@@ -24,7 +24,8 @@ import polars as pl
 from grtool.errors import GrtoolError, InputError
 from grtool.store.coverage import check_triples_cover
 from grtool.store.reading import arrow_sources, collect
-from grtool.store.stage import iter_batches, load_manifest, resolve_stage, shard_paths
+from grtool.store.stage import iter_batches, shard_paths
+from grtool.store.records import load_manifest, resolve_stage
 from grtool.triples.grounding import drop_shares
 
 VIEWS = ("own", "transitive")  # the first is the default

@@ -56,7 +56,8 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
     the triples rows ``extra`` (a benchmark adds the extracted triples of the distractor paragraphs, which have no
     evidences); returns its row count."""
     from grtool.store.schemas import TRIPLES
-    from grtool.store.stage import StageSpec, StageWriter, read_table, resolve_stage
+    from grtool.store.stage import StageSpec, StageWriter, read_table
+    from grtool.store.records import resolve_stage
 
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
     rows = evidence_triples(read_table(questions).to_pylist(), read_table(documents, ["doc_id", "title"]).to_pylist()) + list(extra)

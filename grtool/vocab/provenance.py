@@ -12,6 +12,9 @@ Exports are single files for trainers, not stage directories, so what made them 
 unchanged (bytes, sha256), the recorded number of rows, every row in the recorded format's shape, the
 dataset_info entry pointing at it, and inputs unchanged since (a re-run upstream stage makes it stale).
 Nothing is written for ``--out -``.
+
+The records of a checkpoint `grtool train` writes (``grtool.json``) and of a training run live here too: train
+writes them, and retrieve, evaluation and the audit read them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from grtool.store.empty import allowed
 from grtool.store.io import is_stdio
 from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.records import now
-from grtool.store.stage import atomic_write_bytes, dumps, fingerprint, resolve_stage, sha256_file
+from grtool.store.records import atomic_write_bytes, dumps, resolve_stage, sha256_file
+from grtool.store.fingerprints import fingerprint
 
 SIDECAR_SUFFIX = ".grtool.json"
 SIDECAR_FORMAT = "grtool-export/1"
@@ -300,3 +304,9 @@ def checkpoint_value(path: str | Path | None, key: str) -> Any:
     or not recorded)."""
     record = read_checkpoint(path)
     return None if record is None else to_builtins(getattr(record, key, None))
+
+
+def checkpoint_flips(path: str | Path | None) -> bool | None:
+    """What a grtool checkpoint's ``grtool.json`` says of flips (None: not a grtool checkpoint, or not recorded)."""
+    value = checkpoint_value(path, "flips")
+    return value if isinstance(value, bool) else None

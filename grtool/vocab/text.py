@@ -1,4 +1,5 @@
-"""Reading a chain's text: docid markers, the conclusion, answers and "cannot answer" statements."""
+"""Reading a chain's text: docid markers, the conclusion, answers and "cannot answer" statements. Chains write
+by it (the cannot-answer sentence, the answer normalisation of gold chains) and the filters judge by it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import re
 import string
 from dataclasses import dataclass
 
-from grtool.chains.prompt import CANNOT_ANSWER_SENTENCE
 from grtool.docid import NESTED, UNCLOSED, UNOPENED, Markers, cut
+
+# The recipe's ending for a question the triples cannot answer (system prompt rule 5); the filters require it
+# exactly for unanswerable questions.
+CANNOT_ANSWER_SENTENCE = "The retrieved triples are not enough to answer the question."
 
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

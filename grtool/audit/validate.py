@@ -8,7 +8,7 @@
   never wrote one, a problem (its checks, and the gold check of a sibling that needs it, cannot be done);
 - index directories (``index.json``): every file's size and sha256, the index opens, sizes agree, a few docids
   looked up return their documents, the input triples unchanged since the build;
-- exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.export.provenance`) and LLaMA-Factory
+- exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.vocab.provenance`) and LLaMA-Factory
   ``dataset_info.json`` files: present, unchanged, parseable, every row in its format's shape, entries
   pointing at existing files (:mod:`grtool.export.check`).
 
@@ -31,68 +31,19 @@ from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import DamagedRecord, file_kind, read_record_bytes
 from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
-from grtool.store.records import check_parts_planned, parts_not_on_disk
+from grtool.store.records import check_parts_planned
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
-from grtool.store.stage import (
-    MANIFEST,
-    SHARDS_DIR,
-    is_stage_dir,
-    load_manifest,
-    load_shard_records,
-    merge_counters,
-    part_name,
-    printable,
-    sha256_file,
-    shard_paths,
-)
+from grtool.store.layout import MANIFEST, SHARDS_DIR, part_name
+from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, sha256_file
+from grtool.store.stage import merge_counters, shard_paths
+from grtool.store.status import find_stage_dirs, status
+from grtool.errors import printable
 
 
 LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD
 INDEX_META = "index.json"  # grtool.index.base.META (the index package is imported only when an index is found)
 SHARD_GLOB = "part-*.parquet"
-
-
-def find_stage_dirs(root: str | Path) -> list[Path]:
-    """The stage directory itself, or every stage directory below a run directory."""
-    root = Path(root)
-    if is_stage_dir(root):
-        return [root]
-    return sorted(p.parent for p in root.rglob(MANIFEST) if not any(part.startswith("_") for part in p.parent.relative_to(root).parts))
-
-
-def status(path: str | Path) -> dict[str, Any]:
-    """Parts done and pending, rows, counters, and the stops recorded (:mod:`grtool.store.stops`): ``complete``
-    means every part is committed and no run's failure is left standing (none, or each one accepted)."""
-    path = Path(path)
-    manifest = load_manifest(path)
-    records = load_shard_records(path)
-    recorded = read_stops(manifest, path / MANIFEST)
-    n = manifest.get("num_parts")
-    done = sorted(records)
-    pending = parts_not_on_disk(path, n, records)  # a record whose part was removed is pending, not done
-    counters = merge_counters(r["counters"] for r in records.values())
-    return {
-        "path": str(path),
-        "table": manifest.get("table"),
-        "parts_planned": n,
-        "parts_done": len(done),
-        "parts_pending": pending,
-        "rows": sum(r["rows"] for r in records.values()),
-        "counters": counters,
-        **_timing(records),
-        "complete": n is not None and not pending and not open_stops(manifest),
-        "stops": [stop for _, stop in sorted(recorded.items())],
-    }
-
-
-def _timing(records: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    """The parts' seconds summed (time spent working, not the wall time of a run whose array tasks overlap) and the
-    rows those parts wrote per second; None where no record has seconds (written by an older grtool)."""
-    timed = [r for r in records.values() if r.get("seconds") is not None]
-    seconds = round(sum(r["seconds"] for r in timed), 3)
-    rows = sum(r["rows"] for r in timed)
-    return {"seconds": seconds if timed else None, "rows_per_second": round(rows / seconds, 3) if timed and seconds else None}
 
 
 def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
@@ -457,7 +408,7 @@ def discover(root: str | Path) -> Found:
     """Stage directories, orphaned shards, indexes and exports under ``root`` (``_*`` and ``.*`` folders below it,
     a stage's own bookkeeping, caches and temporary builds, are not searched). A stage or index directory given
     itself is the only thing found."""
-    from grtool.export.provenance import DATASET_INFO, is_sidecar
+    from grtool.vocab.provenance import DATASET_INFO, is_sidecar
 
     root = Path(root)
     found = Found()
@@ -685,7 +636,7 @@ def nothing_found(root: Path) -> Report:
 
 def validate_file(path: Path) -> Report:
     """A single file: an export (by its sidecar, or the sidecar itself) or a dataset_info.json."""
-    from grtool.export.provenance import DATASET_INFO, is_sidecar, sidecar_path
+    from grtool.vocab.provenance import DATASET_INFO, is_sidecar, sidecar_path
 
     if is_sidecar(path):
         return validate_export(path)

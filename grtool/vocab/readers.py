@@ -1,4 +1,4 @@
-"""Lookups the export and evaluation commands share: questions by qid, documents by docid, responses by line.
+"""Lookups export, evaluation, retrieve and train share: questions by qid, documents by docid, responses by line.
 
 Both hold no Python object per entry, so a few million triples or a few hundred thousand questions cost tens
 of megabytes instead of the gigabytes a ``dict`` of strings would (measured in ``bench/export.py``): questions
@@ -21,7 +21,8 @@ from grtool.corpus.datasets import gold_incomplete
 from grtool.docid.lookup import TripleLookup, hash_keys, release_build_memory
 from grtool.docid.lookup_files import open_lookup
 from grtool.errors import InputError
-from grtool.store.stage import iter_batches, resolve_stage
+from grtool.store.stage import iter_batches
+from grtool.store.records import resolve_stage
 from grtool.userinput import missing_input
 
 @dataclass(frozen=True)

@@ -1,0 +1,57 @@
+"""`grtool status`: what a stage directory holds, its parts done and pending, and the stops recorded.
+
+The audit of every artifact kind (``grtool validate``) is :mod:`grtool.audit.validate`; the pipeline runner and
+the Slurm executor need only this, so it stays with the stage directories.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grtool.store.layout import MANIFEST
+from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, parts_not_on_disk
+from grtool.store.stage import merge_counters
+from grtool.store.stops import open_stops, read_stops
+
+
+def find_stage_dirs(root: str | Path) -> list[Path]:
+    """The stage directory itself, or every stage directory below a run directory."""
+    root = Path(root)
+    if is_stage_dir(root):
+        return [root]
+    return sorted(p.parent for p in root.rglob(MANIFEST) if not any(part.startswith("_") for part in p.parent.relative_to(root).parts))
+
+
+def status(path: str | Path) -> dict[str, Any]:
+    """Parts done and pending, rows, counters, and the stops recorded (:mod:`grtool.store.stops`): ``complete``
+    means every part is committed and no run's failure is left standing (none, or each one accepted)."""
+    path = Path(path)
+    manifest = load_manifest(path)
+    records = load_shard_records(path)
+    recorded = read_stops(manifest, path / MANIFEST)
+    n = manifest.get("num_parts")
+    done = sorted(records)
+    pending = parts_not_on_disk(path, n, records)  # a record whose part was removed is pending, not done
+    counters = merge_counters(r["counters"] for r in records.values())
+    return {
+        "path": str(path),
+        "table": manifest.get("table"),
+        "parts_planned": n,
+        "parts_done": len(done),
+        "parts_pending": pending,
+        "rows": sum(r["rows"] for r in records.values()),
+        "counters": counters,
+        **_timing(records),
+        "complete": n is not None and not pending and not open_stops(manifest),
+        "stops": [stop for _, stop in sorted(recorded.items())],
+    }
+
+
+def _timing(records: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """The parts' seconds summed (time spent working, not the wall time of a run whose array tasks overlap) and the
+    rows those parts wrote per second; None where no record has seconds (written by an older grtool)."""
+    timed = [r for r in records.values() if r.get("seconds") is not None]
+    seconds = round(sum(r["seconds"] for r in timed), 3)
+    rows = sum(r["rows"] for r in timed)
+    return {"seconds": seconds if timed else None, "rows_per_second": round(rows / seconds, 3) if timed and seconds else None}
