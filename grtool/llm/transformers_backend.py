@@ -328,10 +328,11 @@ def _attention_with_shared_prefix(query, key, value, shared, attention_mask, sca
     out_p, lse_p = flash(stacked, prefix_keys, prefix_values, scale=scaling)
     out_p = out_p.reshape(groups, batch, per_group * q_len, dim).transpose(0, 1).reshape(batch, heads, q_len, dim)
     lse_p = lse_p.reshape(groups, batch, per_group * q_len).transpose(0, 1).reshape(batch, heads, q_len)
-    mask = None
+    mask = blind = None
     if attention_mask is not None:
         own = attention_mask[..., prefix_keys.shape[2] :]
         mask = torch.zeros(own.shape, dtype=query.dtype).masked_fill_(~own, float("-inf")) if own.dtype == torch.bool else own
+        blind = (mask == float("-inf")).all(-1)  # [B|1, 1, Q]: queries that see none of their row's own keys
     elif q_len > 1:  # no mask given: plain causal over the row's own keys, the last query at the last key
         own_len = key.shape[2]
         mask = torch.full((q_len, own_len), float("-inf"), dtype=query.dtype).triu_(own_len - q_len + 1)
@@ -345,10 +346,12 @@ def _attention_with_shared_prefix(query, key, value, shared, attention_mask, sca
     )
     out_s = out_s.reshape(batch, heads, q_len, dim)
     lse_s = lse_s.reshape(batch, heads, q_len)
+    if blind is not None and bool(blind.any()):
+        # a query that sees none of its row's own keys (a padding position): the prefix alone, whatever SDPA made of it
+        lse_s = lse_s.masked_fill(blind, float("-inf"))
+        out_s = out_s.masked_fill(blind.unsqueeze(-1), 0.0)
     total = torch.logaddexp(lse_p, lse_s)
     weight_s = torch.exp(lse_s - total).unsqueeze(-1)
-    # a query that sees none of its row's own keys (a padding position) has lse_s = -inf: weight 0, output NaN-free
-    out_s = torch.nan_to_num(out_s, nan=0.0)
     out = out_p * torch.exp(lse_p - total).unsqueeze(-1) + out_s * weight_s
     return out.transpose(1, 2).contiguous()
 
