@@ -54,3 +54,28 @@ def test_several_queries_without_a_mask_are_causal_from_the_last_key():
     causal = torch.ones(4, 9, dtype=torch.bool).tril(9 - 4).expand(q.shape[0], 1, 4, 9)
     got = _attention_with_shared_prefix(q, ok, ov, (pk, pv), None, None)
     assert torch.allclose(got, _plain(q, pk, pv, ok, ov, causal), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_requests_that_write_logprobs_keep_a_copy_of_the_prefix_per_row(monkeypatch):
+    """The merged softmaxes move log-probabilities in their last digits: a request that writes them out (chains'
+    entropy) computes them as before, a plain request reads the one shared copy; their texts are the same."""
+    import json
+
+    from conftest import EXAMPLES
+    from grtool.llm import Sampling, make_backend
+    from grtool.llm.transformers_backend import _SharedPrefix
+    from grtool.triples.prompt import load_prompt
+
+    records = json.loads((EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json").read_text())
+    paragraphs = [(title, "".join(sentences)) for rec in records for title, sentences in rec["context"]][:3]
+    prompt = load_prompt()
+    prompts = [prompt.messages(title, text) for title, text in paragraphs]
+    backend = make_backend("transformers", batch_size=3)
+    shared: list[bool] = []
+    batch_inputs = _SharedPrefix.batch_inputs
+    monkeypatch.setattr(_SharedPrefix, "batch_inputs", lambda self, ids, pad, share=False: shared.append(share) or batch_inputs(self, ids, pad, share))
+    plain = backend.generate(prompts, Sampling(max_tokens=6))
+    with_logprobs = backend.generate(prompts, Sampling(max_tokens=6, logprobs=1))
+    assert shared == [True, False]
+    assert [g.text for g in plain] == [g.text for g in with_logprobs]

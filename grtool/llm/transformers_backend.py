@@ -109,7 +109,9 @@ class TransformersBackend:
     def _generate_batch(self, ids: list[list[int]], prefix: "_SharedPrefix", sampling: Sampling) -> list[Generation]:
         import torch
 
-        share = sampling.beams == 1 and self.lm.config._attn_implementation == GROUPED_SDPA
+        # One copy of the prefix for the whole batch (see _attention_with_shared_prefix): its sums run in another
+        # order, which moves log-probabilities in their 7th digit; requests that write them out keep a copy per row.
+        share = sampling.beams == 1 and not sampling.logprobs and self.lm.config._attn_implementation == GROUPED_SDPA
         enc = prefix.batch_inputs(ids, self.tokenizer.pad_token_id, share=share)
         kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_tokens,
