@@ -7,7 +7,7 @@ times (the order flips every repeat; the best time counts):
              time (the demo's batch size by default), the shared prompt prefix computed once
   llama.cpp  llama_cpp.Llama on the GGUF itself (its own quantization), the prompts one after the other: its
              cache keeps the previous prompt, so each call evaluates only what differs (prefix reuse)
-Both use every CPU torch uses. Prints generated tokens/s of both and the ratio grtool / llama.cpp (goal >= 1.0),
+Both use every CPU torch uses (on a busy machine set OMP_NUM_THREADS=1: both sides then run at 1 thread). Prints generated tokens/s of both and the ratio grtool / llama.cpp (goal >= 1.0),
 and how many outputs of each side equal the unbatched fp32 model's (the same model one prompt at a time, no prefix
 reuse). Best and median of the repeats are printed.
 
