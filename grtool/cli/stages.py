@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grtool.cli.commands import click_command, click_errors, declared
+from grtool.cli.commands import click_command, click_errors, declared, find
 from grtool.pipeline.registry import Command, PathKind, StageCommands, command_name
 
 
@@ -24,7 +24,7 @@ def stage_function(run: str) -> Callable[..., Any] | None:
 
 
 def _stage(run: str) -> Command | None:
-    command = declared().get(command_name(run))
+    command = find(run)
     return command if command is not None and command.stage else None
 
 

@@ -399,15 +399,18 @@ class SlurmExecutor(PipelineExecutor):
 
 def job_ids(jobs: dict[str, Any]) -> list[str]:
     """Every job of a stage's record: its arrays (or its one job), then its finalize job."""
-    runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
-    return [*runs, *([jobs["finalize"]] if jobs.get("finalize") else [])]
+    return [*_run_jobs(jobs), *([jobs["finalize"]] if jobs.get("finalize") else [])]
+
+
+def _run_jobs(jobs: dict[str, Any]) -> list[str]:
+    """The jobs that run a stage's work: its arrays (a stage split past MaxArraySize), or its one job."""
+    return jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
 
 
 def job_label(jobs: dict[str, Any]) -> str:
     """A stage's jobs as status shows them: its job, or every array of a stage split past MaxArraySize, and its
     finalize job ("12, 13 (finalize 14)")."""
-    runs = jobs.get("arrays") or ([jobs["run"]] if jobs.get("run") else [])
-    return (", ".join(runs) or "-") + (f" (finalize {jobs['finalize']})" if jobs.get("finalize") else "")
+    return (", ".join(_run_jobs(jobs)) or "-") + (f" (finalize {jobs['finalize']})" if jobs.get("finalize") else "")
 
 
 def time_hours(text: str | None) -> float | None:

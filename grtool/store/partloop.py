@@ -86,8 +86,9 @@ class PartLoop:
         self.sharding = resolve_sharding(num_shards, shard_index)
         self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=num_parts, shards=self.sharding) for o in self.outputs]
         mine = parts_for_task(num_parts, *self.sharding)
-        self.finished = [i for i in mine if all(w.done(i) for w in self.writers)]
-        self.todo = [i for i in mine if i not in set(self.finished)]
+        finished = {i for i in mine if all(w.done(i) for w in self.writers)}
+        self.finished = [i for i in mine if i in finished]
+        self.todo = [i for i in mine if i not in finished]
 
     def run(self, part_fn: Callable[[LoopPart], None], bar: Bar | None = None, *, parts: list[int] | None = None,
             before_part: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
