@@ -665,6 +665,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports = [validate_stage(p) for p in found.stages]
     orphans = [validate_orphan(p) for p in found.orphans]
     _check_references(reports, {Path(r.path).resolve() for r in orphans})
+    _check_gold_coverage(reports)
     reports += orphans
     reports += [validate_index(p) for p in found.indexes]
     reports += [validate_lookup(p) for p in found.lookups]
@@ -707,3 +708,44 @@ def _check_references(reports: list[Report], orphans: set[Path]) -> None:
             q.problems.extend(check_gold_references(Path(q.path), docs))
         except Exception as e:
             q.problems.append(f"gold doc ids not checked: cannot read {docs} ({e})")
+
+
+def _check_gold_coverage(reports: list[Report]) -> None:
+    """The gold coverage of every questions table whose run holds triples (:mod:`grtool.evaluation.gold_coverage`):
+    a note below 100%; a problem when no gold document of a dataset and split holds a docid and a responses stage
+    validated with it answered that split (its recall is 0 by construction)."""
+    from grtool.evaluation.gold_coverage import FIX, coverage_warning, gold_coverage, triples_of_corpus
+
+    by_path = {Path(r.path).resolve(): r for r in reports}
+    answered = [_selection(Path(r.path)) for r in reports if r.table == "responses" and r.ok]
+    for q in reports:
+        if q.table != "questions" or not q.ok or not q.checked.get("shards"):
+            continue
+        triples = triples_of_corpus(q.path)
+        if triples is None:
+            continue
+        t = by_path.get(triples.resolve())
+        try:
+            if (t is not None and not t.ok) or (t is None and status(triples)["parts_pending"]):
+                q.notes.append(f"gold coverage not counted: {triples} is not complete or has problems of its own")
+                continue
+            coverage = gold_coverage(q.path, triples)
+        except GrtoolError as e:
+            q.problems.append(f"gold coverage not counted: {e}")
+            continue
+        q.checked["gold_coverage"] = coverage["share"]
+        if warning := coverage_warning(coverage):
+            q.notes.append(warning)
+        for s in coverage["splits"]:
+            scored_by = [path for path, datasets, splits in answered if (not datasets or s["dataset"] in datasets) and (not splits or s["split"] in splits)]
+            if s["gold_documents"] and not s["reachable"] and scored_by:
+                q.problems.append(
+                    f"gold coverage 0%: none of the {s['gold_documents']} gold documents of {s['dataset']} {s['split']} holds a docid in "
+                    f"{triples}, and {scored_by[0]} answers its questions (recall 0 by construction); {FIX}"
+                )
+
+
+def _selection(responses: Path) -> tuple[Path, list[str], list[str]]:
+    """(a responses stage, the datasets and splits its questions were selected by: empty = all)."""
+    params = load_manifest(responses).get("params") or {}
+    return responses, list(params.get("datasets") or []), list(params.get("splits") or [])

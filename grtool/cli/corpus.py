@@ -151,18 +151,32 @@ def stats_cmd(
     directory: Annotated[Path, typer.Argument(help="A run directory holding questions/ (and documents/).")],
     as_json: Json = False,
     plot: Plot = None,
+    triples: Annotated[Optional[Path], typer.Option("--triples", help="Also the gold coverage: the share of gold documents with a docid in this triples stage (or run directory holding triples/).")] = None,
+    index: Annotated[Optional[Path], typer.Option("--index", help="Also the gold coverage: the share of gold documents with a docid in this index directory.")] = None,
 ) -> None:
     """Per dataset and split: questions, documents, gold documents per question (mean/min/max), hop
     distribution and answerable share.
 
+    With --triples or --index, also the gold coverage per dataset and split: the gold documents that hold at least
+    one docid there, and the questions none of whose gold documents does (recall 0 by construction); `coverage`
+    in --json. Below 100% a warning says what to do.
+
     Example: grtool corpus stats out/corpus --plot out/corpus/stats.png
+
+    Example: grtool corpus stats out/corpus --triples out/triples
     """
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
+    from grtool.errors import InputError
+    from grtool.evaluation.gold_coverage import coverage_table, coverage_warning, gold_coverage
     from grtool.store.outputs import input_stage, refuse_overlapping_outputs
 
-    read = [input_stage(directory, "questions"), input_stage(directory, "documents")]
-    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory])
+    if triples is not None and index is not None:
+        raise InputError("--triples and --index both give the docids the coverage counts: give one")
+    read = [input_stage(directory, "questions"), input_stage(directory, "documents"), input_stage(triples, "triples"), index]
+    refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory, triples])
     stats = corpus_stats(directory)
+    if triples is not None or index is not None:
+        stats["coverage"] = gold_coverage(directory, triples if triples is not None else index)
     if plot is not None:
         plot_stats(stats, plot)
         log.info("wrote %s", plot)
@@ -170,6 +184,10 @@ def stats_cmd(
         typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
     else:
         console.print(stats_table(stats))
+        if "coverage" in stats:
+            console.print(coverage_table(stats["coverage"]))
+    if "coverage" in stats and (warning := coverage_warning(stats["coverage"])):
+        log.warning("%s", warning)
 
 
-register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN, "triples": PathKind.STAGE, "index": PathKind.DIRECTORY}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

@@ -12,7 +12,7 @@ from rich.table import Table
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json, Plot, plot_extras
 from grtool.errors import DataProblem
-from grtool.log import console
+from grtool.log import console, log
 
 register(Group("eval", "Score model responses (retrieval recall)."))
 
@@ -33,11 +33,14 @@ def recall_cmd(
 
     Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed. For a `retrieve` directory, selected questions without any response row are counted (without_response).
 
+    Gold coverage: the share of the questions' gold documents that hold a docid in --triples (`coverage` in --json); below 100% a warning names the documents and questions no response can retrieve (docs/evaluation.md).
+
     On a `retrieve` directory written by a grtool checkpoint, the answered questions that checkpoint trained on (its grtool.json) are counted; any such question exits 1 unless --allow-train-overlap.
 
     Example: grtool eval recall out/retrieve/sft --corpus out/corpus --triples out/triples --per-question --json
     """
     from grtool.vocab.readers import DocidIndex, QuestionIndex
+    from grtool.evaluation.gold_coverage import coverage_warning, gold_coverage
     from grtool.evaluation.per_question import PerQuestion
     from grtool.evaluation.recall import evaluate_recall
     from grtool.evaluation.overlap import refuse_overlap, train_overlap
@@ -48,7 +51,10 @@ def recall_cmd(
     report = evaluate_recall(
         responses, QuestionIndex.build(corpus), DocidIndex.build(triples),
         selected=selected_questions(responses, corpus), per_question=PerQuestion(corpus) if per_question else None,
+        coverage=lambda qids: gold_coverage(corpus, triples, qids),
     )  # fmt: skip
+    if warning := coverage_warning(report["coverage"]):
+        log.warning("%s", warning)
     overlap = train_overlap(responses)  # the checkpoint's training questions among those answered
     report["train_overlap"] = overlap.as_dict()
     console.print(overlap.line(), highlight=False)
@@ -140,7 +146,6 @@ def compare_cmd(
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
     from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, plot as plot_runs, table
-    from grtool.log import log
     from grtool.store.outputs import refuse_overlapping_outputs
 
     given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]

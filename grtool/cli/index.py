@@ -156,17 +156,31 @@ def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, s
     return titles_of(documents, set(doc_ids)) if documents is not None else {}
 
 
-def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], as_json: Json = False) -> None:
+def stats_cmd(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Also the gold coverage of this corpus (run directory or questions stage): the share of its gold documents with a docid in the index.")] = None,
+    as_json: Json = False,
+) -> None:
     """Tokens, sequences, documents, bytes, bits per token and build parameters of an index.
 
-    Example: grtool index stats out/run/index --json
+    With --corpus, also the gold coverage per dataset and split: the corpus's gold documents that hold at least one
+    docid in the index, and the questions none of whose gold documents does (recall 0 by construction);
+    `coverage` in --json. Below 100% a warning says what to do.
+
+    Example: grtool index stats out/run/index --corpus out/run/corpus --json
     """
+    from grtool.evaluation.gold_coverage import coverage_table, coverage_warning, gold_coverage
     from grtool.index.base import Index
     from grtool.index.build import dump_json, stats
+    from grtool.log import log
 
-    report = stats(Index.open(index))
+    opened = Index.open(index)
+    report = stats(opened)
+    coverage = gold_coverage(corpus, opened) if corpus is not None else None
+    if coverage is not None and (warning := coverage_warning(coverage)):
+        log.warning("%s", warning)
     if as_json:
-        typer.echo(dump_json(report))
+        typer.echo(dump_json(report if coverage is None else {**report, "coverage": coverage}))
         return
     from rich.table import Table
 
@@ -182,6 +196,8 @@ def stats_cmd(index: Annotated[Path, typer.Argument(help="Index directory.")], a
     for key, value in report.items():
         table.add_row(key, escape(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value)))
     console.print(table)
+    if coverage is not None:
+        console.print(coverage_table(coverage))
 
 
-register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY}))
+register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY, "corpus": PathKind.STAGE}))

@@ -57,7 +57,9 @@ def retrieve_cmd(
     Writes one row per question and sample (qid, sample, text, docids, flipped, doc_ids, n_docids, malformed,
     tokens, latency_ms, finish_reason, model, markers, mode); `eval recall` and `export kto` read the directory.
     The summary gives recall per dataset (as `eval recall`), hallucinated docids (0 under the constraint), docids
-    per response and latency p50/p95.
+    per response and latency p50/p95. Before the model runs, the share of the selected questions' gold documents
+    that hold a docid in the index is counted (`coverage` in --json); below 100% a warning names what no response
+    can retrieve.
 
     Example: grtool retrieve out/run --index out/run/index --model out/ckpt/sft --out out/run/responses --samples 4
     """

@@ -9,7 +9,7 @@ found nowhere in the corpus is a hallucination; spans that are not docids are ma
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,12 +140,15 @@ def evaluate_recall(
     *,
     selected: Collection[str] | None = None,
     per_question: PerQuestion | None = None,
+    coverage: Callable[[Collection[str]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The report of `grtool eval recall`: overall figures, ``per_dataset`` and what was skipped.
 
     ``selected``: the qids the responses were meant to answer (a `retrieve` directory's selection, see
     :func:`grtool.evaluation.selection.selected_questions`); a scorable one without any response row is counted
-    in ``without_response``. ``per_question``: collects every scored response, for the ``questions`` list."""
+    in ``without_response``. ``per_question``: collects every scored response, for the ``questions`` list.
+    ``coverage``: asked with the questions the report is about (the selected ones, else those scored), its answer
+    is the report's ``coverage`` (:func:`grtool.evaluation.gold_coverage.gold_coverage`)."""
     overall = Tally()
     per_dataset: dict[str, Tally] = {}
     skipped = Skipped()
@@ -169,6 +172,8 @@ def evaluate_recall(
         "without_response": None if selected is None else len(missing),
         "without_response_examples": [q.qid for q in missing[:5]],
     }
+    if coverage is not None:
+        report["coverage"] = coverage(selected if selected is not None else overall.qids)
     if per_question is not None:
         report["questions"] = per_question.entries(missing)
     return report

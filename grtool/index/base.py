@@ -197,6 +197,14 @@ class Index:
     def doc_ids(self) -> "DocIds":
         return DocIds(self.path / "doc_ids.txt")
 
+    def held_doc_ids(self):
+        """The documents at least one sequence maps to (a docid of theirs is in the index), as an Arrow string
+        array: what decoding can retrieve (:mod:`grtool.evaluation.gold_coverage` counts the gold ones)."""
+        import pyarrow as pa
+
+        _, docs = self._seq_docs
+        return self.doc_ids.arrow().take(pa.array(np.unique(docs)))
+
     def docs_of_sequence(self, seq: int) -> list[str]:
         offsets, docs = self._seq_docs
         return [self.doc_ids[d] for d in docs[offsets[seq] : offsets[seq + 1]]]
@@ -273,6 +281,19 @@ class DocIds(Sequence[str]):
 
     def __len__(self) -> int:
         return len(self._ends)
+
+    def arrow(self):
+        """Every line as one Arrow string array over the mapped bytes (no Python string per document)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        offsets = np.concatenate([np.zeros(1, np.int64), self._ends.astype(np.int64) + 1])  # each line with its newline
+        lines = pa.LargeStringArray.from_buffers(len(self), pa.py_buffer(offsets), pa.py_buffer(self._text))
+        try:
+            lines.validate(full=True)
+        except pa.ArrowInvalid:
+            raise damaged(self.path.parent, self.path.name, "a line is not UTF-8 text") from None
+        return pc.utf8_slice_codeunits(lines, 0, -1)  # without the newline
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):

@@ -5,7 +5,8 @@ command, seconds, outputs), every stage's ``_manifest.json`` (rows, rejects by r
 printed (``corpus stats``, ``corpus overlap``, ``triples collisions``, ``eval recall``; told apart by their
 content, not their names), the filter rejects (examples per reason), the exports' ``.grtool.json`` records, and
 the PNG charts (``--plot``), embedded as base64. No row is re-read except the chained questions of a chains stage
-that does not count them. The page has inline CSS only: no script, no font, no address outside itself.
+that does not count them, and the gold documents and triples the gold coverage counts
+(:mod:`grtool.evaluation.gold_coverage`, in the corpus section, ``#coverage``). The page has inline CSS only: no script, no font, no address outside itself.
 
 Sections have stable ids for links and tests: ``#stages``, ``#funnel``, ``#filters``, ``#corpus``,
 ``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
@@ -366,7 +367,36 @@ def _corpus_html(run: Run) -> str:
                  (g.get("gold_per_question") or {}).get("mean"), g.get("answerable_share")] for g in data.get("groups") or [] if isinstance(g, dict)]
         parts.append(f"<p class=\"muted\">{e(f.name)}</p>" + _table(["dataset", "split", "questions", "documents", "gold documents", "gold per question", "answerable share"], rows, numeric={2, 3, 4, 5, 6}))
     parts.append(_image(_plot(run, "corpus", "stats"), "corpus stats"))
+    parts += _coverage_html(run)
     return "".join(parts) or "<p class=\"muted\">No corpus stats in this run.</p>"
+
+
+def _coverage_html(run: Run) -> list[str]:
+    """Per questions stage whose run holds triples: the share of gold documents with a docid, per dataset and split."""
+    from grtool.errors import GrtoolError
+    from grtool.evaluation.gold_coverage import COVERAGE_HEADERS, coverage_rows, coverage_warning, gold_coverage, triples_of_corpus
+
+    parts = []
+    for questions in (d for s in run.stages for d, m in s.manifests if m.get("table") == "questions"):
+        triples = triples_of_corpus(questions)
+        if triples is None:
+            continue
+        where = f"{_shown(questions, run.path)} by {_shown(triples, run.path)}"
+        try:
+            coverage = gold_coverage(questions, triples)
+        except GrtoolError as err:  # a damaged stage: named, the rest of the page still written
+            parts.append(f'<p class="muted">Gold coverage of {e(where)} not counted: {e(err)}</p>')
+            continue
+        warning = coverage_warning(coverage)
+        parts.append(f'<h3 id="coverage">Gold coverage <span class="muted">({e(where)})</span></h3>'
+                     "<p>Gold documents that hold at least one docid; a question with none has recall 0 whatever the model does.</p>"
+                     + _table(COVERAGE_HEADERS, coverage_rows(coverage), numeric={2, 3, 4, 6})
+                     + (f"<p><strong>{e(warning)}</strong></p>" if warning else ""))  # fmt: skip
+    return parts
+
+
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if _within(path, root) else str(path)
 
 
 def _collisions_html(run: Run) -> str:

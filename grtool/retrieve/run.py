@@ -9,6 +9,7 @@ from typing import Any
 
 
 from grtool.errors import InputError
+from grtool.evaluation.gold_coverage import coverage_warning, gold_coverage
 from grtool.extras import require
 from grtool.index.base import Index
 from grtool.log import log
@@ -201,7 +202,11 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     if request.mode == "docids":
         check_flips(index, llm.model, request.adapter, triples)
     check_triples_cover(triples, request.corpus)
-    prompt = retrieve_prompt(request, triples, selection.qids(), trained=trained_by_grtool(llm.model, request.adapter))
+    asked = selection.qids()
+    coverage = gold_coverage(request.corpus, index, asked)  # before the model runs: what no response can retrieve
+    if warning := coverage_warning(coverage):
+        log.warning("%s", warning)
+    prompt = retrieve_prompt(request, triples, asked, trained=trained_by_grtool(llm.model, request.adapter))
     settings = RetrieveSettings(
         markers="documents" if request.mode == "gmr" else request.markers, mode=request.mode, samples=request.samples, temperature=temperature, top_p=llm.top_p,
         seed=llm.seed, max_tokens=llm.max_tokens, max_docids=request.max_docids, beams=request.beams, max_steps=request.max_steps,
@@ -233,7 +238,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
         cache_dir=llm.cache_dir_for(request.out), overwrite=request.overwrite, num_shards=request.num_shards,
         shard_index=request.shard_index, max_empty_share=request.max_empty_share,
     )  # fmt: skip
-    return summarize(request, run.manifests[0], lookup)
+    return {**summarize(request, run.manifests[0], lookup), "coverage": coverage}
 
 
 FEW_SHOT_SPLIT = "train"  # --few-shot-from by default: the corpus's training questions

@@ -36,7 +36,7 @@ def check_triples_cover(triples: str | Path | None, corpus: str | Path | None) -
     triples_stage = resolve_stage(triples, "triples")
     corpus = Path(corpus)
     # The first batch's documents first: triples of this corpus are found without reading all their doc_ids.
-    for found in (_triples_doc_ids(triples_stage, first_batch_only=True), _triples_doc_ids(triples_stage)):
+    for found in (triples_doc_ids(triples_stage, first_batch_only=True), triples_doc_ids(triples_stage)):
         if len(found) == 0:
             return  # an empty triples stage is the empty-result rule's (grtool.store.empty), not a mismatch
         doc_ids, where, what = _corpus_doc_ids(corpus)
@@ -53,7 +53,7 @@ def check_triples_cover(triples: str | Path | None, corpus: str | Path | None) -
     )
 
 
-def _triples_doc_ids(stage: Path, first_batch_only: bool = False) -> pa.Array:
+def triples_doc_ids(stage: Path, first_batch_only: bool = False) -> pa.Array:
     """The distinct doc_ids the triples name (of their first batch only)."""
     uniques = []
     for batch in iter_batches(stage, ["doc_id"], batch_size=CORPUS_BATCH):
