@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from conftest import EXAMPLES, run_cli
@@ -23,22 +23,23 @@ def _docid(h: str, r: str, t: str) -> str:
     return f"<docid_start>{h}, {r}, {t}<docid_end>"
 
 
-def write_small_run(run: Path, responses: Path, without: Collection[str] = ()) -> list[dict]:
+def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], Collection[str]] | None = None) -> list[dict]:
     """`corpus ingest` of two bundled example datasets into ``run``, then a triples stage (one triple per document,
-    none for the doc_ids in ``without``) and a chains stage (one chain per question, citing its gold documents'
-    triples) written by the stage writer, and ``responses`` (JSON Lines) that answer every question with its
-    chain. Returns the triples."""
+    none for the doc_ids ``without`` picks from the questions) and a chains stage (one chain per question, citing
+    its gold documents' triples) written by the stage writer, and ``responses`` (JSON Lines) that answer every
+    question with its chain. Returns the triples."""
     from grtool.store.schemas import CHAINS, TRIPLES
     from grtool.store.stage import read_table
 
     run_cli("corpus", "ingest", EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique", "--out", run)
     documents = read_table(run / "documents").to_pylist()
     questions = read_table(run / "questions").to_pylist()
+    dropped = set(without(questions)) if without is not None else set()
     triples = [
         {"doc_id": d["doc_id"], "idx": 0, "head": d["title"], "relation": "described in", "tail": f"paragraph {i}",
          "docid": _docid(d["title"], "described in", f"paragraph {i}")}
         for i, d in enumerate(documents)
-        if d["doc_id"] not in without
+        if d["doc_id"] not in dropped
     ]  # fmt: skip
     _write_stage(run / "triples", "triples", TRIPLES, triples)
     by_doc = {t["doc_id"]: t for t in triples}

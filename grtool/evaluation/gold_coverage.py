@@ -101,13 +101,17 @@ def _held_doc_ids(holders: Any):
 def triples_of_corpus(questions: str | Path) -> Path | None:
     """The triples stage of a run laid out as the pipelines write it: ``triples/`` beside the questions stage
     (a run directory holding both) or beside its corpus directory (``out/corpus/questions`` and ``out/triples``);
-    None when neither is there."""
+    None when neither is there (or its record cannot be read: `validate` names that stage itself)."""
+    from grtool.errors import GrtoolError
     from grtool.store.records import is_stage_dir, load_manifest
 
     corpus = Path(questions).parent
     for candidate in (corpus / "triples", corpus.parent / "triples"):
-        if is_stage_dir(candidate) and load_manifest(candidate).get("table") == "triples":
-            return candidate
+        try:
+            if is_stage_dir(candidate) and load_manifest(candidate).get("table") == "triples":
+                return candidate
+        except GrtoolError:
+            continue
     return None
 
 

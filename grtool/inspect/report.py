@@ -388,11 +388,11 @@ def _coverage_html(run: Run) -> list[str]:
             parts.append(f'<p class="muted">Gold coverage of {e(where)} not counted: {e(err)}</p>')
             continue
         warning = coverage_warning(coverage)
-        parts.append(f'<h3 id="coverage">Gold coverage <span class="muted">({e(where)})</span></h3>'
+        parts.append(f'<h3>Gold coverage <span class="muted">({e(where)})</span></h3>'
                      "<p>Gold documents that hold at least one docid; a question with none has recall 0 whatever the model does.</p>"
                      + _table(COVERAGE_HEADERS, coverage_rows(coverage), numeric={2, 3, 4, 6})
                      + (f"<p><strong>{e(warning)}</strong></p>" if warning else ""))  # fmt: skip
-    return parts
+    return [f'<div id="coverage">{"".join(parts)}</div>'] if parts else []
 
 
 def _shown(path: Path, root: Path) -> str:
