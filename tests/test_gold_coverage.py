@@ -158,11 +158,15 @@ def _coverage_table(html: str) -> dict:
     return rows
 
 
-def test_report_has_a_coverage_table(run, tmp_path):
+def test_report_has_a_coverage_table_and_the_recall_reports_coverage(run, tmp_path):
+    recall = run_cli("eval", "recall", run.parent / "responses.jsonl", "--corpus", run, "--triples", run / "triples", "--json").stdout
+    (run / "reports").mkdir(exist_ok=True)
+    (run / "reports" / "recall-all.json").write_text(recall)
     run_cli("report", run, "--out", tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     assert _coverage_table(html) == {key: value[:4] for key, value in expected(run).items()}
-    assert _warning(expected(run)["all"]) in html
+    corpus, evaluation = html.split('<section id="corpus">')[1].split("</section>")[0], html.split('<section id="eval">')[1].split("</section>")[0]
+    assert _warning(expected(run)["all"]) in corpus and _warning(expected(run)["all"]) in evaluation
 
 
 @pytest.mark.slow

@@ -131,7 +131,7 @@ def coverage_warning(coverage: dict[str, Any]) -> str | None:
     examples = [q for s in coverage["splits"] for q in s["unreachable_examples"]][:EXAMPLES]
     questions = (f"{coverage['unreachable_questions']} of {coverage['questions']} questions have no gold document with a docid "
                  f"(recall 0 by construction, e.g. {', '.join(examples)})" if examples else
-                 f"none of the {coverage['questions']} questions lost all its gold documents (their recall is capped)")  # fmt: skip
+                 f"no question of the {coverage['questions']} lacks all its gold documents, some have their recall capped")  # fmt: skip
     return (f"gold coverage {_share(coverage['share'])}: {coverage['unreachable']} of {coverage['gold_documents']} gold documents "
             f"hold no docid in {coverage['source']} ({where}); {questions}; {FIX}")  # fmt: skip
 

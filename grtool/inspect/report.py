@@ -9,7 +9,7 @@ that does not count them, and the gold documents and triples the gold coverage c
 (:mod:`grtool.evaluation.gold_coverage`, in the corpus section, ``#coverage``). The page has inline CSS only: no script, no font, no address outside itself.
 
 Sections have stable ids for links and tests: ``#stages``, ``#funnel``, ``#filters``, ``#corpus``,
-``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
+``#coverage`` (in the corpus section), ``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
 """
 
 from __future__ import annotations
@@ -436,6 +436,8 @@ def _eval_html(run: Run) -> str:
                 for name, r in [*(data.get("per_dataset") or {}).items(), ("all", data)] if isinstance(r, dict)]
         parts.append(f"<h3>{e(_label(f))} <span class=\"muted\">({e(f.name)})</span></h3>"
                      + _table(["dataset", "responses", "recall", "exact", "docs/response", "hallucinated share", "malformed"], rows, numeric={1, 2, 3, 4, 5, 6}))
+        if isinstance(data.get("coverage"), dict) and (warning := _recall_coverage(data["coverage"])):
+            parts.append(f"<p><strong>{e(warning)}</strong></p>")
     for s in run.stages:
         if s.runs("eval", "compare"):
             out = s.option("--out") or s.option("-o")
@@ -443,6 +445,16 @@ def _eval_html(run: Run) -> str:
                 parts.append(f"<h3>{e(s.name)}</h3><pre>{e(Path(out).read_text(errors='replace'))}</pre>")
     parts.append(_image(_plot(run, "eval", "compare"), "recall compared"))
     return "".join(parts) or "<p class=\"muted\">No recall result in this run.</p>"
+
+
+def _recall_coverage(coverage: dict[str, Any]) -> str | None:
+    """The warning line of an `eval recall` report's gold coverage (None at 100%, or for a report it cannot read)."""
+    from grtool.evaluation.gold_coverage import coverage_warning
+
+    try:
+        return coverage_warning(coverage)
+    except (KeyError, TypeError):  # a report edited by hand or written by another version: left out
+        return None
 
 
 def _commands_html(run: Run) -> str:
