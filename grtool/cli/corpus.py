@@ -176,7 +176,9 @@ def stats_cmd(
     refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory, triples])
     stats = corpus_stats(directory)
     if triples is not None or index is not None:
-        stats["coverage"] = gold_coverage(directory, triples if triples is not None else index)
+        from grtool.index.base import Index
+
+        stats["coverage"] = gold_coverage(directory, triples if triples is not None else Index.open(index))
     if plot is not None:
         plot_stats(stats, plot)
         log.info("wrote %s", plot)

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grtool.index.base import Index
 
 EXAMPLES = 5  # unreachable questions named per dataset and split
 FIX = "extract triples for their documents (`grtool triples extract`) and rebuild the index"
 
 
-def gold_coverage(corpus: str | Path, holders: Any, qids: Collection[str] | None = None) -> dict[str, Any]:
+def gold_coverage(corpus: str | Path, holders: "str | Path | Index", qids: Collection[str] | None = None) -> dict[str, Any]:
     """Coverage of the gold documents of ``corpus`` (a run directory or its questions stage) by the documents
-    that hold a docid in ``holders`` (a triples stage, a run directory holding triples/, an index directory, or
-    an open :class:`~grtool.index.base.Index`); only the questions ``qids`` when given.
+    that hold a docid in ``holders`` (a triples stage, a run directory holding triples/, or an open
+    :class:`~grtool.index.base.Index`); only the questions ``qids`` when given.
 
     The answer (the ``coverage`` object every route prints): ``source``, totals (``questions``,
     ``gold_documents``, ``reachable``, ``unreachable``, ``share``, ``unreachable_questions``) and ``splits``, the
@@ -83,14 +86,12 @@ def _gold_documents(questions: Path, qids: Collection[str] | None):
     return table.explode("doc_id").drop_nulls("doc_id")
 
 
-def _held_doc_ids(holders: Any):
+def _held_doc_ids(holders: "str | Path | Index"):
     """(the distinct documents that hold a docid, as an Arrow array; what they were read from)."""
-    from grtool.index.base import META, Index
+    from grtool.index.base import Index
 
     if isinstance(holders, Index):
         return holders.held_doc_ids(), f"index {holders.path}"
-    if (Path(holders) / META).is_file():
-        return Index.open(holders).held_doc_ids(), f"index {holders}"
     from grtool.store.coverage import triples_doc_ids
     from grtool.store.records import resolve_stage
 
