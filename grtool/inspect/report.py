@@ -6,7 +6,8 @@ printed (``corpus stats``, ``corpus overlap``, ``triples collisions``, ``eval re
 content, not their names), the filter rejects (examples per reason), the exports' ``.grtool.json`` records, and
 the PNG charts (``--plot``), embedded as base64. No row is re-read except the chained questions of a chains stage
 that does not count them, and the gold documents and triples the gold coverage counts
-(:mod:`grtool.evaluation.gold_coverage`, in the corpus section, ``#coverage``). The page has inline CSS only: no script, no font, no address outside itself.
+(:mod:`grtool.evaluation.gold_coverage`, in the corpus section, ``#coverage``). The page has inline CSS only: no
+script, no font, no address outside itself.
 
 Sections have stable ids for links and tests: ``#stages``, ``#funnel``, ``#filters``, ``#corpus``,
 ``#coverage`` (in the corpus section), ``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
