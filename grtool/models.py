@@ -181,25 +181,36 @@ def _bad(flag: str, folder: Path, what: str) -> GrtoolError:
 
 
 def model_weights(folder: Path, flag: str = "--model") -> dict[str, list[int]]:
-    """The tensors of a model folder's safetensors weights (name → shape); each file whole, each shard present."""
+    """The tensors a model folder's safetensors weights give the model (name → shape); each file whole, each shard
+    present. With a shard index (and no single model.safetensors), transformers loads exactly the tensors its
+    weight_map lists, each from the shard it names: a tensor a shard holds but the map omits starts at random, so
+    only mapped tensors count here, and each must be in its shard."""
     import orjson
 
-    shapes: dict[str, list[int]] = {}
-    files = sorted(folder.glob("*.safetensors"))
-    for index in folder.glob("*.safetensors.index.json"):
-        try:
-            shards = set(orjson.loads(index.read_bytes())["weight_map"].values())
-        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-            raise _bad(flag, folder, f"{index.name} is not a valid shard index (cut short or edited)") from None
-        missing = sorted(s for s in shards if not (folder / str(s)).is_file())
-        if missing:
-            raise _bad(flag, folder, f"{index.name} names shards that are not there: {', '.join(missing)}")
-    for f in files:
+    headers: dict[str, dict[str, Any]] = {}
+    for f in sorted(folder.glob("*.safetensors")):
         tensors = safetensors_header(f)
         if tensors is None:
             raise _bad(flag, folder, f"{f.name} is cut short or damaged (its size does not cover the tensors its header lists)")
-        shapes.update({name: list(t.get("shape") or []) for name, t in tensors.items()})
-    return shapes
+        headers[f.name] = tensors
+    weight_map: dict[str, str] = {}
+    for index in sorted(folder.glob("*.safetensors.index.json")):
+        try:
+            entries = orjson.loads(index.read_bytes())["weight_map"]
+            if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
+                raise TypeError
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+            raise _bad(flag, folder, f"{index.name} is not a valid shard index (cut short or edited)") from None
+        missing = sorted(s for s in set(entries.values()) if s not in headers)
+        if missing:
+            raise _bad(flag, folder, f"{index.name} names shards that are not there: {', '.join(missing)}")
+        absent = next((name for name, shard in entries.items() if name not in headers[shard]), None)
+        if absent is not None:
+            raise _bad(flag, folder, f"{index.name} maps tensor {absent} to {entries[absent]}, which does not hold it")
+        weight_map.update(entries)
+    if weight_map and "model.safetensors" not in headers:
+        return {name: list(headers[shard][name].get("shape") or []) for name, shard in weight_map.items()}
+    return {name: list(t.get("shape") or []) for tensors in headers.values() for name, t in tensors.items()}
 
 
 def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool = False) -> None:

@@ -216,7 +216,7 @@ def test_more_inputs_refused_before_anything_loads(tmp_path, cli):
     deepspeed = tmp_path / "ds.json"
     deepspeed.write_text("{bad")
     one_line(cli("train", "sft", data, "--out", out, "--deepspeed", deepspeed, check=2), "--deepspeed", "not a JSON DeepSpeed config")
-    one_line(cli("train", "sft", data, "--out", out, "--lora", "--lora-target", "nosuchmodule,q_proj", check=2), "the model has no module nosuchmodule")
+    one_line(cli("train", "sft", data, "--out", out, "--lora", "--lora-target", "nosuchmodule,q_proj", check=2), "no layer LoRA can adapt named nosuchmodule")
     err = one_line(cli("train", "sft", data, "--out", out, "--effective-batch-size", str(10**23), check=2), "--effective-batch-size")
     assert "expected an integer" in err or "accepted is" in err, err
     assert not out.exists()

@@ -41,7 +41,7 @@ def retrieve_cmd(
     samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.")] = 1,
     max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
-    beams: Annotated[int, typer.Option("--beams", min=1, help="Constrained beam search width (transformers only; gmr usually 4).")] = 1,
+    beams: Annotated[int, typer.Option("--beams", min=1, max=256, help="Constrained beam search width, 1 to 256 (transformers only; gmr usually 4).")] = 1,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
     cannot_answer: CannotAnswer = None,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,

@@ -76,15 +76,6 @@ class Generation:
             del d["too_long"]  # the cache's entries stay as they were before this field existed
         return orjson.dumps(d)
 
-    @classmethod
-    def from_json(cls, data: bytes | str) -> "Generation":
-        d = orjson.loads(data)
-        lps = d.pop("logprobs", None)
-        g = cls(**d)
-        if lps is not None:
-            g.logprobs = [TokenLogprobs(**t) for t in lps]
-        return g
-
 
 class PartialGenerations(GrtoolError):
     """Some requests of a ``generate`` call failed; ``generations`` holds the others by position (None = failed)."""

@@ -9,6 +9,9 @@ chunk in flight, a failed request loses only itself. Nothing about the transport
 and every answer has the known credentials masked (:func:`~grtool.llm.base.redact_generation`) before it is
 stored or handed to a stage, so a server echoing the API key cannot put it into the cache or any output. A
 prompt that does not fit the model's context comes back as a ``too_long`` generation and is never stored.
+Entries are typed both ways (:mod:`grtool.llm.answers`): a generation that would not read back is not stored, and
+an entry that does not decode (stored before answers were typed, or edited) is a miss: generated again and
+replaced; ``--overwrite`` of a stage removes such entries first (:meth:`RequestCache.drop_undecodable`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from grtool.llm.answers import MalformedAnswer, check_generation, decode_generation
 from grtool.llm.base import (
     Backend,
     Generation,
@@ -36,6 +40,7 @@ from grtool.llm.base import (
     request_hash,
     require_logprobs,
 )
+from grtool.log import log
 from grtool.secrets import redact_known
 
 _SCHEMA = """
@@ -66,19 +71,42 @@ class RequestCache:
         self._db.execute(_SCHEMA)
 
     def get_many(self, hashes: list[str]) -> dict[str, Generation]:
+        """The entries that decode, by request hash (one that does not is left out: a miss)."""
         found: dict[str, Generation] = {}
         unique = list(dict.fromkeys(hashes))
         for batch in chunks(unique, 500):  # SQLite's bound-parameter limit
             marks = ",".join("?" * len(batch))
             for key, blob in self._db.execute(f"SELECT request_hash, generation FROM generations WHERE request_hash IN ({marks})", batch):
-                found[key] = Generation.from_json(blob)
+                try:
+                    found[key] = decode_generation(blob)
+                except MalformedAnswer as e:
+                    log.warning("%s: entry %s does not decode (%s); generating it again", self.path, key[:12], e)
         return found
+
+    def drop_undecodable(self) -> int:
+        """Delete every entry that does not decode; how many."""
+        bad = []
+        for key, blob in self._db.execute("SELECT request_hash, generation FROM generations"):
+            try:
+                decode_generation(blob)
+            except MalformedAnswer:
+                bad.append((key,))
+        if bad:
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany("DELETE FROM generations WHERE request_hash = ?", bad)
+        return len(bad)
 
     def put_many(self, items: list[tuple[str, str, Generation]]) -> None:
         now = time.time()
         rows = []
         for key, model, gen in items:
             stored = Generation(**{**gen.__dict__, "cached": False})
+            try:
+                check_generation(stored)
+            except MalformedAnswer as e:  # never stored: the next run generates it again
+                log.warning("%s: not caching a malformed generation (%s)", self.path, e)
+                continue
             rows.append((key, model, stored.to_json(), now))
         with self._db:  # one transaction per chunk
             self._db.execute("BEGIN")

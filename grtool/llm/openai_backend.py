@@ -23,6 +23,9 @@
   server gives (401, 404, a bad request) and a key that cannot be sent in a header are errors of the command
   (exit 2, no retry); a --base-url no request could go to (:func:`check_base_url`) is refused with the options,
   before a command creates anything;
+- every answer is decoded through its type (:mod:`grtool.llm.answers`) before anything uses it: a 200 answer that
+  does not decode (content a number, a token count that is text or NaN, no choice) is retried like a 5xx, counted
+  (``malformed_answers``) and named in the final error, and never reaches the request cache;
 - when requests fail for good, the call raises :class:`~grtool.llm.base.PartialGenerations` carrying the answers
   that arrived (the cache keeps them); requests not yet sent by then are not sent.
 """
@@ -39,6 +42,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from grtool.errors import GrtoolError, TransientError
+from grtool.llm.answers import MalformedAnswer, ModelEntry, decode_chat, decode_models, generation_from
 from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
 from grtool import secrets, signals
 from grtool.log import activity, activity_detail, log
@@ -117,7 +121,8 @@ class OpenAIBackend:
             raise GrtoolError(f"--api-key-env {api_key_env}: that environment variable is not set")
         log.info("%s: %s", self._shown, self._credential_used(api_key_env))
         self.requests_sent = 0  # every HTTP attempt, retries included
-        self._models_cache: list[dict[str, Any]] | None = None
+        self.malformed_answers = 0  # 200 answers that did not decode (retried)
+        self._models_cache: list[ModelEntry] | None = None
         self.model = model if model is not None else self._served_model()
         # The context, in tokens: given, else reported by the server for this model, else unknown (None).
         self.context_length = max_context if max_context is not None else self._reported_context()
@@ -142,8 +147,8 @@ class OpenAIBackend:
     def _served_model(self) -> str:
         """Without --model, use the server's model when it serves exactly one."""
         try:
-            ids = [m["id"] for m in self._models()]
-        except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
+            ids = [m.id for m in self._models()]
+        except (httpx.HTTPError, TimeoutError, MalformedAnswer) as e:
             why = f"no answer within {self._models_timeout:g}s" if isinstance(e, TimeoutError) else str(e)
             if _server_unavailable(e):  # down, unreachable or busy: --model would not help, the server must answer
                 raise TransientError(self._scrub(f"{self._shown}: the server is unreachable; cannot list the served models ({why}); "
@@ -157,19 +162,21 @@ class OpenAIBackend:
     def _reported_context(self) -> int | None:
         """The ``max_model_len`` the server reports for this model in ``/models`` (vLLM does), if any."""
         try:
-            entries = [m for m in self._models() if m.get("id") == self.model]
-        except (httpx.HTTPError, TimeoutError, ValueError, KeyError, TypeError, AttributeError) as e:
+            entries = [m for m in self._models() if m.id == self.model]
+        except MalformedAnswer as e:  # the requests may still work: only the context is unknown
+            log.warning("%s/models: %s; the model's context is unknown (give --max-context)", self._shown, self._scrub(str(e)))
+            return None
+        except (httpx.HTTPError, TimeoutError) as e:
             log.debug("%s/models: no context length reported (%s)", self._shown, self._scrub(f"{type(e).__name__}: {e}"))
             return None
-        value = entries[0].get("max_model_len") if entries else None
-        return value if isinstance(value, int) and value > 0 else None
+        return entries[0].max_model_len if entries else None
 
     @property
     def _models_timeout(self) -> float:
         return min(self.timeout, MODELS_TIMEOUT)
 
-    def _models(self) -> list[dict[str, Any]]:
-        """The ``data`` entries of ``GET /models`` (fetched once), under a deadline for the whole request."""
+    def _models(self) -> list[ModelEntry]:
+        """The ``data`` entries of ``GET /models`` (fetched once, typed), under a deadline for the whole request."""
         if self._models_cache is None:
 
             async def get() -> httpx.Response:
@@ -179,7 +186,7 @@ class OpenAIBackend:
 
             r = signals.run_async(get())
             r.raise_for_status()
-            self._models_cache = list(r.json().get("data", []))
+            self._models_cache = decode_models(r.content)
         return self._models_cache
 
     def request_body(self, messages: Messages, sampling: Sampling) -> dict[str, Any]:
@@ -280,13 +287,18 @@ class OpenAIBackend:
                     raise GrtoolError(self._scrub(f"{shown}: {problem}")) from None
             else:
                 if r.status_code == 200:
-                    return self._parse(r, sampling)
-                problem = f"HTTP {r.status_code}: {self._scrub(r.text)[:500]}"  # scrub first: a cut key would leak its start
-                if r.status_code in _CONTEXT_STATUS and _CONTEXT_EXCEEDED.search(r.text) and not _MAX_TOKENS_TOO_LARGE.search(r.text):
-                    return not_generated(f"the server says: {problem}")  # this record's fault, not the server's
-                if r.status_code not in RETRY_STATUS:
-                    raise GrtoolError(self._scrub(f"{shown}: {problem}"))
-                wait = _retry_after(r)
+                    try:
+                        return self._parse(r, sampling)
+                    except MalformedAnswer as e:  # a server mid-restart or a proxy's page: retried, never cached
+                        self.malformed_answers += 1
+                        problem = f"malformed answer: {self._scrub(str(e))[:500]}"
+                else:
+                    problem = f"HTTP {r.status_code}: {self._scrub(r.text)[:500]}"  # scrub first: a cut key would leak its start
+                    if r.status_code in _CONTEXT_STATUS and _CONTEXT_EXCEEDED.search(r.text) and not _MAX_TOKENS_TOO_LARGE.search(r.text):
+                        return not_generated(f"the server says: {problem}")  # this record's fault, not the server's
+                    if r.status_code not in RETRY_STATUS:
+                        raise GrtoolError(self._scrub(f"{shown}: {problem}"))
+                    wait = _retry_after(r)
             if attempt == self.max_retries:  # unreachable, timing out or busy all along: try again later
                 raise TransientError(self._scrub(f"{shown}: giving up after {attempt + 1} attempts; last: {problem}"))
             if wait is None:
@@ -296,32 +308,16 @@ class OpenAIBackend:
         raise AssertionError("unreachable")
 
     def _parse(self, r: httpx.Response, sampling: Sampling) -> Generation:
-        try:
-            data = r.json()
-            choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
-            usage = data.get("usage") or {}
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            raise GrtoolError(self._scrub(f"{self._shown}: unexpected chat completion response ({type(e).__name__}: {e})")) from None
-        gen = Generation(
-            text=text,
-            finish_reason=choice.get("finish_reason") or "stop",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        )
-        if sampling.logprobs:
-            content = (choice.get("logprobs") or {}).get("content")
-            if not content and not text and not gen.completion_tokens:  # an empty answer has no tokens to score
+        """The answer typed (:class:`MalformedAnswer` when it does not decode), as a :class:`Generation`."""
+        answer = decode_chat(r.content)
+        gen = generation_from(answer, want_logprobs=bool(sampling.logprobs))
+        if sampling.logprobs and gen.logprobs is None:
+            if not gen.text and not gen.completion_tokens:  # an empty answer has no tokens to score
                 gen.logprobs = []
-                return gen
-            if not content:
+            else:
                 raise GrtoolError(
                     self._scrub(f"{self._shown}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")
                 )
-            gen.logprobs = [
-                TokenLogprobs(t["token"], float(t["logprob"]), {a["token"]: float(a["logprob"]) for a in t.get("top_logprobs") or []})
-                for t in content
-            ]
         return gen
 
 

@@ -31,7 +31,7 @@ from rich.progress import TextColumn
 from grtool.llm.base import Backend, Generation
 from grtool.llm.cache import CacheStats, CachedLLM
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs
-from grtool.log import activity
+from grtool.log import activity, log
 from grtool.store.io import is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.stage import StageWriter
@@ -166,6 +166,8 @@ class ModelStage:
             # Opened after the writers, which create the directory the cache lives in (and keep it on --overwrite).
             cache = self.cache_dir / f"{loop_part.name}.sqlite" if self.cache_dir is not None else None
             llm = CachedLLM(backend, cache, **({"chunk_size": self.cache_chunk_size} if self.cache_chunk_size else {}))
+            if self.overwrite and llm.cache is not None:  # starting over: entries that no longer decode go too
+                llm.cache.drop_undecodable()
             part = Part(loop_part.index, loop_part.name, llm, loop_part.shards, meter, EmptyOutputs(loop_part.name))
             try:
                 part_fn(part)
@@ -184,6 +186,8 @@ class ModelStage:
         finally:
             if backend is not None and hasattr(backend, "close"):
                 backend.close()  # engines with processes of their own (vLLM) stop here, not at interpreter exit
+            if getattr(backend, "malformed_answers", 0):
+                log.warning("%d answers of the server did not decode and were asked again (none was cached)", backend.malformed_answers)
         report.model = backend.model if backend is not None else self._recorded_model(primary)
         model = {"model": report.model} if report.model is not None else {}
         # Every output is finished before any is judged; the --max-empty-share guard speaks first (it says more

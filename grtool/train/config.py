@@ -276,16 +276,22 @@ def check_deepspeed_config(path: str) -> None:
         raise InputError(f"--deepspeed {path}: expected a JSON object (a DeepSpeed config such as examples/deepspeed/zero3.json)")
 
 
-def check_lora_target(cfg: TrainConfig, module_names: list[str]) -> None:
-    """Each --lora-target name matches a module of the model, as peft matches them (the whole name or its last
-    parts); peft would fail only after the model loaded, with a traceback."""
-    if not cfg.lora or cfg.lora_target == "all-linear" or not module_names:  # no names: the model is not known yet
+def check_lora(cfg: TrainConfig, layers: list[str], hidden_size: int | None) -> None:
+    """Each --lora-target name matches a layer LoRA can adapt, as peft matches them (the whole name or its last
+    parts), and --lora-rank is at most the hidden size (a larger rank adds no capacity and exhausts memory); peft
+    would fail only after the model loaded, with a traceback. Unknown layers (no names): nothing to check."""
+    if not cfg.lora:
+        return
+    if hidden_size is not None and cfg.lora_rank > hidden_size:
+        raise InputError(f"--lora-rank {cfg.lora_rank}: more than the model's hidden size of {hidden_size}; accepted is 1 to {hidden_size}")
+    if cfg.lora_target == "all-linear" or not layers:
         return
     wanted = [t.strip() for t in cfg.lora_target.split(",") if t.strip()]
-    unknown = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in module_names)]
+    unknown = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in layers)]
     if unknown:
-        leaves = sorted({n.rsplit(".", 1)[-1] for n in module_names if n and not n.rsplit(".", 1)[-1].isdigit()})
-        raise InputError(f"--lora-target {cfg.lora_target}: the model has no module {', '.join(unknown)} (its modules: {', '.join(leaves[:30])}; or all-linear)")
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in layers if n and not n.rsplit(".", 1)[-1].isdigit()})
+        raise InputError(f"--lora-target {cfg.lora_target}: the model has no layer LoRA can adapt named {', '.join(unknown)} "
+                         f"(its linear, embedding and convolution layers: {', '.join(leaves[:30])}; or all-linear)")
 
 
 def check_cutoff(cfg: TrainConfig, context: int | None) -> None:

@@ -76,6 +76,14 @@ def _split_turns(messages: list[dict[str, str]], where: str) -> Row:
     return {"prompt": messages[:last], "completion": [messages[last]]}
 
 
+def _label(value: Any, key: str, where: str) -> bool:
+    """A KTO label is a JSON boolean: the text "false" or the number 0 read as truthy or falsy would train the
+    model towards the answers it should avoid, or away from the good ones."""
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {key} {value!r} is not true or false (a JSON boolean, as `export kto` writes it)")
+    return value
+
+
 def to_row(record: Row, where: str) -> tuple[Row, str]:
     """One record → (a prompt/completion row, the format it was in)."""
     if "conversations" in record:
@@ -87,7 +95,7 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
             messages.append(_message(role, turn.get("value", turn.get("content", ""))))
         row, fmt = _split_turns(messages, where), "llamafactory-sharegpt"
         if "kto_tag" in record:
-            row["label"] = bool(record["kto_tag"])
+            row["label"] = _label(record["kto_tag"], "kto_tag", where)
         return row, fmt
     if "instruction" in record and "output" in record:
         prompt = str(record["instruction"]) + (f"\n\n{record['input']}" if record.get("input") else "")
@@ -109,7 +117,7 @@ def to_row(record: Row, where: str) -> tuple[Row, str]:
             completion = [_message("assistant", completion)]
         row = _split_turns([*prompt, *completion], where)
         if "label" in record:
-            row["label"] = bool(record["label"])
+            row["label"] = _label(record["label"], "label", where)
         return row, "trl-prompt-completion"
     raise InputError(
         f"{where}: not a row `export sft`/`export kto` writes (expected conversations, instruction/output, messages "

@@ -65,17 +65,24 @@ def model_context(ref: ModelRef) -> int | None:
         return None
 
 
-def module_names(ref: ModelRef) -> list[str]:
-    """The names of the model's modules, from its config without its weights (meta device); [] when unknown."""
+def lora_layers(ref: ModelRef) -> tuple[list[str], int | None]:
+    """The names of the model's layers LoRA can adapt (linear, embedding and convolution layers: what peft wraps;
+    a block such as ``mlp`` is none of them) and its hidden size, from its config without its weights (meta
+    device); ([], None) when unknown."""
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.pytorch_utils import Conv1D
 
+        config = AutoConfig.from_pretrained(ref.path)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ref.path))
+            model = AutoModelForCausalLM.from_config(config)
     except Exception:  # noqa: BLE001  (a hub id not in the cache: the load itself says why)
-        return []
-    return [name for name, _ in model.named_modules()]
+        return [], None
+    kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
+    return [name for name, m in model.named_modules() if isinstance(m, kinds)], hidden if isinstance(hidden, int) else None
 
 
 def load_model(ref: ModelRef, dtype: Any = None):

@@ -106,10 +106,10 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
 
         check_cutoff(cfg, model_context(ref))
         if cfg.lora:
-            from grtool.train.config import check_lora_target
-            from grtool.train.model import module_names
+            from grtool.train.config import check_lora
+            from grtool.train.model import lora_layers
 
-            check_lora_target(cfg, module_names(ref))
+            check_lora(cfg, *lora_layers(ref))
     if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
         _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here

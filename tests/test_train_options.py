@@ -1,0 +1,63 @@
+"""Training options are checked against the model and the data before anything is written (issue #46, item 4):
+a --lora-target that names a block rather than a layer LoRA can adapt, a --lora-rank beyond the model's hidden
+size, and KTO labels that are not JSON booleans were accepted and failed later (in peft, in the allocator) or,
+for labels, trained silently on the text "false" as desirable. Each is one line, exit 2, and --out is not made.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # the model's config is read (the embedded model, converted once per cache)
+
+TINY = ["--cutoff-len", "128", "--per-device-batch-size", "2"]
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"prompt": [{"role": "user", "content": f"Which river runs through town {i}?"}],
+             "completion": [{"role": "assistant", "content": f"The Lowe runs through town {i}."}]} for i in range(n)]  # fmt: skip
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _refused(proc, *words: str) -> None:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    err = " ".join(proc.stderr.split())
+    assert all(w in err for w in words), err
+
+
+def test_a_lora_target_that_is_no_adaptable_layer_is_refused_before_out(tmp_path, cli):
+    data = _write(tmp_path / "sft.jsonl", _rows(4))
+    out = tmp_path / "ckpt"
+    _refused(cli("train", "sft", data, "--out", out, "--lora", "--lora-target", "mlp", *TINY, check=False),
+             "--lora-target mlp", "no layer LoRA can adapt named mlp", "q_proj")  # fmt: skip
+    assert not out.exists()
+
+
+def test_a_lora_rank_beyond_the_hidden_size_is_refused_before_out(tmp_path, cli):
+    data = _write(tmp_path / "sft.jsonl", _rows(4))
+    out = tmp_path / "ckpt"
+    _refused(cli("train", "sft", data, "--out", out, "--lora", "--lora-rank", "1000000000", *TINY, check=False),
+             "--lora-rank 1000000000", "hidden size of 576")  # fmt: skip
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("label", ["false", "true", 0, 1, None])
+def test_kto_labels_must_be_json_booleans(tmp_path, cli, label):
+    rows = [dict(r, label=i % 2 == 0) for i, r in enumerate(_rows(4))]
+    rows[1]["label"] = label
+    data = _write(tmp_path / "kto.jsonl", rows)
+    out = tmp_path / "ckpt"
+    _refused(cli("train", "kto", data, "--out", out, *TINY, check=False), "row 2", f"label {label!r} is not true or false")
+    assert not out.exists()
+
+
+def test_retrieve_beams_has_a_checked_bound(cli):
+    proc = cli("retrieve", "x", "--index", "y", "--beams", "2147483647", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--beams" in proc.stderr, proc.stderr
