@@ -4,6 +4,7 @@ naming the mismatch and the exact rebuild command."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
@@ -89,3 +90,18 @@ def test_a_model_without_marker_tokens(stage, tmp_path):
     assert msg.endswith("use --markers brackets")  # same vocabulary: rebuilding would not help
     check_agreement(index, model, SMOL, markers="brackets")  # brackets need only the vocabulary
     check_agreement(index, load_tokenizer(SMOL).tokenizer, SMOL)  # a trained model's tokenizer: markers at the index's ids
+
+
+def test_two_tokens_swapped_outside_every_docid_are_found(llama3_index):
+    """A swap no sampled docid touches (ids 100000 and 100001: in no docid of the index) passed the sampled check
+    and decoded other tokens under the constraint; the whole vocabulary is compared."""
+    spec = json.loads(llama3_index.tokenizer.to_json())
+    vocab = spec["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    a, b = by_id[100000], by_id[100001]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    other = Tokenizer.from_str(json.dumps(spec))
+    with pytest.raises(InputError, match=rf"token {re.escape(repr(a))} has id 100000 in the index's vocabulary but id 100001 in the model's"):
+        check_agreement(llama3_index, other, "my/checkpoint")
+    with pytest.raises(InputError, match="has id 100000 in the index's vocabulary"):
+        check_agreement(llama3_index, other, "my/checkpoint", markers="brackets")

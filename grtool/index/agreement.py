@@ -3,6 +3,11 @@
 Constrained decoding compares token ids: if the model splits a docid differently, or gives the docid markers
 other ids, every index-valid token is a wrong one and decoding degrades silently. This check fails loudly
 instead, naming the mismatch and the command that rebuilds the index with the model's tokenizer.
+
+Two checks, both always: a sample of whole docids must tokenize to the same ids (it catches different merges and
+normalisers, and its message shows a docid), and every token of the index's vocabulary must have the same id in
+the model's (it catches what a sample misses: two tokens swapped anywhere in a vocabulary of 128K). Tokens only the
+model has are harmless (the constraint never offers them inside a docid).
 """
 
 from __future__ import annotations
@@ -112,9 +117,22 @@ def check_agreement(index: Index, model_tokenizer: Tokenizer, model_name: str, *
         if got != (index.start_id, index.end_id):
             shown = ", ".join(f"{m} {'no id' if g is None else g}" for m, g in zip((DOCID_START, DOCID_END), got))
             raise InputError(f"{built}, but {model} gives {shown}; {fix}")
-    differs = _first_mismatch(index, model_tokenizer, samples, whole=markers == "special")
+    differs = _first_mismatch(index, model_tokenizer, samples, whole=markers == "special") or _vocabulary_mismatch(
+        index_tok, model_tokenizer, skip={DOCID_START, DOCID_END} if markers == "brackets" else set()
+    )
     if differs:
         raise InputError(f"{built}, but {model} disagrees: {differs}; {fix}")
+
+
+def _vocabulary_mismatch(index_tok: Tokenizer, model_tokenizer: Tokenizer, skip: set[str]) -> str | None:
+    """The first token (by the index's id) of the index's vocabulary, added tokens included, that the model's gives
+    another id or none; ``skip``: tokens the model need not have (the markers, when it writes brackets)."""
+    model_vocab = model_tokenizer.get_vocab(with_added_tokens=True)
+    for token, want in sorted(index_tok.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]):
+        have = model_vocab.get(token)
+        if have != want and token not in skip:
+            return f"token {token!r} has id {want} in the index's vocabulary but {'no id' if have is None else f'id {have}'} in the model's"
+    return None
 
 
 def _first_mismatch(index: Index, model_tokenizer: Tokenizer, samples: int, whole: bool) -> str | None:
