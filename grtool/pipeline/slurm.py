@@ -32,6 +32,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -488,8 +489,6 @@ def import_failures(setup: str, modules: list[str], cwd: Path) -> dict[str, str]
     line) run by bash in ``cwd``, then ``python`` importing each; without a setup line, this process's own
     interpreter (the job inherits the submitting environment). A module the check never reached (no
     ``python`` after the setup line, a crash) fails with the shell's last words."""
-    import sys
-
     argv = ["bash", "-c", f"{setup}\npython -c {shlex.quote(_IMPORT_CHECK)} {shlex.join(modules)}"] if setup else [sys.executable, "-c", _IMPORT_CHECK, *modules]
     try:
         proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT)
