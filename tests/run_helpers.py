@@ -23,15 +23,16 @@ def _docid(h: str, r: str, t: str) -> str:
     return f"<docid_start>{h}, {r}, {t}<docid_end>"
 
 
-def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], Collection[str]] | None = None) -> list[dict]:
-    """`corpus ingest` of two bundled example datasets into ``run``, then a triples stage (one triple per document,
-    none for the doc_ids ``without`` picks from the questions) and a chains stage (one chain per question, citing
-    its gold documents' triples) written by the stage writer, and ``responses`` (JSON Lines) that answer every
-    question with its chain. Returns the triples."""
+def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], Collection[str]] | None = None,
+                    sources: tuple[Path, ...] = (EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique")) -> list[dict]:
+    """`corpus ingest` of ``sources`` (two bundled example datasets by default) into ``run``, then a triples stage
+    (one triple per document, none for the doc_ids ``without`` picks from the questions) and a chains stage (one
+    chain per question, citing its gold documents' triples) written by the stage writer, and ``responses`` (JSON
+    Lines) that answer every question with its chain. Returns the triples."""
     from grtool.store.schemas import CHAINS, TRIPLES
     from grtool.store.stage import read_table
 
-    run_cli("corpus", "ingest", EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique", "--out", run)
+    run_cli("corpus", "ingest", *sources, "--out", run)
     documents = read_table(run / "documents").to_pylist()
     questions = read_table(run / "questions").to_pylist()
     dropped = set(without(questions)) if without is not None else set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -57,9 +58,10 @@ def test_the_plan_shows_each_job_and_the_dependency_graph_and_writes_nothing(tmp
 
 
 def test_the_recipe_plans_gpu_arrays_and_a_multi_gpu_training_node(tmp_path, cli):
-    out = cli("pipeline", "run", REPO / "examples" / "slurm" / "recipe.toml", "--executor", "slurm", "--dry-run", "--set", f"vars.data={REPO / 'examples' / 'data' / 'hotpotqa' / 'hotpot_dev_distractor_v1.example.json'}").stdout
+    # --no-check-env: the recipe's setup line activates the cluster's environment, which is not here
+    out = cli("pipeline", "run", REPO / "examples" / "slurm" / "recipe.toml", "--executor", "slurm", "--dry-run", "--no-check-env", "--set", f"vars.data={REPO / 'examples' / 'data' / 'hotpotqa' / 'hotpot_dev_distractor_v1.example.json'}").stdout
     assert "#SBATCH --array=0-15" in out and "#SBATCH --gres=gpu:8" in out
-    assert "srun accelerate launch --multi_gpu --num_processes 8 -m grtool train sft" in out
+    assert "srun --cpus-per-task=32 accelerate launch --multi_gpu --num_processes 8 -m grtool train sft" in out
     assert "#   train-kto (one job) after train-sft, export-kto" in out
 
 
@@ -82,3 +84,41 @@ def test_slurm_settings_are_checked_before_anything_is_submitted(tmp_path, cli):
     path = os.path.dirname(os.__file__)  # a PATH without sbatch
     proc = cli("pipeline", "run", _config(tmp_path), "--executor", "slurm", check=2, env={"PATH": path})
     assert "no sbatch on PATH" in proc.stderr and not (tmp_path / "run").exists()
+
+
+def test_the_plan_imports_each_stage_s_backend_through_its_setup_line(tmp_path, cli):
+    """A vLLM stage's job fails days later when its environment has no vllm: the dry run runs the stage's setup
+    line in a shell and imports the package with that environment's python, and names the stage, the package and
+    the setup line when it does not import (#48). The environment is a real virtualenv without vllm; the same
+    environment with a ``vllm`` package directory on PYTHONPATH passes (the real vllm takes ~40 s to import)."""
+    import subprocess
+    import sys
+
+    env_dir = tmp_path / "job env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    activate = f"source {shlex.quote(str(env_dir / 'bin' / 'activate'))}"
+
+    def vllm_config(setup: str) -> str:
+        path = Path(_config(tmp_path, f"setup = {json.dumps(setup)}"))
+        path.write_text(path.read_text().replace('backend = "openai", base_url = "http://127.0.0.1:9/v1"', 'backend = "vllm", model = "m"'))
+        return str(path)
+
+    config = vllm_config(activate)
+    proc = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", check=2)
+    line = " ".join(proc.stderr.split())
+    assert "stage 'triples' (--backend vllm) needs the Python package vllm" in line and f"after its setup line {activate!r}" in line, line
+    assert "No module named 'vllm'" in line and "grtool[vllm]" in line and not proc.stdout, line
+    assert not (tmp_path / "run").exists()
+    # The same pipeline submitted is refused the same way, before sbatch is looked for.
+    assert "needs the Python package vllm" in cli("pipeline", "run", config, "--executor", "slurm", check=2).stderr
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    setup = f"{activate}; export PYTHONPATH={shlex.quote(str(site))}"
+    plan = cli("pipeline", "run", vllm_config(setup), "--executor", "slurm", "--dry-run").stdout
+    assert "--backend vllm" in plan and setup in plan
+    # No python after the setup line: every package is named as not tried, with the shell's own words.
+    proc = cli("pipeline", "run", vllm_config("PATH=/nonexistent"), "--executor", "slurm", "--dry-run", check=2)
+    assert "needs the Python package vllm" in proc.stderr and "python: command not found" in proc.stderr, proc.stderr
+    # --no-check-env: a plan made away from the cluster.
+    assert "--backend vllm" in cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", "--no-check-env").stdout

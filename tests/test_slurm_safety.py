@@ -14,6 +14,7 @@ tests/slurm_fakes.py, whose ``sbatch`` executes every script it is given.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,13 @@ def test_extra_sbatch_arguments():
     _refused({"sbatch": ["--a"] * 100}, "'sbatch'")
 
 
+def test_extra_srun_arguments():
+    _accepted({"srun": ["--gpu-bind=closest", "--exclusive", "--mpi=pmix"]})
+    for bad in ["gpu-bind", "-c8", "--cpus-per-task=2", "--output=x", "--error=x", "--input=x", "--chdir=/", "--pty", "--a;id", "--x\n", ""]:
+        _refused({"srun": [bad]}, "'srun'")
+    _refused({"srun": "--exclusive"}, "'srun'")
+
+
 def test_launch_must_split_into_words():
     _accepted({"launch": "accelerate launch --num_processes 8 -m"})
     _refused({"launch": "accelerate 'launch"}, "'launch'")
@@ -206,6 +214,40 @@ def test_a_run_path_with_spaces_quotes_and_dollars_reaches_the_jobs_exactly(tmp_
     assert [r["argv"][-1] for r in finalized] == [f"{out}/_pipeline/slurm/ingest.json", f"{out}/_pipeline/slurm/triples.json",
                                                   f"{out}/_pipeline/slurm/index.json"]  # fmt: skip
     assert "'q'" in plan  # the dry run shows the same scripts
+
+
+def test_a_job_sets_up_before_set_u_gives_srun_its_cpus_and_arguments_and_finalizes_off_the_gpu_partition(tmp_path, cli):
+    """What real clusters need (#48): an activation script that reads an unset variable (conda's read PS1) runs
+    before ``set -u``; Slurm 22.05-23.02 gives a step one CPU unless srun says --cpus-per-task; a stage's own
+    srun arguments; an array's finalize job needs no GPU and queues where the [slurm] defaults send a job."""
+    activate = tmp_path / "env dir" / "activate"
+    activate.parent.mkdir()
+    activate.write_text('if [ -n "$GRTOOL_TEST_NEVER_SET" ]; then echo interactive; fi\nexport ACTIVATED=1\n')
+    env = slurm_fakes.install(tmp_path / "slurm")
+    env.pop("GRTOOL_TEST_NEVER_SET", None)
+    setup = f"source {shlex.quote(str(activate))}"
+    config = _config(tmp_path, tmp_path / "run", slurm=f'setup = {_toml(setup)}\ncpus = 4\nqos = "normal"',
+                     triples='{ tasks = 2, partition = "gpu", qos = "gpuq", gres = "gpu:1", cpus = 8, srun = ["--gpu-bind=closest"] }')  # fmt: skip
+    plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
+    for script in plan.split("# ---- ")[1:]:
+        lines = script.splitlines()
+        strict = next(i for i, line in enumerate(lines) if line.startswith("set -"))
+        assert lines.index(setup) < strict, script
+    cli("pipeline", "run", config, "--executor", "slurm", env=env)
+    runs = [r["argv"] for r in slurm_fakes.records(tmp_path / "slurm", "srun")]
+    assert [r[: r.index("grtool")] for r in runs] == [["--cpus-per-task=4"], *[["--cpus-per-task=8", "--gpu-bind=closest"]] * 2, ["--cpus-per-task=4"]], runs
+    finalized = [r["argv"] for r in slurm_fakes.records(tmp_path / "slurm", "grtool")]
+    assert len(finalized) == 3 and finalized[1][:3] == ["pipeline", "finalize", "--merge"], finalized  # every job got past its setup
+    submitted = [r["directives"] for r in slurm_fakes.records(tmp_path / "slurm", "sbatch") if not r["test_only"]]
+    triples, finalize = submitted[1], submitted[2]
+    assert {"--partition=gpu", "--qos=gpuq", "--gres=gpu:1"} <= set(triples), triples
+    assert "--partition=cpu" in finalize and "--qos=normal" in finalize and not any(d.startswith("--gres") for d in finalize), finalize
+    # Without a [slurm] partition the finalize job stays on the stage's partition, still without the GPU.
+    config = _config(tmp_path, tmp_path / "run2", triples='{ tasks = 2, partition = "gpu", gres = "gpu:1" }')
+    config.write_text(config.read_text().replace('partition = "cpu"', ""))
+    plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
+    finalize = plan.split("triples.finalize.sbatch")[1].split("# ----")[0]
+    assert "#SBATCH --partition=gpu" in finalize and "--gres" not in finalize and "srun" not in finalize, finalize
 
 
 def test_a_stage_output_or_path_with_a_newline_is_refused_for_slurm(tmp_path, cli):

@@ -30,7 +30,7 @@ from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import DamagedRecord, file_kind, read_record_bytes
-from grtool.store.reading import arrow_source, arrow_sources, schema_diff, short
+from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
 from grtool.store.records import check_parts_planned
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
 from grtool.store.schemas import TABLES
@@ -289,11 +289,11 @@ def _check_accounting(path: Path, shard: str, rec: dict[str, Any], report: Repor
 
 def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) -> None:
     key = list(TABLES[report.table][1])
-    files = arrow_sources([f for f in (path / f"{name}.parquet" for name in sorted(records)) if f.is_file()])
+    files = [f for f in (path / f"{name}.parquet" for name in sorted(records)) if f.is_file()]
     if not files:
         return
     try:
-        dup = pl.scan_parquet(files).select(key).group_by(key).agg(pl.len().alias("n")).filter(pl.col("n") > 1).collect()
+        dup = scan_shards(files).select(key).group_by(key).agg(pl.len().alias("n")).filter(pl.col("n") > 1).collect()
     except Exception as e:
         report.problems.append(f"key check failed: {e}")
         return
@@ -345,10 +345,10 @@ def _first(names: list[str], n: int = 5) -> str:
 
 def check_gold_references(questions: Path, documents: Path) -> list[str]:
     """Every gold doc id of `questions` exists in `documents` (committed shards of both)."""
-    doc_files = arrow_sources(shard_paths(documents))
-    q = pl.scan_parquet(arrow_sources(shard_paths(questions))).select(pl.col("qid"), pl.col("gold_doc_ids").alias("doc_id")).explode("doc_id")
+    doc_files = shard_paths(documents)
+    q = scan_shards(shard_paths(questions)).select(pl.col("qid"), pl.col("gold_doc_ids").alias("doc_id")).explode("doc_id")
     q = q.filter(pl.col("doc_id").is_not_null())
-    missing = (q.join(pl.scan_parquet(doc_files).select("doc_id"), on="doc_id", how="anti") if doc_files else q).collect()
+    missing = (q.join(scan_shards(doc_files).select("doc_id"), on="doc_id", how="anti") if doc_files else q).collect()
     if not missing.height:
         return []
     ex = ", ".join(f"{qid} -> {doc}" for qid, doc in missing.head(3).rows())

@@ -43,6 +43,9 @@ def run(
     executor: Annotated[Executor, typer.Option("--executor", help="local: the stages one after another in this process; slurm: one sbatch job "
                                                "per stage (an array for slurm.tasks), chained by their data dependencies.")] = Executor.local,
     wait: Annotated[bool, typer.Option("--wait", help="With --executor slurm: block until the jobs end; exit non-zero naming a failed job and its log.")] = False,
+    check_env: Annotated[bool, typer.Option("--check-env/--no-check-env", help="With --executor slurm: before the plan or the submission, import the "
+                                            "packages each stage needs (vllm, torch, ...) the way its job will: its setup line, then python. "
+                                            "--no-check-env: a plan made away from the cluster's environment.")] = True,
 ) -> None:
     """Run the stages of a pipeline file in order; finished stages and shards are skipped.
 
@@ -75,7 +78,7 @@ def run(
     if executor is Executor.slurm:
         from grtool.pipeline.slurm import SlurmExecutor
 
-        runner = SlurmExecutor(pipeline, COMMANDS, stages, forced, wait=wait)
+        runner = SlurmExecutor(pipeline, COMMANDS, stages, forced, wait=wait, check_env=check_env)
     else:
         runner = LocalExecutor(pipeline, COMMANDS, stages, forced)
     if dry_run:

@@ -37,7 +37,7 @@ import polars as pl
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.log import log
-from grtool.store.reading import arrow_sources, collect
+from grtool.store.reading import collect, scan_shards
 from grtool.store.stage import read_table, shard_paths
 from grtool.store.records import resolve_stage
 
@@ -337,7 +337,7 @@ def _load_gold_documents(stage: Path, gold_ids: pl.Series) -> pl.DataFrame:
     if not shards:
         return pl.DataFrame({"doc_id": [], "text": [], "di": []}, schema={"doc_id": pl.String, "text": pl.String, "di": pl.UInt32})
     docs = collect(
-        pl.scan_parquet(arrow_sources(shards))
+        scan_shards(shards)
         .select("doc_id", "title", "text")
         .filter(pl.col("doc_id").is_in(gold_ids.implode()))
         .unique("doc_id", keep="first", maintain_order=True),

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
-from grtool.store.reading import arrow_sources, collect
+from grtool.store.reading import collect, scan_shards
 from grtool.store.records import is_stage_dir, load_manifest
 from grtool.store.stage import shard_paths
 
@@ -29,7 +29,7 @@ def _stage(directory: Path, table: str) -> Path | None:
 
 
 def _scan(shards: list[Path]) -> pl.LazyFrame:
-    return pl.scan_parquet(arrow_sources(shards))
+    return scan_shards(shards)
 
 
 def corpus_stats(directory: str | Path) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import polars as pl
 
 from grtool.docid.lookup import HASH_SEED
 from grtool.vocab.text import normalize_answer
-from grtool.store.reading import arrow_sources
+from grtool.store.reading import read_shards_frame
 from grtool.store.records import resolve_stage
 from grtool.store.stage import shard_paths
 
@@ -37,7 +37,7 @@ class QuestionLookup(dict):
         lookup = cls()
         if not shards:
             return lookup
-        frame = pl.read_parquet(arrow_sources(shards), columns=["qid", "dataset", "answer", "answer_aliases", "gold_doc_ids", "answerable"])
+        frame = read_shards_frame(shards, ["qid", "dataset", "answer", "answer_aliases", "gold_doc_ids", "answerable"])
         gold = frame.select(pl.col("gold_doc_ids").list.eval(pl.element().hash(HASH_SEED))).to_series().to_list()
         for qid, dataset, answer, aliases, gold_hashes, answerable in zip(
             frame.get_column("qid").to_list(),

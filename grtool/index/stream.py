@@ -197,7 +197,9 @@ class Sequences:
     @property
     def frame(self) -> pl.DataFrame:
         """All sequences as one frame (small corpora, tests)."""
-        return pl.read_parquet(self.seq_file)
+        from grtool.store.reading import read_shards_frame
+
+        return read_shards_frame([self.seq_file])
 
     def chunks(self, rows: int) -> Iterator[pl.DataFrame]:
         for batch in pq.ParquetFile(self.seq_file).iter_batches(batch_size=rows):

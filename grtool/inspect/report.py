@@ -28,7 +28,7 @@ from grtool import __version__
 from grtool.errors import InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import load_manifest, now
-from grtool.store.reading import arrow_sources
+from grtool.store.reading import scan_shards
 
 EXAMPLES_PER_REASON = 2
 EXAMPLE_CHARS = 400  # of a rejected chain's text, on the page
@@ -232,7 +232,7 @@ def _chained(stage: Path, manifest: dict[str, Any]) -> int:
     from grtool.store.stage import shard_paths
 
     shards = shard_paths(stage)
-    return collect(pl.scan_parquet(arrow_sources(shards)).select(pl.col("qid").n_unique()), shards).item() if shards else 0
+    return collect(scan_shards(shards).select(pl.col("qid").n_unique()), shards).item() if shards else 0
 
 
 def _label(f: Path) -> str:

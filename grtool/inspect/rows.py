@@ -22,7 +22,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.inspect.sources import Source
 from grtool.store.layout import REJECTS_DIR
-from grtool.store.reading import arrow_sources
+from grtool.store.reading import scan_shards
 
 GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED = "gold", "non-gold", "hallucinated", "unchecked", "malformed"
 VERDICTS = (GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED)
@@ -130,16 +130,16 @@ def _stage_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
         return []
     if source.kind == "triples" and pick.qids:  # the triples of the questions' gold documents
         question_of = {d: qid for qid, q in _questions(source, pick.qids).items() for d in q["gold_doc_ids"] or []}
-        frame = collect(pl.scan_parquet(arrow_sources(shards)).filter(pl.col("doc_id").is_in(list(question_of))), shards)
+        frame = collect(scan_shards(shards).filter(pl.col("doc_id").is_in(list(question_of))), shards)
         rows = [{**r, "qid": question_of[r["doc_id"]]} for r in frame.to_dicts()]  # judged against that question
         return _take(rows, Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.qids:
-        frame = collect(pl.scan_parquet(arrow_sources(shards)).filter(pl.col("qid").is_in(list(pick.qids))), shards)
+        frame = collect(scan_shards(shards).filter(pl.col("qid").is_in(list(pick.qids))), shards)
         return _take(frame.to_dicts(), Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.sample is not None:
         return _sampled(shards, pick.sample, pick.seed)
     limit = pick.limit or None
-    return collect(pl.scan_parquet(arrow_sources(shards)).head(limit) if limit else pl.scan_parquet(arrow_sources(shards)), shards).to_dicts()
+    return collect(scan_shards(shards).head(limit) if limit else scan_shards(shards), shards).to_dicts()
 
 
 def _sampled(shards: list[Path], n: int, seed: int) -> list[dict[str, Any]]:
@@ -366,7 +366,7 @@ def _questions(source: Source, qids: tuple[str, ...]) -> dict[str, dict[str, Any
     shards = shard_paths(source.questions)
     if not shards:
         return {}
-    frame = collect(pl.scan_parquet(arrow_sources(shards)).select(_QUESTION_COLUMNS).filter(pl.col("qid").is_in(list(qids))), shards)
+    frame = collect(scan_shards(shards).select(_QUESTION_COLUMNS).filter(pl.col("qid").is_in(list(qids))), shards)
     return {r["qid"]: r for r in frame.to_dicts()}
 
 
@@ -380,7 +380,7 @@ def _questions_by_text(source: Source, texts: set[str]) -> dict[str, dict[str, A
     shards = shard_paths(source.questions)
     if not shards or not texts:
         return {}
-    frame = collect(pl.scan_parquet(arrow_sources(shards)).select(_QUESTION_COLUMNS).filter(pl.col("question").str.strip_chars().is_in(list(texts))), shards)
+    frame = collect(scan_shards(shards).select(_QUESTION_COLUMNS).filter(pl.col("question").str.strip_chars().is_in(list(texts))), shards)
     found: dict[str, dict[str, Any]] = {}
     for r in frame.to_dicts():
         found.setdefault(r["question"].strip(), r)
@@ -410,7 +410,7 @@ def titles_of(documents: Path, doc_ids: set[str]) -> dict[str, str]:
     shards = shard_paths(documents)
     if not shards or not doc_ids:
         return {}
-    frame = collect(pl.scan_parquet(arrow_sources(shards)).select(["doc_id", "title"]).filter(pl.col("doc_id").is_in(list(doc_ids))), shards)
+    frame = collect(scan_shards(shards).select(["doc_id", "title"]).filter(pl.col("doc_id").is_in(list(doc_ids))), shards)
     return dict(zip(frame["doc_id"].to_list(), frame["title"].to_list()))
 
 

@@ -147,6 +147,7 @@ class SlurmTable(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     setup: Optional[str] = None  # a shell line run first, e.g. "source .venv/bin/activate"
     launch: Optional[str] = None  # words before `grtool`, e.g. "accelerate launch --num_processes 8 -m"
     sbatch: list[str] = []  # more sbatch arguments, e.g. ["--exclusive", "--constraint=a100"]
+    srun: list[str] = []  # more arguments of the stage's srun step, e.g. ["--gpu-bind=closest"]
 
 
 class StageTable(msgspec.Struct, forbid_unknown_fields=True):
@@ -173,7 +174,7 @@ _EXPECTED = {"args": "a list of strings", "outputs": "a list of strings", "optio
              "stdout": "a string (a file path)", "name": "a string", "run": "a string (a grtool command)",
              "stages": "a list of [[stages]] tables", "out": "a string", "note": "a string", "vars": "a table of name = value",
              "slurm": "a table of Slurm settings (partition, time, cpus, mem, gres, tasks, ...)"}  # fmt: skip
-_SLURM_EXPECTED = {"sbatch": "a list of strings (sbatch arguments)", "nodes": "an integer", "cpus": "an integer", "tasks": "an integer",
+_SLURM_EXPECTED = {"sbatch": "a list of strings (sbatch arguments)", "srun": "a list of strings (srun arguments)", "nodes": "an integer", "cpus": "an integer", "tasks": "an integer",
                    "parallel": "an integer"}  # fmt: skip
 _OPTION_VALUE = "a string, number, true/false or a list of those"
 
@@ -398,10 +399,10 @@ def _slurm_value(key: str, text: str, variables: dict[str, str], where: str) -> 
     if key not in fields:
         raise InputError(f"{where}: unknown Slurm key {key!r}{_did_you_mean(key, fields)}; known keys: {', '.join(fields)}")
     try:
-        value = _expand_slurm(key, shlex.split(text) if key == "sbatch" else _coerce(text), variables, where)
-    except ValueError as e:  # an unclosed quote in the sbatch arguments
+        value = _expand_slurm(key, shlex.split(text) if key in ("sbatch", "srun") else _coerce(text), variables, where)
+    except ValueError as e:  # an unclosed quote in the sbatch or srun arguments
         raise InputError(f"{where}: cannot split the value into words ({e})") from None
-    if key not in ("sbatch", "nodes", "cpus", "tasks", "parallel"):
+    if key not in ("sbatch", "srun", "nodes", "cpus", "tasks", "parallel"):
         value = str(value)  # time = 1:00:00 or mem = 64 stay text
     try:
         msgspec.convert({key: value}, SlurmTable, strict=True)

@@ -32,6 +32,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,11 @@ def depends_on(stage: Stage, earlier: list[Stage]) -> list[str]:
 
 
 class SlurmExecutor(PipelineExecutor):
-    def __init__(self, pipeline: Pipeline, commands, stages: list[Stage], overwrite: set[str] | None = None, *, wait: bool = False):
+    def __init__(self, pipeline: Pipeline, commands, stages: list[Stage], overwrite: set[str] | None = None, *, wait: bool = False,
+                 check_env: bool = True):  # fmt: skip
         super().__init__(pipeline, commands, stages, overwrite)
         self.wait = wait
+        self.check_env = check_env
         self.out = Path(pipeline.out)
         self.jobs_dir = self.out / RECORDS_DIR / JOBS_DIR
         self.logs_dir = self.out / RECORDS_DIR / LOGS_DIR
@@ -108,7 +111,39 @@ class SlurmExecutor(PipelineExecutor):
             self._check(state, conf)
             todo.append((state, conf, depends_on(stage, running)))
             running.append(stage)
+        if self.check_env:
+            self._check_environments(todo)
         return todo
+
+    def _check_environments(self, todo: list[tuple[StageState, dict[str, Any], list[str]]]) -> None:
+        """The packages each stage's command needs (``--backend vllm``: vllm) import in its job's environment,
+        tried the way the job will run: its setup line, then ``python`` (one shell per setup line, every
+        package of its stages at once). The local executor's check looks at this process only; a job runs
+        wherever its setup line leads."""
+        from grtool.extras import EXTRAS
+
+        needs: dict[str, list[tuple[Stage, str, str, str, str]]] = {}  # setup line -> (stage, feature, extra, module, package)
+        for state, conf, _ in todo:
+            stage = state.stage
+            words = len(stage.run.split())
+            for extra, feature in self.commands.extras(stage.run, stage.argv()[words:]):
+                needs.setdefault(conf.get("setup") or "", []).extend((stage, feature, extra, module, package) for module, package in EXTRAS[extra])
+        problems, extras = [], []
+        for setup, wanted in needs.items():
+            failed = import_failures(setup, sorted({module for *_, module, _ in wanted}), self.cwd)
+            how = f"after its setup line {shown(setup, 200)}" if setup else "(no setup line: the environment of this command)"
+            missing: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (stage, feature) -> (package, why) that did not import
+            for stage, feature, extra, module, package in wanted:
+                if module in failed:
+                    missing.setdefault((stage.name, feature), []).append((package, failed[module]))
+                    extras += [extra] if extra not in extras else []
+            for (name, feature), gone in missing.items():
+                packages = f"the Python package {gone[0][0]}, which does" if len(gone) == 1 else f"the Python packages {', '.join(p for p, _ in gone)}, which do"
+                problems.append(f"stage {name!r} ({feature}) needs {packages} not import in its job's environment {how}: {gone[0][1]}")
+        if problems:
+            install = " ".join(f"'grtool[{e}]'" for e in extras)
+            raise InputError(f"{self.pipeline.path}: {'; '.join(problems)}; install in that environment (pip install {install}) or change slurm.setup "
+                             f"(--no-check-env skips this check)")  # fmt: skip
 
     def _overwrite(self, state: StageState) -> bool:
         # A done stage whose input an earlier stage remakes ("stale") will find its inputs changed when it runs.
@@ -204,16 +239,16 @@ class SlurmExecutor(PipelineExecutor):
             line = f"{shlex.join(shlex.split(conf['launch']))} {line}"
         record = shlex.quote(str(self._record_path(stage).absolute()))
         body = [_comment(f"stage {stage.name}: {state.state}" + (f" ({state.detail})" if state.detail else "")),
-                _comment(f"outputs: {', '.join(stage.outputs) or '-'}"), "set -uo pipefail"]  # fmt: skip
+                _comment(f"outputs: {', '.join(stage.outputs) or '-'}")]  # fmt: skip
         if array:
-            body.insert(1, _comment(f"shards {_shard_range(first, count)} of {tasks}"))
-        if conf.get("setup"):
-            body.append(conf["setup"])
+            body.append(_comment(f"shards {_shard_range(first, count)} of {tasks}"))
+        body += _setup_then_strict(conf, "set -uo pipefail")
+        srun = shlex.join(srun_words(conf))
         if stage.stdout:  # replaced only when the command succeeds: a failed run keeps the earlier report
             tmp = shlex.quote(f"{stage.stdout}.slurm-") + '"$SLURM_JOB_ID"' + shlex.quote(TMP_SUFFIX)
-            body += [f"mkdir -p {shlex.quote(str(Path(stage.stdout).parent))}", f"srun {line} > {tmp}"]
+            body += [f"mkdir -p {shlex.quote(str(Path(stage.stdout).parent))}", f"{srun} {line} > {tmp}"]
         else:
-            body.append(f"srun {line}")
+            body.append(f"{srun} {line}")
         # An array task requeues itself by ARRAY_TASK: one task's SLURM_JOB_ID is the array's own id, and
         # `scontrol requeue <that id>` would requeue every task of the array, finished and running ones too.
         me = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' if array else '"$SLURM_JOB_ID"'
@@ -232,12 +267,16 @@ class SlurmExecutor(PipelineExecutor):
         return _script(self._directives(stage, conf, array=count if array else None), body)
 
     def finalize_script(self, stage: Stage, conf: dict[str, Any]) -> str:
-        """After an array: one job, afterok on every task, that merges the manifests and records the stage done."""
-        keep = {k: conf[k] for k in ("partition", "account", "qos", "setup") if conf.get(k)}
+        """After an array: one job, afterok on every task, that merges the manifests and records the stage done.
+        It needs one CPU and no GPU: after a GPU array it runs where the ``[slurm]`` defaults send a job (the CPU
+        partition, with their account and QOS), since a GPU partition may refuse or long queue a job without a GPU;
+        on the stage's own partition when the defaults name none, or when the stage asks for no GPU."""
+        place = self.pipeline.slurm if gpus_per_task(conf.get("gres")) and self.pipeline.slurm.get("partition") else conf
+        keep = {k: place[k] for k in ("partition", "account", "qos") if place.get(k)}
         directives = self._directives(stage, {**keep, "time": "01:00:00", "cpus": 1}, array=None)
         directives[0] += "-finalize"
         directives[1] = f"--output={self._log_pattern(f'{stage.name}-finalize-%j.out')}"
-        body = ["set -euo pipefail", *([conf["setup"]] if conf.get("setup") else []),
+        body = [*_setup_then_strict(conf, "set -euo pipefail"),
                 f"grtool pipeline finalize --merge {shlex.quote(str(self._record_path(stage).absolute()))}"]  # fmt: skip
         return _script(directives, body)
 
@@ -433,6 +472,33 @@ def max_array_size() -> tuple[int, str]:
     return DEFAULT_MAX_ARRAY_SIZE, "Slurm's default: scontrol show config did not say"
 
 
+# Run by the job environment's `python`: one line per module, "ok" or why it did not import.
+_IMPORT_CHECK = """import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        print(name, "ok", sep="\\t", flush=True)
+    except BaseException as e:
+        print(name, type(e).__name__ + ": " + " ".join(str(e).split())[:300], sep="\\t", flush=True)
+"""
+IMPORT_TIMEOUT = 600  # seconds: vllm and torch import slowly from a cold network file system
+
+
+def import_failures(setup: str, modules: list[str], cwd: Path) -> dict[str, str]:
+    """``{module: why}`` for each of ``modules`` that does not import in a job's environment: ``setup`` (a shell
+    line) run by bash in ``cwd``, then ``python`` importing each; without a setup line, this process's own
+    interpreter (the job inherits the submitting environment). A module the check never reached (no
+    ``python`` after the setup line, a crash) fails with the shell's last words."""
+    argv = ["bash", "-c", f"{setup}\npython -c {shlex.quote(_IMPORT_CHECK)} {shlex.join(modules)}"] if setup else [sys.executable, "-c", _IMPORT_CHECK, *modules]
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {m: f"importing it took more than {IMPORT_TIMEOUT} s" for m in modules}
+    said = dict(line.split("\t", 1) for line in proc.stdout.splitlines() if line.count("\t") == 1)
+    last = " ".join((proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1].split())[:300]
+    return {m: said.get(m, f"not tried ({last})") for m in modules if said.get(m) != "ok"}
+
+
 def _shard_range(first: int, count: int) -> str:
     return f"{first}-{first + count - 1}" if count > 1 else str(first)
 
@@ -441,6 +507,19 @@ def _dependency(after_ok: list[str], after_any: list[str] | None = None) -> list
     """sbatch's dependency arguments: every job of ``after_ok`` completed, every job of ``after_any`` ended."""
     parts = ([f"afterok:{':'.join(after_ok)}"] if after_ok else []) + ([f"afterany:{':'.join(after_any)}"] if after_any else [])
     return [f"--dependency={','.join(parts)}", "--kill-on-invalid-dep=yes"] if parts else []
+
+
+def _setup_then_strict(conf: dict[str, Any], strict: str) -> list[str]:
+    """The job's setup line, then the shell's strict mode (``set -u`` …): activation scripts (conda's, module
+    files) read variables that may be unset and would stop the job under ``set -u``."""
+    return [*([conf["setup"]] if conf.get("setup") else []), strict]
+
+
+def srun_words(conf: dict[str, Any]) -> list[str]:
+    """``srun`` and its arguments for a stage's step: the job's ``--cpus-per-task`` (Slurm 22.05 to 23.02 gives a
+    step one CPU unless told; later versions take it from the job, so saying it is always right), then the stage's
+    own ``srun`` arguments."""
+    return ["srun", *([f"--cpus-per-task={conf['cpus']}"] if conf.get("cpus") else []), *conf.get("srun", [])]
 
 
 def _comment(text: str) -> str:

@@ -26,6 +26,9 @@ COUNT_LIMITS = {"nodes": 100_000, "cpus": 100_000, "tasks": 1_000_000, "parallel
 # What grtool sets itself on every job; an extra argument with one of these would break the pipeline's chaining,
 # logs or resume (--wrap would replace the script altogether).
 OWN_SBATCH = {"array", "dependency", "wrap", "output", "chdir", "parsable", "test-only", "kill-on-invalid-dep"}
+# The same for a stage's srun step: its CPUs come from `cpus`, its output is the job's log (or the stage's
+# stdout file), and it runs where the job does.
+OWN_SRUN = {"cpus-per-task", "output", "error", "input", "chdir", "pty"}
 MAX_SBATCH_ARGS = 32
 SHELL_KEYS = ("setup", "launch")  # shell text: a [vars] placeholder in them goes in as one quoted word
 
@@ -49,6 +52,8 @@ SHAPES = {
     "gres": "name[:type][:count], comma-separated (e.g. gpu:1, gpu:a100:2), count at least 1",
     "sbatch": f"a list of at most {MAX_SBATCH_ARGS} sbatch arguments, each --option or --option=value "
     f"(not {', '.join('--' + o for o in sorted(OWN_SBATCH))}, which grtool sets itself)",
+    "srun": f"a list of at most {MAX_SBATCH_ARGS} srun arguments, each --option or --option=value "
+    f"(not {', '.join('--' + o for o in sorted(OWN_SRUN))}, which grtool sets itself)",
     "setup": "one line of shell ({var} placeholders go in quoted)",
     "launch": "words before `grtool` (shell quoting allowed, no shell syntax)",
     **{key: f"an integer, at least 1 and at most {limit}" for key, limit in COUNT_LIMITS.items()},
@@ -110,12 +115,13 @@ def _gres_ok(text: str) -> bool:
     return True
 
 
-def _sbatch_ok(value: Any) -> bool:
+def _arguments_ok(value: Any, own: set[str]) -> bool:
+    """A list of ``--option[=value]`` arguments (sbatch's or srun's), none of those grtool sets (``own``)."""
     if not isinstance(value, list) or len(value) > MAX_SBATCH_ARGS:
         return False
     for arg in value:
         m = _SBATCH_ARG.fullmatch(arg) if isinstance(arg, str) and len(arg) <= MAX_TEXT else None
-        if not m or m[1] in OWN_SBATCH:
+        if not m or m[1] in own:
             return False
     return True
 
@@ -130,8 +136,8 @@ def _launch_ok(text: str) -> bool:
 def _shape_ok(key: str, value: Any) -> bool:
     if key in COUNT_LIMITS:
         return type(value) is int and 1 <= value <= COUNT_LIMITS[key]
-    if key == "sbatch":
-        return _sbatch_ok(value)
+    if key in ("sbatch", "srun"):
+        return _arguments_ok(value, OWN_SBATCH if key == "sbatch" else OWN_SRUN)
     if not isinstance(value, str) or len(value) > (MAX_TEXT if key in ("setup", "launch") else MAX_NAME):
         return False
     if key in ("partition", "qos"):

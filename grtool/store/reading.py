@@ -101,6 +101,20 @@ def arrow_sources(paths: list[Path] | list[str]) -> list[Any]:
     return [arrow_source(p) for p in paths]
 
 
+def scan_shards(shards: list[Path] | list[str]) -> "pl.LazyFrame":
+    """A lazy polars scan of exactly the files ``shards`` (a stage's :func:`~grtool.store.stage.shard_paths`),
+    each name taken literally. polars reads a path holding ``*``, ``?`` or ``[…]`` as a glob by default: the
+    shards of a run directory named ``r*`` or ``exp[1]`` would be read with (or as) those of ``r1`` or ``exp1``.
+    Every polars read of shards goes through here or :func:`read_shards_frame`; collect it with :func:`collect`."""
+    return pl.scan_parquet(arrow_sources(shards), glob=False)
+
+
+def read_shards_frame(shards: list[Path] | list[str], columns: list[str] | None = None) -> "pl.DataFrame":
+    """``shards`` read at once into one polars frame, names literal (see :func:`scan_shards`); a damaged one is
+    named like pyarrow's errors."""
+    return collect(scan_shards(shards).select(columns) if columns is not None else scan_shards(shards), [Path(s) for s in shards])
+
+
 def open_shard(shard: str | Path) -> pq.ParquetFile:
     """``pq.ParquetFile`` whose failure (bad magic, cut footer) is a :func:`damaged` error."""
     try:
@@ -148,7 +162,7 @@ def read_row_group(shard: str | Path, group: int, columns: list[str] | None = No
 def read_shard_frame(shard: str | Path, columns: list[str] | None = None) -> "pl.DataFrame":
     """A shard as a polars frame (polars' own reader), with its errors named like pyarrow's."""
     try:
-        return pl.read_parquet(shard, columns=columns)
+        return pl.read_parquet(arrow_source(shard), columns=columns, glob=False)
     except _READ_ERRORS as e:
         raise damaged(shard, short(e)) from None
 

@@ -23,7 +23,7 @@ import polars as pl
 
 from grtool.errors import GrtoolError, InputError
 from grtool.store.coverage import check_triples_cover
-from grtool.store.reading import arrow_sources, collect
+from grtool.store.reading import collect, scan_shards
 from grtool.store.stage import iter_batches, shard_paths
 from grtool.store.records import load_manifest, resolve_stage
 from grtool.triples.grounding import drop_shares
@@ -108,7 +108,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     shards = [str(p) for p in shard_paths(stage)]
     if not shards:
         raise GrtoolError(f"{stage}: no finished shards yet")
-    rows = pl.scan_parquet(arrow_sources(shards)).select("doc_id", "docid")
+    rows = scan_shards(shards).select("doc_id", "docid")
     counts = collect(rows.group_by("docid").agg(pl.col("doc_id").n_unique().alias("n")), [Path(s) for s in shards])
     report: dict[str, Any] = {"triples": str(stage), **_shares(counts)}
     report["documents"] = int(rows.select(pl.col("doc_id").n_unique()).collect().item())
@@ -126,7 +126,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     report["reaches"] = {}
     if docs is not None:
         datasets = (
-            pl.scan_parquet(arrow_sources(shard_paths(docs)))
+            scan_shards(shard_paths(docs))
             .select("doc_id", pl.col("datasets").alias("dataset"))
             .explode("dataset")
             .drop_nulls("dataset")
