@@ -34,7 +34,7 @@ def siblings(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("literal")
     (root / "answers").mkdir()
     for n, (name, sources) in enumerate(RUNS.items()):
-        write_small_run(root / name, root / "answers" / f"{n}.jsonl", sources)
+        write_small_run(root / name, root / "answers" / f"{n}.jsonl", sources=sources)
     return root
 
 
