@@ -158,7 +158,7 @@ def test_labels_cover_the_assistant_turn_only(tmp_path):
         assert question(n) in tokenizer.decode(example["input_ids"][:first])  # the user turn is not trained
 
 
-def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli):
+def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli, sft_ckpt):
     data = write_sft(tmp_path / "sft.json", n=4)
     out = tmp_path / "lora"
     cli("train", "sft", data, "--out", out, "--lora", "--lora-rank", "4", "--lora-alpha", "8", "--lora-target", "q_proj,v_proj", "--max-steps", "1", "--learning-rate", "1e-3", *TINY)
@@ -172,6 +172,19 @@ def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli):
     assert summary["responses"] == len(PEOPLE) and summary["hallucinated"] == 0
     err = cli("retrieve", tmp_path / "run", "--index", tmp_path / "index", "--adapter", out / "adapter", "--out", tmp_path / "x", check=2).stderr
     assert f"--model {out}" in " ".join(err.split())  # the base model has no marker rows: the merged checkpoint does
+    # The adapter on its own merged checkpoint (merged twice), on another base model, or with a tokenizer of its own
+    # that decoding would not use: each refused before the model loads.
+    retrieve = ("retrieve", tmp_path / "run", "--index", tmp_path / "index", "--out", tmp_path / "x")
+    err = " ".join(cli(*retrieve, "--model", out, "--adapter", out / "adapter", check=2).stderr.split())
+    assert "is its own merged checkpoint, which holds the adapter already" in err and "Traceback" not in err
+    err = " ".join(cli(*retrieve, "--model", sft_ckpt, "--adapter", out / "adapter", check=2).stderr.split())
+    assert "trained on base model" in err and f"not on --model {sft_ckpt}@" in err
+    own = tmp_path / "own-tokenizer"
+    shutil.copytree(out / "adapter", own)
+    shutil.copy(out / "tokenizer.json", own / "tokenizer.json")  # the markers' tokens: the base model has none
+    shutil.copy(out / "tokenizer_config.json", own / "tokenizer_config.json")
+    err = " ".join(cli(*retrieve, "--adapter", own, check=2).stderr.split())
+    assert "its tokenizer is not the model's" in err and "<docid_start>" in err
 
 
 def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):

@@ -117,21 +117,22 @@ def check_agreement(index: Index, model_tokenizer: Tokenizer, model_name: str, *
         if got != (index.start_id, index.end_id):
             shown = ", ".join(f"{m} {'no id' if g is None else g}" for m, g in zip((DOCID_START, DOCID_END), got))
             raise InputError(f"{built}, but {model} gives {shown}; {fix}")
-    differs = _first_mismatch(index, model_tokenizer, samples, whole=markers == "special") or _vocabulary_mismatch(
+    differs = _first_mismatch(index, model_tokenizer, samples, whole=markers == "special") or vocabulary_mismatch(
         index_tok, model_tokenizer, skip={DOCID_START, DOCID_END} if markers == "brackets" else set()
     )
     if differs:
         raise InputError(f"{built}, but {model} disagrees: {differs}; {fix}")
 
 
-def _vocabulary_mismatch(index_tok: Tokenizer, model_tokenizer: Tokenizer, skip: set[str]) -> str | None:
+def vocabulary_mismatch(index_tok: Tokenizer, model_tokenizer: Tokenizer, skip: frozenset[str] | set[str] = frozenset(),
+                        names: tuple[str, str] = ("index's", "model's")) -> str | None:
     """The first token (by the index's id) of the index's vocabulary, added tokens included, that the model's gives
     another id or none; ``skip``: tokens the model need not have (the markers, when it writes brackets)."""
     model_vocab = model_tokenizer.get_vocab(with_added_tokens=True)
     for token, want in sorted(index_tok.get_vocab(with_added_tokens=True).items(), key=lambda item: item[1]):
         have = model_vocab.get(token)
         if have != want and token not in skip:
-            return f"token {token!r} has id {want} in the index's vocabulary but {'no id' if have is None else f'id {have}'} in the model's"
+            return f"token {token!r} has id {want} in the {names[0]} vocabulary but {'no id' if have is None else f'id {have}'} in the {names[1]}"
     return None
 
 

@@ -13,6 +13,7 @@ from grtool.evaluation.gold_coverage import coverage_warning, gold_coverage
 from grtool.extras import require
 from grtool.index.base import Index
 from grtool.log import log
+from grtool.models import resolve_model
 from grtool.store.coverage import check_triples_cover
 from grtool.store.io import is_stdio
 
@@ -66,18 +67,53 @@ def triples_of_index(index: Index, given: Path | None) -> Path:
 
 
 def model_tokenizer(model: str | None, adapter: Path | None):
-    """The model's fast tokenizer (``tokenizers.Tokenizer``), loaded without the weights."""
+    """The fast tokenizer decoding uses (``tokenizers.Tokenizer``): the model's, loaded without the weights. An
+    adapter is merged into the model's weights and decodes with the model's tokenizer, so a tokenizer saved in the
+    adapter's folder must be the same vocabulary (else the checks would pass on one tokenizer and decoding use
+    another)."""
+    ref = resolve_model(model)
+    tokenizer = _load_tokenizer(ref.path, "--model", model)
+    if adapter is not None and (Path(adapter) / "tokenizer.json").is_file():
+        from grtool.index.agreement import vocabulary_mismatch
+
+        own = _load_tokenizer(adapter, "--adapter", adapter)
+        differs = vocabulary_mismatch(own, tokenizer, names=("adapter's", "model's")) or vocabulary_mismatch(tokenizer, own, names=("model's", "adapter's"))
+        if differs:
+            raise InputError(f"--adapter {adapter}: its tokenizer is not the model's ({differs}); decoding uses "
+                             f"the model's: give the model the adapter was trained with (its merged checkpoint: --model {Path(adapter).resolve().parent})")
+    return tokenizer, ref.name
+
+
+def _load_tokenizer(source: str | Path, flag: str, given: object):
     from transformers import AutoTokenizer
 
-    from grtool.models import resolve_model
-
-    ref = resolve_model(model)
-    source = adapter if adapter is not None and (Path(adapter) / "tokenizer.json").is_file() else ref.path
     try:
-        return AutoTokenizer.from_pretrained(str(source)).backend_tokenizer, ref.name
+        return AutoTokenizer.from_pretrained(str(source)).backend_tokenizer
     except Exception as e:  # noqa: BLE001  (transformers' advice, e.g. to install sentencepiece, would mislead)
         first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-        raise InputError(f"--model {model}: cannot load its tokenizer ({first})") from None
+        raise InputError(f"{flag} {given}: cannot load its tokenizer ({first})") from None
+
+
+def check_adapter_base(adapter: Path, model: str | None) -> None:
+    """An adapter `train --lora` made applies to the base model it was trained on (compared by the weights digest
+    the checkpoint records for a local folder, else by name), and never to its own merged checkpoint, which holds
+    it already (merging it again doubles its change). An adapter without a grtool checkpoint beside it is peft's
+    to judge when it loads."""
+    from grtool.vocab.provenance import read_checkpoint
+
+    checkpoint = Path(adapter).resolve().parent
+    record = read_checkpoint(checkpoint)
+    if record is None:
+        return
+    ref = resolve_model(model)
+    if Path(ref.path).resolve() == checkpoint:
+        raise InputError(f"--adapter {adapter}: --model {model} is its own merged checkpoint, which holds the adapter already; "
+                         f"give --model {checkpoint} without --adapter (or the base model {record.base_model.name} with it)")
+    base, given = record.base_model.name, ref.name
+    same = base.rpartition("@")[2] == given.rpartition("@")[2] if "@" in base and "@" in given else base == given
+    if not same:
+        raise InputError(f"--adapter {adapter}: trained on base model {base} ({checkpoint / 'grtool.json'}), not on --model {given}; "
+                         f"give --model {record.base_model.path}")
 
 
 def _check_adapter(adapter: Path, tokenizer) -> None:
@@ -176,6 +212,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
         require("train", "--adapter")
         check_adapter(request.adapter)
+        check_adapter_base(Path(request.adapter), llm.model)
     if llm.backend == "openai":
         raise InputError("retrieve constrains decoding inside the model: use --backend transformers or vllm")
     if request.mode == "gmr" and llm.backend != "transformers":
