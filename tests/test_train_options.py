@@ -61,3 +61,27 @@ def test_kto_labels_must_be_json_booleans(tmp_path, cli, label):
 def test_retrieve_beams_has_a_checked_bound(cli):
     proc = cli("retrieve", "x", "--index", "y", "--beams", "2147483647", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--beams" in proc.stderr, proc.stderr
+
+
+def test_report_to_kubeflow_outside_a_kubeflow_job_is_refused_before_out(tmp_path, cli):
+    data = _write(tmp_path / "sft.jsonl", _rows(4))
+    out = tmp_path / "ckpt"
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": "", "DISABLE_KUBEFLOW_INTEGRATION": ""}
+    _refused(cli("train", "sft", data, "--out", out, "--report-to", "kubeflow", *TINY, check=False, env=env), "--report-to kubeflow", "KUBEFLOW_TRAINER_SERVER_URL")
+    assert not out.exists()
+
+
+def test_system_reaches_every_row_of_a_file_or_is_refused(tmp_path):
+    from grtool.errors import InputError
+    from grtool.train.data import load_kto, load_sft
+
+    data = _write(tmp_path / "sft.jsonl", _rows(3))
+    loaded = load_sft(data, system="Answer with docids.")
+    assert [r["prompt"][0] for r in loaded.rows] == [{"role": "system", "content": "Answer with docids."}] * 3
+    kto = _write(tmp_path / "kto.jsonl", [dict(r, label=i % 2 == 0) for i, r in enumerate(_rows(4))])
+    assert all(r["prompt"][0]["content"] == "Be brief." for r in load_kto(kto, system="Be brief.").rows)
+    own = _rows(2)
+    own[1]["prompt"].insert(0, {"role": "system", "content": "Mine."})
+    with pytest.raises(InputError, match=r"row 2: has a system prompt of its own"):
+        load_sft(_write(tmp_path / "own.jsonl", own), system="Answer with docids.")
+    assert len(load_sft(_write(tmp_path / "same.jsonl", own), system="Mine.").rows[1]["prompt"]) == 2  # the same one: kept once

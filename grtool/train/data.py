@@ -134,6 +134,20 @@ def load_rows(path: Path) -> tuple[list[Row], str]:
     return rows, "+".join(sorted(formats))
 
 
+def apply_system(rows: list[Row], system: str | None, data: Path) -> None:
+    """--system reaches every row of a file: as the prompt's first turn, in place. A row with another system prompt
+    of its own is refused (--system would silently be ignored for it, or replace what the export wrote)."""
+    if system is None:
+        return
+    for n, row in enumerate(rows, 1):
+        own = [m["content"] for m in row["prompt"] if m["role"] == "system"]
+        if own and own != [system]:
+            raise InputError(f"{data}, row {n}: has a system prompt of its own, so --system would not be what it trains on; "
+                             "leave --system out, or export the rows again with `export … --system`")
+        if not own:
+            row["prompt"] = [_message("system", system), *row["prompt"]]
+
+
 def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if data.is_dir():
@@ -141,6 +155,7 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
     require_input(data)
     rows, fmt = load_rows(data)
     _check_export_kind(data, fmt, "sft")
+    apply_system(rows, system, data)
     labelled = next((n for n, row in enumerate(rows, 1) if "label" in row), None)
     if labelled is not None:
         raise InputError(f"{data}, row {labelled}: carries a KTO label (kto_tag / label): rows of `export kto`, whose undesirable answers SFT would learn "
@@ -213,6 +228,7 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
     else:
         rows, fmt = load_rows(data)
         _check_export_kind(data, fmt, "kto")
+        apply_system(rows, system, data)
         loaded = TrainData(rows, str(data), fmt, sha256_file(data), {"path": str(data), "sha256": sha256_file(data)}, exported_questions(data))
     missing = sum("label" not in r for r in loaded.rows)
     if missing:
