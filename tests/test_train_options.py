@@ -85,3 +85,16 @@ def test_system_reaches_every_row_of_a_file_or_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"row 2: has a system prompt of its own"):
         load_sft(_write(tmp_path / "own.jsonl", own), system="Answer with docids.")
     assert len(load_sft(_write(tmp_path / "same.jsonl", own), system="Mine.").rows[1]["prompt"]) == 2  # the same one: kept once
+
+
+def test_prompts_beyond_the_cutoff_are_counted_and_dropped_or_refused(tmp_path, cli):
+    rows = _rows(6)
+    for r in rows[:2]:  # two prompts far beyond 128 tokens
+        r["prompt"][0]["content"] = "Which river runs through the old mill town? " * 40
+    data = _write(tmp_path / "sft.jsonl", rows)
+    proc = cli("train", "sft", data, "--out", tmp_path / "ckpt", "--dry-run", "--json", *TINY)
+    assert json.loads(proc.stdout)["rows"] == 4
+    assert "2 of 6 rows dropped: the prompt alone is at least --cutoff-len 128 tokens (row 1" in " ".join(proc.stderr.split())
+    every = _write(tmp_path / "long.jsonl", [dict(r, prompt=[{"role": "user", "content": "word " * 300}]) for r in _rows(4)])
+    _refused(cli("train", "sft", every, "--out", tmp_path / "ckpt2", *TINY, check=False), "every prompt is at least --cutoff-len 128 tokens")
+    assert not (tmp_path / "ckpt2").exists()

@@ -148,6 +148,32 @@ def apply_system(rows: list[Row], system: str | None, data: Path) -> None:
             row["prompt"] = [_message("system", system), *row["prompt"]]
 
 
+def drop_long_prompts(data: TrainData, tokenizer: Any, cutoff: int) -> dict[str, int]:
+    """Rows as the trainer will cut them at --cutoff-len tokens (the chat template applied): a row whose prompt alone
+    takes ``cutoff`` tokens or more keeps no completion token and trains nothing, so it is dropped here, counted
+    and named (the trainer would drop it silently, or stop with no samples at all); a row whose completion is cut
+    is counted. No row left is an error. Returns the counts by reason."""
+    from grtool.log import log
+
+    prompts = [tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in data.rows]
+    whole = [tokenizer.apply_chat_template([*r["prompt"], *r["completion"]], tokenize=False) for r in data.rows]
+    prompt_tokens = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+    whole_tokens = [len(ids) for ids in tokenizer(whole, add_special_tokens=False)["input_ids"]]
+    beyond = [n for n, k in enumerate(prompt_tokens) if k >= cutoff]
+    cut = sum(1 for n, k in enumerate(whole_tokens) if k > cutoff and prompt_tokens[n] < cutoff)
+    if len(beyond) == len(data.rows):
+        raise InputError(f"{data.source}: every prompt is at least --cutoff-len {cutoff} tokens long (the shortest {min(prompt_tokens)}): "
+                         "no completion token would be trained; raise --cutoff-len")
+    if beyond:
+        log.warning("%s: %d of %d rows dropped: the prompt alone is at least --cutoff-len %d tokens (row %d: %d tokens); raise --cutoff-len to keep them",
+                    data.source, len(beyond), len(data.rows), cutoff, beyond[0] + 1, prompt_tokens[beyond[0]])
+        dropped = set(beyond)
+        data.rows = [r for n, r in enumerate(data.rows) if n not in dropped]
+    if cut:
+        log.warning("%s: %d rows are longer than --cutoff-len %d tokens: their completions are cut there", data.source, cut, cutoff)
+    return {"prompt_beyond_cutoff": len(beyond), "completion_cut": cut}
+
+
 def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None = None, markers: str = "special", cannot_answer: str | None = None) -> TrainData:
     data = Path(data)
     if data.is_dir():

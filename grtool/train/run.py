@@ -113,9 +113,13 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
     if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
         _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
+        from grtool.train.data import drop_long_prompts
         from grtool.train.model import load_tokenizer
 
-        load_tokenizer(ref, cfg.chat_template)
+        drop_long_prompts(loaded, load_tokenizer(ref, cfg.chat_template), cfg.cutoff_len)
+        if batch > len(loaded.rows):
+            raise InputError(f"{loaded.source}: {len(loaded.rows)} rows within --cutoff-len {cfg.cutoff_len}, fewer than one effective batch of {batch}; "
+                             "raise --cutoff-len, lower the batch or give more data")
     result = Plan(kind, loaded, ref, Path(out), cfg, resume=resume, overwrite=overwrite)
     if kind == "kto":
         from grtool.export.kto import balancing_weights
