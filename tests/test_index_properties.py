@@ -155,7 +155,7 @@ REPEATED = [*ONE, ("Oak", "Bridge", "crosses", "Kiel", "d-b", False), *ONE, ("Oa
 
 @pytest.mark.parametrize("kind", ["fm", "trie"])
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
-@settings(max_examples=6, derandomize=True, database=None, deadline=None)
+@settings(max_examples=4, derandomize=True, database=None, deadline=None)
 @given(drawn=triples)
 @example(drawn=ONE)
 @example(drawn=REPEATED)
