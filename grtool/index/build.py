@@ -24,6 +24,7 @@ from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, no
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
 from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
+from grtool.index.record import IndexRecord
 from grtool.index.stream import DOCIDS_ROW_GROUP, SyntaxReport, flip_from_parts, inner_text
 from grtool.index.tokenizer import DocidTokenizer, check_tokenizer, load_tokenizer
 from grtool.invocation import current_command
@@ -31,6 +32,7 @@ from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
+from grtool.records import decode_record
 from grtool.store.records import now
 from grtool.store.records import dumps, resolve_stage, sha256_file
 from grtool.store.fingerprints import file_hash, fingerprint
@@ -291,7 +293,10 @@ def write_index(
             },
             "files": files,
         }
-        (tmp / META).write_bytes(dumps(meta))
+        data = dumps(meta)
+        # never install a record its readers refuse: a writer's bug stops here, naming the field, not at every open
+        decode_record(data, IndexRecord, source=out / META, what="index record about to be written")
+        (tmp / META).write_bytes(data)
         claimed.install(tmp)  # replaces only what an index build writes; a user's files beside it stay
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -124,8 +124,12 @@ class IndexRecord(msgspec.Struct):
                 raise ValueError(f"params.{missing[0]}: an FM-index records n, levels, sample_rate and dollar_row")
             if p.n != s.tokens + s.sequences:
                 raise ValueError(f"params.n: {p.n} symbols, not sizes.tokens ({s.tokens}) plus one separator per sequence (sizes.sequences: {s.sequences})")
-            if p.dollar_row >= p.n:  # type: ignore[operator]
-                raise ValueError(f"params.dollar_row: {p.dollar_row} is not below n {p.n}")
+            # The builder sorts n + 1 rows: row 0 is the empty suffix (after the unique smallest sentinel), so the
+            # whole text's row, where the sentinel stands in the BWT, is one of rows 1..n (n when the whole text is
+            # the largest suffix: one docid, or a last docid whose reversed tokens sort last). The native reader
+            # checks that this row holds the whole text's sample.
+            if not 1 <= p.dollar_row <= p.n:  # type: ignore[operator]
+                raise ValueError(f"params.dollar_row: {p.dollar_row} is not a row of the whole text (1 to n {p.n})")
 
 
 def decode_index_record(data: bytes, path: Path) -> tuple[IndexRecord, dict[str, Any]]:

@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,12 @@ class DocidTokenizer:
     def end_id(self) -> int:
         return self.tokenizer.token_to_id(DOCID_END)
 
-    @property
+    @cached_property
     def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+        """Every id is below it: the number of tokens, or past the highest id in a vocabulary whose ids have gaps
+        (index.json bounds the marker ids by it)."""
+        highest = max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
+        return max(self.tokenizer.get_vocab_size(with_added_tokens=True), highest + 1)
 
     def to_json(self) -> str:
         return self.tokenizer.to_str()

@@ -137,7 +137,8 @@ class FMIndex {
         if (L > 0 && (tree.ndim() != 2 || tree.shape(1) != 2)) throw std::invalid_argument("tree: bad shape");
         if (L < 0 || L > kMaxCode) throw std::invalid_argument("levels: more than the longest code");
         if (sample_rate == 0) throw std::invalid_argument("sample_rate: zero");
-        if (dollar_row > n) throw std::invalid_argument("dollar_row: beyond the rows");
+        // rows 0..n, row 0 the empty suffix: the whole text (the sentinel's BWT slot) is one of rows 1..n
+        if (dollar_row == 0 || dollar_row > n) throw std::invalid_argument("index.json params.dollar_row: not one of the rows 1..n");
         if (static_cast<u64>(seps.size()) > n) throw std::invalid_argument("seps: more sequences than symbols");
         const u64 sigma = static_cast<u64>(offsets.size());
         if (static_cast<u64>(sym2tok.size()) < sigma) throw std::invalid_argument("sym2tok: shorter than sigma");
@@ -183,6 +184,10 @@ class FMIndex {
         if (static_cast<u64>(marks.size()) != nblocks * kBlockWords) throw std::invalid_argument("marks: size does not match n");
         if (static_cast<u64>(marks_idx.size()) != nblocks) throw std::invalid_argument("marks_idx: size does not match n");
         mk_ = BitRank{marks.data(), marks_idx.data(), n + 1};
+        // position 0 is always sampled, and only its sample is 0: the whole text's row is that marked row
+        const u64 whole = mk_.rank1(dollar_row);
+        if (!mk_.get(dollar_row) || whole >= static_cast<u64>(samples.size()) || samples.data()[whole] != 0)
+            throw std::invalid_argument("index.json params.dollar_row: not the row of the whole text (no sample of position 0 there)");
         z_ = zeros.data();
         off_ = offsets.data();
         sigma_ = static_cast<u64>(offsets.size());
