@@ -200,3 +200,49 @@ def stats_cmd(
 
 
 register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+
+
+def split_cmd(
+    corpus: Annotated[Path, typer.Argument(help="An ingested (or merged) run directory holding questions/ and documents/.")],
+    out: RunOut,
+    ratios: Annotated[str, typer.Option("--ratios", help="Share of the questions in each split, e.g. 0.8,0.1,0.1 (summing to 1).")],
+    names: Annotated[
+        Optional[str], typer.Option("--names", help="The splits' names, one per ratio (default: train,dev,test; two ratios: train,dev).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Another seed gives another split of the same questions.")] = 0,
+    resplit: Annotated[
+        bool, typer.Option("--resplit", help="Replace the splits the questions already have (else such a corpus is refused, exit 2).")
+    ] = False,
+    overwrite: Overwrite = False,
+    as_json: Json = False,
+) -> None:
+    """Give every question a split by ratio, for data that came without splits; write a new corpus to OUT.
+
+    A question's split comes from a hash of its qid and --seed alone: it keeps its split when questions are added,
+    and the same corpus splits the same way every time. OUT/questions holds every question with its new split,
+    OUT/documents the documents as they were. The summary gives the questions per split.
+
+    Example: grtool corpus split out/mine/corpus --ratios 0.8,0.1,0.1 --out out/mine/split
+    """
+    from grtool.corpus.split import parse_ratios, split_corpus
+
+    refuse_json_with_stdout(as_json, out)
+    if str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--out -: corpus split writes a run directory (questions/ and documents/), not JSON Lines")
+    shares, split_names = parse_ratios(ratios, names)
+    report = split_corpus(corpus, out, ratios=shares, names=split_names, seed=seed, resplit=resplit, overwrite=overwrite)
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+        return
+    t = Table(title=f"questions per split in {out}", show_header=False)
+    t.add_column("split")
+    t.add_column("questions", justify="right")
+    for name in split_names:
+        t.add_row(name, f"{report['by_split'].get(name, 0):,}")
+    t.add_row("all", f"{report['questions']:,}")
+    stage_summary.print(t)
+
+
+register(Command("corpus split", split_cmd, reads={"corpus": PathKind.RUN}, writes={"out": PathKind.RUN}))
