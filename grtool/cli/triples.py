@@ -11,7 +11,7 @@ import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, plot_extras
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
@@ -225,7 +225,7 @@ register(Command("triples collisions", collisions_command, reads={"triples": Pat
 @allows_empty
 def evidence_command(
     corpus: Annotated[Path, typer.Argument(help="Ingest (or merge) output holding questions/ and documents/ of 2WikiMultihopQA.")],
-    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Run directory to write: its triples/ stage.")],
+    out: Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Run directory to write: its triples/ stage.")],
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = DOCID_START,
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = DOCID_END,
     overwrite: Overwrite = False,
@@ -245,6 +245,10 @@ def evidence_command(
     from grtool.store.records import load_manifest
     from grtool.triples.evidence import write_evidence_stage
 
+    if str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--out -: triples evidence writes a run directory (its triples/ stage); name one")
     markers = Markers(docid_start, docid_end)
     check_markers(markers)
     write_evidence_stage(corpus, out / "triples", markers=markers, overwrite=overwrite)
