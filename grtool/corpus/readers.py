@@ -77,7 +77,7 @@ def dataset_folder_split(path: Path) -> str | None:
     if not (state.is_file() and (path.parent / HF_INFO).is_file()):
         return None
     try:
-        given = orjson.loads(state.read_bytes()[:1 << 20]).get("_split") if state.stat().st_size < 1 << 20 else None
+        given = orjson.loads(state.read_bytes()).get("_split") if state.stat().st_size < 1 << 20 else None  # a record, not data
     except (orjson.JSONDecodeError, AttributeError, OSError):
         given = None
     if isinstance(given, str) and given.strip():
