@@ -16,34 +16,7 @@ import pytest
 
 from grtool.cli.reference import check_command_line, render_markdown, root_command
 
-REPO = Path(__file__).resolve().parent.parent
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
-SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.S | re.M)
-
-
-def grtool_lines(text: str) -> list[str]:
-    """The grtool command lines of the text's shell blocks: continuation lines joined, each command of a line
-    split at `&&`, `||`, `|` and `;`, environment assignments and `$ ` prompts dropped."""
-    found = []
-    for block in SHELL_BLOCK.findall(text):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.strip().removeprefix("$ ")
-            if not line or line.startswith("#"):
-                continue
-            lexer = shlex.shlex(line, posix=True, punctuation_chars="|&;")
-            lexer.whitespace_split = True
-            lexer.commenters = "#"
-            command: list[str] = []
-            for token in [*lexer, ";"]:
-                if token and set(token) <= set("|&;"):
-                    while command and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", command[0]):
-                        command.pop(0)
-                    if command and command[0].endswith("grtool") and "(" not in command[0]:
-                        found.append(shlex.join(command))
-                    command = []
-                else:
-                    command.append(token)
-    return found
+from docs_helpers import DOCS, REPO, grtool_lines, pipeline_files
 
 
 def _documented() -> list[tuple[str, str]]:
@@ -85,30 +58,13 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert "grtool corpus ingest" in reference and "--rows-per-part" in reference
 
 
-TOML_BLOCK = re.compile(r"^```toml\n(.*?)^```", re.S | re.M)
-
-
-def _pipeline_files(tmp_path: Path) -> list[tuple[str, Path]]:
-    """The example pipeline files, and every ```toml block of the docs that is a whole pipeline file (it has
-    stages; a block showing one table is a fragment) written to a file of its own."""
-    files = [(str(p.relative_to(REPO)), p) for p in sorted((REPO / "examples").rglob("*.toml"))]
-    for path in DOCS:
-        for n, block in enumerate(TOML_BLOCK.findall(path.read_text(encoding="utf-8"))):
-            if "[[stages]]" not in block:
-                continue
-            target = tmp_path / f"{path.stem}-{n}.toml"
-            target.write_text(block, encoding="utf-8")
-            files.append((f"{path.relative_to(REPO)} (toml block {n + 1})", target))
-    return files
-
-
 def test_every_documented_pipeline_file_loads_and_runs_existing_commands(tmp_path):
     """A pipeline file in examples/ or the docs is valid (keys, types, placeholders) and each stage's command line,
     as the pipeline would run it, names a command and options that exist."""
     from grtool.pipeline.config import load_pipeline
 
     root = root_command()
-    files = _pipeline_files(tmp_path)
+    files = pipeline_files(tmp_path)
     assert any(where.startswith("docs/") for where, _ in files) and any(where.endswith("laptop.toml") for where, _ in files)
     problems = []
     for where, path in files:

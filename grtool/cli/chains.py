@@ -70,7 +70,7 @@ def synthesize(
     Questions without gold documents or without triples for them are rejected with the reason, never dropped.
     Empty answers are never selected over non-empty ones; too many of them in a part (--max-empty-share) exit 1.
 
-    Example: grtool chains synthesize out/2wiki --triples out/2wiki/triples --out out/2wiki/chains --candidates 4 --select entropy
+    Example: grtool chains synthesize out/2wiki --triples out/2wiki/triples --split train --out out/2wiki/chains --candidates 4 --select entropy
     """
     from grtool.docid import Markers, check_markers
     from grtool.chains.prompt import ChainPrompt
@@ -172,7 +172,7 @@ def gold_cmd(
     connects the question to the answer); the chain ends "So the answer is ...". The rows are the chains table's,
     for `filters apply` and `export sft`; a question it cannot write is rejected with the reason.
 
-    Example: grtool chains gold out/2wiki --triples out/2wiki/triples --out out/2wiki/chains-gold
+    Example: grtool chains gold out/2wiki --triples out/2wiki/triples --split train --out out/2wiki/chains-gold
     """
     from grtool.chains.gold import write_gold_chains
     from grtool.log import log

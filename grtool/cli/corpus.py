@@ -25,6 +25,7 @@ class DatasetChoice(str, Enum):
     morehopqa = "morehopqa"
     hotpotqa_wiki = "hotpotqa-wiki"
     generic = "generic"
+    inline = "inline"
 
 
 def _report_summary(title: str, report: dict, as_json: bool) -> None:
@@ -50,14 +51,24 @@ def _print_summary(title: str, report: dict) -> None:
         t.add_row(f"rejected: {reason}", f"{n:,}")
     stage_summary.print(t)
     if report.get("detected"):
+        from grtool.corpus.columns import variant_hints
+
         read = Table(title="inputs read as", show_header=True)
-        for col in ("input", "dataset", "records", "split", "by"):
+        for col in ("input", "dataset", "records", "split", "by", "keys not read"):
             read.add_column(col)
+        hints: list[str] = []
         for entry in report["detected"]:
             where = entry["path"] + (f" ({entry['files']:,} files)" if entry.get("files") else "")
             split = entry.get("split") or "-"  # "-": documents only (or a manifest written before splits were shown)
-            read.add_row(where, entry["dataset"], entry["records"], f"[yellow]{split}[/]" if split == "unknown" else split, entry["by"])
+            records = entry["records"] + (f" ({entry['layout']})" if entry.get("layout") else "")
+            unread = entry.get("unread") or []
+            hints += [h for h in variant_hints(unread) if h not in hints]
+            read.add_row(where, entry["dataset"], records, f"[yellow]{split}[/]" if split == "unknown" else split, entry["by"],
+                         f"[yellow]{', '.join(unread)}[/]" if unread else "-")
         stage_summary.print(read)
+        if any(entry.get("unread") for entry in report["detected"]):
+            stage_summary.print("keys not read: kept as given in each question's meta column; a document's are not kept"
+                                + (f". To read them: --columns {','.join(hints)}" if hints else ""), highlight=False)
 
 
 @allows_empty
@@ -83,14 +94,28 @@ def ingest_cmd(
     allow_empty: Annotated[
         bool, typer.Option("--allow-empty", help="Accept an empty corpus: inputs without a single record (else exit 2) and no row written (else exit 1).")
     ] = False,
+    columns: Annotated[
+        Optional[str],
+        typer.Option("--columns", metavar="TARGET=SOURCE,...",
+                     help="Read your files' keys under the names a layout reads, e.g. question=query,answer=golden_answers "
+                     "(targets: qid, question, answer, aliases, split, type, answerable, gold_doc_ids, gold_titles, "
+                     "paragraphs, title, text, is_supporting; the last three inside paragraphs too). A target no layout "
+                     "reads or a source key no record holds is an error (exit 2)."),
+    ] = None,
+    allow_rejects: Annotated[
+        bool, typer.Option("--allow-rejects", help="Write the corpus without the questions whose gold title names several "
+                           "documents (else exit 1, nothing written); they go to questions/_rejects.")
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Read dataset release files into OUT/documents and OUT/questions.
 
     Inputs: HotpotQA, 2WikiMultihopQA, MuSiQue, MoreHopQA files (the releases or their Hugging Face layouts), the
-    HotpotQA Wikipedia dump, or the generic layout: a questions file ({qid, question, answer, gold_doc_ids or
-    gold_titles}) with a documents file ({id and/or title, text}); JSON arrays or JSON Lines, plain, gzip,
-    bzip2 or xz, or tar archives of them, recognized from the bytes. Every layout: docs/data-formats.md.
+    HotpotQA Wikipedia dump, the generic layout: a questions file ({qid, question, answer, gold_doc_ids or
+    gold_titles}) with a documents file ({id and/or title, text}), or the inline layout ({question, answer, aliases,
+    paragraphs: [{title, text, is_supporting}]}); JSON arrays or JSON Lines, plain, gzip, bzip2 or xz, or tar
+    archives of them, Parquet files and Arrow files (a Dataset.save_to_disk folder), recognized from the bytes.
+    Keys a layout does not read are named in the summary. Every layout: docs/data-formats.md.
 
     Each input file's dataset is detected from its first record, by keys that only one release format has; a
     file that could be several (a list of {title, text} documents) needs --dataset (exit 2 otherwise). The
@@ -105,12 +130,14 @@ def ingest_cmd(
     Example: grtool corpus ingest hotpot_dev_distractor_v1.json musique_ans_v1.0_dev.jsonl --out out/corpus
 
     Example: grtool corpus ingest questions.jsonl documents.jsonl --dataset generic --out out/mine
+
+    Example: grtool corpus ingest flashrag_dev.jsonl --columns answer=golden_answers --out out/mine
     """
     from grtool.corpus.ingest import ingest
 
     refuse_json_with_stdout(as_json, out)
     report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
-                    rows_per_part=rows_per_part, allow_empty=allow_empty)
+                    rows_per_part=rows_per_part, allow_empty=allow_empty, columns=columns, allow_rejects=allow_rejects)
     if str(out) != "-":
         _report_summary(f"ingested into {out}", report.as_dict(), as_json)
     if report.empty_inputs and report.resumed:  # a fresh run warned while reading
@@ -193,3 +220,49 @@ def stats_cmd(
 
 
 register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN, "triples": PathKind.STAGE, "index": PathKind.DIRECTORY}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+
+
+def split_cmd(
+    corpus: Annotated[Path, typer.Argument(help="An ingested (or merged) run directory holding questions/ and documents/.")],
+    out: RunOut,
+    ratios: Annotated[str, typer.Option("--ratios", help="Share of the questions in each split, e.g. 0.8,0.1,0.1 (summing to 1).")],
+    names: Annotated[
+        Optional[str], typer.Option("--names", help="The splits' names, one per ratio (default: train,dev,test; two ratios: train,dev).")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Another seed gives another split of the same questions.")] = 0,
+    resplit: Annotated[
+        bool, typer.Option("--resplit", help="Replace the splits the questions already have (else such a corpus is refused, exit 2).")
+    ] = False,
+    overwrite: Overwrite = False,
+    as_json: Json = False,
+) -> None:
+    """Give every question a split by ratio, for data that came without splits; write a new corpus to OUT.
+
+    A question's split comes from a hash of its qid and --seed alone: it keeps its split when questions are added,
+    and the same corpus splits the same way every time. OUT/questions holds every question with its new split,
+    OUT/documents the documents as they were. The summary gives the questions per split.
+
+    Example: grtool corpus split out/mine/corpus --ratios 0.8,0.1,0.1 --out out/mine/split
+    """
+    from grtool.corpus.split import parse_ratios, split_corpus
+
+    refuse_json_with_stdout(as_json, out)
+    if str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--out -: corpus split writes a run directory (questions/ and documents/), not JSON Lines")
+    shares, split_names = parse_ratios(ratios, names)
+    report = split_corpus(corpus, out, ratios=shares, names=split_names, seed=seed, resplit=resplit, overwrite=overwrite)
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+        return
+    t = Table(title=f"questions per split in {out}", show_header=False)
+    t.add_column("split")
+    t.add_column("questions", justify="right")
+    for name in split_names:
+        t.add_row(name, f"{report['by_split'].get(name, 0):,}")
+    t.add_row("all", f"{report['questions']:,}")
+    stage_summary.print(t)
+
+
+register(Command("corpus split", split_cmd, reads={"corpus": PathKind.RUN}, writes={"out": PathKind.RUN}))

@@ -68,7 +68,7 @@ def sft_cmd(
 
     LLaMA-Factory formats write a JSON array and add its entry to dataset_info.json beside it; trl-messages writes JSON Lines of {"messages": ...}. Train/dev are split by a hash of the qid, rows shuffled by --seed, training rows capped per dataset. Counts per dataset go to stderr.
 
-    Example: grtool export sft out/filtered --corpus out/corpus --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
+    Example: grtool export sft out/filtered --corpus out/corpus --split train --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
     """
     from grtool.export.sft import SftOptions, export_sft
 
@@ -120,7 +120,7 @@ def kto_cmd(
 
     Desirable when a response retrieves exactly the gold documents (--desirable all-gold: every gold document, extra documents allowed), undesirable when its recall is below tau, dropped in between (recall exactly tau is dropped). Prints the class counts and the desirable_weight / undesirable_weight (TRL KTOConfig) that balance them; exits 1 when either class is empty.
 
-    Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --tau 0.5 --out data/thinkgr_kto.json
+    Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --split train --tau 0.5 --out data/thinkgr_kto.json
     """
     from grtool.export.kto import export_kto
 

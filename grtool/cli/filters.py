@@ -73,7 +73,7 @@ def apply_cmd(
     rejected.
     Exit 0 when it ran, whatever it rejected; 2 on input errors.
 
-    Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --out out/filtered --report out/filters.md
+    Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --split train --out out/filtered --report out/filters.md
     """
     from grtool.filters.apply import FilterConfig, apply_filters
     from grtool.filters.report import render_markdown

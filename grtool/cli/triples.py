@@ -11,7 +11,7 @@ import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, plot_extras
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.log import console, stage_summary
 
@@ -38,6 +38,12 @@ def extract_command(
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Text file with the system prompt (default: the packaged one).")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON or JSONL file of examples: objects with title, text and triples (lists of three strings); an empty list = zero-shot.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N documents of the corpus.")] = None,
+    questions: Annotated[
+        Optional[int],
+        typer.Option("--questions", min=1, help="Only the documents of the first N questions (of --split when given): their gold "
+                     "documents, and an unanswerable question's context paragraphs. A small set to try on a CPU; CORPUS must hold questions/."),
+    ] = None,
+    split: Split = None,
     structured: Annotated[
         Optional[bool],
         typer.Option("--structured/--no-structured", help="Constrain output to the triples JSON schema (default: on for vllm and openai; transformers cannot)."),
@@ -80,6 +86,7 @@ def extract_command(
     from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
 
     check_markers(Markers(docid_start, docid_end))
+    chosen = _chosen_questions(corpus, questions, split, limit)
     documents = InputTable.open(corpus, "documents")
     grounding = Grounding(grounding).value
     spec = load_prompt(prompt, few_shot)
@@ -94,6 +101,7 @@ def extract_command(
         "docid_markers": [docid_start, docid_end],
         "limit": limit,
         "grounding": grounding,
+        **({"questions": chosen[0]} if chosen else {}),
     }
     report = extract(
         documents,
@@ -102,7 +110,7 @@ def extract_command(
         sampling,
         spec,
         params=params,
-        config=ExtractConfig(docid_start, docid_end, limit, max_empty_share, chunk_size, grounding),
+        config=ExtractConfig(docid_start, docid_end, limit, max_empty_share, chunk_size, grounding, chosen[1] if chosen else None),
         cache_dir=llm.cache_dir_for(out),
         num_shards=num_shards,
         shard_index=shard_index,
@@ -126,6 +134,30 @@ def extract_command(
             f"cache hits {report.counters.get('cache_hits', 0)}, misses {report.counters.get('cache_misses', 0)}",
             highlight=False,
         )
+
+
+def _chosen_questions(corpus: str, count: int | None, split: list[str] | None, limit: int | None):
+    """``--questions``/``--split``: (the selection as recorded in the manifest, the documents it needs), or None."""
+    if count is None and not split:
+        return None
+    from hashlib import sha256
+
+    from grtool.errors import InputError
+    from grtool.log import log
+    from grtool.store.io import is_stdio
+    from grtool.store.questions import SplitSelection
+    from grtool.triples.extract import question_documents
+
+    if limit is not None:
+        raise InputError("--limit takes the first documents, --questions/--split the documents of questions: give one of them")
+    if is_stdio(corpus):
+        raise InputError("--questions/--split read the corpus's questions: CORPUS must be a run directory holding questions/, not -")
+    selection = SplitSelection.of(split, corpus)
+    qids, doc_ids = question_documents(corpus, count or 2**62, selection.splits)
+    log.info("%d questions%s: %d documents to extract", len(qids), f" of {', '.join(selection.splits)}" if selection else "", len(doc_ids))
+    record = {"count": count, "split": list(selection.splits), "selected": len(qids),
+              "qids_sha256": sha256("\n".join(qids).encode("utf-8")).hexdigest()}
+    return record, doc_ids
 
 
 register(Command("triples extract", extract_command, reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY}, extras=backend_extras))
@@ -188,3 +220,50 @@ def collisions_command(
 
 
 register(Command("triples collisions", collisions_command, reads={"triples": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+
+
+@allows_empty
+def evidence_command(
+    corpus: Annotated[Path, typer.Argument(help="Ingest (or merge) output holding questions/ and documents/ of 2WikiMultihopQA.")],
+    out: Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Run directory to write: its triples/ stage.")],
+    docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = DOCID_START,
+    docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = DOCID_END,
+    overwrite: Overwrite = False,
+    as_json: Json = False,
+) -> None:
+    """Docids without a model: the dataset's own gold triples (2WikiMultihopQA's evidences) as OUT/triples.
+
+    Each question's evidences [subject, relation, object] become triples of its gold document titled like the
+    subject. Rejected with the reason: an evidence that is not three strings, a part that cannot live inside a
+    docid, a subject that names no gold document of the question. A triple two questions share is one row
+    (merged). Only documents that some question's evidence names get triples; the Hugging Face copies' evidences
+    (parallel lists) are not read.
+
+    Example: grtool triples evidence out/2wiki --out out/2wiki-run
+    """
+    from grtool.docid import Markers, check_markers
+    from grtool.store.records import load_manifest
+    from grtool.triples.evidence import write_evidence_stage
+
+    if str(out) == "-":
+        from grtool.errors import InputError
+
+        raise InputError("--out -: triples evidence writes a run directory (its triples/ stage); name one")
+    markers = Markers(docid_start, docid_end)
+    check_markers(markers)
+    write_evidence_stage(corpus, out / "triples", markers=markers, overwrite=overwrite)
+    manifest = load_manifest(out / "triples")
+    c = manifest.get("counters", {})
+    extra = c.get("extra", {})
+    if as_json:
+        typer.echo(orjson.dumps({"triples": c.get("out", 0), "counters": c}).decode())
+        return
+    rejected = ", ".join(f"{reason} {n}" for reason, n in sorted(c.get("rejected", {}).items())) or "none"
+    stage_summary.print(
+        f"triples: {c.get('out', 0)} from {c.get('in', 0)} evidences of {extra.get('questions', 0)} questions "
+        f"({extra.get('questions_without_evidences', 0)} without evidences); merged {c.get('merged', 0)}; rejected: {rejected}",
+        highlight=False,
+    )
+
+
+register(Command("triples evidence", evidence_command, reads={"corpus": PathKind.RUN}, writes={"out": PathKind.RUN}))

@@ -59,11 +59,13 @@ MOREHOPQA = "morehopqa"
 HOTPOTQA_WIKI = "hotpotqa-wiki"
 GENERIC = "generic"
 GENERIC_DOCUMENTS = "generic-documents"  # a converter, not a dataset: the documents file of the generic layout
-DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA, HOTPOTQA_WIKI, GENERIC)
+INLINE = "inline"  # your own questions with their paragraphs inline (the Hugging Face / FlashRAG shape)
+DATASETS = (HOTPOTQA, TWOWIKI, MUSIQUE, MOREHOPQA, HOTPOTQA_WIKI, GENERIC, INLINE)
 FORMATS_DOC = "docs/data-formats.md"  # where every input layout is described (named in error messages)
 
 # The corpus a dataset's documents belong to: the Wikipedia abstracts dump *is* HotpotQA's corpus.
-CORPUS_LABEL = {HOTPOTQA_WIKI: HOTPOTQA, GENERIC_DOCUMENTS: GENERIC}
+# Both layouts of your own data are tagged generic.
+CORPUS_LABEL = {HOTPOTQA_WIKI: HOTPOTQA, GENERIC_DOCUMENTS: GENERIC, INLINE: GENERIC}
 
 # Sentence joins (see module docstring).
 JOIN = {HOTPOTQA: "", TWOWIKI: " ", MUSIQUE: " ", MOREHOPQA: " "}
@@ -129,10 +131,11 @@ def _str_list(value: Any, what: str) -> list[str]:
 
 
 def _meta(rec: dict, used: set[str], **derived: Any) -> str:
-    """Every field not mapped to a column or to documents, plus derived facts, as JSON text."""
+    """Every field not mapped to a column or to documents, plus derived facts, as JSON text (values Parquet or Arrow
+    inputs hold that JSON has no type for, such as bytes, as text)."""
     meta = {k: v for k, v in rec.items() if k not in used}
     meta.update({k: v for k, v in derived.items() if v is not None})
-    return orjson.dumps(meta).decode()
+    return orjson.dumps(meta, default=str).decode()
 
 
 def _unique(ids: list[str]) -> list[str]:
@@ -452,6 +455,50 @@ def convert_generic_document(rec: dict, split: str, setting: str | None = None) 
     return Converted(None, [(doc_id(title, text), title, text)], source_id=own_id)
 
 
+# --------------------------------------------------------------------------------------- inline layout
+
+INLINE_PARAGRAPH_KEYS = ("title", "text", "is_supporting")
+
+
+def _inline_paragraphs(value: Any) -> list[dict]:
+    """``paragraphs`` as a list of objects; a Hugging Face sequence of structs (a dict of parallel lists) too."""
+    if isinstance(value, dict):
+        keys = tuple(k for k in INLINE_PARAGRAPH_KEYS if k in value)
+        return [dict(zip(keys, row)) for row in _rows(value, keys, "paragraphs")]
+    if not isinstance(value, list):
+        raise BadRecord("field 'paragraphs' has the wrong type", "expected a list of {title, text, is_supporting}")
+    return value
+
+
+def convert_inline(rec: dict, split: str, setting: str | None = None) -> Converted:
+    """A question with its paragraphs inline: every paragraph is a document, those with ``is_supporting`` are the
+    gold documents in the order given (the hop order). No ``qid``/``id``: the qid is a hash of the question."""
+    derived_qid = rec.get("qid") is None and rec.get("id") is None
+    qid = _question_hash(_field(rec, "question", str)) if derived_qid else _record_id(rec, "qid", "id")
+    answer, from_list = _generic_answer(rec)
+    aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
+    own_split = _field(rec, "split", str, optional=True)
+    answerable = _field(rec, "answerable", bool, optional=True, default=True)
+    docs, gold = [], []
+    for i, p in enumerate(_inline_paragraphs(_field(rec, "paragraphs", (list, dict)))):
+        if not isinstance(p, dict):
+            raise BadRecord("field 'paragraphs' has the wrong type", f"paragraphs[{i}] is not an object")
+        title, text, supporting = p.get("title") or "", p.get("text"), p.get("is_supporting", False)
+        if not isinstance(title, str) or not isinstance(text, str) or not isinstance(supporting, bool):
+            raise BadRecord("field 'paragraphs' has the wrong type", f"paragraphs[{i}] needs str text, str title (optional), bool is_supporting (optional)")
+        did = doc_id(title, text)
+        docs.append((did, title, text))
+        if supporting:
+            gold.append(did)
+    gold = _unique(gold) if answerable else []
+    meta = _meta(rec, set(READS[INLINE]), hops=len(gold), qid_from="question" if derived_qid else None,
+                 # as for MuSiQue-full: `chains synthesize --unanswerable keep` offers these paragraphs' triples
+                 context_doc_ids=None if answerable else _unique([did for did, _, _ in docs]))
+    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases),
+                  gold=gold, type_=rec.get("type"), answerable=answerable, meta=meta)
+    return Converted(q, docs)
+
+
 # ------------------------------------------------------------------------------ HotpotQA Wikipedia dump
 
 
@@ -495,7 +542,32 @@ CONVERTERS: dict[str, Callable[..., Converted]] = {
     HOTPOTQA_WIKI: convert_wiki,
     GENERIC: convert_generic,
     GENERIC_DOCUMENTS: convert_generic_document,
+    INLINE: convert_inline,
 }
+
+
+# The keys each converter reads (for a column, the gold list, the documents or a count); a question record's other
+# keys are kept in its ``meta`` as given, a document record's are not kept. The ingest summary names those keys.
+READS: dict[str, tuple[str, ...]] = {
+    HOTPOTQA: ("_id", "id", "question", "answer", "type", "context", "supporting_facts"),
+    TWOWIKI: ("_id", "question", "answer", "type", "context", "supporting_facts", "evidences"),
+    MUSIQUE: ("id", "question", "answer", "answer_aliases", "answerable", "paragraphs", "question_decomposition"),
+    MOREHOPQA: ("_id", "question", "answer", "context", "question_decomposition", "no_of_hops", "reasoning_type"),
+    HOTPOTQA_WIKI: ("title", "text"),
+    GENERIC: ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "gold_doc_ids", "gold_titles"),
+    GENERIC_DOCUMENTS: ("id", "title", "text"),
+    INLINE: ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "paragraphs"),
+}
+
+
+def unread_keys(converter: str, rec: dict) -> list[str]:
+    """The keys of ``rec`` its converter does not read (an inline paragraph's as ``paragraphs[].KEY``)."""
+    read = READS[converter]
+    unread = [k for k in rec if k not in read]
+    if converter == INLINE and isinstance(rec.get("paragraphs"), list):
+        inner = {k for p in rec["paragraphs"] if isinstance(p, dict) for k in p if k not in INLINE_PARAGRAPH_KEYS}
+        unread += [f"paragraphs[].{k}" for k in sorted(inner)]
+    return unread
 
 
 @dataclass(frozen=True)
@@ -518,7 +590,8 @@ _HOTPOTQA_TEST_KEYS = {"_id", "question", "context"}  # HotpotQA's test files ca
 def detect(rec: Any) -> Shape | None:
     """The shape of a release record, from keys that only one release format has (None: not a known shape).
 
-    - MuSiQue: ``question`` with ``paragraphs``.
+    - MuSiQue: ``question`` with ``paragraphs`` (objects with ``paragraph_text``).
+    - The inline layout: ``question`` with ``paragraphs`` whose first one has ``text`` and no ``paragraph_text``.
     - MoreHopQA: ``question`` and ``context`` with one of its own keys (``previous_question``, ``no_of_hops``, ...).
     - 2WikiMultihopQA: ``_id``, ``question``, ``context`` with ``evidences`` or ``entity_ids``.
     - HotpotQA: ``_id`` (``id`` in the Hugging Face layout), ``question``, ``context`` with ``supporting_facts``,
@@ -535,6 +608,8 @@ def detect(rec: Any) -> Shape | None:
     keys = set(rec)
     if "question" in keys:
         if "paragraphs" in keys:
+            if _inline_first_paragraph(rec["paragraphs"]):
+                return Shape(INLINE, False, "questions with inline paragraphs")
             return Shape(MUSIQUE, False, "MuSiQue questions")
         if "context" not in keys:
             if "answer" in keys and keys & {"qid", "id"}:
@@ -555,6 +630,12 @@ def detect(rec: Any) -> Shape | None:
     if "title" in keys and "text" in keys:
         return Shape(None, True, "a list of {title, text} documents", DOCUMENT_LABELS)
     return None
+
+
+def _inline_first_paragraph(paragraphs: Any) -> bool:
+    """The first paragraph (or the parallel lists) of the inline layout: ``text``, not MuSiQue's ``paragraph_text``."""
+    first = paragraphs[0] if isinstance(paragraphs, list) and paragraphs else paragraphs
+    return isinstance(first, dict) and "text" in first and "paragraph_text" not in first
 
 
 _SPLIT = re.compile(r"(?<![a-z])(train|dev|test|validation|val)(?![a-z])")

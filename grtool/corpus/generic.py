@@ -18,6 +18,7 @@ from grtool.corpus.datasets import BadRecord, Converted
 from grtool.corpus.doc_hash import normalize
 
 PENDING = "generic-questions.jsonl"
+AMBIGUOUS_TITLE = "ambiguous gold title"  # the reject reason that stops ingest unless --allow-rejects
 
 
 class GenericGold:
@@ -84,7 +85,7 @@ class GenericGold:
                 if not found:
                     raise BadRecord("unknown gold title", f"{value!r} is not the title of a document read{hint}")
                 if len(found) > 1:
-                    raise BadRecord("ambiguous gold title",
+                    raise BadRecord(AMBIGUOUS_TITLE,
                                     f"{value!r} is the title of {len(found)} different documents: name them by gold_doc_ids")
             gold += [d for d in found if d not in gold]
         return gold

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from grtool.corpus import datasets as ds
+from grtool.corpus.columns import Columns, parse_columns, variant_hints
 from grtool.corpus.doc_hash import DOC_ID_SCHEME
-from grtool.corpus.generic import GenericGold
+from grtool.corpus.generic import AMBIGUOUS_TITLE, GenericGold
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.dedup_spill import (
     Spill,
@@ -32,7 +33,7 @@ from grtool.corpus.dedup_spill import (
     write_documents,
     write_questions,
 )
-from grtool.errors import GrtoolError, InputError
+from grtool.errors import DataProblem, GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.stops import open_stops
 from grtool.store.empty import allowing
@@ -81,12 +82,15 @@ class IngestReport:
 
 def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", split: str | None = None,
            strict: bool = False, overwrite: bool = False, rows_per_part: int | None = None,
-           allow_empty: bool = False) -> IngestReport:
+           allow_empty: bool = False, columns: str | None = None, allow_rejects: bool = False) -> IngestReport:
     """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``).
 
     An input without a single record is an error when every input is empty (``allow_empty`` accepts it);
     beside other inputs it is a warning, listed in the report and the manifests (``empty_inputs``).
+    ``columns``: the ``--columns`` mapping (:mod:`grtool.corpus.columns`). Questions whose gold title names several
+    documents stop the run before anything is written unless ``allow_rejects`` (then they are rejects).
     """
+    mapping = parse_columns(columns)
     if dataset != "auto" and dataset not in ds.DATASETS:
         raise GrtoolError(f"--dataset must be auto or one of {', '.join(ds.DATASETS)}, got {dataset!r}")
     if split is not None and not split.strip():
@@ -99,14 +103,15 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     # strictness changes the rows (a bad record stops the run instead of being rejected): a parameter; only
     # recorded when on, so outputs of earlier versions stay resumable
     params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part),
-              **({"strict": True} if strict else {})}
+              **({"strict": True} if strict else {}), **({"columns": mapping.as_param()} if mapping else {})}
     names = [str(i) for i in inputs]
     doc_spec = StageSpec("documents", DOCUMENTS, params, names, exclude=own)
     q_spec = StageSpec("questions", QUESTIONS, params, names, exclude=own)
     report = IngestReport(str(out))
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
-    detect_inputs(_probes(inputs, found), dataset)  # an ambiguous file or a refused --dataset: before OUT exists
-    fill = lambda work: read_inputs(files, work, dataset, split, strict, report, identity, allow_empty)  # noqa: E731
+    detect_inputs(_probes(inputs, found), dataset, mapping)  # an ambiguous file or a refused --dataset: before OUT exists
+    options = ReadOptions(dataset, split, strict, allow_empty, mapping, allow_rejects)
+    fill = lambda work: read_inputs(files, work, options, report, identity)  # noqa: E731
     with allowing(allow_empty):  # a caller of this function, not only the command, may allow an empty result
         report.resumed = run_two_phase(out, WORK_DIR, doc_spec, q_spec, identity, fill, strict=strict, overwrite=overwrite)
     return report if is_stdio(out) else _read_back(Path(out), report)
@@ -125,7 +130,7 @@ def _probes(inputs: list[str | Path], found: list[list[Path]]) -> list[Path]:
     return probes
 
 
-def detect_inputs(files: list[Path], dataset: str) -> None:
+def detect_inputs(files: list[Path], dataset: str, columns: Columns | None = None) -> None:
     """Choose the reading of ``files`` from their first record (cheap: the reader streams) before OUT is
     created, so that an ambiguous file or a --dataset refused for a file fails with nothing written. Phase 1
     chooses again, the same way, for every file. Not read here: stdin (it cannot be read twice) and an archive's
@@ -143,6 +148,8 @@ def detect_inputs(files: list[Path], dataset: str) -> None:
                     continue
                 position, item = first
                 record = parse_line(stream.name, position, item) if isinstance(item, bytes) else item
+                if columns is not None:
+                    record = Columns(columns.targets).apply(record)[0]  # a copy: its seen keys are phase 1's to count
                 choose_reading(stream.name, position, record, forced)
                 break
 
@@ -242,8 +249,20 @@ def _refuse_outputs_early(out: Path, specs: list[StageSpec], overwrite: bool) ->
 # ------------------------------------------------------------------------------------------ phase 1
 
 
-def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, strict: bool, report: IngestReport,
-                identity: dict[str, Any], allow_empty: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReadOptions:
+    """How phase 1 reads the inputs (the command's options)."""
+
+    dataset: str = "auto"
+    split: str | None = None
+    strict: bool = False
+    allow_empty: bool = False
+    columns: Columns | None = None
+    allow_rejects: bool = False
+
+
+def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport,
+                identity: dict[str, Any]) -> dict[str, Any]:
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
@@ -260,7 +279,7 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                 for stream in open_streams(path):
                     tick = lambda s=stream, base=done: bar.update(task, completed=base + s.raw.tell())  # noqa: E731
                     streams += 1
-                    reading = _read_stream(stream, dataset, split, strict, spill, report, tick, generic)
+                    reading = _read_stream(stream, options, spill, report, tick, generic)
                     if reading is None:
                         report.empty_inputs.append(_input_name(stream.name))
                     else:
@@ -270,8 +289,10 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
                     report.empty_inputs.append(_input_name(path))
                 done += (stream.raw.tell() if stream else 0) if is_stdio(path) else path.stat().st_size
                 bar.update(task, completed=done)
-        _add_generic_questions(generic, spill, report, strict)
-        _check_empty(report.empty_inputs, streams, allow_empty)
+        if options.columns is not None:
+            options.columns.check_all_seen()
+        _add_generic_questions(generic, spill, report, options)
+        _check_empty(report.empty_inputs, streams, options.allow_empty)
         spill.empty_inputs = list(report.empty_inputs)
         report.detected = spill.detected = group_readings(readings)
         return spill.close()
@@ -281,16 +302,27 @@ def read_inputs(files: list[Path], work: Path, dataset: str, split: str | None, 
         raise
 
 
-def _add_generic_questions(generic: GenericGold, spill: Spill, report: IngestReport, strict: bool) -> None:
+def _add_generic_questions(generic: GenericGold, spill: Spill, report: IngestReport, options: ReadOptions) -> None:
     """The generic questions, now that every generic document is known: gold references become doc_ids, or
-    the question is rejected with the reason."""
+    the question is rejected with the reason. Questions naming an ambiguous title stop the run (exit 1, nothing
+    written) unless --allow-rejects: each such reject is a question the user meant to keep, and the fix is theirs."""
+    ambiguous: list[str] = []
     for entry, gold, problem in generic.resolved():
         question, source, position = entry["question"], entry["source"], entry["position"]
         if problem is not None:
-            _bad_record(problem, "questions", entry["record"], source, position, strict, spill, report,
-                        f" (qid {question['qid']!r})")
+            label = f" (qid {question['qid']!r})"
+            if problem.reason == AMBIGUOUS_TITLE and not options.strict:
+                ambiguous.append(f"{source}, {position}{label}: {problem.detail}")
+            _bad_record(problem, "questions", entry["record"], source, position, options.strict, spill, report, label)
             continue
         spill.add_question({**question, "gold_doc_ids": gold}, source, position)
+    if ambiguous and not options.allow_rejects:
+        more = f" (and {len(ambiguous) - 1} more question{'s' if len(ambiguous) > 2 else ''})" if len(ambiguous) > 1 else ""
+        raise DataProblem(
+            f"{ambiguous[0]}{more}; nothing was written. Fix: name these questions' gold documents by gold_doc_ids (the "
+            f"ids of the documents file), or give the documents distinct titles; --allow-rejects writes the corpus "
+            f"without the {len(ambiguous)} question{'s' if len(ambiguous) > 1 else ''} (kept in questions/_rejects)"
+        )
 
 
 def _bad_record(problem: ds.BadRecord, table: str, record: Any, source: str, position: str, strict: bool,
@@ -357,15 +389,19 @@ class Reading:
     dataset: str  # the dataset its documents (and questions) are tagged with
     by: str  # BY_DETECTION or BY_OPTION
     split: str | None = None  # of its questions (None: documents only); "unknown" when neither the name nor --split says
+    unread: tuple[str, ...] = ()  # keys of its records that the converter does not read (ds.unread_keys)
 
     @property
     def documents_only(self) -> bool:
         return self.converter in (ds.HOTPOTQA_WIKI, ds.GENERIC_DOCUMENTS)
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> dict[str, Any]:
+        layout = {"layout": "inline"} if self.converter == ds.INLINE else {}
+        unread = {"unread": list(self.unread)} if self.unread else {}
         if self.documents_only:
-            return {"dataset": self.dataset, "records": "documents", "by": self.by}
-        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by}
+            return {"dataset": self.dataset, "records": "documents", "by": self.by, **unread}
+        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by,
+                **layout, **unread}
 
 
 def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
@@ -377,11 +413,14 @@ def choose_reading(name: str, position: str, record: Any, forced: str | None) ->
             keys = sorted(record)[:12] if isinstance(record, dict) else type(record).__name__
             mapping = isinstance(record, dict) and record and all(isinstance(v, list) for v in record.values())
             hint = " (an object of lists: a mapping of titles to sentence lists is not a record)" if mapping else ""
+            renames = variant_hints(sorted(record)) if isinstance(record, dict) else []
+            hint += f" (other key names for what a layout reads: try --columns {','.join(renames)})" if renames else ""
             raise InputError(
                 f"{name}, {position}: unknown schema (keys {keys}){hint}; expected a record of HotpotQA, "
-                "2WikiMultihopQA, MuSiQue, MoreHopQA, the HotpotQA Wikipedia dump or the generic layout (questions "
-                "with qid, question, answer and gold_doc_ids or gold_titles; documents with id or title, and text), "
-                f"described in {ds.FORMATS_DOC} (or pass --dataset)"
+                "2WikiMultihopQA, MuSiQue, MoreHopQA, the HotpotQA Wikipedia dump, the generic layout (questions "
+                "with qid, question, answer and gold_doc_ids or gold_titles; documents with id or title, and text) or "
+                "the inline layout (question, answer, paragraphs: [{title, text, is_supporting}]), described in "
+                f"{ds.FORMATS_DOC} (or pass --dataset; other key names: --columns TARGET=SOURCE,...)"
             )
         if shape.dataset is None:
             raise InputError(f"{name}: cannot tell which dataset this is (looks like {shape.looks_like}); pass --dataset {'|'.join(shape.choices)}")
@@ -397,13 +436,14 @@ def choose_reading(name: str, position: str, record: Any, forced: str | None) ->
             fits = forced == shape.dataset or (shape.documents and label == ds.CORPUS_LABEL.get(shape.dataset))
             # documents with ids are the generic layout's, or (named so) one dataset's corpus file
             fits = fits or (shape.dataset == ds.GENERIC_DOCUMENTS and forced in ds.QUESTION_DATASETS)
+            fits = fits or (shape.dataset == ds.INLINE and forced == ds.GENERIC)  # both are your own data
         else:  # a shape several datasets share: one of those, and questions are not read as dump articles
             fits = label in shape.choices and (shape.documents or forced != ds.HOTPOTQA_WIKI)
         if not fits:
             choices = "" if shape.dataset is not None else f"; pass --dataset {'|'.join(shape.choices)}"
             raise InputError(f"{name}, {position}: these are {shape.looks_like}, not {forced} (--dataset){choices}"
                              + ("; leave --dataset out to detect each file's dataset" if shape.dataset else ""))
-    converter = forced
+    converter = ds.INLINE if shape is not None and shape.dataset == ds.INLINE else forced
     if shape is not None and shape.documents:
         converter = ds.GENERIC_DOCUMENTS if label == ds.GENERIC else ds.HOTPOTQA_WIKI
     return Reading(converter, label, BY_OPTION)
@@ -428,17 +468,19 @@ def _parent(path: str) -> str:
     return str(Path(path).parent) if path != "<stdin>" else path
 
 
-def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, spill: Spill, report: IngestReport,
-                 tick, generic: GenericGold) -> Reading | None:
+def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: IngestReport, tick,
+                 generic: GenericGold) -> Reading | None:
     """Read one stream to its end; returns how it was read (None: it held no record).
 
-    Splits: --split, else (generic layout) the record's ``split``, else the file name, else the dataset's only
-    split (MoreHopQA: test), else ``unknown`` with a warning."""
-    forced = None if dataset == "auto" else dataset
+    Splits: --split, else (own-data layouts) the record's ``split``, else the file name (or a Hugging Face dataset
+    folder's split), else the dataset's only split (MoreHopQA: test), else ``unknown`` with a warning."""
+    forced = None if options.dataset == "auto" else options.dataset
+    split, columns = options.split, options.columns
     reading: Reading | None = None
     line_converter = None
     setting = ds.setting_from_name(stream.name)
     file_split = split
+    unread: dict[str, None] = {}  # keys no record of this stream had read (in order of first sight)
     warned = False
     n = 0
     for position, item in iter_records(stream):
@@ -451,15 +493,19 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             record = None if converted else parse_line(stream.name, position, item)
         else:
             record = item
+        twice: list[str] = []
+        if columns is not None:
+            record, twice = columns.apply(record)
         if reading is None:  # the first record decides how the stream is read
             reading = choose_reading(stream.name, position, record, forced)
             log.debug("%s: %s", stream.name, reading)
-            line_converter = ds.LINE_CONVERTERS.get(reading.converter)
+            line_converter = None if columns is not None else ds.LINE_CONVERTERS.get(reading.converter)
             convert = ds.CONVERTERS[reading.converter]
             table, label = ("documents" if reading.documents_only else "questions"), [reading.dataset]
-            own_splits = reading.converter == ds.GENERIC  # its records may carry their split
+            own_splits = reading.converter in (ds.GENERIC, ds.INLINE)  # its records may carry their split
             if file_split is None and not reading.documents_only:
-                file_split = ds.split_from_name(Path(stream.name).name) or DEFAULT_SPLIT.get(reading.dataset)
+                file_split = (ds.split_from_name(Path(stream.name).name) or stream.split
+                              or DEFAULT_SPLIT.get(reading.dataset))
                 if file_split is None and not own_splits:
                     _warn_no_split(stream.name)
                     file_split = "unknown"
@@ -468,12 +514,16 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
             try:
                 if not isinstance(record, dict):
                     raise ds.BadRecord("record is not a JSON object", f"got {type(record).__name__}")
+                for key in ds.unread_keys(reading.converter, record):
+                    unread.setdefault(key)
+                if twice:
+                    raise ds.BadRecord("key given twice", f"{', '.join(twice)}: the record's own key and the one --columns maps to it")
                 converted = convert(record, fallback_split, setting)
                 if reading.converter == ds.GENERIC_DOCUMENTS:
                     generic.add_document(converted)
             except ds.BadRecord as problem:
-                record_name = _record_label(record) if reading.converter == ds.GENERIC else ""
-                _bad_record(problem, table, record, stream.name, position, strict, spill, report, record_name)
+                record_name = _record_label(record) if own_splits else ""
+                _bad_record(problem, table, record, stream.name, position, options.strict, spill, report, record_name)
                 continue
         for did, title, text in converted.documents:
             spill.add_document(did, title, text, label)
@@ -481,22 +531,27 @@ def _read_stream(stream: Stream, dataset: str, split: str | None, strict: bool, 
         if converted.question is None:
             continue
         report.questions_by_dataset[reading.dataset] += 1
+        if own_splits:
+            if split is not None:  # --split names every question's split
+                converted.question["split"] = split
+            elif file_split is None and record.get("split") is None and not warned:
+                _warn_no_split(stream.name, " and records without a 'split' field")
+                warned = True
         if reading.converter != ds.GENERIC:
             spill.add_question(converted.question, stream.name, position)
             continue
-        if split is not None:  # --split names every question's split
-            converted.question["split"] = split
-        elif file_split is None and record.get("split") is None and not warned:
-            _warn_no_split(stream.name, " and records without a 'split' field")
-            warned = True
         generic.defer(converted, record, stream.name, position)
-    if reading is None or reading.documents_only:
+    if reading is None:
+        return None
+    reading = replace(reading, unread=tuple(sorted(unread)))
+    if reading.documents_only:
         return reading
-    return replace(reading, split=file_split or ("per record" if reading.converter == ds.GENERIC else None))
+    return replace(reading, split=file_split or ("per record" if own_splits else None))
 
 
 def _warn_no_split(name: str, records: str = "") -> None:
-    log.warning("%s: no split (train/dev/test) in the file name%s; using 'unknown' (pass --split)", name, records)
+    log.warning("%s: no split (train/dev/test) in the file name%s; using 'unknown' (pass --split, or make splits "
+                "afterwards with grtool corpus split)", name, records)
 
 
 # ------------------------------------------------------------------------------------------ phase 2

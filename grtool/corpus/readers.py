@@ -5,7 +5,11 @@ What a file is comes from its bytes, not its name:
 - a tar archive (the HotpotQA Wikipedia dump ships as a ``.tar.bz2`` of ``.bz2`` files) is walked member by
   member, each member sniffed again;
 - layout by the first non-blank byte: ``[`` is one JSON array (streamed item by item with ijson's C backend,
-  so a 540 MB array never sits in memory), ``{`` is JSON Lines.
+  so a 540 MB array never sits in memory), ``{`` is JSON Lines;
+- Parquet (``PAR1``, what ``Dataset.to_parquet`` writes) and Arrow IPC files and streams (the ``.arrow`` files of a
+  ``Dataset.save_to_disk`` folder) by their magic bytes, read with pyarrow one record batch at a time. In a
+  ``save_to_disk`` folder the ``state.json`` / ``dataset_info.json`` records are not inputs; its split comes
+  from ``state.json`` (``_split``) or the folder's name.
 
 A file that cannot be read to its end (truncated, corrupt, not JSON) raises :class:`InputError` naming the
 file and the position; callers read every input fully before committing anything.
@@ -52,6 +56,35 @@ def _is_documentation(f: Path) -> bool:
     return f.suffix.lower() in _DOC_SUFFIXES or f.name.lower().startswith(_DOC_STEMS)
 
 
+HF_STATE = "state.json"  # beside the .arrow files of a Dataset.save_to_disk folder, with dataset_info.json
+HF_INFO = "dataset_info.json"
+HF_DICT = "dataset_dict.json"  # DatasetDict.save_to_disk: the splits' folders below it
+
+
+def _is_dataset_record(f: Path) -> bool:
+    """A ``save_to_disk`` folder's own JSON record, not data."""
+    if f.name == HF_DICT:
+        return True
+    return f.name in (HF_STATE, HF_INFO) and (f.parent / HF_STATE).is_file() and (f.parent / HF_INFO).is_file()
+
+
+def dataset_folder_split(path: Path) -> str | None:
+    """The split of an Arrow file in a ``save_to_disk`` folder: ``state.json``'s ``_split``, else the folder's name
+    (``validation`` → ``dev`` like a file name); None elsewhere."""
+    from grtool.corpus.datasets import split_from_name
+
+    state = path.parent / HF_STATE
+    if not (state.is_file() and (path.parent / HF_INFO).is_file()):
+        return None
+    try:
+        given = orjson.loads(state.read_bytes()).get("_split") if state.stat().st_size < 1 << 20 else None  # a record, not data
+    except (orjson.JSONDecodeError, AttributeError, OSError):
+        given = None
+    if isinstance(given, str) and given.strip():
+        return split_from_name(given) or given.strip()
+    return split_from_name(path.parent.name)
+
+
 def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Path]:
     """A file, or every data file below a directory.
 
@@ -69,6 +102,7 @@ def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Pa
             f
             for rel, f in tree_files(p, exclude)
             if not any(part.startswith((".", "_")) for part in Path(rel).parts) and not _is_documentation(f)
+            and not _is_dataset_record(f)
         ]
         if not files:
             raise InputError(f"{p}: directory holds no input files")
@@ -83,6 +117,21 @@ class Stream:
     name: str  # for messages: "path" or "path:member"
     data: BinaryIO  # decompressed bytes
     raw: BinaryIO  # the file on disk, for progress (tell() = compressed bytes consumed)
+    table: str | None = None  # PARQUET, ARROW_FILE or ARROW_STREAM: records are a table's rows, not JSON
+    split: str | None = None  # the split a Hugging Face dataset folder gives its Arrow files
+
+
+PARQUET, ARROW_FILE, ARROW_STREAM = "Parquet", "Arrow file", "Arrow stream"
+
+
+def _table_kind(head: bytes) -> str | None:
+    if head.startswith(b"PAR1"):
+        return PARQUET
+    if head.startswith(b"ARROW1"):
+        return ARROW_FILE
+    if head.startswith(b"\xff\xff\xff\xff"):  # an IPC stream's continuation marker (save_to_disk writes streams)
+        return ARROW_STREAM
+    return None
 
 
 def _sniff(buf: io.BufferedReader) -> str:
@@ -139,6 +188,12 @@ def open_streams(path: Path) -> Iterator[Stream]:
     raw: BinaryIO = _Stdin() if is_stdio(path) else open(path, "rb", buffering=0)  # type: ignore[assignment]
     try:
         buf = io.BufferedReader(raw, READ_BUFFER)
+        table = _table_kind(buf.peek(6)[:6])
+        if table is not None:
+            if is_stdio(path):
+                raise InputError(f"<stdin>: {table} data is read from a file only: give its path")
+            yield Stream(printable(path), buf, raw, table, dataset_folder_split(path))
+            return
         try:
             data = _decompressed(buf)
             tar = _is_tar(data)
@@ -182,6 +237,9 @@ def iter_records(stream: Stream) -> Iterator[tuple[str, Any]]:
     it needs (see :func:`parse_line` for the general case).
     """
     name, data = stream.name, stream.data
+    if stream.table is not None:
+        yield from _iter_table_rows(stream)
+        return
     try:
         head = data.peek(64)
         if head.startswith(_BOM):
@@ -203,6 +261,32 @@ def iter_records(stream: Stream) -> Iterator[tuple[str, Any]]:
         yield from _iter_lines(name, data)
     else:
         raise InputError(f"{name}: not JSON: expected a JSON array or JSON Lines, the file starts with {head[:20]!r}")
+
+
+TABLE_BATCH_ROWS = 1024  # rows decoded at a time from a Parquet or Arrow input
+
+
+def _iter_table_rows(stream: Stream) -> Iterator[tuple[str, Any]]:
+    """``("row N", record)`` of a Parquet or Arrow input, one record batch at a time (its nested lists and structs
+    become lists and dicts, as ``datasets`` gives them)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 0
+    try:
+        if stream.table == PARQUET:
+            batches: Iterable[Any] = pq.ParquetFile(stream.data).iter_batches(batch_size=TABLE_BATCH_ROWS)
+        elif stream.table == ARROW_FILE:
+            reader = pa.ipc.open_file(stream.data)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        else:
+            batches = pa.ipc.open_stream(stream.data)
+        for batch in batches:
+            for record in batch.to_pylist():
+                n += 1
+                yield f"row {n}", record
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InputError(f"{stream.name}, row {n + 1}: not a readable {stream.table} file after {n} rows ({e})") from None
 
 
 def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:

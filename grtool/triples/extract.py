@@ -53,6 +53,7 @@ class ExtractConfig:
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE  # the empty-output guard (grtool.llm.guard), over documents
     chunk_size: int = 2048  # documents read and sent per generate call (memory); progress moves per request
     grounding: str = "strict"  # strict | loose | off: grtool.triples.grounding
+    doc_ids: frozenset[str] | None = None  # --questions: only these documents (those of the chosen questions)
 
 
 PartResult = EmptyOutputs  # a part's documents and those without triples: the empty-output guard's count
@@ -90,7 +91,10 @@ def extract(
     outputs = [Output(out if is_stdio(out) else Path(out) / "triples", StageSpec("triples", TRIPLES, params, inputs), {"prompt_sha256": prompt.sha256()})]
     if not is_stdio(out):
         outputs.append(Output(Path(out) / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs)))
-    budget = _doc_budget(part_rows(corpus, list(range(corpus.num_parts))), config.limit)
+    if config.doc_ids is not None:
+        budget: list[int | None] = _chosen_per_part(corpus, config.doc_ids)
+    else:
+        budget = _doc_budget(part_rows(corpus, list(range(corpus.num_parts))), config.limit)
     stage = ModelStage(
         "triples extract", "docs", outputs, corpus.num_parts, backend, params.get("model"),
         cache_dir=cache_dir, cache_chunk_size=config.chunk_size, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
@@ -140,6 +144,37 @@ def _doc_budget(sizes: list[int | None], limit: int | None) -> list[int | None]:
     return out
 
 
+def question_documents(corpus: str | Path, count: int, splits: tuple[str, ...] = ()) -> tuple[list[str], frozenset[str]]:
+    """``--questions N``: the first ``count`` questions of the corpus (in its part order; of ``splits`` when given)
+    and the documents they need: their gold documents, and an unanswerable question's context documents."""
+    from grtool.store.records import resolve_stage
+    from grtool.store.stage import iter_rows
+
+    qids: list[str] = []
+    doc_ids: set[str] = set()
+    for row in iter_rows(resolve_stage(corpus, "questions"), ["qid", "split", "gold_doc_ids", "meta"]):
+        if splits and row["split"] not in splits:
+            continue
+        qids.append(row["qid"])
+        doc_ids.update(row["gold_doc_ids"] or ())
+        try:
+            context = orjson.loads(row["meta"] or "{}").get("context_doc_ids")
+        except (orjson.JSONDecodeError, AttributeError):
+            context = None
+        doc_ids.update(d for d in context or () if isinstance(d, str))
+        if len(qids) >= count:
+            break
+    return qids, frozenset(doc_ids)
+
+
+def _chosen_per_part(corpus: InputTable, doc_ids: frozenset[str]) -> list[int | None]:
+    """How many of the chosen documents each part of the documents input holds (the parts' planned work)."""
+    counts: list[int | None] = []
+    for index in range(corpus.num_parts):
+        counts.append(sum(d["doc_id"] in doc_ids for batch in corpus.iter_part(index, ["doc_id"]) for d in batch))
+    return counts
+
+
 def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budget) -> None:
     """One part: its documents' requests, triples rows, rejects and ``llm_calls`` rows (unless already written)."""
     llm, shard, result = part.llm, part.shard, part.empty
@@ -147,7 +182,9 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
     left = budget
     checks = TripleChecks((t for ex in prompt.examples for t in ex.triples), config.grounding)
     for batch in corpus.iter_part(part.index, columns=["doc_id", "title", "text"], batch_size=config.chunk_size):
-        if left is not None:
+        if config.doc_ids is not None:
+            batch = [doc for doc in batch if doc.get("doc_id") in config.doc_ids]
+        elif left is not None:
             if left <= 0:
                 break
             batch = batch[:left]
