@@ -46,9 +46,13 @@ def test_the_page_runs_as_written(tmp_path):
         proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, f"{command}\nexited {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     # what the page promises: splits made, triples of two train questions' documents only, the plan of every job
-    questions = subprocess.run([str(shim), "corpus", "stats", "out/mine/corpus", "--json"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, check=True)
-    assert {group["split"] for group in json.loads(questions.stdout)["groups"]} == {"train", "dev", "test"}
+    questions = subprocess.run([str(shim), "corpus", "stats", "out/mine/corpus", "--triples", "out/mine/run/triples", "--json"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    stats = json.loads(questions.stdout)
+    assert {group["split"] for group in stats["groups"]} == {"train", "dev", "test"}
+    coverage = stats["coverage"]  # only two train questions' documents were extracted: most gold is unreachable
+    assert coverage["gold_documents"] > coverage["reachable"] and {s["split"] for s in coverage["splits"]} == {"train", "dev", "test"}
+    assert all(s["reachable"] == 0 for s in coverage["splits"] if s["split"] != "train")
     manifest = json.loads((tmp_path / "out" / "mine" / "run" / "triples" / "_manifest.json").read_text())
     assert manifest["params"]["questions"]["count"] == 2 and manifest["params"]["questions"]["split"] == ["train"]
     assert 0 < manifest["counters"]["extra"]["documents"] <= 4
