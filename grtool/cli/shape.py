@@ -8,8 +8,9 @@ command class that takes the old extra positional argument as the named option a
 new spelling.
 
 --help shows one metavar style, the classic upper-case one (``PATH``, ``TEXT``, ``INTEGER``, ``[a|b]``) and none
-on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``, and
-lets the terminal wrap a docstring's paragraphs (those releases keep its line breaks, which then print ragged).
+on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``.
+The commands' context (:func:`help_context`) lets the terminal wrap a docstring's paragraphs (those releases keep
+its line breaks, which then print ragged) when it draws a help page, and only then loads Typer's help renderer.
 """
 
 from __future__ import annotations

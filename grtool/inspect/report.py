@@ -231,7 +231,7 @@ def _questions(stages: list[tuple[Path, dict[str, Any]]], counter: str, selected
     counted them (``counter``: ``questions_chained``, or ``kept`` of a filters stage that keeps one chain per
     question), else the distinct qids of their rows (``selected``: of the chains marked kept only)."""
     if len(stages) == 1:
-        (_, manifest), = stages
+        manifest = stages[0][1]
         counted = _extra(manifest).get(counter)
         if isinstance(counted, int) and not (manifest.get("params") or {}).get("all_candidates"):
             return counted
