@@ -46,6 +46,15 @@ def test_the_reference_covers_every_command():
         assert f"## grtool {' '.join(words)}" in text
 
 
+def test_the_committed_command_reference_is_what_the_cli_makes():
+    """docs/reference/cli.md is generated from the CLI and committed: a command or an option changed without
+    regenerating it fails here."""
+    from grtool.cli.reference import REGENERATE, render_page
+
+    committed = (REPO / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+    assert committed == render_page(), f"docs/reference/cli.md is not what the CLI makes now: regenerate it with `{REGENERATE}`"
+
+
 def test_the_docs_site_builds_strictly(tmp_path):
     mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     if mkdocs is None:

@@ -3,6 +3,10 @@ function, and ``cli/main.py`` builds the ``grtool`` command from them, as the pi
 
 A new command is one file: a module in ``grtool/cli/`` that calls :func:`register` (found by :func:`declared`), or
 any program that calls :func:`register` before it runs ``grtool.cli.main.run()``.
+
+Declarations are cheap: a command module imports its work inside its functions, and a group's Click commands are
+made from the declarations only when looked up (:class:`DeclaredCommands`), so ``grtool --help`` builds the lines it
+shows and ``grtool status DIR`` builds one command.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +33,12 @@ class Group:
 
 _COMMANDS: dict[str, Command] = {}
 _GROUPS: dict[str, Group] = {}
-_LISTENERS: list[Callable[[Command | Group], None]] = []
 
 
 def register(declaration: Command | Group) -> Command | Group:
     """Declare a command (or a group of commands); a command's group is registered before it. A command
-    registered after ``grtool.cli.main`` was imported joins its app all the same."""
+    registered after ``grtool.cli.main`` was imported joins its app all the same (its groups read the
+    declarations when they are looked up)."""
     if isinstance(declaration, Group):
         table: dict[str, Any] = _GROUPS
         key = declaration.name
@@ -48,8 +52,6 @@ def register(declaration: Command | Group) -> Command | Group:
             return declaration
         raise ValueError(f"{key!r} is declared twice")
     table[key] = declaration
-    for listener in _LISTENERS:
-        listener(declaration)
     return declaration
 
 
@@ -64,12 +66,7 @@ def group(name: str) -> Group:
     return _GROUPS[name]
 
 
-def on_register(listener: Callable[[Command | Group], None]) -> None:
-    """Call ``listener`` with every declaration registered from now on."""
-    _LISTENERS.append(listener)
-
-
-_DISCOVERY: list[bool] = []  # begun: a module found here that asks again (through a listener) waits for it
+_DISCOVERY: list[bool] = []  # begun: a module found here that asks again waits for it
 
 
 def _discover() -> None:
@@ -90,17 +87,8 @@ def find(run: str) -> Command | None:
 def click_command(run: str) -> Any:
     """The Click command of ``run`` as ``grtool`` parses it (numbers through grtool.userinput), without the root
     app; None for a command not declared."""
-    import typer
-    import typer.main
-
-    from grtool.cli.typed import bound_numbers
-
     command = find(run)
-    if command is None:
-        return None
-    single = typer.Typer()
-    add_command(single, command, command.words.split()[-1])
-    return bound_numbers(typer.main.get_command(single))  # one command, no callback: Typer gives the command itself
+    return make_click_command(command) if command is not None else None
 
 
 def add_command(app: Any, command: Command, name: str) -> None:
@@ -109,6 +97,85 @@ def add_command(app: Any, command: Command, name: str) -> None:
     if command.cls is not None:
         settings["cls"] = command.cls
     app.command(name, **settings)(command.function)
+
+
+def make_click_command(command: Command) -> Any:
+    """The Click command of a declaration, as Typer makes it for a group (numbers through grtool.userinput)."""
+    import typer
+    import typer.main
+
+    from grtool.cli.typed import bound_numbers
+
+    single = typer.Typer(add_completion=False)
+    add_command(single, command, command.words.split()[-1])
+    return _with_help_style(bound_numbers(typer.main.get_command(single)))  # one command: Typer gives it itself
+
+
+def make_group(name: str) -> Any:
+    """The Click group of a registered group word, its commands made when looked up."""
+    import typer
+    import typer.main
+
+    group = typer.main.get_group(typer.Typer(name=name, help=_GROUPS[name].help, no_args_is_help=True))
+    group.commands = DeclaredCommands(name)
+    return _with_help_style(group)
+
+
+class DeclaredCommands(MutableMapping):
+    """The commands under one group word (``None``: the top level, whose entries are groups and one-word
+    commands), read from the declarations whenever listed; each becomes a Click command when first looked up.
+
+    A Typer group keeps its commands in such a mapping: listing them (``--help``, a usage error's suggestion) makes
+    nothing, and running ``grtool corpus ingest`` makes the ``corpus`` group and that one command. Commands a
+    program adds to a group directly (``add_command``) are kept as given."""
+
+    def __init__(self, group: str | None = None, made: dict[str, Any] | None = None) -> None:
+        from grtool.cli.typed import bound_numbers
+
+        self.group = group
+        self.made: dict[str, Any] = {name: bound_numbers(command) for name, command in (made or {}).items()}
+
+    def _names(self) -> list[str]:
+        names = dict.fromkeys(self.made)
+        for words in declared():
+            first, *rest = words.split()
+            if self.group is None:
+                names[first] = None
+            elif first == self.group and rest:
+                names[rest[0]] = None
+        return list(names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.made:
+            if name not in self._names():
+                raise KeyError(name)
+            command = declared().get(name if self.group is None else f"{self.group} {name}")
+            self.made[name] = make_click_command(command) if command is not None else make_group(name)
+        return self.made[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.made[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+def _with_help_style(command: Any) -> Any:
+    """A command whose --help (and a group's help without a command) is drawn in grtool's style: set up when help
+    is drawn, so a command that draws none never loads the help renderer."""
+    from grtool.cli.shape import help_context
+
+    command.context_class = help_context()
+    return command
 
 
 def click_errors() -> tuple[type[Exception], ...]:

@@ -33,16 +33,12 @@ if _launched():  # before the imports below, which take a second or more: SIGTER
 import typer
 from rich.markup import escape
 import typer.core
-import typer.rich_utils
 
 from grtool import __version__
 from grtool.cli import commands
-from grtool.cli.shape import use_metavar_style
+from grtool.cli.shape import help_context, use_metavar_style
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
-from grtool.log import configure, console, log_width
 
-if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
-    typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
 use_metavar_style()  # one metavar style in every --help: none on flags, PATH / TEXT / INTEGER / [a|b] on values
 
 # `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
@@ -55,14 +51,17 @@ def recipe_rank(name: str) -> int:
 
 
 class _RecipeOrder(typer.core.TyperGroup):
+    """The ``grtool`` group: its commands are the declared ones (grtool/cli/commands.py), each made into a Click
+    command when looked up (every numeric option parsed by grtool.userinput: grtool/cli/typed.py)."""
+
+    context_class = help_context()
+
+    def __init__(self, **settings) -> None:
+        super().__init__(**settings)
+        self.commands = commands.DeclaredCommands(made=self.commands)
+
     def list_commands(self, ctx) -> list[str]:
         return sorted(super().list_commands(ctx), key=recipe_rank)
-
-    def get_command(self, ctx, name):  # every numeric option parsed by grtool.userinput (grtool/cli/typed.py)
-        from grtool.cli.typed import bound_numbers
-
-        command = super().get_command(ctx, name)
-        return bound_numbers(command) if command is not None else None
 
 
 app = typer.Typer(
@@ -90,39 +89,11 @@ def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log output (stderr).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors; no progress bars.")] = False,
 ) -> None:
+    from grtool.log import configure
     from grtool.userinput import check_environment
 
     check_environment()  # a wrong environment variable stops every command before it writes anything
     configure(verbose=verbose, quiet=quiet)
-
-
-def _register() -> None:
-    """One registration for every command: its declaration (grtool/cli/commands.py), from the modules beside this
-    file (each imports only what its own --help needs; its work is imported when it runs) and from any program that
-    registers one before it runs ``run()``."""
-    sub_apps: dict[str, typer.Typer] = {}
-    added: set[str] = set()
-
-    def add(declaration: commands.Command | commands.Group) -> None:
-        if isinstance(declaration, commands.Group) or declaration.words in added:
-            return  # a group appears with its first command
-        added.add(declaration.words)
-        group, *rest = declaration.words.split()
-        if not rest:
-            commands.add_command(app, declaration, group)
-            return
-        if group not in sub_apps:
-            about = commands.group(group)
-            sub_apps[group] = typer.Typer(name=group, help=about.help, no_args_is_help=True)
-            app.add_typer(sub_apps[group])
-        commands.add_command(sub_apps[group], declaration, rest[0])
-
-    commands.on_register(add)  # those registered from now on, discovery's included
-    for declaration in commands.declared().values():  # those registered before this module was imported
-        add(declaration)
-
-
-_register()
 
 
 def run(ends_process: bool = True) -> None:
@@ -140,7 +111,7 @@ def run(ends_process: bool = True) -> None:
 def _run() -> None:
     from grtool import signals
     from grtool.holds import hold
-    from grtool.store.stops import recording
+    from grtool.store.frames import recording
 
     try:
         try:
@@ -160,14 +131,14 @@ def _run() -> None:
 
         from grtool.userinput import escaped  # a newline or a control character in a file name stays on the line
 
-        console.print(f"[bold red]error:[/] {escape(escaped(scrub(str(e))))}", highlight=False, soft_wrap=True)  # one line, however long
+        _error(escaped(scrub(str(e))))
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _interrupted()
     except commands.click_errors() as e:  # usage errors: missing or unknown options, bad values: one line, as every error
-        console.print(f"[bold red]error:[/] {escape(_usage_line(e))}", highlight=False, soft_wrap=True)
+        _error(_usage_line(e))
         sys.exit(EXIT_USAGE)
     except Exception as e:  # a full disk or quota, or a place that refuses writes, wherever met: one line
         from grtool.invocation import current_command
@@ -177,13 +148,13 @@ def _run() -> None:
         if place is not None:
             from grtool.userinput import escaped
 
-            console.print(f"[bold red]error:[/] {escape(escaped(place))}", highlight=False, soft_wrap=True)
+            _error(escaped(place))
             sys.exit(EXIT_USAGE)
         if not is_disk_full(e):
             raise
         text = message(e, current_command())
         quiet_stdout()
-        console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+        _error(text)
         sys.exit(EXIT_DATA)
 
 
@@ -191,8 +162,19 @@ def _interrupted() -> None:
     """Ctrl-C: cleaned up and reported as SIGTERM is, but exit 130 (a retry loop on 75 must not start it again)."""
     from grtool.signals import stop_message
 
-    console.print(f"[red]interrupted:[/] {escape(stop_message('SIGINT received'))}", highlight=False, soft_wrap=True)
+    _line("[red]interrupted:[/]", stop_message("SIGINT received"))
     sys.exit(EXIT_INTERRUPTED)
+
+
+def _error(text: str) -> None:
+    _line("[bold red]error:[/]", text)
+
+
+def _line(label: str, text: str) -> None:
+    """One line on stderr, however long: ``label`` (Rich markup) and ``text`` (printed as it is)."""
+    from grtool.log import console
+
+    console.print(f"{label} {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _usage_line(error: Exception) -> str:

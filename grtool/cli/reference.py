@@ -1,6 +1,9 @@
-"""The command reference, read from the CLI itself: the docs site's reference page is rendered from it at build time
-(docs/hooks.py) and the docs test checks every `grtool …` line of the documentation against it, so neither can drift
-from the commands."""
+"""The command reference, read from the CLI itself: docs/reference/cli.md is generated from it (and a docs test
+fails when the committed page differs from what the CLI makes now), and the docs test checks every `grtool …` line
+of the documentation against it, so neither can drift from the commands.
+
+    python -m grtool.cli.reference > docs/reference/cli.md
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,41 @@ from collections.abc import Iterator
 from typing import Any
 
 GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--version", "-h", "--help"}
+REGENERATE = "python -m grtool.cli.reference > docs/reference/cli.md"
+
+# The page's opening (the input rule as grtool.cli.shape.INPUT_RULE states it; tests/test_cli_shape.py checks it).
+PAGE_HEAD = """\
+<!-- Generated from the CLI by `{regenerate}`: do not edit (tests/test_docs.py checks it is current). -->
+# Command reference
+
+Every command, its arguments and options, read from the CLI (`grtool COMMAND --help` prints the same). Exit
+codes: [Exit codes](exit-codes.md).
+
+## How commands take their inputs
+
+One rule for every command: **a command's main input, the one it reads row by row, is its positional argument;
+every other stage, run or index it reads is a named option (`--corpus`, `--triples`, `--index`).** Options are
+otherwise settings, and `--out` names what the command writes: a stage directory, a run directory (`corpus ingest`
+and `corpus merge` write `documents/` and `questions/` under it), an index directory, a checkpoint directory or a
+file, as its help says.
+
+```bash
+grtool chains synthesize out/corpus --triples out/run --out out/run/chains
+grtool filters apply out/run/chains --corpus out/corpus --triples out/run --out out/run/filtered
+grtool retrieve out/corpus --index out/run/index --out out/run/responses
+```
+
+Deprecated spellings still work until the next release, with one warning line on stderr naming the new one:
+
+| deprecated | write instead |
+|---|---|
+| `grtool chains synthesize CORPUS TRIPLES` | `grtool chains synthesize CORPUS --triples TRIPLES` |
+| `grtool chains gold CORPUS TRIPLES` | `grtool chains gold CORPUS --triples TRIPLES` |
+
+In `--help`, a value's kind is written in capitals (`DIR`, `FILE`, `PATH`, `TEXT`, `INTEGER`, `FLOAT`), a choice as
+`[a|b]`, and a flag, which takes no value, has none.
+
+"""
 
 
 def root_command() -> Any:
@@ -77,6 +115,11 @@ def render_markdown() -> str:
     return "\n".join(out)
 
 
+def render_page() -> str:
+    """docs/reference/cli.md as the CLI makes it now."""
+    return PAGE_HEAD.format(regenerate=REGENERATE) + render_markdown()
+
+
 def check_command_line(line: str, root: Any | None = None) -> str | None:
     """None when ``line`` (``grtool …`` as written in the docs) names a command and options it has, else what is
     wrong. Placeholders (``DIR``, ``…``) are taken as values; only command words and option names are checked."""
@@ -102,3 +145,9 @@ def check_command_line(line: str, root: Any | None = None) -> str | None:
             if name not in known:
                 return f"`grtool {' '.join(words)}` has no option {name}: {line}"
     return None
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_page())

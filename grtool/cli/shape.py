@@ -8,12 +8,14 @@ command class that takes the old extra positional argument as the named option a
 new spelling.
 
 --help shows one metavar style, the classic upper-case one (``PATH``, ``TEXT``, ``INTEGER``, ``[a|b]``) and none
-on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``, and
-lets the terminal wrap a docstring's paragraphs (those releases keep its line breaks, which then print ragged).
+on flags: :func:`use_metavar_style` sets it on the Typer releases that print ``<bool>``, ``<str>``, ``{name}``.
+The commands' context (:func:`help_context`) lets the terminal wrap a docstring's paragraphs (those releases keep
+its line breaks, which then print ragged) when it draws a help page, and only then loads Typer's help renderer.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -129,6 +131,31 @@ def use_metavar_style() -> None:
             return name + ("..." if self.nargs != 1 else "")
 
         argument_class._usage_display_name = usage_name
+
+
+@functools.cache
+def help_context() -> type:
+    """The Click context class of grtool's commands: when it draws a help page, it first sets up Typer's help
+    renderer (loaded only then: a command that prints no help never imports it) in grtool's style."""
+
+    class HelpContext(typer.core.TyperGroup.context_class):  # type: ignore[name-defined,misc]
+        def make_formatter(self) -> Any:
+            _help_renderer_style()
+            return super().make_formatter()
+
+    return HelpContext
+
+
+@functools.cache
+def _help_renderer_style() -> None:
+    import sys
+
+    import typer.rich_utils
+
+    from grtool.log import log_width
+
+    if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
+        typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
     _rewrap_help_paragraphs()
 
 

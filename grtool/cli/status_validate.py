@@ -15,9 +15,6 @@ from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
 from grtool.log import console
 from grtool.errors import printable
-from grtool.store.stops import describe as describe_stop, describe_acceptance
-from grtool.audit.validate import accept_tree, describe, validate_tree
-from grtool.store.status import find_stage_dirs, status
 from grtool.userinput import require_input
 
 
@@ -31,18 +28,17 @@ def status_cmd(
     Example: grtool status out/demo/triples
     """
     from grtool.inspect.contents import run_contents
-
     from grtool.store.records import is_stage_dir
+    from grtool.store.status import find_stage_dirs, status
+    from grtool.store.stops import describe as describe_stop, describe_acceptance
 
     require_input(directory)
     dirs = find_stage_dirs(directory)
     contents = run_contents(directory)
-    from grtool.pipeline.status import has_records
-
-    submitted = Path(directory).is_dir() and has_records(Path(directory))  # a pipeline's jobs, before any stage wrote
-    if not dirs and not any(contents.values()) and not submitted:
+    piped = _pipeline_wrote(directory)  # its records show a pipeline's jobs, before any stage wrote
+    if not dirs and not any(contents.values()) and not piped:
         raise InputError(f"{directory}: no stage directory here")
-    results = [status(d) for d in dirs]
+    results = [status(d, footers=False) for d in dirs]  # the records and the parts' sizes: no Parquet read
     if as_json:
         # A stage directory: its status object. A run directory: one object holding what the tables show.
         shown = results[0] if is_stage_dir(directory) and len(results) == 1 else {"stages": results, **contents, **_pipeline_json(directory)}
@@ -55,8 +51,9 @@ def status_cmd(
     for title, rows in contents.items():
         if rows:
             console.print(_rows_table(title, rows, Path(directory)))
-    _print_pipeline_stages(directory)
-    _print_slurm_jobs(directory)
+    if piped:
+        _print_pipeline_stages(directory)
+        _print_slurm_jobs(directory)
     for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
@@ -105,22 +102,33 @@ def _rows_table(title: str, rows: list[dict[str, str]], root: Path) -> Table:
     return t
 
 
+def _pipeline_wrote(directory: Path) -> bool:
+    """Whether a pipeline keeps its records (stages done, Slurm jobs) in the directory. A stage directory, what
+    `status` is asked most, has no records folder, and the pipeline's modules are then not even loaded."""
+    from grtool.pipeline.records import RECORDS_DIR
+
+    if not (Path(directory) / RECORDS_DIR).is_dir():
+        return False
+    from grtool.pipeline.status import has_records
+
+    return has_records(Path(directory))
+
+
 def _pipeline_json(directory: Path) -> dict[str, list[dict]]:
     """The pipeline stages and Slurm jobs of a run directory, as `status --json` prints them (empty lists when no
     pipeline wrote it)."""
+    if not _pipeline_wrote(directory):
+        return {"pipeline": [], "slurm_jobs": []}
     from grtool.pipeline.slurm import slurm_jobs
-    from grtool.pipeline.status import has_records, run_status
+    from grtool.pipeline.status import run_status
 
-    pipeline = run_status(Path(directory)) if Path(directory).is_dir() and has_records(Path(directory)) else []
-    return {"pipeline": pipeline, "slurm_jobs": slurm_jobs(directory)}
+    return {"pipeline": run_status(Path(directory)), "slurm_jobs": slurm_jobs(directory)}
 
 
 def _print_pipeline_stages(directory: Path) -> None:
     """A run a pipeline wrote (``_pipeline/``): its stages in the order they finished, with their times."""
-    from grtool.pipeline.status import has_records, run_status
+    from grtool.pipeline.status import run_status
 
-    if not Path(directory).is_dir() or not has_records(Path(directory)):
-        return
     t = Table(title="pipeline stages")
     for col in ("stage", "state", "finished", "seconds"):
         t.add_column(col, overflow="fold")
@@ -195,6 +203,9 @@ def validate_cmd(
 
     Example: grtool validate out/demo
     """
+    from grtool.audit.validate import accept_tree, describe, validate_tree
+    from grtool.store.stops import describe as describe_stop
+
     require_input(directory)
     if reason is not None and not accept:
         raise InputError("--reason goes with --accept")

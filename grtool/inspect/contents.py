@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from grtool.records import DamagedRecord, read_record_bytes
-from grtool.audit.validate import discover
+from grtool.store.records import is_stage_dir
 
 def _record(path: Path) -> dict[str, Any] | None:
     try:
@@ -82,5 +82,9 @@ def checkpoints(root: Path) -> list[dict[str, str]]:
 
 def run_contents(root: str | Path) -> dict[str, list[dict[str, str]]]:
     root = Path(root)
+    if is_stage_dir(root):  # holds none of them: `grtool status STAGE` is answered without the audit's imports
+        return {"indexes": [], "exports": [], "checkpoints": []}
+    from grtool.audit.validate import discover
+
     found = discover(root)
     return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(root) if root.is_dir() else []}

@@ -4,10 +4,10 @@ Everything comes from what the run already wrote: the pipeline's stage records (
 command, seconds, outputs), every stage's ``_manifest.json`` (rows, rejects by reason), the JSON reports the stages
 printed (``corpus stats``, ``corpus overlap``, ``triples collisions``, ``eval recall``; told apart by their
 content, not their names), the filter rejects (examples per reason), the exports' ``.grtool.json`` records, and
-the PNG charts (``--plot``), embedded as base64. No row is re-read except the chained questions of a chains stage
-that does not count them, and the gold documents and triples the gold coverage counts
-(:mod:`grtool.evaluation.gold_coverage`, in the corpus section, ``#coverage``). The page has inline CSS only: no
-script, no font, no address outside itself.
+the PNG charts (``--plot``), embedded as base64. No row is re-read except the qids of chains stages, where
+several stages of one kind (chained, filtered) hold questions or one does not count them, and the gold documents
+and triples the gold coverage counts (:mod:`grtool.evaluation.gold_coverage`, in the corpus section,
+``#coverage``). The page has inline CSS only: no script, no font, no address outside itself.
 
 Sections have stable ids for links and tests: ``#stages``, ``#funnel``, ``#filters``, ``#corpus``,
 ``#coverage`` (in the corpus section), ``#collisions``, ``#overlap``, ``#eval``, ``#commands``.
@@ -28,7 +28,6 @@ from grtool import __version__
 from grtool.errors import InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import load_manifest, now
-from grtool.store.reading import scan_shards
 
 EXAMPLES_PER_REASON = 2
 EXAMPLE_CHARS = 400  # of a rejected chain's text, on the page
@@ -186,14 +185,21 @@ def _plot(run: Run, *command: str) -> Path | None:
 
 
 def funnel(run: Run) -> list[tuple[str, str, float | None]]:
-    """(step, what it counts, number) for questions → chained → kept → exported → recall."""
+    """(step, what it counts, number) for questions → chained → kept → exported → recall, with the rows each stage
+    merged (folded into an identical row: duplicate documents, repeated triples) after the questions. A question is
+    counted once per step however many stage directories of that kind hold it (synthesized and gold chains, a
+    re-run into a new directory)."""
     questions = _rows_of(run, "questions", lambda s: s.runs("corpus", "merge")) or _rows_of(run, "questions", lambda s: True)
     steps: list[tuple[str, str, float | None]] = [("questions", "questions in the corpus", questions)]
+    for s in run.stages:
+        for d, m in s.manifests:
+            merged = (m.get("counters") or {}).get("merged")
+            if isinstance(merged, int) and merged:
+                steps.append(("merged", f"{m.get('table')} rows folded into an identical one ({_shown(d, run.path)})", merged))
     chains = [(d, m) for s in run.stages for d, m in s.manifests if m.get("table") == "chains" and not _is_filtered(m)]
-    chained = sum(_chained(d, m) for d, m in chains) if chains else None
-    steps.append(("chained", "questions with a chain", chained))
-    filtered = [m for s in run.stages for _, m in s.manifests if _is_filtered(m)]
-    kept = sum(_extra(m).get("kept", 0) for m in filtered) if filtered else None
+    steps.append(("chained", "questions with a chain", _questions(chains, "questions_chained") if chains else None))
+    filtered = [(d, m) for s in run.stages for d, m in s.manifests if _is_filtered(m)]
+    kept = _questions(filtered, "kept", selected=True) if filtered else None
     steps.append(("kept", "questions with a chain that passed the filters", kept))
     sft = [meta for s in run.stages for _, meta in s.exports if meta.get("kind") == "sft"]
     steps.append(("exported", "SFT rows exported", sum(int(m.get("rows") or 0) for m in sft) if sft else None))
@@ -221,18 +227,28 @@ def _is_filtered(manifest: dict[str, Any]) -> bool:
     return manifest.get("table") == "chains" and isinstance(command, list) and "filters" in command[:4]
 
 
-def _chained(stage: Path, manifest: dict[str, Any]) -> int:
-    """Questions with at least one chain: counted by the stage when it did, else its distinct qids."""
-    counted = _extra(manifest).get("questions_chained")
-    if isinstance(counted, int):
-        return counted
-    import polars as pl
+def _questions(stages: list[tuple[Path, dict[str, Any]]], counter: str, selected: bool = False) -> int:
+    """Distinct questions in the chains stages of one kind: the stage's own count when it is the only one and
+    counted them (``counter``: ``questions_chained``, or ``kept`` of a filters stage that keeps one chain per
+    question), else the distinct qids of their rows (``selected``: of the chains marked kept only)."""
+    if len(stages) == 1:
+        manifest = stages[0][1]
+        counted = _extra(manifest).get(counter)
+        if isinstance(counted, int) and not (manifest.get("params") or {}).get("all_candidates"):
+            return counted
+    from grtool.store.stage import iter_batches
 
-    from grtool.store.reading import collect
-    from grtool.store.stage import shard_paths
+    qids: set[str] = set()
+    for stage, _ in stages:
+        for batch in iter_batches(stage, ["qid", "selected"] if selected else ["qid"]):
+            rows = batch.filter(batch.column("selected")) if selected else batch
+            qids.update(rows.column("qid").to_pylist())
+    return len(qids)
 
-    shards = shard_paths(stage)
-    return collect(scan_shards(shards).select(pl.col("qid").n_unique()), shards).item() if shards else 0
+
+def _shown(path: Path, root: Path) -> str:
+    """A path under the run relative to it, others as they are."""
+    return str(path.relative_to(root)) if _within(path, root) else str(path)
 
 
 def _label(f: Path) -> str:
@@ -326,7 +342,9 @@ def _funnel_html(run: Run) -> str:
     top = next((n for _, _, n in steps if isinstance(n, int) and n), None)
     rows = []
     for step, what, n in steps:
-        if isinstance(n, int) and top:
+        if step == "merged":  # rows of a stage, not questions: no share of the questions
+            bar = _Raw('<span class="muted">rows, not questions</span>')
+        elif isinstance(n, int) and top:
             bar = _Raw(f'<span class="bar" style="width:{max(1, round(240 * n / top))}px"></span> {n / top:.0%} of the questions')
         elif isinstance(n, float):
             bar = _Raw(f'<span class="bar" style="width:{max(1, round(240 * n))}px"></span>')

@@ -243,7 +243,7 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
     """Run one stage's command in this process; returns seconds taken. Raises GrtoolError on failure."""
     from grtool.invocation import command
     from grtool.log import flags
-    from grtool.store.stops import recording
+    from grtool.store.frames import recording
 
     argv = stage.argv(overwrite)
     start = time.perf_counter()

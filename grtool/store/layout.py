@@ -12,6 +12,9 @@ TMP_SUFFIX = ".tmp"
 # A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
 # re-parses the stored answers instead of generating them again.
 LLM_CACHE = "_llm_cache"
+# The tables a stage directory holds (their Arrow schemas: grtool.store.schemas); named here, without pyarrow, for
+# the readers of manifests and shard records (`grtool status` reads nothing else).
+TABLE_NAMES = ("documents", "questions", "triples", "llm_calls", "chains", "responses")
 
 
 # Part names have five digits and are ordered as text; no stage plans more parts (a manifest saying so is damaged,

@@ -9,6 +9,8 @@ import hashlib
 import os
 import re
 import stat
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -18,8 +20,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
-from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
-from grtool.store.schemas import TABLES
+from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TABLE_NAMES, TMP_SUFFIX, part_name
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -76,12 +77,29 @@ def dumps(obj: Any) -> bytes:
 T = TypeVar("T")
 PartName = Annotated[str, msgspec.Meta(pattern=PART_PATTERN)]
 PartCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTS)]
-TableName = Literal[tuple(TABLES)]  # type: ignore[valid-type]
+TableName = Literal[TABLE_NAMES]  # type: ignore[valid-type]
 # A rejects file lives in the stage's _rejects/ folder, named after its part.
 RejectsFile = Annotated[str, msgspec.Meta(pattern=rf"^{REJECTS_DIR}/part-[0-9]{{5}}\.jsonl$")]
 Text = Annotated[str, msgspec.Meta(max_length=1_000_000)]
 # The exit codes a stop records (a process exit status).
 ExitCode = Annotated[int, msgspec.Meta(ge=0, le=255)]
+
+
+def merge_counters(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The counters of several shard records (or stages) summed, as the manifest holds them."""
+    total: dict[str, Any] = {"in": 0, "out": 0, "merged": 0, "rejected": {}}
+    rejected: Counter[str] = Counter()
+    extra: Counter[str] = Counter()
+    for c in items:
+        total["in"] += c.get("in", 0)
+        total["out"] += c.get("out", 0)
+        total["merged"] += c.get("merged", 0)
+        rejected.update(c.get("rejected", {}))
+        extra.update(c.get("extra", {}))
+    total["rejected"] = dict(sorted(rejected.items()))
+    if extra:
+        total["extra"] = dict(sorted(extra.items()))
+    return total
 
 
 class Counters(msgspec.Struct, forbid_unknown_fields=True):
@@ -308,13 +326,11 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
+def part_on_disk(path: str | Path, record: dict[str, Any], footer: bool = True) -> bool:
     """The part a shard record names is there as committed: a regular file of the recorded size holding the
     recorded rows (its footer says; a removed, truncated or replaced part is not, so resume redoes it; its bytes
-    are hashed by ``validate``, not here)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    are hashed by ``validate``, not here). ``footer=False`` checks the file and its size only, without Parquet
+    (`grtool status`, which reads JSON records alone)."""
     name = record.get("file")
     if not isinstance(name, str) or "/" in name:
         return False
@@ -323,6 +339,14 @@ def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
         st = part.stat()
         if not (stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")):
             return False
+    except (OSError, ValueError):  # gone, unreadable, or a name the file system cannot hold
+        return False
+    if not footer:
+        return True
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
         from grtool.store.reading import arrow_source  # a directory name that is not UTF-8 too
 
         return pq.read_metadata(arrow_source(part)).num_rows == record.get("rows")
@@ -330,9 +354,9 @@ def part_on_disk(path: str | Path, record: dict[str, Any]) -> bool:
         return False
 
 
-def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]]) -> list[str]:
+def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]], footers: bool = True) -> list[str]:
     """The planned parts of a stage that are not committed on disk: no shard record, or not :func:`part_on_disk`."""
     if num_parts is None:
         return []
     check_parts_planned(path, num_parts, records)
-    return [part_name(i) for i in range(num_parts) if part_name(i) not in records or not part_on_disk(path, records[part_name(i)])]
+    return [part_name(i) for i in range(num_parts) if part_name(i) not in records or not part_on_disk(path, records[part_name(i)], footers)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from grtool.store.layout import TABLE_NAMES
+
 STR = pa.string()
 STR_LIST = pa.list_(pa.string())
 
@@ -101,6 +103,8 @@ TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "chains": (CHAINS, ("qid", "candidate")),
     "responses": (RESPONSES, ("qid", "sample")),
 }
+if tuple(TABLES) != TABLE_NAMES:  # the records' readers know the tables by those names alone
+    raise ImportError(f"grtool.store.layout.TABLE_NAMES {TABLE_NAMES} differs from the schemas {tuple(TABLES)}")
 
 
 def schema_of(table: str) -> pa.Schema:

@@ -21,7 +21,7 @@ import os
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from grtool.secrets import redact_argv
 from grtool.store.layout import LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
 from grtool.store.fingerprints import changed_inputs, fingerprint
 from grtool.store.outputs import STAGE, claim
-from grtool.store.records import MAX_PARTS, Manifest, ShardRecord, write_record, commit_file, dumps, is_stage_dir, load_manifest, load_shard_records, now, part_on_disk, sha256_file
+from grtool.store.records import MAX_PARTS, Manifest, ShardRecord, write_record, commit_file, dumps, is_stage_dir, load_manifest, load_shard_records, merge_counters, now, part_on_disk, sha256_file
 from grtool.errors import printable
 
 MAX_ROWS_PER_SHARD = 100_000
@@ -93,22 +93,6 @@ def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
 
 
 # ------------------------------------------------------------------------------------------- writes
-
-
-def merge_counters(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {"in": 0, "out": 0, "merged": 0, "rejected": {}}
-    rejected: Counter[str] = Counter()
-    extra: Counter[str] = Counter()
-    for c in items:
-        total["in"] += c.get("in", 0)
-        total["out"] += c.get("out", 0)
-        total["merged"] += c.get("merged", 0)
-        rejected.update(c.get("rejected", {}))
-        extra.update(c.get("extra", {}))
-    total["rejected"] = dict(sorted(rejected.items()))
-    if extra:
-        total["extra"] = dict(sorted(extra.items()))
-    return total
 
 
 @dataclass
@@ -305,9 +289,9 @@ class StageWriter:
                 self._open_manifest()
             self.records = load_shard_records(self.path)
             # The running command's outcome (a guard tripped, an error, success) goes into this manifest's stops.
-            from grtool.store import stops
+            from grtool.store import frames
 
-            stops.opened(self.path, shards, redact_argv(spec.command if spec.command is not None else _argv()))
+            frames.opened(self.path, shards, redact_argv(spec.command if spec.command is not None else _argv()))
         except BaseException:
             self.run.release()
             raise

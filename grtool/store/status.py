@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.store.layout import MANIFEST
-from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, parts_not_on_disk
-from grtool.store.stage import merge_counters
+from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, merge_counters, parts_not_on_disk
 from grtool.store.stops import open_stops, read_stops
 
 
@@ -23,16 +22,18 @@ def find_stage_dirs(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob(MANIFEST) if not any(part.startswith("_") for part in p.parent.relative_to(root).parts))
 
 
-def status(path: str | Path) -> dict[str, Any]:
+def status(path: str | Path, footers: bool = True) -> dict[str, Any]:
     """Parts done and pending, rows, counters, and the stops recorded (:mod:`grtool.store.stops`): ``complete``
-    means every part is committed and no run's failure is left standing (none, or each one accepted)."""
+    means every part is committed and no run's failure is left standing (none, or each one accepted).
+    ``footers=False``: a committed part is checked by its file and size alone, not its Parquet footer's rows
+    (`grtool status` then reads JSON only and starts without pyarrow; resume and validate read the footers)."""
     path = Path(path)
     manifest = load_manifest(path)
     records = load_shard_records(path)
     recorded = read_stops(manifest, path / MANIFEST)
     n = manifest.get("num_parts")
     done = sorted(records)
-    pending = parts_not_on_disk(path, n, records)  # a record whose part was removed is pending, not done
+    pending = parts_not_on_disk(path, n, records, footers)  # a record whose part was removed is pending, not done
     counters = merge_counters(r["counters"] for r in records.values())
     return {
         "path": str(path),
