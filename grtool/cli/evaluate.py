@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,41 +18,72 @@ from grtool.log import console
 register(Group("eval", "Score model responses (retrieval recall)."))
 
 
+class Layout(str, Enum):
+    default = "default"
+    paper = "paper"
+
+
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
 def recall_cmd(
-    responses: Annotated[Path, typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin).')],
-    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")],
-    triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
+    responses: Annotated[Optional[Path], typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin). Not with --run.')] = None,
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")] = ...,  # type: ignore[assignment]
+    triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/); needed for responses that name docids, not for --method bm25, gmr or --run.")] = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="A TREC run file of another retriever (qid Q0 doc rank score tag; doc = a grtool doc id or a title) to score instead of RESPONSES.")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", min=1, help="--run: documents per question scored (default: |gold| + 1, the paper's protocol for one-shot retrievers).")] = None,
+    trec_run: Annotated[Optional[Path], typer.Option("--trec-run", metavar="FILE", help="Also write the first response of every scored question as a TREC run (for ranx, trec_eval, pytrec_eval).")] = None,
+    trec_qrels: Annotated[Optional[Path], typer.Option("--trec-qrels", metavar="FILE", help="Also write the gold documents of the scored questions as TREC qrels.")] = None,
     allow_train_overlap: Annotated[bool, typer.Option("--allow-train-overlap", help="Score questions the checkpoint that wrote the responses trained on (default: exit 1 naming them).")] = False,
     as_json: Json = False,
     per_question: Annotated[bool, typer.Option("--per-question", help="Also every question: its recall, exact set, docids with their verdicts (gold / non-gold / hallucinated) and the titles of what it retrieved; with --json, the report's `questions` list.")] = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
 
-    Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. --json prints an object with recall, per_dataset, hallucinated_share and malformed. For a `retrieve` directory, selected questions without any response row are counted (without_response).
+    Docids are read in special-token form or in square brackets. A triple held by several documents retrieves all of them; a docid written tail-first counts; a docid found nowhere is a hallucination; broken or empty markers are counted as malformed. Responses that name documents (`retrieve --method bm25`, `--mode gmr`) are scored by those documents and need no --triples. --json prints an object with recall, per_dataset, hallucinated_share, malformed and, for a `retrieve` directory, seconds_per_query (mean, p50). For a `retrieve` directory, selected questions without any response row are counted (without_response).
+
+    --run scores another retriever's TREC run instead: each question's documents by score, cut at |gold| + 1 (or --top-k), named by doc id or title (a document the corpus does not hold is a hallucination). --trec-run / --trec-qrels write grtool's rows in the same format, so a standard tool reads them.
 
     On a `retrieve` directory written by a grtool checkpoint, the answered questions that checkpoint trained on (its grtool.json) are counted; any such question exits 1 unless --allow-train-overlap.
 
     Example: grtool eval recall out/retrieve/sft --corpus out/corpus --triples out/triples --per-question --json
+
+    Example: grtool eval recall --run bm25.trec --corpus out/corpus --json
     """
     from grtool.vocab.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.per_question import PerQuestion
-    from grtool.evaluation.recall import evaluate_recall
-    from grtool.evaluation.overlap import refuse_overlap, train_overlap
-    from grtool.evaluation.selection import selected_questions
+    from grtool.evaluation.recall import evaluate_recall, query_seconds
+    from grtool.evaluation.overlap import Overlap, refuse_overlap, train_overlap
+    from grtool.evaluation.selection import needs_triples, selected_questions
+    from grtool.evaluation.trec import TrecWriter, read_run
     from grtool.store.coverage import check_triples_cover
 
+    if (responses is None) == (run is None):
+        raise typer.BadParameter("give RESPONSES or --run FILE (a TREC run), one of them", param_hint="RESPONSES")
+    if top_k is not None and run is None:
+        raise typer.BadParameter("--top-k cuts a --run file's ranking; responses are scored as they are", param_hint="--top-k")
+    if triples is None and responses is not None and needs_triples(responses):
+        raise typer.BadParameter(f"{responses}: its responses name docids; scoring them needs --triples", param_hint="--triples")
+    from grtool.store.outputs import refuse_overlapping_outputs
+
+    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=[p for p in (responses, run, corpus, triples) if p is not None])
     check_triples_cover(triples, corpus)
+    questions = QuestionIndex.build(corpus)
+    source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]
+    where = responses if responses is not None else run
+    trec = TrecWriter(Path(str(where)).name) if trec_run is not None or trec_qrels is not None else None
     report = evaluate_recall(
-        responses, QuestionIndex.build(corpus), DocidIndex.build(triples),
-        selected=selected_questions(responses, corpus), per_question=PerQuestion(corpus) if per_question else None,
+        source, questions, DocidIndex.build(triples) if triples is not None else None,
+        selected=selected_questions(responses, corpus) if responses is not None else None,
+        per_question=PerQuestion(corpus) if per_question else None, on_score=trec.add if trec is not None else None,
     )  # fmt: skip
-    overlap = train_overlap(responses)  # the checkpoint's training questions among those answered
+    report["seconds_per_query"] = query_seconds(responses) if responses is not None else None
+    overlap = train_overlap(responses) if responses is not None else Overlap(None, None)
     report["train_overlap"] = overlap.as_dict()
     console.print(overlap.line(), highlight=False)
+    if trec is not None:
+        trec.write(trec_run, trec_qrels)
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
@@ -59,12 +91,12 @@ def recall_cmd(
         if per_question:
             print_per_question(report["questions"])
     if report["responses"] == 0:
-        raise DataProblem(f"{responses}: no response could be scored (unknown qids or no gold documents)")
+        raise DataProblem(f"{where}: no response could be scored (unknown qids or no gold documents)")
     if not allow_train_overlap:
-        refuse_overlap(overlap, responses)
+        refuse_overlap(overlap, where)
 
 
-register(Command("eval recall", recall_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
+register(Command("eval recall", recall_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE, "run": PathKind.FILE}, writes={"trec_run": PathKind.REPORT, "trec_qrels": PathKind.REPORT}))
 
 
 def print_recall(report: dict) -> None:
@@ -132,14 +164,15 @@ def compare_cmd(
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="The run (by label) the others' per-question wins and losses are counted against (default: the first).")] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="Also list every question whose recall differs from the baseline's.")] = False,
     allow_different_questions: Annotated[bool, typer.Option("--allow-different-questions", help="Compare runs scored on different questions (a warning instead of exit 2).")] = False,
+    layout: Annotated[Layout, typer.Option("--layout", help="default: recall per dataset with one column per run, the metrics, wins and losses; paper: one row per run × datasets with an Average column, seconds per query and p (the shape of ThinkGR's Table 1).")] = Layout.default,
 ) -> None:
     """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO), every overall metric, and per-question wins and losses against a baseline.
 
-    Per-question wins and losses need per-question recall: a responses directory, or a report of `eval recall --per-question --json`. Runs scored on different questions are refused (exit 2) unless --allow-different-questions; a label given twice is refused.
+    Per-question wins and losses need per-question recall: a responses directory, or a report of `eval recall --per-question --json`. Against the baseline each run gets the mean difference in recall with its 95% interval (paired bootstrap) and p-value (paired approximate randomization, two-sided; 10,000 draws, seed 0) over the questions both answered; a responses directory also gives seconds per query (mean, p50) from its latencies. Runs scored on different questions are refused (exit 2) unless --allow-different-questions; a label given twice is refused.
 
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
-    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, plot as plot_runs, table
+    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, table
     from grtool.log import log
     from grtool.store.outputs import refuse_overlapping_outputs
 
@@ -148,7 +181,7 @@ def compare_cmd(
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)
-    text = markdown(runs, baseline=baseline, listed=per_question)
+    text = paper_markdown(runs, baseline=baseline) if layout == Layout.paper else markdown(runs, baseline=baseline, listed=per_question)
     if as_json:
         result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question)}
         typer.echo(orjson.dumps(result).decode())

@@ -24,12 +24,19 @@ class Mode(str, Enum):
     gmr = "gmr"
 
 
+class Method(str, Enum):
+    model = "model"
+    bm25 = "bm25"
+
+
 @allows_empty
-@llm_options(temperature=None, max_tokens=512)
+@llm_options(needed=lambda options: options.get("method") != Method.bm25, temperature=None, max_tokens=512)
 def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
-    index: Annotated[Path, typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer.")],
     out: Out,
+    index: Annotated[Optional[Path], typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer (--method model).")] = None,
+    method: Annotated[Method, typer.Option("--method", help="model: a model answers under constrained decoding; bm25: the lexical baseline (bm25s over the corpus's documents, no model, no index).")] = Method.model,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", min=1, help="--method bm25: documents per question (default: |gold| + 1, the paper's protocol for one-shot retrievers).")] = None,
     triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage for recall and flips (default: the one the index was built from).")] = None,
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Only questions of this dataset (repeatable).")] = None,
     split: Split = None,
@@ -59,8 +66,19 @@ def retrieve_cmd(
     The summary gives recall per dataset (as `eval recall`), hallucinated docids (0 under the constraint), docids
     per response and latency p50/p95.
 
+    With --method bm25 no model runs: bm25s ranks the corpus's documents (title and text; English stopwords, no
+    stemmer, Lucene BM25 with k1 1.5, b 0.75) and each row holds the top |gold| + 1 (or --top-k) in rank order, mode bm25.
+
     Example: grtool retrieve out/run --index out/run/index --model out/ckpt/sft --out out/run/responses --samples 4
+
+    Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
+    if method == Method.bm25:
+        return _bm25(corpus, out, index, top_k, tuple(dataset or ()), tuple(split or ()), limit, overwrite, num_shards, shard_index, as_json)
+    if index is None:
+        raise typer.BadParameter("--index is needed with --method model (the index the model's docids are decoded from)", param_hint="--index")
+    if top_k is not None:
+        raise typer.BadParameter("--top-k is for --method bm25 (a model decides how many documents it names)", param_hint="--top-k")
     from grtool.retrieve.run import RetrieveRequest, retrieve
 
     report = retrieve(
@@ -97,7 +115,40 @@ def retrieve_cmd(
         )
 
 
+def _bm25(corpus: str, out: Path, index: Path | None, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
+          limit: int | None, overwrite: bool, num_shards: int | None, shard_index: int | None, as_json: bool) -> None:  # fmt: skip
+    """`retrieve --method bm25`: the stage, then recall as `eval recall` prints it (no triples needed)."""
+    from grtool.cli.evaluate import print_recall
+    from grtool.evaluation.recall import evaluate_recall
+    from grtool.log import console
+    from grtool.retrieve.bm25 import run_bm25
+    from grtool.retrieve.stage import latency_percentiles
+    from grtool.store.io import is_stdio
+    from grtool.vocab.readers import QuestionIndex
+
+    if index is not None:
+        raise typer.BadParameter("--method bm25 ranks the corpus's documents itself: it reads no --index", param_hint="--index")
+    if is_stdio(out):
+        raise typer.BadParameter("--method bm25 writes a responses directory (`eval recall` reads it), not stdout", param_hint="--out")
+    manifest = run_bm25(corpus, out, datasets=datasets, splits=splits, limit=limit, top_k=top_k, overwrite=overwrite,
+                        num_shards=num_shards, shard_index=shard_index)  # fmt: skip
+    report: dict[str, Any] = {"out": str(out), "responses": int((manifest.get("counters") or {}).get("out", 0)),
+                              "latency_ms": latency_percentiles(out), "recall": None}  # fmt: skip
+    if manifest.get("complete"):
+        recall = evaluate_recall(out, QuestionIndex.build(corpus), None)
+        report["recall"] = recall if recall["responses"] else None
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+        return
+    if report["recall"] is not None:
+        print_recall(report["recall"])
+    latency = report["latency_ms"]
+    console.print(f"[green]retrieve --method bm25[/] {out}: {report['responses']:,} responses; search per query p50 {latency['p50']} ms, p95 {latency['p95']} ms", highlight=False)
+
+
 def _retrieve_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if options.get("method") == Method.bm25:
+        return [("bm25", "--method bm25")]
     return backend_extras(options) + ([("train", "--adapter")] if options.get("adapter") else [])  # peft
 
 
