@@ -11,11 +11,16 @@ import typer
 from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
-from grtool.cli.options import Json, Plot, plot_extras
+from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, plot_extras
 from grtool.errors import DataProblem
 from grtool.log import console
 
-register(Group("eval", "Score model responses (retrieval recall)."))
+register(Group("eval", "Score model responses (retrieval recall, answer accuracy)."))
+
+
+def _answer_extras(options):
+    return backend_extras(options) if options.get("answers") is None else []
 
 
 class Layout(str, Enum):
@@ -195,3 +200,78 @@ def compare_cmd(
 
 
 register(Command("eval compare", compare_cmd, reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT, "plot": PathKind.REPORT}, extras=plot_extras))
+
+
+@llm_options(needed=lambda options: options.get("answers") is None, max_tokens=32)
+def answer_cmd(
+    responses: Annotated[Optional[Path], typer.Argument(help="A `grtool retrieve` output directory: the reader answers from the documents each response retrieved. Not with --answers.")] = None,
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (its questions, with answers and aliases, and documents).")] = ...,  # type: ignore[assignment]
+    answers: Annotated[Optional[Path], typer.Option("--answers", metavar="FILE.jsonl", help='Score answers another reader wrote instead: JSON Lines of {"qid": ..., "answer": ...}.')] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="The answers stage the reader writes (with RESPONSES).")] = None,
+    per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM and F1.")] = False,
+    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty answers.")] = 0.2,
+    overwrite: Overwrite = False,
+    num_shards: NumShards = None,
+    shard_index: ShardIndex = None,
+    as_json: Json = False,
+    llm: LLMSettings = None,
+) -> None:
+    """Answer accuracy: exact match and token F1 of answers, with SQuAD v1.1's normalisation (lower case, punctuation and the articles a/an/the removed, whitespace collapsed), each the best over the question's answer and its aliases.
+
+    With RESPONSES a reader (--model, any backend) answers each question from the documents its first response retrieved (title and text, in the response's order); one row per question goes to --out, an answers stage that resumes and caches like every model stage. With --answers FILE.jsonl the answers of any other reader are scored. Unanswerable questions and unknown qids are counted, not scored.
+
+    Example: grtool eval answer out/retrieve/sft --corpus out/corpus --out out/answers/sft --json
+
+    Example: grtool eval answer --answers flashrag.jsonl --corpus out/corpus
+    """
+    from grtool.evaluation.answers import gold_answers, read_predictions, score_predictions
+
+    if (responses is None) == (answers is None):
+        raise typer.BadParameter("give RESPONSES (a reader answers) or --answers FILE.jsonl (answers to score), one of them", param_hint="RESPONSES")
+    if responses is not None:
+        if out is None:
+            raise typer.BadParameter("the reader's answers need a place: --out DIR", param_hint="--out")
+        predictions = _read(responses, corpus, out, llm, overwrite, num_shards, shard_index, max_empty_share)
+    else:
+        predictions = read_predictions(answers)  # type: ignore[arg-type]
+    report = score_predictions(predictions, gold_answers(corpus), per_question=per_question)
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+    else:
+        table = Table(title="answer accuracy (SQuAD v1.1 normalisation)")
+        for col in ("dataset", "scored", "EM", "F1"):
+            table.add_column(col, justify="left" if col == "dataset" else "right")
+        for name, r in [*report["per_dataset"].items(), ("all", report)]:
+            table.add_row(name, str(r["scored"]), _fmt(r["exact_match"]), _fmt(r["f1"]), style="bold" if name == "all" else None)
+        console.print(table)
+        skipped = report["not_scored"]
+        if skipped["unknown_or_unanswerable_qid"] or skipped["repeated_qid"]:
+            console.print(f"[yellow]not scored:[/] {skipped['unknown_or_unanswerable_qid']} answers to unknown or unanswerable questions "
+                          f"({', '.join(skipped['examples'])}), {skipped['repeated_qid']} repeated qids (the first counts)", highlight=False)  # fmt: skip
+    if report["scored"] == 0:
+        raise DataProblem(f"{answers or out}: no answer could be scored (unknown qids, or questions without an answer)")
+
+
+def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, overwrite: bool, num_shards, shard_index, max_empty_share: float):
+    """The reader's stage; the predictions of every part (a task whose others are not done exits 1 saying so)."""
+    from grtool.evaluation.reader import INSTRUCTION, run_reader, stage_predictions
+    from grtool.evaluation.selection import retrieve_manifest
+    from grtool.models import DEFAULT_MODEL_NAME
+    from grtool.store.outputs import refuse_overlapping_outputs
+
+    if retrieve_manifest(responses) is None:
+        raise typer.BadParameter(f"{responses}: not a `grtool retrieve` output directory (the reader needs the documents its rows name)", param_hint="RESPONSES")
+    refuse_overlapping_outputs([("--out", out)], inputs=[responses, corpus])
+    model_name = llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None)
+    sampling = llm.sampling()
+    params = {**llm.identity(model_name), "sampling": sampling.as_dict(), "instruction": INSTRUCTION}
+    manifest = run_reader(
+        responses, corpus, out, llm.make_backend, sampling, model_name=model_name, params=params,
+        cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index, max_empty_share=max_empty_share,
+    )  # fmt: skip
+    if not manifest.get("complete"):
+        raise DataProblem(f"{out}: other tasks' parts are not done yet; run `grtool eval answer --answers` or this command again when all are")
+    return stage_predictions(out)
+
+
+register(Command("eval answer", answer_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "answers": PathKind.FILE}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_answer_extras))
