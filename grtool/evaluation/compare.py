@@ -288,7 +288,7 @@ def paper_markdown(runs: list[Run], title: str = "Retrieval recall", baseline: s
         seconds = figures[run.label]["seconds_per_query_mean"]
         result = tests.get(run.label)
         p = "-" if result is None or result["significance"]["p_value"] is None else _p(result["significance"]["p_value"])
-        cells = ["-" if r is None else f"{100 * r:.1f}" for r in [*recalls, average]] + ["-" if seconds is None else f"{seconds:.3f}", p]
+        cells = ["-" if r is None else f"{100 * r:.1f}" for r in [*recalls, average]] + ["-" if seconds is None else f"{seconds:.3g}", p]
         lines.append(f"| {run.label} | " + " | ".join(cells) + " |")
     lines += ["", f"Recall in percent; Average: the mean over the datasets. p: {TEST} ({RESAMPLES:,} draws, seed {SEED})."]
     return "\n".join(lines) + "\n"
