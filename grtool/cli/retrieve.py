@@ -74,6 +74,12 @@ def retrieve_cmd(
     Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
     if method == Method.bm25:
+        model_only = {"--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
+                      "--samples": samples != 1, "--max-docids": max_docids, "--mode": mode != Mode.docids, "--beams": beams != 1,
+                      "--markers": markers != MarkerMode.special, "--cannot-answer": cannot_answer, "--triples": triples}  # fmt: skip
+        given = [flag for flag, value in model_only.items() if value]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)}: options of --method model; BM25 ranks the corpus's documents without a model", param_hint="--method")
         return _bm25(corpus, out, index, top_k, tuple(dataset or ()), tuple(split or ()), limit, overwrite, num_shards, shard_index, as_json)
     if index is None:
         raise typer.BadParameter("--index is needed with --method model (the index the model's docids are decoded from)", param_hint="--index")
