@@ -207,7 +207,7 @@ def answer_cmd(
     responses: Annotated[Optional[Path], typer.Argument(help="A `grtool retrieve` output directory: the reader answers from the documents each response retrieved. Not with --answers.")] = None,
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (its questions, with answers and aliases, and documents).")] = ...,  # type: ignore[assignment]
     answers: Annotated[Optional[Path], typer.Option("--answers", metavar="FILE.jsonl", help='Score answers another reader wrote instead: JSON Lines of {"qid": ..., "answer": ...}.')] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="The answers stage the reader writes (with RESPONSES).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Stage directory to write the reader's answers to (with RESPONSES).")] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM and F1.")] = False,
     max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty answers.")] = 0.2,
     overwrite: Overwrite = False,
@@ -229,8 +229,8 @@ def answer_cmd(
     if (responses is None) == (answers is None):
         raise typer.BadParameter("give RESPONSES (a reader answers) or --answers FILE.jsonl (answers to score), one of them", param_hint="RESPONSES")
     if responses is not None:
-        if out is None:
-            raise typer.BadParameter("the reader's answers need a place: --out DIR", param_hint="--out")
+        if out is None or str(out) == "-":
+            raise typer.BadParameter("the reader's answers need a stage directory: --out DIR", param_hint="--out")
         predictions = _read(responses, corpus, out, llm, overwrite, num_shards, shard_index, max_empty_share)
     else:
         predictions = read_predictions(answers)  # type: ignore[arg-type]
