@@ -12,7 +12,7 @@ from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, plot_extras
+from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras
 from grtool.errors import DataProblem
 from grtool.log import console
 
@@ -209,7 +209,7 @@ def answer_cmd(
     answers: Annotated[Optional[Path], typer.Option("--answers", metavar="FILE.jsonl", help='Score answers another reader wrote instead: JSON Lines of {"qid": ..., "answer": ...}.')] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Stage directory to write the reader's answers to (with RESPONSES).")] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM and F1.")] = False,
-    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty answers.")] = 0.2,
+    max_empty_share: MaxEmptyShare("empty answers") = 0.2,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,

@@ -12,7 +12,7 @@ import typer
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 class MarkerMode(str, Enum):
     special = "special"
@@ -52,7 +52,7 @@ def retrieve_cmd(
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
     cannot_answer: CannotAnswer = None,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,
-    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty responses.")] = 0.2,
+    max_empty_share: MaxEmptyShare("empty responses") = 0.2,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
