@@ -72,7 +72,7 @@ def recall_cmd(
         raise typer.BadParameter(f"{responses}: its responses name docids; scoring them needs --triples", param_hint="--triples")
     from grtool.store.outputs import refuse_overlapping_outputs
 
-    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=[p for p in (responses, run, corpus, triples) if p is not None])
+    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=[responses, run, corpus, triples])
     check_triples_cover(triples, corpus)
     questions = QuestionIndex.build(corpus)
     source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]
@@ -233,6 +233,8 @@ def answer_cmd(
             raise typer.BadParameter("the reader's answers need a stage directory: --out DIR", param_hint="--out")
         predictions = _read(responses, corpus, out, llm, overwrite, num_shards, shard_index, max_empty_share)
     else:
+        if out is not None:
+            raise typer.BadParameter("--answers scores answers already written: there is nothing to write to --out", param_hint="--out")
         predictions = read_predictions(answers)  # type: ignore[arg-type]
     report = score_predictions(predictions, gold_answers(corpus), per_question=per_question)
     if as_json:

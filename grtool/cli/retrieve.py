@@ -74,13 +74,13 @@ def retrieve_cmd(
     Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
     if method == Method.bm25:
-        model_only = {"--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
+        model_only = {"--index": index, "--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
                       "--samples": samples != 1, "--max-docids": max_docids, "--mode": mode != Mode.docids, "--beams": beams != 1,
                       "--markers": markers != MarkerMode.special, "--cannot-answer": cannot_answer, "--triples": triples}  # fmt: skip
         given = [flag for flag, value in model_only.items() if value]
         if given:
             raise typer.BadParameter(f"{', '.join(given)}: options of --method model; BM25 ranks the corpus's documents without a model", param_hint="--method")
-        return _bm25(corpus, out, index, top_k, tuple(dataset or ()), tuple(split or ()), limit, overwrite, num_shards, shard_index, as_json)
+        return _bm25(corpus, out, top_k, tuple(dataset or ()), tuple(split or ()), limit, overwrite, num_shards, shard_index, as_json)
     if index is None:
         raise typer.BadParameter("--index is needed with --method model (the index the model's docids are decoded from)", param_hint="--index")
     if top_k is not None:
@@ -121,7 +121,7 @@ def retrieve_cmd(
         )
 
 
-def _bm25(corpus: str, out: Path, index: Path | None, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
+def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
           limit: int | None, overwrite: bool, num_shards: int | None, shard_index: int | None, as_json: bool) -> None:  # fmt: skip
     """`retrieve --method bm25`: the stage, then recall as `eval recall` prints it (no triples needed)."""
     from grtool.cli.evaluate import print_recall
@@ -132,8 +132,6 @@ def _bm25(corpus: str, out: Path, index: Path | None, top_k: int | None, dataset
     from grtool.store.io import is_stdio
     from grtool.vocab.readers import QuestionIndex
 
-    if index is not None:
-        raise typer.BadParameter("--method bm25 ranks the corpus's documents itself: it reads no --index", param_hint="--index")
     if is_stdio(out):
         raise typer.BadParameter("--method bm25 writes a responses directory (`eval recall` reads it), not stdout", param_hint="--out")
     manifest = run_bm25(corpus, out, datasets=datasets, splits=splits, limit=limit, top_k=top_k, overwrite=overwrite,
