@@ -9,6 +9,7 @@ import pytest
 
 from conftest import EXAMPLES, run_cli
 from grtool.evaluation.answers import best_scores, normalize_answer
+from grtool.evaluation.reader import prediction_of, verdict_of
 
 # (prediction, gold answers, EM, F1), each worked out by hand from SQuAD v1.1's rules
 CASES = [
@@ -36,6 +37,12 @@ def test_squad_exact_match_and_f1(prediction, golds, em, f1):
 
 def test_normalisation():
     assert normalize_answer("The  Quick, brown FOX!") == "quick brown fox"
+
+
+def test_what_is_read_of_the_reader_and_the_judge():
+    assert prediction_of("\n Answer: Dodoma\nIt is the capital.") == "Dodoma"
+    assert prediction_of("") == ""
+    assert [verdict_of(t) for t in ("Yes.", " no, it is not", "**yes**", "Maybe", "")] == [True, False, True, None, None]
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +82,13 @@ def test_bad_answers_file_names_the_line(generic_corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_embedded_model_reads_the_bm25_documents_and_resumes(tmp_path):
+def test_embedded_model_reads_the_bm25_documents_judges_and_resumes(tmp_path):
     pytest.importorskip("bm25s")
     hotpot = EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     run_cli("corpus", "ingest", hotpot, "--out", tmp_path / "corpus")
     run_cli("retrieve", tmp_path / "corpus", "--method", "bm25", "--limit", "2", "--out", tmp_path / "bm25")
-    args = ["eval", "answer", tmp_path / "bm25", "--corpus", tmp_path / "corpus", "--out", tmp_path / "answers", "--json", "--per-question"]
+    args = ["eval", "answer", tmp_path / "bm25", "--corpus", tmp_path / "corpus", "--out", tmp_path / "answers", "--json", "--per-question",
+            "--judge", "SmolLM2-135M-Instruct"]  # fmt: skip
     report = json.loads(run_cli(*args).stdout)
     assert report["scored"] == 2 and len(report["questions"]) == 2
     from grtool.store.stage import read_table
@@ -90,5 +98,9 @@ def test_embedded_model_reads_the_bm25_documents_and_resumes(tmp_path):
     for row, question in zip(sorted(table, key=lambda r: r["qid"]), sorted(report["questions"], key=lambda q: q["qid"])):
         assert row["text"].strip() and row["doc_ids"] == responses[row["qid"]] and row["model"]
         assert (row["exact_match"], row["f1"]) == best_scores(row["prediction"], row["answers"]) == (question["exact_match"], question["f1"])
+        assert row["judge_model"] and row["judge_text"] is not None and row["judged_correct"] == verdict_of(row["judge_text"]) == question["judged_correct"]
+    verdicts = [r["judged_correct"] for r in table if r["judged_correct"] is not None]
+    assert report["judged"] == len(verdicts)
+    assert report["judged_accuracy"] == (sum(verdicts) / len(verdicts) if verdicts else None)
     again = run_cli(*args)  # every part done: read back, nothing generated again
     assert json.loads(again.stdout) == report and "generating" not in again.stderr

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.models import DEFAULT_MODEL_NAME
 from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras
 from grtool.errors import DataProblem
 from grtool.log import console
@@ -208,7 +209,8 @@ def answer_cmd(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (its questions, with answers and aliases, and documents).")] = ...,  # type: ignore[assignment]
     answers: Annotated[Optional[Path], typer.Option("--answers", metavar="FILE.jsonl", help='Score answers another reader wrote instead: JSON Lines of {"qid": ..., "answer": ...}.')] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Stage directory to write the reader's answers to (with RESPONSES).")] = None,
-    per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM and F1.")] = False,
+    judge: Annotated[Optional[str], typer.Option("--judge", metavar="MODEL", help=f"Also have this model (same --backend; {DEFAULT_MODEL_NAME} is the embedded one) say of each prediction whether it is right: the judged accuracy, its verdicts kept per question.")] = None,
+    per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM, F1 and the judge's verdict.")] = False,
     max_empty_share: MaxEmptyShare("empty answers") = 0.2,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
@@ -231,20 +233,22 @@ def answer_cmd(
     if responses is not None:
         if out is None or str(out) == "-":
             raise typer.BadParameter("the reader's answers need a stage directory: --out DIR", param_hint="--out")
-        predictions = _read(responses, corpus, out, llm, overwrite, num_shards, shard_index, max_empty_share)
+        predictions = _read(responses, corpus, out, llm, judge, overwrite, num_shards, shard_index, max_empty_share)
     else:
-        if out is not None:
-            raise typer.BadParameter("--answers scores answers already written: there is nothing to write to --out", param_hint="--out")
+        if out is not None or judge is not None:
+            raise typer.BadParameter("--answers scores answers already written: there is nothing to judge or write to --out", param_hint="--answers")
         predictions = read_predictions(answers)  # type: ignore[arg-type]
     report = score_predictions(predictions, gold_answers(corpus), per_question=per_question)
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
         table = Table(title="answer accuracy (SQuAD v1.1 normalisation)")
-        for col in ("dataset", "scored", "EM", "F1"):
+        judged = bool(report["judged"])
+        for col in ("dataset", "scored", "EM", "F1", *(("judged", "judged accuracy") if judged else ())):
             table.add_column(col, justify="left" if col == "dataset" else "right")
         for name, r in [*report["per_dataset"].items(), ("all", report)]:
-            table.add_row(name, str(r["scored"]), _fmt(r["exact_match"]), _fmt(r["f1"]), style="bold" if name == "all" else None)
+            cells = [str(r["scored"]), _fmt(r["exact_match"]), _fmt(r["f1"])] + ([str(r["judged"]), _fmt(r["judged_accuracy"])] if judged else [])
+            table.add_row(name, *cells, style="bold" if name == "all" else None)
         console.print(table)
         skipped = report["not_scored"]
         if skipped["unknown_or_unanswerable_qid"] or skipped["repeated_qid"]:
@@ -254,11 +258,11 @@ def answer_cmd(
         raise DataProblem(f"{answers or out}: no answer could be scored (unknown qids, or questions without an answer)")
 
 
-def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, overwrite: bool, num_shards, shard_index, max_empty_share: float):
+def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, judge: str | None, overwrite: bool, num_shards, shard_index, max_empty_share: float):
     """The reader's stage; the predictions of every part (a task whose others are not done exits 1 saying so)."""
-    from grtool.evaluation.reader import INSTRUCTION, run_reader, stage_predictions
+    from grtool.evaluation.reader import INSTRUCTION, JUDGE_INSTRUCTION, run_reader, stage_predictions
+    from grtool.llm import make_backend
     from grtool.evaluation.selection import retrieve_manifest
-    from grtool.models import DEFAULT_MODEL_NAME
     from grtool.store.outputs import refuse_overlapping_outputs
 
     if retrieve_manifest(responses) is None:
@@ -267,9 +271,13 @@ def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, overwrite:
     model_name = llm.model or (DEFAULT_MODEL_NAME if llm.backend != "openai" else None)
     sampling = llm.sampling()
     params = {**llm.identity(model_name), "sampling": sampling.as_dict(), "instruction": INSTRUCTION}
+    if judge is not None:  # only when given: a reader-only output stays resumable
+        params |= {"judge": judge, "judge_instruction": JUDGE_INSTRUCTION}
+    options = llm.backend_options()
     manifest = run_reader(
         responses, corpus, out, llm.make_backend, sampling, model_name=model_name, params=params,
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index, max_empty_share=max_empty_share,
+        judge=(lambda: make_backend(llm.backend, judge, **options)) if judge is not None else None,
     )  # fmt: skip
     if not manifest.get("complete"):
         raise DataProblem(f"{out}: other tasks' parts are not done yet; run `grtool eval answer --answers` or this command again when all are")

@@ -77,6 +77,7 @@ class Prediction:
     line: int
     qid: str
     answer: str
+    judged_correct: bool | None = None  # `eval answer --judge`: the judge's verdict (None: not judged, or unclear)
 
 
 def read_predictions(path: str | Path) -> Iterator[Prediction]:
@@ -108,15 +109,20 @@ class AnswerTally:
     scored: int = 0
     em: float = 0.0
     f1: float = 0.0
+    judged: int = 0  # predictions with a yes or no from the judge
+    judged_correct: int = 0
 
-    def add(self, em: float, f1: float) -> None:
+    def add(self, em: float, f1: float, judged_correct: bool | None = None) -> None:
         self.scored += 1
         self.em += em
         self.f1 += f1
+        self.judged += judged_correct is not None
+        self.judged_correct += judged_correct is True
 
     def summary(self) -> dict[str, Any]:
         n = self.scored
-        return {"scored": n, "exact_match": self.em / n if n else None, "f1": self.f1 / n if n else None}
+        return {"scored": n, "exact_match": self.em / n if n else None, "f1": self.f1 / n if n else None,
+                "judged": self.judged, "judged_accuracy": self.judged_correct / self.judged if self.judged else None}  # fmt: skip
 
 
 def score_predictions(predictions: Iterable[Prediction], gold: dict[str, GoldAnswer], *, per_question: bool = False) -> dict[str, Any]:
@@ -137,10 +143,11 @@ def score_predictions(predictions: Iterable[Prediction], gold: dict[str, GoldAns
             unknown.append(f"line {p.line}: {p.qid}")
             continue
         em, f1 = best_scores(p.answer, g.answers)
-        overall.add(em, f1)
-        per_dataset.setdefault(g.dataset, AnswerTally()).add(em, f1)
+        overall.add(em, f1, p.judged_correct)
+        per_dataset.setdefault(g.dataset, AnswerTally()).add(em, f1, p.judged_correct)
         if per_question:
-            questions.append({"qid": p.qid, "dataset": g.dataset, "prediction": p.answer, "answers": list(g.answers), "exact_match": em, "f1": f1})
+            questions.append({"qid": p.qid, "dataset": g.dataset, "prediction": p.answer, "answers": list(g.answers), "exact_match": em, "f1": f1,
+                              "judged_correct": p.judged_correct})  # fmt: skip
     report = {
         **overall.summary(),
         "per_dataset": {name: t.summary() for name, t in sorted(per_dataset.items())},

@@ -26,6 +26,24 @@ def reader_messages(question: str, documents: list[tuple[str, str]]) -> list[dic
     return [{"role": "user", "content": f"{INSTRUCTION}\n\n{shown}\n\nQuestion: {question}\nAnswer:"}]
 
 
+JUDGE_INSTRUCTION = (
+    "You check a proposed answer to a question against the reference answers. Say yes when the proposed answer "
+    "names the same thing as one of the references (other wording is fine), no otherwise. Reply with one word: yes or no."
+)
+
+
+def judge_messages(question: str, answers: list[str], prediction: str) -> list[dict[str, str]]:
+    references = "; ".join(answers)
+    return [{"role": "user", "content": f"{JUDGE_INSTRUCTION}\n\nQuestion: {question}\nReference answers: {references}\nProposed answer: {prediction}\nVerdict:"}]
+
+
+def verdict_of(text: str) -> bool | None:
+    """The judge's yes (True) or no (False), from its first word; None when it wrote neither."""
+    words = text.strip().lower().split()
+    first = words[0].strip(".,:;!\"'*") if words else ""
+    return True if first == "yes" else False if first == "no" else None
+
+
 def prediction_of(text: str) -> str:
     """What is scored of a reader's text: its first non-blank line, without an "Answer:" the model repeated."""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -67,8 +85,10 @@ def run_reader(
     num_shards: int | None = None,
     shard_index: int | None = None,
     max_empty_share: float = DEFAULT_MAX_EMPTY_SHARE,
+    judge: Callable[[], Backend] | None = None,
 ) -> dict[str, Any]:
-    """Run the reader over this task's parts of the responses stage; returns the output manifest."""
+    """Run the reader over this task's parts of the responses stage; returns the output manifest. ``judge``: a
+    second model that says of each prediction whether it is right (its own request cache beside the reader's)."""
     from grtool.llm.stage_runner import Guard, ModelStage, Output
     from grtool.store.io import InputTable
     from grtool.store.schemas import ANSWERS
@@ -78,6 +98,21 @@ def run_reader(
     if table.source == "-":
         raise InputError("eval answer reads a `retrieve` output directory (its rows name their documents), not stdin")
     inputs = [str(table.source), str(corpus)]
+    judging: dict[str, Backend] = {}
+
+    def judge_rows(part: Any, out_rows: list[dict[str, Any]]) -> None:
+        from grtool.llm.cache import CachedLLM
+
+        if "backend" not in judging:
+            judging["backend"] = judge()  # type: ignore[misc]
+        llm = CachedLLM(judging["backend"], cache_dir / f"judge-{part.name}.sqlite" if cache_dir is not None else None)
+        try:
+            prompts = [judge_messages(r["question"], r["answers"], r["prediction"]) for r in out_rows]
+            for row, gen in zip(out_rows, llm.generate(prompts, Sampling(temperature=0.0, max_tokens=4, seed=sampling.seed)) if prompts else []):
+                row.update(judge_model=llm.model, judge_text=gen.text, judged_correct=verdict_of(gen.text))
+                part.shard.count("judged_unclear", row["judged_correct"] is None)
+        finally:
+            llm.close()
 
     def part_fn(part: Any) -> None:
         rows = [r for batch in table.iter_part(part.index, columns=["qid", "sample", "doc_ids"]) for r in batch if r["sample"] == 0]
@@ -98,6 +133,8 @@ def run_reader(
             if not out_rows[-1]["prediction"]:
                 part.shard.count("answers_empty")
                 part.empty.add_empty(None)
+        if judge is not None:
+            judge_rows(part, out_rows)
         part.shard.write_rows(out_rows)
 
     stage = ModelStage(
@@ -105,7 +142,11 @@ def run_reader(
         cache_dir=cache_dir, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
         guard=Guard(max_empty_share, "answers", "are empty"),
     )  # fmt: skip
-    return stage.run(part_fn).manifests[0]
+    try:
+        return stage.run(part_fn).manifests[0]
+    finally:
+        if hasattr(judging.get("backend"), "close"):
+            judging["backend"].close()
 
 
 def answer_row(gold: GoldAnswer, doc_ids: list[str], gen: Any, model: str) -> dict[str, Any]:
@@ -114,7 +155,7 @@ def answer_row(gold: GoldAnswer, doc_ids: list[str], gen: Any, model: str) -> di
     return {
         "qid": gold.qid, "dataset": gold.dataset, "question": gold.question, "doc_ids": list(doc_ids), "text": gen.text,
         "prediction": prediction, "answers": list(gold.answers), "exact_match": em, "f1": f1, "tokens": gen.completion_tokens,
-        "latency_ms": gen.latency_ms, "finish_reason": gen.finish_reason, "model": model,
+        "latency_ms": gen.latency_ms, "finish_reason": gen.finish_reason, "model": model, "judge_model": None, "judge_text": None, "judged_correct": None,
     }  # fmt: skip
 
 
@@ -124,7 +165,7 @@ def stage_predictions(out: str | Path):
     from grtool.store.stage import iter_batches
 
     line = 0
-    for batch in iter_batches(out, columns=["qid", "prediction"]):
-        for qid, prediction in zip(*batch.to_pydict().values()):
+    for batch in iter_batches(out, columns=["qid", "prediction", "judged_correct"]):
+        for qid, prediction, judged in zip(*batch.to_pydict().values()):
             line += 1
-            yield Prediction(line, qid, prediction or "")
+            yield Prediction(line, qid, prediction or "", judged)

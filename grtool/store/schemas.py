@@ -108,6 +108,9 @@ ANSWERS = pa.schema(
         ("latency_ms", pa.float64()),
         ("finish_reason", STR),
         ("model", STR),
+        ("judge_model", STR),  # --judge: the model that judged the prediction (null without --judge)
+        ("judge_text", STR),  # what the judge wrote
+        ("judged_correct", pa.bool_()),  # its verdict: yes / no; null when it said neither
     ]
 )
 
