@@ -117,7 +117,9 @@ def run_reader(
     def part_fn(part: Any) -> None:
         rows = [r for batch in table.iter_part(part.index, columns=["qid", "sample", "doc_ids"]) for r in batch if r["sample"] == 0]
         gold = gold_answers(corpus, {r["qid"] for r in rows})
-        rows = [r for r in rows if r["qid"] in gold]  # unanswerable or unknown questions have nothing to score
+        answerable = [r for r in rows if r["qid"] in gold]  # unanswerable or unknown questions have nothing to score
+        part.shard.count("questions_without_answer", len(rows) - len(answerable))
+        rows = answerable
         part.shard.count_in(len(rows))
         documents = documents_by_id(corpus, {d for r in rows for d in r["doc_ids"] or ()})
         prompts = [reader_messages(gold[r["qid"]].question, [documents[d] for d in r["doc_ids"] or () if d in documents]) for r in rows]
