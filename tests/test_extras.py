@@ -115,5 +115,6 @@ def test_command_extras_of_the_demo():
     stages = load_pipeline(HERE.parent / "examples" / "demo.toml", None, commands).stages
     needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.argv()[len(s.run.split()):])}
     assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
-            ("retrieve-base", "llm"), ("recall-table", "plot")} <= needs  # fmt: skip
-    assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base"}
+            ("retrieve-base", "llm"), ("recall-table", "plot"), ("retrieve-bm25", "bm25")} <= needs  # fmt: skip
+    assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base", "recall-bm25"}
+    assert ("retrieve-bm25", "llm") not in needs  # no model: the LLM extra is not asked for

@@ -12,7 +12,7 @@ import typer
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
-from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
 
 register(Group("chains", "Synthesize thought-retrieval chains from questions and gold triples."))
@@ -52,9 +52,7 @@ def synthesize(
     few_shot_corpus: Annotated[Optional[int], typer.Option("--few-shot-corpus", min=1, help="K worked examples from the corpus's own questions and gold triples instead of the built-in ones (never the question asked); small models copy these far better.")] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = DOCID_END,
-    max_empty_share: Annotated[
-        float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty candidate chains (the part is kept).")
-    ] = 0.2,
+    max_empty_share: MaxEmptyShare("empty candidate chains (the part is kept)") = 0.2,
     cannot_answer: CannotAnswer = None,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,

@@ -164,10 +164,12 @@ def backend_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(BACKEND_EXTRAS[backend], f"--backend {backend}")] if backend in BACKEND_EXTRAS else []
 
 
-def llm_options(**defaults: Any) -> Callable:
+def llm_options(needed: Callable[[dict[str, Any]], bool] | None = None, **defaults: Any) -> Callable:
     """Add the shared LLM options to a Typer command; it receives them as ``llm: LLMSettings``.
 
-    ``defaults`` change a default for this command (``temperature=0.7``, ``max_tokens=512``).
+    ``defaults`` change a default for this command (``temperature=0.7``, ``max_tokens=512``). ``needed(kwargs)``:
+    whether this invocation uses a model at all (`retrieve --method bm25` does not); when not, the backend's extra
+    and the model are not checked.
     """
     unknown = set(defaults) - {f.name for f in fields(LLMSettings)}
     if unknown:
@@ -190,8 +192,9 @@ def llm_options(**defaults: Any) -> Callable:
         @functools.wraps(command)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             settings = settings_of(kwargs)
-            require_backend(settings.backend)  # a missing extra stops the command before it creates anything
-            settings.check()
+            if needed is None or needed(kwargs):
+                require_backend(settings.backend)  # a missing extra stops the command before it creates anything
+                settings.check()
             kwargs = {k: v for k, v in kwargs.items() if k not in names}
             return command(*args, llm=settings, **kwargs)
 

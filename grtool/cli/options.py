@@ -23,6 +23,13 @@ def out_path(value: str | Path) -> Path:
 Out = Annotated[
     Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Stage directory to write ('-' = JSON Lines on stdout).")
 ]
+
+
+def MaxEmptyShare(empty: str) -> Any:
+    """``--max-empty-share`` of a model stage, whose guard counts ``empty`` outputs per part."""
+    return Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help=f"Exit 1 when a part has a larger share of {empty}.")]
+
+
 # corpus ingest and merge write two stages, documents/ and questions/, under the directory they are given
 RunOut = Annotated[
     Path,

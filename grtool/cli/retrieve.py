@@ -12,7 +12,7 @@ import typer
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 class MarkerMode(str, Enum):
     special = "special"
@@ -24,12 +24,19 @@ class Mode(str, Enum):
     gmr = "gmr"
 
 
+class Method(str, Enum):
+    model = "model"
+    bm25 = "bm25"
+
+
 @allows_empty
-@llm_options(temperature=None, max_tokens=512)
+@llm_options(needed=lambda options: options.get("method") != Method.bm25, temperature=None, max_tokens=512)
 def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
-    index: Annotated[Path, typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer.")],
     out: Out,
+    index: Annotated[Optional[Path], typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer (--method model).")] = None,
+    method: Annotated[Method, typer.Option("--method", help="model: a model answers under constrained decoding; bm25: the lexical baseline (bm25s over the corpus's documents, no model, no index).")] = Method.model,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", min=1, help="--method bm25: documents per question (default: |gold| + 1, the paper's protocol for one-shot retrievers).")] = None,
     triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage for recall and flips (default: the one the index was built from).")] = None,
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Only questions of this dataset (repeatable).")] = None,
     split: Split = None,
@@ -45,7 +52,7 @@ def retrieve_cmd(
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="gmr: most documents per question.")] = 4,
     cannot_answer: CannotAnswer = None,
     adapter: Annotated[Optional[Path], typer.Option("--adapter", help="LoRA adapter directory to apply to --model (needs peft).")] = None,
-    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a part has a larger share of empty responses.")] = 0.2,
+    max_empty_share: MaxEmptyShare("empty responses") = 0.2,
     overwrite: Overwrite = False,
     num_shards: NumShards = None,
     shard_index: ShardIndex = None,
@@ -61,8 +68,25 @@ def retrieve_cmd(
     that hold a docid in the index is counted (`coverage` in --json); below 100% a warning names what no response
     can retrieve.
 
+    With --method bm25 no model runs: bm25s ranks the corpus's documents (title and text; English stopwords, no
+    stemmer, Lucene BM25 with k1 1.5, b 0.75) and each row holds the top |gold| + 1 (or --top-k) in rank order, mode bm25.
+
     Example: grtool retrieve out/run --index out/run/index --model out/ckpt/sft --out out/run/responses --samples 4
+
+    Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
+    if method == Method.bm25:
+        model_only = {"--index": index, "--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
+                      "--samples": samples != 1, "--max-docids": max_docids, "--mode": mode != Mode.docids, "--beams": beams != 1,
+                      "--markers": markers != MarkerMode.special, "--cannot-answer": cannot_answer, "--triples": triples}  # fmt: skip
+        given = [flag for flag, value in model_only.items() if value]
+        if given:
+            raise typer.BadParameter(f"{', '.join(given)}: options of --method model; BM25 ranks the corpus's documents without a model", param_hint="--method")
+        return _bm25(corpus, out, top_k, tuple(dataset or ()), tuple(split or ()), limit, overwrite, num_shards, shard_index, as_json)
+    if index is None:
+        raise typer.BadParameter("--index is needed with --method model (the index the model's docids are decoded from)", param_hint="--index")
+    if top_k is not None:
+        raise typer.BadParameter("--top-k is for --method bm25 (a model decides how many documents it names)", param_hint="--top-k")
     from grtool.retrieve.run import RetrieveRequest, retrieve
 
     report = retrieve(
@@ -99,7 +123,38 @@ def retrieve_cmd(
         )
 
 
+def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
+          limit: int | None, overwrite: bool, num_shards: int | None, shard_index: int | None, as_json: bool) -> None:  # fmt: skip
+    """`retrieve --method bm25`: the stage, then recall as `eval recall` prints it (no triples needed)."""
+    from grtool.cli.evaluate import print_recall
+    from grtool.evaluation.recall import evaluate_recall
+    from grtool.log import console
+    from grtool.retrieve.bm25 import run_bm25
+    from grtool.retrieve.stage import latency_percentiles
+    from grtool.store.io import is_stdio
+    from grtool.vocab.readers import QuestionIndex
+
+    if is_stdio(out):
+        raise typer.BadParameter("--method bm25 writes a responses directory (`eval recall` reads it), not stdout", param_hint="--out")
+    manifest = run_bm25(corpus, out, datasets=datasets, splits=splits, limit=limit, top_k=top_k, overwrite=overwrite,
+                        num_shards=num_shards, shard_index=shard_index)  # fmt: skip
+    report: dict[str, Any] = {"out": str(out), "responses": int((manifest.get("counters") or {}).get("out", 0)),
+                              "latency_ms": latency_percentiles(out), "recall": None}  # fmt: skip
+    if manifest.get("complete"):
+        recall = evaluate_recall(out, QuestionIndex.build(corpus), None)
+        report["recall"] = recall if recall["responses"] else None
+    if as_json:
+        typer.echo(orjson.dumps(report).decode())
+        return
+    if report["recall"] is not None:
+        print_recall(report["recall"])
+    latency = report["latency_ms"]
+    console.print(f"[green]retrieve --method bm25[/] {out}: {report['responses']:,} responses; search per query p50 {latency['p50']} ms, p95 {latency['p95']} ms", highlight=False)
+
+
 def _retrieve_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if options.get("method") == Method.bm25:
+        return [("bm25", "--method bm25")]
     return backend_extras(options) + ([("train", "--adapter")] if options.get("adapter") else [])  # peft
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from grtool.errors import DataProblem, InputError
+from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
 from grtool.userinput import read_input_bytes
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
@@ -93,20 +94,22 @@ def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
     """`eval recall --per-question` of a `retrieve` directory, with the stages its manifest names unless
     ``--corpus`` / ``--triples`` say otherwise."""
     from grtool.evaluation.per_question import PerQuestion
-    from grtool.evaluation.recall import evaluate_recall
-    from grtool.evaluation.selection import recorded_inputs, selected_questions
+    from grtool.evaluation.recall import evaluate_recall, query_seconds
+    from grtool.evaluation.selection import needs_triples, recorded_inputs, selected_questions
 
     questions, triples = recorded_inputs(p)
     corpus = inputs.corpus or questions
-    triples = inputs.triples or triples
-    for flag, value in (("--corpus", corpus), ("--triples", triples)):
+    docids = needs_triples(p)  # BM25 and GMR rows name their documents: no triples to look them up in
+    triples = (inputs.triples or triples) if docids else None
+    for flag, value in [("--corpus", corpus)] + ([("--triples", triples)] if docids else []):
         if value is None or not Path(value).exists():
             raise InputError(f"{p}: its manifest names no {flag[2:]} stage that still exists; pass {flag}")
-    assert corpus is not None and triples is not None
+    assert corpus is not None
     report = evaluate_recall(
-        p, inputs.lookup("questions", corpus), inputs.lookup("triples", triples),
+        p, inputs.lookup("questions", corpus), inputs.lookup("triples", triples) if triples is not None else None,
         selected=selected_questions(p, corpus), per_question=PerQuestion(corpus),
     )  # fmt: skip
+    report["seconds_per_query"] = query_seconds(p)
     if report["responses"] == 0:
         raise DataProblem(f"{p}: no response could be scored (unknown qids or no gold documents)")
     return report
@@ -153,6 +156,7 @@ def wins_and_losses(base: Run, run: Run, listed: bool = False) -> dict[str, Any]
         "worse": sum(d < -SAME_RECALL for d in delta.values()),
     }
     result["same"] = len(common) - result["better"] - result["worse"]
+    result["significance"] = paired_test(base.recalls, run.recalls)
     if listed:
         result["changed"] = [
             {"qid": q, "dataset": base.datasets.get(q), "baseline": base.recalls[q], "recall": run.recalls[q]}
@@ -183,6 +187,8 @@ METRICS = (  # (row name, report key): the overall figures, one row each
     ("questions scored", "questions_scored"),
     ("responses scored", "responses"),
     ("questions without a row", "without_response"),
+    ("seconds per query (mean)", "seconds_per_query_mean"),
+    ("seconds per query (p50)", "seconds_per_query_p50"),
 )
 
 
@@ -191,7 +197,9 @@ def metrics(runs: list[Run]) -> dict[str, dict[str, Any]]:
     out = {}
     for run in runs:
         r = run.report
-        out[run.label] = {key: r.get(key) for _, key in METRICS} | {"docids": r.get("docids"), "hallucinated_share": r.get("hallucinated_share")}
+        seconds = r.get("seconds_per_query") or {}
+        out[run.label] = {key: r.get(key) for _, key in METRICS} | {"docids": r.get("docids"), "hallucinated_share": r.get("hallucinated_share"),
+                                                                    "seconds_per_query_mean": seconds.get("mean"), "seconds_per_query_p50": seconds.get("p50")}  # fmt: skip
     return out
 
 
@@ -238,10 +246,11 @@ def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | N
         results = comparison(runs, baseline, listed)
         lines += ["", f"## Per question against {base.label}", ""]
         if any(r is not None for r in results.values()):
-            lines += ["| run | better | worse | same | questions in both |", "|---|---:|---:|---:|---:|"]
+            lines += ["| run | better | worse | same | questions in both | Δ recall | 95% interval | p |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
             for label, result in results.items():
-                cells = ["-"] * 4 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")]
+                cells = ["-"] * 7 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")] + _significance_cells(result["significance"])
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines += ["", f"p: {TEST} ({RESAMPLES:,} draws, seed {SEED}), over the questions both runs answered."]
         if any(r is None for r in results.values()):
             if lines[-1]:  # after the table
                 lines.append("")
@@ -250,6 +259,38 @@ def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | N
             if listed and result is not None and result["changed"]:
                 lines += ["", f"### {label} against {base.label}", "", f"| qid | dataset | {base.label} | {label} |", "|---|---|---:|---:|"]
                 lines += [f"| {c['qid']} | {c['dataset']} | {c['baseline']:.4f} | {c['recall']:.4f} |" for c in result["changed"]]
+    return "\n".join(lines) + "\n"
+
+
+def _significance_cells(sig: dict[str, Any]) -> list[str]:
+    if sig["p_value"] is None:
+        return ["-"] * 3
+    low, high = sig["ci95"]
+    return [f"{sig['difference']:+.4f}", f"[{low:+.4f}, {high:+.4f}]", _p(sig["p_value"])]
+
+
+def _p(p: float) -> str:
+    return "1" if p == 1 else f"{p:.4f}" if p >= 1e-4 else "< 0.0001"
+
+
+def paper_markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | None = None) -> str:
+    """Table 1's shape: one row per run, one column per dataset, their Average (the mean over datasets, each
+    weighing the same), seconds per query, and the paired test against the baseline."""
+    datasets = sorted({d for r in runs for d in r.report["per_dataset"]})
+    base = _baseline(runs, baseline)
+    tests = comparison(runs, baseline)
+    figures = metrics(runs)
+    lines = [f"# {title}", "", "| run | " + " | ".join(datasets) + f" | Average | s/query | p vs {base.label} |", "|---|" + "---:|" * (len(datasets) + 3)]
+    for run in runs:
+        recalls = [(run.report["per_dataset"].get(d) or {}).get("recall") for d in datasets]
+        known = [r for r in recalls if r is not None]
+        average = sum(known) / len(known) if known and len(known) == len(recalls) else None
+        seconds = figures[run.label]["seconds_per_query_mean"]
+        result = tests.get(run.label)
+        p = "-" if result is None or result["significance"]["p_value"] is None else _p(result["significance"]["p_value"])
+        cells = ["-" if r is None else f"{100 * r:.1f}" for r in [*recalls, average]] + ["-" if seconds is None else f"{seconds:.3g}", p]
+        lines.append(f"| {run.label} | " + " | ".join(cells) + " |")
+    lines += ["", f"Recall in percent; Average: the mean over the datasets. p: {TEST} ({RESAMPLES:,} draws, seed {SEED})."]
     return "\n".join(lines) + "\n"
 
 

@@ -91,7 +91,7 @@ def lookup_values(corpus: str | Path, table: str, key: str, value: str, wanted: 
     it: the ``table`` stage beside it is read). Empty, with a warning, when the corpus has no such stage."""
     if not wanted:
         return {}
-    stage = _stage_beside(Path(corpus), table)
+    stage = stage_beside(Path(corpus), table)
     if stage is None:
         log.warning("%s: no %s stage here or beside it: the per-question %ss are left out", corpus, table, value)
         return {}
@@ -103,7 +103,7 @@ def lookup_values(corpus: str | Path, table: str, key: str, value: str, wanted: 
     return found
 
 
-def _stage_beside(corpus: Path, table: str) -> Path | None:
+def stage_beside(corpus: Path, table: str) -> Path | None:
     """The ``table`` stage of a run directory, or beside a stage of it (the questions stage a manifest names)."""
     for where in (corpus, corpus.parent) if is_stage_dir(corpus) else (corpus,):
         try:

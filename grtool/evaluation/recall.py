@@ -9,12 +9,13 @@ found nowhere in the corpus is a hallucination; spans that are not docids are ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grtool.docid import Parsed, parse
+from grtool.errors import InputError
 from grtool.evaluation.per_question import PerQuestion
 from grtool.evaluation.verdicts import Score
 from grtool.vocab.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
@@ -41,8 +42,13 @@ def _score(response: Response, question: Question, parsed: Parsed, resolved: lis
                  keys=tuple(parsed.docids), resolved=tuple(resolved))  # fmt: skip
 
 
-def _score_batch(pending: list[tuple[Response, Question, Parsed]], index: DocidIndex) -> Iterator[Score]:
+def _score_batch(pending: list[tuple[Response, Question, Parsed]], index: DocidIndex | None) -> Iterator[Score]:
     """Score responses with one lookup call for all their docids (a call has a fixed cost of ~0.1 ms)."""
+    if not pending:
+        return
+    if index is None:
+        response = pending[0][0]
+        raise InputError(f"response {response.line} (qid {response.qid}) names docids: scoring them needs the triples (--triples)")
     keys = [k for _, _, parsed in pending for k in parsed.docids]
     resolved = index.resolve_many(keys)
     at = 0
@@ -60,10 +66,11 @@ class Skipped:
     unknown_examples: list[str] = field(default_factory=list)
 
 
-def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidIndex, skipped: Skipped) -> Iterator[Score]:
-    """Score every response line, in order; lines that cannot be scored are counted in ``skipped``."""
+def iter_scores(responses: str | Path | Iterable[Response], questions: QuestionIndex, index: DocidIndex | None, skipped: Skipped) -> Iterator[Score]:
+    """Score every response line, in order; lines that cannot be scored are counted in ``skipped``. ``index``:
+    None when the responses name documents (BM25, GMR, a TREC run), which need no triples."""
     pending: list[tuple[Response, Question, Parsed]] = []
-    for response in iter_responses(responses):
+    for response in iter_responses(responses) if isinstance(responses, (str, Path)) else responses:
         question = questions.get(response.qid)
         if question is None:
             skipped.unknown_qid += 1
@@ -76,8 +83,8 @@ def iter_scores(responses: str | Path, questions: QuestionIndex, index: DocidInd
         if not question.gold_complete:
             skipped.incomplete_gold += 1
             continue
-        if response.documents is not None:  # a GMR response: the documents it generated, nothing to look up
-            yield Score(question, response, frozenset(response.documents), len(response.documents), 0, 0, 0)
+        if response.documents is not None:  # documents named (GMR, BM25, a TREC run): nothing to look up
+            yield Score(question, response, frozenset(response.documents), len(response.documents) + response.unknown, response.unknown, 0, 0)
             continue
         pending.append((response, question, parse(response.text, response.markers)))
         if len(pending) == SCORE_BATCH:
@@ -134,21 +141,23 @@ def scorable(question: Question | None) -> bool:
 
 
 def evaluate_recall(
-    responses: str | Path,
+    responses: str | Path | Iterable[Response],
     questions: QuestionIndex,
-    index: DocidIndex,
+    index: DocidIndex | None,
     *,
     selected: Collection[str] | None = None,
     per_question: PerQuestion | None = None,
     coverage: Callable[[Collection[str]], dict[str, Any]] | None = None,
+    on_score: Callable[[Score], None] | None = None,
 ) -> dict[str, Any]:
     """The report of `grtool eval recall`: overall figures, ``per_dataset`` and what was skipped.
 
     ``selected``: the qids the responses were meant to answer (a `retrieve` directory's selection, see
     :func:`grtool.evaluation.selection.selected_questions`); a scorable one without any response row is counted
-    in ``without_response``. ``per_question``: collects every scored response, for the ``questions`` list.
-    ``coverage``: asked with the questions the report is about (the selected ones, else those scored), its answer
-    is the report's ``coverage`` (:func:`grtool.evaluation.gold_coverage.gold_coverage`)."""
+    in ``without_response``. ``per_question``: collects every scored response, for the ``questions`` list;
+    ``on_score``: called with every scored response too (the TREC writer). ``coverage``: asked with the questions
+    the report is about (the selected ones, else those scored), its answer is the report's ``coverage``
+    (:func:`grtool.evaluation.gold_coverage.gold_coverage`)."""
     overall = Tally()
     per_dataset: dict[str, Tally] = {}
     skipped = Skipped()
@@ -157,6 +166,8 @@ def evaluate_recall(
         per_dataset.setdefault(s.question.dataset, Tally()).add(s)
         if per_question is not None:
             per_question.add(s)
+        if on_score is not None:
+            on_score(s)
     missing: list[Question] = []
     if selected is not None:
         missing = [q for q in map(questions.get, sorted(set(selected) - overall.qids)) if scorable(q)]  # type: ignore[arg-type]
@@ -177,3 +188,20 @@ def evaluate_recall(
     if per_question is not None:
         report["questions"] = per_question.entries(missing)
     return report
+
+
+def query_seconds(responses: str | Path) -> dict[str, float] | None:
+    """Seconds per query (mean and median) from a responses directory's ``latency_ms``; None for JSON Lines or
+    a directory without latencies."""
+    import pyarrow.compute as pc
+
+    from grtool.evaluation.selection import retrieve_manifest
+    from grtool.store.records import resolve_stage
+    from grtool.store.stage import read_table
+
+    if retrieve_manifest(responses) is None:
+        return None
+    column = read_table(resolve_stage(responses, "responses"), columns=["latency_ms"])["latency_ms"].drop_null()
+    if len(column) == 0:
+        return None
+    return {"mean": pc.mean(column).as_py() / 1000, "p50": pc.quantile(column, q=0.5)[0].as_py() / 1000}

@@ -63,5 +63,15 @@ def recorded_inputs(responses: str | Path) -> tuple[str | None, str | None]:
     return questions, triples
 
 
+def needs_triples(responses: str | Path) -> bool:
+    """Whether scoring ``responses`` needs the triples: a `retrieve` directory of docid responses does, one of
+    responses that name their documents (--method bm25, --mode gmr) does not; JSON Lines are looked at as they
+    are scored (a docid line without --triples stops there)."""
+    from grtool.vocab.readers import DOCUMENT_MODES
+
+    manifest = retrieve_manifest(responses)
+    return manifest is not None and (manifest.get("params") or {}).get("mode") not in DOCUMENT_MODES
+
+
 def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)

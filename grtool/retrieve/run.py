@@ -359,18 +359,10 @@ def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dic
     if not manifest.get("complete"):
         report["recall_note"] = "other tasks' parts are not done yet; run `grtool eval recall` on the directory when all tasks are"
         return report
-    if lookup is None and request.mode == "gmr":
-        lookup = _NoDocids()
-    recall = evaluate_recall(request.out, QuestionIndex.build(request.corpus), lookup) if lookup is not None else None
+    scorable = lookup is not None or request.mode == "gmr"  # gmr rows name their documents: nothing to look up
+    recall = evaluate_recall(request.out, QuestionIndex.build(request.corpus), lookup) if scorable else None
     if recall is None or recall["responses"] == 0:
         report["recall_note"] = "no selected question has gold documents (or no triples to score with)"
     else:
         report["recall"] = recall
     return report
-
-
-class _NoDocids:
-    """gmr rows name their documents, so recall needs no triples (nothing is looked up)."""
-
-    def resolve_many(self, keys):
-        return [(frozenset(), False) for _ in keys]

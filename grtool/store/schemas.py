@@ -95,6 +95,27 @@ RESPONSES = pa.schema(
     ]
 )
 
+ANSWERS = pa.schema(
+    [
+        ("qid", STR),
+        ("dataset", STR),
+        ("question", STR),
+        ("doc_ids", STR_LIST),  # the documents the reader was given: the response's, in its order
+        ("text", STR),  # what the reader wrote
+        ("prediction", STR),  # its first line, an "Answer:" prefix removed: what is scored
+        ("answers", STR_LIST),  # the gold answer, then its aliases
+        ("exact_match", pa.float64()),  # SQuAD v1.1, best over the answers
+        ("f1", pa.float64()),
+        ("tokens", pa.int32()),
+        ("latency_ms", pa.float64()),
+        ("finish_reason", STR),
+        ("model", STR),
+        ("judge_model", STR),  # --judge: the model that judged the prediction (null without --judge)
+        ("judge_text", STR),  # what the judge wrote
+        ("judged_correct", pa.bool_()),  # its verdict: yes / no; null when it said neither
+    ]
+)
+
 TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "documents": (DOCUMENTS, ("doc_id",)),
     "questions": (QUESTIONS, ("qid",)),
@@ -102,6 +123,7 @@ TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "llm_calls": (LLM_CALLS, ("request_hash", "row_key")),
     "chains": (CHAINS, ("qid", "candidate")),
     "responses": (RESPONSES, ("qid", "sample")),
+    "answers": (ANSWERS, ("qid",)),
 }
 if tuple(TABLES) != TABLE_NAMES:  # the records' readers know the tables by those names alone
     raise ImportError(f"grtool.store.layout.TABLE_NAMES {TABLE_NAMES} differs from the schemas {tuple(TABLES)}")

@@ -108,8 +108,9 @@ class Response:
     line: int  # line of a JSON Lines file, or row of a responses stage (1-based)
     qid: str
     text: str
-    documents: tuple[str, ...] | None = None  # GMR responses name their documents; docid responses are parsed
+    documents: tuple[str, ...] | None = None  # GMR and BM25 responses name their documents; docid responses are parsed
     markers: str | None = None  # the docid syntax `retrieve` decoded with (special | brackets); None: read both
+    unknown: int = 0  # documents named that the corpus does not hold (a TREC run's): hallucinated
 
 
 def iter_responses(path: str | Path) -> Iterator[Response]:
@@ -145,7 +146,7 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
                 raise InputError(f"{name}, line {lineno}: missing or invalid 'qid'")
             if not isinstance(text, str):
                 raise InputError(f"{name}, line {lineno}: 'response' must be a string, got {type(text).__name__}")
-            yield Response(lineno, str(qid), text, _gmr_documents(row), _markers(row))
+            yield Response(lineno, str(qid), text, _named_documents(row), _markers(row))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
@@ -156,11 +157,14 @@ def _stage_responses(path: Path) -> Iterator[Response]:
     for batch in iter_batches(resolve_stage(path, "responses"), columns=["qid", "text", "doc_ids", "mode", "markers"]):
         for row in batch.to_pylist():
             row_no += 1
-            yield Response(row_no, row["qid"], row["text"] or "", _gmr_documents(row), _markers(row))
+            yield Response(row_no, row["qid"], row["text"] or "", _named_documents(row), _markers(row))
 
 
-def _gmr_documents(row: dict) -> tuple[str, ...] | None:
-    return tuple(row.get("doc_ids") or ()) if row.get("mode") == "gmr" else None
+DOCUMENT_MODES = ("gmr", "bm25")  # rows that name their documents (in rank order) instead of docids
+
+
+def _named_documents(row: dict) -> tuple[str, ...] | None:
+    return tuple(row.get("doc_ids") or ()) if row.get("mode") in DOCUMENT_MODES else None
 
 
 def _markers(row: dict) -> str | None:

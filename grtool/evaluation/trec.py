@@ -1,0 +1,140 @@
+"""TREC files in and out of `grtool eval recall`: the format ranx, trec_eval and pytrec_eval read.
+
+- **in** (``--run FILE``): a run of any other retriever (pyserini, FlashRAG, a dense retriever), one line
+  ``qid Q0 doc rank score tag`` per retrieved document. Each question's documents are ranked by score (highest
+  first; ties by rank) and cut at |gold| + 1 (the paper's protocol for one-shot retrievers) or ``--top-k``; a
+  document is named by its grtool doc id or by its title (underscores read as spaces, as Wikipedia ids write
+  them). A title several documents share names all of them, as a docid held by several documents does. A
+  document the corpus does not hold counts as hallucinated.
+- **out** (``--trec-run``, ``--trec-qrels``): the first response of every scored question as a ranked run
+  (the order it named its documents; score = documents − rank + 1, as grtool ranks without scores) and the
+  gold documents of the same questions as qrels (``qid 0 doc 1``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import IO, Any
+
+from grtool.errors import InputError
+from grtool.evaluation.verdicts import Score
+from grtool.vocab.readers import QuestionIndex, Response
+from grtool.userinput import missing_input
+
+RUN_FIELDS = "qid Q0 doc rank score tag"
+
+
+def read_run(path: str | Path, questions: QuestionIndex, corpus: str | Path, top_k: int | None = None) -> list[Response]:
+    """The responses a TREC run file holds, one per qid in the order the qids first appear."""
+    p = Path(path)
+    if not p.is_file():
+        raise missing_input(p)
+    ranked: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
+    first_line: dict[str, int] = {}
+    with open(p, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise InputError(f"{p}, line {lineno}: expected 6 fields '{RUN_FIELDS}', got {len(fields)}")
+            qid, _, doc, rank, score, _ = fields
+            try:
+                entry = (float(score), int(rank), doc)
+            except ValueError:
+                raise InputError(f"{p}, line {lineno}: rank {rank!r} must be an integer and score {score!r} a number") from None
+            first_line.setdefault(qid, lineno)
+            ranked[qid].append(entry)
+    if not ranked:
+        raise InputError(f"{p}: no run line in it ('{RUN_FIELDS}')")
+    names = DocumentNames.of(corpus, {doc for docs in ranked.values() for _, _, doc in docs})
+    responses = []
+    for qid, docs in ranked.items():
+        docs.sort(key=lambda e: (-e[0], e[1]))
+        question = questions.get(qid)
+        depth = top_k or (len(question.gold) + 1 if question is not None else len(docs))
+        found: list[str] = []
+        unknown = 0
+        for _, _, doc in docs[:depth]:
+            ids = names.resolve(doc)
+            unknown += not ids
+            found.extend(d for d in ids if d not in found)
+        responses.append(Response(first_line[qid], qid, "", tuple(found), unknown=unknown))
+    return responses
+
+
+class DocumentNames:
+    """A run's document names → grtool doc ids, read from the corpus's documents stage for the names the run uses."""
+
+    def __init__(self, ids: set[str], by_title: dict[str, list[str]]):
+        self.ids, self.by_title = ids, by_title
+
+    @classmethod
+    def of(cls, corpus: str | Path, names: set[str]) -> "DocumentNames":
+        from grtool.evaluation.per_question import stage_beside
+        from grtool.store.stage import iter_batches
+
+        stage = stage_beside(Path(corpus), "documents")
+        if stage is None:
+            raise InputError(f"{corpus}: no documents stage here or beside it, to map the run's documents to")
+        ids: set[str] = set()
+        by_title: dict[str, list[str]] = defaultdict(list)
+        for batch in iter_batches(stage, columns=["doc_id", "title"]):
+            for doc_id, title in zip(*batch.to_pydict().values()):
+                if doc_id in names:
+                    ids.add(doc_id)
+                for name in {title or "", (title or "").replace(" ", "_")} & names:
+                    by_title[name].append(doc_id)
+        return cls(ids, dict(by_title))
+
+    def resolve(self, name: str) -> list[str]:
+        return [name] if name in self.ids else self.by_title.get(name, [])
+
+
+def ranked_documents(score: Score) -> list[str]:
+    """A scored response's documents in the order it named them (a docid's documents in doc id order)."""
+    if score.response.documents is not None:
+        return list(dict.fromkeys(score.response.documents))
+    return list(dict.fromkeys(d for docs, _ in score.resolved for d in sorted(docs)))
+
+
+class TrecWriter:
+    """Collects the first response of every scored question; :meth:`write` writes the run and the qrels."""
+
+    def __init__(self, tag: str = "grtool"):
+        self.tag = tag.replace(" ", "_") or "grtool"
+        self.runs: dict[str, list[str]] = {}
+        self.gold: dict[str, tuple[str, ...]] = {}
+
+    def add(self, score: Score) -> None:
+        qid = score.question.qid
+        if qid not in self.runs:
+            self.runs[qid] = ranked_documents(score)
+            self.gold[qid] = score.question.gold
+
+    def write(self, run: str | Path | None, qrels: str | Path | None) -> None:
+        if run is not None:
+            _write(run, self._run_lines)
+        if qrels is not None:
+            _write(qrels, self._qrels_lines)
+
+    def _run_lines(self, out: IO[str]) -> None:
+        for qid, docs in self.runs.items():
+            for rank, doc in enumerate(docs, 1):
+                out.write(f"{qid} Q0 {doc} {rank} {len(docs) - rank + 1} {self.tag}\n")
+
+    def _qrels_lines(self, out: IO[str]) -> None:
+        for qid, gold in self.gold.items():
+            for doc in dict.fromkeys(gold):
+                out.write(f"{qid} 0 {doc} 1\n")
+
+
+def _write(path: str | Path, lines: Any) -> None:
+    """Written whole to a temporary file beside, then renamed: a reader never sees half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        lines(out)
+    tmp.replace(p)
