@@ -14,7 +14,7 @@ TMP_SUFFIX = ".tmp"
 LLM_CACHE = "_llm_cache"
 # The tables a stage directory holds (their Arrow schemas: grtool.store.schemas); named here, without pyarrow, for
 # the readers of manifests and shard records (`grtool status` reads nothing else).
-TABLE_NAMES = ("documents", "questions", "triples", "llm_calls", "chains", "responses")
+TABLE_NAMES = ("documents", "questions", "triples", "llm_calls", "chains", "responses", "answers")
 
 
 # Part names have five digits and are ordered as text; no stage plans more parts (a manifest saying so is damaged,
