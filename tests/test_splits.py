@@ -231,6 +231,33 @@ def test_eval_recall_refuses_questions_the_checkpoint_trained_on(run, checkpoint
 
 
 @pytest.mark.slow
+def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoint, tmp_path, cli):
+    """`retrieve` copies the checkpoint's training questions into its manifest: the checkpoint moved away afterwards
+    changes nothing, the run directory holding the stage gives the stage's verdict, and a manifest without the copy
+    whose checkpoint is gone fails closed."""
+    ckpt, trained = checkpoint
+    moved = tmp_path / "ckpt-copy"
+    shutil.copytree(ckpt, moved, symlinks=True)
+    out = tmp_path / "R" / "responses"
+    cli("retrieve", run / "corpus", "--index", run / "index", "--model", moved, "--split", "train", *FAST, "--out", out)
+    assert load_manifest(out)["params"]["trained_questions"]["count"] == len(trained)
+    shutil.rmtree(moved)
+    scoring = ("--corpus", run / "corpus", "--triples", run / "triples")
+    answered = {r["qid"] for r in read_table(out).to_pylist()}
+    want = f"{len(answered & trained)} of {len(answered)} answered questions were in the training data"
+    for responses in (out, out.parent):  # the stage, and the run directory holding it
+        assert want in " ".join(cli("eval", "recall", responses, *scoring, check=1).stderr.split())
+    manifest = json.loads((out / "_manifest.json").read_text())
+    del manifest["params"]["trained_questions"]  # as `retrieve` wrote it before the pin
+    (out / "_manifest.json").write_text(json.dumps(manifest, indent=2))
+    err = " ".join(cli("eval", "recall", out.parent, *scoring, check=1).stderr.split())
+    assert "training overlap cannot be checked" in err or "cannot be checked" in err, err
+    assert "not there any more" in err
+    allowed = json.loads(cli("eval", "recall", out, *scoring, "--allow-train-overlap", "--json").stdout)
+    assert allowed["train_overlap"]["unresolved"] and allowed["responses"] == len(answered)
+
+
+@pytest.mark.slow
 def test_train_sft_records_the_questions_of_its_export(run, tmp_path, cli):
     sft = tmp_path / "sft.json"
     cli("export", "sft", run / "chains", "--corpus", run / "corpus", "--out", sft, "--split", "train")

@@ -5,10 +5,14 @@
 ``<file>.grtool.json`` ``questions`` record, or the export run in memory from a chains or responses
 directory) and, when its base model is a grtool checkpoint (KTO after SFT), those the base trained on.
 
-`eval recall` on a `retrieve` directory finds the model that wrote the responses (the retrieve manifest's
-``model`` / ``adapter`` parameters), reads that record and counts the answered questions that were in the
-training data. Recall on training questions measures memory, not retrieval: the command exits 1 on any
-overlap unless ``--allow-train-overlap`` is given.
+`retrieve` pins that record: it copies the questions of the checkpoint that writes the responses into its
+manifest (``params.trained_questions``; null for a model grtool did not train), so scoring needs no checkpoint
+folder and a checkpoint retrained or moved afterwards changes nothing. :func:`train_overlap` is the one verdict
+every scoring route asks, for a `retrieve` stage or the run directory holding it alike: it counts the answered
+questions that were in the training data. Recall on training questions measures memory, not retrieval: a scoring
+command exits 1 on any overlap unless ``--allow-train-overlap`` is given, and fails closed the same way when the
+responses name a local checkpoint whose record can no longer be read (a manifest written before the pin, the
+folder moved or recorded by a relative path).
 """
 
 from __future__ import annotations
@@ -45,20 +49,18 @@ def trained_questions(data_source: str, data_questions: dict[str, Any] | None, b
     return questions_record(qids, complete=complete, sources=sources)
 
 
-def responses_model(responses: str | Path) -> Path | None:
-    """The local checkpoint that wrote a `retrieve` directory's responses (its adapter's checkpoint for
-    ``--adapter``); None for a file, a named model, or a directory `retrieve` did not write."""
-    from grtool.store.records import is_stage_dir, load_manifest
-
-    p = Path(responses)
-    if str(responses) == "-" or not is_stage_dir(p):
-        return None
-    params = load_manifest(p).get("params") or {}
+def recorded_checkpoint(params: dict[str, Any]) -> str | None:
+    """The local checkpoint a `retrieve` manifest's parameters name (its adapter's checkpoint for ``--adapter``);
+    None for a named model (the embedded one, a hub id). A local folder is recorded as PATH@weights-digest."""
     if params.get("adapter"):
-        return Path(params["adapter"]).parent
+        return str(Path(str(params["adapter"])).parent)
     model = str(params.get("model") or "")
-    path = model.rsplit("@", 1)[0] if "@" in model else model  # a local folder is recorded as PATH@weights-digest
-    return Path(path) if path and Path(path).is_dir() else None
+    return model.rsplit("@", 1)[0] if "@" in model else None
+
+
+def pinned_questions(checkpoint: str | Path | None) -> dict[str, Any] | None:
+    """What `retrieve` copies into its manifest: the questions record of the checkpoint (None: not a grtool one)."""
+    return checkpoint_questions(checkpoint) if checkpoint is not None else None
 
 
 @dataclass
@@ -68,13 +70,16 @@ class Overlap:
     answered: int = 0
     overlapping: list[str] = field(default_factory=list)
     complete: bool = True
+    unresolved: str | None = None  # why the record of a named local checkpoint cannot be read (fails closed)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "trained_questions": self.trained, "answered_questions": self.answered,
                 "answered_in_training": len(self.overlapping), "examples": self.overlapping[:EXAMPLES],
-                "record_complete": self.complete}  # fmt: skip
+                "record_complete": self.complete, "unresolved": self.unresolved}  # fmt: skip
 
     def line(self) -> str:
+        if self.unresolved is not None:
+            return f"training overlap: cannot be checked: {self.unresolved}"
         if self.model is None:
             return "training overlap: not checked (the responses name no local checkpoint)"
         if self.trained is None:
@@ -85,13 +90,27 @@ class Overlap:
 
 
 def train_overlap(responses: str | Path) -> Overlap:
-    """How many questions answered in ``responses`` the model that wrote them trained on."""
+    """How many questions answered in ``responses`` (a `retrieve` stage, the run directory holding it, or JSON
+    Lines) the model that wrote them trained on: the verdict every scoring route asks."""
+    from grtool.evaluation.selection import retrieve_manifest
     from grtool.vocab.readers import iter_responses
 
-    model = responses_model(responses)
-    record = checkpoint_questions(model) if model is not None else None
+    manifest = retrieve_manifest(responses)
+    if manifest is None:  # JSON Lines: nobody recorded which model wrote them
+        return Overlap(None, None)
+    params = manifest.get("params") or {}
+    model = recorded_checkpoint(params)
+    if "trained_questions" in params:  # pinned by `retrieve`
+        record = params["trained_questions"]
+        if record is not None and not (isinstance(record, dict) and isinstance(record.get("qids"), list)):
+            return Overlap(model, None, unresolved=f"{responses}: its manifest's trained_questions is not what `retrieve` writes (edited or damaged)")
+    elif model is not None and not Path(model).is_dir():
+        return Overlap(model, None, unresolved=f"the responses were written by {model}, which is not there any more (moved, or recorded by a "
+                                               "relative path), and their manifest holds no copy of its training questions")  # fmt: skip
+    else:
+        record = checkpoint_questions(model) if model is not None else None
     if record is None:
-        return Overlap(str(model) if model is not None else None, None)
+        return Overlap(model, None)
     trained = set(record["qids"])
     answered = {str(r.qid) for r in iter_responses(responses)}
     overlapping = sorted(answered & trained)
@@ -99,7 +118,11 @@ def train_overlap(responses: str | Path) -> Overlap:
 
 
 def refuse_overlap(overlap: Overlap, responses: str | Path) -> None:
-    """Exit 1 when scored questions were training questions (`eval recall` without --allow-train-overlap)."""
+    """Exit 1 when scored questions were training questions, or when that cannot be known (without
+    --allow-train-overlap)."""
+    if overlap.unresolved is not None:
+        raise DataProblem(f"{responses}: training overlap {overlap.unresolved}; run `retrieve` again with the checkpoint, "
+                          "or pass --allow-train-overlap to score without the check")
     if overlap.overlapping:
         raise DataProblem(
             f"{responses}: {len(overlap.overlapping)} of {overlap.answered} answered questions were in the training data of "

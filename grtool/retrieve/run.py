@@ -10,6 +10,7 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.evaluation.gold_coverage import coverage_warning, gold_coverage
+from grtool.evaluation.overlap import pinned_questions
 from grtool.extras import require
 from grtool.index.base import Index
 from grtool.log import log
@@ -269,6 +270,10 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     }  # fmt: skip
     if request.cannot_answer:  # only when given: a manifest written before the option stays resumable
         params["cannot_answer"] = request.cannot_answer
+    # A local checkpoint's training questions, pinned (null: a folder grtool did not train): scoring reads them
+    # here, whatever becomes of the folder. Named models (the embedded one, hub ids) record none.
+    if (checkpoint := checkpoint_dir(llm.model, request.adapter)) is not None:
+        params["trained_questions"] = pinned_questions(checkpoint)
     inputs = [str(selection.table.source), str(request.index)] + ([str(triples)] if triples is not None else [])
     run = run_retrieve(
         selection, prompt, index, lookup, request.out, backend, settings, model_name=model_name, params=params, inputs=inputs,
