@@ -185,10 +185,10 @@ def compare_cmd(
 
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
-    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, table
+    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
     from grtool.store.outputs import refuse_overlapping_outputs
 
-    given = [r.split("=", 1)[1] if "=" in r and not Path(r).exists() else r for r in reports]
+    given = [split_spec(r)[1] for r in reports]
     refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 
 from grtool.errors import DataProblem, InputError
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
+from grtool.records import Count, Sha256
 from grtool.userinput import read_input_bytes
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
@@ -58,8 +60,9 @@ class Inputs:
 
 
 def split_spec(spec: str) -> tuple[str, Path]:
-    """``LABEL=PATH`` → (label, path); a bare PATH is labelled by its name (a file's stem)."""
-    label, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    """``LABEL=PATH`` → (label, path), split at the first ``=`` (a path may hold more: ``lr5=sweep/lr=1e-5/r.json``);
+    a spec that is an existing path as a whole is a bare PATH, labelled by its name (a file's stem)."""
+    label, _, path = ("", "", spec) if "=" not in spec or Path(spec).exists() else spec.partition("=")
     p = Path(path)
     return label or (p.stem if p.is_file() else p.name), p
 
@@ -80,13 +83,41 @@ def load_runs(specs: list[str], inputs: Inputs | None = None, baseline: str | No
     return [Run(label, p, score_directory(p, inputs) if p.is_dir() else read_report(p)) for label, p in named]
 
 
+class _Entry(msgspec.Struct):
+    qid: str
+    status: str
+    recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    dataset: str | None = None
+
+
+class _QuestionSet(msgspec.Struct):
+    count: Count
+    sha256: Sha256
+
+
+class _Tally(msgspec.Struct):
+    recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+
+
+class RecallReport(msgspec.Struct):
+    """What `eval compare` reads of a report of `eval recall --json` (other fields are passed through as they are)."""
+
+    recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None
+    per_dataset: dict[str, _Tally]
+    questions_scored: Count | None = None
+    question_set: _QuestionSet | None = None
+    questions: list[_Entry] | None = None
+
+
 def read_report(p: Path) -> dict[str, Any]:
+    """A report of `eval recall --json`, decoded through :class:`RecallReport` (a damaged one is one line naming the
+    field, never a traceback); returned as plain JSON for the tables."""
+    data = read_input_bytes(p)
     try:
-        report = orjson.loads(read_input_bytes(p))
-    except orjson.JSONDecodeError as e:
+        msgspec.json.decode(data, type=RecallReport)
+        report = orjson.loads(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, orjson.JSONDecodeError) as e:
         raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
-    if not isinstance(report, dict) or "recall" not in report or "per_dataset" not in report:
-        raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` (no recall / per_dataset)")
     return report
 
 
@@ -130,8 +161,13 @@ def check_same_questions(runs: list[Run], allow: bool) -> list[str]:
                 problems.append(f"{base.label!r} {len(base.recalls)} and {run.label!r} {len(run.recalls)} questions "
                                 f"({only_base} only in {base.label!r}, {only_run} only in {run.label!r})")  # fmt: skip
             continue
+        sets = base.report.get("question_set"), run.report.get("question_set")
         counts = base.report.get("questions_scored"), run.report.get("questions_scored")
-        if None in counts:
+        if None not in sets:  # both name their question set: equal digests are the same questions
+            if sets[0] != sets[1]:
+                same_count = " (as many, but other ones)" if sets[0]["count"] == sets[1]["count"] else ""
+                problems.append(f"{base.label!r} {sets[0]['count']} and {run.label!r} {sets[1]['count']} questions{same_count}")
+        elif None in counts:
             unchecked.append(run.label)
         elif counts[0] != counts[1]:
             problems.append(f"{base.label!r} {counts[0]} and {run.label!r} {counts[1]} questions")

@@ -183,11 +183,20 @@ def evaluate_recall(
         "without_response": None if selected is None else len(missing),
         "without_response_examples": [q.qid for q in missing[:5]],
     }
+    report["question_set"] = question_set(overall.qids)
     if coverage is not None:
         report["coverage"] = coverage(selected if selected is not None else overall.qids)
     if per_question is not None:
         report["questions"] = per_question.entries(missing)
     return report
+
+
+def question_set(qids: Collection[str]) -> dict[str, Any]:
+    """The scored questions' identity: their count and the sha256 of their sorted qids (one per line), so two
+    reports tell whether they scored the same questions without listing them."""
+    import hashlib
+
+    return {"count": len(qids), "sha256": hashlib.sha256("".join(f"{q}\n" for q in sorted(qids)).encode()).hexdigest()}
 
 
 def query_seconds(responses: str | Path) -> dict[str, float] | None:
