@@ -123,6 +123,10 @@ def split_questions(data: Path, limit: int | None) -> tuple[list[dict], list[dic
     records = records[:limit] if limit else records
     train = [r for r in records if unit_hash(r["_id"]) < TRAIN_SHARE]
     test = [r for r in records if unit_hash(r["_id"]) >= TRAIN_SHARE]
+    if not train or not test:  # every row trains on train questions and is scored on test ones
+        print(f"quality.py: error: --questions {limit}: {len(train)} train and {len(test)} test questions; both splits need one at least (give more)",
+              file=sys.stderr)
+        sys.exit(2)
     return train, test, ", ".join(f.name for f in files)
 
 
@@ -611,6 +615,27 @@ def merge(args) -> Path:
         shutil.rmtree(bench.work, ignore_errors=True)
 
 
+ROWS = ("bm25", "base", "special", "sft", "kto", "nothought", "gmr", "teacher")
+
+
+def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the CLI checks of its own options, checked here too before anything runs: one line, exit 2."""
+    unknown = sorted(set(args.rows.split(",")) - set(ROWS))
+    if unknown:
+        ap.error(f"--rows {args.rows}: unknown row {', '.join(map(repr, unknown))} (rows: {', '.join(ROWS)})")
+    for name in ("questions", "steps", "kto_steps", "kto_samples", "gmr_steps", "teacher_candidates", "max_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            ap.error(f"--{name.replace('_', '-')} {value}: accepted is a whole number from 1")
+    for name in ("gmr_questions", "teacher_questions"):
+        if getattr(args, name) < 0:
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: accepted is 0 (all) or more")
+    if args.work is not None and args.work.exists() and not args.work.is_dir():
+        ap.error(f"--work {args.work}: not a folder (the intermediate stages go into one)")
+    if args.work is not None and args.work.is_dir() and any(args.work.iterdir()):
+        ap.error(f"--work {args.work}: not empty")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=BENCH_DATA, help="folder of 2Wiki data_ids JSON files with evidences")
@@ -635,7 +660,7 @@ def main() -> None:
                          "for the distractor paragraphs, so retrieval chooses among every paragraph of the questions")  # fmt: skip
     ap.add_argument("--distractor-model", help="model of `triples extract` for the distractor paragraphs (default: the embedded one)")
     ap.add_argument("--distractor-cache", type=Path, help="keep the distractor triples here and reuse them on a rerun (default: inside --work)")
-    ap.add_argument("--rows", default="bm25,base,special,sft,kto,nothought,gmr,teacher", help="comma-separated subset of bm25,base,special,sft,kto,nothought,gmr,teacher "
+    ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of bm25,base,special,sft,kto,nothought,gmr,teacher "
                     "(bm25: the lexical baseline; base: the few-shot base model; special: the base model with marker tokens)")  # fmt: skip
     ap.add_argument("--no-answers", dest="answers", action="store_false", help="leave out `eval answer` (the embedded model reading each row's documents)")
     ap.add_argument("--work", type=Path, help="keep the intermediate stages here (default: a temporary folder, removed)")
@@ -644,6 +669,7 @@ def main() -> None:
                     help="run nothing: write one results file from the --work folders of earlier runs on the same questions "
                          "(e.g. --seeds 0 and --seeds 1 run apart); pass the settings those runs used")  # fmt: skip
     args = ap.parse_args()
+    check_arguments(ap, args)
     if not args.data.is_dir():
         sys.exit(f"--data {args.data}: not a folder (the bench data lives in ../shared/data/bench/2wikimultihopqa)")
     try:
@@ -658,8 +684,6 @@ def main() -> None:
         print(f"wrote {md}")
         return
     rows = set(args.rows.split(","))
-    if args.work and args.work.exists() and any(args.work.iterdir()):
-        sys.exit(f"--work {args.work}: not empty")
     work = args.work or Path(tempfile.mkdtemp(prefix="grtool_quality_"))
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.perf_counter()
