@@ -98,3 +98,18 @@ def test_prompts_beyond_the_cutoff_are_counted_and_dropped_or_refused(tmp_path, 
     every = _write(tmp_path / "long.jsonl", [dict(r, prompt=[{"role": "user", "content": "word " * 300}]) for r in _rows(4)])
     _refused(cli("train", "sft", every, "--out", tmp_path / "ckpt2", *TINY, check=False), "every prompt is at least --cutoff-len 128 tokens")
     assert not (tmp_path / "ckpt2").exists()
+
+
+def test_an_export_changed_since_its_record_is_refused(tmp_path, cli):
+    """An `export sft` file with a row appended by hand: its record would say which questions it trains on while
+    the rows hold one more (a dev question trained on, and the overlap check told otherwise)."""
+    from run_helpers import write_small_run
+
+    write_small_run(tmp_path / "run", tmp_path / "responses.jsonl")
+    data = tmp_path / "sft.json"
+    cli("export", "sft", tmp_path / "run" / "chains", "--corpus", tmp_path / "run", "--out", data)
+    cli("train", "sft", data, "--out", tmp_path / "plan", "--dry-run", *TINY)  # as exported: trains
+    rows = json.loads(data.read_text())
+    rows.append({**rows[0], "conversations": [{"from": "human", "value": "A dev question?"}, {"from": "gpt", "value": "Its answer."}]})
+    data.write_text(json.dumps(rows))
+    _refused(cli("train", "sft", data, "--out", tmp_path / "ckpt", "--dry-run", *TINY, check=False), "changed since `export` wrote it", "sft.json.grtool.json")

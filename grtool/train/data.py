@@ -190,13 +190,21 @@ def load_sft(data: str | Path, *, corpus: str | None = None, system: str | None 
 
 
 def exported_questions(data: Path) -> dict[str, Any] | None:
-    """The questions an export file's ``<file>.grtool.json`` says its rows come from (None: no such record)."""
+    """The questions an export file's ``<file>.grtool.json`` says its rows come from (None: no such record). The
+    record speaks for the file only while the file is the one it describes (its sha256): rows edited or appended
+    since would train on questions the record does not list, so such a file is refused."""
     from grtool.vocab.provenance import read_sidecar, sidecar_path
 
+    sidecar = sidecar_path(data)
     try:
-        record = read_sidecar(sidecar_path(data)).get("questions")
+        written = read_sidecar(sidecar)
     except (OSError, ValueError):
         return None
+    if written.get("sha256") and written["sha256"] != sha256_file(data):
+        raise InputError(f"{data}: changed since `export` wrote it ({sidecar.name} records another sha256), so its record no longer says which "
+                         f"questions the rows come from; export it again, or delete {sidecar.name} to train on it as a hand-made file "
+                         "(its questions then unknown to the overlap check)")  # fmt: skip
+    record = written.get("questions")
     return record if isinstance(record, dict) and isinstance(record.get("qids"), list) else None
 
 
