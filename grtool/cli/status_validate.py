@@ -13,7 +13,7 @@ from rich.table import Table
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
-from grtool.log import console
+from grtool.log import console, lines
 from grtool.errors import printable
 from grtool.store.stops import describe as describe_stop, describe_acceptance
 from grtool.audit.validate import accept_tree, describe, validate_tree
@@ -82,11 +82,11 @@ def _stage_table(results: list[dict], root: Path) -> Table:
         t.add_column(col, overflow="fold", ratio=3 if col in ("stage", "rejected") else None)
     for s in results:
         rej = s["counters"]["rejected"]
-        rej_text = "\n".join(f"{k}: {v}" for k, v in rej.items()) or "0"
+        rej_text = lines(f"{k}: {v}" for k, v in rej.items()) if rej else "0"
         planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
         t.add_row(escape(_shown(s["path"], root)), s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]),
                   _number(s["seconds"], ".1f"), _number(s["rows_per_second"], ".0f"),
-                  escape(rej_text), _complete(s))  # fmt: skip
+                  rej_text, _complete(s))  # fmt: skip
     return t
 
 
