@@ -120,7 +120,7 @@ def query_cmd(
         return
     from rich.table import Table
 
-    from grtool.log import console, lines
+    from grtool.log import console
 
     named = ", ".join(f"{titles[d]} ({d})" if d in titles else d for d in result["docs"])
 
@@ -184,7 +184,7 @@ def stats_cmd(
         return
     from rich.table import Table
 
-    from grtool.log import console
+    from grtool.log import console, lines
 
     from rich.markup import escape
 
