@@ -75,9 +75,26 @@ class LogConsole(Console):
             soft_wrap = True  # one message, one line: wrapping would stamp the time into its middle
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Every string printed (a line, a table's cell, a log record) with its control characters and newlines
+        escaped (:func:`grtool.userinput.escaped`), on a terminal and off one alike: a title holding ``\x1b[31m`` or
+        ``\r``, or a path with a newline in its name, cannot colour, rewrite or break the lines around it. Text
+        of several lines is printed line by line, or as :func:`lines`."""
+        from grtool.userinput import escaped
+
+        return super().render_str(escaped(text), **kwargs)
+
     def _render_buffer(self, buffer) -> str:  # Rich's hook between rendering and writing (called under its lock)
         text = super()._render_buffer(buffer)
         return stamp_lines(text, self) if self.timestamps and text else text
+
+
+def lines(items: Any) -> Text:
+    """Items one per line in one table cell or message, each escaped as :meth:`LogConsole.render_str` escapes a
+    string (whose own newlines would be escaped)."""
+    from grtool.userinput import escaped
+
+    return Text("\n").join(Text(escaped(str(item))) for item in items)
 
 
 def stamp_lines(text: str, state: Any) -> str:

@@ -129,3 +129,63 @@ def test_a_failing_stage_keeps_its_earlier_report(tmp_path, examples, cli):
     assert proc.returncode != 0 and "stats" in proc.stderr
     assert report.read_bytes() == before  # before: emptied when the stage started
     assert sorted(p.name for p in report.parent.iterdir()) == ["stats.json"]  # no temporary file left behind
+
+
+def _dry_run_refused(cli, config, *args) -> str:
+    """The dry run exits 2 with one line (no traceback) and returns it."""
+    proc = cli("pipeline", "run", config, "--dry-run", *args, check=2)
+    lines = unstamped(proc.stderr.strip())
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_var_named_out_is_refused_naming_both(tmp_path, examples, cli):
+    # before: [vars] out replaced {out} in every stage, while the plan's summary still named the top-level out (exit 0)
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
+    text = open(config).read()
+    with open(config, "w") as f:
+        f.write(text.replace("\n[[stages]]", f'\n[vars]\nout = "{tmp_path / "elsewhere"}"\n\n[[stages]]', 1))
+    line = _dry_run_refused(cli, config)
+    assert "[vars] 'out'" in line and str(tmp_path / "elsewhere") in line and str(tmp_path / "run") in line, line
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        # before: `--split` took the next option as its value (`--split --strict`: split "--strict", exit 0)
+        ('options = { split = true, strict = true }', ["stage 'ingest'", "option 'split'", "true is not a value of --split"]),
+        ('options = { split = false }', ["stage 'ingest'", "option 'split'", "false is not a value"]),
+        # before: `--split ''` passed the dry run
+        ('options = { split = "" }', ["stage 'ingest'", "option 'split'", "'' is empty"]),
+        ('options = { split = "  " }', ["stage 'ingest'", "option 'split'", "is empty"]),
+        ('options = { rows_per_part = true }', ["stage 'ingest'", "option 'rows_per_part'", "true is not a value"]),
+    ],
+)
+def test_boolean_or_empty_values_of_text_options_are_refused(tmp_path, examples, cli, options, words):
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
+    text = open(config).read().replace('options = { out = "{out}/ingest" }', options.replace("{ ", '{ out = "{out}/ingest", '))
+    with open(config, "w") as f:
+        f.write(text)
+    line = _dry_run_refused(cli, config)
+    assert all(w in line for w in [config, *words]), (words, line)
+
+
+def test_an_empty_or_boolean_set_value_is_refused(tmp_path, examples, cli):
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
+    assert "option 'plot': '' is empty" in _dry_run_refused(cli, config, "--set", "stats.plot=")
+    assert "option 'plot': true is not a value of --plot" in _dry_run_refused(cli, config, "--set", "stats.plot=true")
+    # a flag still takes true or false, and a value option its value
+    assert "--split dev" in cli("pipeline", "run", config, "--dry-run", "--set", "ingest.split=dev", "--set", "stats.json=true").stdout
+
+
+def test_an_unknown_set_option_suggests_the_stages_options(tmp_path, examples, cli):
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
+    # before: Click's "No such option: --rows-per-prt", without the stage's options
+    line = _dry_run_refused(cli, config, "--set", "ingest.rows_per_prt=5")
+    assert "--set 'ingest.rows_per_prt=5'" in line and "no option 'rows_per_prt'" in line and "did you mean 'rows_per_part'?" in line, line
+    assert "its options: out, dataset, split, strict, overwrite, rows_per_part" in line, line
+    line = _dry_run_refused(cli, config, "--set", "ingest.nosuch=x")
+    assert "did you mean" not in line and "its options: out, dataset" in line, line
+    line = _dry_run_refused(cli, config, "--set", "ingest.dataset=musique", "--set", "ingest.outt=x")
+    assert "no option 'outt' (did you mean 'out'?)" in line, line

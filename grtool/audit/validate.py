@@ -392,6 +392,10 @@ class Found:
     lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
     pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
 
+    def nothing(self) -> bool:
+        """Nothing grtool wrote was found (validate and report fail on it: exit 1)."""
+        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.dataset_infos, self.lookups, self.pipeline_runs))
+
 
 def is_orphan_dir(path: Path) -> bool:
     """Shards (``part-*.parquet``, or completion records in ``_shards/``) but no ``_manifest.json``."""
@@ -674,7 +678,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}
     reports += [validate_dataset_info(p, with_sidecar) for p in found.dataset_infos]
-    return reports or [nothing_found(root)]
+    return reports or [nothing_found(root)]  # reports is empty exactly when found.nothing()
 
 
 def _check_references(reports: list[Report], orphans: set[Path]) -> None:

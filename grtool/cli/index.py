@@ -184,7 +184,7 @@ def stats_cmd(
         return
     from rich.table import Table
 
-    from grtool.log import console
+    from grtool.log import console, lines
 
     from rich.markup import escape
 
@@ -194,7 +194,7 @@ def stats_cmd(
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")
     for key, value in report.items():
-        table.add_row(key, escape(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value)))
+        table.add_row(key, lines(pretty_value(" ".join(value) if key == "command" and isinstance(value, list) else value).split("\n")))
     console.print(table)
     if coverage is not None:
         console.print(coverage_table(coverage))

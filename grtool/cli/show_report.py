@@ -34,6 +34,9 @@ def show_cmd(
     On a terminal the docids are coloured (green gold, yellow non-gold, red hallucinated); piped, the same lines
     come as plain text with the verdict in brackets.
 
+    A stage (or export) that validate fails (a stopped run, a damaged record, an incomplete stage) has its rows
+    shown, then validate's problems on stderr, and exit 1.
+
     Example: grtool show out/demo/filtered --reason gold --sample 3
     """
     import orjson
@@ -44,6 +47,9 @@ def show_cmd(
     if reason is not None and not reason.strip():
         raise InputError("--reason: name a rule (e.g. gold) or a reason code (e.g. gold-outside)")
     source = open_source(path, corpus, triples)
+    from grtool.audit.validate import validate_tree
+
+    failed = [v for v in validate_tree(source.path) if not v.ok]  # validate's verdict, printed after the rows
     rows = load_rows(source, Pick(tuple(qid or ()), sample, seed, limit, reason))
     if not rows and qid:
         raise InputError(f"{path}: no row of {', '.join(qid)}")
@@ -61,6 +67,17 @@ def show_cmd(
         sys.stdout.flush()
     except BrokenPipeError:  # `grtool show ... | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _fail_with(failed, f"{path}: FAIL validation; the rows above are of a stage that did not finish well")
+
+
+def _fail_with(failed: list, message: str) -> None:
+    """validate's lines for what failed, then the error (exit 1), as validate ends."""
+    if failed:
+        from grtool.cli.status_validate import print_verdicts
+        from grtool.errors import DataProblem
+
+        print_verdicts(failed)
+        raise DataProblem(message)
 
 
 register(Command("show", show_cmd, reads={"path": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
@@ -88,6 +105,10 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML page of a whole run (it opens without a network).
 
+    The page carries validate's verdict of every stage, index and export: one that failed (a stopped run, a damaged
+    record, an incomplete stage) is marked on the page and listed on stderr, and the exit is 1, as validate's.
+    A directory holding nothing grtool wrote is exit 1, with no page.
+
     Each stage's rows, rejects by reason and time; the funnel questions → chained → kept → exported → recall;
     filter reasons with examples; collisions and overlap; every recall result with the comparison plot; the exact
     command of each stage.
@@ -97,8 +118,9 @@ def report_cmd(
     from grtool.inspect.report import write_report
     from grtool.log import stage_summary
 
-    target = write_report(run, out)
+    target, failed = write_report(run, out)
     stage_summary.print(f"wrote {target}", highlight=False, markup=False, soft_wrap=True)
+    _fail_with(failed, f"{run}: {len(failed)} output(s) FAIL validation, marked on the page")
 
 
 register(Command("report", report_cmd, reads={"run": PathKind.RUN}, writes={"out": PathKind.REPORT}))

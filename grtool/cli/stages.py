@@ -47,7 +47,10 @@ class CliCommands(StageCommands):
 
     def is_flag(self, run: str, key: str) -> bool:
         # A flag's value must be a bool, else `--key VALUE` would turn it on and pass VALUE as an argument.
-        return "--" + key.replace("_", "-") in _flags(command_name(run))
+        return self.options(run).get(key.replace("-", "_"), False)
+
+    def options(self, run: str) -> dict[str, bool]:
+        return _options(command_name(run))
 
     def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
         """Parse as the CLI will, without running the command, and make the checks of options the command makes
@@ -110,9 +113,12 @@ def _parsed(run: str, arguments: list[str]) -> Any:
 
 
 @functools.cache
-def _flags(run: str) -> frozenset[str]:
-    """The flag options of a command, as the CLI parses them (the option names, not the function's)."""
+def _options(run: str) -> dict[str, bool]:
+    """A command's options as the CLI parses them, by key (``--no-json`` as ``no_json``), each True for a flag;
+    without those that are no part of the command (``--install-completion``: shell completion, not a value)."""
     command = click_command(run) if _stage(run) is not None else None
     if command is None:
-        return frozenset()
-    return frozenset(o for p in command.params if getattr(p, "is_flag", False) for o in (*p.opts, *p.secondary_opts))
+        return {}
+    return {o[2:].replace("-", "_"): bool(p.is_flag or p.count)
+            for p in command.params if p.param_type_name == "option" and p.expose_value
+            for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}  # fmt: skip

@@ -13,7 +13,7 @@ from rich.table import Table
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
-from grtool.log import console
+from grtool.log import console, lines
 from grtool.errors import printable
 from grtool.userinput import require_input
 
@@ -79,11 +79,11 @@ def _stage_table(results: list[dict], root: Path) -> Table:
         t.add_column(col, overflow="fold", ratio=3 if col in ("stage", "rejected") else None)
     for s in results:
         rej = s["counters"]["rejected"]
-        rej_text = "\n".join(f"{k}: {v}" for k, v in rej.items()) or "0"
+        rej_text = lines(f"{k}: {v}" for k, v in rej.items()) if rej else "0"
         planned = s["parts_planned"] if s["parts_planned"] is not None else "?"
         t.add_row(escape(_shown(s["path"], root)), s["table"], f"{s['parts_done']}/{planned}", str(len(s["parts_pending"])), str(s["rows"]),
                   _number(s["seconds"], ".1f"), _number(s["rows_per_second"], ".0f"),
-                  escape(rej_text), _complete(s))  # fmt: skip
+                  rej_text, _complete(s))  # fmt: skip
     return t
 
 
@@ -216,21 +216,27 @@ def validate_cmd(
     if not reports:
         raise InputError(f"{directory}: no stage directory here")
     bad = [r for r in reports if not r.ok]
-    shown = [r.printable() for r in reports]  # names that are not UTF-8 shown as \xff, in JSON and on the terminal
-    if as_json:
-        typer.echo(orjson.dumps({"ok": not bad, "stages": shown}).decode())
+    if as_json:  # names that are not UTF-8 shown as \xff, in JSON and on the terminal
+        typer.echo(orjson.dumps({"ok": not bad, "stages": [r.printable() for r in reports]}).decode())
     else:
-        for r, s in zip(reports, shown):
-            mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
-            console.print(f"{mark} {escape(s['path'])} ({escape(printable(describe(r)))})", soft_wrap=True)
-            for p in s["problems"]:  # one line each, unwrapped: easy to grep in a CI log
-                console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
-            for n in s["notes"]:
-                console.print(f"    note: {n}", highlight=False, markup=False, soft_wrap=True)
-        problems = sum(len(s["problems"]) for s in shown)
+        print_verdicts(reports)
+        problems = sum(len(r.problems) for r in reports)
         console.print(f"{len(reports) - len(bad)} ok, {len(bad)} with problems ({problems} problem{'s' * (problems != 1)})", highlight=False)
     if bad:
         raise typer.Exit(EXIT_DATA)
+
+
+def print_verdicts(reports: list) -> None:
+    """validate's verdicts on stderr: ok or FAIL and what was checked, then one line per problem and note (the lines
+    `report` and `show` print too for what fails)."""
+    for r in reports:
+        s = r.printable()
+        mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"
+        console.print(f"{mark} {escape(s['path'])} ({escape(printable(describe(r)))})", soft_wrap=True)
+        for p in s["problems"]:  # one line each, unwrapped: easy to grep in a CI log
+            console.print(f"    - {p}", highlight=False, markup=False, soft_wrap=True)
+        for n in s["notes"]:
+            console.print(f"    note: {n}", highlight=False, markup=False, soft_wrap=True)
 
 
 register(Command("validate", validate_cmd, reads={"directory": PathKind.RUN, "accept_empty": PathKind.STAGE}))

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
+from grtool.log import lines
 from grtool.store.reading import collect, scan_shards
 from grtool.store.records import is_stage_dir, load_manifest
 from grtool.store.stage import shard_paths
@@ -121,7 +122,7 @@ def stats_table(stats: dict[str, Any]) -> Table:
     incomplete = [f"{g['dataset']} {g['split']}: {g['questions_with_incomplete_gold']:,}" for g in stats["groups"] if g["questions_with_incomplete_gold"]]
     if incomplete:
         caption.append("questions whose gold titles are missing from their context (meta.gold_titles_missing): " + ", ".join(incomplete))
-    t.caption = "\n".join(caption) or None
+    t.caption = lines(caption) if caption else None
     return t
 
 

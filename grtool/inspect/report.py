@@ -25,7 +25,8 @@ from typing import Any
 import orjson
 
 from grtool import __version__
-from grtool.errors import InputError
+from grtool.audit.validate import Report as Verdict, discover, nothing_found, validate_tree
+from grtool.errors import DataProblem, InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import load_manifest, now
 
@@ -68,6 +69,10 @@ class Run:
     path: Path
     stages: list[Stage]
     reports: dict[str, list[tuple[Path, dict[str, Any]]]]  # kind (stats, overlap, collisions, recall) -> files
+    verdicts: list[Verdict] = field(default_factory=list)  # validate's, of everything grtool wrote under the run
+
+    def failed(self) -> list[Verdict]:
+        return [v for v in self.verdicts if not v.ok]
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -78,6 +83,8 @@ def read_run(path: Path) -> Run:
 
     if not path.is_dir():
         raise InputError(f"{path}: not a directory")
+    if discover(path).nothing():  # a page of nothing would pass for a run that went well
+        raise DataProblem(nothing_found(path).problems[0])
     stages = _pipeline_stages(path)
     claimed = {o.resolve() for s in stages for o in s.outputs}
     for d in find_stage_dirs(path):
@@ -102,7 +109,8 @@ def read_run(path: Path) -> Run:
             owner = Stage(str(export.relative_to(path)), " ".join(command) if isinstance(command, list) else "")
             stages.append(owner)
         owner.exports.append((export, meta))
-    return Run(path, stages, _reports(path, stages))
+    # The page says what validate says: a stopped, damaged or incomplete stage is marked, never shown as fine.
+    return Run(path, stages, _reports(path, stages), validate_tree(path))
 
 
 def _within(p: Path, parent: Path) -> bool:
@@ -277,6 +285,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}code,pre{font-family:ui-
 pre{background:#f6f8fa;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-word}
 .bar{background:#4c78a8;height:.9rem;display:inline-block;vertical-align:middle}.muted{color:#69707d}
 img{max-width:100%;border:1px solid #d6dbe3;margin:.5rem 0}.example{margin:.2rem 0 .6rem 0}
+.fail{color:#a4161a;border-left:4px solid #a4161a;padding-left:.6rem}.ok{color:#2b7a0b}
 """
 
 SECTIONS = (("stages", "Stages"), ("funnel", "Funnel"), ("filters", "Filters"), ("corpus", "Corpus"),
@@ -319,7 +328,18 @@ def _image(path: Path | None, alt: str) -> str:
     return f'<img alt="{e(alt)}" src="data:image/png;base64,{data}">'
 
 
+def _verdicts_html(run: Run) -> str:
+    """What validate finds wrong, above the stages: every failing stage, index or export with its problems."""
+    failed = run.failed()
+    if not failed:
+        return f'<p class="ok">validate: all {len(run.verdicts)} checked outputs ok</p>'
+    items = "".join(f"<li><code>{e(_shown(Path(v.path), run.path))}</code>: FAIL<ul>{''.join(f'<li>{e(p)}</li>' for p in v.printable()['problems'])}</ul></li>"
+                    for v in failed)  # fmt: skip
+    return f'<div class="fail"><p>validate: {len(failed)} of {len(run.verdicts)} checked outputs FAIL (grtool validate {e(run.path)})</p><ul>{items}</ul></div>'
+
+
 def _stages_html(run: Run) -> str:
+    verdict = {Path(v.path).resolve(): "ok" if v.ok else "FAIL" for v in run.verdicts}  # why: listed above the table
     rows = []
     for s in run.stages:
         made = [(str(d.relative_to(run.path)) if _within(d, run.path) else str(d), m) for d, m in s.manifests]
@@ -327,14 +347,15 @@ def _stages_html(run: Run) -> str:
         seconds = f"{s.seconds:.1f}" if s.seconds is not None else "-"
         if not made:  # reports, plots, an index, a checkpoint: named, without rows
             where = ", ".join(str(o.relative_to(run.path)) if _within(o, run.path) else str(o) for o in s.outputs) or "-"
-            rows.append([s.name, where, "", None, None, "", seconds])
-        for i, (where, m) in enumerate(made):
+            rows.append([s.name, where, "", None, None, "", seconds, ""])
+        paths = [d for d, _ in s.manifests] + [f for f, _ in s.exports]
+        for i, ((where, m), path) in enumerate(zip(made, paths)):
             counters = m.get("counters") or {}
             rejected = counters.get("rejected") or {}
             reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]) if isinstance(v, int))
             rows.append([s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0",
-                         seconds if i == 0 else ""])  # the stage's time once, on its first output
-    return _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds"], rows, numeric={3, 4, 6})
+                         seconds if i == 0 else "", verdict.get(path.resolve(), "")])  # the stage's time once, on its first output
+    return _verdicts_html(run) + _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds", "validate"], rows, numeric={3, 4, 6})
 
 
 def _funnel_html(run: Run) -> str:
@@ -494,8 +515,8 @@ def render(run: Run) -> str:
     )
 
 
-def write_report(run_dir: Path, out: Path | None) -> Path:
-    """Read the run, write the page atomically; returns where."""
+def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
+    """Read the run, write the page atomically; returns where, and validate's failing verdicts (marked on the page)."""
     from grtool.store.outputs import refuse_output_among_inputs
     from grtool.store.records import atomic_write_bytes
 
@@ -507,4 +528,4 @@ def write_report(run_dir: Path, out: Path | None) -> Path:
     refuse_output_among_inputs(target, inputs=inputs)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, render(run).encode())
-    return target
+    return target, run.failed()

@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 import msgspec
 
 from grtool.errors import InputError
-from grtool.pipeline.registry import NoCommands, StageCommands
+from grtool.pipeline.registry import NoCommands, StageCommands, command_name
 from grtool.pipeline.slurm_values import SHELL_KEYS, check_slurm_settings, check_slurm_value
 from grtool.errors import printable
 from grtool.userinput import read_input_bytes
@@ -331,6 +331,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         raise InputError(f"{path}: needs at least one [[stages]] table")
     if not spec.out.strip():  # "{out}/corpus" would become "/corpus": the root of the file system
         raise InputError(f"{path}: out is empty; name the directory the stages write under (out = \"out/run\")")
+    if "out" in spec.vars:  # {out} would be the var everywhere, while the plan and the run summary name the top-level out
+        raise InputError(f"{path}: [vars] 'out' ({printable(spec.vars['out'])!r}) would replace the top-level out ({printable(spec.out)!r}); "
+                         f"set the run directory once, as out = \"...\" at the top of the file")  # fmt: skip
     variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
     overrides = list(overrides or [])
     var_sets = [o for o in overrides if o.startswith("vars.") and all(stage.name != "vars" for stage in spec.stages)]
@@ -379,18 +382,46 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         elif key.startswith("slurm."):
             entry["slurm"] = {**entry["slurm"], key[6:]: _slurm_value(key[6:], value, variables, where)}
         else:
+            _check_option_name(commands, entry, key, where)
             entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
 
     stages = []
     for entry in by_name.values():
         for key, value in entry["options"].items():
-            if not isinstance(value, bool) and commands.is_flag(entry["run"], key):
-                raise InputError(f"{path}: stage {entry['name']!r}, option {key!r}: {value!r} is not true or false (a flag)")
+            _check_option_value(commands, entry, key, value, f"{path}: stage {entry['name']!r}, option {key!r}")
         outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
         if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))
     return Pipeline(path, variables["out"], stages, spec.note, defaults)
+
+
+def _check_option_name(commands: StageCommands, entry: dict[str, Any], key: str, where: str) -> None:
+    """A ``--set stage.KEY`` names an option of the stage's command (checked when grtool knows the command)."""
+    options = commands.options(entry["run"])
+    if options and key.replace("-", "_") not in options:
+        keys = list(options)
+        close = difflib.get_close_matches(key.replace("-", "_"), keys, n=3)
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        raise InputError(f"{where}: stage {entry['name']!r} ({command_name(entry['run'])}) has no option {key!r}{hint}; "
+                         f"its options: {', '.join(keys)} (and the stage keys args, outputs, stdout, slurm.KEY)")  # fmt: skip
+
+
+def _check_option_value(commands: StageCommands, entry: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """A flag takes true or false; an option that takes a value takes neither (``--split`` with no text after it
+    would take the next option as its value), nor empty text (an empty path is the working directory)."""
+    flag = commands.options(entry["run"]).get(key.replace("-", "_"))
+    if flag is None:
+        return  # not an option of the command: its parser names it
+    if flag:
+        if not isinstance(value, bool):
+            raise InputError(f"{where}: {value!r} is not true or false (a flag)")
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, bool):
+            raise InputError(f"{where}: {str(item).lower()} is not a value of --{key.replace('_', '-')}, which takes a value, not true or false")
+        if isinstance(item, str) and not item.strip():
+            raise InputError(f"{where}: {item!r} is empty; give --{key.replace('_', '-')} a value, or leave the option out")
 
 
 def _slurm_value(key: str, text: str, variables: dict[str, str], where: str) -> Any:

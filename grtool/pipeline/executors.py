@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from grtool.log import console, log, stage_summary
+from grtool.log import console, lines, log, stage_summary
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.registry import StageCommands
 from grtool.pipeline.runner import StageState, check_input_paths, mark_done, plan, require_extras, run_stage, runs_with_overwrite, stage_state, summarize
@@ -97,9 +97,9 @@ def print_summary(stages: list[Stage]) -> list[dict]:
     for col in ("stage", "rows", "rejected", "outputs"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        counts = "\n".join(f"{Path(t).name}: {n}" for t, n in r["tables"].items()) or "-"
-        rejected = "\n".join(f"{k}: {v}" for k, v in r["rejected"].items()) or "0"
-        table.add_row(r["stage"], counts, rejected, "\n".join(r["outputs"]))
+        counts = lines(f"{Path(t).name}: {n}" for t, n in r["tables"].items()) if r["tables"] else "-"
+        rejected = lines(f"{k}: {v}" for k, v in r["rejected"].items()) if r["rejected"] else "0"
+        table.add_row(r["stage"], counts, rejected, lines(r["outputs"]))
     stage_summary.print(table)
     return rows
 
@@ -111,10 +111,11 @@ def _print_failure(stage: Stage, overwrite: bool, error: BaseException, done: li
 
     code = EXIT_INTERRUPTED if isinstance(error, KeyboardInterrupt) else getattr(error, "exit_code", None)
     how = "stopped" if isinstance(error, (Stopped, KeyboardInterrupt)) else "failed"  # a signal: resumable, not broken
-    lines = [
+    said = [
         f"pipeline stopped at stage {stage.name}" + (f" (exit code {code})" if code is not None else ""),
         f"  done:   {', '.join(s.name for s in done) or '-'}",
         f"  {how}:{' ' * (6 - len(how))} {stage.command_line(overwrite)}",
         f"  left:   {', '.join(s.name for s in left) or '-'}",
     ]
-    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    for line in said:  # one print a line: a newline inside a printed string is escaped as data
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -124,6 +124,11 @@ class StageCommands(ABC):
     def invoke(self, argv: list[str]) -> int | None:
         """Run ``grtool ARGV`` in this process; returns its exit code (None or 0: success) or raises its error."""
 
+    def options(self, run: str) -> dict[str, bool]:
+        """The command's options by their key in a pipeline file (``rows_per_part`` for ``--rows-per-part``), each
+        True for an on/off flag, False for an option that takes a value; empty for a command not known."""
+        return {}
+
     def declared(self, run: str) -> Command | None:
         """The declaration of the stage's command (None: unknown, or not a command a stage may run)."""
         return None
