@@ -116,10 +116,12 @@ def _record_id(rec: dict, *keys: str) -> str:
             text = value
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise BadRecord(f"field '{key}' has the wrong type", f"expected a string or number id, got {type(value).__name__}")
+        elif isinstance(value, float) and abs(value) >= 2**53:  # a float past 2**53 has lost digits: two ids may collide
+            raise BadRecord(f"field '{key}' has the wrong type", f"the number {value!r} is too large to be an exact id; write ids as strings")
         else:
             text = str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-        if not text:
-            break
+        if not text.strip():
+            raise BadRecord(f"field '{key}' is blank", "an id names its record: give it a non-blank value")
         return text
     raise BadRecord(f"missing field '{keys[0]}'")
 
@@ -149,6 +151,10 @@ def _question(qid: str, dataset: str, split: str, rec: dict, *, answer: Any, ali
     if type_ is not None and not isinstance(type_, str):
         raise BadRecord("field 'type' has the wrong type", f"expected str, got {type(type_).__name__}")
     question = _field(rec, "question", str)
+    if not question.strip():
+        raise BadRecord("empty question", "the question is empty or blank")
+    if answerable and dataset == GENERIC and not (answer or "").strip():
+        raise BadRecord("empty answer", "an answerable question needs a non-blank answer")
     return {
         "qid": qid,
         "dataset": dataset,
@@ -431,7 +437,7 @@ def convert_generic(rec: dict, split: str, setting: str | None = None) -> Conver
     qid = _record_id(rec, "qid", "id")
     answer, from_list = _generic_answer(rec)
     aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
-    own_split = _field(rec, "split", str, optional=True)
+    own_split = normalize_split(_field(rec, "split", str, optional=True))
     answerable = _field(rec, "answerable", bool, optional=True, default=True)
     refs = _generic_gold(rec)
     meta = _meta(
@@ -446,12 +452,18 @@ def convert_generic(rec: dict, split: str, setting: str | None = None) -> Conver
 
 
 def convert_generic_document(rec: dict, split: str, setting: str | None = None) -> Converted:
-    """A document of the generic layout: ``text`` with an ``id``, a ``title`` or both (no title: the empty one)."""
-    if rec.get("id") is None and rec.get("title") is None:
+    """A document of the generic layout: ``text`` with an ``id`` (or ``doc_id``, grtool's own column name), a
+    ``title`` or both (no title: the empty one)."""
+    if rec.get("id") is not None and rec.get("doc_id") is not None:
+        raise BadRecord("fields 'id' and 'doc_id' are both given", "name the document one way")
+    key = "doc_id" if rec.get("doc_id") is not None else "id"
+    if rec.get(key) is None and rec.get("title") is None:
         raise BadRecord("missing field 'id' or 'title'", "a document needs one of them to be named by the questions")
-    own_id = _record_id(rec, "id") if rec.get("id") is not None else None
+    own_id = _record_id(rec, key) if rec.get(key) is not None else None
     title = _field(rec, "title", str, optional=True, default="")
     text = _field(rec, "text", str)
+    if not text.strip():
+        raise BadRecord("empty document text", "the document's text is empty or blank")
     return Converted(None, [(doc_id(title, text), title, text)], source_id=own_id)
 
 
@@ -477,7 +489,7 @@ def convert_inline(rec: dict, split: str, setting: str | None = None) -> Convert
     qid = _question_hash(_field(rec, "question", str)) if derived_qid else _record_id(rec, "qid", "id")
     answer, from_list = _generic_answer(rec)
     aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
-    own_split = _field(rec, "split", str, optional=True)
+    own_split = normalize_split(_field(rec, "split", str, optional=True))
     answerable = _field(rec, "answerable", bool, optional=True, default=True)
     docs, gold = [], []
     for i, p in enumerate(_inline_paragraphs(_field(rec, "paragraphs", (list, dict)))):
@@ -486,6 +498,8 @@ def convert_inline(rec: dict, split: str, setting: str | None = None) -> Convert
         title, text, supporting = p.get("title") or "", p.get("text"), p.get("is_supporting", False)
         if not isinstance(title, str) or not isinstance(text, str) or not isinstance(supporting, bool):
             raise BadRecord("field 'paragraphs' has the wrong type", f"paragraphs[{i}] needs str text, str title (optional), bool is_supporting (optional)")
+        if not text.strip():
+            raise BadRecord("empty document text", f"paragraphs[{i}] has no text")
         did = doc_id(title, text)
         docs.append((did, title, text))
         if supporting:
@@ -555,7 +569,7 @@ READS: dict[str, tuple[str, ...]] = {
     MOREHOPQA: ("_id", "question", "answer", "context", "question_decomposition", "no_of_hops", "reasoning_type"),
     HOTPOTQA_WIKI: ("title", "text"),
     GENERIC: ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "gold_doc_ids", "gold_titles"),
-    GENERIC_DOCUMENTS: ("id", "title", "text"),
+    GENERIC_DOCUMENTS: ("id", "doc_id", "title", "text"),
     INLINE: ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "paragraphs"),
 }
 
@@ -625,7 +639,7 @@ def detect(rec: Any) -> Shape | None:
         return Shape(None, False, "questions with a [title, sentences] context", (HOTPOTQA, TWOWIKI))
     if "title" in keys and "text" in keys and "url" in keys and isinstance(rec["text"], list):
         return Shape(HOTPOTQA_WIKI, True, "the HotpotQA Wikipedia abstracts dump")
-    if "text" in keys and "id" in keys and "url" not in keys:  # (other dumps carry a url: left ambiguous)
+    if "text" in keys and keys & {"id", "doc_id"} and "url" not in keys:  # (other dumps carry a url: left ambiguous)
         return Shape(GENERIC_DOCUMENTS, True, "generic documents")
     if "title" in keys and "text" in keys:
         return Shape(None, True, "a list of {title, text} documents", DOCUMENT_LABELS)
@@ -639,6 +653,20 @@ def _inline_first_paragraph(paragraphs: Any) -> bool:
 
 
 _SPLIT = re.compile(r"(?<![a-z])(train|dev|test|validation|val)(?![a-z])")
+
+
+SPLIT_NAMES = {"validation": "dev", "val": "dev", "valid": "dev", "development": "dev"}
+
+
+def normalize_split(value: str | None) -> str | None:
+    """A split name as a record gives it, in grtool's words: case and surrounding blanks do not count, and
+    ``validation`` (``val``, ``valid``, ``development``) is ``dev``, as in file names (:func:`split_from_name`)."""
+    if value is None:
+        return None
+    name = value.strip().lower()
+    if not name:
+        raise BadRecord("field 'split' is blank", "give a split name (train, dev, test) or leave the field out")
+    return SPLIT_NAMES.get(name, name)
 
 
 def split_from_name(name: str) -> str | None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
+import re
 import sys
 import tarfile
 import zlib
@@ -397,10 +399,23 @@ def _not_json_lines(name: str, first_line: bytes, data: BinaryIO) -> InputError 
     )
 
 
+_LONG_NUMBER = re.compile(rb"\d{19}")
+
+
+def _whole(digits: str) -> int | str:
+    """An integer of a JSON line: as a number within 64 bits (what every writer of the record can hold), else as
+    its digits."""
+    value = int(digits)
+    return value if -(2**63) <= value < 2**64 else digits
+
+
 def parse_line(name: str, position: str, line: bytes) -> Any:
     """Decode one JSON Lines record; a line that is not JSON is a broken file, not a bad record."""
     try:
-        return orjson.loads(line)
+        record = orjson.loads(line)
+        # orjson reads an integer past 64 bits as a float, rounded: ids would lose digits and collide. Such a line
+        # (rare: 19 digits or more in a row) is read again, each such integer as its digits (text): an id is text.
+        return json.loads(line, parse_int=_whole) if _LONG_NUMBER.search(line) else record
     except orjson.JSONDecodeError as e:
         cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
         raise InputError(

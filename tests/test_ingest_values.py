@@ -1,0 +1,81 @@
+"""Generic values read as given (issue #45, item 5): integer ids kept digit for digit, a float id that lost digits
+refused, blank ids, questions, answers and document texts rejected with their reason, split names normalised
+once (case, blanks; validation and val are dev), and a documents file keyed ``doc_id`` (grtool's own column name)
+read by that id. Through the library's ingest on files written here (our own text)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grtool.corpus.ingest import ingest
+from grtool.store.stage import read_table
+
+DOCS = [{"id": "d1", "title": "Ada Quill", "text": "Ada Quill drew maps of the Lowmere valley."},
+        {"id": "d2", "title": "Lowmere", "text": "Lowmere is a river town with paper mills."}]  # fmt: skip
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _rejects(out: Path, table: str) -> dict[str, str]:
+    f = out / table / "_rejects" / "part-00000.jsonl"
+    rows = [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
+    return {r["position"]: r["reason"] for r in rows}
+
+
+def test_integer_ids_past_64_bits_keep_every_digit(tmp_path):
+    docs = _write(tmp_path / "docs.jsonl", DOCS)
+    lines = [f'{{"qid": 123456789012345678901234567890{n}, "question": "Who drew maps {n}?", "answer": "Ada", "gold_doc_ids": ["d1"]}}\n'
+             for n in (1, 2)]  # fmt: skip
+    (tmp_path / "q.jsonl").write_text("".join(lines))
+    out = tmp_path / "out"
+    ingest([docs, tmp_path / "q.jsonl"], out)
+    assert sorted(read_table(out / "questions").column("qid").to_pylist()) == ["1234567890123456789012345678901", "1234567890123456789012345678902"]
+
+
+def test_a_float_id_that_lost_digits_is_refused(tmp_path):
+    docs = _write(tmp_path / "docs.jsonl", DOCS)
+    q = _write(tmp_path / "q.jsonl", [{"qid": 1.2345678901234567e25, "question": "Who?", "answer": "Ada", "gold_doc_ids": ["d1"]},
+                                      {"qid": "ok", "question": "Who drew maps?", "answer": "Ada", "gold_doc_ids": ["d1"]}])  # fmt: skip
+    out = tmp_path / "out"
+    ingest([docs, q], out, allow_rejects=True)
+    assert list(_rejects(out, "questions").values()) == ["field 'qid' has the wrong type"]
+
+
+def test_blank_values_are_rejected_with_their_reason(tmp_path):
+    docs = _write(tmp_path / "docs.jsonl", [*DOCS, {"id": "d3", "title": "Empty", "text": "   "}])
+    q = _write(tmp_path / "q.jsonl", [
+        {"qid": " ", "question": "Who drew maps?", "answer": "Ada", "gold_doc_ids": ["d1"]},
+        {"qid": "q2", "question": "  ", "answer": "Ada", "gold_doc_ids": ["d1"]},
+        {"qid": "q3", "question": "Who drew maps?", "answer": "", "gold_doc_ids": ["d1"]},
+        {"qid": "q4", "question": "Which town has mills?", "answer": "Lowmere", "gold_doc_ids": ["d2"]},
+    ])  # fmt: skip
+    out = tmp_path / "out"
+    report = ingest([docs, q], out, allow_rejects=True)
+    assert sorted(_rejects(out, "questions").values()) == ["empty answer", "empty question", "field 'qid' is blank"]
+    assert list(_rejects(out, "documents").values()) == ["empty document text"]
+    assert read_table(out / "questions").column("qid").to_pylist() == ["q4"]
+    assert report is not None
+
+
+def test_split_names_are_normalised_once(tmp_path):
+    docs = _write(tmp_path / "docs.jsonl", DOCS)
+    q = _write(tmp_path / "q.jsonl", [{"qid": f"q{i}", "question": f"Who drew maps {i}?", "answer": "Ada", "gold_doc_ids": ["d1"], "split": split}
+                                      for i, split in enumerate(["Validation ", "val", "TRAIN", " test", "dev"])])  # fmt: skip
+    out = tmp_path / "out"
+    ingest([docs, q], out)
+    splits = dict(zip(*(read_table(out / "questions").column(c).to_pylist() for c in ("qid", "split"))))
+    assert splits == {"q0": "dev", "q1": "dev", "q2": "train", "q3": "test", "q4": "dev"}
+
+
+def test_a_documents_file_keyed_doc_id_is_read_by_that_id(tmp_path):
+    docs = _write(tmp_path / "docs.jsonl", [{"doc_id": d["id"], "title": d["title"], "text": d["text"]} for d in DOCS])
+    q = _write(tmp_path / "q.jsonl", [{"qid": "q1", "question": "Which town has mills?", "answer": "Lowmere", "gold_doc_ids": ["d2"]}])
+    out = tmp_path / "out"
+    ingest([docs, q], out)
+    [gold] = read_table(out / "questions").column("gold_doc_ids").to_pylist()
+    titles = dict(zip(*(read_table(out / "documents").column(c).to_pylist() for c in ("doc_id", "title"))))
+    assert [titles[g] for g in gold] == ["Lowmere"]
