@@ -29,6 +29,19 @@ def examples() -> Path:
     return EXAMPLES
 
 
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory) -> dict:
+    """The samples corpus (tests/sample_helpers.py), ingested once per test module (nothing writes into it)."""
+    from sample_helpers import build_samples
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    root = tmp_path_factory.mktemp("samples") / "corpus"
+    info = build_samples(SHARED_DATA, root)
+    info["root"] = root
+    return info
+
+
 def run_cli(*args: str, input: str | None = None, env: dict | None = None, check: bool | int = True) -> subprocess.CompletedProcess:
     """Run the real `grtool` console entry point in a subprocess; check=int asserts that exit code."""
     cmd = [sys.executable, "-m", "grtool", *map(str, args)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import SHARED_DATA, run_cli
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.chains.prompt import user_turn
 from grtool.index.constraints import offered_docids

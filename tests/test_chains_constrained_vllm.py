@@ -15,7 +15,7 @@ import sys
 
 import pytest
 from conftest import SHARED_DATA
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table

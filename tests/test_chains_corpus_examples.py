@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import SHARED_DATA
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.chains.corpus_examples import example_answer, pick_examples
 from grtool.chains.prompt import ChainPrompt

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from grtool.store.stage import read_table
+from output_helpers import no_spaces, rows_by
 
 SAMPLES = {
     "hotpotqa": ["hotpotqa/hotpot_dev_distractor_v1.sample.json", "hotpotqa/hotpot_dev_fullwiki_v1.sample.json",
@@ -35,15 +36,6 @@ def load_records(path: Path) -> list[dict]:
 
 def norm(s: str) -> str:
     return " ".join(unicodedata.normalize("NFC", s).split())
-
-
-def one_line(text: str) -> str:
-    """stderr without the console's line wrapping (which may also fold a long path): whitespace removed."""
-    return "".join(text.split())
-
-
-def rows_by(table, key: str) -> dict:
-    return {r[key]: r for r in table.to_pylist()}
 
 
 # -------------------------------------------------------------- independent readings of each dataset
@@ -284,8 +276,8 @@ def test_truncated_file_fails_with_its_name_and_leaves_no_shard(examples, cli, t
     out = tmp_path / "out"
     # a good file first: its rows must not become visible either
     proc = cli("corpus", "ingest", good, bad, "--out", out, check=2)
-    message = one_line(proc.stderr)
-    assert one_line(f"{bad}, ") in message and "truncated" in message
+    message = no_spaces(proc.stderr)
+    assert no_spaces(f"{bad}, ") in message and "truncated" in message
     assert _no_shards(out)
 
 
@@ -293,11 +285,11 @@ def test_unknown_schema_and_not_json(cli, tmp_path):
     odd = tmp_path / "odd_dev.json"
     odd.write_text(json.dumps([{"foo": 1, "bar": 2}]))
     proc = cli("corpus", "ingest", odd, "--out", tmp_path / "o1", check=2)
-    assert one_line(f"{odd}, record 1: unknown schema") in one_line(proc.stderr)
+    assert no_spaces(f"{odd}, record 1: unknown schema") in no_spaces(proc.stderr)
     text = tmp_path / "notes.txt"
     text.write_text("hello world\n")
     proc = cli("corpus", "ingest", text, "--out", tmp_path / "o2", check=2)
-    assert one_line(f"{text}: not JSON") in one_line(proc.stderr)
+    assert no_spaces(f"{text}: not JSON") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path)
 
 
@@ -320,7 +312,7 @@ def test_bad_records_are_rejected_or_fatal_under_strict(examples, cli, tmp_path)
     assert {r["position"] for r in rejects} == {"line 2", "line 3"} and all(r["source"] == str(bad) for r in rejects)
     cli("validate", out)
     proc = cli("corpus", "ingest", bad, "--out", tmp_path / "strict", "--strict", check=2)
-    assert one_line(f"{bad}, line 2: missing field 'question'") in one_line(proc.stderr)
+    assert no_spaces(f"{bad}, line 2: missing field 'question'") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "strict")
 
 
@@ -337,7 +329,7 @@ def test_duplicate_qids_are_rejected(examples, cli, tmp_path):
     docs = json.loads((out / "documents" / "_manifest.json").read_bytes())
     assert docs["counters"]["merged"] == docs["counters"]["in"] - docs["rows"] > 0
     proc = cli("corpus", "ingest", src, copy, "--out", tmp_path / "strict", "--strict", check=2)
-    assert one_line(f"{copy}, record 1: duplicate qid") in one_line(proc.stderr) and _no_shards(tmp_path / "strict")
+    assert no_spaces(f"{copy}, record 1: duplicate qid") in no_spaces(proc.stderr) and _no_shards(tmp_path / "strict")
 
 
 def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_path):
@@ -346,10 +338,10 @@ def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_p
     cli("corpus", "ingest", src, "--out", out)
     before = (out / "questions" / "part-00000.parquet").stat().st_mtime_ns
     proc = cli("corpus", "ingest", src, "--out", out)
-    assert "alreadycomplete" in one_line(proc.stderr)
+    assert "alreadycomplete" in no_spaces(proc.stderr)
     assert (out / "questions" / "part-00000.parquet").stat().st_mtime_ns == before
     proc = cli("corpus", "ingest", src, "--out", out, "--split", "dev", check=2)
-    assert "--overwrite" in one_line(proc.stderr)
+    assert "--overwrite" in no_spaces(proc.stderr)
     cli("corpus", "ingest", src, "--out", out, "--split", "dev", "--overwrite")
     assert set(pq.read_table(out / "questions" / "part-00000.parquet").column("split").to_pylist()) == {"dev"}
 
@@ -424,8 +416,8 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
     corpus = _titled_corpus(tmp_path / "musique_corpus.json")
     hotpot = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     proc = cli("corpus", "ingest", hotpot, corpus, "--out", tmp_path / "auto", check=2)
-    assert one_line(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
-                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in one_line(proc.stderr)
+    assert no_spaces(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
+                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "auto")
 
     out = tmp_path / "musique"
@@ -444,7 +436,7 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
 
     # --dataset never relabels another dataset's records
     proc = cli("corpus", "ingest", corpus, hotpot, "--dataset", "musique", "--out", tmp_path / "mixed", check=2)
-    assert one_line(f"{hotpot}, record 1: these are HotpotQA questions, not musique (--dataset)") in one_line(proc.stderr)
+    assert no_spaces(f"{hotpot}, record 1: these are HotpotQA questions, not musique (--dataset)") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "mixed")
 
 

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
+from sample_helpers import write_stage
+from sample_helpers import MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI
 
 from grtool.vocab.readers import DocidIndex
 from grtool.llm.base import Generation
@@ -48,7 +49,7 @@ def write_responses_dir(path: Path, corpus: Path, answers: list[tuple[str, str]]
         row, _ = response_row(by_qid[qid], sample, Generation(text, "stop", completion_tokens=1, latency_ms=1.0), lookup, settings, "by hand")
         rows.append(row)
     params = {**settings.params(), "datasets": [], "splits": [], "limit": None, **(params or {})}  # as `retrieve` records them
-    _write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
+    write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
     return path
 
 

@@ -7,7 +7,7 @@ import json
 import shlex
 
 import pytest
-from test_index import BUNDLED, write_triples_stage
+from index_helpers import BUNDLED, write_triples_stage
 from tokenizers import Tokenizer
 
 from grtool.errors import InputError

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_index import BUNDLED, two_wiki_rows, write_triples_stage
+from index_helpers import BUNDLED, two_wiki_rows, write_triples_stage
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError

@@ -131,7 +131,7 @@ def test_the_slurm_job_records_are_exactly_their_declaration(tmp_path):
     """Every _pipeline/slurm/STAGE.json a run submits is the bytes its declaration encodes: the writer builds the
     SlurmJobRecord, so no field can be written that the reader does not know."""
     import slurm_fakes
-    from test_pipeline_slurm_plan import _config as plan_config
+    from slurm_plan_helpers import plan_config
 
     from grtool.pipeline.records import read_slurm_job
     from grtool.records import to_builtins
@@ -158,7 +158,7 @@ def test_an_index_under_a_name_that_is_not_utf8_is_queried_and_validated(tmp_pat
     """grtool writes UTF-8 names only; a user may move what it wrote under any name the file system holds."""
     import json
 
-    from test_index import BUNDLED, write_triples_stage
+    from index_helpers import BUNDLED, write_triples_stage
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
     write_triples_stage(tmp_path / "triples", rows)
@@ -176,7 +176,7 @@ def test_an_index_under_a_name_that_is_not_utf8_is_queried_and_validated(tmp_pat
 
 
 def test_export_sft_reads_stages_under_a_name_that_is_not_utf8(tmp_path, shared_data):
-    from test_export import build_samples, write_chains
+    from sample_helpers import build_samples, write_chains
 
     samples = build_samples(shared_data, tmp_path / "corpus")
     write_chains(samples, tmp_path / "filtered")
@@ -205,7 +205,7 @@ def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_remo
     """`index build` writes into .<out>.<pid>.tmp beside --out; SIGKILL leaves it (with its scratch files)."""
     import json
 
-    from test_index import BUNDLED, write_triples_stage
+    from index_helpers import BUNDLED, write_triples_stage
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
     write_triples_stage(tmp_path / "triples", rows)
@@ -231,7 +231,7 @@ def test_status_json_of_a_run_lists_its_indexes_exports_checkpoints_and_pipeline
     indexes, exports, training outputs and pipeline stages the tables show; a stage directory keeps its object."""
     import json
 
-    from test_index import BUNDLED, write_triples_stage
+    from index_helpers import BUNDLED, write_triples_stage
 
     run = tmp_path / "run"
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]

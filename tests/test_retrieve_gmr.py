@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA, run_cli
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.vocab.gmr import DONE, render_document
 from grtool.store.records import load_manifest

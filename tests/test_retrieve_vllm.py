@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from test_retrieve import _assert_all_exist, _rows, run  # noqa: F401  (run: the shared corpus + index fixture)
+from retrieve_helpers import assert_all_exist, table_rows
 
 from grtool.vocab.readers import DocidIndex
 
@@ -23,7 +23,7 @@ COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", 
 
 
 def _docids_by_qid(path: Path) -> dict[str, list[str]]:
-    return {r["qid"]: r["docids"] for r in _rows(path)}
+    return {r["qid"]: r["docids"] for r in table_rows(path)}
 
 
 def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):  # noqa: F811
@@ -33,9 +33,9 @@ def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):  # noqa:
     proc = run_cli(*base, "--backend", "vllm", "--enforce-eager", "--max-model-len", "2048", "--out", tmp_path / "vllm", env=VLLM_ENV)
     report = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))  # vLLM logs on stdout too
     assert report["responses"] == hf["responses"] == 6
-    rows = _rows(tmp_path / "vllm")
+    rows = table_rows(tmp_path / "vllm")
     assert {r["markers"] for r in rows} == {"brackets"}
-    docids = _assert_all_exist(rows, DocidIndex.build(run / "triples"))
+    docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
     assert docids > 0 and report["hallucinated"] == 0
     ours, theirs = _docids_by_qid(tmp_path / "vllm"), _docids_by_qid(tmp_path / "hf")
     assert ours == theirs, {q: (ours[q], theirs.get(q)) for q in ours if ours[q] != theirs.get(q)}

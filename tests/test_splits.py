@@ -20,7 +20,7 @@ from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
 from tests.conftest import REPO, SHARED_DATA, run_cli
-from tests.test_export import _write_stage
+from sample_helpers import write_stage
 
 TRAIN_RECORDS = 4  # the last records of the sample become the train file
 QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export sft", "export kto", "export gmr", "retrieve")
@@ -133,7 +133,7 @@ def test_filters_and_exports_read_only_their_split_and_record_the_questions(cli,
 
 
 def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
-    from tests.test_chains_stage import llm_args, start_server
+    from chains_helpers import llm_args, start_server
 
     records = json.loads((SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
     server = start_server(records)
@@ -302,7 +302,7 @@ def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
     questions = read_table(corpus / "questions").to_pylist()
     # a triple per document and a chain per question citing each gold document's: every chain passes the filters
     triple = {d["doc_id"]: (d["title"], "is described in", " ".join(d["text"].split()[:4])) for d in documents}
-    _write_stage(tmp_path / "triples", "triples", TRIPLES,
+    write_stage(tmp_path / "triples", "triples", TRIPLES,
                  [{"doc_id": i, "idx": 0, "head": h, "relation": r, "tail": t, "docid": f"<docid_start>{h}, {r}, {t}<docid_end>"} for i, (h, r, t) in triple.items()])  # fmt: skip
     chains = []
     for q in questions:
@@ -310,7 +310,7 @@ def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
         steps = " ".join(f"I look up {d}." for d in docids)
         chains.append({"qid": q["qid"], "candidate": 0, "text": f"{steps} So the answer is {q['answer']}.", "docids": docids, "flipped": [False] * len(docids),
                        "selected": True, "score": 0.0, "model": "rule", "temperature": 0.0, "finish_reason": "stop"})  # fmt: skip
-    _write_stage(tmp_path / "chains", "chains", CHAINS, chains)
+    write_stage(tmp_path / "chains", "chains", CHAINS, chains)
 
     def split_args(name: str) -> list[str]:
         return [a for s in sorted(_splits(stages[name])) for a in ("--split", s)]

@@ -266,7 +266,7 @@ def test_an_edited_docid_bytes_record_is_listed_by_validate_and_never_answers(in
 @pytest.fixture(scope="module")
 def lookup_dir(tmp_path_factory) -> Path:
     from grtool.docid.lookup_files import open_lookup
-    from tests.test_index import write_triples_stage
+    from index_helpers import write_triples_stage
 
     root = tmp_path_factory.mktemp("lookup")
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
