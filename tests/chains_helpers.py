@@ -1,5 +1,5 @@
-"""The chains tests' inputs and their OpenAI-compatible server: questions and triples stages built from 2WikiMultihopQA
-records (their `evidences` as the gold paragraphs' triples), and a chat server on 127.0.0.1 that answers each question
+"""The chains tests' inputs and their OpenAI-compatible server: questions and triples stages built from the tests' own
+2WikiMultihopQA records (their `evidences` as the gold paragraphs' triples), and a chat server on 127.0.0.1 that answers each question
 with candidate chains of those triples and per-token logprobs."""
 
 from __future__ import annotations
@@ -12,18 +12,21 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from conftest import TEST_DATA
 from grtool.store.schemas import QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 
 S, E = "<docid_start>", "<docid_end>"
+TWO_WIKI = TEST_DATA / "2wikimultihopqa" / "data_ids_dev.tests.json"
 
 
 def doc_id(title: str) -> str:
     return "d" + hashlib.sha1(title.encode()).hexdigest()[:12]
 
 
-def load_2wiki(shared_data: Path) -> list[dict]:
-    return json.loads((shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+def load_2wiki() -> list[dict]:
+    """The tests' own 2WikiMultihopQA records (tests/data): 14 questions of the three kinds."""
+    return json.loads(TWO_WIKI.read_text())
 
 
 def build_inputs(records: list[dict], root: Path, *, parts: int = 2) -> tuple[Path, Path, dict[str, dict]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import EXAMPLES, TEST_DATA
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 import hashlib
@@ -28,11 +29,11 @@ def write_triples_stage(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def two_wiki_rows(shared_data: Path) -> list[dict]:
-    """Evidence triples of the real 2Wiki samples, each in the documents of its head and (when the tail is
+def two_wiki_rows() -> list[dict]:
+    """Evidence triples of the 2Wiki records (the examples' and the tests' own), each in the documents of its head and (when the tail is
     a supporting title too) its tail: bridge triples land in two documents (collisions)."""
     records = []
-    for f in sorted((shared_data / "2wikimultihopqa").glob("*.json")):
+    for f in [*sorted((EXAMPLES / "2wikimultihopqa").glob("d*.json")), TEST_DATA / "2wikimultihopqa" / "data_ids_dev.tests.json"]:
         records += json.loads(f.read_text())
     docs: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     for rec in records:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
+from conftest import run_cli
 from report_helpers import build_run
 
 HANG_GUARD = 60  # seconds: a command that reads /dev/zero or a FIFO must refuse at once, never wait
@@ -20,9 +20,7 @@ HANG_GUARD = 60  # seconds: a command that reads /dev/zero or a FIFO must refuse
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory) -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    run = build_run(SHARED_DATA, tmp_path_factory.mktemp("adv"))
+    run = build_run(tmp_path_factory.mktemp("adv"))
     run_cli("-q", "index", "build", run / "triples", "--tokenizer", "llama3", "--kind", "numpy", "--out", run / "index")
     return run
 

@@ -1,6 +1,6 @@
 """`grtool chains synthesize` end to end: a real OpenAI-compatible HTTP server on 127.0.0.1, and the tiny model.
 
-Questions and triples come from real 2WikiMultihopQA dev records: their `evidences` are the (head, relation,
+Questions and triples come from the tests' own 2WikiMultihopQA records (tests/data): their `evidences` are the (head, relation,
 tail) triples of their gold paragraphs, in gold-paragraph order.
 """
 
@@ -17,12 +17,12 @@ import pytest
 from grtool.store.schemas import QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 from grtool.store.records import load_manifest
-from chains_helpers import E, S, WINNER, build_inputs, doc_id, llm_args, load_2wiki, start_server
+from chains_helpers import TWO_WIKI, E, S, WINNER, build_inputs, doc_id, llm_args, load_2wiki, start_server
 
-def ingest_inputs(cli, shared_data: Path, root: Path) -> tuple[Path, Path]:
-    """The real `corpus ingest` over the 2Wiki sample, and a triples stage of each question's evidences,
+def ingest_inputs(cli, root: Path) -> tuple[Path, Path]:
+    """The real `corpus ingest` over the tests' 2Wiki records, and a triples stage of each question's evidences,
     each evidence assigned to the gold document of its hop (ingest keeps gold documents in hop order)."""
-    cli("-q", "corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", root / "corpus")
+    cli("-q", "corpus", "ingest", TWO_WIKI, "--out", root / "corpus")
     triples, seen = [], set()
     for q in read_table(root / "corpus" / "questions").to_pylist():
         gold = q["gold_doc_ids"]
@@ -42,8 +42,8 @@ def ingest_inputs(cli, shared_data: Path, root: Path) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------------ the server
 
 @pytest.fixture
-def records(shared_data):
-    return load_2wiki(shared_data)
+def records():
+    return load_2wiki()
 
 
 @pytest.fixture
@@ -136,9 +136,9 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     assert "candidates" in proc.stderr
 
 
-def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, shared_data, records, server):
+def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, records, server):
     # The corpus is a real ingest output directory; TRIPLES a run directory holding triples/.
-    corpus, run = ingest_inputs(cli, shared_data, tmp_path)
+    corpus, run = ingest_inputs(cli, tmp_path)
     out = tmp_path / "chains"
     proc = cli("chains", "synthesize", corpus, "--triples", run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", "--json", *llm_args(server))
     rows = read_table(out).to_pylist()
@@ -212,10 +212,10 @@ def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path
         server.shutdown()
 
 
-def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, shared_data, records, server):
+def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, server):
     # `corpus ingest --out -` streams documents and questions; chains reads the questions from that stream.
-    _, run = ingest_inputs(cli, shared_data, tmp_path)
-    stream = cli("corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", "-").stdout
+    _, run = ingest_inputs(cli, tmp_path)
+    stream = cli("corpus", "ingest", TWO_WIKI, "--out", "-").stdout
     proc = cli("chains", "synthesize", "-", "--triples", run, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=stream)
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == 2 * len(records) and sum(r["selected"] for r in rows) == len(records)

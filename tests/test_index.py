@@ -231,17 +231,17 @@ def _tiny_tokenizer() -> Tokenizer:
     return tok
 
 
-# ------------------------------------------------------------------------ CLI on real 2Wiki triples
+# ------------------------------------------------------------------------ CLI on 2Wiki evidence triples
 
 
-def _two_wiki_stage(shared_data: Path, tmp: Path) -> tuple[Path, list[dict]]:
-    rows = two_wiki_rows(shared_data)
+def _two_wiki_stage(tmp: Path) -> tuple[Path, list[dict]]:
+    rows = two_wiki_rows()
     return write_triples_stage(tmp / "run" / "triples", rows), rows
 
 
 @pytest.mark.parametrize("kind", ["fm", "trie"])
-def test_query_matches_brute_force_on_2wiki(cli, shared_data, tmp_path, kind):
-    stage, rows = _two_wiki_stage(shared_data, tmp_path)
+def test_query_matches_brute_force_on_2wiki(cli, tmp_path, kind):
+    stage, rows = _two_wiki_stage(tmp_path)
     docs_by_docid: dict[str, set[str]] = defaultdict(set)
     for r in rows:
         docs_by_docid[r["docid"]].add(r["doc_id"])

@@ -37,8 +37,8 @@ from llm_helpers import ANSWERS, FlakyServer, serve
 SECRET = "sk-test-0123456789abcdefSECRET"
 
 @pytest.fixture
-def corpus(tmp_path, shared_data):
-    docs = hotpot_paragraphs(shared_data, len(ANSWERS))
+def corpus(tmp_path):
+    docs = hotpot_paragraphs(len(ANSWERS))
     return docs, write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
 
 
@@ -230,8 +230,8 @@ def test_vllm_openai_server_backend(vllm_server):
 
 
 @pytest.mark.slow
-def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
-    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(shared_data, 3))
+def test_vllm_openai_server_extract(vllm_server, tmp_path, cli):
+    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(3))
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", vllm_server,
             "--max-tokens", "96", "--max-empty-share", "1")  # fmt: skip

@@ -16,8 +16,8 @@ from llm_helpers import FlakyServer, serve
 from llm_helpers import GUARD_ANSWERS
 
 @pytest.mark.slow
-def test_transformers_extract_end_to_end(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, 3)
+def test_transformers_extract_end_to_end(tmp_path, cli):
+    docs = hotpot_paragraphs(3)
     docs.append({"doc_id": "empty-doc", "title": "Nothing", "text": "   ", "datasets": ["hotpotqa"]})
     write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
     out = tmp_path / "out"
@@ -80,8 +80,8 @@ def test_transformers_backend_logprobs_stop_and_cache(tmp_path):
     assert "3." not in stopped.text and stopped.finish_reason == "stop"
 
 
-def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, len(GUARD_ANSWERS))
+def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, cli):
+    docs = hotpot_paragraphs(len(GUARD_ANSWERS))
     documents = write_documents(tmp_path / "corpus" / "documents", docs)
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, GUARD_ANSWERS)}, flaky=False)
     serve(server)
