@@ -21,6 +21,7 @@ from grtool.store.io import InputTable
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, iter_rows
 from grtool.store.records import load_manifest
+from conftest import TEST_DATA
 
 S, E = "<docid_start>", "<docid_end>"
 _OFFERED = re.compile(r"^\d+\. \[(.*)\]$", re.M)
@@ -78,9 +79,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def musique_full(shared_data, tmp_path, cli):
-    """The ingested MuSiQue-full sample and a triples stage over every context paragraph of its records."""
-    path = shared_data / "musique" / "musique_full_v1.0_train.sample.jsonl"
+def musique_full(tmp_path, cli):
+    """The ingested MuSiQue-full records (the tests' own: an answerable question, its unanswerable twin, another) and a triples stage over every context paragraph of its records."""
+    path = TEST_DATA / "musique" / "musique_full_v1.0_dev.tests.jsonl"
     cli("-q", "corpus", "ingest", path, "--out", tmp_path / "corpus")
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     triples, seen = [], set()
@@ -129,7 +130,7 @@ def test_an_unanswerable_question_gets_a_cannot_answer_chain_that_passes_the_fil
     assert unanswerable and all(qid.endswith("__unanswerable") and not q["gold_doc_ids"] for qid, q in unanswerable.items())
     qid, q = next(iter(unanswerable.items()))
     meta = json.loads(q["meta"])
-    assert meta["musique_id"] == qid.removesuffix("__unanswerable") and len(meta["context_doc_ids"]) == 20
+    assert meta["musique_id"] == qid.removesuffix("__unanswerable") and len(meta["context_doc_ids"]) == 3  # the record's paragraphs
 
     out = tmp_path / "chains"
     manifest = _synthesize(cli, world, out)

@@ -87,14 +87,13 @@ def qid_of(dataset: str, rec: dict) -> str:
 def ingested(tmp_path_factory):
     from conftest import SHARED_DATA, run_cli
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     out = tmp_path_factory.mktemp("corpus") / "run"
     paths = [SHARED_DATA / p for files in SAMPLES.values() for p in files]
     run_cli("corpus", "ingest", *paths, "--out", out)
     return out
 
 
+@pytest.mark.real_data
 def test_real_samples_questions_gold_and_documents(ingested, shared_data):
     docs = rows_by(read_table(ingested / "documents"), "doc_id")
     questions = rows_by(read_table(ingested / "questions"), "qid")
@@ -366,29 +365,32 @@ def test_rows_per_part_spreads_a_small_corpus_over_many_parts(examples, cli, tmp
 # ------------------------------------------------------------------- what each file was read as
 
 
-def test_every_real_file_is_detected_as_its_own_dataset(shared_data, examples):
-    """Detection by shape: the first record of every real sample and bundled example names its dataset
+@pytest.mark.parametrize("source", ["examples", pytest.param("shared_data", marks=pytest.mark.real_data)])
+def test_every_file_is_detected_as_its_own_dataset(source, request):
+    """Detection by shape: the first record of every bundled example and real sample names its dataset
     (the directory it sits in; the Hugging Face HotpotQA variant is HotpotQA)."""
     from grtool.corpus.datasets import GENERIC_DOCUMENTS, detect
     from grtool.corpus.readers import input_files, iter_records, open_streams, parse_line
 
     known = {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa", "hotpotqa-wiki", "generic"}
     seen = set()
-    for root in (shared_data, examples):
-        for f in input_files(root):
-            for stream in open_streams(f):
-                _, first = next(iter_records(stream))
-                shape = detect(parse_line(stream.name, "line 1", first) if isinstance(first, bytes) else first)
-                dirs = f.relative_to(root).parts[:-1]
-                want = "hotpotqa" if "variants" in dirs else next(p for p in reversed(dirs) if p in known)
-                # the generic layout's documents file reads as generic documents
-                read_as = "generic" if shape is not None and shape.dataset == GENERIC_DOCUMENTS else getattr(shape, "dataset", None)
-                assert read_as == want, (f, shape)
-                seen.add(want)
-                break
-    assert seen == known
+    root = request.getfixturevalue(source)
+    for f in input_files(root):
+        for stream in open_streams(f):
+            _, first = next(iter_records(stream))
+            shape = detect(parse_line(stream.name, "line 1", first) if isinstance(first, bytes) else first)
+            dirs = f.relative_to(root).parts[:-1]
+            want = "hotpotqa" if "variants" in dirs else next(p for p in reversed(dirs) if p in known)
+            # the generic layout's documents file reads as generic documents
+            read_as = "generic" if shape is not None and shape.dataset == GENERIC_DOCUMENTS else getattr(shape, "dataset", None)
+            assert read_as == want, (f, shape)
+            seen.add(want)
+            break
+    # the examples hold every layout; the real samples the four datasets
+    assert seen == (known if source == "examples" else {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa"})
 
 
+@pytest.mark.real_data
 def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
     man = json.loads((ingested / "documents" / "_manifest.json").read_bytes())
     assert man["detected"] == json.loads((ingested / "questions" / "_manifest.json").read_bytes())["detected"]

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from sample_helpers import ANA_BRACKETS, ANA_FLIPPED_EXACT, FAIR_LADY_HALF, MOZA_COLLIDING, MOZA_EXACT, MOZA_FLIPPED_AND_HALLUCINATED, MOZA_MALFORMED, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, WIKI, write_responses
+from sample_helpers import (
+    ANA_BRACKETS, ANA_FLIPPED_EXACT, FAIR_LADY_HALF, MOZA_COLLIDING, MOZA_EXACT, MOZA_FLIPPED_AND_HALLUCINATED,
+    MOZA_MALFORMED, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, WIKI, write_responses,
+)
 
 from grtool.docid import normalize as normalize_docid
 from grtool.docid import parse as parse_docids

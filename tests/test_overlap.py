@@ -117,14 +117,14 @@ def test_parse_ns():
             parse_ns(bad)
 
 
-def test_real_hotpotqa_and_musique_equal_independent_computation(cli, tmp_path, shared_data):
+def test_hotpotqa_and_musique_equal_independent_computation(cli, tmp_path, examples):
     out, questions, documents = ingest(
         cli,
         tmp_path,
-        shared_data / "hotpotqa" / "hotpot_dev_distractor_v1.sample.json",
-        shared_data / "hotpotqa" / "hotpot_train_v1.1.sample.json",
-        shared_data / "musique" / "musique_ans_v1.0_dev.sample.jsonl",
-        shared_data / "musique" / "musique_ans_v1.0_train.sample.jsonl",
+        examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json",
+        examples / "hotpotqa" / "hotpot_train_v1.1.example.json",
+        examples / "musique" / "musique_ans_v1.0_dev.example.jsonl",
+        examples / "musique" / "musique_ans_v1.0_train.example.jsonl",
     )
     plot = tmp_path / "overlap.png"
     report = json.loads(cli("corpus", "overlap", out, "--json", "--plot", plot).stdout)

@@ -19,8 +19,9 @@ from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
-from tests.conftest import REPO, SHARED_DATA, run_cli
+from tests.conftest import REPO, run_cli
 from sample_helpers import write_stage
+from chains_helpers import load_2wiki
 
 TRAIN_RECORDS = 4  # the last records of the sample become the train file
 QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export sft", "export kto", "export gmr", "retrieve")
@@ -28,13 +29,11 @@ QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """The 2Wiki sample as a dev file and a train file, ingested, with its evidence triples and gold chains."""
+    """The tests' 2Wiki records as a dev file and a train file, ingested, with its evidence triples and gold chains."""
     from grtool.triples.evidence import write_evidence_stage
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path_factory.mktemp("splits")
-    records = json.loads((SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+    records = load_2wiki()
     (root / "in").mkdir()
     (root / "in" / "data_ids_dev.json").write_text(json.dumps(records[:-TRAIN_RECORDS]))
     (root / "in" / "data_ids_train.json").write_text(json.dumps(records[-TRAIN_RECORDS:]))
@@ -133,9 +132,9 @@ def test_filters_and_exports_read_only_their_split_and_record_the_questions(cli,
 
 
 def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
-    from chains_helpers import llm_args, start_server
+    from chains_helpers import llm_args, load_2wiki, start_server
 
-    records = json.loads((SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+    records = load_2wiki()
     server = start_server(records)
     try:
         out = tmp_path / "chains"
