@@ -1,10 +1,13 @@
-"""The retrieval tests' reading of a responses stage: its rows, and a check that every docid in them is in the index."""
+"""The retrieval tests' run (the samples corpus and an FM-index of its triples), the rows of a responses stage, and a
+check that every docid in them is in the index."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import run_cli
 from grtool.store.stage import read_table
+from sample_helpers import build_samples
 from grtool.vocab.readers import DocidIndex
 
 
@@ -23,3 +26,10 @@ def assert_all_exist(rows: list[dict], lookup: DocidIndex) -> int:
             assert docs, f"{row['qid']}: hallucinated docid {key!r} in {row['text']!r}"
             n += 1
     return n
+
+
+def build_indexed_samples(root: Path) -> Path:
+    """A corpus with triples and an FM-index (forward and flipped docids) with the embedded model's tokenizer."""
+    build_samples(root)
+    run_cli("index", "build", root / "triples", "--tokenizer", "default", "--flips", "--out", root / "index")
+    return root

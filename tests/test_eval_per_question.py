@@ -64,13 +64,13 @@ def scorable_qids(corpus: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(samples, tmp_path_factory):  # noqa: F811
+def runs(samples, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     corpus = samples["root"]
     return {"a": write_responses_dir(root / "a", corpus, RUN_A), "b": write_responses_dir(root / "b", corpus, RUN_B)}
 
 
-def test_per_question_json_hand_checked(cli, samples, runs):  # noqa: F811
+def test_per_question_json_hand_checked(cli, samples, runs):
     corpus = samples["root"]
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json")
     report = strict_json(proc.stdout)
@@ -101,7 +101,7 @@ def test_per_question_json_hand_checked(cli, samples, runs):  # noqa: F811
     assert "questions" not in plain and plain["recall"] == report["recall"] == pytest.approx((1 + 1 + 0.5 + 0 + 0.5) / 5)
 
 
-def test_non_gold_and_colliding_verdicts(cli, samples, runs):  # noqa: F811
+def test_non_gold_and_colliding_verdicts(cli, samples, runs):
     corpus = samples["root"]
     report = strict_json(cli("eval", "recall", runs["b"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json").stdout)
     moza = next(q for q in report["questions"] if q["qid"] == Q_MOZA)
@@ -114,7 +114,7 @@ def test_non_gold_and_colliding_verdicts(cli, samples, runs):  # noqa: F811
     assert [(d["title"], d["verdict"]) for d in non_gold["retrieved"]] == [("Joaan bin Hamad bin Khalifa Al Thani", "non-gold")]
 
 
-def test_per_question_table_on_the_terminal(cli, samples, runs):  # noqa: F811
+def test_per_question_table_on_the_terminal(cli, samples, runs):
     corpus = samples["root"]
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", env={"COLUMNS": "400"})
     assert proc.stdout == ""
@@ -124,7 +124,7 @@ def test_per_question_table_on_the_terminal(cli, samples, runs):  # noqa: F811
     assert "no response row" in proc.stderr and "without a response:" in proc.stderr
 
 
-def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):  # noqa: F811
+def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):
     """--dataset musique --limit 2 as retrieve records them: the first two MuSiQue questions were asked."""
     corpus = samples["root"]
     first_two = [q["qid"] for q in read_table(corpus / "questions").to_pylist() if q["dataset"] == MUSIQUE][:2]
@@ -134,7 +134,7 @@ def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):  # noqa
     assert report["without_response"] == (1 if first_two[1] in scorable_qids(corpus) else 0)
 
 
-def test_compare_response_directories(cli, samples, runs, tmp_path):  # noqa: F811
+def test_compare_response_directories(cli, samples, runs, tmp_path):
     md = tmp_path / "cmp.md"
     proc = cli("eval", "compare", f"a={runs['a']}", f"b={runs['b']}", "--per-question", "--json", "--out", md)
     result = strict_json(proc.stdout)
@@ -159,7 +159,7 @@ def test_compare_response_directories(cli, samples, runs, tmp_path):  # noqa: F8
     assert mixed["per_question"]["b"] == {k: wins[k] for k in ("baseline", "questions", "better", "worse", "same")}
 
 
-def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, runs, tmp_path):  # noqa: F811
+def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, runs, tmp_path):
     fewer = write_responses_dir(tmp_path / "fewer", samples["root"], RUN_B[:2])
     proc = cli("eval", "compare", f"a={runs['a']}", f"fewer={fewer}", check=2)
     assert "different questions" in proc.stderr and "2 only in 'a'" in " ".join(proc.stderr.split())
@@ -169,7 +169,7 @@ def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, 
     assert "label 'x' is given twice" in proc.stderr
 
 
-def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):  # noqa: F811
+def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):
     """A run that answered train questions, scored against a corpus without them: recall as ever, the missing
     rows unknown (null) and a warning that says why."""
     corpus = samples["root"]
@@ -180,7 +180,7 @@ def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_
     assert "cannot select the questions it was asked" in " ".join(proc.stderr.split())
 
 
-def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):  # noqa: F811
+def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):
     corpus = samples["root"]
     out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"limit": 2})
     manifest = json.loads((out / "_manifest.json").read_text())

@@ -373,14 +373,14 @@ def test_constraint_to_offered_triples_goes_out_as_a_regex():
 
 
 @pytest.mark.slow
-def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, shared_data, cli):
+def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, cli):
     """--constrain through vLLM's server: every citation is an offered triple; the same run without it is not."""
     from sample_helpers import build_samples
 
     from grtool.store.records import load_manifest
 
     root = tmp_path / "run"
-    build_samples(shared_data, root)
+    build_samples(root)
     common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
     cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
     extra = load_manifest(tmp_path / "chains")["counters"]["extra"]

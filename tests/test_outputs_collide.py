@@ -23,7 +23,7 @@ from output_helpers import one_line, snapshot
 
 
 @pytest.fixture(scope="module")
-def run(samples, tmp_path_factory) -> dict:  # noqa: F811
+def run(samples, tmp_path_factory) -> dict:
     """The sample run directory, a chains stage, and one filtered stage f6 made by a real `filters apply`."""
     base = tmp_path_factory.mktemp("collide")
     write_chains(samples, base / "chains")

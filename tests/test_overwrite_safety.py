@@ -26,7 +26,7 @@ from output_helpers import one_line, snapshot
 
 
 @pytest.fixture(scope="module")
-def run(samples, tmp_path_factory) -> dict:  # noqa: F811
+def run(samples, tmp_path_factory) -> dict:
     """A copy of the sample run directory (documents/, questions/, triples/, a user's notes.txt), a filtered
     chains stage, a base model directory and SFT data, shared by the tests (the refused runs change nothing)."""
     base = tmp_path_factory.mktemp("overwrite")

@@ -1,7 +1,7 @@
 """`grtool retrieve` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index.
 
 The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples with the triples of
-``test_export.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
+``sample_helpers.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
 in the index, in both marker modes; the responses directory feeds `eval recall` and `export kto` unchanged.
 """
 
@@ -12,13 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
-from sample_helpers import build_samples
+from conftest import run_cli
 
 from grtool.vocab.readers import DocidIndex
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
-from retrieve_helpers import assert_all_exist, table_rows
+from retrieve_helpers import assert_all_exist, build_indexed_samples, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +28,7 @@ FEW_SHOT_FROM_2WIKI = ("--dataset", "musique", "--few-shot-from", "dev")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A corpus with triples and an FM-index (forward and flipped docids) with the embedded model's tokenizer."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    root = tmp_path_factory.mktemp("retrieve") / "run"
-    build_samples(SHARED_DATA, root)
-    run_cli("index", "build", root / "triples", "--tokenizer", "default", "--flips", "--out", root / "index")
-    return root
+    return build_indexed_samples(tmp_path_factory.mktemp("retrieve") / "run")
 
 
 @pytest.fixture(scope="module")
