@@ -81,7 +81,7 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
     key or in a field the declaration skips passed here and broke the caller's own decode of the same bytes."""
     if not isinstance(data, str):
         try:
-            bytes(data).decode("utf-8")
+            str(data, "utf-8")
         except UnicodeDecodeError as e:
             raise DamagedRecord(f"{source}: {what} is not UTF-8 text (byte {e.start}) (edited or damaged)") from None
     try:
