@@ -117,6 +117,7 @@ def test_real_samples_questions_gold_and_documents(ingested, shared_data):
     assert {(norm(d["title"]), norm(d["text"])) for d in docs.values()} == all_paragraphs
 
 
+@pytest.mark.real_data
 def test_real_samples_dataset_specific_fields(ingested):
     questions = rows_by(read_table(ingested / "questions"), "qid")
     meta = {qid: json.loads(q["meta"]) for qid, q in questions.items()}
@@ -138,12 +139,10 @@ def test_real_samples_dataset_specific_fields(ingested):
     assert len(fullwiki) == 20 and sum(len(m.get("gold_titles_missing", [])) for m in fullwiki) == 18
 
 
-def test_validate_passes_then_fails_on_corrupted_shard(ingested, cli, tmp_path):
-    cli("validate", ingested)
-    import shutil
-
+def test_validate_passes_then_fails_on_corrupted_shard(examples, cli, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(ingested, copy)
+    cli("corpus", "ingest", examples / "hotpotqa", "--out", copy)
+    cli("validate", copy)
     shard = copy / "documents" / "part-00000.parquet"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -152,6 +151,7 @@ def test_validate_passes_then_fails_on_corrupted_shard(ingested, cli, tmp_path):
     assert "sha256" in proc.stdout + proc.stderr
 
 
+@pytest.mark.real_data
 def test_real_wiki_layout_and_splits(ingested):
     q = read_table(ingested / "questions").to_pylist()
     splits = {(r["dataset"], r["split"]) for r in q}
