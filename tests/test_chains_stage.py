@@ -19,6 +19,7 @@ from grtool.store.stage import StageSpec, StageWriter, read_table
 from grtool.store.records import load_manifest
 from chains_helpers import TWO_WIKI, E, S, WINNER, build_inputs, doc_id, llm_args, load_2wiki, start_server
 
+
 def ingest_inputs(cli, root: Path) -> tuple[Path, Path]:
     """The real `corpus ingest` over the tests' 2Wiki records, and a triples stage of each question's evidences,
     each evidence assigned to the gold document of its hop (ingest keeps gold documents in hop order)."""
@@ -149,12 +150,18 @@ def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_p
     assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
     assert all(r["docids"] and not any(r["flipped"]) for r in rows if r["candidate"] == 0)
     assert not any(r.get("logprobs") for r in server.requests)
-    # Distractors: each prompt offers the gold triples plus three triples of other questions' documents.
+    # Distractors: each prompt offers its gold documents' triples (its evidences among them; a document shared with
+    # another question holds that question's too) plus three triples of other documents.
+    held: dict[str, set[str]] = {}
+    for t in read_table(run / "triples").to_pylist():
+        held.setdefault(t["doc_id"], set()).add(f"{t['head']}, {t['relation']}, {t['tail']}")
+    gold_docs = {q["question"].strip(): q["gold_doc_ids"] for q in read_table(corpus / "questions").to_pylist()}
     for body in server.requests:
         offered = re.findall(r"^\d+\. \[(.*)\]$", body["messages"][-1]["content"], re.M)
         question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
         gold = [", ".join(e) for e in next(r for r in records if r["question"].strip() == question)["evidences"]]
-        assert set(gold) <= set(offered) and len(offered) == len(gold) + 3
+        of_gold = set().union(*(held[d] for d in gold_docs[question]))
+        assert set(gold) <= set(offered) and len(set(offered) - of_gold) == 3 and of_gold <= set(offered)
 
 
 def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, records):
