@@ -91,7 +91,7 @@ def test_an_unknown_split_is_a_usage_error_naming_the_splits_there(cli, run, tmp
     ]
     for command in commands:
         err = cli(*command, "--split", "validation", check=2).stderr
-        assert "--split validation" in err and "dev (10 questions)" in err and "train (4 questions)" in err, err
+        assert "--split validation" in err and "dev (11 questions)" in err and "train (4 questions)" in err, err
         assert not (tmp_path / "c").exists() and not (tmp_path / "f").exists() and not (tmp_path / "sft.json").exists()
 
 
@@ -226,7 +226,7 @@ def test_eval_recall_refuses_questions_the_checkpoint_trained_on(run, checkpoint
     assert allowed["train_overlap"]["answered_in_training"] == len(overlapping) and allowed["responses"] > 0
 
     err = cli("retrieve", run / "corpus", "--index", run / "index", "--model", ckpt, "--split", "tset", *FAST, "--out", tmp_path / "x", check=2).stderr
-    assert "--split tset" in err and "dev (10 questions)" in err
+    assert "--split tset" in err and "dev (11 questions)" in err
 
 
 @pytest.mark.slow
