@@ -50,7 +50,7 @@ def test_ingest_redoes_a_part_that_is_gone_from_disk(cli, examples, ingested, da
 def test_merge_redoes_a_part_that_is_gone_from_disk(cli, examples, ingested, tmp_path):
     out, _ = ingested
     merged = tmp_path / "merged"
-    args = ("corpus", "merge", str(out), "--out", str(merged), "--rows-per-part", "40")
+    args = ("corpus", "merge", str(out), "--out", str(merged), "--rows-per-part", "4")
     cli(*args)
     before = _rows(merged / "documents")
     (merged / "documents" / "part-00001.parquet").unlink()
