@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import subprocess
+from strict_cli_helpers import grtool as strict_grtool
 
 HERE = Path(__file__).resolve().parent
 ROWS = [json.loads(line) for line in (HERE / "data" / "index_triples.jsonl").read_text().splitlines()]
@@ -154,14 +155,14 @@ def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_remo
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
     write_triples_stage(tmp_path / "triples", rows)
     build = ("index", "build", tmp_path / "triples", "-t", "llama3", "--out", tmp_path / "idx")
-    assert grtool(*build).returncode == 0
+    assert strict_grtool(*build).returncode == 0
     left = tmp_path / f".idx.{_dead_pid()}.tmp"
     left.mkdir()
     (left / ".scratch-tokens.u32").write_bytes(b"\0" * 64)
-    proc = grtool("validate", tmp_path / "idx")
+    proc = strict_grtool("validate", tmp_path / "idx")
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert f"left by a killed `index build` beside it: {left.name}" in proc.stderr.decode() + proc.stdout.decode()
-    assert grtool(*build, "--overwrite").returncode == 0
+    assert strict_grtool(*build, "--overwrite").returncode == 0
     assert not left.exists()
-    proc = grtool("validate", tmp_path / "idx")
+    proc = strict_grtool("validate", tmp_path / "idx")
     assert proc.returncode == 0 and left.name not in proc.stderr.decode() + proc.stdout.decode()
