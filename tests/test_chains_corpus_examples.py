@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHARED_DATA
-from test_export import build_samples
+from sample_helpers import build_samples
 
 from grtool.chains.corpus_examples import example_answer, pick_examples
 from grtool.chains.prompt import ChainPrompt
@@ -14,10 +13,8 @@ from grtool.store.stage import read_table
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path_factory.mktemp("examples") / "run"
-    build_samples(SHARED_DATA, root)
+    build_samples(root)
     return root
 
 

@@ -12,12 +12,13 @@ from grtool.chains.gold import NoChain, Step, choose_steps, write_chain
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 from grtool.triples.evidence import question_evidences, write_evidence_stage
+from chains_helpers import TWO_WIKI
 
 
 @pytest.fixture
-def run(cli, shared_data: Path, tmp_path: Path) -> Path:
-    """The real 2Wiki sample ingested, with its evidence triples as the triples stage."""
-    cli("-q", "corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", tmp_path / "corpus")
+def run(cli, tmp_path: Path) -> Path:
+    """The tests' own 2Wiki records ingested, with their evidence triples as the triples stage."""
+    cli("-q", "corpus", "ingest", TWO_WIKI, "--out", tmp_path / "corpus")
     assert write_evidence_stage(tmp_path / "corpus", tmp_path / "triples") > 0
     return tmp_path
 

@@ -1,17 +1,14 @@
 """`grtool chains synthesize` end to end: a real OpenAI-compatible HTTP server on 127.0.0.1, and the tiny model.
 
-Questions and triples come from real 2WikiMultihopQA dev records: their `evidences` are the (head, relation,
+Questions and triples come from the tests' own 2WikiMultihopQA records (tests/data): their `evidences` are the (head, relation,
 tail) triples of their gold paragraphs, in gold-paragraph order.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,54 +17,13 @@ import pytest
 from grtool.store.schemas import QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 from grtool.store.records import load_manifest
-
-S, E = "<docid_start>", "<docid_end>"
-
-
-def doc_id(title: str) -> str:
-    return "d" + hashlib.sha1(title.encode()).hexdigest()[:12]
+from chains_helpers import TWO_WIKI, E, S, WINNER, build_inputs, doc_id, llm_args, load_2wiki, start_server
 
 
-def load_2wiki(shared_data: Path) -> list[dict]:
-    return json.loads((shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
-
-
-def build_inputs(records: list[dict], root: Path, *, parts: int = 2) -> tuple[Path, Path, dict[str, dict]]:
-    """A corpus run directory (questions/) and a triples stage; returns them and the questions by text."""
-    questions, triples = [], []
-    for rec in records:
-        gold_titles = list(dict.fromkeys(t for t, _ in rec["supporting_facts"]))
-        gold = [doc_id(t) for t in gold_titles]
-        for i, (h, r, t) in enumerate(rec["evidences"]):
-            d = gold[min(i, len(gold) - 1)]
-            triples.append({"doc_id": d, "idx": i, "head": h, "relation": r, "tail": t, "docid": f"{S}{h}, {r}, {t}{E}"})
-        questions.append(
-            {
-                "qid": rec["_id"], "dataset": "2wikimultihopqa", "split": "dev", "question": rec["question"],
-                "answer": rec["answer"], "answer_aliases": [], "gold_doc_ids": gold, "type": rec["type"],
-                "answerable": True, "meta": "{}",
-            }
-        )  # fmt: skip
-    qdir = root / "corpus" / "questions"
-    qw = StageWriter(qdir, StageSpec("questions", QUESTIONS), num_parts=parts)
-    for p in range(parts):
-        with qw.shard(p) as sh:
-            rows = questions[p::parts]
-            sh.count_in(len(rows))
-            sh.write_rows(rows)
-    qw.finish()
-    tw = StageWriter(root / "triples", StageSpec("triples", TRIPLES), num_parts=1)
-    with tw.shard(0) as sh:
-        sh.count_in(len(triples))
-        sh.write_rows(triples)
-    tw.finish()
-    return root / "corpus", root / "triples", {q["question"]: q for q in questions}
-
-
-def ingest_inputs(cli, shared_data: Path, root: Path) -> tuple[Path, Path]:
-    """The real `corpus ingest` over the 2Wiki sample, and a triples stage of each question's evidences,
+def ingest_inputs(cli, root: Path) -> tuple[Path, Path]:
+    """The real `corpus ingest` over the tests' 2Wiki records, and a triples stage of each question's evidences,
     each evidence assigned to the gold document of its hop (ingest keeps gold documents in hop order)."""
-    cli("-q", "corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", root / "corpus")
+    cli("-q", "corpus", "ingest", TWO_WIKI, "--out", root / "corpus")
     triples, seen = [], set()
     for q in read_table(root / "corpus" / "questions").to_pylist():
         gold = q["gold_doc_ids"]
@@ -86,98 +42,9 @@ def ingest_inputs(cli, shared_data: Path, root: Path) -> tuple[Path, Path]:
 
 # ------------------------------------------------------------------------------------ the server
 
-SURE_TOP = [0.97, 0.02, 0.01]
-UNSURE_TOP = [0.4, 0.35, 0.25]
-WINNER = 2  # the candidate the server is sure about (not the greedy one, so `first` and `entropy` differ)
-
-
-def candidate_text(candidate: int, evidences: list[list[str]], answer: str) -> str:
-    """What the fake model writes for one candidate: bracketed citations, in four styles."""
-    cites = [f"[{h}, {r}, {t}]" for h, r, t in evidences]
-    if candidate == 1:  # sloppy spacing and case
-        cites = [f"[ {h.lower()} ,{r},  {t} ]" for h, r, t in evidences]
-    if candidate == WINNER:  # the first hop read from known to unknown
-        h, r, t = evidences[0]
-        cites[0] = f"[{t}, {r}, {h}]"
-    text = " ".join(f"Step {i}: {c}." for i, c in enumerate(cites, 1))
-    if candidate == 3:  # a footnote and a triple nobody offered
-        text += " See [1]. Also [Wikipedia, founded in, 2001]."
-    return f"{text} So the answer is {answer}."
-
-
-class FakeChatServer(ThreadingHTTPServer):
-    """An OpenAI-compatible chat-completions server that answers from a table, with token logprobs."""
-
-    daemon_threads = True
-    request_queue_size = 128  # the client opens up to --concurrency connections at once
-
-    def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True, empty: set[int] | None = None):
-        super().__init__(("127.0.0.1", 0), ChatHandler)
-        self.answers = answers
-        self.with_logprobs = with_logprobs
-        self.empty = empty or set()  # candidates answered with an empty completion (no tokens)
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-def token_logprobs(text: str, sure: bool, k: int) -> list[dict]:
-    dist = SURE_TOP if sure else UNSURE_TOP
-    out = []
-    for tok in re.findall(r"\s*[\w\-'.]+|\s*[^\w\s]", text):
-        alts = [tok] + [f"<alt{i}>" for i in range(1, len(dist))]
-        top = [{"token": a, "logprob": math.log(p), "bytes": list(a.encode())} for a, p in zip(alts, dist)][:k]
-        out.append({"token": tok, "logprob": math.log(dist[0]), "bytes": list(tok.encode()), "top_logprobs": top})
-    return out
-
-
-class ChatHandler(BaseHTTPRequestHandler):
-    server: FakeChatServer
-
-    def log_message(self, *args) -> None:  # keep pytest output clean
-        pass
-
-    def _send(self, obj: dict, status: int = 200) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._send({"object": "list", "data": [{"id": "fake-70b", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.requests.append(body)
-        question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
-        evidences, answer = self.server.answers[question]
-        candidate = body["seed"] if body["temperature"] > 0 else 0
-        text = "" if candidate in self.server.empty else candidate_text(candidate, evidences, answer)
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        if body.get("logprobs") and self.server.with_logprobs:
-            choice["logprobs"] = {"content": token_logprobs(text, candidate == WINNER, body["top_logprobs"])}
-        usage = {"prompt_tokens": 100, "completion_tokens": len(text.split()), "total_tokens": 100 + len(text.split())}
-        if not text:  # what vLLM sends for an immediate end of sequence
-            choice["logprobs"] = {"content": []} if body.get("logprobs") else None
-            usage = {"prompt_tokens": 100, "completion_tokens": 0, "total_tokens": 100}
-        self._send({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage})
-
-
 @pytest.fixture
-def records(shared_data):
-    return load_2wiki(shared_data)
-
-
-def start_server(records, **kw) -> FakeChatServer:
-    server = FakeChatServer({r["question"].strip(): (r["evidences"], r["answer"]) for r in records}, **kw)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def records():
+    return load_2wiki()
 
 
 @pytest.fixture
@@ -185,10 +52,6 @@ def server(records):
     s = start_server(records)
     yield s
     s.shutdown()
-
-
-def llm_args(server: FakeChatServer) -> list[str]:
-    return ["--backend", "openai", "--base-url", server.url, "--model", "fake-70b", "--max-retries", "0"]
 
 
 # ------------------------------------------------------------------------------------- the tests
@@ -274,9 +137,9 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     assert "candidates" in proc.stderr
 
 
-def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, shared_data, records, server):
+def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_path, records, server):
     # The corpus is a real ingest output directory; TRIPLES a run directory holding triples/.
-    corpus, run = ingest_inputs(cli, shared_data, tmp_path)
+    corpus, run = ingest_inputs(cli, tmp_path)
     out = tmp_path / "chains"
     proc = cli("chains", "synthesize", corpus, "--triples", run, "--out", out, "-n", "3", "--select", "first", "--distractors", "3", "--json", *llm_args(server))
     rows = read_table(out).to_pylist()
@@ -287,12 +150,18 @@ def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_p
     assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
     assert all(r["docids"] and not any(r["flipped"]) for r in rows if r["candidate"] == 0)
     assert not any(r.get("logprobs") for r in server.requests)
-    # Distractors: each prompt offers the gold triples plus three triples of other questions' documents.
+    # Distractors: each prompt offers its gold documents' triples (its evidences among them; a document shared with
+    # another question holds that question's too) plus three triples of other documents.
+    held: dict[str, set[str]] = {}
+    for t in read_table(run / "triples").to_pylist():
+        held.setdefault(t["doc_id"], set()).add(f"{t['head']}, {t['relation']}, {t['tail']}")
+    gold_docs = {q["question"].strip(): q["gold_doc_ids"] for q in read_table(corpus / "questions").to_pylist()}
     for body in server.requests:
         offered = re.findall(r"^\d+\. \[(.*)\]$", body["messages"][-1]["content"], re.M)
         question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
         gold = [", ".join(e) for e in next(r for r in records if r["question"].strip() == question)["evidences"]]
-        assert set(gold) <= set(offered) and len(offered) == len(gold) + 3
+        of_gold = set().union(*(held[d] for d in gold_docs[question]))
+        assert set(gold) <= set(offered) and len(set(offered) - of_gold) == 3 and of_gold <= set(offered)
 
 
 def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, records):
@@ -350,10 +219,10 @@ def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path
         server.shutdown()
 
 
-def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, shared_data, records, server):
+def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, server):
     # `corpus ingest --out -` streams documents and questions; chains reads the questions from that stream.
-    _, run = ingest_inputs(cli, shared_data, tmp_path)
-    stream = cli("corpus", "ingest", shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", "-").stdout
+    _, run = ingest_inputs(cli, tmp_path)
+    stream = cli("corpus", "ingest", TWO_WIKI, "--out", "-").stdout
     proc = cli("chains", "synthesize", "-", "--triples", run, "--out", "-", "-n", "2", *llm_args(server), "--cache-dir", tmp_path / "cache", input=stream)
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(rows) == 2 * len(records) and sum(r["selected"] for r in rows) == len(records)

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
+from conftest import run_cli
 from report_helpers import build_run
 
 from grtool.store.stage import read_table
@@ -27,10 +27,8 @@ WIDE = {"COLUMNS": "100"}
 def run(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path_factory.mktemp("shape")
-    out = build_run(SHARED_DATA, root)
+    out = build_run(root)
     # a word-level tokenizer over the triples' own words: docids tokenize without unknown tokens
     words = {w for d in read_table(out / "triples", ["docid"]).column("docid").to_pylist() for w in re.findall(r"\w+|[^\w\s]", d)}
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(sorted(words) + ["[UNK]"])}, unk_token="[UNK]"))

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from grtool.store.stage import read_table
+from output_helpers import no_spaces, rows_by
 
 SAMPLES = {
     "hotpotqa": ["hotpotqa/hotpot_dev_distractor_v1.sample.json", "hotpotqa/hotpot_dev_fullwiki_v1.sample.json",
@@ -35,15 +36,6 @@ def load_records(path: Path) -> list[dict]:
 
 def norm(s: str) -> str:
     return " ".join(unicodedata.normalize("NFC", s).split())
-
-
-def one_line(text: str) -> str:
-    """stderr without the console's line wrapping (which may also fold a long path): whitespace removed."""
-    return "".join(text.split())
-
-
-def rows_by(table, key: str) -> dict:
-    return {r[key]: r for r in table.to_pylist()}
 
 
 # -------------------------------------------------------------- independent readings of each dataset
@@ -95,14 +87,13 @@ def qid_of(dataset: str, rec: dict) -> str:
 def ingested(tmp_path_factory):
     from conftest import SHARED_DATA, run_cli
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     out = tmp_path_factory.mktemp("corpus") / "run"
     paths = [SHARED_DATA / p for files in SAMPLES.values() for p in files]
     run_cli("corpus", "ingest", *paths, "--out", out)
     return out
 
 
+@pytest.mark.real_data
 def test_real_samples_questions_gold_and_documents(ingested, shared_data):
     docs = rows_by(read_table(ingested / "documents"), "doc_id")
     questions = rows_by(read_table(ingested / "questions"), "qid")
@@ -126,6 +117,7 @@ def test_real_samples_questions_gold_and_documents(ingested, shared_data):
     assert {(norm(d["title"]), norm(d["text"])) for d in docs.values()} == all_paragraphs
 
 
+@pytest.mark.real_data
 def test_real_samples_dataset_specific_fields(ingested):
     questions = rows_by(read_table(ingested / "questions"), "qid")
     meta = {qid: json.loads(q["meta"]) for qid, q in questions.items()}
@@ -147,12 +139,10 @@ def test_real_samples_dataset_specific_fields(ingested):
     assert len(fullwiki) == 20 and sum(len(m.get("gold_titles_missing", [])) for m in fullwiki) == 18
 
 
-def test_validate_passes_then_fails_on_corrupted_shard(ingested, cli, tmp_path):
-    cli("validate", ingested)
-    import shutil
-
+def test_validate_passes_then_fails_on_corrupted_shard(examples, cli, tmp_path):
     copy = tmp_path / "copy"
-    shutil.copytree(ingested, copy)
+    cli("corpus", "ingest", examples / "hotpotqa", "--out", copy)
+    cli("validate", copy)
     shard = copy / "documents" / "part-00000.parquet"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -161,6 +151,7 @@ def test_validate_passes_then_fails_on_corrupted_shard(ingested, cli, tmp_path):
     assert "sha256" in proc.stdout + proc.stderr
 
 
+@pytest.mark.real_data
 def test_real_wiki_layout_and_splits(ingested):
     q = read_table(ingested / "questions").to_pylist()
     splits = {(r["dataset"], r["split"]) for r in q}
@@ -287,8 +278,8 @@ def test_truncated_file_fails_with_its_name_and_leaves_no_shard(examples, cli, t
     out = tmp_path / "out"
     # a good file first: its rows must not become visible either
     proc = cli("corpus", "ingest", good, bad, "--out", out, check=2)
-    message = one_line(proc.stderr)
-    assert one_line(f"{bad}, ") in message and "truncated" in message
+    message = no_spaces(proc.stderr)
+    assert no_spaces(f"{bad}, ") in message and "truncated" in message
     assert _no_shards(out)
 
 
@@ -296,11 +287,11 @@ def test_unknown_schema_and_not_json(cli, tmp_path):
     odd = tmp_path / "odd_dev.json"
     odd.write_text(json.dumps([{"foo": 1, "bar": 2}]))
     proc = cli("corpus", "ingest", odd, "--out", tmp_path / "o1", check=2)
-    assert one_line(f"{odd}, record 1: unknown schema") in one_line(proc.stderr)
+    assert no_spaces(f"{odd}, record 1: unknown schema") in no_spaces(proc.stderr)
     text = tmp_path / "notes.txt"
     text.write_text("hello world\n")
     proc = cli("corpus", "ingest", text, "--out", tmp_path / "o2", check=2)
-    assert one_line(f"{text}: not JSON") in one_line(proc.stderr)
+    assert no_spaces(f"{text}: not JSON") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path)
 
 
@@ -323,7 +314,7 @@ def test_bad_records_are_rejected_or_fatal_under_strict(examples, cli, tmp_path)
     assert {r["position"] for r in rejects} == {"line 2", "line 3"} and all(r["source"] == str(bad) for r in rejects)
     cli("validate", out)
     proc = cli("corpus", "ingest", bad, "--out", tmp_path / "strict", "--strict", check=2)
-    assert one_line(f"{bad}, line 2: missing field 'question'") in one_line(proc.stderr)
+    assert no_spaces(f"{bad}, line 2: missing field 'question'") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "strict")
 
 
@@ -340,7 +331,7 @@ def test_duplicate_qids_are_rejected(examples, cli, tmp_path):
     docs = json.loads((out / "documents" / "_manifest.json").read_bytes())
     assert docs["counters"]["merged"] == docs["counters"]["in"] - docs["rows"] > 0
     proc = cli("corpus", "ingest", src, copy, "--out", tmp_path / "strict", "--strict", check=2)
-    assert one_line(f"{copy}, record 1: duplicate qid") in one_line(proc.stderr) and _no_shards(tmp_path / "strict")
+    assert no_spaces(f"{copy}, record 1: duplicate qid") in no_spaces(proc.stderr) and _no_shards(tmp_path / "strict")
 
 
 def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_path):
@@ -349,10 +340,10 @@ def test_rerun_is_a_noop_and_changed_parameters_are_refused(examples, cli, tmp_p
     cli("corpus", "ingest", src, "--out", out)
     before = (out / "questions" / "part-00000.parquet").stat().st_mtime_ns
     proc = cli("corpus", "ingest", src, "--out", out)
-    assert "alreadycomplete" in one_line(proc.stderr)
+    assert "alreadycomplete" in no_spaces(proc.stderr)
     assert (out / "questions" / "part-00000.parquet").stat().st_mtime_ns == before
     proc = cli("corpus", "ingest", src, "--out", out, "--split", "dev", check=2)
-    assert "--overwrite" in one_line(proc.stderr)
+    assert "--overwrite" in no_spaces(proc.stderr)
     cli("corpus", "ingest", src, "--out", out, "--split", "dev", "--overwrite")
     assert set(pq.read_table(out / "questions" / "part-00000.parquet").column("split").to_pylist()) == {"dev"}
 
@@ -377,29 +368,32 @@ def test_rows_per_part_spreads_a_small_corpus_over_many_parts(examples, cli, tmp
 # ------------------------------------------------------------------- what each file was read as
 
 
-def test_every_real_file_is_detected_as_its_own_dataset(shared_data, examples):
-    """Detection by shape: the first record of every real sample and bundled example names its dataset
+@pytest.mark.parametrize("source", ["examples", pytest.param("shared_data", marks=pytest.mark.real_data)])
+def test_every_file_is_detected_as_its_own_dataset(source, request):
+    """Detection by shape: the first record of every bundled example and real sample names its dataset
     (the directory it sits in; the Hugging Face HotpotQA variant is HotpotQA)."""
     from grtool.corpus.datasets import GENERIC_DOCUMENTS, detect
     from grtool.corpus.readers import input_files, iter_records, open_streams, parse_line
 
     known = {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa", "hotpotqa-wiki", "generic"}
     seen = set()
-    for root in (shared_data, examples):
-        for f in input_files(root):
-            for stream in open_streams(f):
-                _, first = next(iter_records(stream))
-                shape = detect(parse_line(stream.name, "line 1", first) if isinstance(first, bytes) else first)
-                dirs = f.relative_to(root).parts[:-1]
-                want = "hotpotqa" if "variants" in dirs else next(p for p in reversed(dirs) if p in known)
-                # the generic layout's documents file reads as generic documents
-                read_as = "generic" if shape is not None and shape.dataset == GENERIC_DOCUMENTS else getattr(shape, "dataset", None)
-                assert read_as == want, (f, shape)
-                seen.add(want)
-                break
-    assert seen == known
+    root = request.getfixturevalue(source)
+    for f in input_files(root):
+        for stream in open_streams(f):
+            _, first = next(iter_records(stream))
+            shape = detect(parse_line(stream.name, "line 1", first) if isinstance(first, bytes) else first)
+            dirs = f.relative_to(root).parts[:-1]
+            want = "hotpotqa" if "variants" in dirs else next(p for p in reversed(dirs) if p in known)
+            # the generic layout's documents file reads as generic documents
+            read_as = "generic" if shape is not None and shape.dataset == GENERIC_DOCUMENTS else getattr(shape, "dataset", None)
+            assert read_as == want, (f, shape)
+            seen.add(want)
+            break
+    # the examples hold every layout; the real samples the four datasets
+    assert seen == (known if source == "examples" else {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa"})
 
 
+@pytest.mark.real_data
 def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
     man = json.loads((ingested / "documents" / "_manifest.json").read_bytes())
     assert man["detected"] == json.loads((ingested / "questions" / "_manifest.json").read_bytes())["detected"]
@@ -427,8 +421,8 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
     corpus = _titled_corpus(tmp_path / "musique_corpus.json")
     hotpot = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     proc = cli("corpus", "ingest", hotpot, corpus, "--out", tmp_path / "auto", check=2)
-    assert one_line(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
-                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in one_line(proc.stderr)
+    assert no_spaces(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
+                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "auto")
 
     out = tmp_path / "musique"
@@ -447,7 +441,7 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
 
     # --dataset never relabels another dataset's records
     proc = cli("corpus", "ingest", corpus, hotpot, "--dataset", "musique", "--out", tmp_path / "mixed", check=2)
-    assert one_line(f"{hotpot}, record 1: these are HotpotQA questions, not musique (--dataset)") in one_line(proc.stderr)
+    assert no_spaces(f"{hotpot}, record 1: these are HotpotQA questions, not musique (--dataset)") in no_spaces(proc.stderr)
     assert _no_shards(tmp_path / "mixed")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, run_cli
+from conftest import EXAMPLES
 from log_helpers import unstamped
 from grtool.store.stage import read_table
 from run_helpers import write_small_run
@@ -155,7 +155,7 @@ def test_eval_recall(run, cli, tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["middle", "footer-recorded"])
 def test_triples_extract_names_the_shard_before_any_request(run, cli, tmp_path, kind):
-    from test_llm_openai import FlakyServer
+    from llm_helpers import FlakyServer
 
     shard = run / "documents" / "part-00000.parquet"
     damage(shard, kind)

@@ -138,6 +138,6 @@ def _names_a_path(hint: object) -> bool:
 def test_the_cli_modules_import_no_cycle():
     """`pipeline run` runs its sibling commands through the root command its context holds, not by importing
     cli/main.py: no circle main -> pipeline -> stages -> main (lazy imports counted)."""
-    from test_imports import cycles, import_graph
+    from imports_helpers import cycles, import_graph
 
     assert [c for c in cycles(import_graph()) if any(m.startswith("grtool.cli") for m in c)] == []

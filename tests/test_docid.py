@@ -99,13 +99,13 @@ def _respell(draw, part: str) -> str:
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory):
     """A triples stage of a few fixed triples (the random spellings are checked against them)."""
-    from test_export import _write_stage
+    from sample_helpers import write_stage
 
     from grtool.store.schemas import TRIPLES
 
     root = tmp_path_factory.mktemp("docid") / "triples"
     rows = [{"doc_id": f"d{i}", "idx": 0, "head": h, "relation": r, "tail": t, "docid": render((h, r, t))} for i, (h, r, t) in enumerate(STORED)]
-    _write_stage(root, "triples", TRIPLES, rows)
+    write_stage(root, "triples", TRIPLES, rows)
     return open_lookup(root), DocidIndex.build(root)
 
 

@@ -9,9 +9,9 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from llm_helpers import write_documents
-from test_export import _write_stage
-from test_index import write_triples_stage
-from test_llm_openai import FlakyServer, _serve
+from sample_helpers import write_stage
+from index_helpers import write_triples_stage
+from llm_helpers import FlakyServer, serve
 
 from grtool.docid import (
     BRACKETS, DOCID_END, DOCID_START, SPECIAL, SYNTAX_REASONS, flip, flip_key, parse, render, triple_key, triple_problem,
@@ -120,7 +120,7 @@ def test_triples_extract_rejects_them_into_rejects_and_the_books_balance(tmp_pat
     docs = [{"doc_id": f"d-{t.lower()}", "title": t, "text": f"Some text about {t}.", "datasets": ["test"]} for t in answers]
     documents = write_documents(tmp_path / "corpus" / "documents", docs)
     server = FlakyServer({t: (a, "stop") for t, a in answers.items()}, flaky=False)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     try:
         cli("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url, "--grounding", "off",
@@ -190,7 +190,7 @@ def test_index_build_skips_and_reports_docids_the_syntax_rejects(tmp_path, cli):
 def test_recall_finds_the_stored_triple_from_its_docid_either_way_round(tmp_path):
     rows = [{"doc_id": "tx", "idx": 0, "head": "Paris, Texas", "relation": "located in", "tail": "United States", "docid": ""},
             {"doc_id": "launch", "idx": 0, "head": "Launch", "relation": "date", "tail": "July 31, 2012", "docid": ""}]  # fmt: skip
-    _write_stage(tmp_path / "triples", "triples", TRIPLES, rows)
+    write_stage(tmp_path / "triples", "triples", TRIPLES, rows)
     index = DocidIndex.build(tmp_path / "triples")
     for row in rows:
         triple = (row["head"], row["relation"], row["tail"])

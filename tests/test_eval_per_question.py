@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_export import _write_stage, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI, samples  # noqa: F401
+from sample_helpers import write_stage
+from sample_helpers import MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI
 
 from grtool.vocab.readers import DocidIndex
 from grtool.llm.base import Generation
@@ -48,7 +49,7 @@ def write_responses_dir(path: Path, corpus: Path, answers: list[tuple[str, str]]
         row, _ = response_row(by_qid[qid], sample, Generation(text, "stop", completion_tokens=1, latency_ms=1.0), lookup, settings, "by hand")
         rows.append(row)
     params = {**settings.params(), "datasets": [], "splits": [], "limit": None, **(params or {})}  # as `retrieve` records them
-    _write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
+    write_stage(path, "responses", RESPONSES, rows, params, inputs=[str(questions), str(corpus / "triples")])
     return path
 
 
@@ -63,13 +64,13 @@ def scorable_qids(corpus: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(samples, tmp_path_factory):  # noqa: F811
+def runs(samples, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     corpus = samples["root"]
     return {"a": write_responses_dir(root / "a", corpus, RUN_A), "b": write_responses_dir(root / "b", corpus, RUN_B)}
 
 
-def test_per_question_json_hand_checked(cli, samples, runs):  # noqa: F811
+def test_per_question_json_hand_checked(cli, samples, runs):
     corpus = samples["root"]
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json")
     report = strict_json(proc.stdout)
@@ -100,7 +101,7 @@ def test_per_question_json_hand_checked(cli, samples, runs):  # noqa: F811
     assert "questions" not in plain and plain["recall"] == report["recall"] == pytest.approx((1 + 1 + 0.5 + 0 + 0.5) / 5)
 
 
-def test_non_gold_and_colliding_verdicts(cli, samples, runs):  # noqa: F811
+def test_non_gold_and_colliding_verdicts(cli, samples, runs):
     corpus = samples["root"]
     report = strict_json(cli("eval", "recall", runs["b"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json").stdout)
     moza = next(q for q in report["questions"] if q["qid"] == Q_MOZA)
@@ -113,7 +114,7 @@ def test_non_gold_and_colliding_verdicts(cli, samples, runs):  # noqa: F811
     assert [(d["title"], d["verdict"]) for d in non_gold["retrieved"]] == [("Joaan bin Hamad bin Khalifa Al Thani", "non-gold")]
 
 
-def test_per_question_table_on_the_terminal(cli, samples, runs):  # noqa: F811
+def test_per_question_table_on_the_terminal(cli, samples, runs):
     corpus = samples["root"]
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", env={"COLUMNS": "400"})
     assert proc.stdout == ""
@@ -123,7 +124,7 @@ def test_per_question_table_on_the_terminal(cli, samples, runs):  # noqa: F811
     assert "no response row" in proc.stderr and "without a response:" in proc.stderr
 
 
-def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):  # noqa: F811
+def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):
     """--dataset musique --limit 2 as retrieve records them: the first two MuSiQue questions were asked."""
     corpus = samples["root"]
     first_two = [q["qid"] for q in read_table(corpus / "questions").to_pylist() if q["dataset"] == MUSIQUE][:2]
@@ -133,7 +134,7 @@ def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):  # noqa
     assert report["without_response"] == (1 if first_two[1] in scorable_qids(corpus) else 0)
 
 
-def test_compare_response_directories(cli, samples, runs, tmp_path):  # noqa: F811
+def test_compare_response_directories(cli, samples, runs, tmp_path):
     md = tmp_path / "cmp.md"
     proc = cli("eval", "compare", f"a={runs['a']}", f"b={runs['b']}", "--per-question", "--json", "--out", md)
     result = strict_json(proc.stdout)
@@ -158,7 +159,7 @@ def test_compare_response_directories(cli, samples, runs, tmp_path):  # noqa: F8
     assert mixed["per_question"]["b"] == {k: wins[k] for k in ("baseline", "questions", "better", "worse", "same")}
 
 
-def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, runs, tmp_path):  # noqa: F811
+def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, runs, tmp_path):
     fewer = write_responses_dir(tmp_path / "fewer", samples["root"], RUN_B[:2])
     proc = cli("eval", "compare", f"a={runs['a']}", f"fewer={fewer}", check=2)
     assert "different questions" in proc.stderr and "2 only in 'a'" in " ".join(proc.stderr.split())
@@ -168,7 +169,7 @@ def test_compare_refuses_different_questions_and_duplicate_labels(cli, samples, 
     assert "label 'x' is given twice" in proc.stderr
 
 
-def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):  # noqa: F811
+def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_path):
     """A run that answered train questions, scored against a corpus without them: recall as ever, the missing
     rows unknown (null) and a warning that says why."""
     corpus = samples["root"]
@@ -179,7 +180,7 @@ def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_
     assert "cannot select the questions it was asked" in " ".join(proc.stderr.split())
 
 
-def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):  # noqa: F811
+def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):
     corpus = samples["root"]
     out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"limit": 2})
     manifest = json.loads((out / "_manifest.json").read_text())

@@ -9,21 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_export import (
-    ANA_BRACKETS,
-    ANA_FLIPPED_EXACT,
-    FAIR_LADY_HALF,
-    MOZA_COLLIDING,
-    MOZA_EXACT,
-    MOZA_FLIPPED_AND_HALLUCINATED,
-    MOZA_MALFORMED,
-    MUSIQUE,
-    Q_ANA,
-    Q_FAIR_LADY,
-    Q_MOZA,
-    WIKI,
-    samples,
-    write_responses,
+from sample_helpers import (
+    ANA_BRACKETS, ANA_FLIPPED_EXACT, FAIR_LADY_HALF, MOZA_COLLIDING, MOZA_EXACT, MOZA_FLIPPED_AND_HALLUCINATED,
+    MOZA_MALFORMED, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, WIKI, write_responses,
 )
 
 from grtool.docid import normalize as normalize_docid
@@ -157,12 +145,12 @@ def test_nothing_scorable_exits_1(cli, samples, tmp_path):
 def test_stored_and_written_whitespace_meet(tmp_path):
     # Whatever whitespace a stored triple or a written docid carries (tabs, NBSP, ideographic space,
     # spaces around commas), both are reduced to the same key.
-    from test_export import _write_stage
+    from sample_helpers import write_stage
 
     from grtool.store.schemas import TRIPLES
 
     rows = [{"doc_id": "d1", "idx": 0, "head": "Moza\u00a0bint\tNasser ", "relation": " place of\u3000birth", "tail": "Al Khor,\u2029Qatar\u3000", "docid": ""}]
-    _write_stage(tmp_path / "triples", "triples", TRIPLES, rows)
+    write_stage(tmp_path / "triples", "triples", TRIPLES, rows)
     index = DocidIndex.build(tmp_path / "triples")
     assert index.resolve(normalize_docid("Moza bint Nasser , place of birth,  Al Khor , Qatar")) == ({"d1"}, False)
     assert index.resolve(normalize_docid("Al Khor, Qatar, place of birth, Moza bint Nasser")) == ({"d1"}, True)

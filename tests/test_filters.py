@@ -1,4 +1,4 @@
-"""`grtool filters apply` on a real 2WikiMultihopQA sample: its `evidences` are real triples of the gold documents.
+"""`grtool filters apply` on 2WikiMultihopQA records (the tests' own, tests/data): their `evidences` are triples of the gold documents.
 
 The corpus comes from the real `grtool corpus ingest`; the triples stage is written from the evidences (each
 evidence belongs to the gold paragraph it is about) plus one plain triple per distractor paragraph; chains are
@@ -18,6 +18,8 @@ from grtool.store.io import InputTable
 from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, iter_rows
 from grtool.store.records import load_manifest
+from chains_helpers import TWO_WIKI
+from conftest import EXAMPLES, TEST_DATA
 
 S, E = "<docid_start>", "<docid_end>"
 
@@ -41,13 +43,13 @@ def write_stage(path, table, schema, rows, parts=1, params=None, by=None):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, shared_data_dir):
+def world(tmp_path_factory):
     """Corpus (real ingest), triples from the evidences, and questions with their evidence triples."""
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("filters")
     corpus = root / "corpus"
-    run_cli("corpus", "ingest", shared_data_dir / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", corpus)
+    run_cli("corpus", "ingest", TWO_WIKI, "--out", corpus)
     questions = list(InputTable.open(corpus, "questions").iter_rows())
     documents = {d["doc_id"]: d for d in InputTable.open(corpus, "documents").iter_rows()}
     triples, per_doc, facts = [], {}, {}
@@ -72,15 +74,6 @@ def world(tmp_path_factory, shared_data_dir):
             add(doc_id, d["title"], "is the subject of", "a Wikipedia paragraph")
     write_stage(root / "triples", "triples", TRIPLES, triples, parts=2)
     return {"root": root, "corpus": corpus, "triples": root / "triples", "questions": {q["qid"]: q for q in questions}, "facts": facts, "documents": documents}
-
-
-@pytest.fixture(scope="module")
-def shared_data_dir():
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    return SHARED_DATA
 
 
 def good_text(q: dict, facts: list[tuple], flip: set[int] = frozenset(), markers=(S, E)) -> tuple[str, list[str], list[bool]]:
@@ -143,7 +136,8 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     (h0, r0, t0, _), (h1, r1, t1, _) = facts
     text, docids, _ = good_text(q, facts)
     hallucinated = docid(h1, "place of death", "Atlantis")
-    distractor_doc = next(d for d in world["documents"].values() if d["doc_id"] not in q["gold_doc_ids"])
+    gold_of_any = {g for other in world["questions"].values() for g in other["gold_doc_ids"]}
+    distractor_doc = next(d for d in world["documents"].values() if d["doc_id"] not in gold_of_any)  # holds the "subject" triple
     outside = docid(distractor_doc["title"], "is the subject of", "a Wikipedia paragraph")
     cases = {
         "good": (text, docids),
@@ -259,51 +253,51 @@ def test_a_distinct_triple_adding_no_document_is_new_information(cli, world, col
         assert report["rules"]["redundant"] == 0 and report["trimmed"] == 0
 
 
-MOZA = "20aa14f60bdc11eba7f7acde48001122"  # Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?
-SPOUSE = ("Moza bint Nasser", "spouse", "Hamad bin Khalifa Al Thani")  # the paragraph: "the consort of Sheikh Hamad bin Khalifa Al Thani"
+LANTERN = "86649728bac87d593876b611270ab906"  # Where was the director of film The Lantern Keeper born?
+BORN_ON = ("Maren Holt", "date of birth", "March 3, 1920")  # the paragraph: "Maren Holt (born March 3, 1920) is a film director."
 
 
 @pytest.fixture(scope="module")
 def two_of_one(world):
-    """The world's triples plus a second real triple of Moza bint Nasser's paragraph."""
-    moza_doc = world["facts"][MOZA][1][3]
-    assert world["documents"][moza_doc]["title"] == "Moza bint Nasser" and "consort of Sheikh Hamad bin Khalifa Al Thani" in world["documents"][moza_doc]["text"]
+    """The world's triples plus a second triple of Maren Holt's paragraph."""
+    holt_doc = world["facts"][LANTERN][1][3]
+    assert world["documents"][holt_doc]["title"] == "Maren Holt" and "born March 3, 1920" in world["documents"][holt_doc]["text"]
     triples = list(iter_rows(world["triples"]))
-    triples.append({"doc_id": moza_doc, "idx": 999, "head": SPOUSE[0], "relation": SPOUSE[1], "tail": SPOUSE[2], "docid": docid(*SPOUSE)})
+    triples.append({"doc_id": holt_doc, "idx": 999, "head": BORN_ON[0], "relation": BORN_ON[1], "tail": BORN_ON[2], "docid": docid(*BORN_ON)})
     path = world["root"] / "two-of-one-triples"
     write_stage(path, "triples", TRIPLES, triples)
     return path
 
 
 def test_two_triples_of_one_document_pass_and_repeated_steps_are_redundant(cli, world, two_of_one):
-    (h0, r0, t0, _), (h1, r1, t1, _) = world["facts"][MOZA]
-    mother, born, spouse = docid(h0, r0, t0), docid(h1, r1, t1), docid(*SPOUSE)
-    opening = f"Mohammed's mother is given by {mother}."
+    (h0, r0, t0, _), (h1, r1, t1, _) = world["facts"][LANTERN]
+    director, born, born_on = docid(h0, r0, t0), docid(h1, r1, t1), docid(*BORN_ON)
+    opening = f"The film's director is given by {director}."
     cases = {
         # the prompt examples' shape: two triples of one document in one sentence
-        "one-sentence": (f"{opening} Moza bint Nasser is the consort in {spouse} and was born as {born} says. So the answer is Al Khor.", [mother, spouse, born]),
-        "two-sentences": (f"{opening} She married as {spouse}. Her birthplace is in {born}. So the answer is Al Khor.", [mother, spouse, born]),
+        "one-sentence": (f"{opening} Maren Holt was born as {born_on} says, in the place {born} names. So the answer is Tromsø.", [director, born_on, born]),
+        "two-sentences": (f"{opening} She was born on a date: {born_on}. Her birthplace is in {born}. So the answer is Tromsø.", [director, born_on, born]),
         # the same thought and the same document twice: the second step re-asks (SMR's equivalent state)
-        "repeated-step": (f"{opening} Where was Moza born? {spouse}. Where was Moza born? {born}. So the answer is Al Khor.", [mother, spouse, born]),
-        "repeated-docid": (f"{opening} Her birthplace is in {born}. Again, {born}. So the answer is Al Khor.", [mother, born, born]),
-        "repeated-flip": (f"{opening} Her birthplace is in {born}. Read backwards, {docid(t1, r1, h1)}. So the answer is Al Khor.", [mother, born, docid(t1, r1, h1)]),
+        "repeated-step": (f"{opening} Where was Holt born? {born_on}. Where was Holt born? {born}. So the answer is Tromsø.", [director, born_on, born]),
+        "repeated-docid": (f"{opening} Her birthplace is in {born}. Again, {born}. So the answer is Tromsø.", [director, born, born]),
+        "repeated-flip": (f"{opening} Her birthplace is in {born}. Read backwards, {docid(t1, r1, h1)}. So the answer is Tromsø.", [director, born, docid(t1, r1, h1)]),
     }
     names = list(cases)
-    rows = [chain_row(MOZA, t, d, candidate=i) for i, (t, d) in enumerate(cases.values())]
+    rows = [chain_row(LANTERN, t, d, candidate=i) for i, (t, d) in enumerate(cases.values())]
     report, kept, rejects, _ = run(cli, world, "two-of-one", rows, "--all-candidates", triples=two_of_one)
     assert {names[c] for _, c in kept} == {"one-sentence", "two-sentences"}
     reasons = {names[c]: e["record"]["reasons"] for (_, c), e in rejects.items()}
     assert reasons == {"repeated-step": ["redundant-repeated-step"], "repeated-docid": ["redundant"], "repeated-flip": ["redundant"]}
-    assert "repeats the previous step" in rejects[(MOZA, names.index("repeated-step"))]["detail"]
+    assert "repeats the previous step" in rejects[(LANTERN, names.index("repeated-step"))]["detail"]
 
     report, kept, rejects, _ = run(cli, world, "two-of-one-trim", rows, "--all-candidates", "--redundant", "trim", triples=two_of_one)
     assert not rejects and report["trimmed"] == 3
     by_name = {names[c]: r for (_, c), r in kept.items()}
     assert by_name["one-sentence"]["text"] == cases["one-sentence"][0]  # nothing to trim
-    assert by_name["repeated-step"]["docids"] == [mother, spouse]
-    assert by_name["repeated-step"]["text"] == f"{opening} Where was Moza born? {spouse}. So the answer is Al Khor."
-    assert by_name["repeated-docid"]["text"] == f"{opening} Her birthplace is in {born}. So the answer is Al Khor."
-    assert by_name["repeated-flip"]["docids"] == [mother, born] and by_name["repeated-flip"]["flipped"] == [False, False]
+    assert by_name["repeated-step"]["docids"] == [director, born_on]
+    assert by_name["repeated-step"]["text"] == f"{opening} Where was Holt born? {born_on}. So the answer is Tromsø."
+    assert by_name["repeated-docid"]["text"] == f"{opening} Her birthplace is in {born}. So the answer is Tromsø."
+    assert by_name["repeated-flip"]["docids"] == [director, born] and by_name["repeated-flip"]["flipped"] == [False, False]
 
 
 def test_a_triple_in_a_gold_and_a_non_gold_document_counts_for_the_gold_one(cli, world, collided):
@@ -409,7 +403,7 @@ def test_custom_markers_from_the_chains_manifest_or_the_options(cli, world):
 
 
 @pytest.fixture(scope="module")
-def musique(tmp_path_factory, shared_data_dir):
+def musique(tmp_path_factory):
     """MuSiQue-full (answerable and unanswerable) and MuSiQue-Ans dev (answer aliases), really ingested; one
     triple per decomposition step, stored in the step's supporting paragraph (`X >> relation` steps give
     (X, relation, answer), question steps (title, question, answer), with #k replaced by earlier answers)."""
@@ -418,7 +412,7 @@ def musique(tmp_path_factory, shared_data_dir):
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("filters-musique")
-    files = [shared_data_dir / "musique" / f for f in ("musique_full_v1.0_train.sample.jsonl", "musique_ans_v1.0_dev.sample.jsonl")]
+    files = [TEST_DATA / "musique" / "musique_full_v1.0_dev.tests.jsonl", EXAMPLES / "musique" / "musique_ans_v1.0_dev.example.jsonl"]
     run_cli("corpus", "ingest", *files, "--out", root / "corpus")
     questions = {q["qid"]: q for q in InputTable.open(root / "corpus", "questions").iter_rows()}
     triples, facts = [], {}

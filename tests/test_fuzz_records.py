@@ -12,7 +12,9 @@ and one command that reads it runs in a subprocess. The properties, for every ex
 - exit 0 only with the intact run's answer (stdout, plus the files a resuming command rewrites), except after an
   edit whose digests were recomputed, where the content legitimately changed.
 
-Examples are drawn deterministically (``derandomize``), so CI sees the same ones every time. For a longer, random
+Examples are drawn deterministically (``derandomize``: a fixed seed per test), and every choice is relative to the
+run — a file by its name inside the run, from a sorted list; a place in a file as a fraction of its length — so
+every machine sees the same ones, though records hold absolute paths and times and sizes differ. For a longer, random
 run locally: ``GRTOOL_FUZZ_EXAMPLES=500 python -m pytest -p no:cacheprovider tests/test_fuzz_records.py``
 (every strategy gets that many examples, drawn at random; a failure prints the seed to reproduce it).
 """
@@ -139,6 +141,11 @@ class Draw:
         self.drawn[label] = value
         return value
 
+    def fraction(self, label: str) -> float:
+        """A place in a file as a fraction of its length (in thousandths): the same part of the file on every
+        machine, where an absolute offset would land elsewhere in a file of another size."""
+        return self.number(label, 0, 999) / 1000
+
     def command_for(self, relpath: str) -> str:
         """A command that reads ``relpath``; the slow ones (they load the model's tokenizer) one time in six."""
         names = readers(relpath)
@@ -171,7 +178,7 @@ def record_text(fuzz: Fuzz, draw: Draw) -> None:
     root = fuzz.reset()
     relpath = draw.one("file", _json_files(root) + ["responses.jsonl", "p.toml"])
     kind = draw.one("mutation", TEXT_MUTATIONS)
-    at = draw.number("at", 0, 10**6)
+    at = draw.fraction("at")
     path = root / relpath
     path.write_bytes(mutate_text(path.read_bytes(), kind, at))
     fuzz.run(draw.command_for(relpath), answer_must_match=kind in TEXT_DAMAGING)
@@ -197,7 +204,7 @@ def content_with_digests(fuzz: Fuzz, draw: Draw) -> None:
     root = fuzz.reset()
     relpath = draw.one("file", files_of(root, (".parquet", ".npy", ".txt")) + ["run/index/tokenizer.json", "run/export/sft.json"])
     kind = draw.one("edit", ("flip", "truncate", "append", "zero_block"))
-    edit_with_digests(root, relpath, kind, draw.number("at", 0, 10**6))
+    edit_with_digests(root, relpath, kind, draw.fraction("at"))
     fuzz.run(draw.command_for(relpath), answer_must_match=False)
 
 
@@ -336,7 +343,7 @@ FOUND = {
     # corpus stats passed the documents over as absent ("documents": null) and exited 0
     "manifest a FIFO": (_special("run/documents/_manifest.json", "fifo"), ("corpus", "stats", "run", "--json"), {}, 1),
     # the tokenizers library's bare Exception was a traceback from every command that opens the index
-    "index tokenizer unreadable": (lambda root: edit_with_digests(root, "run/index/tokenizer.json", "zero_block", 990106),
+    "index tokenizer unreadable": (lambda root: edit_with_digests(root, "run/index/tokenizer.json", "zero_block", 0.633),
                                    ("index", "query", "run/index", "{docid}", "--json"), {}, 1),  # fmt: skip
 }
 
@@ -368,5 +375,30 @@ def test_a_record_whose_text_is_not_utf8_is_damaged():
     from every record reader (found in `_pipeline/*.json`)."""
     from grtool.records import DamagedRecord, decode_record
 
-    with pytest.raises(DamagedRecord, match=r"run/_pipeline/index.json: stage completion record is not UTF-8 text \(edited or damaged\)"):
+    with pytest.raises(DamagedRecord, match=r"run/_pipeline/index.json: stage completion record is not UTF-8 text \(byte 11\) \(edited or damaged\)"):
         decode_record(b'{"stage": "\xff"}', dict, source="run/_pipeline/index.json", what="stage completion record")
+
+
+# A 0xff byte inside a record's key that its declaration skips (an optional field's name damaged): msgspec skips the
+# key without decoding it, so only the reader's own check of the whole text finds it. It was a traceback from
+# `status` and `pipeline run`, and `validate` printed the decoder's words without the file.
+STRAY_BYTE = {
+    "status": ("run/documents/_manifest.json", b'"has_questions"', ("status", "run")),
+    "validate": ("run/documents/_manifest.json", b'"has_questions"', ("validate", "run")),
+    "pipeline run": ("run/triples/_shards/part-00000.json", b'"sha256"', ("pipeline", "run", "p.toml")),
+}
+
+
+@pytest.mark.parametrize("command", list(STRAY_BYTE))
+def test_a_record_with_a_stray_byte_is_damaged_and_named(fuzz, command):
+    relpath, key, argv = STRAY_BYTE[command]
+    root = fuzz.reset()
+    path = root / relpath
+    data = path.read_bytes()
+    at = data.index(key) + 3
+    path.write_bytes(data[:at] + b"\xff" + data[at:])
+    result = grtool(root, *argv, env=fuzz.env())
+    check_properties(result, None, None)
+    assert result.returncode == 1, result.describe()
+    problems = [line for line in result.stderr.splitlines() if "not UTF-8" in line]
+    assert len(problems) == 1 and f"{relpath}: " in problems[0] and f"(byte {at})" in problems[0], result.describe()

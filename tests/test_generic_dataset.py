@@ -18,7 +18,8 @@ from grtool.errors import InputError
 from grtool.store.empty import EmptyResult
 from grtool.store.stage import read_table
 
-from test_corpus_ingest import one_line, rows_by
+from output_helpers import rows_by
+from output_helpers import no_spaces
 
 
 def _lines(path: Path) -> list[dict]:
@@ -132,7 +133,7 @@ def test_missing_keys_are_rejects_naming_record_and_key_or_fatal_under_strict(cl
     assert positions["missing field 'qid'"] == (str(questions), "line 4")
 
     proc = cli("corpus", "ingest", questions, docs, "--dataset", "generic", "--strict", "--out", tmp_path / "s", check=2)
-    assert one_line(f"{questions}, line 2 (qid 'no-answer'): missing field 'answer' [--strict]") in one_line(proc.stderr)
+    assert no_spaces(f"{questions}, line 2 (qid 'no-answer'): missing field 'answer' [--strict]") in no_spaces(proc.stderr)
     assert not (tmp_path / "s").exists()
 
 
@@ -159,9 +160,9 @@ def test_unknown_or_ambiguous_gold_is_a_reject_with_the_reason(cli, tmp_path):
     cli("validate", out)
 
     proc = cli("corpus", "ingest", docs, questions, "--strict", "--out", tmp_path / "strict", check=2)
-    assert one_line(f"{docs}, line 5: duplicate document id") in one_line(proc.stderr)
+    assert no_spaces(f"{docs}, line 5: duplicate document id") in no_spaces(proc.stderr)
     proc = cli("corpus", "ingest", _write(tmp_path / "d2.jsonl", DOCS), questions, "--strict", "--out", tmp_path / "strict", check=2)
-    assert one_line(f"{questions}, line 2 (qid 'lost-id'): unknown gold document id ('zz' is not the id") in one_line(proc.stderr)
+    assert no_spaces(f"{questions}, line 2 (qid 'lost-id'): unknown gold document id ('zz' is not the id") in no_spaces(proc.stderr)
 
     # the questions without their documents file: every named gold document is unknown, and the reason says why
     with pytest.raises(EmptyResult, match="all 4 input rows were rejected: 'unknown gold document id' ×2, 'unknown gold title' ×2"):
@@ -190,11 +191,11 @@ def test_titled_documents_need_dataset_and_generic_refuses_release_files(example
 def test_unknown_schema_names_the_generic_layout_and_its_page(cli, tmp_path):
     odd = _write(tmp_path / "mine.jsonl", [{"qid": "1", "question": "q", "gold_doc_ids": ["a"]}])  # no answer
     proc = cli("corpus", "ingest", odd, "--out", tmp_path / "o", check=2)
-    message = one_line(proc.stderr)
-    assert one_line(f"{odd}, line 1: unknown schema (keys ['gold_doc_ids', 'qid', 'question'])") in message
-    assert one_line("the generic layout (questions with qid, question, answer and gold_doc_ids or gold_titles; "
-                    "documents with id or title, and text) or the inline layout (question, answer, paragraphs: [{title, "
-                    "text, is_supporting}]), described in docs/data-formats.md (or pass --dataset") in message
+    message = no_spaces(proc.stderr)
+    assert no_spaces(f"{odd}, line 1: unknown schema (keys ['gold_doc_ids', 'qid', 'question'])") in message
+    assert no_spaces("the generic layout (questions with qid, question, answer and gold_doc_ids or gold_titles; "
+                     "documents with id or title, and text) or the inline layout (question, answer, paragraphs: [{title, "
+                     "text, is_supporting}]), described in docs/data-formats.md (or pass --dataset") in message
     assert (Path(__file__).resolve().parent.parent / "docs" / "data-formats.md").is_file()
 
 

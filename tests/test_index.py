@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -16,13 +15,9 @@ from tokenizers import Tokenizer
 from grtool.index.base import Index
 from grtool.index.kinds import FMIndex, NumpyIndex, TrieIndex
 from grtool.index.query import query
-from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 from grtool.store.records import sha256_file
-
-HERE = Path(__file__).resolve().parent
-BUNDLED = HERE / "data" / "index_triples.jsonl"
-
+from index_helpers import BUNDLED, two_wiki_rows, write_triples_stage
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -44,38 +39,6 @@ def answers(index, ids, anchored=True, limit=10**9):
     got_ids, counts = index.next_tokens(state)
     located = index.locate(state, limit) if (ids or anchored) else None
     return got_ids.tolist(), counts.tolist(), index.count(state), None if located is None else located.tolist()
-
-
-def write_triples_stage(path: Path, rows: list[dict]) -> Path:
-    stage = StageWriter(path, StageSpec("triples", TRIPLES, params={"test": True}), num_parts=2)
-    half = len(rows) // 2
-    for part, chunk in enumerate((rows[:half], rows[half:])):
-        with stage.shard(part) as sh:
-            sh.count_in(len(chunk))
-            sh.write_rows(chunk)
-    stage.finish()
-    return path
-
-
-def two_wiki_rows(shared_data: Path) -> list[dict]:
-    """Evidence triples of the real 2Wiki samples, each in the documents of its head and (when the tail is
-    a supporting title too) its tail: bridge triples land in two documents (collisions)."""
-    records = []
-    for f in sorted((shared_data / "2wikimultihopqa").glob("*.json")):
-        records += json.loads(f.read_text())
-    docs: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
-    for rec in records:
-        titles = {t for t, _ in rec["supporting_facts"]}
-        for head, rel, tail in rec["evidences"]:
-            for title in {head, tail} & titles or {head}:
-                if (head, rel, tail) not in docs[title]:
-                    docs[title].append((head, rel, tail))
-    rows = []
-    for title, triples in sorted(docs.items()):
-        doc_id = hashlib.sha1(title.encode()).hexdigest()[:16]
-        for i, (h, r, t) in enumerate(triples):
-            rows.append({"doc_id": doc_id, "idx": i, "head": h, "relation": r, "tail": t, "docid": f"<docid_start>{h}, {r}, {t}<docid_end>"})
-    return rows
 
 
 def brute_force(docid_ids: dict[str, list[int]], docs_by_docid: dict[str, set[str]], prefix: list[int]) -> dict:
@@ -268,17 +231,17 @@ def _tiny_tokenizer() -> Tokenizer:
     return tok
 
 
-# ------------------------------------------------------------------------ CLI on real 2Wiki triples
+# ------------------------------------------------------------------------ CLI on 2Wiki evidence triples
 
 
-def _two_wiki_stage(shared_data: Path, tmp: Path) -> tuple[Path, list[dict]]:
-    rows = two_wiki_rows(shared_data)
+def _two_wiki_stage(tmp: Path) -> tuple[Path, list[dict]]:
+    rows = two_wiki_rows()
     return write_triples_stage(tmp / "run" / "triples", rows), rows
 
 
 @pytest.mark.parametrize("kind", ["fm", "trie"])
-def test_query_matches_brute_force_on_2wiki(cli, shared_data, tmp_path, kind):
-    stage, rows = _two_wiki_stage(shared_data, tmp_path)
+def test_query_matches_brute_force_on_2wiki(cli, tmp_path, kind):
+    stage, rows = _two_wiki_stage(tmp_path)
     docs_by_docid: dict[str, set[str]] = defaultdict(set)
     for r in rows:
         docs_by_docid[r["docid"]].add(r["doc_id"])

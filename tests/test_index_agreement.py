@@ -8,7 +8,7 @@ import re
 import shlex
 
 import pytest
-from test_index import BUNDLED, write_triples_stage
+from index_helpers import BUNDLED, write_triples_stage
 from tokenizers import Tokenizer
 
 from grtool.errors import InputError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from test_index import BUNDLED, write_triples_stage
+from index_helpers import BUNDLED, write_triples_stage
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.index.base import Index

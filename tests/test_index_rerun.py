@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+import subprocess
+from strict_cli_helpers import grtool as strict_grtool
 
 HERE = Path(__file__).resolve().parent
 ROWS = [json.loads(line) for line in (HERE / "data" / "index_triples.jsonl").read_text().splitlines()]
@@ -136,3 +138,31 @@ def test_pipeline_overwrite_stage_replaces_a_changed_stage_and_is_never_recorded
     # --overwrite names a stage of the file
     code, err = pipeline("--overwrite", "indx")
     assert code == 2 and "no stage named 'indx'" in err
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_removed_by_the_next_build(tmp_path):
+    """`index build` writes into .<out>.<pid>.tmp beside --out; SIGKILL leaves it (with its scratch files)."""
+    import json
+
+    from index_helpers import BUNDLED, write_triples_stage
+
+    rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
+    write_triples_stage(tmp_path / "triples", rows)
+    build = ("index", "build", tmp_path / "triples", "-t", "llama3", "--out", tmp_path / "idx")
+    assert strict_grtool(*build).returncode == 0
+    left = tmp_path / f".idx.{_dead_pid()}.tmp"
+    left.mkdir()
+    (left / ".scratch-tokens.u32").write_bytes(b"\0" * 64)
+    proc = strict_grtool("validate", tmp_path / "idx")
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert f"left by a killed `index build` beside it: {left.name}" in proc.stderr.decode() + proc.stdout.decode()
+    assert strict_grtool(*build, "--overwrite").returncode == 0
+    assert not left.exists()
+    proc = strict_grtool("validate", tmp_path / "idx")
+    assert proc.returncode == 0 and left.name not in proc.stderr.decode() + proc.stdout.decode()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_index import BUNDLED, two_wiki_rows, write_triples_stage
+from index_helpers import BUNDLED, two_wiki_rows, write_triples_stage
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
@@ -70,8 +70,8 @@ def _same_index(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize(("tokenizer", "flips", "data"), [("llama3", True, "odd"), ("qwen", False, "odd"), ("llama3", True, "2wiki"), ("qwen", True, "bundled")])
-def test_streamed_build_equals_the_reference_path(tmp_path, shared_data, tokenizer, flips, data):
-    rows = {"odd": _odd_rows, "2wiki": lambda: two_wiki_rows(shared_data), "bundled": lambda: [json.loads(x) for x in BUNDLED.read_text().splitlines()]}[data]()
+def test_streamed_build_equals_the_reference_path(tmp_path, tokenizer, flips, data):
+    rows = {"odd": _odd_rows, "2wiki": lambda: two_wiki_rows(), "bundled": lambda: [json.loads(x) for x in BUNDLED.read_text().splitlines()]}[data]()
     stage = write_triples_stage(tmp_path / "triples", rows)
     _reference(stage, tmp_path / "old", tokenizer, flips)
     build_index(stage, tmp_path / "new", tokenizer=tokenizer, flips=flips)
@@ -242,7 +242,7 @@ def test_a_tokenizer_that_cannot_be_found_stops_the_build_before_the_read(tmp_pa
 
 
 @pytest.mark.parametrize(("flips", "data"), [(True, "odd"), (True, "2wiki"), (False, "2wiki")])
-def test_bucketed_read_equals_the_reference_path(tmp_path, shared_data, monkeypatch, flips, data):
+def test_bucketed_read_equals_the_reference_path(tmp_path, monkeypatch, flips, data):
     """The read settles the stage bucket by bucket (rows split by a hash of the docid's key) and merges sorted runs
     a few rows at a time: with tiny buckets, merge steps and docids.parquet row groups the index is still the
     reference one, byte for byte (the reference writes the same row groups), and docids.parquet has those groups."""
@@ -257,7 +257,7 @@ def test_bucketed_read_equals_the_reference_path(tmp_path, shared_data, monkeypa
     monkeypatch.setattr(stream, "MERGE_BATCHES", 1)  # and emitted in many small steps
     monkeypatch.setattr(stream, "ROW_GROUP", 5)
     monkeypatch.setattr(build, "DOCIDS_ROW_GROUP", 5)
-    rows = _odd_rows() * 2 if data == "odd" else two_wiki_rows(shared_data)
+    rows = _odd_rows() * 2 if data == "odd" else two_wiki_rows()
     stage = write_triples_stage(tmp_path / "triples", rows)
     _reference(stage, tmp_path / "old", "llama3", flips)
     build_index(stage, tmp_path / "new", tokenizer="llama3", flips=flips)

@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-from test_imports import cycles
+from imports_helpers import cycles
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / ".importlinter"

@@ -15,15 +15,12 @@ B``) are not in the documents (grounding has its own tests in test_triples_groun
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pyarrow.parquet as pq
@@ -35,131 +32,20 @@ from grtool.llm.base import PartialGenerations
 from grtool.llm.cache import RequestCache
 from grtool.store.stage import read_table
 from llm_helpers import all_text_under, free_port, hotpot_paragraphs, write_documents
+from llm_helpers import ANSWERS, FlakyServer, serve
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 
-# (answer text, finish_reason, triples the parser must recover)
-ANSWERS = [
-    ('{"triples": [["A", "is a", "B"], ["A", "founded in", "1990"]]}', "stop", [("A", "is a", "B"), ("A", "founded in", "1990")]),
-    ('[{"head": "C", "relation": "located in", "tail": "D"}]', "stop", [("C", "located in", "D")]),
-    ("(E, born on, July 31, 2012)\n(E, plays for, F).", "stop", [("E", "born on", "July 31, 2012"), ("E", "plays for", "F")]),
-    ("G | member of | H\nG | associated with | H", "stop", [("G", "member of", "H"), ("G", "associated with", "H")]),
-    ("Here are the triples:\n1. I, directed, J\n2. I, released in, 2011\nHope this helps!", "stop", [("I", "directed", "J"), ("I", "released in", "2011")]),
-    ("- K, part of, L\n- K, part of, L\n* \"M\", located in, 'N'.", "stop", [("K", "part of", "L"), ("M", "located in", "N")]),
-    ('Sure.\n```json\n{"triples": [["O", "won", "P"]]}\n```\nAnything else?', "stop", [("O", "won", "P")]),
-    ('{"triples": [["Q", "capital of", "R"], ["Q", "has population", "2,100,000"], ["Q", "has mayor", "S T', "length", [("Q", "capital of", "R"), ("Q", "has population", "2,100,000")]),
-]
-FAILURES = ["503", "429", "drop", "timeout", "500"]
-
-
-class FlakyServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(
-        self,
-        answers_by_title: dict[str, tuple[str, str]],
-        *,
-        echo_auth_401: bool = False,
-        pad_401: int = 0,
-        logprobs: bool = False,
-        flaky: bool = True,
-        broken_titles: set[str] | None = None,
-        echo_auth_models: bool = False,
-    ):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.answers_by_title = answers_by_title
-        self.echo_auth_401 = echo_auth_401
-        self.pad_401 = pad_401  # characters before the echoed header in the 401 message
-        self.logprobs = logprobs
-        self.flaky = flaky  # fail the first attempt of every request
-        self.broken_titles = broken_titles or set()  # documents whose every attempt gets a 500
-        self.broken_status = 500  # (or another status, e.g. 400: a bad request, which is no transient failure)
-        self.echo_auth_models = echo_auth_models  # GET /models answers 401 quoting the Authorization header
-        self.lock = threading.Lock()
-        self.seen: set[str] = set()
-        self.posts: list[dict] = []
-        self.auth: set[str | None] = set()
-        self.failures_sent = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: FlakyServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, code: int, payload: dict, headers: dict | None = None) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        if self.server.echo_auth_models:
-            with self.server.lock:
-                self.server.auth.add(self.headers.get("Authorization"))
-            return self._json(401, {"error": f"bad credentials in header Authorization: {self.headers.get('Authorization')}"})
-        self._json(200, {"object": "list", "data": [{"id": "toy-model", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.loads(raw)
-        srv = self.server
-        key = hashlib.sha256(raw).hexdigest()
-        title = body["messages"][-1]["content"].split("\n", 1)[0].removeprefix("Title: ")
-        with srv.lock:
-            srv.posts.append(body)
-            srv.auth.add(self.headers.get("Authorization"))
-            first = key not in srv.seen and srv.flaky
-            srv.seen.add(key)
-            failure = FAILURES[srv.failures_sent % len(FAILURES)] if first else None
-            srv.failures_sent += first
-        if srv.echo_auth_401:
-            return self._json(401, {"error": f"{'x' * srv.pad_401}invalid key in header {self.headers.get('Authorization')}"})
-        if title in srv.broken_titles:
-            return self._json(srv.broken_status, {"error": "this document always fails"})
-        if failure == "drop":
-            self.close_connection = True
-            self.connection.shutdown(2)
-            return
-        if failure == "timeout":
-            time.sleep(2.5)  # the client's --timeout is 1 s
-            return self._json(503, {"error": "too late"})
-        if failure == "429":
-            return self._json(429, {"error": "slow down"}, {"Retry-After": "0"})
-        if failure is not None:
-            return self._json(int(failure), {"error": "temporary"})
-        text, finish = srv.answers_by_title[title]
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
-        if srv.logprobs and body.get("logprobs"):
-            choice["logprobs"] = {"content": [{"token": "x", "logprob": -0.5, "top_logprobs": [{"token": "x", "logprob": -0.5}]}]}
-        self._json(200, {"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 7}})
-
-
 @pytest.fixture
-def corpus(tmp_path, shared_data):
-    docs = hotpot_paragraphs(shared_data, len(ANSWERS))
+def corpus(tmp_path):
+    docs = hotpot_paragraphs(len(ANSWERS))
     return docs, write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
-
-
-def _serve(server: FlakyServer):
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_flaky_server_recovers_every_triple_and_reruns_send_nothing(tmp_path, corpus, cli):
     docs, documents = corpus
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)})
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--concurrency", "3", "--timeout", "1", "--max-retries", "6", "--max-tokens", "200")  # fmt: skip
@@ -205,7 +91,7 @@ def test_flaky_server_recovers_every_triple_and_reruns_send_nothing(tmp_path, co
 def test_key_never_leaks_into_errors_and_other_env_var(tmp_path, corpus, cli):
     docs, documents = corpus
     server = FlakyServer({}, echo_auth_401=True)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     try:
         proc = cli("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
@@ -225,7 +111,7 @@ def test_key_cut_by_the_error_excerpt_is_still_scrubbed(monkeypatch):
     # The 401 text is cut to 500 characters; the key straddles the cut, so scrubbing after cutting would leak its start.
     pad = 500 - len('{"error": "') - len("invalid key in header Bearer ") - 12
     server = FlakyServer({}, echo_auth_401=True, pad_401=pad, flaky=False)
-    _serve(server)
+    serve(server)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     try:
         backend = make_backend("openai", base_url=server.url, model="toy-model", max_retries=0)
@@ -240,7 +126,7 @@ def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
     docs, documents = corpus
     broken = {docs[5]["title"], docs[7]["title"]}  # in the second of the two parts
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False, broken_titles=broken)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents.parent, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--concurrency", "8", "--max-retries", "1", "--max-tokens", "200")  # fmt: skip
@@ -275,7 +161,7 @@ def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
 
 def test_logprobs_required_and_parsed():
     server = FlakyServer({"t": ("[[\"a\", \"b\", \"c\"]]", "stop")}, logprobs=False)
-    _serve(server)
+    serve(server)
     try:
         backend = make_backend("openai", base_url=server.url, backoff=0.01)
         msgs = [[{"role": "user", "content": "Title: t\nDocument: x"}]]
@@ -344,8 +230,8 @@ def test_vllm_openai_server_backend(vllm_server):
 
 
 @pytest.mark.slow
-def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
-    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(shared_data, 3))
+def test_vllm_openai_server_extract(vllm_server, tmp_path, cli):
+    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(3))
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", vllm_server,
             "--max-tokens", "96", "--max-empty-share", "1")  # fmt: skip
@@ -366,7 +252,7 @@ def test_vllm_openai_server_extract(vllm_server, tmp_path, shared_data, cli):
 def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
     docs, documents = corpus
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)})
-    _serve(server)
+    serve(server)
     common = ("--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--no-structured", "--max-retries", "6", "--timeout", "1")
     want = {(d["doc_id"], *t) for d, a in zip(docs, ANSWERS) for t in a[2]}
     try:
@@ -399,7 +285,7 @@ def test_sharding_limit_no_cache_and_pipes(tmp_path, corpus, cli):
 def test_credentials_in_the_base_url_are_redacted(tmp_path, corpus, cli):
     docs, documents = corpus
     server = FlakyServer({}, echo_auth_401=True)
-    _serve(server)
+    serve(server)
     password = "pw-0123456789SECRET"
     url = server.url.replace("http://", f"http://alice:{password}@")
     out = tmp_path / "out"
@@ -429,7 +315,7 @@ def test_url_password_needing_percent_encoding_never_reaches_stderr(tmp_path, co
     # httpx quotes the percent-encoded URL in its own errors: no form of the password may reach stderr.
     docs, documents = corpus
     server = FlakyServer({}, echo_auth_401=True, echo_auth_models=not with_model, flaky=False)
-    _serve(server)
+    serve(server)
     user, password = "alice", "pw^SECRET|with space"
     url = server.url.replace("http://", f"http://{user}:{password}@")
     out = tmp_path / "out"
@@ -457,7 +343,7 @@ def test_url_password_needing_percent_encoding_never_reaches_stderr(tmp_path, co
 def test_the_credential_in_use_is_named(tmp_path, corpus, cli):
     docs, documents = corpus
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, ANSWERS)}, flaky=False)
-    _serve(server)
+    serve(server)
     try:
         common = ("triples", "extract", "--grounding", "off", documents.parent, "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--limit", "1")
         keyed = cli(*common, "--out", tmp_path / "a", env={"OPENAI_API_KEY": SECRET, "COLUMNS": "10000"})
@@ -487,14 +373,14 @@ def test_constraint_to_offered_triples_goes_out_as_a_regex():
 
 
 @pytest.mark.slow
-def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, shared_data, cli):
+def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, cli):
     """--constrain through vLLM's server: every citation is an offered triple; the same run without it is not."""
-    from test_export import build_samples
+    from sample_helpers import build_samples
 
     from grtool.store.records import load_manifest
 
     root = tmp_path / "run"
-    build_samples(shared_data, root)
+    build_samples(root)
     common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
     cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
     extra = load_manifest(tmp_path / "chains")["counters"]["extra"]

@@ -238,10 +238,10 @@ def test_max_tokens_too_large_for_the_server_stays_an_error():
         server.shutdown()
 
 
-def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli, shared_data):
-    from test_chains_stage import build_inputs, llm_args, load_2wiki, start_server
+def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli):
+    from chains_helpers import build_inputs, llm_args, load_2wiki, start_server
 
-    records = [dict(r) for r in load_2wiki(shared_data)[:4]]
+    records = [dict(r) for r in load_2wiki()[:4]]
     records[1]["question"] = "Which one? " + "very " * (LONG_CHARS // 5)
     corpus, triples, _ = build_inputs(records, tmp_path)
     server = start_server(records)

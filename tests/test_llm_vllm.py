@@ -59,8 +59,8 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_vllm_offline_backend(tmp_path, shared_data):
-    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(shared_data, 3), num_parts=1)
+def test_vllm_offline_backend(tmp_path):
+    documents = write_documents(tmp_path / "corpus" / "documents", hotpot_paragraphs(3), num_parts=1)
     script = tmp_path / "run_vllm.py"
     script.write_text(SCRIPT)
     out = tmp_path / "out"

@@ -24,6 +24,7 @@ import pytest
 
 from grtool.store.stage import read_table
 from grtool.triples.evidence import write_evidence_stage
+from chains_helpers import load_2wiki
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +34,9 @@ TRAIN = ("--max-steps", "24", "--per-device-batch-size", "1", "--learning-rate",
 
 
 @pytest.mark.parametrize("markers, flip", [("special", "auto"), ("brackets", "auto")])
-def test_trained_model_retrieves_its_training_chains(cli, shared_data: Path, tmp_path: Path, markers: str, flip: str) -> None:
+def test_trained_model_retrieves_its_training_chains(cli, tmp_path: Path, markers: str, flip: str) -> None:
     t0 = time.perf_counter()
-    records = json.loads((shared_data / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())[:N]
+    records = load_2wiki()[:N]
     source = tmp_path / "data_ids_dev.json"
     source.write_text(json.dumps(records))
     corpus, triples, chains, filtered = (tmp_path / n for n in ("corpus", "triples", "chains", "filtered"))

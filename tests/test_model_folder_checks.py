@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.test_train import write_sft
+from train_helpers import write_sft
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, write_pipeline_file
-from tests.test_export import samples, write_chains  # noqa: F401  (fixture: the real samples ingested once)
-from tests.test_overwrite_safety import one_line, snapshot
+from sample_helpers import write_chains
+from output_helpers import one_line, snapshot
 
 
 @pytest.fixture(scope="module")
-def run(samples, tmp_path_factory) -> dict:  # noqa: F811
+def run(samples, tmp_path_factory) -> dict:
     """The sample run directory, a chains stage, and one filtered stage f6 made by a real `filters apply`."""
     base = tmp_path_factory.mktemp("collide")
     write_chains(samples, base / "chains")

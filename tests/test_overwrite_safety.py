@@ -7,7 +7,6 @@ embedded model's tokenizer. Every refusal is exit 2 and leaves every file as it 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,22 +20,13 @@ from conftest import run_cli
 from grtool.store.locks import beside_lock, output_lock
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
-from tests.test_export import samples, write_chains  # noqa: F401  (fixture: the real samples ingested once)
-from tests.test_train import write_sft
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file below ``root`` (or ``root`` itself) with its sha256: equal snapshots = nothing touched."""
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    return {str(f.relative_to(root.parent)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
+from sample_helpers import write_chains
+from train_helpers import write_sft
+from output_helpers import one_line, snapshot
 
 
 @pytest.fixture(scope="module")
-def run(samples, tmp_path_factory) -> dict:  # noqa: F811
+def run(samples, tmp_path_factory) -> dict:
     """A copy of the sample run directory (documents/, questions/, triples/, a user's notes.txt), a filtered
     chains stage, a base model directory and SFT data, shared by the tests (the refused runs change nothing)."""
     base = tmp_path_factory.mktemp("overwrite")

@@ -18,24 +18,16 @@ from grtool.store.records import load_manifest, load_shard_records, read_shard_r
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec
 from grtool.triples.evidence import write_evidence_stage
+from chains_helpers import TWO_WIKI
 
 
 @pytest.fixture(scope="module")
-def shared_data_dir() -> Path:
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    return SHARED_DATA
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, shared_data_dir: Path) -> Path:
-    """The real 2Wiki sample ingested in parts of 4 questions, its evidence triples, gold chains and their filtering."""
+def run(tmp_path_factory) -> Path:
+    """The tests' own 2Wiki records ingested in parts of 4 questions, its evidence triples, gold chains and their filtering."""
     from tests.conftest import run_cli
 
     root = tmp_path_factory.mktemp("partloop")
-    run_cli("-q", "corpus", "ingest", shared_data_dir / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", root / "corpus", "--rows-per-part", "4")
+    run_cli("-q", "corpus", "ingest", TWO_WIKI, "--out", root / "corpus", "--rows-per-part", "4")
     assert write_evidence_stage(root / "corpus", root / "triples") > 0
     run_cli("-q", *gold_args(root))
     run_cli("-q", *filter_args(root))

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from conftest import REPO, write_pipeline_file
-from test_pipeline_slurm_plan import _config
+from slurm_plan_helpers import plan_config
 
 from grtool.pipeline.config import load_pipeline
 from grtool.pipeline.slurm import gpus_per_task, time_hours
@@ -18,7 +18,7 @@ HOTPOT = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.exa
 def _slurm_config(tmp_path) -> str:
     """The plan tests' pipeline with its partitions and GPUs as [vars] (a table after [slurm] ends it)."""
     variables = '[vars]\ngpu_partition = "gpu"\ngpus = 2'
-    return _config(tmp_path, variables, '{ partition = "{gpu_partition}", tasks = 3, gres = "gpu:{gpus}", time = "2:00:00" }')
+    return plan_config(tmp_path, variables, '{ partition = "{gpu_partition}", tasks = 3, gres = "gpu:{gpus}", time = "2:00:00" }')
 
 
 def _local_config(tmp_path, merge_args: tuple[str, ...] = ("{out}/corpus",)) -> str:

@@ -3,48 +3,20 @@ before anything is submitted. The runs against a real Slurm are in tests/test_sl
 
 from __future__ import annotations
 
-import json
 import os
+<<<<<<< HEAD
 import shlex
 import textwrap
 from pathlib import Path
+=======
+>>>>>>> suite48
 
 from conftest import REPO
-
-
-def _config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }", out: Path | None = None) -> str:
-    """Three stages (ingest, triples as an array, index) under ``out`` (default TMP/run), any path quoted for TOML."""
-    hotpot = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
-    path = tmp_path / "pipe.toml"
-    extra = extra.replace("\n", "\n        ")  # kept inside the dedented text
-    path.write_text(textwrap.dedent(f"""
-        out = {json.dumps(str(out or tmp_path / 'run'))}
-        [slurm]
-        partition = "cpu"
-        time = "01:00:00"
-        {extra}
-        [[stages]]
-        name = "ingest"
-        run = "corpus ingest"
-        args = [{json.dumps(str(hotpot))}]
-        options = {{ out = "{{out}}/corpus" }}
-        [[stages]]
-        name = "triples"
-        run = "triples extract"
-        args = ["{{out}}/corpus"]
-        options = {{ out = "{{out}}/t", backend = "openai", base_url = "http://127.0.0.1:9/v1" }}
-        slurm = {triples_slurm}
-        [[stages]]
-        name = "index"
-        run = "index build"
-        args = ["{{out}}/t/triples"]
-        options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
-        """))
-    return str(path)
+from slurm_plan_helpers import plan_config
 
 
 def test_the_plan_shows_each_job_and_the_dependency_graph_and_writes_nothing(tmp_path, cli):
-    config = _config(tmp_path)
+    config = plan_config(tmp_path)
     out = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", "--set", "triples.slurm.gres=gpu:1", "--set", "slurm.time=2:00:00").stdout
     assert "#SBATCH --array=0-2" in out and "#SBATCH --gres=gpu:1" in out and "#SBATCH --partition=cpu" in out
     assert "#SBATCH --time=2:00:00" in out and "#SBATCH --time=01:00:00" not in out.split("finalize.sbatch")[0]
@@ -74,15 +46,15 @@ def test_slurm_settings_are_checked_before_anything_is_submitted(tmp_path, cli):
         ("", "{ tasks = 3 }", ["--set", "triples.slurm.parallel=x"], ["--set 'triples.slurm.parallel=x'", "expected an integer"]),
         ("", "{ tasks = 3 }", ["--set", "slurm.partitoin=gpu"], ["unknown Slurm key 'partitoin'", "did you mean 'partition'"]),
     ]:
-        proc = cli("pipeline", "run", _config(tmp_path, extra, slurm), "--executor", "slurm", *set_, check=2)
+        proc = cli("pipeline", "run", plan_config(tmp_path, extra, slurm), "--executor", "slurm", *set_, check=2)
         message = " ".join(proc.stderr.split())
         assert all(w in message for w in words), (words, proc.stderr)
         assert not (tmp_path / "run").exists()
-    proc = cli("pipeline", "run", _config(tmp_path), "--wait", check=2)
+    proc = cli("pipeline", "run", plan_config(tmp_path), "--wait", check=2)
     assert "--wait: only with --executor slurm" in proc.stderr
     # No sbatch here: refused before the first stage's job is written or submitted.
     path = os.path.dirname(os.__file__)  # a PATH without sbatch
-    proc = cli("pipeline", "run", _config(tmp_path), "--executor", "slurm", check=2, env={"PATH": path})
+    proc = cli("pipeline", "run", plan_config(tmp_path), "--executor", "slurm", check=2, env={"PATH": path})
     assert "no sbatch on PATH" in proc.stderr and not (tmp_path / "run").exists()
 
 

@@ -42,11 +42,7 @@ class Sections(HTMLParser):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    from conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    return build_run(SHARED_DATA, tmp_path_factory.mktemp("report"))
+    return build_run(tmp_path_factory.mktemp("report"))
 
 
 def test_the_page_holds_the_runs_numbers_in_stable_sections(run: Path) -> None:

@@ -35,12 +35,8 @@ def _browser() -> str:
 
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory) -> tuple[Path, Path]:
-    from conftest import SHARED_DATA
-
     _browser()
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    run = build_run(SHARED_DATA, tmp_path_factory.mktemp("browser"))
+    run = build_run(tmp_path_factory.mktemp("browser"))
     out = run.parent / "report.html"
     run_cli("-q", "report", run, "--out", out)
     return run, out

@@ -10,11 +10,11 @@ import pytest
 
 from grtool.store.stage import read_table
 
-HOTPOT = "hotpotqa/hotpot_train_v1.1.sample.json"
+HOTPOT = "hotpotqa/hotpot_train_v1.1.example.json"
 
 
 def _ingest(cli, data: Path, out: Path):
-    return cli("corpus", "ingest", str(data / HOTPOT), "--out", str(out), "--rows-per-part", "40")
+    return cli("corpus", "ingest", str(data / HOTPOT), "--out", str(out), "--rows-per-part", "4")
 
 
 def _rows(stage: Path) -> list:
@@ -22,15 +22,15 @@ def _rows(stage: Path) -> list:
 
 
 @pytest.fixture
-def ingested(cli, shared_data, tmp_path) -> tuple[Path, list]:
+def ingested(cli, examples, tmp_path) -> tuple[Path, list]:
     out = tmp_path / "out"
-    _ingest(cli, shared_data, out)
-    assert (out / "documents" / "part-00002.parquet").is_file(), "the sample must make at least three parts"
+    _ingest(cli, examples, out)
+    assert (out / "documents" / "part-00002.parquet").is_file(), "the example must make at least three parts"
     return out, _rows(out / "documents")
 
 
 @pytest.mark.parametrize("damage", ["part and record removed", "part removed", "part truncated"])
-def test_ingest_redoes_a_part_that_is_gone_from_disk(cli, shared_data, ingested, damage):
+def test_ingest_redoes_a_part_that_is_gone_from_disk(cli, examples, ingested, damage):
     out, before = ingested
     part, record = out / "documents" / "part-00002.parquet", out / "documents" / "_shards" / "part-00002.json"
     if damage == "part truncated":
@@ -41,16 +41,16 @@ def test_ingest_redoes_a_part_that_is_gone_from_disk(cli, shared_data, ingested,
             record.unlink()
     status = json.loads(cli("status", str(out / "documents"), "--json").stdout)
     assert not status["complete"] and status["parts_pending"] == ["part-00002"]
-    again = _ingest(cli, shared_data, out)
+    again = _ingest(cli, examples, out)
     assert "already complete" not in again.stderr
     assert _rows(out / "documents") == before
     cli("validate", str(out))
 
 
-def test_merge_redoes_a_part_that_is_gone_from_disk(cli, shared_data, ingested, tmp_path):
+def test_merge_redoes_a_part_that_is_gone_from_disk(cli, examples, ingested, tmp_path):
     out, _ = ingested
     merged = tmp_path / "merged"
-    args = ("corpus", "merge", str(out), "--out", str(merged), "--rows-per-part", "40")
+    args = ("corpus", "merge", str(out), "--out", str(merged), "--rows-per-part", "4")
     cli(*args)
     before = _rows(merged / "documents")
     (merged / "documents" / "part-00001.parquet").unlink()

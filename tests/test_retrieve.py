@@ -1,7 +1,7 @@
 """`grtool retrieve` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index.
 
 The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples with the triples of
-``test_export.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
+``sample_helpers.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
 in the index, in both marker modes; the responses directory feeds `eval recall` and `export kto` unchanged.
 """
 
@@ -12,12 +12,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
-from test_export import build_samples
+from conftest import run_cli
 
 from grtool.vocab.readers import DocidIndex
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
+from retrieve_helpers import assert_all_exist, build_indexed_samples, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -28,13 +28,7 @@ FEW_SHOT_FROM_2WIKI = ("--dataset", "musique", "--few-shot-from", "dev")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A corpus with triples and an FM-index (forward and flipped docids) with the embedded model's tokenizer."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    root = tmp_path_factory.mktemp("retrieve") / "run"
-    build_samples(SHARED_DATA, root)
-    run_cli("index", "build", root / "triples", "--tokenizer", "default", "--flips", "--out", root / "index")
-    return root
+    return build_indexed_samples(tmp_path_factory.mktemp("retrieve") / "run")
 
 
 @pytest.fixture(scope="module")
@@ -64,35 +58,18 @@ def marker_model(tmp_path_factory):
     shutil.rmtree(out, ignore_errors=True)  # 0.5 GB of weights: gone with the module, not at the session's end
 
 
-def _rows(path: Path) -> list[dict]:
-    return read_table(path).to_pylist()
-
-
-def _assert_all_exist(rows: list[dict], lookup: DocidIndex) -> int:
-    from grtool.docid import parse
-
-    n = 0
-    for row in rows:
-        keys = parse(row["text"]).docids
-        assert len(keys) == row["n_docids"]
-        for key, (docs, _) in zip(keys, lookup.resolve_many(keys)):
-            assert docs, f"{row['qid']}: hallucinated docid {key!r} in {row['text']!r}"
-            n += 1
-    return n
-
-
 def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
     out = tmp_path / "responses"
     # the worked examples are 2Wiki dev questions, never one of the MuSiQue questions answered
     proc = run_cli("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "2", *FEW_SHOT_FROM_2WIKI, "--out", out, *FAST, "--json")
     report = json.loads(proc.stdout)
-    rows = _rows(out)
+    rows = table_rows(out)
     questions = [q for q in read_table(run / "questions").to_pylist() if q["dataset"] == "musique"]
     shown = load_manifest(out)["params"]["few_shot_from"]
     assert shown["split"] == "dev" and len(shown["qids"]) == 2 and not set(shown["qids"]) & {q["qid"] for q in questions}
     assert len(rows) == len(questions) == report["responses"]
     lookup = DocidIndex.build(run / "triples")
-    docids = _assert_all_exist(rows, lookup)
+    docids = assert_all_exist(rows, lookup)
     assert docids > 0 and report["docids"] == docids
     assert report["hallucinated"] == 0
     assert {r["markers"] for r in rows} == {"brackets"} and {r["mode"] for r in rows} == {"docids"}
@@ -116,8 +93,8 @@ def test_special_markers_docids_exist(run, marker_model, tmp_path):
         "retrieve", run, "--index", index, "--model", marker_model, "--few-shot", "2", *FEW_SHOT_FROM_2WIKI, "--out", out, *FAST, "--json",
     )  # fmt: skip
     report = json.loads(proc.stdout)
-    rows = _rows(out)
-    docids = _assert_all_exist(rows, DocidIndex.build(run / "triples"))
+    rows = table_rows(out)
+    docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
     assert docids > 0 and report["hallucinated"] == 0
     assert all(d.startswith("<docid_start>") and d.endswith("<docid_end>") for r in rows for d in r["docids"])
 
@@ -126,7 +103,7 @@ def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
     args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--few-shot-from", "dev", "--limit", "3",
             "--samples", "4", "--temperature", "1.0", "--max-tokens", "48", "--no-cache")  # fmt: skip
     run_cli(*args, "--out", tmp_path / "a")
-    a = sorted(_rows(tmp_path / "a"), key=lambda r: (r["qid"], r["sample"]))
+    a = sorted(table_rows(tmp_path / "a"), key=lambda r: (r["qid"], r["sample"]))
     assert len(a) == 12 and {r["sample"] for r in a} == {0, 1, 2, 3}
     run_cli("validate", tmp_path / "a")  # 3 questions in, 12 rows out: the accounting counts (question, sample)
     assert len({r["text"] for r in a if r["qid"] == a[0]["qid"]}) > 1  # sampled, not four greedy copies
@@ -140,14 +117,14 @@ def test_samples_are_reproducible_and_pipe_into_eval(run, tmp_path):
 def test_killed_run_resumes_with_identical_rows(run, tmp_path):
     args = ("retrieve", run, "--index", run / "index", "--markers", "brackets", "--few-shot", "1", "--few-shot-from", "dev", "--limit", "4", "--max-tokens", "40")
     run_cli(*args, "--out", tmp_path / "whole")
-    whole = _rows(tmp_path / "whole")
+    whole = table_rows(tmp_path / "whole")
     # a run that died after its part: delete the manifest's record of completion by removing the part
     partial = tmp_path / "partial"
     shutil.copytree(tmp_path / "whole", partial)
     for f in partial.glob("part-*.parquet"):
         f.unlink()
     proc = run_cli(*args, "--out", partial)
-    assert _rows(partial) == whole, proc.stderr
+    assert table_rows(partial) == whole, proc.stderr
     assert load_manifest(partial)["complete"]
 
 
@@ -208,21 +185,21 @@ def test_max_docids_forbids_opening_another(run):
 def test_a_question_beyond_the_context_is_a_too_long_reject(run, tmp_path):
     """A prompt over the model's context is never generated: a reject (reason too_long) per sample, counted, the
     accounting kept (in = out + rejected), the summary saying how many; the other questions are answered."""
-    from test_export import _write_stage
+    from sample_helpers import write_stage
 
     from grtool.store.schemas import QUESTIONS
 
     rows = read_table(run / "questions").to_pylist()[:3]
     long_qid = rows[1]["qid"]
     rows[1]["question"] = "Which of these came first? " + "a long list of names, " * 2300  # ~50K characters
-    _write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
+    write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
     out = tmp_path / "responses"
     proc = run_cli(
         "retrieve", tmp_path / "corpus", "--index", run / "index", "--triples", run / "triples", "--markers", "brackets",
         "--few-shot", "0", "--samples", "2", "--max-tokens", "4", "--threads", "2", "--no-cache", "--out", out,
     )  # fmt: skip
     assert "1 question(s) not answered" in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
-    responses = _rows(out)
+    responses = table_rows(out)
     assert sorted((r["qid"], r["sample"]) for r in responses) == sorted((r["qid"], s) for r in rows if r["qid"] != long_qid for s in (0, 1))
     counters = load_manifest(out)["counters"]
     assert counters["in"] == 6 and counters["out"] == 4 and counters["rejected"] == {"too_long": 2}, counters
@@ -235,14 +212,14 @@ def test_a_question_beyond_the_context_is_a_too_long_reject(run, tmp_path):
 def test_every_question_beyond_the_context_fails_naming_the_reason(run, tmp_path):
     """All prompts too long: nothing was generated, so the run fails saying why (before: exit 0, 0 responses, and
     "no selected question has gold documents")."""
-    from test_export import _write_stage
+    from sample_helpers import write_stage
 
     from grtool.store.schemas import QUESTIONS
 
     rows = read_table(run / "questions").to_pylist()[:2]
     for row in rows:
         row["question"] = "Which of these came first? " + "a long list of names, " * 2300
-    _write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
+    write_stage(tmp_path / "corpus" / "questions", "questions", QUESTIONS, rows)
     proc = run_cli(
         "retrieve", tmp_path / "corpus", "--index", run / "index", "--triples", run / "triples", "--markers", "brackets",
         "--few-shot", "0", "--max-tokens", "4", "--threads", "2", "--no-cache", "--out", tmp_path / "responses", check=1,

@@ -1,6 +1,6 @@
 """`grtool retrieve --mode gmr` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index of documents.
 
-The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples (``test_export.build_samples``), indexed
+The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples (``sample_helpers.build_samples``), indexed
 with ``--source documents``. The model is not trained for GMR, so it rarely says DONE; what matters is that every
 step it writes is exactly a document of the corpus (or DONE) and that the loop stops where it should.
 """
@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
-from test_export import build_samples
+from conftest import run_cli
+from sample_helpers import build_samples
 
 from grtool.vocab.gmr import DONE, render_document
 from grtool.store.records import load_manifest
@@ -27,10 +27,8 @@ ARGS = ("--mode", "gmr", "--beams", "2", "--max-steps", str(MAX_STEPS), "--limit
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path_factory.mktemp("retrieve_gmr") / "run"
-    build_samples(SHARED_DATA, root)
+    build_samples(root)
     run_cli("index", "build", root / "documents", "--source", "documents", "--tokenizer", "default", "--out", root / "dindex")
     return root
 

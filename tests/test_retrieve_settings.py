@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from checkpoint_records import checkpoint_record_bytes
-from test_export import samples  # noqa: F401  (the real ingest of the samples, with triples)
 
 from grtool.retrieve.run import sampling_temperature
 from grtool.retrieve.stage import RetrieveSettings
@@ -45,7 +44,9 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
     import shutil
 
     from conftest import run_cli
-    from test_export import CHAINS, _write_stage, write_chains
+    from grtool.store.schemas import CHAINS
+    from sample_helpers import write_stage
+    from sample_helpers import write_chains
 
     from grtool.errors import InputError
     from grtool.index.base import Index
@@ -57,8 +58,8 @@ def test_train_records_flips_and_retrieve_refuses_an_index_without(samples, tmp_
     forward = tmp_path / "forward"
     write_chains(samples, forward)  # no flipped docid
     rows = [{**r, "flipped": [True] if r["selected"] else []} for r in _rows(forward)]
-    _write_stage(tmp_path / "flipped", "chains", CHAINS, rows)
-    _write_stage(tmp_path / "unkept", "chains", CHAINS, [{**r, "flipped": [not r["selected"]]} for r in _rows(forward)])
+    write_stage(tmp_path / "flipped", "chains", CHAINS, rows)
+    write_stage(tmp_path / "unkept", "chains", CHAINS, [{**r, "flipped": [not r["selected"]]} for r in _rows(forward)])
     assert (data_flips(forward), data_flips(tmp_path / "flipped"), data_flips(tmp_path / "unkept")) == (False, True, False)
     export = tmp_path / "sft.json"
     run_cli("export", "sft", tmp_path / "flipped", "--corpus", samples["root"], "--out", export)

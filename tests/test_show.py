@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA, run_cli
+from chains_helpers import TWO_WIKI
+from conftest import run_cli
 
 from grtool.store.stage import read_table
 
@@ -26,10 +27,8 @@ MADE_UP = "<docid_start>Nobody Atall, place of birth, Nowhere Town<docid_end>"
 def run(tmp_path_factory) -> dict:
     from grtool.triples.evidence import write_evidence_stage
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     d = tmp_path_factory.mktemp("show")
-    run_cli("-q", "corpus", "ingest", SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json", "--out", d / "corpus")
+    run_cli("-q", "corpus", "ingest", TWO_WIKI, "--out", d / "corpus")
     write_evidence_stage(d / "corpus", d / "triples")
     run_cli("-q", "chains", "gold", d / "corpus", "--triples", d / "triples", "--out", d / "chains")
     chains = read_table(d / "chains").to_pylist()

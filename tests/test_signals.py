@@ -194,3 +194,21 @@ def test_sigterm_inside_an_asyncio_task_group_still_stops_with_the_transient_cod
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == EXIT_TRANSIENT, proc.stderr
     assert "stopped: SIGTERM received" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# Ctrl-C while the command is still starting (among its imports) is one line and exit 130, as SIGTERM
+# there is 75 (it was a KeyboardInterrupt traceback and death by the signal)
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 75)])
+def test_signal_while_starting(tmp_path, sig, code):
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", "validate", tmp_path], env={**os.environ, "GRTOOL_HOLD": f"starting:{holds}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while not (holds / "starting.reached").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    (holds / "starting.release").touch()
+    err = proc.communicate(timeout=60)[1]  # a guard against a hang only
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -21,7 +21,7 @@ import pytest
 
 import slurm_fakes
 from conftest import REPO
-from test_pipeline_slurm_plan import _config as plan_config
+from slurm_plan_helpers import plan_config
 
 HOTPOT = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
 

@@ -19,8 +19,9 @@ from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
-from tests.conftest import REPO, SHARED_DATA, run_cli
-from tests.test_export import _write_stage
+from tests.conftest import REPO, run_cli
+from sample_helpers import write_stage
+from chains_helpers import load_2wiki
 
 TRAIN_RECORDS = 4  # the last records of the sample become the train file
 QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export sft", "export kto", "export gmr", "retrieve")
@@ -28,13 +29,11 @@ QUESTION_STAGES = ("chains synthesize", "chains gold", "filters apply", "export 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """The 2Wiki sample as a dev file and a train file, ingested, with its evidence triples and gold chains."""
+    """The tests' 2Wiki records as a dev file and a train file, ingested, with its evidence triples and gold chains."""
     from grtool.triples.evidence import write_evidence_stage
 
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
     root = tmp_path_factory.mktemp("splits")
-    records = json.loads((SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+    records = load_2wiki()
     (root / "in").mkdir()
     (root / "in" / "data_ids_dev.json").write_text(json.dumps(records[:-TRAIN_RECORDS]))
     (root / "in" / "data_ids_train.json").write_text(json.dumps(records[-TRAIN_RECORDS:]))
@@ -92,7 +91,7 @@ def test_an_unknown_split_is_a_usage_error_naming_the_splits_there(cli, run, tmp
     ]
     for command in commands:
         err = cli(*command, "--split", "validation", check=2).stderr
-        assert "--split validation" in err and "dev (10 questions)" in err and "train (4 questions)" in err, err
+        assert "--split validation" in err and "dev (11 questions)" in err and "train (4 questions)" in err, err
         assert not (tmp_path / "c").exists() and not (tmp_path / "f").exists() and not (tmp_path / "sft.json").exists()
 
 
@@ -133,9 +132,9 @@ def test_filters_and_exports_read_only_their_split_and_record_the_questions(cli,
 
 
 def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
-    from tests.test_chains_stage import llm_args, start_server
+    from chains_helpers import llm_args, load_2wiki, start_server
 
-    records = json.loads((SHARED_DATA / "2wikimultihopqa" / "data_ids_dev.sample.json").read_text())
+    records = load_2wiki()
     server = start_server(records)
     try:
         out = tmp_path / "chains"
@@ -227,7 +226,7 @@ def test_eval_recall_refuses_questions_the_checkpoint_trained_on(run, checkpoint
     assert allowed["train_overlap"]["answered_in_training"] == len(overlapping) and allowed["responses"] > 0
 
     err = cli("retrieve", run / "corpus", "--index", run / "index", "--model", ckpt, "--split", "tset", *FAST, "--out", tmp_path / "x", check=2).stderr
-    assert "--split tset" in err and "dev (10 questions)" in err
+    assert "--split tset" in err and "dev (11 questions)" in err
 
 
 @pytest.mark.slow
@@ -329,7 +328,7 @@ def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
     questions = read_table(corpus / "questions").to_pylist()
     # a triple per document and a chain per question citing each gold document's: every chain passes the filters
     triple = {d["doc_id"]: (d["title"], "is described in", " ".join(d["text"].split()[:4])) for d in documents}
-    _write_stage(tmp_path / "triples", "triples", TRIPLES,
+    write_stage(tmp_path / "triples", "triples", TRIPLES,
                  [{"doc_id": i, "idx": 0, "head": h, "relation": r, "tail": t, "docid": f"<docid_start>{h}, {r}, {t}<docid_end>"} for i, (h, r, t) in triple.items()])  # fmt: skip
     chains = []
     for q in questions:
@@ -337,7 +336,7 @@ def test_demo_exports_hold_no_question_its_recall_scores(tmp_path, cli):
         steps = " ".join(f"I look up {d}." for d in docids)
         chains.append({"qid": q["qid"], "candidate": 0, "text": f"{steps} So the answer is {q['answer']}.", "docids": docids, "flipped": [False] * len(docids),
                        "selected": True, "score": 0.0, "model": "rule", "temperature": 0.0, "finish_reason": "stop"})  # fmt: skip
-    _write_stage(tmp_path / "chains", "chains", CHAINS, chains)
+    write_stage(tmp_path / "chains", "chains", CHAINS, chains)
 
     def split_args(name: str) -> list[str]:
         return [a for s in sorted(_splits(stages[name])) for a in ("--split", s)]

@@ -20,8 +20,8 @@ from grtool.audit.validate import accept_tree, validate_stage, validate_tree
 from grtool.store.status import status
 
 from llm_helpers import hotpot_paragraphs, write_documents
-from test_llm_openai import ANSWERS, FlakyServer, _serve
-from test_triples_extract import GUARD_ANSWERS
+from llm_helpers import ANSWERS, FlakyServer, serve
+from llm_helpers import GUARD_ANSWERS
 
 WIDE = {"COLUMNS": "10000"}  # one line per message: nothing asserted is wrapped
 GUARD_LINE = "4 of 5 documents gave no triples (80% > --max-empty-share 0.2)"
@@ -36,11 +36,11 @@ def _validate(cli, path, code, *extra):
     return proc.stderr
 
 
-def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, len(GUARD_ANSWERS))
+def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, cli):
+    docs = hotpot_paragraphs(len(GUARD_ANSWERS))
     documents = write_documents(tmp_path / "corpus" / "documents", docs)
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, GUARD_ANSWERS)}, flaky=False)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url)
     try:
@@ -87,13 +87,13 @@ def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, s
         server.shutdown()
 
 
-def test_array_task_stop_stays_until_that_task_or_a_whole_run_passes(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, 4)
+def test_array_task_stop_stays_until_that_task_or_a_whole_run_passes(tmp_path, cli):
+    docs = hotpot_paragraphs(4)
     documents = write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
     # Part 0 (task 0 of 2) gets empty answers, part 1 (task 1) real triples.
     answers = [("", "stop"), ("", "stop"), ANSWERS[0][:2], ANSWERS[1][:2]]
     server = FlakyServer({d["title"]: a for d, a in zip(docs, answers)}, flaky=False)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", server.url)
     try:
@@ -111,11 +111,11 @@ def test_array_task_stop_stays_until_that_task_or_a_whole_run_passes(tmp_path, s
         server.shutdown()
 
 
-def test_an_error_is_recorded_an_interruption_leaves_it_a_passing_resume_clears_it(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, 2)
+def test_an_error_is_recorded_an_interruption_leaves_it_a_passing_resume_clears_it(tmp_path, cli):
+    docs = hotpot_paragraphs(2)
     documents = write_documents(tmp_path / "corpus" / "documents", docs)
     server = QuietServer({d["title"]: a[:2] for d, a in zip(docs, ANSWERS)}, flaky=False, broken_titles={docs[1]["title"]})
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", "--grounding", "off", documents, "--out", out, "--backend", "openai", "--base-url", server.url,
             "--max-retries", "0", "--timeout", "30")  # fmt: skip
@@ -164,7 +164,7 @@ class QuietServer(FlakyServer):
 
 def test_pipeline_records_the_failed_stage_only_with_its_own_command(tmp_path, examples, cli):
     server = FlakyServer(defaultdict(lambda: ("I found nothing.", "stop")), flaky=False)
-    _serve(server)
+    serve(server)
     run = tmp_path / "run"
     config = write_pipeline_file(tmp_path / "pipe.toml", [
         {"name": "ingest", "run": "corpus ingest", "args": [examples / "musique" / "musique_ans_v1.0_dev.example.jsonl"], "options": {"out": "{out}/corpus"}},
@@ -187,8 +187,8 @@ def test_pipeline_records_the_failed_stage_only_with_its_own_command(tmp_path, e
         server.shutdown()
 
 
-def test_manifest_without_stops_reads_and_a_damaged_one_is_named(tmp_path, shared_data):
-    stage = write_documents(tmp_path / "documents", hotpot_paragraphs(shared_data, 3))
+def test_manifest_without_stops_reads_and_a_damaged_one_is_named(tmp_path):
+    stage = write_documents(tmp_path / "documents", hotpot_paragraphs(3))
     manifest = json.loads((stage / "_manifest.json").read_text())
     assert manifest["stops"] == {}
     del manifest["stops"]  # as grtool wrote it before the field existed

@@ -11,54 +11,13 @@ import pytest
 import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.export.formats import dataset_info_stanza, kto_row, sft_row, update_dataset_info
 from grtool.vocab.prompt import instruction
 from tests.checkpoint_records import checkpoint_record_bytes
-from tests.test_export import samples  # noqa: F401  (fixture: the real samples ingested once)
+from train_helpers import PEOPLE, chain, question, write_kto, write_sft
 
 pytestmark = pytest.mark.slow
 
 TINY = ["--cutoff-len", "256", "--per-device-batch-size", "2"]
-PEOPLE = [("Ada Lovelace", "London", "England"), ("Marie Curie", "Warsaw", "Poland"), ("Alan Turing", "Maida Vale", "England"),
-          ("Niels Bohr", "Copenhagen", "Denmark"), ("Emmy Noether", "Erlangen", "Germany"), ("Enrico Fermi", "Rome", "Italy"),
-          ("Lise Meitner", "Vienna", "Austria"), ("Paul Dirac", "Bristol", "England")]  # fmt: skip
-
-
-def question(i: int) -> str:
-    person = PEOPLE[i % len(PEOPLE)][0]
-    return f"In which country is the birthplace of {person}?" if i < len(PEOPLE) else f"Which country holds the city where {person} was born?"
-
-
-def chain(i: int, good: bool = True) -> str:
-    person, city, country = PEOPLE[i % len(PEOPLE)]
-    first = f"{DOCID_START}{person}, place of birth, {city}{DOCID_END}"
-    if not good:
-        return f"{first} The triples do not say where {city} is, so the question cannot be answered."
-    return f"{person} was born in {first}. {city} lies in {DOCID_START}{city}, country, {country}{DOCID_END}. So the answer is {country}."
-
-
-def write_sft(path: Path, n: int = 16, fmt: str = "llamafactory-sharegpt") -> Path:
-    """Rows exactly as `export sft` writes them, registered in dataset_info.json like it does."""
-    rows = [sft_row(fmt, instruction(question(i)), chain(i), None) for i in range(n)]
-    if fmt.startswith("llamafactory"):
-        path.write_bytes(orjson.dumps(rows))
-        update_dataset_info(path.parent, {path.stem: dataset_info_stanza(fmt, path.name, system=False)})
-    else:
-        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
-
-
-def write_kto(path: Path, desirable: int = 8, undesirable: int = 8, fmt: str = "llamafactory") -> Path:
-    rows = [kto_row(fmt, instruction(question(i)), chain(i, True), True, None) for i in range(desirable)]
-    rows += [kto_row(fmt, instruction(question(i)), chain(i, False), False, None) for i in range(undesirable)]
-    if fmt == "llamafactory":
-        path.write_bytes(orjson.dumps(rows))
-        update_dataset_info(path.parent, {path.stem: dataset_info_stanza("llamafactory-sharegpt", path.name, system=False, kto=True)})
-    else:
-        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
-
-
 def record(ckpt: Path) -> dict:
     return orjson.loads((ckpt / "grtool.json").read_bytes())
 
@@ -81,7 +40,7 @@ def people_corpus(root: Path) -> Path:
 
     from grtool.store.stage import read_table
     from tests.conftest import run_cli
-    from tests.test_index import write_triples_stage
+    from index_helpers import write_triples_stage
 
     records = [
         {"_id": f"p{i}", "question": question(i), "answer": country, "type": "bridge", "level": "easy", "supporting_facts": [[person, 0], [city, 0]],
@@ -268,7 +227,7 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, cli):
 
 def test_sft_from_a_filtered_chains_stage(tmp_path, cli, samples):
     """DATA may be the filtered-chains stage: rows built as `export sft` builds them (selected chains, known qids)."""
-    from tests.test_export import write_chains
+    from sample_helpers import write_chains
 
     from grtool.train.data import load_sft
 
@@ -326,7 +285,7 @@ def test_sft_on_export_gmr_pairs_trains_the_gmr_request_and_retrieve_checks_the_
 
 def test_kto_labels_responses_on_the_fly(tmp_path, cli, samples):
     """DATA may be sampled responses with --corpus and --triples: labelled with `export kto`'s rule, same rows."""
-    from tests.test_export import write_responses
+    from sample_helpers import write_responses
 
     from grtool.train.data import load_kto
 

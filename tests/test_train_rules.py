@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.test_train import write_kto, write_sft
+from train_helpers import write_kto, write_sft
 
 pytestmark = pytest.mark.slow
 

@@ -12,21 +12,12 @@ from grtool.llm.cache import CachedLLM
 from grtool.store.stage import read_table
 from llm_helpers import hotpot_paragraphs, write_documents
 from log_helpers import check_log
-from test_llm_openai import FlakyServer, _serve
-
-# (answer, finish_reason, why the document gives no triple or None): four of five documents give none.
-GUARD_ANSWERS = [
-    ('{"triples": [["MLS Cup 2005", "was played at", "Pizza Hut Park"]]}', "stop", None),  # grounded in the first document
-    ("I could not find any triples in this document.", "stop", "no readable triple"),
-    ('{"triples": [], "note": "none", "count": 0}', "stop", "no readable triple"),
-    ('{"triples": [["Paris", "capital of", "Fr', "length", "truncated before the first triple"),
-    ("", "stop", "empty output"),
-]
-
+from llm_helpers import FlakyServer, serve
+from llm_helpers import GUARD_ANSWERS
 
 @pytest.mark.slow
-def test_transformers_extract_end_to_end(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, 3)
+def test_transformers_extract_end_to_end(tmp_path, cli):
+    docs = hotpot_paragraphs(3)
     docs.append({"doc_id": "empty-doc", "title": "Nothing", "text": "   ", "datasets": ["hotpotqa"]})
     write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
     out = tmp_path / "out"
@@ -89,11 +80,11 @@ def test_transformers_backend_logprobs_stop_and_cache(tmp_path):
     assert "3." not in stopped.text and stopped.finish_reason == "stop"
 
 
-def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, shared_data, cli):
-    docs = hotpot_paragraphs(shared_data, len(GUARD_ANSWERS))
+def test_empty_document_guard_trips_and_stays_tripped_on_resume(tmp_path, cli):
+    docs = hotpot_paragraphs(len(GUARD_ANSWERS))
     documents = write_documents(tmp_path / "corpus" / "documents", docs)
     server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, GUARD_ANSWERS)}, flaky=False)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url)
     env = {"COLUMNS": "10000"}  # one line per message: no wrapping inside what is asserted
@@ -147,7 +138,7 @@ def test_extract_drops_self_loops_example_copies_and_ungrounded_triples(tmp_path
     }  # fmt: skip
     documents = write_documents(tmp_path / "corpus" / "documents", list(docs.values()))
     server = FlakyServer({t: (a, "stop") for t, a in answers.items()}, flaky=False)
-    _serve(server)
+    serve(server)
     out = tmp_path / "out"
     args = ("triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url, "--json")
     try:

@@ -28,13 +28,12 @@ def film_docs(examples):
 
 
 @pytest.fixture
-def nile(shared_data):
-    """A real MuSiQue paragraph naming Tanzania (but neither Dodoma nor Djibouti)."""
-    for line in (shared_data / "musique" / "musique_ans_v1.0_dev.sample.jsonl").read_text().splitlines():
-        for p in json.loads(line)["paragraphs"]:
-            if p["title"] == "Nile" and "Tanzania" in p["paragraph_text"]:
-                return p["title"], p["paragraph_text"]
-    pytest.skip("no Nile paragraph in the sample")
+def nile():
+    """A paragraph in MuSiQue's style (our own words) naming Tanzania, but neither Dodoma nor Djibouti."""
+    return "Nile", (
+        "The Nile is the longest river in Africa. Its most distant headwaters are often traced to the Kagera River, "
+        "which drops over the Rusumo Falls near the Rwanda-Tanzania border before it flows into Lake Victoria."
+    )
 
 
 def _reason(checks, triple, title, text):

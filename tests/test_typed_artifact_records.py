@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from conftest import EXAMPLES
+from strict_cli_helpers import DEEP, grtool, one_line
 
 HERE = Path(__file__).resolve().parent
 BUNDLED = HERE / "data" / "index_triples.jsonl"
@@ -268,7 +270,7 @@ def test_an_edited_docid_bytes_record_is_listed_by_validate_and_never_answers(in
 @pytest.fixture(scope="module")
 def lookup_dir(tmp_path_factory) -> Path:
     from grtool.docid.lookup_files import open_lookup
-    from tests.test_index import write_triples_stage
+    from index_helpers import write_triples_stage
 
     root = tmp_path_factory.mktemp("lookup")
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
@@ -425,3 +427,52 @@ def test_an_index_of_documents_relabelled_docids_is_refused(tmp_path):
     _one_line_naming(run_cli("index", "query", idx, "harbor bridge", "--json", check=False), "index.json", "field source")
     proc = run_cli("validate", idx, check=1)
     assert "field source" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _plan(rows: list, buckets: int) -> str:
+    table = f'{{"buckets": {buckets}, "rows": {rows}, "rejects": 0}}'
+    return f'{{"identity": {{}}, "documents": {table}, "questions": {table}}}'
+
+
+@pytest.mark.parametrize("work", ["_ingest_work", "_merge_work"])
+@pytest.mark.parametrize("plan, field", [
+    (_plan([1, 2], 3), "rows"),  # a count per bucket, not fewer
+    (_plan([-1], 1), "rows"),
+    (_plan([1], 0), "buckets"),
+    (_plan([1], 1).replace('"identity": {}', '"identity": {"x": ' + DEEP + "}"), "nested"),
+])
+def test_a_damaged_spill_plan_is_one_line_naming_it(tmp_path, work, plan, field):
+    """A spill plan left by a stopped ingest or merge is read back through its declaration: a damaged one is one
+    line naming plan.json and the field (exit 1), never a traceback nor rows written by a wrong plan."""
+    source = tmp_path / "corpus"
+    if work == "_merge_work":
+        grtool("corpus", "ingest", EXAMPLES / "2wikimultihopqa", "--out", source).check_returncode()
+    out = tmp_path / "out"
+    (out / work).mkdir(parents=True)
+    (out / work / "plan.json").write_text(plan)
+    args = ("ingest", EXAMPLES / "2wikimultihopqa") if work == "_ingest_work" else ("merge", source)
+    one_line(grtool("corpus", *args, "--out", out), 1, "plan.json", field)
+
+
+def test_the_slurm_job_records_are_exactly_their_declaration(tmp_path):
+    """Every _pipeline/slurm/STAGE.json a run submits is the bytes its declaration encodes: the writer builds the
+    SlurmJobRecord, so no field can be written that the reader does not know."""
+    import slurm_fakes
+    from slurm_plan_helpers import plan_config
+
+    from grtool.pipeline.records import read_slurm_job
+    from grtool.records import to_builtins
+    from grtool.store.records import dumps
+
+    env = slurm_fakes.install(tmp_path / "slurm")
+    out = tmp_path / "run"
+    config = Path(plan_config(tmp_path, "", "{ tasks = 3 }", out))
+    proc = grtool("pipeline", "run", config, "--executor", "slurm", env=env)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    records = sorted((out / "_pipeline" / "slurm").glob("*.json"))
+    assert [p.stem for p in records] == ["index", "ingest", "triples"]
+    for path in records:
+        record = read_slurm_job(path)
+        assert path.read_bytes() == dumps(to_builtins(record)), path
+    triples = read_slurm_job(out / "_pipeline" / "slurm" / "triples.json")
+    assert triples.tasks == 3 and triples.jobs.run and triples.jobs.finalize

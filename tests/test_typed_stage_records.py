@@ -277,17 +277,17 @@ def test_a_record_that_disagrees_with_its_file_is_redone_by_resume(template, run
     assert grtool("validate", run_dir).returncode == 0
 
 
-# ---- §2: the issue's case, on the sample it was found with
+# ---- §2: the issue's case (a part removed by hand, then the same command)
 
 
 @pytest.mark.parametrize("command", ["ingest", "merge"])
-def test_the_issue_rm_part_resume(shared_data, tmp_path, command):
+def test_the_issue_rm_part_resume(examples, tmp_path, command):
     """`rm OUT/documents/part-00002.parquet OUT/documents/_shards/part-00002.json`, then the same command: the
     part is redone (never 'already complete, nothing to do' with rows missing)."""
-    src = shared_data / "hotpotqa" / "hotpot_train_v1.1.sample.json"
-    ingest = ("-q", "corpus", "ingest", src, "--out", tmp_path / "ing", "--rows-per-part", "40")
+    src = examples / "hotpotqa" / "hotpot_train_v1.1.example.json"
+    ingest = ("-q", "corpus", "ingest", src, "--out", tmp_path / "ing", "--rows-per-part", "4")
     assert grtool(*ingest).returncode == 0
-    args = ingest if command == "ingest" else ("-q", "corpus", "merge", tmp_path / "ing", "--out", tmp_path / "out", "--rows-per-part", "40")
+    args = ingest if command == "ingest" else ("-q", "corpus", "merge", tmp_path / "ing", "--out", tmp_path / "out", "--rows-per-part", "4")
     out = tmp_path / ("ing" if command == "ingest" else "out")
     if command == "merge":
         assert grtool(*args).returncode == 0
