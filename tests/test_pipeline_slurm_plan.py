@@ -4,12 +4,9 @@ before anything is submitted. The runs against a real Slurm are in tests/test_sl
 from __future__ import annotations
 
 import os
-<<<<<<< HEAD
+import json
 import shlex
-import textwrap
 from pathlib import Path
-=======
->>>>>>> suite48
 
 from conftest import REPO
 from slurm_plan_helpers import plan_config
@@ -71,7 +68,7 @@ def test_the_plan_imports_each_stage_s_backend_through_its_setup_line(tmp_path, 
     activate = f"source {shlex.quote(str(env_dir / 'bin' / 'activate'))}"
 
     def vllm_config(setup: str) -> str:
-        path = Path(_config(tmp_path, f"setup = {json.dumps(setup)}"))
+        path = Path(plan_config(tmp_path, f"setup = {json.dumps(setup)}"))
         path.write_text(path.read_text().replace('backend = "openai", base_url = "http://127.0.0.1:9/v1"', 'backend = "vllm", model = "m"'))
         return str(path)
 
