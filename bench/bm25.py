@@ -18,7 +18,6 @@ and prints both wall times and whether the two rankings agree question by questi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys

@@ -203,7 +203,7 @@ def validate_cmd(
 
     Example: grtool validate out/demo
     """
-    from grtool.audit.validate import accept_tree, describe, validate_tree
+    from grtool.audit.validate import accept_tree, validate_tree
     from grtool.store.stops import describe as describe_stop
 
     require_input(directory)
@@ -229,6 +229,8 @@ def validate_cmd(
 def print_verdicts(reports: list) -> None:
     """validate's verdicts on stderr: ok or FAIL and what was checked, then one line per problem and note (the lines
     `report` and `show` print too for what fails)."""
+    from grtool.audit.validate import describe
+
     for r in reports:
         s = r.printable()
         mark = "[green]ok[/]" if r.ok else "[red]FAIL[/]"

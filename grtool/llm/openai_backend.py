@@ -43,7 +43,7 @@ import httpx
 
 from grtool.errors import GrtoolError, TransientError
 from grtool.llm.answers import MalformedAnswer, ModelEntry, decode_chat, decode_models, generation_from
-from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, TokenLogprobs, context_check, not_generated
+from grtool.llm.base import Generation, Messages, OnDone, PartialGenerations, Sampling, context_check, not_generated
 from grtool import secrets, signals
 from grtool.log import activity, activity_detail, log
 
