@@ -99,13 +99,27 @@ def generate(root: Path, n_triples: int, n_questions: int, n_responses: int, see
 
     def questions():
         for q in range(n_questions):
-            yield {"qid": f"q{q}", "dataset": ["hotpotqa", "2wikimultihopqa", "musique"][q % 3], "split": "train",
-                   "question": "Who " + " ".join(rng.choices(vocab, k=12)) + "?", "answer": "x", "answer_aliases": [],
-                   "gold_doc_ids": [doc_id(d) for d in gold_of(q)], "type": None, "answerable": True, "meta": "{}"}
+            yield {
+                "qid": f"q{q}",
+                "dataset": ["hotpotqa", "2wikimultihopqa", "musique"][q % 3],
+                "split": "train",
+                "question": "Who " + " ".join(rng.choices(vocab, k=12)) + "?",
+                "answer": "x",
+                "answer_aliases": [],
+                "gold_doc_ids": [doc_id(d) for d in gold_of(q)],
+                "type": None,
+                "answerable": True,
+                "meta": "{}",
+            }
 
     _write(root / "corpus" / "questions", "questions", QUESTIONS, questions(), n_questions)
-    _write(root / "corpus" / "documents", "documents", DOCUMENTS,
-           ({"doc_id": doc_id(d), "title": vocab[d % len(vocab)], "text": "Some text.", "datasets": ["x"]} for d in range(min(n_docs, 1000))), min(n_docs, 1000))
+    _write(
+        root / "corpus" / "documents",
+        "documents",
+        DOCUMENTS,
+        ({"doc_id": doc_id(d), "title": vocab[d % len(vocab)], "text": "Some text.", "datasets": ["x"]} for d in range(min(n_docs, 1000))),
+        min(n_docs, 1000),
+    )
 
     def first_triple_of(d: int) -> int:
         # the triple numbers of document d are those t with t * n_docs // n_triples == d
@@ -124,11 +138,23 @@ def generate(root: Path, n_triples: int, n_questions: int, n_responses: int, see
             f.write(orjson.dumps({"qid": f"q{q}", "response": " ".join(parts)}) + b"\n")
 
 
-
 def write_chains(path: Path, n_chains: int, n_questions: int) -> None:
     text = "Reasoning step by step about the question. " * 12 + "<docid_start>a, b, c<docid_end>"
-    rows = ({"qid": f"q{i % n_questions}", "candidate": i // n_questions, "text": text, "docids": ["<docid_start>a, b, c<docid_end>"],
-             "flipped": [False], "selected": True, "score": 0.0, "model": "m", "temperature": 0.0, "finish_reason": "stop"} for i in range(n_chains))
+    rows = (
+        {
+            "qid": f"q{i % n_questions}",
+            "candidate": i // n_questions,
+            "text": text,
+            "docids": ["<docid_start>a, b, c<docid_end>"],
+            "flipped": [False],
+            "selected": True,
+            "score": 0.0,
+            "model": "m",
+            "temperature": 0.0,
+            "finish_reason": "stop",
+        }
+        for i in range(n_chains)
+    )
     _write(path, "chains", CHAINS, rows, n_chains)
 
 
@@ -258,8 +284,7 @@ def main() -> None:
         print(json.dumps(fn(what, Path(root), *map(Path, rest))))
         return
 
-    sizes = dict(n_triples=200_000, n_questions=30_000, n_responses=100_000, n_chains=30_000) if args.small else \
-        dict(n_triples=2_000_000, n_questions=300_000, n_responses=1_000_000, n_chains=300_000)
+    sizes = dict(n_triples=200_000, n_questions=30_000, n_responses=100_000, n_chains=30_000) if args.small else dict(n_triples=2_000_000, n_questions=300_000, n_responses=1_000_000, n_chains=300_000)
     with tempfile.TemporaryDirectory(prefix="grtool-bench-export-") as tmp:
         root = Path(tmp)
         t0 = time.perf_counter()
@@ -269,10 +294,14 @@ def main() -> None:
         m, d = child("index", "grtool", str(root)), child("index", "dict", str(root))
         per_m = 1e6 / m["triples"]
         print(f"\ndocid → documents lookup over {m['triples']} triples (RSS above the process after imports)")
-        print(f"  grtool lookup: arrays {m['structure_mb']:6.1f} MB ({m['structure_mb'] * per_m:.1f} MB per million)  RSS held {m['rss_mb']:6.1f} MB"
-              f"  peak +{m['peak_mb']:6.1f} MB  build {m['build_s'] * per_m:5.1f} s per million  lookup {m['lookup_us']:.2f} µs")
-        print(f"  dict baseline:                                       RSS held {d['rss_mb']:6.1f} MB"
-              f"  peak +{d['peak_mb']:6.1f} MB  build {d['build_s'] * per_m:5.1f} s per million  lookup {d['lookup_us']:.2f} µs")
+        print(
+            f"  grtool lookup: arrays {m['structure_mb']:6.1f} MB ({m['structure_mb'] * per_m:.1f} MB per million)  RSS held {m['rss_mb']:6.1f} MB"
+            f"  peak +{m['peak_mb']:6.1f} MB  build {m['build_s'] * per_m:5.1f} s per million  lookup {m['lookup_us']:.2f} µs"
+        )
+        print(
+            f"  dict baseline:                                       RSS held {d['rss_mb']:6.1f} MB"
+            f"  peak +{d['peak_mb']:6.1f} MB  build {d['build_s'] * per_m:5.1f} s per million  lookup {d['lookup_us']:.2f} µs"
+        )
         print(f"  held-memory ratio dict/grtool: {d['rss_mb'] / m['rss_mb']:.1f}x")
 
         g, b = child("recall", "grtool", str(root)), child("recall", "naive", str(root))
@@ -288,8 +317,10 @@ def main() -> None:
             (sub / "corpus").symlink_to(root / "corpus")
             s = child("sft", "grtool", str(sub), str(sub / "sft.json"))
             base = child("sft", "inmemory", str(sub), str(sub / "base.json"))
-            print(f"  {s['rows']:>8} chains: grtool {s['rows'] / s['seconds']:8.0f} chains/s peak {s['peak_mb']:6.0f} MB | "
-                  f"in-memory {base['rows'] / base['seconds']:8.0f} chains/s peak {base['peak_mb']:6.0f} MB | time ratio {s['seconds'] / base['seconds']:.2f}")
+            print(
+                f"  {s['rows']:>8} chains: grtool {s['rows'] / s['seconds']:8.0f} chains/s peak {s['peak_mb']:6.0f} MB | "
+                f"in-memory {base['rows'] / base['seconds']:8.0f} chains/s peak {base['peak_mb']:6.0f} MB | time ratio {s['seconds'] / base['seconds']:.2f}"
+            )
 
 
 if __name__ == "__main__":

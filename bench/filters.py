@@ -57,8 +57,20 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                 triples.append({"doc_id": g, "idx": k, "head": h, "relation": r, "tail": t, "docid": f"{S}{h}, {r}, {t}{E}"})
                 facts.append((h, r, t))
         answer = f"Value {gold[1]}-3"
-        questions.append({"qid": f"q{i}", "dataset": ["hotpotqa", "musique"][i % 2], "split": "dev", "question": f"What about {gold[0]}?",
-                          "answer": answer, "answer_aliases": [], "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"})
+        questions.append(
+            {
+                "qid": f"q{i}",
+                "dataset": ["hotpotqa", "musique"][i % 2],
+                "split": "dev",
+                "question": f"What about {gold[0]}?",
+                "answer": answer,
+                "answer_aliases": [],
+                "gold_doc_ids": gold,
+                "type": None,
+                "answerable": True,
+                "meta": "{}",
+            }
+        )
         first, second = facts[0], facts[8 + 3]
         d1, d2 = f"{S}{first[0]}, {first[1]}, {first[2]}{E}", f"{S}{second[0]}, {second[1]}, {second[2]}{E}"
         kind = rng.random()
@@ -69,8 +81,20 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         docids = [d1, d2] + ([d1] if 0.2 <= kind < 0.3 else [])
         said = "Somewhere Else" if 0.3 <= kind < 0.35 else answer
         text = f"The question starts from {gold[0]}: {d1}. That leads on to {d2}." + (f" Again {d1}." if len(docids) == 3 else "") + f" So the answer is {said}."
-        chains.append({"qid": f"q{i}", "candidate": 0, "text": text, "docids": docids, "flipped": [False, 0.1 <= kind < 0.2] + [False] * (len(docids) - 2),
-                       "selected": True, "score": 0.1, "model": "bench", "temperature": 0.0, "finish_reason": "stop"})
+        chains.append(
+            {
+                "qid": f"q{i}",
+                "candidate": 0,
+                "text": text,
+                "docids": docids,
+                "flipped": [False, 0.1 <= kind < 0.2] + [False] * (len(docids) - 2),
+                "selected": True,
+                "score": 0.1,
+                "model": "bench",
+                "temperature": 0.0,
+                "finish_reason": "stop",
+            }
+        )
     write(root / "corpus" / "questions", "questions", QUESTIONS, questions)
     write(root / "corpus" / "documents", "documents", DOCUMENTS, documents)
     write(root / "triples", "triples", TRIPLES, triples)
@@ -153,8 +177,7 @@ def main() -> None:
         assert kept_naive == report["kept"], (kept_naive, report["kept"])
 
         print(f"kept {report['kept']:,} of {report['chains']:,}; reasons {report['reasons']}")
-        print(f"grtool filters : {n / fast_cpu:>9,.0f} chains/s per CPU-second end to end ({fast_cpu:.1f} CPU s, {fast_s:.1f} s wall; "
-              f"lookups {lookups_cpu:.1f} CPU s)")
+        print(f"grtool filters : {n / fast_cpu:>9,.0f} chains/s per CPU-second end to end ({fast_cpu:.1f} CPU s, {fast_s:.1f} s wall; lookups {lookups_cpu:.1f} CPU s)")
         print(f"                 {n / (fast_cpu - lookups_cpu):>9,.0f} chains/s per CPU-second once the lookups are built (target >= 50,000 on one core)")
         print(f"naive          : {n / slow_cpu:>9,.0f} chains/s per CPU-second end to end ({slow_cpu:.1f} CPU s, {slow_s:.1f} s wall)")
         print(f"ratio          : {slow_cpu / fast_cpu:.1f}x")

@@ -437,6 +437,7 @@ def _grtool_queries(workdir: Path, walks: list[np.ndarray], loc_prefixes: list[n
             checksum += len(got[0])
     walk_timings(index, walks)  # warm up
     warm = walk_timings(index, walks)
+
     def located_docs(state) -> np.ndarray:
         return np.unique(seq2doc[index.locate(state, 100)[:, 0]])
 

@@ -309,9 +309,11 @@ def print_table(rows: list, flips: bool) -> None:
     keeps to answer the same questions, then the CSA alone) and scratch disk; the ratios grtool / SEAL-like; the
     command against its own FM core (goals of #27): its time over 1.3x the core + HF tokenization of the docids
     (<= 1), and its peak RSS above the core phase's (<= 200 MB)."""
-    print(f"\n| triples | tokens{' (flips)' if flips else ''} | grtool: time (read + tokenize + core) / peak RSS / index (FM arrays) / scratch "
-          "| SEAL-like: time (sdsl) / peak RSS / index + maps (CSA) / scratch | time | RSS | size (FM vs CSA) "
-          "| time / (1.3 core + HF tokenize) | peak RSS − core phase's |")
+    print(
+        f"\n| triples | tokens{' (flips)' if flips else ''} | grtool: time (read + tokenize + core) / peak RSS / index (FM arrays) / scratch "
+        "| SEAL-like: time (sdsl) / peak RSS / index + maps (CSA) / scratch | time | RSS | size (FM vs CSA) "
+        "| time / (1.3 core + HF tokenize) | peak RSS − core phase's |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for n, g, s in rows:
         parts = " + ".join(f"{g[k]:.1f}" for k in ("read_seconds", "tokenize_seconds", "core_seconds") if g.get(k) is not None)

@@ -82,14 +82,25 @@ def baseline_hotpot(path: Path, out: Path) -> None:
             docs.setdefault(did, {"doc_id": did, "title": title, "text": text, "datasets": ["hotpotqa"]})
         gold = list(dict.fromkeys(ids[t] for t, _ in rec["supporting_facts"] if t in ids))
         meta = {k: v for k, v in rec.items() if k not in ("_id", "question", "answer", "type", "context")}
-        questions.append({"qid": rec["_id"], "dataset": "hotpotqa", "split": "train", "question": rec["question"],
-                          "answer": rec["answer"], "answer_aliases": [], "gold_doc_ids": gold, "type": rec["type"],
-                          "answerable": True, "meta": json.dumps(meta)})
+        questions.append(
+            {
+                "qid": rec["_id"],
+                "dataset": "hotpotqa",
+                "split": "train",
+                "question": rec["question"],
+                "answer": rec["answer"],
+                "answer_aliases": [],
+                "gold_doc_ids": gold,
+                "type": rec["type"],
+                "answerable": True,
+                "meta": json.dumps(meta),
+            }
+        )
     values = list(docs.values())
     for i in range(0, len(values), ROWS_PER_FILE):
-        pq.write_table(pa.Table.from_pylist(values[i:i + ROWS_PER_FILE], schema=DOCUMENTS), out / f"documents-{i // ROWS_PER_FILE:05d}.parquet", compression="zstd")
+        pq.write_table(pa.Table.from_pylist(values[i : i + ROWS_PER_FILE], schema=DOCUMENTS), out / f"documents-{i // ROWS_PER_FILE:05d}.parquet", compression="zstd")
     for i in range(0, len(questions), ROWS_PER_FILE):
-        pq.write_table(pa.Table.from_pylist(questions[i:i + ROWS_PER_FILE], schema=QUESTIONS), out / f"questions-{i // ROWS_PER_FILE:05d}.parquet", compression="zstd")
+        pq.write_table(pa.Table.from_pylist(questions[i : i + ROWS_PER_FILE], schema=QUESTIONS), out / f"questions-{i // ROWS_PER_FILE:05d}.parquet", compression="zstd")
 
 
 def read_only(files: list[Path]) -> None:
@@ -194,30 +205,26 @@ def main() -> None:
         r = measure(self_cmd("--baseline", "read", *map(str, wiki)))
         runs.append(("bz2 decompress only", n_docs, r, None))
         print(_row("bz2 decompress only", n_docs, r, None), flush=True)
-        run(f"wiki dump .bz2, {n_docs:,} docs", n_docs, grtool_cmd(str(work / "wiki"), "--out", out),
-            self_cmd("--baseline", "wiki", *map(str, wiki), out))
-        run(f"wiki dump .bz2, {n_quarter:,} docs", n_quarter, grtool_cmd(*map(str, quarter), "--out", out),
-            self_cmd("--baseline", "wiki", *map(str, quarter), out))
-        run(f"wiki dump plain, {n_docs:,} docs", n_docs, grtool_cmd(str(work / "wiki-plain"), "--out", out),
-            self_cmd("--baseline", "wiki", *map(str, plain), out))
+        run(f"wiki dump .bz2, {n_docs:,} docs", n_docs, grtool_cmd(str(work / "wiki"), "--out", out), self_cmd("--baseline", "wiki", *map(str, wiki), out))
+        run(f"wiki dump .bz2, {n_quarter:,} docs", n_quarter, grtool_cmd(*map(str, quarter), "--out", out), self_cmd("--baseline", "wiki", *map(str, quarter), out))
+        run(f"wiki dump plain, {n_docs:,} docs", n_docs, grtool_cmd(str(work / "wiki-plain"), "--out", out), self_cmd("--baseline", "wiki", *map(str, plain), out))
         paragraphs = 10 * n_q
         array = work / "hotpot_train_v1.1.json"
-        run(f"HotpotQA array, {n_q:,} q ({paragraphs:,} paragraphs)", paragraphs, grtool_cmd(str(array), "--out", out),
-            self_cmd("--baseline", "hotpot", str(array), out))
+        run(f"HotpotQA array, {n_q:,} q ({paragraphs:,} paragraphs)", paragraphs, grtool_cmd(str(array), "--out", out), self_cmd("--baseline", "hotpot", str(array), out))
         small = work / "quarter" / "hotpot_train_v1.1.json"
-        run(f"HotpotQA array, {n_q // 4:,} q ({paragraphs // 4:,} paragraphs)", paragraphs // 4,
-            grtool_cmd(str(small), "--out", out), self_cmd("--baseline", "hotpot", str(small), out))
+        run(f"HotpotQA array, {n_q // 4:,} q ({paragraphs // 4:,} paragraphs)", paragraphs // 4, grtool_cmd(str(small), "--out", out), self_cmd("--baseline", "hotpot", str(small), out))
         print()
-        print(f"input sizes: wiki .bz2 {_mb(work / 'wiki'):,.0f} MB, plain {_mb(work / 'wiki-plain'):,.0f} MB, "
-              f"array {array.stat().st_size / 2**20:,.0f} MB")
+        print(f"input sizes: wiki .bz2 {_mb(work / 'wiki'):,.0f} MB, plain {_mb(work / 'wiki-plain'):,.0f} MB, array {array.stat().st_size / 2**20:,.0f} MB")
         # The input fingerprint hashes every byte (BLAKE3) once per run; against the same bytes ingested:
         array_run = next(g for label, _, g, _ in runs if label.startswith(f"HotpotQA array, {n_q:,} q"))
         plain_run = next(g for label, _, g, _ in runs if label.startswith("wiki dump plain"))
         for name, path, ingest_run in (("array", array, array_run), ("wiki plain tree", work / "wiki-plain", plain_run)):
             mb = _mb(path) if path.is_dir() else path.stat().st_size / 2**20
             seconds = fingerprint_seconds(path)
-            print(f"fingerprint of the {name} ({mb:,.0f} MB, page cache warm): {mb / seconds:,.0f} MB/s hashed vs "
-                  f"{mb / ingest_run['wall']:,.1f} MB/s ingested: {seconds / ingest_run['wall']:.1%} of the ingest time")
+            print(
+                f"fingerprint of the {name} ({mb:,.0f} MB, page cache warm): {mb / seconds:,.0f} MB/s hashed vs "
+                f"{mb / ingest_run['wall']:,.1f} MB/s ingested: {seconds / ingest_run['wall']:.1%} of the ingest time"
+            )
         print("docs/s = paragraphs read per wall second; docs/cpu-s = per CPU second of that process (user+sys)")
     finally:
         if not args.workdir:
@@ -226,8 +233,7 @@ def main() -> None:
 
 def fingerprint_seconds(path: Path) -> float:
     """Wall seconds of one input fingerprint (a fresh process: nothing memoized)."""
-    code = ("import sys, time; from grtool.store.stage import fingerprint; t = time.perf_counter(); "
-            "fingerprint(sys.argv[1]); print(time.perf_counter() - t)")
+    code = "import sys, time; from grtool.store.stage import fingerprint; t = time.perf_counter(); fingerprint(sys.argv[1]); print(time.perf_counter() - t)"
     return float(subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout)
 
 
@@ -236,16 +242,14 @@ def _mb(tree: Path) -> float:
 
 
 def _header() -> str:
-    return (f"{'input':<48} {'grtool docs/s':>13} {'docs/cpu-s':>11} {'peak RSS':>9} | "
-            f"{'baseline docs/s':>15} {'docs/cpu-s':>11} {'peak RSS':>9} | {'speed':>6} {'RSS':>6}")
+    return f"{'input':<48} {'grtool docs/s':>13} {'docs/cpu-s':>11} {'peak RSS':>9} | {'baseline docs/s':>15} {'docs/cpu-s':>11} {'peak RSS':>9} | {'speed':>6} {'RSS':>6}"
 
 
 def _row(label: str, n: int, g: dict, b: dict | None) -> str:
     left = f"{label:<48} {n / g['wall']:>13,.0f} {n / g['cpu']:>11,.0f} {g['rss_mb']:>7,.0f}MB"
     if b is None:
         return left
-    return (left + f" | {n / b['wall']:>15,.0f} {n / b['cpu']:>11,.0f} {b['rss_mb']:>7,.0f}MB | "
-            f"{b['wall'] / g['wall']:>5.2f}x {g['rss_mb'] / b['rss_mb']:>5.2f}x")
+    return left + f" | {n / b['wall']:>15,.0f} {n / b['cpu']:>11,.0f} {b['rss_mb']:>7,.0f}MB | {b['wall'] / g['wall']:>5.2f}x {g['rss_mb'] / b['rss_mb']:>5.2f}x"
 
 
 if __name__ == "__main__":

@@ -103,8 +103,7 @@ def main() -> None:
     print(f"numbers: identical to the naive computation for every dataset and n (on the {n_base:,} it ran on)")
     fast_rate = n_q / fast_s
     slow_rate = n_base / slow_s
-    print(f"vectorized : {fast_rate:>10,.0f} questions per CPU-second ({fast_s:.1f} CPU s, {fast_wall:.1f} s wall for {n_q:,}; "
-          f"+{setup:.2f}s one-time tokenizer setup)")
+    print(f"vectorized : {fast_rate:>10,.0f} questions per CPU-second ({fast_s:.1f} CPU s, {fast_wall:.1f} s wall for {n_q:,}; +{setup:.2f}s one-time tokenizer setup)")
     print(f"naive      : {slow_rate:>10,.0f} questions per CPU-second ({slow_s:.1f} CPU s, {slow_wall:.1f} s wall for {n_base:,})")
     print(f"ratio      : {fast_rate / slow_rate:.1f}x   (target >= 20,000 questions/s on one core)")
     print(f"peak RSS   : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -124,8 +124,7 @@ def split_questions(data: Path, limit: int | None) -> tuple[list[dict], list[dic
     train = [r for r in records if unit_hash(r["_id"]) < TRAIN_SHARE]
     test = [r for r in records if unit_hash(r["_id"]) >= TRAIN_SHARE]
     if not train or not test:  # every row trains on train questions and is scored on test ones
-        print(f"quality.py: error: --questions {limit}: {len(train)} train and {len(test)} test questions; both splits need one at least (give more)",
-              file=sys.stderr)
+        print(f"quality.py: error: --questions {limit}: {len(train)} train and {len(test)} test questions; both splits need one at least (give more)", file=sys.stderr)
         sys.exit(2)
     return train, test, ", ".join(f.name for f in files)
 
@@ -346,7 +345,9 @@ class Bench:
         t0 = time.perf_counter()
         self.run("retrieve", self.p("train"), "--index", self.s("index-sft"), "--model", sft, "--samples", a.kto_samples, "--temperature", 1.0,
                  "--max-tokens", a.max_tokens, "--seed", self.seed, "--split", "train", "--out", samples)  # fmt: skip
-        labels = json.loads(self.run("export", "kto", samples, "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.s("export/kto.json"), "--split", "train", "--json", ok=(0, 1)) or "{}")
+        labels = json.loads(
+            self.run("export", "kto", samples, "--corpus", self.p("train"), "--triples", self.p("triples"), "--out", self.s("export/kto.json"), "--split", "train", "--json", ok=(0, 1)) or "{}"
+        )
         sampling = time.perf_counter() - t0
         self.notes.append(f"Seed {self.seed}: KTO labels (`export kto`, exact gold set desirable, recall < 0.5 undesirable) of {a.kto_samples} samples per train question at temperature 1.0: "
                           f"{labels.get('desirable')} desirable, {labels.get('undesirable')} undesirable, {labels.get('dropped')} dropped.")  # fmt: skip
@@ -407,7 +408,16 @@ def slug_row(name: str) -> str:
 
 
 # rows compared pairwise in the results (A − B, bootstrapped paired); a name ending in "(" matches by prefix
-COMPARISONS = [("base few-shot", "BM25"), ("SFT", "BM25"), ("SFT", "base few-shot"), ("SFT → KTO", "SFT"), ("SFT → KTO", "base few-shot"), ("w/o Thought", "SFT"), ("GMR", "base few-shot"), ("SFT (teacher", "SFT")]
+COMPARISONS = [
+    ("base few-shot", "BM25"),
+    ("SFT", "BM25"),
+    ("SFT", "base few-shot"),
+    ("SFT → KTO", "SFT"),
+    ("SFT → KTO", "base few-shot"),
+    ("w/o Thought", "SFT"),
+    ("GMR", "base few-shot"),
+    ("SFT (teacher", "SFT"),
+]
 
 
 def grouped(rows: list[Row]) -> dict[str, list[Row]]:
@@ -481,14 +491,16 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
     n_train, n_test, n_scored = bench.split
     seeds = ", ".join(map(str, a.seeds))
     lines = [
-        f"# Retrieval quality on held-out 2WikiMultihopQA questions: {slug(a.model)}"
-        + (", distractor paragraphs in the index" if a.index_triples == "all" else ""),
+        f"# Retrieval quality on held-out 2WikiMultihopQA questions: {slug(a.model)}" + (", distractor paragraphs in the index" if a.index_triples == "all" else ""),
         "",
         f"`{' '.join(['python bench/quality.py', *sys.argv[1:]])}` — "
-        + (f"the rows of {len(merged)} runs of the bench read back from their folders on {started}."
-           if merged else f"started {started}, "
-           + (f"**wall time {wall / 60:.1f} min**" if finished else f"**still running: the rows finished after {wall / 60:.1f} min**")
-           + f" on {os.cpu_count()} CPU cores shared with other work."),
+        + (
+            f"the rows of {len(merged)} runs of the bench read back from their folders on {started}."
+            if merged
+            else f"started {started}, "
+            + (f"**wall time {wall / 60:.1f} min**" if finished else f"**still running: the rows finished after {wall / 60:.1f} min**")
+            + f" on {os.cpu_count()} CPU cores shared with other work."
+        ),
         "",
         f"Model `{a.model or 'SmolLM2-135M-Instruct (embedded)'}`, training seeds {seeds}; SFT {a.steps} steps (batch 1, lr {a.lr}, no warm-up), "
         f"KTO {a.kto_steps} steps (batch 2, lr {a.kto_lr}) from the SFT checkpoint of the same seed; retrieve greedy, `--max-tokens {a.max_tokens}`, "
@@ -523,7 +535,7 @@ def write_results(bench: Bench, wall: float, started: str, finished: bool = True
         qids = sorted(set(common_qids(a_runs)) & set(common_qids(b_runs)))
         d_recall = paired_difference(score_matrix(a_runs, "recall_by_qid", qids), score_matrix(b_runs, "recall_by_qid", qids))
         d_exact = paired_difference(score_matrix(a_runs, "exact_by_qid", qids), score_matrix(b_runs, "exact_by_qid", qids))
-        verdict = (f"yes: {lname} {'above' if d_recall.mean > 0 else 'below'}" if d_recall.excludes_zero() else "no: the interval holds 0")
+        verdict = f"yes: {lname} {'above' if d_recall.mean > 0 else 'below'}" if d_recall.excludes_zero() else "no: the interval holds 0"
         diffs.append(f"| {lname} − {right} | {len(qids)} | {len(a_runs) if a_runs[0].seed is not None else len(b_runs) if b_runs[0].seed is not None else 1} | "
                      f"{d_recall.text()} | {d_exact.text()} | {verdict} |")  # fmt: skip
     if diffs:

@@ -110,8 +110,7 @@ def lookup_dir(index_dir: Path, triples: str | Path | None = None) -> Path | Non
     return d if d.is_dir() else None
 
 
-def measure(index_dir: str | Path, corpus: str | Path, *, triples: str | Path | None = None, questions: int = 3, max_tokens: int = 48,
-            repo: str | Path = REPO, out: str | Path | None = None) -> dict:
+def measure(index_dir: str | Path, corpus: str | Path, *, triples: str | Path | None = None, questions: int = 3, max_tokens: int = 48, repo: str | Path = REPO, out: str | Path | None = None) -> dict:
     """Run `grtool retrieve CORPUS --index INDEX_DIR --markers brackets --few-shot 2 --few-shot-from dev --limit
     QUESTIONS` (the corpus's gold triples must be in the index: worked examples, docids to write) in a child
     process (``repo``'s grtool) and report its peak RSS against the model's alone and the index files' size:

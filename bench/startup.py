@@ -118,8 +118,7 @@ def main() -> None:
     def cpu(name: str, pick) -> float:
         return pick([c for c, _ in times[name]])
 
-    print(f"{args.repeats} runs each, alternated; CPU time ratios (best, median) to the import floor and to the "
-          f"Typer app doing the same; target <= {TARGET}x")
+    print(f"{args.repeats} runs each, alternated; CPU time ratios (best, median) to the import floor and to the Typer app doing the same; target <= {TARGET}x")
     print(f"{'command':<22} {'CPU best':>9} {'median':>8} | {'wall best':>9} {'median':>8} | {'/ import floor':>15} | {'/ typer app':>12}")
     for name in commands:
         wall = [w for _, w in times[name]]

@@ -243,8 +243,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--packing", choices=["both", "on", "off"], default="both")
     ap.add_argument("--model", default=None, help="a local HF model folder (default: the embedded SmolLM2-135M-Instruct)")
-    ap.add_argument("--random-init", default=None, choices=["1b", "135m", "tiny"],
-                    help="train a random-init Llama of this shape (bench/random_model.py) with --tokenizer's files instead of --model")
+    ap.add_argument("--random-init", default=None, choices=["1b", "135m", "tiny"], help="train a random-init Llama of this shape (bench/random_model.py) with --tokenizer's files instead of --model")
     ap.add_argument("--tokenizer", default=None, help="with --random-init: a folder with tokenizer files (default: the embedded model's)")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: a GPU when one is present")
     ap.add_argument("--ablation", action="store_true", help="also the variants that change one thing each (see above)")

@@ -95,7 +95,7 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
 
 
 def _near_field(data: bytes | str, message: str) -> str:
-    """", in field num_parts" for a value JSON has no word for (a bare NaN, Infinity): the last key before the
+    """ ", in field num_parts" for a value JSON has no word for (a bare NaN, Infinity): the last key before the
     byte msgspec names, so the line says which field to look at."""
     import re
 

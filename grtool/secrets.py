@@ -126,9 +126,7 @@ _hooks_installed = False
 _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@?#]+@")
 # A credential after an auth scheme: 8+ characters, not a plain lowercase word ("Basic authentication").
 _AUTH_SCHEME = re.compile(r"\b((?i:bearer|basic|token|digest))(\s+)(?![a-z]+\b)[A-Za-z0-9._~+/=:-]{8,}")
-_AUTH_HEADER = re.compile(
-    r"""(["']?\b(?:proxy-)?(?:authorization|x-api-key|api-key|cookie)["']?\s*[:=]\s*["']?)([^"'\r\n,}]+)""", re.IGNORECASE
-)
+_AUTH_HEADER = re.compile(r"""(["']?\b(?:proxy-)?(?:authorization|x-api-key|api-key|cookie)["']?\s*[:=]\s*["']?)([^"'\r\n,}]+)""", re.IGNORECASE)
 
 
 def _encoded_pattern(secret: str) -> re.Pattern[str]:

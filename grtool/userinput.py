@@ -46,6 +46,7 @@ def shown(value: object) -> str:
 def describe(*, integer: bool, low: float | None, high: float | None) -> str:
     """What a number parser accepts, in words: 'an integer from 1 to 9,007,199,254,740,992'."""
     kind = "an integer" if integer else "a number"
+
     def fmt(x: float) -> str:
         return f"{int(x):,}" if float(x).is_integer() and abs(x) <= MAX_INTEGER else f"{x:g}"
 

@@ -23,8 +23,9 @@ def _docid(h: str, r: str, t: str) -> str:
     return f"<docid_start>{h}, {r}, {t}<docid_end>"
 
 
-def write_small_run(run: Path, responses: Path, without: Callable[[list[dict]], Collection[str]] | None = None,
-                    sources: tuple[Path, ...] = (EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique")) -> list[dict]:
+def write_small_run(
+    run: Path, responses: Path, without: Callable[[list[dict]], Collection[str]] | None = None, sources: tuple[Path, ...] = (EXAMPLES / "2wikimultihopqa", EXAMPLES / "musique")
+) -> list[dict]:
     """`corpus ingest` of ``sources`` (two bundled example datasets by default) into ``run``, then a triples stage
     (one triple per document, none for the doc_ids ``without`` picks from the questions) and a chains stage (one
     chain per question, citing its gold documents' triples) written by the stage writer, and ``responses`` (JSON

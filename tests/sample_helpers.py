@@ -49,9 +49,7 @@ HAND_TRIPLES = {
     ],
     "Jassim bin Hamad bin Khalifa Al Thani": [("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser")],
     "My Fair Lady (film)": [("My Fair Lady (film)", "stars", "Audrey Hepburn")],
-    "List of awards and honours received by Audrey Hepburn": [
-        ("Audrey Hepburn", "won Tony Award for", "Best Performance by a Leading Actress in a Play in Ondine")
-    ],
+    "List of awards and honours received by Audrey Hepburn": [("Audrey Hepburn", "won Tony Award for", "Best Performance by a Leading Actress in a Play in Ondine")],
 }
 
 
@@ -120,14 +118,13 @@ MOZA_EXACT = (
 )  # {M, Z} = gold: recall 1, exact → desirable
 
 
-MOZA_COLLIDING = (
-    "[Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser] [Moza bint Nasser, place of birth, Al Khor] Al Khor."
-)  # the collision retrieves M, Joaan and Jassim: recall 1 but not exact → dropped at any tau
+# the collision retrieves M, Joaan and Jassim: recall 1 but not exact → dropped at any tau
+MOZA_COLLIDING = "[Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser] [Moza bint Nasser, place of birth, Al Khor] Al Khor."
 
 
 MOZA_FLIPPED_AND_HALLUCINATED = (
-    f"{SPECIAL('Al Khor', 'place of birth', 'Moza bint Nasser')} {SPECIAL('Moza bint Nasser', 'mother of', 'Mohammed bin Hamad')}"
-)  # flipped Z triple + one hallucinated docid: recall 0.5
+    f"{SPECIAL('Al Khor', 'place of birth', 'Moza bint Nasser')} {SPECIAL('Moza bint Nasser', 'mother of', 'Mohammed bin Hamad')}"  # flipped Z triple + one hallucinated docid: recall 0.5
+)
 
 
 MOZA_MALFORMED = (
@@ -142,9 +139,8 @@ MOZA_NOTHING = "I cannot answer this question from what I know."  # recall 0 →
 ANA_BRACKETS = "[Ana, mon amour, director, Călin Peter Netzer] He was born somewhere."  # comma in the head: recall 0.5
 
 
-ANA_FLIPPED_EXACT = (
-    f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
-)  # first docid flipped (and commas in the flipped head): {A, C} = gold, exact → desirable
+# first docid flipped (and commas in the flipped head): {A, C} = gold, exact → desirable
+ANA_FLIPPED_EXACT = f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
 
 
 WALTZ_ONE_OF_FOUR = "[Two Hearts in Waltz Time, director, Géza von Bolváry]"  # recall 0.25

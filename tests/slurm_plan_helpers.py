@@ -15,8 +15,9 @@ def plan_config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }",
     hotpot = REPO / "examples" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     path = tmp_path / "pipe.toml"
     extra = extra.replace("\n", "\n        ")  # kept inside the dedented text
-    path.write_text(textwrap.dedent(f"""
-        out = {json.dumps(str(out or tmp_path / 'run'))}
+    path.write_text(
+        textwrap.dedent(f"""
+        out = {json.dumps(str(out or tmp_path / "run"))}
         [slurm]
         partition = "cpu"
         time = "01:00:00"
@@ -37,5 +38,6 @@ def plan_config(tmp_path, extra: str = "", triples_slurm: str = "{ tasks = 3 }",
         run = "index build"
         args = ["{{out}}/t/triples"]
         options = {{ tokenizer = "qwen", out = "{{out}}/index" }}
-        """))
+        """)
+    )
     return str(path)

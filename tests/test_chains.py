@@ -40,9 +40,7 @@ def test_brackets_become_docids_in_order():
     ]
     assert got.flipped == [False, False]
     assert got.sources == MOZA
-    assert got.text == (
-        f"Mohammed's mother is found with {got.docids[0]}. She was born according to {got.docids[1]}. So the answer is Al Khor."
-    )
+    assert got.text == (f"Mohammed's mother is found with {got.docids[0]}. She was born according to {got.docids[1]}. So the answer is Al Khor.")
     assert "[" not in got.text
 
 
@@ -87,9 +85,7 @@ def test_chains_already_in_markers_are_parsed_and_custom_markers_used():
     chain = "First <|d|>Moza bint Nasser, mother, Mohammed bin Hamad bin Khalifa Al Thani<|/d|>, then [Moza bint Nasser, place of birth, Al Khor]."
     got = normalize_chain(chain, OfferedTriples.of(MOZA), markers)
     assert got.flipped == [True, False]
-    assert got.text == (
-        "First <|d|>Moza bint Nasser, mother, Mohammed bin Hamad bin Khalifa Al Thani<|/d|>, then <|d|>Moza bint Nasser, place of birth, Al Khor<|/d|>."
-    )
+    assert got.text == ("First <|d|>Moza bint Nasser, mother, Mohammed bin Hamad bin Khalifa Al Thani<|/d|>, then <|d|>Moza bint Nasser, place of birth, Al Khor<|/d|>.")
 
 
 def test_looks_like_triple():

@@ -42,6 +42,7 @@ def ingest_inputs(cli, root: Path) -> tuple[Path, Path]:
 
 # ------------------------------------------------------------------------------------ the server
 
+
 @pytest.fixture
 def records():
     return load_2wiki()
@@ -133,7 +134,7 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     key = lambda r: (r["qid"], r["candidate"])  # noqa: E731
     assert sorted(read_table(out).to_pylist(), key=key) == sorted(rows, key=key)
     # Changed parameters are refused rather than mixed in.
-    proc = cli(*args[:-len(llm_args(server))], "--candidates", "3", *llm_args(server), check=2)
+    proc = cli(*args[: -len(llm_args(server))], "--candidates", "3", *llm_args(server), check=2)
     assert "candidates" in proc.stderr
 
 
@@ -302,6 +303,7 @@ def test_batch_boundaries_keep_every_question_and_reject_positions(tmp_path, rec
     monkeypatch.setattr(stage, "GENERATE_BATCH", 2)
     small, stats = stage.synthesize(str(corpus), str(triples), str(tmp_path / "small"), backend, settings, ChainPrompt.load(), **run)
     assert stats.misses == 0  # same requests, all from the cache
+
     def without_cache(c):
         return {**c, "extra": {k: v for k, v in c["extra"].items() if not k.startswith("cache_")}}
 

@@ -75,9 +75,7 @@ def test_two_identical_ingests_at_once_lose_no_rows(big_input, reference, tmp_pa
 
 def test_a_concurrent_run_with_other_parameters_does_not_mix(big_input, reference, tmp_path, cli):
     out = tmp_path / "out"
-    first, first_err, second, first_was_running = _start_second_while_first_reads(
-        _command([big_input], out), _command([big_input], out, "--split", "dev"), out
-    )
+    first, first_err, second, first_was_running = _start_second_while_first_reads(_command([big_input], out), _command([big_input], out, "--split", "dev"), out)
     assert first.returncode == 0, first_err
     # A live run: try again later (75); a finished run with other parameters: a usage error (2).
     assert second.returncode in ((75,) if first_was_running else (2, 75)), second.stderr

@@ -18,11 +18,14 @@ from grtool.store.stage import read_table
 from output_helpers import no_spaces, rows_by
 
 SAMPLES = {
-    "hotpotqa": ["hotpotqa/hotpot_dev_distractor_v1.sample.json", "hotpotqa/hotpot_dev_fullwiki_v1.sample.json",
-                 "hotpotqa/hotpot_train_v1.1.sample.json", "variants/hotpotqa_hf_datasets_format.sample.jsonl"],
+    "hotpotqa": [
+        "hotpotqa/hotpot_dev_distractor_v1.sample.json",
+        "hotpotqa/hotpot_dev_fullwiki_v1.sample.json",
+        "hotpotqa/hotpot_train_v1.1.sample.json",
+        "variants/hotpotqa_hf_datasets_format.sample.jsonl",
+    ],
     "2wikimultihopqa": ["2wikimultihopqa/data_ids_dev.sample.json", "2wikimultihopqa/dev.sample.json"],
-    "musique": ["musique/musique_ans_v1.0_dev.sample.jsonl", "musique/musique_ans_v1.0_train.sample.jsonl",
-                "musique/musique_full_v1.0_train.sample.jsonl"],
+    "musique": ["musique/musique_ans_v1.0_dev.sample.jsonl", "musique/musique_ans_v1.0_train.sample.jsonl", "musique/musique_full_v1.0_train.sample.jsonl"],
     "morehopqa": ["morehopqa/morehopqa_final.sample.json"],
 }
 
@@ -408,8 +411,10 @@ def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
 
 def _titled_corpus(path: Path) -> Path:
     """A corpus file in the layout HippoRAG ships for every dataset: a JSON array of {title, text}."""
-    docs = [{"title": "Saltmarsh River", "text": "The Saltmarsh River flows into the North Sea near Kiel."},
-            {"title": "Old Harbor Bridge", "text": "The Old Harbor Bridge crosses the Saltmarsh River."}]
+    docs = [
+        {"title": "Saltmarsh River", "text": "The Saltmarsh River flows into the North Sea near Kiel."},
+        {"title": "Old Harbor Bridge", "text": "The Old Harbor Bridge crosses the Saltmarsh River."},
+    ]
     path.write_text(json.dumps(docs, indent=4))
     return path
 
@@ -421,8 +426,9 @@ def test_a_list_of_titled_documents_needs_dataset(examples, cli, tmp_path):
     corpus = _titled_corpus(tmp_path / "musique_corpus.json")
     hotpot = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     proc = cli("corpus", "ingest", hotpot, corpus, "--out", tmp_path / "auto", check=2)
-    assert no_spaces(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); "
-                    "pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in no_spaces(proc.stderr)
+    assert no_spaces(f"{corpus}: cannot tell which dataset this is (looks like a list of {{title, text}} documents); pass --dataset hotpotqa|2wikimultihopqa|musique|morehopqa") in no_spaces(
+        proc.stderr
+    )
     assert _no_shards(tmp_path / "auto")
 
     out = tmp_path / "musique"
@@ -455,8 +461,11 @@ def test_questions_of_an_unclear_layout_need_dataset(examples, tmp_path):
         del record[key]
     odd = tmp_path / "odd_dev.json"
     odd.write_text(json.dumps([record]))
-    with pytest.raises(InputError, match=r"cannot tell which dataset this is \(looks like questions with a \[title, "
-                                         r"sentences\] context\); pass --dataset hotpotqa\|2wikimultihopqa"):
+    with pytest.raises(
+        InputError,
+        match=r"cannot tell which dataset this is \(looks like questions with a \[title, "
+        r"sentences\] context\); pass --dataset hotpotqa\|2wikimultihopqa",
+    ):
         ingest([odd], tmp_path / "o1")
     with pytest.raises(InputError, match="not hotpotqa-wiki"):
         ingest([odd], tmp_path / "o2", dataset="hotpotqa-wiki")

@@ -30,9 +30,7 @@ def test_merge_dedups_documents_and_unites_datasets(examples, cli, tmp_path):
     man = json.loads((out / "documents" / "_manifest.json").read_bytes())
     assert man["counters"]["merged"] == len(shared)
     questions = read_table(out / "questions").to_pylist()
-    assert [q["qid"] for q in questions] == [q["qid"] for q in read_table(wiki2 / "questions").to_pylist()] + [
-        q["qid"] for q in read_table(more / "questions").to_pylist()
-    ]
+    assert [q["qid"] for q in questions] == [q["qid"] for q in read_table(wiki2 / "questions").to_pylist()] + [q["qid"] for q in read_table(more / "questions").to_pylist()]
 
 
 def test_merge_rejects_repeated_qids_and_folds_repeated_documents(examples, cli, tmp_path):

@@ -13,6 +13,7 @@ import sys
 from conftest import EXAMPLES
 from strict_cli_helpers import DEEP, errors_of, grtool, one_line
 
+
 def test_a_deeply_nested_deepspeed_config_is_one_line(tmp_path):
     data = tmp_path / "sft.jsonl"
     data.write_text('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n')
@@ -52,10 +53,8 @@ def test_a_million_deep_array_item_is_refused_in_bounded_memory(tmp_path):
     for levels in (150, 1_000_000):
         f = tmp_path / str(levels) / "hotpot_dev_distractor_v1.json"
         f.parent.mkdir()
-        f.write_text('[{"_id": "a", "question": "q", "answer": "a", "supporting_facts": [], "type": "x", "level": "y", '
-                     '"context": ' + "[" * levels + "]" * levels + "}]")
-        proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "ingest", str(f), "--out", str(f.parent / "o")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        f.write_text('[{"_id": "a", "question": "q", "answer": "a", "supporting_facts": [], "type": "x", "level": "y", "context": ' + "[" * levels + "]" * levels + "}]")
+        proc = subprocess.Popen([sys.executable, "-m", "grtool", "corpus", "ingest", str(f), "--out", str(f.parent / "o")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         err = proc.stderr.read().decode()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)

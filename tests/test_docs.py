@@ -78,8 +78,7 @@ def test_every_documented_pipeline_file_loads_and_runs_existing_commands(tmp_pat
     problems = []
     for where, path in files:
         pipeline = load_pipeline(path)
-        problems += [f"{where}: stage {stage.name}: {problem}" for stage in pipeline.stages
-                     if (problem := check_command_line(shlex.join(["grtool", *stage.argv()]), root))]
+        problems += [f"{where}: stage {stage.name}: {problem}" for stage in pipeline.stages if (problem := check_command_line(shlex.join(["grtool", *stage.argv()]), root))]
     assert not problems, "\n".join(problems)
 
 
@@ -97,7 +96,6 @@ def test_links_of_the_readme_and_examples_point_to_files_that_exist():
     or removed would leave them dangling."""
     link = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
     pages = [REPO / "README.md", *sorted((REPO / "examples").rglob("*.md"))]
-    broken = [f"{page.relative_to(REPO)}: {target}" for page in pages for target in link.findall(page.read_text(encoding="utf-8"))
-              if "://" not in target and not (page.parent / target).exists()]
+    broken = [f"{page.relative_to(REPO)}: {target}" for page in pages for target in link.findall(page.read_text(encoding="utf-8")) if "://" not in target and not (page.parent / target).exists()]
     assert not broken, "\n".join(broken)
     assert any("docs/guides/" in target for target in link.findall((REPO / "README.md").read_text(encoding="utf-8")))

@@ -54,8 +54,7 @@ def test_an_edited_index_json_is_one_line_never_a_traceback(index_dir, tmp_path)
         v = run_cli("validate", idx, check=1)
         assert "Traceback" not in v.stderr and "FAIL" in v.stdout + v.stderr, (name, v.stderr)
     idx = tmp_path / "all" / "files-a-list"
-    run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", idx, "--overwrite",
-            input=BUNDLED.read_text())
+    run_cli("index", "build", "-", "--tokenizer", "llama3", "--kind", "numpy", "--out", idx, "--overwrite", input=BUNDLED.read_text())
     run_cli("validate", idx)
 
 

@@ -159,8 +159,9 @@ def test_validate_reports_an_empty_export_and_stage_unless_accepted(cli, data, t
 
 
 def test_the_pipeline_passes_allow_empty_to_a_stage(cli, data, tmp_path, write_pipeline):
-    config = write_pipeline([{"name": "gold", "run": "chains gold", "args": [data["wiki"]],
-                              "options": {"triples": data["off_gold"], "out": "{out}/chains", "allow_empty": True}}], out=tmp_path / "out")
+    config = write_pipeline(
+        [{"name": "gold", "run": "chains gold", "args": [data["wiki"]], "options": {"triples": data["off_gold"], "out": "{out}/chains", "allow_empty": True}}], out=tmp_path / "out"
+    )
     assert "--allow-empty" in cli("pipeline", "run", config, "--dry-run").stdout
     cli("-q", "pipeline", "run", config)
     assert load_manifest(tmp_path / "out" / "chains")["allow_empty"] is True

@@ -10,8 +10,19 @@ import json
 
 import pytest
 from sample_helpers import (
-    ANA_BRACKETS, ANA_FLIPPED_EXACT, FAIR_LADY_HALF, MOZA_COLLIDING, MOZA_EXACT, MOZA_FLIPPED_AND_HALLUCINATED,
-    MOZA_MALFORMED, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, WIKI, write_responses,
+    ANA_BRACKETS,
+    ANA_FLIPPED_EXACT,
+    FAIR_LADY_HALF,
+    MOZA_COLLIDING,
+    MOZA_EXACT,
+    MOZA_FLIPPED_AND_HALLUCINATED,
+    MOZA_MALFORMED,
+    MUSIQUE,
+    Q_ANA,
+    Q_FAIR_LADY,
+    Q_MOZA,
+    WIKI,
+    write_responses,
 )
 
 from grtool.docid import normalize as normalize_docid
@@ -139,7 +150,6 @@ def test_nothing_scorable_exits_1(cli, samples, tmp_path):
     only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOZA_EXACT)])
     proc = cli("eval", "recall", only_unknown, "--corpus", samples["root"], "--triples", samples["root"], check=1)
     assert "no response could be scored" in flat(proc.stderr)
-
 
 
 def test_stored_and_written_whitespace_meet(tmp_path):

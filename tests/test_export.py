@@ -19,10 +19,27 @@ from grtool.export.shuffle import unit_hash
 from conftest import run_cli
 from grtool.store.schemas import CHAINS
 from sample_helpers import (
-    ANA_BRACKETS, ANA_FLIPPED_EXACT, FAIR_LADY_HALF, MOZA_COLLIDING, MOZA_EXACT, MOZA_FLIPPED_AND_HALLUCINATED,
-    MOZA_MALFORMED, MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WALTZ_ONE_OF_FOUR, WIKI,
-    write_chains, write_responses, write_stage,
+    ANA_BRACKETS,
+    ANA_FLIPPED_EXACT,
+    FAIR_LADY_HALF,
+    MOZA_COLLIDING,
+    MOZA_EXACT,
+    MOZA_FLIPPED_AND_HALLUCINATED,
+    MOZA_MALFORMED,
+    MOZA_NOTHING,
+    MUSIQUE,
+    Q_ANA,
+    Q_FAIR_LADY,
+    Q_MOZA,
+    Q_WALTZ,
+    SPECIAL,
+    WALTZ_ONE_OF_FOUR,
+    WIKI,
+    write_chains,
+    write_responses,
+    write_stage,
 )
+
 
 def flat(text: str) -> str:
     """stderr with Rich's line wrapping undone."""
@@ -30,6 +47,7 @@ def flat(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- KTO
+
 
 @pytest.mark.parametrize(
     "tau, desirable, undesirable, dropped, weights",

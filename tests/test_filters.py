@@ -90,8 +90,16 @@ def good_text(q: dict, facts: list[tuple], flip: set[int] = frozenset(), markers
 
 def chain_row(qid, text, docids, flipped=None, candidate=0, selected=True):
     return {
-        "qid": qid, "candidate": candidate, "text": text, "docids": docids, "flipped": flipped or [False] * len(docids),
-        "selected": selected, "score": 0.5, "model": "hand-written", "temperature": 0.0, "finish_reason": "stop",
+        "qid": qid,
+        "candidate": candidate,
+        "text": text,
+        "docids": docids,
+        "flipped": flipped or [False] * len(docids),
+        "selected": selected,
+        "score": 0.5,
+        "model": "hand-written",
+        "temperature": 0.0,
+        "finish_reason": "stop",
     }
 
 
@@ -349,12 +357,19 @@ def test_the_kept_chain_is_the_lowest_score_among_passing_candidates_and_export_
 
     rows = [
         # A: synthesis selected candidate 0 (lowest entropy) but it fails; of the passing 1 and 2, 2 is surer
-        row(qa, 0, "wrong", 0.1, selected=True), row(qa, 1, "good", 0.9), row(qa, 2, "flipped", 0.4), row(qa, 3, "half", 0.2),
+        row(qa, 0, "wrong", 0.1, selected=True),
+        row(qa, 1, "good", 0.9),
+        row(qa, 2, "flipped", 0.4),
+        row(qa, 3, "half", 0.2),
         # B: no scores (--select first): the first passing candidate in candidate order
-        row(qb, 0, "wrong", None, selected=True), row(qb, 1, "flipped", None), row(qb, 2, "good", None),
+        row(qb, 0, "wrong", None, selected=True),
+        row(qb, 1, "flipped", None),
+        row(qb, 2, "good", None),
         # C: no candidate passes gold; D: each rule passed by some candidate, never all by one
-        row(qc, 0, "half", 0.1, selected=True), row(qc, 1, "half-wrong", 0.2),
-        row(qd, 0, "wrong", 0.1, selected=True), row(qd, 1, "half", 0.2),
+        row(qc, 0, "half", 0.1, selected=True),
+        row(qc, 1, "half-wrong", 0.2),
+        row(qd, 0, "wrong", 0.1, selected=True),
+        row(qd, 1, "half", 0.2),
     ]
     report, kept, rejects, out = run(cli, world, "choose", rows, "--report", tmp_path / "r.md")
     assert {k for k, r in kept.items() if r["selected"]} == {(qa, 2), (qb, 1)}

@@ -80,9 +80,7 @@ class Fuzz:
         """Run command ``name`` on the (damaged) work copy and check the properties."""
         command = self.commands[name]
         result = grtool(self.work, *command.argv, env=env or self.env())
-        check_properties(
-            result, self.intact[name] if answer_must_match else None, lambda: f"exit 0\n{command.answer(self.work, result)}"
-        )
+        check_properties(result, self.intact[name] if answer_must_match else None, lambda: f"exit 0\n{command.answer(self.work, result)}")
 
 
 def prepare(base: Path) -> Fuzz:
@@ -329,6 +327,7 @@ def test_numeric_options(fuzz, data):
 
 # ---------------------------------------------------------------------------------------------- what it found
 
+
 # The smallest examples of defects the fuzzer found, kept as plain tests once fixed: the damage done to the run
 # (or None), the command, the environment it runs in, the exit code expected.
 def _special(relpath: str, kind: str):
@@ -343,8 +342,7 @@ FOUND = {
     # corpus stats passed the documents over as absent ("documents": null) and exited 0
     "manifest a FIFO": (_special("run/documents/_manifest.json", "fifo"), ("corpus", "stats", "run", "--json"), {}, 1),
     # the tokenizers library's bare Exception was a traceback from every command that opens the index
-    "index tokenizer unreadable": (lambda root: edit_with_digests(root, "run/index/tokenizer.json", "zero_block", 0.633),
-                                   ("index", "query", "run/index", "{docid}", "--json"), {}, 1),  # fmt: skip
+    "index tokenizer unreadable": (lambda root: edit_with_digests(root, "run/index/tokenizer.json", "zero_block", 0.633), ("index", "query", "run/index", "{docid}", "--json"), {}, 1),  # fmt: skip
 }
 
 

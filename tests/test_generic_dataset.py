@@ -55,12 +55,13 @@ def test_bundled_generic_example_by_ids_and_by_titles(examples, cli, tmp_path):
     order, whether named by id or by title; the split comes from the record, else from the file name."""
     folder = examples / "generic"
     out = tmp_path / "out"
-    proc = cli("corpus", "ingest", folder / "questions_dev.jsonl", folder / "documents.jsonl", "--dataset", "generic",
-               "--out", out, "--json")
+    proc = cli("corpus", "ingest", folder / "questions_dev.jsonl", folder / "documents.jsonl", "--dataset", "generic", "--out", out, "--json")
     report = json.loads(proc.stdout)
     assert report["rejected"] == {} and report["questions_by_dataset"] == {"generic": 3}
     assert {(e["path"], e["records"], e["by"]) for e in report["detected"]} == {
-        (str(folder / "questions_dev.jsonl"), "questions", "--dataset"), (str(folder / "documents.jsonl"), "documents", "--dataset")}
+        (str(folder / "questions_dev.jsonl"), "questions", "--dataset"),
+        (str(folder / "documents.jsonl"), "documents", "--dataset"),
+    }
     cli("validate", out)
 
     given = _lines(folder / "documents.jsonl")
@@ -92,15 +93,16 @@ def test_detected_without_dataset_in_any_order_and_split_option(tmp_path):
     """Questions with qid/question/answer and documents with id/text are recognised without --dataset, the
     questions file may come first, numeric ids match their string form, and --split overrides a record's split."""
     docs = _write(tmp_path / "docs.jsonl", DOCS)
-    questions = _write(tmp_path / "my_questions.jsonl", [
-        {"id": "q1", "question": "Where does the brook feeding Alder Fen rise?", "answer": "Tollin Hill",
-         "gold_doc_ids": ["a", "b", 7], "split": "dev"},
-        {"qid": "q2", "question": "How high is Tollin Hill?", "answer": "212 metres", "gold_doc_ids": ["7"]},
-    ])
+    questions = _write(
+        tmp_path / "my_questions.jsonl",
+        [
+            {"id": "q1", "question": "Where does the brook feeding Alder Fen rise?", "answer": "Tollin Hill", "gold_doc_ids": ["a", "b", 7], "split": "dev"},
+            {"qid": "q2", "question": "How high is Tollin Hill?", "answer": "212 metres", "gold_doc_ids": ["7"]},
+        ],
+    )
     report = ingest([questions, docs], tmp_path / "auto")
     assert report.rejected == {} and report.questions == 2
-    assert {(e["records"], e["dataset"], e["by"]) for e in report.detected} == {("questions", "generic", "detected"),
-                                                                            ("documents", "generic", "detected")}
+    assert {(e["records"], e["dataset"], e["by"]) for e in report.detected} == {("questions", "generic", "detected"), ("documents", "generic", "detected")}
     q = rows_by(read_table(tmp_path / "auto" / "questions"), "qid")
     ids = {str(d["id"]): doc_id(d["title"], d["text"]) for d in DOCS}
     assert q["q1"]["gold_doc_ids"] == [ids["a"], ids["b"], ids["7"]] and q["q2"]["gold_doc_ids"] == [ids["7"]]
@@ -112,20 +114,26 @@ def test_detected_without_dataset_in_any_order_and_split_option(tmp_path):
 
 def test_missing_keys_are_rejects_naming_record_and_key_or_fatal_under_strict(cli, tmp_path):
     docs = _write(tmp_path / "docs.jsonl", [*DOCS, {"id": "c", "title": "No text"}, {"text": "Neither id nor title."}])
-    questions = _write(tmp_path / "questions_train.jsonl", [
-        {"qid": "ok", "question": "Where does the Cray brook rise?", "answer": "Tollin Hill", "gold_titles": ["Cray brook"]},
-        {"qid": "no-answer", "question": "How high is Tollin Hill?", "gold_doc_ids": [7]},
-        {"qid": "no-question", "answer": "x", "gold_doc_ids": ["a"]},
-        {"question": "Which fen?", "answer": "Alder Fen"},
-        {"qid": "both", "question": "q", "answer": "a", "gold_doc_ids": ["a"], "gold_titles": ["Alder Fen"]},
-    ])
+    questions = _write(
+        tmp_path / "questions_train.jsonl",
+        [
+            {"qid": "ok", "question": "Where does the Cray brook rise?", "answer": "Tollin Hill", "gold_titles": ["Cray brook"]},
+            {"qid": "no-answer", "question": "How high is Tollin Hill?", "gold_doc_ids": [7]},
+            {"qid": "no-question", "answer": "x", "gold_doc_ids": ["a"]},
+            {"question": "Which fen?", "answer": "Alder Fen"},
+            {"qid": "both", "question": "q", "answer": "a", "gold_doc_ids": ["a"], "gold_titles": ["Alder Fen"]},
+        ],
+    )
     out = tmp_path / "out"
     cli("corpus", "ingest", questions, docs, "--dataset", "generic", "--out", out)
     cli("validate", out)
     q_man, d_man = _manifest(out, "questions"), _manifest(out, "documents")
     assert q_man["rows"] == 1 and q_man["counters"]["rejected"] == {
-        "missing field 'answer'": 1, "missing field 'question'": 1, "missing field 'qid'": 1,
-        "fields 'gold_doc_ids' and 'gold_titles' are both given": 1}
+        "missing field 'answer'": 1,
+        "missing field 'question'": 1,
+        "missing field 'qid'": 1,
+        "fields 'gold_doc_ids' and 'gold_titles' are both given": 1,
+    }
     assert q_man["counters"]["in"] == 5  # rows in = out + rejected
     assert d_man["rows"] == 3 and d_man["counters"]["rejected"] == {"missing field 'text'": 1, "missing field 'id' or 'title'": 1}
     positions = {r["reason"]: (r["source"], r["position"]) for r in _rejects(out, "questions")}
@@ -138,19 +146,26 @@ def test_missing_keys_are_rejects_naming_record_and_key_or_fatal_under_strict(cl
 
 
 def test_unknown_or_ambiguous_gold_is_a_reject_with_the_reason(cli, tmp_path):
-    docs = _write(tmp_path / "docs.jsonl", [*DOCS, {"id": "a2", "title": "Alder Fen", "text": "Another page of the same name."},
-                                            {"id": "a", "title": "Alder Fen", "text": "A different text under a used id."}])
-    questions = _write(tmp_path / "questions_dev.jsonl", [
-        {"qid": "good", "question": "q", "answer": "a", "gold_doc_ids": ["a", "b"]},
-        {"qid": "lost-id", "question": "q", "answer": "a", "gold_doc_ids": ["a", "zz"]},
-        {"qid": "lost-title", "question": "q", "answer": "a", "gold_titles": ["Nowhere"]},
-        {"qid": "two-fens", "question": "q", "answer": "a", "gold_titles": ["Alder Fen"]},
-    ])
+    docs = _write(
+        tmp_path / "docs.jsonl", [*DOCS, {"id": "a2", "title": "Alder Fen", "text": "Another page of the same name."}, {"id": "a", "title": "Alder Fen", "text": "A different text under a used id."}]
+    )
+    questions = _write(
+        tmp_path / "questions_dev.jsonl",
+        [
+            {"qid": "good", "question": "q", "answer": "a", "gold_doc_ids": ["a", "b"]},
+            {"qid": "lost-id", "question": "q", "answer": "a", "gold_doc_ids": ["a", "zz"]},
+            {"qid": "lost-title", "question": "q", "answer": "a", "gold_titles": ["Nowhere"]},
+            {"qid": "two-fens", "question": "q", "answer": "a", "gold_titles": ["Alder Fen"]},
+        ],
+    )
     out = tmp_path / "out"
     report = ingest([docs, questions], out, allow_rejects=True)  # an ambiguous title stops the run without it
     assert report.questions == 1 and report.rejected == {
-        "questions: unknown gold document id": 1, "questions: unknown gold title": 1,
-        "questions: ambiguous gold title": 1, "documents: duplicate document id": 1}
+        "questions: unknown gold document id": 1,
+        "questions: unknown gold title": 1,
+        "questions: ambiguous gold title": 1,
+        "documents: duplicate document id": 1,
+    }
     rejects = {r["record"]["qid"]: r for r in _rejects(out, "questions")}
     assert rejects["lost-id"]["position"] == "line 2" and "'zz'" in rejects["lost-id"]["detail"]
     assert "'Nowhere'" in rejects["lost-title"]["detail"]
@@ -174,8 +189,7 @@ def test_unknown_or_ambiguous_gold_is_a_reject_with_the_reason(cli, tmp_path):
 
 def test_titled_documents_need_dataset_and_generic_refuses_release_files(examples, tmp_path):
     titled = _write(tmp_path / "corpus.jsonl", [{"title": d["title"], "text": d["text"]} for d in DOCS])
-    questions = _write(tmp_path / "questions_dev.jsonl", [
-        {"qid": "t", "question": "q", "answer": "a", "gold_titles": ["Tollin Hill", "Cray brook"]}])
+    questions = _write(tmp_path / "questions_dev.jsonl", [{"qid": "t", "question": "q", "answer": "a", "gold_titles": ["Tollin Hill", "Cray brook"]}])
     with pytest.raises(InputError, match=r"pass --dataset hotpotqa\|2wikimultihopqa\|musique\|morehopqa\|generic"):
         ingest([questions, titled], tmp_path / "o1")
     ingest([questions, titled], tmp_path / "o2", dataset="generic")
@@ -193,9 +207,14 @@ def test_unknown_schema_names_the_generic_layout_and_its_page(cli, tmp_path):
     proc = cli("corpus", "ingest", odd, "--out", tmp_path / "o", check=2)
     message = no_spaces(proc.stderr)
     assert no_spaces(f"{odd}, line 1: unknown schema (keys ['gold_doc_ids', 'qid', 'question'])") in message
-    assert no_spaces("the generic layout (questions with qid, question, answer and gold_doc_ids or gold_titles; "
-                     "documents with id or title, and text) or the inline layout (question, answer, paragraphs: [{title, "
-                     "text, is_supporting}]), described in docs/data-formats.md (or pass --dataset") in message
+    assert (
+        no_spaces(
+            "the generic layout (questions with qid, question, answer and gold_doc_ids or gold_titles; "
+            "documents with id or title, and text) or the inline layout (question, answer, paragraphs: [{title, "
+            "text, is_supporting}]), described in docs/data-formats.md (or pass --dataset"
+        )
+        in message
+    )
     assert (Path(__file__).resolve().parent.parent / "docs" / "data-formats.md").is_file()
 
 

@@ -60,6 +60,7 @@ def expected(run: Path, qids: set[str] | None = None) -> dict:
 
 def shown(coverage: dict) -> dict:
     """A route's ``coverage`` object in the form of :func:`expected` (all examples fit: the run is small)."""
+
     def row(c: dict) -> tuple:
         assert c["unreachable"] == c["gold_documents"] - c["reachable"]
         assert c["share"] == pytest.approx(c["reachable"] / c["gold_documents"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from imports_helpers import cycles, import_graph
 
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []

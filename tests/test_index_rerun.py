@@ -104,8 +104,7 @@ def test_the_tokenizer_is_compared_by_its_file_then_by_its_content(tmp_path, mon
 def test_pipeline_overwrite_stage_replaces_a_changed_stage_and_is_never_recorded(tmp_path, monkeypatch, capsys, write_pipeline):
     stage = write_triples(tmp_path / "triples", ROWS)
     tok = write_tokenizer(tmp_path / "tok.json")
-    config = write_pipeline([{"name": "index", "run": "index build", "args": [stage], "options": {"tokenizer": tok, "kind": "numpy", "out": "{out}/index"}}],
-                            out=tmp_path / "out")
+    config = write_pipeline([{"name": "index", "run": "index build", "args": [stage], "options": {"tokenizer": tok, "kind": "numpy", "out": "{out}/index"}}], out=tmp_path / "out")
     index = tmp_path / "out" / "index"
 
     def kind() -> str:

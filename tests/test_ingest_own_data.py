@@ -62,9 +62,12 @@ def test_inline_layout_is_detected_and_reads_paragraphs_as_documents_and_gold(in
 
 
 def test_inline_records_without_id_get_a_question_hash_and_bad_paragraphs_are_rejects(tmp_path):
-    good = {"question": "Which brook?", "answer": ["Lisk", "the Lisk"], "split": "dev",
-            "paragraphs": [{"title": "Heron Mill", "text": "Heron Mill stands on the Lisk.", "is_supporting": True},
-                           {"text": "An untitled paragraph."}]}
+    good = {
+        "question": "Which brook?",
+        "answer": ["Lisk", "the Lisk"],
+        "split": "dev",
+        "paragraphs": [{"title": "Heron Mill", "text": "Heron Mill stands on the Lisk.", "is_supporting": True}, {"text": "An untitled paragraph."}],
+    }
     bad = {"id": "x", "question": "q", "answer": "a", "paragraphs": [{"title": "T", "text": 3}]}
     out = tmp_path / "out"
     report = ingest([_write(tmp_path / "mine.jsonl", [good, bad])], out)
@@ -75,9 +78,15 @@ def test_inline_records_without_id_get_a_question_hash_and_bad_paragraphs_are_re
 
 
 def test_columns_map_other_key_names_and_are_validated(inline_file, tmp_path, cli):
-    flashrag = [{"id": r["id"], "query": r["question"], "golden_answers": [r["answer"], *r.get("aliases", [])],
-                 "paragraphs": [{"heading": p["title"], "text": p["text"], "gold": p["is_supporting"]} for p in r["paragraphs"]]}
-                for r in _lines(inline_file)]
+    flashrag = [
+        {
+            "id": r["id"],
+            "query": r["question"],
+            "golden_answers": [r["answer"], *r.get("aliases", [])],
+            "paragraphs": [{"heading": p["title"], "text": p["text"], "gold": p["is_supporting"]} for p in r["paragraphs"]],
+        }
+        for r in _lines(inline_file)
+    ]
     source = _write(tmp_path / "flashrag_dev.jsonl", flashrag)
     with pytest.raises(InputError, match=r"unknown schema .*try --columns answer=golden_answers,question=query"):
         ingest([source], tmp_path / "unmapped")
@@ -105,8 +114,7 @@ def test_parquet_file_and_save_to_disk_folder_are_read_like_json_lines(inline_fi
     records = _lines(inline_file)
     data = datasets.Dataset.from_list(records)
     data.to_parquet(str(tmp_path / "qa.parquet"))
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(records[:8]),
-                          "validation": datasets.Dataset.from_list(records[8:])}).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(records[:8]), "validation": datasets.Dataset.from_list(records[8:])}).save_to_disk(str(tmp_path / "saved"))
     reference = tmp_path / "reference"
     ingest([inline_file], reference)
     expected = _questions(reference)
@@ -134,9 +142,19 @@ def test_a_cut_parquet_file_names_the_file(inline_file, tmp_path):
 
 
 def test_keys_a_layout_does_not_read_are_named(tmp_path, cli):
-    questions = _write(tmp_path / "questions_dev.jsonl", [
-        {"qid": "a1", "question": "Which brook?", "answer": "Lisk", "answer_aliases": ["the Lisk"], "gold_titles": ["Heron Mill"],
-         "supporting_paragraphs": [{"title": "Heron Mill", "text": "Heron Mill stands on the Lisk."}]}])
+    questions = _write(
+        tmp_path / "questions_dev.jsonl",
+        [
+            {
+                "qid": "a1",
+                "question": "Which brook?",
+                "answer": "Lisk",
+                "answer_aliases": ["the Lisk"],
+                "gold_titles": ["Heron Mill"],
+                "supporting_paragraphs": [{"title": "Heron Mill", "text": "Heron Mill stands on the Lisk."}],
+            }
+        ],
+    )
     documents = _write(tmp_path / "documents.jsonl", [{"id": "d1", "title": "Heron Mill", "text": "Heron Mill stands on the Lisk.", "url": "x"}])
     report = ingest([questions, documents], tmp_path / "out", dataset="generic")
     unread = {Path(e["path"]).name: e.get("unread") for e in report.detected}
@@ -150,12 +168,15 @@ def test_keys_a_layout_does_not_read_are_named(tmp_path, cli):
 
 
 def test_ambiguous_gold_titles_stop_ingest_unless_allowed(tmp_path, cli):
-    documents = _write(tmp_path / "documents.jsonl", [
-        {"id": "m1", "title": "Heron Mill", "text": "Heron Mill stands on the Lisk."},
-        {"id": "m2", "title": "Heron Mill", "text": "Heron Mill is also a farm near Saxby."}])
-    questions = _write(tmp_path / "questions_dev.jsonl", [
-        {"qid": f"q{i}", "question": "Which mill?", "answer": "Heron Mill", "gold_titles": ["Heron Mill"]} for i in range(3)]
-        + [{"qid": "ok", "question": "Which mill?", "answer": "Heron Mill", "gold_doc_ids": ["m1"]}])
+    documents = _write(
+        tmp_path / "documents.jsonl",
+        [{"id": "m1", "title": "Heron Mill", "text": "Heron Mill stands on the Lisk."}, {"id": "m2", "title": "Heron Mill", "text": "Heron Mill is also a farm near Saxby."}],
+    )
+    questions = _write(
+        tmp_path / "questions_dev.jsonl",
+        [{"qid": f"q{i}", "question": "Which mill?", "answer": "Heron Mill", "gold_titles": ["Heron Mill"]} for i in range(3)]
+        + [{"qid": "ok", "question": "Which mill?", "answer": "Heron Mill", "gold_doc_ids": ["m1"]}],
+    )
     out = tmp_path / "out"
     proc = cli("corpus", "ingest", questions, documents, "--dataset", "generic", "--out", out, check=1)
     message = " ".join(proc.stderr.split())

@@ -110,8 +110,7 @@ def test_a_killed_run_s_temporary_files_are_named_by_validate_and_removed_by_the
     out = tmp_path / "corpus"
     run_cli(*ingest_args(out))
     stage = out / "documents"
-    left = [stage / "part-00000.parquet.node7-4242.tmp", stage / "_manifest.json.4242.tmp",
-            stage / "_shards" / "part-00000.json.4242.tmp", stage / "_rejects" / "part-00000.jsonl.node7-4242.tmp"]
+    left = [stage / "part-00000.parquet.node7-4242.tmp", stage / "_manifest.json.4242.tmp", stage / "_shards" / "part-00000.json.4242.tmp", stage / "_rejects" / "part-00000.jsonl.node7-4242.tmp"]
     for f in left:
         f.parent.mkdir(exist_ok=True)
         f.write_bytes(b"half written")

@@ -38,11 +38,7 @@ def test_lint_imports_keeps_every_contract():
 def test_lint_imports_fails_on_a_broken_contract(tmp_path):
     """The same check with store/ put above cli/ (which imports it) must fail: the tool does check."""
     broken = tmp_path / "broken.ini"
-    broken.write_text(
-        "[importlinter]\nroot_package = grtool\n\n"
-        "[importlinter:contract:upside-down]\nname = store above cli\ntype = layers\ncontainers =\n    grtool\n"
-        "layers =\n    store\n    cli\n"
-    )
+    broken.write_text("[importlinter]\nroot_package = grtool\n\n[importlinter:contract:upside-down]\nname = store above cli\ntype = layers\ncontainers =\n    grtool\nlayers =\n    store\n    cli\n")
     proc = lint_imports(str(broken))
     assert proc.returncode != 0
     assert "BROKEN" in proc.stdout and "grtool.cli" in proc.stdout

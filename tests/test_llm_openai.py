@@ -36,6 +36,7 @@ from llm_helpers import ANSWERS, FlakyServer, serve
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 
+
 @pytest.fixture
 def corpus(tmp_path):
     docs = hotpot_paragraphs(len(ANSWERS))
@@ -160,7 +161,7 @@ def test_failed_requests_keep_the_answered_ones(tmp_path, corpus, cli):
 
 
 def test_logprobs_required_and_parsed():
-    server = FlakyServer({"t": ("[[\"a\", \"b\", \"c\"]]", "stop")}, logprobs=False)
+    server = FlakyServer({"t": ('[["a", "b", "c"]]', "stop")}, logprobs=False)
     serve(server)
     try:
         backend = make_backend("openai", base_url=server.url, backoff=0.01)

@@ -20,8 +20,13 @@ from grtool.store.stage import StageSpec, StageWriter
 # (doc_id, head, relation, tail) per shard: a triple in several documents (a collision, across shards), a
 # repeated row, a document in several shards, odd spacing, a flip that equals another forward triple, non-ASCII ids
 SHARDS = [
-    [("d1", "Kiel", "country", "Germany"), ("d2", "Kiel", "country", "Germany"), ("d1", "Kiel", "twinned with", "Vaasa"),
-     ("d1", "Kiel", "twinned with", "Vaasa"), ("dé", "Ana,  mon amour", "director", "Călin Peter Netzer")],
+    [
+        ("d1", "Kiel", "country", "Germany"),
+        ("d2", "Kiel", "country", "Germany"),
+        ("d1", "Kiel", "twinned with", "Vaasa"),
+        ("d1", "Kiel", "twinned with", "Vaasa"),
+        ("dé", "Ana,  mon amour", "director", "Călin Peter Netzer"),
+    ],
     [("d3", "Kiel", "country", "Germany"), ("d2", "Vaasa", "twinned with", "Kiel"), ("d4", "X  Y", "p ,q", "Z")],
     [("d5", "Al Khor", "country", "Qatar"), ("d6", "Moza bint Nasser", "place of birth", "Al Khor"), ("d1", "Germany", "capital", "Berlin")]
     + [(f"doc{i % 7}", f"head {i}", "relation", f"tail {i % 5}") for i in range(40)],

@@ -88,9 +88,17 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     (mixed / "b_docs.jsonl").write_text('{"title": "A", "text": "a"}\n')
     (root / "bad.yaml").write_text("learning_rate: fast\n")  # was: a TypeError deep in the checks
     (root / "scheduler.yaml").write_text("lr_scheduler: foo\n")
-    return {"corpus": root / "corpus", "triples": triples, "responses": root / "responses.jsonl", "docs": root / "docs.jsonl",
-            "sft": root / "sft.jsonl", "bad_config": root / "bad.yaml", "bad_scheduler": root / "scheduler.yaml", "mixed": mixed,
-            "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"}
+    return {
+        "corpus": root / "corpus",
+        "triples": triples,
+        "responses": root / "responses.jsonl",
+        "docs": root / "docs.jsonl",
+        "sft": root / "sft.jsonl",
+        "bad_config": root / "bad.yaml",
+        "bad_scheduler": root / "scheduler.yaml",
+        "mixed": mixed,
+        "hotpot": EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json",
+    }
 
 
 # (command words with {corpus}/{triples}/{responses}/{out} placeholders, the option the message must name)

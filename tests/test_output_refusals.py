@@ -70,7 +70,7 @@ def test_a_pipeline_report_never_replaces_an_input(tmp_path):
     raw = tmp_path / "in.jsonl"
     shutil.copy(MUSIQUE, raw)
     toml = tmp_path / "p.toml"
-    toml.write_text(f'''out = "{tmp_path / 'o'}"
+    toml.write_text(f'''out = "{tmp_path / "o"}"
 [[stages]]
 name = "ingest"
 run = "corpus ingest"
@@ -108,7 +108,7 @@ def test_pipeline_set_values_that_cannot_mean_what_they_say_are_refused(tmp_path
     """`overwrite = "no"` (a string for a flag) became `--overwrite no`: overwrite ON and `no` read as an input;
     an unclosed quote in `--set stage.args=...` was a ValueError traceback. Both refused in one line, exit 2."""
     toml = tmp_path / "p.toml"
-    toml.write_text(f'''out = "{tmp_path / 'o'}"
+    toml.write_text(f'''out = "{tmp_path / "o"}"
 [[stages]]
 name = "ingest"
 run = "corpus ingest"

@@ -155,8 +155,7 @@ def test_pipeline_json_inside_a_stage_output_is_refused(tmp_path, examples):
 def test_a_request_cache_equal_to_or_holding_the_output_is_refused(run, tmp_path, where):
     out = tmp_path / "t" / "out"
     cache = out if where == "equal" else tmp_path / "t"
-    args = ("triples", "extract", run["root"] / "documents", "--out", out, "--cache-dir", cache, "--backend", "openai",
-            "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
+    args = ("triples", "extract", run["root"] / "documents", "--out", out, "--cache-dir", cache, "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
     err = refused(args)
     assert f"--cache-dir {cache}: {'is' if where == 'equal' else 'contains'} --out {out}" in err
     assert not (tmp_path / "t").exists()

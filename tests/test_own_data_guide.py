@@ -26,8 +26,15 @@ def page_commands() -> list[str]:
 
 def test_the_page_walks_the_whole_newcomer_path():
     words = [" ".join(c.split()[:3]) for c in page_commands()]
-    assert words == ["grtool corpus ingest", "grtool corpus split", "grtool triples extract", "grtool corpus stats",
-                     "grtool status out/mine/run/triples", "grtool validate out/mine", "grtool pipeline run"]
+    assert words == [
+        "grtool corpus ingest",
+        "grtool corpus split",
+        "grtool triples extract",
+        "grtool corpus stats",
+        "grtool status out/mine/run/triples",
+        "grtool validate out/mine",
+        "grtool pipeline run",
+    ]
     assert "examples/data/inline/qa.jsonl" in page_commands()[0] and "--questions" in page_commands()[2]
     assert "--executor slurm --dry-run" in page_commands()[-1]
 

@@ -87,7 +87,7 @@ def test_bad_configs(tmp_path):
         load_pipeline(good, ["a=1"])
     with pytest.raises(InputError, match="no stage named"):
         load_pipeline(good, ["b.x=1"])
-    p = load_pipeline(good, ["a.top=3", "a.name=\"q\"", "a.flag=false"])
+    p = load_pipeline(good, ["a.top=3", 'a.name="q"', "a.flag=false"])
     assert p.stages[0].argv() == ["corpus", "stats", "x", "--json", "--top", "3", "--name", "q", "--no-flag"]
 
 

@@ -119,8 +119,9 @@ def test_pipeline_status_names_a_stage_s_slurm_jobs_without_slurm_here(tmp_path,
     jobs = tmp_path / "run" / "_pipeline" / "slurm"
     jobs.mkdir(parents=True)
     stage = next(s for s in load_pipeline(config).stages if s.name == "triples")  # the record as `pipeline run` writes it
-    (jobs / "triples.json").write_text(json.dumps({"stage": stage.to_dict(), "out": str(tmp_path / "run"), "overwrite": False, "tasks": 3,
-                                                   "submitted": "2026-01-01T00:00:00+00:00", "jobs": {"run": "41", "finalize": "42"}}))
+    (jobs / "triples.json").write_text(
+        json.dumps({"stage": stage.to_dict(), "out": str(tmp_path / "run"), "overwrite": False, "tasks": 3, "submitted": "2026-01-01T00:00:00+00:00", "jobs": {"run": "41", "finalize": "42"}})
+    )
     env = {"PATH": str(Path(json.__file__).parent)}  # a PATH without scontrol
     rows = {r["stage"]: r for r in json.loads(cli("pipeline", "status", config, "--json", env=env).stdout)["stages"]}
     assert rows["triples"]["slurm"]["jobs"] == {"run": "41", "finalize": "42"} and rows["ingest"]["slurm"] is None

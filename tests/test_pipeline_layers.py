@@ -12,11 +12,7 @@ PIPELINE = Path(__file__).resolve().parent.parent / "grtool" / "pipeline"
 
 def test_pipeline_modules_load_without_the_cli():
     modules = sorted(f"grtool.pipeline.{p.stem}" for p in PIPELINE.glob("*.py") if p.stem != "__init__")
-    code = (
-        "import sys, importlib\n"
-        f"for m in {modules!r}: importlib.import_module(m)\n"
-        "print(sorted(m for m in sys.modules if m == 'grtool.cli' or m.startswith('grtool.cli.')))\n"
-    )
+    code = f"import sys, importlib\nfor m in {modules!r}: importlib.import_module(m)\nprint(sorted(m for m in sys.modules if m == 'grtool.cli' or m.startswith('grtool.cli.')))\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout
     assert "grtool.pipeline.slurm" in modules and "grtool.pipeline.executors" in modules

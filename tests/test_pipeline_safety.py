@@ -20,7 +20,7 @@ def _pipeline(tmp_path, examples, stats: str) -> str:
     path.write_text(
         textwrap.dedent(
             f"""
-            out = "{tmp_path / 'run'}"
+            out = "{tmp_path / "run"}"
 
             [[stages]]
             name = "ingest"
@@ -154,12 +154,12 @@ def test_a_var_named_out_is_refused_naming_both(tmp_path, examples, cli):
     "options, words",
     [
         # before: `--split` took the next option as its value (`--split --strict`: split "--strict", exit 0)
-        ('options = { split = true, strict = true }', ["stage 'ingest'", "option 'split'", "true is not a value of --split"]),
-        ('options = { split = false }', ["stage 'ingest'", "option 'split'", "false is not a value"]),
+        ("options = { split = true, strict = true }", ["stage 'ingest'", "option 'split'", "true is not a value of --split"]),
+        ("options = { split = false }", ["stage 'ingest'", "option 'split'", "false is not a value"]),
         # before: `--split ''` passed the dry run
         ('options = { split = "" }', ["stage 'ingest'", "option 'split'", "'' is empty"]),
         ('options = { split = "  " }', ["stage 'ingest'", "option 'split'", "is empty"]),
-        ('options = { rows_per_part = true }', ["stage 'ingest'", "option 'rows_per_part'", "true is not a value"]),
+        ("options = { rows_per_part = true }", ["stage 'ingest'", "option 'rows_per_part'", "true is not a value"]),
     ],
 )
 def test_boolean_or_empty_values_of_text_options_are_refused(tmp_path, examples, cli, options, words):

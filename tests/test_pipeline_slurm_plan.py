@@ -28,7 +28,17 @@ def test_the_plan_shows_each_job_and_the_dependency_graph_and_writes_nothing(tmp
 
 def test_the_recipe_plans_gpu_arrays_and_a_multi_gpu_training_node(tmp_path, cli):
     # --no-check-env: the recipe's setup line activates the cluster's environment, which is not here
-    out = cli("pipeline", "run", REPO / "examples" / "slurm" / "recipe.toml", "--executor", "slurm", "--dry-run", "--no-check-env", "--set", f"vars.data={REPO / 'examples' / 'data' / 'hotpotqa' / 'hotpot_dev_distractor_v1.example.json'}").stdout
+    out = cli(
+        "pipeline",
+        "run",
+        REPO / "examples" / "slurm" / "recipe.toml",
+        "--executor",
+        "slurm",
+        "--dry-run",
+        "--no-check-env",
+        "--set",
+        f"vars.data={REPO / 'examples' / 'data' / 'hotpotqa' / 'hotpot_dev_distractor_v1.example.json'}",
+    ).stdout
     assert "#SBATCH --array=0-15" in out and "#SBATCH --gres=gpu:8" in out
     assert "srun --cpus-per-task=32 accelerate launch --multi_gpu --num_processes 8 -m grtool train sft" in out
     assert "#   train-kto (one job) after train-sft, export-kto" in out

@@ -45,8 +45,7 @@ def _documented_commands() -> dict[str, list[list[str]]]:
     for path in DOCS:
         lines = grtool_lines(path.read_text(encoding="utf-8"))
         found[str(path.relative_to(REPO))] = [shlex.split(line)[1:] for line in lines]
-    found["docs/reference/cli.md"] = [*found.get("docs/reference/cli.md", []),
-                                      *(shlex.split(m)[1:] for m in re.findall(r"Example: (grtool .*)", render_markdown()))]
+    found["docs/reference/cli.md"] = [*found.get("docs/reference/cli.md", []), *(shlex.split(m)[1:] for m in re.findall(r"Example: (grtool .*)", render_markdown()))]
     return found
 
 
@@ -69,8 +68,7 @@ def test_every_training_stage_of_the_example_pipelines_reads_train_questions_onl
 
 
 def test_the_rule_catches_a_step_without_the_split():
-    ok = [["filters", "apply", "c", "--split", "train", "--out", "f"], ["export", "sft", "f", "--split=train", "--out", "s.json"],
-          ["train", "sft", "s.json", "--out", "ckpt"]]
+    ok = [["filters", "apply", "c", "--split", "train", "--out", "f"], ["export", "sft", "f", "--split=train", "--out", "s.json"], ["train", "sft", "s.json", "--out", "ckpt"]]
     assert split_problems(ok) == []
     assert split_problems([["chains", "synthesize", "corpus", "--out", "c"]]) == ["grtool chains synthesize corpus --out c: training data without --split train"]
     assert "trains on data that no step" in split_problems([["train", "kto", "k.json", "--out", "ckpt"]])[0]

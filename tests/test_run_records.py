@@ -61,8 +61,10 @@ def test_record_replaced_by_device_or_folder(run_copy, record, how):
 # (same table, so the schema check cannot tell) made export and filters read 9 rows where the manifest said 13
 def test_manifest_of_another_stage_is_refused_by_readers(run_copy, tmp_path):
     shutil.copy(run_copy / "chains" / "_manifest.json", run_copy / "filtered" / "_manifest.json")
-    for args in (["export", "sft", run_copy / "filtered", "--corpus", run_copy / "corpus", "--out", tmp_path / "x.json"],
-                 ["filters", "apply", run_copy / "filtered", "--corpus", run_copy / "corpus", "--triples", run_copy / "triples", "--out", tmp_path / "f"]):
+    for args in (
+        ["export", "sft", run_copy / "filtered", "--corpus", run_copy / "corpus", "--out", tmp_path / "x.json"],
+        ["filters", "apply", run_copy / "filtered", "--corpus", run_copy / "corpus", "--triples", run_copy / "triples", "--out", tmp_path / "f"],
+    ):
         proc = grtool(*args)
         assert proc.returncode == 1, proc.stderr
         assert "_manifest.json records sha256" in proc.stderr and "part-00000" in proc.stderr
@@ -85,8 +87,7 @@ def test_pipeline_stages_with_colliding_outputs_refused(run_copy, tmp_path, seco
     toml = tmp_path / "p.toml"
     stage = '[[stages]]\nname = "{name}"\nrun = "chains gold"\nargs = ["{corpus}"]\noptions = {{ triples = "{triples}", out = "{out}" }}\n'
     common = {"corpus": run_copy / "corpus", "triples": run_copy / "triples"}
-    toml.write_text(f'out = "{tmp_path / "pout"}"\n' + stage.format(name="a", out="{out}/c", **common)
-                    + stage.format(name="b", out=second_out, **common).replace("{{", "{").replace("}}", "}"))
+    toml.write_text(f'out = "{tmp_path / "pout"}"\n' + stage.format(name="a", out="{out}/c", **common) + stage.format(name="b", out=second_out, **common).replace("{{", "{").replace("}}", "}"))
     for args in (["--dry-run"], []):
         proc = grtool("pipeline", "run", toml, *args)
         assert proc.returncode == 2, proc.stderr
@@ -107,5 +108,3 @@ def test_validate_checks_pipeline_records(run_copy, how):
     proc = grtool("validate", run_copy)
     assert proc.returncode == 1, proc.stderr
     assert "chains.json" in proc.stderr
-
-

@@ -18,9 +18,9 @@ def test_status_json_of_a_run_lists_its_indexes_exports_checkpoints_and_pipeline
     write_triples_stage(run / "triples", rows)
     assert grtool("index", "build", run / "triples", "-t", "llama3", "--out", run / "index").returncode == 0
     (run / "_pipeline").mkdir()
-    (run / "_pipeline" / "triples.json").write_text(json.dumps(
-        {"stage": "triples", "command": "grtool triples extract", "outputs": [str(run / "triples")], "seconds": 1.5,
-         "finished": "2026-01-01T00:00:00+00:00"}))
+    (run / "_pipeline" / "triples.json").write_text(
+        json.dumps({"stage": "triples", "command": "grtool triples extract", "outputs": [str(run / "triples")], "seconds": 1.5, "finished": "2026-01-01T00:00:00+00:00"})
+    )
     proc = grtool("status", run, "--json")
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     got = json.loads(proc.stdout)

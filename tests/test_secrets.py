@@ -48,8 +48,7 @@ def test_registered_url_password_scrubbed_in_every_encoding():
 
 def test_header_values_and_url_userinfo_scrubbed_unregistered():
     text = secrets.scrub(
-        'HTTP 401: {"error": "bad header Authorization: Basic YWxpY2U6c2VjcmV0", "authorization": "Bearer abc.DEF-123"} '
-        "see http://carol:hunter2@example.org/v1; Basic authentication is required"
+        'HTTP 401: {"error": "bad header Authorization: Basic YWxpY2U6c2VjcmV0", "authorization": "Bearer abc.DEF-123"} see http://carol:hunter2@example.org/v1; Basic authentication is required'
     )
     assert "YWxpY2U6c2VjcmV0" not in text and "abc.DEF-123" not in text and "hunter2" not in text
     assert "http://***@example.org/v1" in text and "Basic authentication is required" in text  # prose is kept

@@ -39,8 +39,7 @@ def run(tmp_path_factory) -> dict:
     non_gold = dict(a, text=a["text"].replace(a["docids"][1], b["docids"][0]), docids=[a["docids"][0], b["docids"][0]])
     hallucinated = dict(c, text=c["text"].replace(c["docids"][1], MADE_UP), docids=[c["docids"][0], MADE_UP])
     rows = [r for r in chains if r["qid"] not in (a["qid"], c["qid"])] + [non_gold, hallucinated]
-    run_cli("-q", "filters", "apply", "-", "--corpus", d / "corpus", "--triples", d / "triples", "--out", d / "filtered",
-            input="".join(json.dumps(r) + "\n" for r in rows))
+    run_cli("-q", "filters", "apply", "-", "--corpus", d / "corpus", "--triples", d / "triples", "--out", d / "filtered", input="".join(json.dumps(r) + "\n" for r in rows))
     return {"dir": d, "chains": chains, "questions": questions, "titles": titles, "a": a, "b": b, "c": c}
 
 
@@ -98,8 +97,9 @@ def test_on_a_terminal_docids_are_coloured_by_verdict(run) -> None:
     master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "200", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.run([sys.executable, "-m", "grtool", "show", str(run["dir"] / "filtered"), "--reason", "gold", "--qid", run["a"]["qid"]],
-                          stdout=slave, stderr=subprocess.PIPE, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "grtool", "show", str(run["dir"] / "filtered"), "--reason", "gold", "--qid", run["a"]["qid"]], stdout=slave, stderr=subprocess.PIPE, env=env, timeout=120
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -144,9 +144,23 @@ def test_responses_show_the_documents_they_retrieve_with_titles(run, tmp_path: P
     gold_a = run["questions"][a["qid"]]["gold_doc_ids"]
     gold_b = run["questions"][b["qid"]]["gold_doc_ids"]
     text = f"First {a['docids'][0]} then {b['docids'][0]} and {MADE_UP}. Last <docid_start>never closed"
-    row = {"qid": a["qid"], "sample": 0, "dataset": "2wikimultihopqa", "text": text, "docids": [a["docids"][0], b["docids"][0], MADE_UP],
-           "flipped": [False, False, False], "doc_ids": [gold_a[0], gold_b[0]], "n_docids": 3, "malformed": 1, "tokens": 40,
-           "latency_ms": 1.0, "finish_reason": "stop", "model": "test", "markers": "special", "mode": "docids"}
+    row = {
+        "qid": a["qid"],
+        "sample": 0,
+        "dataset": "2wikimultihopqa",
+        "text": text,
+        "docids": [a["docids"][0], b["docids"][0], MADE_UP],
+        "flipped": [False, False, False],
+        "doc_ids": [gold_a[0], gold_b[0]],
+        "n_docids": 3,
+        "malformed": 1,
+        "tokens": 40,
+        "latency_ms": 1.0,
+        "finish_reason": "stop",
+        "model": "test",
+        "markers": "special",
+        "mode": "docids",
+    }
     inputs = [str(d / "corpus" / "questions"), str(d / "triples")]
     stage = StageWriter(tmp_path / "responses", StageSpec("responses", RESPONSES, {}, inputs=inputs), num_parts=1)
     with stage.shard(0) as shard:
@@ -156,8 +170,7 @@ def test_responses_show_the_documents_they_retrieve_with_titles(run, tmp_path: P
     [shown] = show_json(tmp_path / "responses")
     assert [x["verdict"] for x in shown["docids"]] == ["gold", "non-gold", "hallucinated", "malformed"]
     assert shown["docids"][3]["text"] == "<docid_start>" and shown["docids"][3]["documents"] == []
-    assert [(r["doc_id"], r["title"], r["gold"]) for r in shown["retrieved"]] == [
-        (gold_a[0], run["titles"][gold_a[0]], True), (gold_b[0], run["titles"][gold_b[0]], False)]
+    assert [(r["doc_id"], r["title"], r["gold"]) for r in shown["retrieved"]] == [(gold_a[0], run["titles"][gold_a[0]], True), (gold_b[0], run["titles"][gold_b[0]], False)]
     out = show(tmp_path / "responses").stdout
     assert f"{run['titles'][gold_b[0]]} ({gold_b[0]}) [non-gold]" in out and "[malformed] <docid_start>" in out
     assert out.rstrip().endswith("1 gold, 1 non-gold, 1 hallucinated, 1 malformed")

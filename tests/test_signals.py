@@ -202,8 +202,9 @@ def test_sigterm_inside_an_asyncio_task_group_still_stops_with_the_transient_cod
 def test_signal_while_starting(tmp_path, sig, code):
     holds = tmp_path / "holds"
     holds.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "grtool", "validate", tmp_path], env={**os.environ, "GRTOOL_HOLD": f"starting:{holds}"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grtool", "validate", tmp_path], env={**os.environ, "GRTOOL_HOLD": f"starting:{holds}"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     while not (holds / "starting.reached").exists():
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.05)

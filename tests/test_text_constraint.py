@@ -103,8 +103,22 @@ def test_token_bytes_metaspace_byte_fallback():
         "normalizer": None,
         "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False},
         "post_processor": None,
-        "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False, "vocab": {p: i for i, p in enumerate(pieces)}, "merges": []},
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": "<unk>",
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": {p: i for i, p in enumerate(pieces)},
+            "merges": [],
+        },
     }
     vocab = token_bytes(Tokenizer.from_str(json.dumps(config)))
     assert vocab == [None, None, None, b"\xc3", b"\xbc", b" Z", b"rich", b" ", b" [", b"],"]

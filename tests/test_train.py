@@ -18,6 +18,8 @@ from train_helpers import PEOPLE, chain, question, write_kto, write_sft
 pytestmark = pytest.mark.slow
 
 TINY = ["--cutoff-len", "256", "--per-device-batch-size", "2"]
+
+
 def record(ckpt: Path) -> dict:
     return orjson.loads((ckpt / "grtool.json").read_bytes())
 

@@ -21,7 +21,7 @@ def test_evidence_triples_stage_from_2wiki_release_files(examples, tmp_path, cli
     assert len(rows) == counters["out"] > 0
     titles = {doc_id(t, " ".join(s)): t for r in records for t, s in r["context"]}
     for row in rows:  # each triple sits on the document titled like its subject (or that title with its disambiguation)
-        assert titles[row["doc_id"]] in (row["head"], ) or titles[row["doc_id"]].startswith(row["head"] + " (")
+        assert titles[row["doc_id"]] in (row["head"],) or titles[row["doc_id"]].startswith(row["head"] + " (")
         assert row["docid"] == f"<docid_start>{row['head']}, {row['relation']}, {row['tail']}<docid_end>"
     rejects = [json.loads(x) for x in (tmp_path / "run" / "triples" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
     assert len(rejects) == sum(counters["rejected"].values())

@@ -15,6 +15,7 @@ from log_helpers import check_log
 from llm_helpers import FlakyServer, serve
 from llm_helpers import GUARD_ANSWERS
 
+
 @pytest.mark.slow
 def test_transformers_extract_end_to_end(tmp_path, cli):
     docs = hotpot_paragraphs(3)

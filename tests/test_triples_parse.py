@@ -38,7 +38,7 @@ SHAPES = [
     ("labels", "Triple 1: Paris; capital of; France", [PARIS]),
     (
         "normalization",
-        '  ("Paris" ,  capital   of ,  “France”.)\n- \'Paris\' | lies on | Seine;',
+        "  (\"Paris\" ,  capital   of ,  “France”.)\n- 'Paris' | lies on | Seine;",
         [PARIS, SEINE],
     ),
     ("dedup is case-insensitive", "(Paris, capital of, France)\n(paris, Capital of, FRANCE)", [PARIS]),

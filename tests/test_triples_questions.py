@@ -11,8 +11,7 @@ from grtool.triples.extract import question_documents
 
 
 def test_question_documents_are_the_gold_of_the_first_questions_of_the_split(examples, tmp_path):
-    ingest([examples / "musique" / n for n in ("musique_ans_v1.0_dev.example.jsonl", "musique_ans_v1.0_train.example.jsonl",
-                                                "musique_full_v1.0_dev.example.jsonl")], tmp_path / "corpus")
+    ingest([examples / "musique" / n for n in ("musique_ans_v1.0_dev.example.jsonl", "musique_ans_v1.0_train.example.jsonl", "musique_full_v1.0_dev.example.jsonl")], tmp_path / "corpus")
     rows = read_table(tmp_path / "corpus" / "questions").to_pylist()
     train = [r for r in rows if r["split"] == "train"]
     qids, docs = question_documents(tmp_path / "corpus", 2, ("train",))

@@ -223,7 +223,6 @@ def test_an_edited_export_record_is_refused_by_its_readers(export_file):
     _one_line_naming(proc, "grtool.json", "rows")
 
 
-
 # ------------------------------------------------------------------------------ bracket decoding files
 
 
@@ -435,12 +434,15 @@ def _plan(rows: list, buckets: int) -> str:
 
 
 @pytest.mark.parametrize("work", ["_ingest_work", "_merge_work"])
-@pytest.mark.parametrize("plan, field", [
-    (_plan([1, 2], 3), "rows"),  # a count per bucket, not fewer
-    (_plan([-1], 1), "rows"),
-    (_plan([1], 0), "buckets"),
-    (_plan([1], 1).replace('"identity": {}', '"identity": {"x": ' + DEEP + "}"), "nested"),
-])
+@pytest.mark.parametrize(
+    "plan, field",
+    [
+        (_plan([1, 2], 3), "rows"),  # a count per bucket, not fewer
+        (_plan([-1], 1), "rows"),
+        (_plan([1], 0), "buckets"),
+        (_plan([1], 1).replace('"identity": {}', '"identity": {"x": ' + DEEP + "}"), "nested"),
+    ],
+)
 def test_a_damaged_spill_plan_is_one_line_naming_it(tmp_path, work, plan, field):
     """A spill plan left by a stopped ingest or merge is read back through its declaration: a damaged one is one
     line naming plan.json and the field (exit 1), never a traceback nor rows written by a wrong plan."""

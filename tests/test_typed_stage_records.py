@@ -309,7 +309,8 @@ def pipeline_template(tmp_path_factory) -> Path:
     """A pipeline file of one ingest stage, run once: its run directory holds ``_pipeline/ingest.json``."""
     root = tmp_path_factory.mktemp("pipe")
     shutil.copyfile(EXAMPLES / SRC[0] / SRC[1], root / SRC[1])
-    (root / "pipe.toml").write_text(textwrap.dedent(f"""
+    (root / "pipe.toml").write_text(
+        textwrap.dedent(f"""
         out = "run"
 
         [[stages]]
@@ -317,7 +318,8 @@ def pipeline_template(tmp_path_factory) -> Path:
         run = "corpus ingest"
         args = ["{root / SRC[1]}"]
         options = {{ out = "{{out}}/corpus", rows_per_part = 10 }}
-        """))
+        """)
+    )
     proc = subprocess.run([sys.executable, "-m", "grtool", "-q", "pipeline", "run", "pipe.toml"], cwd=root, capture_output=True, text=True, timeout=GUARD_S)
     assert proc.returncode == 0, proc.stderr
     assert (root / "run" / "_pipeline" / "ingest.json").is_file()

@@ -56,8 +56,7 @@ def _doc(i):
 
 
 def _question(qid, gold):
-    return {"qid": qid, "dataset": "x", "split": "dev", "question": "?", "answer": "a", "answer_aliases": [],
-            "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"}
+    return {"qid": qid, "dataset": "x", "split": "dev", "question": "?", "answer": "a", "answer_aliases": [], "gold_doc_ids": gold, "type": None, "answerable": True, "meta": "{}"}
 
 
 # ------------------------------------------------------------------------------------------- clean

@@ -141,10 +141,7 @@ def _check_stops(path: Path, manifest: dict[str, Any], report: Report) -> None:
     report.stops = [stop for _, stop in sorted(recorded.items())]
     for stop in report.stops:
         if stop.get("accepted") is None:
-            report.problems.append(
-                f"stopped: {describe_stop(stop)}; re-run the command (a run that passes clears this) "
-                f"or accept it: grtool validate {path} --accept"
-            )
+            report.problems.append(f"stopped: {describe_stop(stop)}; re-run the command (a run that passes clears this) or accept it: grtool validate {path} --accept")
         else:
             report.notes.append(f"stop {describe_acceptance(stop)}")
 
@@ -209,8 +206,7 @@ def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]]
     unmerged = sorted(set(records) - set(listed))
     if unmerged:
         report.notes.append(
-            f"{MANIFEST} lags behind the shard records: {len(unmerged)} committed shard(s) not merged yet "
-            f"({_first(unmerged)}); it is re-merged when a task finishes or the command is re-run"
+            f"{MANIFEST} lags behind the shard records: {len(unmerged)} committed shard(s) not merged yet ({_first(unmerged)}); it is re-merged when a task finishes or the command is re-run"
         )
 
     # Totals: against the records the manifest has merged, so a lagging manifest stays consistent.
@@ -272,9 +268,7 @@ def _check_accounting(path: Path, shard: str, rec: dict[str, Any], report: Repor
     c = rec.get("counters", {})
     rejected = sum(c.get("rejected", {}).values())
     if c.get("in", 0) != c.get("out", 0) + c.get("merged", 0) + rejected:
-        report.problems.append(
-            f"{shard}: accounting broken: in {c.get('in')} != out {c.get('out')} + merged {c.get('merged', 0)} + rejected {rejected}"
-        )
+        report.problems.append(f"{shard}: accounting broken: in {c.get('in')} != out {c.get('out')} + merged {c.get('merged', 0)} + rejected {rejected}")
     if c.get("out") != rec.get("rows"):
         report.problems.append(f"{shard}: counters say {c.get('out')} rows out, the shard has {rec.get('rows')}")
     rej_file = path / rec["rejects_file"] if rec.get("rejects_file") else None
@@ -308,8 +302,7 @@ def _note_leftovers(path: Path, report: Report) -> None:
 
     found = [str(f.relative_to(path)) for f in leftovers(path)]
     if found:
-        report.notes.append(f"{len(found)} temporary file{'s' if len(found) > 1 else ''} left by a killed run: {_first(found)} "
-                            "(the next run of this stage removes them)")
+        report.notes.append(f"{len(found)} temporary file{'s' if len(found) > 1 else ''} left by a killed run: {_first(found)} (the next run of this stage removes them)")
 
 
 def _note_index_leftovers(path: Path, report: Report) -> None:
@@ -319,8 +312,9 @@ def _note_index_leftovers(path: Path, report: Report) -> None:
 
     found = [d.name for d in stale_builds(path)]
     if found:
-        report.notes.append(f"{len(found)} temporary build director{'ies' if len(found) > 1 else 'y'} left by a killed `index build` "
-                            f"beside it: {_first(found)} (the next `index build --out {path.name}` removes them)")
+        report.notes.append(
+            f"{len(found)} temporary build director{'ies' if len(found) > 1 else 'y'} left by a killed `index build` beside it: {_first(found)} (the next `index build --out {path.name}` removes them)"
+        )
 
 
 def describe(report: Report) -> str:
@@ -631,10 +625,7 @@ def nothing_found(root: Path) -> Report:
     return Report(
         str(root),
         None,
-        problems=[
-            f"{root}: no stage directory ({MANIFEST}, {SHARD_GLOB}), no index ({INDEX_META}) and no export "
-            "(*.grtool.json, dataset_info.json) under it: nothing grtool wrote is here"
-        ],
+        problems=[f"{root}: no stage directory ({MANIFEST}, {SHARD_GLOB}), no index ({INDEX_META}) and no export (*.grtool.json, dataset_info.json) under it: nothing grtool wrote is here"],
     )
 
 

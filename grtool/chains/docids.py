@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 from grtool.docid import BROKEN, BRACKETS, DOCID_END, DOCID_START, Markers, Span, loose_key, looks_like_triple, scan
 
-__all__ = ["DOCID_END", "DOCID_START", "Markers", "NormalizedChain", "OfferedTriples", "Triple", "citation_pattern", "looks_like_triple",
-           "normalize_chain"]
+__all__ = ["DOCID_END", "DOCID_START", "Markers", "NormalizedChain", "OfferedTriples", "Triple", "citation_pattern", "looks_like_triple", "normalize_chain"]
 
 
 @dataclass(frozen=True)

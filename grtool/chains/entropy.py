@@ -114,10 +114,7 @@ class EntropyScorer:
         aligned = []
         for i, (text, lps) in enumerate(candidates):
             if lps is None:
-                raise GrtoolError(
-                    f"candidate {i} came back without logprobs, which entropy selection needs; "
-                    "use a backend/server that returns them or --select first"
-                )
+                raise GrtoolError(f"candidate {i} came back without logprobs, which entropy selection needs; use a backend/server that returns them or --select first")
             aligned.append(aligned_tokens(lps, text))
         # Identical texts (a sample equal to the greedy chain) are parsed once.
         unique = list(dict.fromkeys(a[0] for a in aligned))

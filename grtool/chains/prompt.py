@@ -119,9 +119,7 @@ def load_few_shot(path: Path) -> list[FewShot]:
         if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) and obj[k].strip() for k in ("question", "chain")):
             raise InputError(f"{where}: expected an object with non-empty strings 'question' and 'chain'")
         triples = obj.get("triples")
-        if not isinstance(triples, list) or not triples or not all(
-            isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t) for t in triples
-        ):
+        if not isinstance(triples, list) or not triples or not all(isinstance(t, list) and len(t) == 3 and all(isinstance(x, str) and x.strip() for x in t) for t in triples):
             raise InputError(f"{where}: 'triples' must be a non-empty list of [head, relation, tail] strings")
         examples.append(FewShot(obj["question"], tuple(tuple(t) for t in triples), obj["chain"]))
     return examples

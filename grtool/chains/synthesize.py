@@ -55,9 +55,7 @@ class LLM(Protocol):
 
     model: str
 
-    def generate(
-        self, prompts: list[Messages], sampling: Sampling, *, on_progress: Callable[[list[Generation]], None] | None = None
-    ) -> list[Generation]: ...
+    def generate(self, prompts: list[Messages], sampling: Sampling, *, on_progress: Callable[[list[Generation]], None] | None = None) -> list[Generation]: ...
 
 
 @dataclass(frozen=True)
@@ -254,7 +252,10 @@ class ChainSynthesizer:
             if missing:
                 shard.count_in(1)
                 shard.reject(
-                    row, "gold documents without triples", source=source, position=position,
+                    row,
+                    "gold documents without triples",
+                    source=source,
+                    position=position,
                     detail=f"{len(missing)} of {len(q.gold_doc_ids)} gold documents have no triples: {', '.join(missing[:5])}",
                 )
                 continue
@@ -351,9 +352,7 @@ class ChainSynthesizer:
             chunk, generations = self.reject_too_long(chunk, self.generate(llm, chunk, meter), shard, source)
             shard.write_rows(self.rows(llm.model, chunk, generations, shard, empty))
 
-    def reject_too_long(
-        self, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any, source: str
-    ) -> tuple[list[PreparedQuestion], list[Sequence[Generation]]]:
+    def reject_too_long(self, prepared: Sequence[PreparedQuestion], generations: Sequence[Sequence[Generation]], shard: Any, source: str) -> tuple[list[PreparedQuestion], list[Sequence[Generation]]]:
         """The questions whose prompt fitted the model's context; the others are rejected (``too_long``)."""
         kept: list[PreparedQuestion] = []
         kept_generations: list[Sequence[Generation]] = []

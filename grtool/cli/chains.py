@@ -39,7 +39,13 @@ def synthesize(
     select: Annotated[Select, typer.Option("--select", help="Which candidate is `selected`: entropy (lowest median word/entity entropy, needs logprobs) or first (the greedy one).")] = Select.entropy,
     top_logprobs: Annotated[int, typer.Option("--top-logprobs", min=1, max=20, help="Alternatives per token for the entropy (top-k).")] = 5,
     distractors: Annotated[int, typer.Option("--distractors", min=0, help="Triples from non-gold documents added to each prompt.")] = 0,
-    constrain: Annotated[Optional[bool], typer.Option("--constrain/--no-constrain", help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm; with openai, pass it for a vLLM server: sent as a structured-output regex).")] = None,
+    constrain: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--constrain/--no-constrain",
+            help="Citations can only be the triples offered to the model, either way round (decoding constraint; default on for transformers and vllm; with openai, pass it for a vLLM server: sent as a structured-output regex).",
+        ),
+    ] = None,
     unanswerable: Annotated[
         Unanswerable,
         typer.Option(
@@ -49,7 +55,14 @@ def synthesize(
     ] = Unanswerable.keep,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Instruction text replacing the built-in one.")] = None,
     few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON Lines of {question, triples, chain} replacing the built-in examples (an empty file: zero-shot).")] = None,
-    few_shot_corpus: Annotated[Optional[int], typer.Option("--few-shot-corpus", min=1, help="K worked examples from the corpus's own questions and gold triples instead of the built-in ones (never the question asked); small models copy these far better.")] = None,
+    few_shot_corpus: Annotated[
+        Optional[int],
+        typer.Option(
+            "--few-shot-corpus",
+            min=1,
+            help="K worked examples from the corpus's own questions and gold triples instead of the built-in ones (never the question asked); small models copy these far better.",
+        ),
+    ] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker written before each docid.")] = DOCID_START,
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker written after each docid.")] = DOCID_END,
     max_empty_share: MaxEmptyShare("empty candidate chains (the part is kept)") = 0.2,
@@ -131,7 +144,16 @@ def _synthesize_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return backend_extras(options) + entropy
 
 
-register(Command("chains synthesize", synthesize, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_synthesize_extras))  # `chains synthesize CORPUS TRIPLES` until the next release
+register(
+    Command(
+        "chains synthesize",
+        synthesize,
+        cls=moved_to_options("--triples"),
+        reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
+        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        extras=_synthesize_extras,
+    )
+)  # `chains synthesize CORPUS TRIPLES` until the next release
 
 
 def _constrain(asked: bool | None, backend: str) -> bool:
@@ -194,4 +216,6 @@ def gold_cmd(
              counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip
 
 
-register(Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE}))  # `chains gold CORPUS TRIPLES` until the next release
+register(
+    Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE})
+)  # `chains gold CORPUS TRIPLES` until the next release

@@ -63,12 +63,12 @@ def _print_summary(title: str, report: dict) -> None:
             records = entry["records"] + (f" ({entry['layout']})" if entry.get("layout") else "")
             unread = entry.get("unread") or []
             hints += [h for h in variant_hints(unread) if h not in hints]
-            read.add_row(where, entry["dataset"], records, f"[yellow]{split}[/]" if split == "unknown" else split, entry["by"],
-                         f"[yellow]{', '.join(unread)}[/]" if unread else "-")
+            read.add_row(where, entry["dataset"], records, f"[yellow]{split}[/]" if split == "unknown" else split, entry["by"], f"[yellow]{', '.join(unread)}[/]" if unread else "-")
         stage_summary.print(read)
         if any(entry.get("unread") for entry in report["detected"]):
-            stage_summary.print("keys not read: kept as given in each question's meta column; a document's are not kept"
-                                + (f". To read them: --columns {','.join(hints)}" if hints else ""), highlight=False)
+            stage_summary.print(
+                "keys not read: kept as given in each question's meta column; a document's are not kept" + (f". To read them: --columns {','.join(hints)}" if hints else ""), highlight=False
+            )
 
 
 @allows_empty
@@ -85,26 +85,24 @@ def ingest_cmd(
             "documents files (docs/data-formats.md).",
         ),
     ] = DatasetChoice.auto,
-    split: Annotated[
-        Optional[str], typer.Option("--split", help="Split name for every input (default: train/dev/test from each file name).")
-    ] = None,
+    split: Annotated[Optional[str], typer.Option("--split", help="Split name for every input (default: train/dev/test from each file name).")] = None,
     strict: Strict = False,
     overwrite: Overwrite = False,
     rows_per_part: RowsPerPart = None,
-    allow_empty: Annotated[
-        bool, typer.Option("--allow-empty", help="Accept an empty corpus: inputs without a single record (else exit 2) and no row written (else exit 1).")
-    ] = False,
+    allow_empty: Annotated[bool, typer.Option("--allow-empty", help="Accept an empty corpus: inputs without a single record (else exit 2) and no row written (else exit 1).")] = False,
     columns: Annotated[
         Optional[str],
-        typer.Option("--columns", metavar="TARGET=SOURCE,...",
-                     help="Read your files' keys under the names a layout reads, e.g. question=query,answer=golden_answers "
-                     "(targets: qid, question, answer, aliases, split, type, answerable, gold_doc_ids, gold_titles, "
-                     "paragraphs, title, text, is_supporting; the last three inside paragraphs too). A target no layout "
-                     "reads or a source key no record holds is an error (exit 2)."),
+        typer.Option(
+            "--columns",
+            metavar="TARGET=SOURCE,...",
+            help="Read your files' keys under the names a layout reads, e.g. question=query,answer=golden_answers "
+            "(targets: qid, question, answer, aliases, split, type, answerable, gold_doc_ids, gold_titles, "
+            "paragraphs, title, text, is_supporting; the last three inside paragraphs too). A target no layout "
+            "reads or a source key no record holds is an error (exit 2).",
+        ),
     ] = None,
     allow_rejects: Annotated[
-        bool, typer.Option("--allow-rejects", help="Write the corpus without the questions whose gold title names several "
-                           "documents (else exit 1, nothing written); they go to questions/_rejects.")
+        bool, typer.Option("--allow-rejects", help="Write the corpus without the questions whose gold title names several documents (else exit 1, nothing written); they go to questions/_rejects.")
     ] = False,
     as_json: Json = False,
 ) -> None:
@@ -136,8 +134,9 @@ def ingest_cmd(
     from grtool.corpus.ingest import ingest
 
     refuse_json_with_stdout(as_json, out)
-    report = ingest(inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite,
-                    rows_per_part=rows_per_part, allow_empty=allow_empty, columns=columns, allow_rejects=allow_rejects)
+    report = ingest(
+        inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite, rows_per_part=rows_per_part, allow_empty=allow_empty, columns=columns, allow_rejects=allow_rejects
+    )
     if str(out) != "-":
         _report_summary(f"ingested into {out}", report.as_dict(), as_json)
     if report.empty_inputs and report.resumed:  # a fresh run warned while reading
@@ -178,7 +177,9 @@ def stats_cmd(
     directory: Annotated[Path, typer.Argument(help="A run directory holding questions/ (and documents/).")],
     as_json: Json = False,
     plot: Plot = None,
-    triples: Annotated[Optional[Path], typer.Option("--triples", help="Also the gold coverage: the share of gold documents with a docid in this triples stage (or run directory holding triples/).")] = None,
+    triples: Annotated[
+        Optional[Path], typer.Option("--triples", help="Also the gold coverage: the share of gold documents with a docid in this triples stage (or run directory holding triples/).")
+    ] = None,
     index: Annotated[Optional[Path], typer.Option("--index", help="Also the gold coverage: the share of gold documents with a docid in this index directory.")] = None,
 ) -> None:
     """Per dataset and split: questions, documents, gold documents per question (mean/min/max), hop
@@ -226,13 +227,9 @@ def split_cmd(
     corpus: Annotated[Path, typer.Argument(help="An ingested (or merged) run directory holding questions/ and documents/.")],
     out: RunOut,
     ratios: Annotated[str, typer.Option("--ratios", help="Share of the questions in each split, e.g. 0.8,0.1,0.1 (summing to 1).")],
-    names: Annotated[
-        Optional[str], typer.Option("--names", help="The splits' names, one per ratio (default: train,dev,test; two ratios: train,dev).")
-    ] = None,
+    names: Annotated[Optional[str], typer.Option("--names", help="The splits' names, one per ratio (default: train,dev,test; two ratios: train,dev).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Another seed gives another split of the same questions.")] = 0,
-    resplit: Annotated[
-        bool, typer.Option("--resplit", help="Replace the splits the questions already have (else such a corpus is refused, exit 2).")
-    ] = False,
+    resplit: Annotated[bool, typer.Option("--resplit", help="Replace the splits the questions already have (else such a corpus is refused, exit 2).")] = False,
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:

@@ -34,16 +34,30 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def recall_cmd(
-    responses: Annotated[Optional[Path], typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin). Not with --run.')] = None,
+    responses: Annotated[
+        Optional[Path], typer.Argument(help='A `grtool retrieve` output directory, or JSON Lines of {"qid": ..., "response": ...}; several lines per qid = samples ("-" = stdin). Not with --run.')
+    ] = None,
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")] = ...,  # type: ignore[assignment]
-    triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/); needed for responses that name docids, not for --method bm25, gmr or --run.")] = None,
-    run: Annotated[Optional[Path], typer.Option("--run", help="A TREC run file of another retriever (qid Q0 doc rank score tag; doc = a grtool doc id or a title) to score instead of RESPONSES.")] = None,
+    triples: Annotated[
+        Optional[Path], typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/); needed for responses that name docids, not for --method bm25, gmr or --run.")
+    ] = None,
+    run: Annotated[
+        Optional[Path], typer.Option("--run", help="A TREC run file of another retriever (qid Q0 doc rank score tag; doc = a grtool doc id or a title) to score instead of RESPONSES.")
+    ] = None,
     top_k: Annotated[Optional[int], typer.Option("--top-k", min=1, help="--run: documents per question scored (default: |gold| + 1, the paper's protocol for one-shot retrievers).")] = None,
-    trec_run: Annotated[Optional[Path], typer.Option("--trec-run", metavar="FILE", help="Also write the first response of every scored question as a TREC run (for ranx, trec_eval, pytrec_eval).")] = None,
+    trec_run: Annotated[
+        Optional[Path], typer.Option("--trec-run", metavar="FILE", help="Also write the first response of every scored question as a TREC run (for ranx, trec_eval, pytrec_eval).")
+    ] = None,
     trec_qrels: Annotated[Optional[Path], typer.Option("--trec-qrels", metavar="FILE", help="Also write the gold documents of the scored questions as TREC qrels.")] = None,
     allow_train_overlap: Annotated[bool, typer.Option("--allow-train-overlap", help="Score questions the checkpoint that wrote the responses trained on (default: exit 1 naming them).")] = False,
     as_json: Json = False,
-    per_question: Annotated[bool, typer.Option("--per-question", help="Also every question: its recall, exact set, docids with their verdicts (gold / non-gold / hallucinated) and the titles of what it retrieved; with --json, the report's `questions` list.")] = False,
+    per_question: Annotated[
+        bool,
+        typer.Option(
+            "--per-question",
+            help="Also every question: its recall, exact set, docids with their verdicts (gold / non-gold / hallucinated) and the titles of what it retrieved; with --json, the report's `questions` list.",
+        ),
+    ] = False,
 ) -> None:
     """Retrieval recall of model responses: |retrieved ∩ gold| / |gold| per response.
 
@@ -109,7 +123,14 @@ def recall_cmd(
         refuse_overlap(overlap, where)
 
 
-register(Command("eval recall", recall_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE, "run": PathKind.FILE}, writes={"trec_run": PathKind.REPORT, "trec_qrels": PathKind.REPORT}))
+register(
+    Command(
+        "eval recall",
+        recall_cmd,
+        reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE, "run": PathKind.FILE},
+        writes={"trec_run": PathKind.REPORT, "trec_qrels": PathKind.REPORT},
+    )
+)
 
 
 def print_recall(report: dict) -> None:
@@ -177,7 +198,13 @@ def compare_cmd(
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="The run (by label) the others' per-question wins and losses are counted against (default: the first).")] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="Also list every question whose recall differs from the baseline's.")] = False,
     allow_different_questions: Annotated[bool, typer.Option("--allow-different-questions", help="Compare runs scored on different questions (a warning instead of exit 2).")] = False,
-    layout: Annotated[Layout, typer.Option("--layout", help="default: recall per dataset with one column per run, the metrics, wins and losses; paper: one row per run × datasets with an Average column, seconds per query and p (the shape of ThinkGR's Table 1).")] = Layout.default,
+    layout: Annotated[
+        Layout,
+        typer.Option(
+            "--layout",
+            help="default: recall per dataset with one column per run, the metrics, wins and losses; paper: one row per run × datasets with an Average column, seconds per query and p (the shape of ThinkGR's Table 1).",
+        ),
+    ] = Layout.default,
 ) -> None:
     """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO), every overall metric, and per-question wins and losses against a baseline.
 
@@ -206,7 +233,15 @@ def compare_cmd(
         plot_runs(runs, plot)
 
 
-register(Command("eval compare", compare_cmd, reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT, "plot": PathKind.REPORT}, extras=plot_extras))
+register(
+    Command(
+        "eval compare",
+        compare_cmd,
+        reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE},
+        writes={"out": PathKind.REPORT, "plot": PathKind.REPORT},
+        extras=plot_extras,
+    )
+)
 
 
 @llm_options(needed=lambda options: options.get("answers") is None, max_tokens=32)
@@ -215,7 +250,14 @@ def answer_cmd(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus run directory (its questions, with answers and aliases, and documents).")] = ...,  # type: ignore[assignment]
     answers: Annotated[Optional[Path], typer.Option("--answers", metavar="FILE.jsonl", help='Score answers another reader wrote instead: JSON Lines of {"qid": ..., "answer": ...}.')] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="DIR", help="Stage directory to write the reader's answers to (with RESPONSES).")] = None,
-    judge: Annotated[Optional[str], typer.Option("--judge", metavar="MODEL", help=f"Also have this model (same --backend; {DEFAULT_MODEL_NAME} is the embedded one) say of each prediction whether it is right: the judged accuracy, its verdicts kept per question.")] = None,
+    judge: Annotated[
+        Optional[str],
+        typer.Option(
+            "--judge",
+            metavar="MODEL",
+            help=f"Also have this model (same --backend; {DEFAULT_MODEL_NAME} is the embedded one) say of each prediction whether it is right: the judged accuracy, its verdicts kept per question.",
+        ),
+    ] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="With --json: also every scored question, its prediction, answers, EM, F1 and the judge's verdict.")] = False,
     max_empty_share: MaxEmptyShare("empty answers") = 0.2,
     overwrite: Overwrite = False,
@@ -290,4 +332,12 @@ def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, judge: str
     return stage_predictions(out)
 
 
-register(Command("eval answer", answer_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "answers": PathKind.FILE}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_answer_extras))
+register(
+    Command(
+        "eval answer",
+        answer_cmd,
+        reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "answers": PathKind.FILE},
+        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        extras=_answer_extras,
+    )
+)

@@ -42,9 +42,7 @@ OutFile = Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="File
 Corpus = Annotated[Path, typer.Option("--corpus", help="Corpus run directory (holding questions/), or its questions stage.")]
 Triples = Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")]
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt added to every example.")]
-MarkersOpt = Annotated[
-    Markers, typer.Option("--markers", help="Docid markers in prompt and chain: the special tokens, or square brackets for models without them.")
-]
+MarkersOpt = Annotated[Markers, typer.Option("--markers", help="Docid markers in prompt and chain: the special tokens, or square brackets for models without them.")]
 
 
 @allows_empty
@@ -60,8 +58,12 @@ def sft_cmd(
     max_per_dataset: Annotated[Optional[int], typer.Option("--max-per-dataset", min=0, help="At most N training examples per dataset (a seeded random sample).")] = None,
     dev_share: Annotated[float, typer.Option("--dev-share", min=0.0, max=0.99, help="Share of questions (by qid hash) written to <out>_dev.")] = 0.0,
     seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Shuffle seed.")] = 0,
-    all_candidates: Annotated[bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain (of a filtered stage: every passing candidate), not only each question's kept (selected) one.")] = False,
-    no_thought: Annotated[bool, typer.Option("--no-thought", help="The answer turn holds the chain's docids and its closing sentence only, without the thought sentences (the w/o Thought ablation).")] = False,
+    all_candidates: Annotated[
+        bool, typer.Option("--all-candidates/--no-all-candidates", help="Export every chain (of a filtered stage: every passing candidate), not only each question's kept (selected) one.")
+    ] = False,
+    no_thought: Annotated[
+        bool, typer.Option("--no-thought", help="The answer turn holds the chain's docids and its closing sentence only, without the thought sentences (the w/o Thought ablation).")
+    ] = False,
     as_json: Json = False,
 ) -> None:
     """Turn filtered chains into an SFT dataset: the question in an instruction, the chain as the answer.
@@ -111,9 +113,7 @@ def kto_cmd(
     system: System = None,
     markers: MarkersOpt = Markers.special,
     cannot_answer: CannotAnswer = None,
-    desirable: Annotated[
-        Desirable, typer.Option("--desirable", help="Desirable: exactly the gold documents (exact), or every gold document, extras allowed (all-gold).")
-    ] = Desirable.exact,
+    desirable: Annotated[Desirable, typer.Option("--desirable", help="Desirable: exactly the gold documents (exact), or every gold document, extras allowed (all-gold).")] = Desirable.exact,
     as_json: Json = False,
 ) -> None:
     """Label sampled responses for KTO by the documents they retrieve.
@@ -178,8 +178,9 @@ def gmr_cmd(
         with open_rows(out, json_array=False) as writer:
             for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions, splits=splits):
                 writer.write(pair)
-            check_rows(str(out), result.questions, writer.rows, {"no gold documents": result.no_gold, "a gold document missing": result.missing_gold_document},
-                       unit="questions", inputs=[str(corpus)])  # before the file is committed
+            check_rows(
+                str(out), result.questions, writer.rows, {"no gold documents": result.no_gold, "a gold document missing": result.missing_gold_document}, unit="questions", inputs=[str(corpus)]
+            )  # before the file is committed
         if str(out) != "-":
             inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
             write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None))

@@ -30,24 +30,14 @@ def apply_cmd(
     triples: Annotated[Path, typer.Option("--triples", help="Triples stage directory (or a run directory holding triples/).")],
     out: Out,
     split: Split = None,
-    rules: Annotated[
-        Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")
-    ] = None,
+    rules: Annotated[Optional[str], typer.Option("--rules", help="Comma list of rules (default all): format,docid-exists,gold,answer,redundant,length.")] = None,
     min_recall: Annotated[float, typer.Option("--min-recall", min=0.0, max=1.0, help="Share of gold documents a chain must retrieve.")] = 1.0,
-    redundant: Annotated[
-        Redundant, typer.Option("--redundant", help="A repeated triple or a repeated step (same thought, same documents): reject the chain, or trim the step.")
-    ] = Redundant.reject,
+    redundant: Annotated[Redundant, typer.Option("--redundant", help="A repeated triple or a repeated step (same thought, same documents): reject the chain, or trim the step.")] = Redundant.reject,
     max_docids: Annotated[int, typer.Option("--max-docids", min=1, help="At most this many docids per chain.")] = 10,
     max_chain_tokens: Annotated[int, typer.Option("--max-chain-tokens", min=1, help="At most this many whitespace-separated tokens.")] = 512,
-    docid_start: Annotated[
-        Optional[str], typer.Option("--docid-start", help="Marker before each docid (default: as recorded in the chains manifest, else <docid_start>).")
-    ] = None,
-    docid_end: Annotated[
-        Optional[str], typer.Option("--docid-end", help="Marker after each docid (default: as recorded in the chains manifest, else <docid_end>).")
-    ] = None,
-    all_candidates: Annotated[
-        bool, typer.Option("--all-candidates", help="Mark every passing candidate selected (kept), not only the lowest-score one per question.")
-    ] = False,
+    docid_start: Annotated[Optional[str], typer.Option("--docid-start", help="Marker before each docid (default: as recorded in the chains manifest, else <docid_start>).")] = None,
+    docid_end: Annotated[Optional[str], typer.Option("--docid-end", help="Marker after each docid (default: as recorded in the chains manifest, else <docid_end>).")] = None,
+    all_candidates: Annotated[bool, typer.Option("--all-candidates", help="Mark every passing candidate selected (kept), not only the lowest-score one per question.")] = False,
     cannot_answer: CannotAnswer = None,
     report: Annotated[Optional[Path], typer.Option("--report", help="Write the report as Markdown to this file.")] = None,
     as_json: Json = False,
@@ -101,12 +91,12 @@ def apply_cmd(
     if as_json:
         typer.echo(orjson.dumps(result).decode())
         return
+
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}%"
 
     table = Table(
-        title=f"filters: {result['questions_kept']} of {result['questions']} questions keep a chain (yield {pct(result['yield'])}); "
-        f"{result['passed']} of {result['chains']} candidates passed"
+        title=f"filters: {result['questions_kept']} of {result['questions']} questions keep a chain (yield {pct(result['yield'])}); {result['passed']} of {result['chains']} candidates passed"
     )
     lost = [f"lost: {r}" for r in result["lost"]]
     for col in ("dataset", "questions", "kept", "yield", "judged", "passed", "pass rate", *result["rules"], *lost):

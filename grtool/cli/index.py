@@ -32,13 +32,25 @@ IndexOut = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar=
 
 def build_cmd(
     triples: Annotated[str, typer.Argument(help="Triples stage directory (or run directory); with --source documents, the documents stage.")],
-    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="The tokenizer of the model that will decode, spelled as its --model: a local model or checkpoint directory, a .gguf file, a HF hub id in the local cache, SmolLM2-135M-Instruct (= default, the embedded model); or a tokenizer.json, or a built-in: llama3, qwen.")],
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            "--tokenizer",
+            "-t",
+            help="The tokenizer of the model that will decode, spelled as its --model: a local model or checkpoint directory, a .gguf file, a HF hub id in the local cache, SmolLM2-135M-Instruct (= default, the embedded model); or a tokenizer.json, or a built-in: llama3, qwen.",
+        ),
+    ],
     out: IndexOut,
     kind: Annotated[Kind, typer.Option("--kind", help="fm (native FM-index), trie (prefix tree) or numpy (reference oracle).")] = Kind.fm,
     source: Annotated[Source, typer.Option("--source", help="docids: the distinct docid strings; documents: whole texts (substring decoding).")] = Source.docids,
     sample_rate: Annotated[Optional[int], typer.Option("--sample-rate", min=1, help="FM-index: keep every Nth suffix position for locate (default 32).")] = None,
     flips: Annotated[bool, typer.Option("--flips", help="Also index each docid tail-first (tail, relation, head), as the chains teach, mapping to the same documents.")] = False,
-    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="FM-index: size the build's suffix-sorting buckets to stay under this (8G, 512M); refused up front when the text alone (about 2.2 bytes a token) does not fit.")] = None,
+    memory_limit: Annotated[
+        Optional[str],
+        typer.Option(
+            "--memory-limit", help="FM-index: size the build's suffix-sorting buckets to stay under this (8G, 512M); refused up front when the text alone (about 2.2 bytes a token) does not fit."
+        ),
+    ] = None,
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:
@@ -158,7 +170,9 @@ def _titles(index: Path, corpus: Path | None, doc_ids: list[str]) -> dict[str, s
 
 def stats_cmd(
     index: Annotated[Path, typer.Argument(help="Index directory.")],
-    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Also the gold coverage of this corpus (run directory or questions stage): the share of its gold documents with a docid in the index.")] = None,
+    corpus: Annotated[
+        Optional[Path], typer.Option("--corpus", help="Also the gold coverage of this corpus (run directory or questions stage): the share of its gold documents with a docid in the index.")
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Tokens, sequences, documents, bytes, bits per token and build parameters of an index.

@@ -116,8 +116,7 @@ def refuse_cache_over_output(cache: Path, out: Path | str) -> None:
 
     if str(out) != "-" and is_within(real(out), real(cache)):
         what = "is" if real(out) == real(cache) else "contains"
-        raise InputError(f"--cache-dir {printable(cache)}: {what} --out {printable(out)}, which this command also writes; "
-                         "put the request cache somewhere else")
+        raise InputError(f"--cache-dir {printable(cache)}: {what} --out {printable(out)}, which this command also writes; put the request cache somewhere else")
 
 
 def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -125,23 +124,60 @@ def _options(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     O = functools.partial(typer.Option, rich_help_panel=_PANEL)  # noqa: E741
     return [
         ("backend", Annotated[BackendName, O("--backend", help="LLM backend.")], BackendName(DEFAULT_BACKEND)),
-        ("model", Annotated[Optional[str], O("--model", "-m", help="Model: HF id or local folder (vllm, transformers), a .gguf file (converted once), or the served name (openai). Default: the embedded SmolLM2-135M-Instruct; with openai, the server's only model.")], None),
+        (
+            "model",
+            Annotated[
+                Optional[str],
+                O(
+                    "--model",
+                    "-m",
+                    help="Model: HF id or local folder (vllm, transformers), a .gguf file (converted once), or the served name (openai). Default: the embedded SmolLM2-135M-Instruct; with openai, the server's only model.",
+                ),
+            ],
+            None,
+        ),
         ("temperature", _temperature_option(O, defaults), defaults.get("temperature", 0.0)),
         ("top_p", Annotated[float, O("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass.")], defaults.get("top_p", 1.0)),
         ("max_tokens", Annotated[int, O("--max-tokens", min=1, help="Most tokens generated per request.")], defaults.get("max_tokens", 1024)),
         ("seed", Annotated[int, O("--seed", min=0, max=2**32 - 1, help="Sampling seed (sent with every request).")], defaults.get("seed", 0)),
         ("base_url", Annotated[Optional[str], O("--base-url", help="openai: server URL up to /v1 (default http://127.0.0.1:8000/v1).")], None),
-        ("api_key_env", Annotated[Optional[str], O("--api-key-env", help="openai: environment variable holding the API key (default OPENAI_API_KEY). The key itself is never taken on the command line.")], None),
+        (
+            "api_key_env",
+            Annotated[Optional[str], O("--api-key-env", help="openai: environment variable holding the API key (default OPENAI_API_KEY). The key itself is never taken on the command line.")],
+            None,
+        ),
         ("concurrency", Annotated[Optional[int], O("--concurrency", min=1, help="openai: requests in flight (default 16).")], None),
-        ("timeout", Annotated[Optional[float], O("--timeout", min=0.1, max=86_400.0, help="openai: seconds one request attempt may take in all, answer read to its end, before it counts as failed and is retried (default 600).")], None),
+        (
+            "timeout",
+            Annotated[
+                Optional[float],
+                O("--timeout", min=0.1, max=86_400.0, help="openai: seconds one request attempt may take in all, answer read to its end, before it counts as failed and is retried (default 600)."),
+            ],
+            None,
+        ),
         ("max_retries", Annotated[Optional[int], O("--max-retries", min=0, help="openai: retries per request on connection errors, timeouts, 429 and 5xx (default 8).")], None),
-        ("max_context", Annotated[Optional[int], O("--max-context", min=16, help="openai: the served model's context in tokens (default: the max_model_len the server reports in /models, if any); prompts certain to exceed it with --max-tokens are rejected as too_long without being sent.")], None),
+        (
+            "max_context",
+            Annotated[
+                Optional[int],
+                O(
+                    "--max-context",
+                    min=16,
+                    help="openai: the served model's context in tokens (default: the max_model_len the server reports in /models, if any); prompts certain to exceed it with --max-tokens are rejected as too_long without being sent.",
+                ),
+            ],
+            None,
+        ),
         ("tensor_parallel_size", Annotated[Optional[int], O("--tensor-parallel-size", min=1, help="vllm: GPUs per model (default 1).")], None),
         ("gpu_memory_utilization", Annotated[Optional[float], O("--gpu-memory-utilization", min=0.05, max=1.0, help="vllm: share of GPU memory for the engine (default 0.9).")], None),
         ("max_model_len", Annotated[Optional[int], O("--max-model-len", min=16, help="vllm: context length (default: the model's).")], None),
         ("enforce_eager", Annotated[Optional[bool], O("--enforce-eager/--no-enforce-eager", help="vllm: no CUDA graphs / compilation (needed by the CPU build).")], None),
         ("batch_size", Annotated[Optional[int], O("--batch-size", min=1, help="transformers: prompts per forward batch (default 8).")], None),
-        ("threads", Annotated[Optional[int], O("--threads", min=1, help="transformers: CPU threads (default: one per CPU this process may use, or OMP_NUM_THREADS). On a loaded machine fewer can be faster.")], None),
+        (
+            "threads",
+            Annotated[Optional[int], O("--threads", min=1, help="transformers: CPU threads (default: one per CPU this process may use, or OMP_NUM_THREADS). On a loaded machine fewer can be faster.")],
+            None,
+        ),
         ("cache_dir", Annotated[Optional[Path], O("--cache-dir", help="Request cache directory (default: OUT/_llm_cache).")], None),
         ("no_cache", Annotated[bool, O("--no-cache", help="Do not read or write the request cache.")], False),
     ]

@@ -42,8 +42,7 @@ from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 use_metavar_style()  # one metavar style in every --help: none on flags, PATH / TEXT / INTEGER / [a|b] on values
 
 # `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
-RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline",
-                "status", "validate", "show", "report")
+RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline", "status", "validate", "show", "report")
 
 
 def recipe_rank(name: str) -> int:
@@ -67,8 +66,7 @@ class _RecipeOrder(typer.core.TyperGroup):
 app = typer.Typer(
     name="grtool",
     cls=_RecipeOrder,
-    help="Build the data and indexes for chain-of-thought generative retrieval.\n\n"
-    "Example: grtool corpus ingest hotpot_dev_distractor_v1.json --out out/hotpot",
+    help="Build the data and indexes for chain-of-thought generative retrieval.\n\nExample: grtool corpus ingest hotpot_dev_distractor_v1.json --out out/hotpot",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -83,9 +81,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = None,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More log output (stderr).")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors; no progress bars.")] = False,
 ) -> None:
@@ -187,4 +183,3 @@ def _usage_line(error: Exception) -> str:
     if ctx is not None and getattr(error, "exit_code", 2) == EXIT_USAGE:
         message += f" (see: {ctx.command_path} -h)"
     return escaped(message)
-

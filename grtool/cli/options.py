@@ -20,9 +20,7 @@ def out_path(value: str | Path) -> Path:
     return Path(value)
 
 
-Out = Annotated[
-    Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Stage directory to write ('-' = JSON Lines on stdout).")
-]
+Out = Annotated[Path, typer.Option("--out", "-o", parser=out_path, metavar="DIR", help="Stage directory to write ('-' = JSON Lines on stdout).")]
 
 
 def MaxEmptyShare(empty: str) -> Any:
@@ -74,13 +72,14 @@ Plot = Annotated[Optional[Path], typer.Option("--plot", parser=_plot_path, metav
 def plot_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The extras of a command whose only optional need is --plot (matplotlib)."""
     return [("plot", "--plot")] if options.get("plot") not in (None, False) else []
+
+
 RowsPerPart = Annotated[
     Optional[int],
     typer.Option(
         "--rows-per-part",
         min=1,
-        help="Rows per output part (default 100000). Parts are the unit of --num-shards and Slurm arrays: "
-        "smaller parts spread a small corpus over more array tasks.",
+        help="Rows per output part (default 100000). Parts are the unit of --num-shards and Slurm arrays: smaller parts spread a small corpus over more array tasks.",
     ),
 ]
 
@@ -92,8 +91,7 @@ CannotAnswer = Annotated[
     typer.Option(
         "--cannot-answer",
         metavar="TEXT",
-        help="Sentence ending a chain whose triples do not answer the question (default: grtool's own; the filters "
-        "also accept the paper's wording).",
+        help="Sentence ending a chain whose triples do not answer the question (default: grtool's own; the filters also accept the paper's wording).",
     ),
 ]
 

@@ -27,25 +27,38 @@ def run(
     config: Annotated[Path, typer.Argument(help="Pipeline TOML file (see examples/demo.toml).")],
     until: Annotated[Optional[str], typer.Option("--until", help="Stop after this stage.")] = None,
     start: Annotated[Optional[str], typer.Option("--from", help="Start at this stage.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (state and exact command of each stage; with --executor slurm the "
-                                          "sbatch scripts and the job dependencies) and exit.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan (state and exact command of each stage; with --executor slurm the sbatch scripts and the job dependencies) and exit.")
+    ] = False,
     overrides: Annotated[
-        Optional[list[str]], typer.Option("--set", help="Override a value: stage.key=value (an option), stage.slurm.key=value, slurm.key=value, vars.name=value "
-                                "(a [vars] value, wherever it is used) (repeatable).")
+        Optional[list[str]],
+        typer.Option("--set", help="Override a value: stage.key=value (an option), stage.slurm.key=value, slurm.key=value, vars.name=value (a [vars] value, wherever it is used) (repeatable)."),
     ] = None,
     summary_json: Annotated[Optional[Path], typer.Option("--json", metavar="FILE", help="Also write the summary (rows and rejects per stage) as JSON to FILE.")] = None,
     old_summary_json: Annotated[Optional[Path], typer.Option("--summary-json", hidden=True, help="The old name of --json (deprecated).")] = None,
     overwrite: Annotated[
         Optional[list[str]],
-        typer.Option("--overwrite", metavar="STAGE", help="Run this stage with --overwrite when it runs: its output is replaced, not resumed or refused "
-                     "(after a changed option; repeatable). Done stages stay skipped; --overwrite is not part of the command a stage records."),
+        typer.Option(
+            "--overwrite",
+            metavar="STAGE",
+            help="Run this stage with --overwrite when it runs: its output is replaced, not resumed or refused "
+            "(after a changed option; repeatable). Done stages stay skipped; --overwrite is not part of the command a stage records.",
+        ),
     ] = None,
-    executor: Annotated[Executor, typer.Option("--executor", help="local: the stages one after another in this process; slurm: one sbatch job "
-                                               "per stage (an array for slurm.tasks), chained by their data dependencies.")] = Executor.local,
+    executor: Annotated[
+        Executor,
+        typer.Option("--executor", help="local: the stages one after another in this process; slurm: one sbatch job per stage (an array for slurm.tasks), chained by their data dependencies."),
+    ] = Executor.local,
     wait: Annotated[bool, typer.Option("--wait", help="With --executor slurm: block until the jobs end; exit non-zero naming a failed job and its log.")] = False,
-    check_env: Annotated[bool, typer.Option("--check-env/--no-check-env", help="With --executor slurm: before the plan or the submission, import the "
-                                            "packages each stage needs (vllm, torch, ...) the way its job will: its setup line, then python. "
-                                            "--no-check-env: a plan made away from the cluster's environment.")] = True,
+    check_env: Annotated[
+        bool,
+        typer.Option(
+            "--check-env/--no-check-env",
+            help="With --executor slurm: before the plan or the submission, import the "
+            "packages each stage needs (vllm, torch, ...) the way its job will: its setup line, then python. "
+            "--no-check-env: a plan made away from the cluster's environment.",
+        ),
+    ] = True,
 ) -> None:
     """Run the stages of a pipeline file in order; finished stages and shards are skipped.
 

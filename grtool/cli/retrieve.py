@@ -14,6 +14,7 @@ from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
+
 class MarkerMode(str, Enum):
     special = "special"
     brackets = "brackets"
@@ -35,17 +36,39 @@ def retrieve_cmd(
     corpus: Annotated[str, typer.Argument(help="Corpus run directory (holding questions/) or its questions stage.")],
     out: Out,
     index: Annotated[Optional[Path], typer.Option("--index", help="Index directory (`grtool index build`) built with the model's tokenizer (--method model).")] = None,
-    method: Annotated[Method, typer.Option("--method", help="model: a model answers under constrained decoding; bm25: the lexical baseline (bm25s over the corpus's documents, no model, no index).")] = Method.model,
+    method: Annotated[
+        Method, typer.Option("--method", help="model: a model answers under constrained decoding; bm25: the lexical baseline (bm25s over the corpus's documents, no model, no index).")
+    ] = Method.model,
     top_k: Annotated[Optional[int], typer.Option("--top-k", min=1, help="--method bm25: documents per question (default: |gold| + 1, the paper's protocol for one-shot retrievers).")] = None,
     triples: Annotated[Optional[Path], typer.Option("--triples", help="Triples stage for recall and flips (default: the one the index was built from).")] = None,
     dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Only questions of this dataset (repeatable).")] = None,
     split: Split = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="The first N selected questions.")] = None,
-    markers: Annotated[MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")] = MarkerMode.special,
-    few_shot: Annotated[Optional[int], typer.Option("--few-shot", min=0, help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 3 with brackets for a model `grtool train` did not write, else 0).")] = None,
-    few_shot_from: Annotated[Optional[str], typer.Option("--few-shot-from", help="Where --few-shot examples come from: a corpus/run directory or a split of CORPUS (default: train); never a question being answered.")] = None,
-    system: Annotated[Optional[str], typer.Option("--system", help="System prompt before the question (the text given to `export sft --system` / `train --system`, so the model sees what it learned).")] = None,
-    samples: Annotated[int, typer.Option("--samples", min=1, help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.")] = 1,
+    markers: Annotated[
+        MarkerMode, typer.Option("--markers", help="special: the two marker tokens of a model trained with them; brackets: \\[head, relation, tail], for off-the-shelf models.")
+    ] = MarkerMode.special,
+    few_shot: Annotated[
+        Optional[int],
+        typer.Option(
+            "--few-shot",
+            min=0,
+            help="Worked examples before the question: questions of --few-shot-from with their gold triples (default: 3 with brackets for a model `grtool train` did not write, else 0).",
+        ),
+    ] = None,
+    few_shot_from: Annotated[
+        Optional[str], typer.Option("--few-shot-from", help="Where --few-shot examples come from: a corpus/run directory or a split of CORPUS (default: train); never a question being answered.")
+    ] = None,
+    system: Annotated[
+        Optional[str], typer.Option("--system", help="System prompt before the question (the text given to `export sft --system` / `train --system`, so the model sees what it learned).")
+    ] = None,
+    samples: Annotated[
+        int,
+        typer.Option(
+            "--samples",
+            min=1,
+            help="Responses per question (KTO sampling), sampled at --temperature (default 0.7 when N > 1) with seeds --seed, --seed+1, ...; one sample is greedy unless --temperature > 0 is given.",
+        ),
+    ] = 1,
     max_docids: Annotated[Optional[int], typer.Option("--max-docids", min=1, help="Open no new docid after this many.")] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="docids: hybrid decoding of triples; gmr: one whole document per step from a --source documents index, until DONE.")] = Mode.docids,
     beams: Annotated[int, typer.Option("--beams", min=1, max=256, help="Constrained beam search width, 1 to 256 (transformers only; gmr usually 4).")] = 1,
@@ -158,4 +181,12 @@ def _retrieve_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return backend_extras(options) + ([("train", "--adapter")] if options.get("adapter") else [])  # peft
 
 
-register(Command("retrieve", retrieve_cmd, reads={"corpus": PathKind.STAGE, "index": PathKind.DIRECTORY, "triples": PathKind.STAGE, "adapter": PathKind.DIRECTORY}, writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY}, extras=_retrieve_extras))
+register(
+    Command(
+        "retrieve",
+        retrieve_cmd,
+        reads={"corpus": PathKind.STAGE, "index": PathKind.DIRECTORY, "triples": PathKind.STAGE, "adapter": PathKind.DIRECTORY},
+        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        extras=_retrieve_extras,
+    )
+)

@@ -21,10 +21,7 @@ from typing import Any
 
 import typer.core
 
-INPUT_RULE = (
-    "A command's main input, the one it reads row by row, is its positional argument; every other stage, run or "
-    "index it reads is a named option (--corpus, --triples, --index)."
-)
+INPUT_RULE = "A command's main input, the one it reads row by row, is its positional argument; every other stage, run or index it reads is a named option (--corpus, --triples, --index)."
 
 _warned: set[str] = set()  # a pipeline parses a stage's line to check it, then runs it: one warning each
 
@@ -43,7 +40,7 @@ def _command_words(ctx: Any) -> str:
     """``chains gold``, whether the command was reached from `grtool` (or ``python -m grtool``) or made alone (a
     pipeline checks a stage's line on the command itself, named ``grtool chains gold``)."""
     root = ctx.find_root()
-    path = ctx.command_path[len(root.command_path):] if root is not ctx else ctx.command_path
+    path = ctx.command_path[len(root.command_path) :] if root is not ctx else ctx.command_path
     return path.strip().removeprefix("grtool ").strip()
 
 

@@ -48,8 +48,15 @@ LoraAlpha = Annotated[Optional[int], typer.Option("--lora-alpha", min=1, help="L
 LoraTarget = Annotated[Optional[str], typer.Option("--lora-target", help="Modules to adapt: all-linear or names, comma-separated (q_proj,v_proj).")]
 SaveSteps = Annotated[Optional[int], typer.Option("--save-steps", min=1, help="Write a resumable checkpoint every N steps (default 500).")]
 SaveLimit = Annotated[Optional[int], typer.Option("--save-total-limit", min=1, help="Keep the last N checkpoints (default 2).")]
-KeepCheckpoints = Annotated[Optional[bool], typer.Option("--keep-checkpoints", help="Keep the checkpoint-* folders after a finished run (removed by default: they only serve --resume, and hold optimizer state several times the model's size).")]
-ReportTo = Annotated[Optional[str], typer.Option("--report-to", help="Trainer loggers, comma-separated (tensorboard, wandb, mlflow, ... as transformers names them; all: every installed one; default none).")]
+KeepCheckpoints = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--keep-checkpoints", help="Keep the checkpoint-* folders after a finished run (removed by default: they only serve --resume, and hold optimizer state several times the model's size)."
+    ),
+]
+ReportTo = Annotated[
+    Optional[str], typer.Option("--report-to", help="Trainer loggers, comma-separated (tensorboard, wandb, mlflow, ... as transformers names them; all: every installed one; default none).")
+]
 ChatTemplate = Annotated[Optional[Path], typer.Option("--chat-template", help="Jinja chat template file for a base model without one.")]
 PresetOpt = Annotated[Optional[Preset], typer.Option("--preset", help="The paper's values: thinkgr (SFT full, lr 1e-6, batch 512, cutoff 2048, warmup 0.05; KTO lr 4e-7, batch 128, beta 0.1).")]
 ConfigFile = Annotated[Optional[Path], typer.Option("--config", help="YAML file with the same keys as the options (learning_rate: 1e-6); options given here win.")]
@@ -72,8 +79,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         options["deepspeed"] = str(options["deepspeed"])
     cfg = resolve(kind, options, config_file=config, preset=preset.value if preset else None)
     yaml_out = fmt == OutFormat.llamafactory_yaml
-    p = plan(kind, data, model, out, cfg, resume=resume, overwrite=overwrite, check_out=not (dry_run or yaml_out), check_template=not yaml_out,
-             writes_checkpoint=not yaml_out)
+    p = plan(kind, data, model, out, cfg, resume=resume, overwrite=overwrite, check_out=not (dry_run or yaml_out), check_template=not yaml_out, writes_checkpoint=not yaml_out)
     report = p.report()
     if dry_run:
         if as_json:
@@ -105,8 +111,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         return
     record = train(p)
     stage_summary.print(
-        f"train {kind}: {record['global_step']} steps, loss {record['first_loss']} → {record['final_loss']}; checkpoint {out}"
-        + (f" (adapter {record['adapter']})" if record["adapter"] else ""),
+        f"train {kind}: {record['global_step']} steps, loss {record['first_loss']} → {record['final_loss']}; checkpoint {out}" + (f" (adapter {record['adapter']})" if record["adapter"] else ""),
         highlight=False,
     )
     if as_json:
@@ -168,11 +173,24 @@ def _train_extras(words: str) -> Callable[[Mapping[str, Any]], list[tuple[str, s
     return extras
 
 
-register(Command("train sft", sft_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train sft")))
+register(
+    Command(
+        "train sft",
+        sft_cmd,
+        reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
+        writes={"out": PathKind.DIRECTORY},
+        extras=_train_extras("train sft"),
+    )
+)
 
 
 def kto_cmd(
-    data: Annotated[Path, typer.Argument(help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples.")],
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="The file `export kto` wrote (LLaMA-Factory sharegpt with kto_tag, or TRL prompt/completion/label), or responses (a `retrieve` directory or its JSON Lines) with --corpus and --triples."
+        ),
+    ],
     out: CkptOut,
     model: Annotated[Optional[str], typer.Option("--model", help="The SFT checkpoint (also the reference model).")] = None,
     corpus: Annotated[Optional[str], typer.Option("--corpus", metavar="PATH", help="With responses as DATA: the corpus run holding questions/ (gold documents).")] = None,
@@ -223,4 +241,12 @@ def kto_cmd(
     _run("kto", data, model, out, options, preset=preset, config=config, resume=resume, overwrite=overwrite, dry_run=dry_run, fmt=fmt, as_json=as_json)
 
 
-register(Command("train kto", kto_cmd, reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE}, writes={"out": PathKind.DIRECTORY}, extras=_train_extras("train kto")))
+register(
+    Command(
+        "train kto",
+        kto_cmd,
+        reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
+        writes={"out": PathKind.DIRECTORY},
+        extras=_train_extras("train kto"),
+    )
+)

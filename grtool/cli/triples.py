@@ -36,12 +36,18 @@ def extract_command(
     corpus: Annotated[str, typer.Argument(help="Ingest output directory, its documents/ stage directory, or '-' (JSON Lines).")],
     out: Out,
     prompt: Annotated[Optional[Path], typer.Option("--prompt", help="Text file with the system prompt (default: the packaged one).")] = None,
-    few_shot: Annotated[Optional[Path], typer.Option("--few-shot", help="JSON or JSONL file of examples: objects with title, text and triples (lists of three strings); an empty list = zero-shot.")] = None,
+    few_shot: Annotated[
+        Optional[Path], typer.Option("--few-shot", help="JSON or JSONL file of examples: objects with title, text and triples (lists of three strings); an empty list = zero-shot.")
+    ] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N documents of the corpus.")] = None,
     questions: Annotated[
         Optional[int],
-        typer.Option("--questions", min=1, help="Only the documents of the first N questions (of --split when given): their gold "
-                     "documents, and an unanswerable question's context paragraphs. A small set to try on a CPU; CORPUS must hold questions/."),
+        typer.Option(
+            "--questions",
+            min=1,
+            help="Only the documents of the first N questions (of --split when given): their gold "
+            "documents, and an unanswerable question's context paragraphs. A small set to try on a CPU; CORPUS must hold questions/.",
+        ),
     ] = None,
     split: Split = None,
     structured: Annotated[
@@ -50,9 +56,7 @@ def extract_command(
     ] = None,
     docid_start: Annotated[str, typer.Option("--docid-start", help="Marker before each rendered docid.")] = DOCID_START,
     docid_end: Annotated[str, typer.Option("--docid-end", help="Marker after each rendered docid.")] = DOCID_END,
-    max_empty_share: Annotated[
-        float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")
-    ] = 0.2,
+    max_empty_share: Annotated[float, typer.Option("--max-empty-share", min=0.0, max=1.0, help="Exit 1 when a shard has a larger share of documents without triples.")] = 0.2,
     grounding: Annotated[
         Grounding,
         typer.Option(
@@ -155,19 +159,24 @@ def _chosen_questions(corpus: str, count: int | None, split: list[str] | None, l
     selection = SplitSelection.of(split, corpus)
     qids, doc_ids = question_documents(corpus, count or 2**62, selection.splits)
     log.info("%d questions%s: %d documents to extract", len(qids), f" of {', '.join(selection.splits)}" if selection else "", len(doc_ids))
-    record = {"count": count, "split": list(selection.splits), "selected": len(qids),
-              "qids_sha256": sha256("\n".join(qids).encode("utf-8")).hexdigest()}
+    record = {"count": count, "split": list(selection.splits), "selected": len(qids), "qids_sha256": sha256("\n".join(qids).encode("utf-8")).hexdigest()}
     return record, doc_ids
 
 
-register(Command("triples extract", extract_command, reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE}, writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY}, extras=backend_extras))
+register(
+    Command(
+        "triples extract",
+        extract_command,
+        reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
+        writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY},
+        extras=backend_extras,
+    )
+)
 
 
 def collisions_command(
     triples: Annotated[Path, typer.Argument(help="Triples stage directory, or the run directory holding triples/.")],
-    corpus: Annotated[
-        Optional[Path], typer.Option("--corpus", help="Documents stage (or ingest output) for per-dataset shares (default: found from the triples manifest).")
-    ] = None,
+    corpus: Annotated[Optional[Path], typer.Option("--corpus", help="Documents stage (or ingest output) for per-dataset shares (default: found from the triples manifest).")] = None,
     top: Annotated[int, typer.Option("--top", min=0, help="How many of the most colliding triples to list.")] = 20,
     view: Annotated[
         CollisionView,

@@ -14,14 +14,21 @@ from typing import Any
 from grtool.errors import InputError
 
 # The names the generic and inline layouts read (docs/data-formats.md); the last three also inside paragraphs.
-TARGETS = ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "gold_doc_ids", "gold_titles",
-           "paragraphs", "title", "text", "is_supporting")
+TARGETS = ("qid", "id", "question", "answer", "aliases", "split", "type", "answerable", "gold_doc_ids", "gold_titles", "paragraphs", "title", "text", "is_supporting")
 PARAGRAPH_TARGETS = ("title", "text", "is_supporting")
 
 # Key names other QA releases use for what a layout reads: the summary suggests the mapping when it sees one unread.
-KNOWN_VARIANTS = {"answer_aliases": "aliases", "golden_answers": "answer", "answers": "answer", "query": "question",
-                  "_id": "qid", "gold_ids": "gold_doc_ids", "supporting_titles": "gold_titles",
-                  "contexts": "paragraphs", "ctxs": "paragraphs"}
+KNOWN_VARIANTS = {
+    "answer_aliases": "aliases",
+    "golden_answers": "answer",
+    "answers": "answer",
+    "query": "question",
+    "_id": "qid",
+    "gold_ids": "gold_doc_ids",
+    "supporting_titles": "gold_titles",
+    "contexts": "paragraphs",
+    "ctxs": "paragraphs",
+}
 
 
 class Columns:
@@ -62,8 +69,7 @@ class Columns:
         """After every record was read: a source key no record held is a usage error naming it."""
         missing = [f"{target}={source}" for target, source in self.targets.items() if source not in self.seen]
         if missing:
-            raise InputError(f"--columns {','.join(missing)}: no record of the inputs has the key"
-                             f"{'s' if len(missing) > 1 else ''} {', '.join(repr(m.split('=', 1)[1]) for m in missing)}")
+            raise InputError(f"--columns {','.join(missing)}: no record of the inputs has the key{'s' if len(missing) > 1 else ''} {', '.join(repr(m.split('=', 1)[1]) for m in missing)}")
 
     def as_param(self) -> dict[str, str]:
         return dict(sorted(self.targets.items()))

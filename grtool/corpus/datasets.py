@@ -52,6 +52,7 @@ def gold_incomplete(meta: str | None) -> bool:
     """The same test on one row's ``meta``."""
     return f'"{GOLD_TITLES_MISSING}"' in (meta or "")
 
+
 HOTPOTQA = "hotpotqa"
 TWOWIKI = "2wikimultihopqa"
 MUSIQUE = "musique"
@@ -144,8 +145,7 @@ def _unique(ids: list[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def _question(qid: str, dataset: str, split: str, rec: dict, *, answer: Any, aliases: list[str], gold: list[str],
-              type_: Any, answerable: bool, meta: str) -> dict[str, Any]:
+def _question(qid: str, dataset: str, split: str, rec: dict, *, answer: Any, aliases: list[str], gold: list[str], type_: Any, answerable: bool, meta: str) -> dict[str, Any]:
     if answer is not None and not isinstance(answer, str):
         raise BadRecord("field 'answer' has the wrong type", f"expected str, got {type(answer).__name__}")
     if type_ is not None and not isinstance(type_, str):
@@ -193,9 +193,7 @@ def _titled_paragraphs(context: Any, join: str) -> list[tuple[str, str, str]]:
 
 def _gold_by_titles(docs: list[tuple[str, str, str]], supporting_facts: Any) -> tuple[list[str], list[str], list[str]]:
     """Gold doc ids by supporting-fact titles, in supporting-fact order; also the titles and missing ones."""
-    if not isinstance(supporting_facts, list) or not all(
-        isinstance(sf, list | tuple) and len(sf) >= 1 and isinstance(sf[0], str) for sf in supporting_facts
-    ):
+    if not isinstance(supporting_facts, list) or not all(isinstance(sf, list | tuple) and len(sf) >= 1 and isinstance(sf[0], str) for sf in supporting_facts):
         raise BadRecord("field 'supporting_facts' has the wrong type", "expected a list of [title, sentence index]")
     titles = _unique([sf[0] for sf in supporting_facts])
     by_title: dict[str, list[str]] = {}
@@ -251,8 +249,7 @@ def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Conve
         gold_titles_missing=missing or None,
     )
     answer = rec.get("answer")
-    q = _question(qid, HOTPOTQA, split, rec, answer=answer, aliases=[], gold=gold, type_=rec.get("type"),
-                  answerable=True, meta=meta)
+    q = _question(qid, HOTPOTQA, split, rec, answer=answer, aliases=[], gold=gold, type_=rec.get("type"), answerable=True, meta=meta)
     return Converted(q, docs)
 
 
@@ -283,8 +280,7 @@ def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converte
         hops=hops,
         gold_titles_missing=missing or None,
     )
-    q = _question(qid, TWOWIKI, split, rec, answer=rec.get("answer"), aliases=[], gold=gold, type_=rec.get("type"),
-                  answerable=True, meta=meta)
+    q = _question(qid, TWOWIKI, split, rec, answer=rec.get("answer"), aliases=[], gold=gold, type_=rec.get("type"), answerable=True, meta=meta)
     return Converted(q, docs)
 
 
@@ -336,8 +332,7 @@ def convert_musique(rec: dict, split: str, setting: str | None = None) -> Conver
     )
     # MuSiQue-full pairs every answerable question with an unanswerable twin under the same id.
     key = qid if answerable else qid + UNANSWERABLE_SUFFIX
-    q = _question(key, MUSIQUE, split, rec, answer=rec.get("answer"), aliases=aliases, gold=gold,
-                  type_=m.group(1) if m else None, answerable=answerable, meta=meta)
+    q = _question(key, MUSIQUE, split, rec, answer=rec.get("answer"), aliases=aliases, gold=gold, type_=m.group(1) if m else None, answerable=answerable, meta=meta)
     return Converted(q, docs)
 
 
@@ -386,11 +381,15 @@ def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Conv
     ordered = [did for t in hop_titles if isinstance(t, str) for did in by_title.get(t, [])]
     gold = _unique(ordered + [did for did, _, _ in docs])
     hops = rec.get("no_of_hops")
-    meta = _meta(rec, {"_id", "question", "answer", "context"}, source_dataset=source,
-                 hops=hops if isinstance(hops, int) else None, layout=layout if layout == "hf" else None,
-                 qid_from="question" if derived_qid else None)
-    q = _question(qid, MOREHOPQA, split, rec, answer=rec.get("answer"), aliases=[], gold=gold,
-                  type_=rec.get("reasoning_type"), answerable=True, meta=meta)
+    meta = _meta(
+        rec,
+        {"_id", "question", "answer", "context"},
+        source_dataset=source,
+        hops=hops if isinstance(hops, int) else None,
+        layout=layout if layout == "hf" else None,
+        qid_from="question" if derived_qid else None,
+    )
+    q = _question(qid, MOREHOPQA, split, rec, answer=rec.get("answer"), aliases=[], gold=gold, type_=rec.get("reasoning_type"), answerable=True, meta=meta)
     return Converted(q, docs)
 
 
@@ -446,8 +445,7 @@ def convert_generic(rec: dict, split: str, setting: str | None = None) -> Conver
         gold_ids=refs[1] if refs and refs[0] == "id" else None,  # the ids as given (gold_titles stays as given)
         hops=len(refs[1]) if refs else None,
     )
-    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases),
-                  gold=[], type_=rec.get("type"), answerable=answerable, meta=meta)
+    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases), gold=[], type_=rec.get("type"), answerable=answerable, meta=meta)
     return Converted(q, [], gold_refs=refs)
 
 
@@ -505,11 +503,15 @@ def convert_inline(rec: dict, split: str, setting: str | None = None) -> Convert
         if supporting:
             gold.append(did)
     gold = _unique(gold) if answerable else []
-    meta = _meta(rec, set(READS[INLINE]), hops=len(gold), qid_from="question" if derived_qid else None,
-                 # as for MuSiQue-full: `chains synthesize --unanswerable keep` offers these paragraphs' triples
-                 context_doc_ids=None if answerable else _unique([did for did, _, _ in docs]))
-    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases),
-                  gold=gold, type_=rec.get("type"), answerable=answerable, meta=meta)
+    meta = _meta(
+        rec,
+        set(READS[INLINE]),
+        hops=len(gold),
+        qid_from="question" if derived_qid else None,
+        # as for MuSiQue-full: `chains synthesize --unanswerable keep` offers these paragraphs' triples
+        context_doc_ids=None if answerable else _unique([did for did, _, _ in docs]),
+    )
+    q = _question(qid, GENERIC, own_split or split, rec, answer=answer, aliases=_unique(from_list + aliases), gold=gold, type_=rec.get("type"), answerable=answerable, meta=meta)
     return Converted(q, docs)
 
 

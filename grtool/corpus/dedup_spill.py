@@ -165,13 +165,15 @@ class Spill:
         self.questions.close()
         for f in self.reject_files.values():
             f.close()
-        plan = to_builtins(SpillPlan(
-            identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
-            documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),
-            questions=TableSpill(self.questions.k, list(self.questions.rows), self.reject_counts["questions"]),
-            empty_inputs=list(self.empty_inputs),
-            detected=list(self.detected),
-        ))
+        plan = to_builtins(
+            SpillPlan(
+                identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
+                documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),
+                questions=TableSpill(self.questions.k, list(self.questions.rows), self.reject_counts["questions"]),
+                empty_inputs=list(self.empty_inputs),
+                detected=list(self.detected),
+            )
+        )
         atomic_write_bytes(self.root / PLAN, dumps(plan))
         return plan
 
@@ -387,9 +389,7 @@ def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None)
             if fixes.height:
                 buckets = (
                     buckets.join(fixes, on="seq", how="left")
-                    .with_columns(
-                        pl.coalesce("gold_new", "gold_doc_ids").alias("gold_doc_ids"), pl.coalesce("meta_new", "meta").alias("meta")
-                    )
+                    .with_columns(pl.coalesce("gold_new", "gold_doc_ids").alias("gold_doc_ids"), pl.coalesce("meta_new", "meta").alias("meta"))
                     .drop("gold_new", "meta_new")
                     .sort("seq")
                 )
@@ -405,8 +405,7 @@ def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None)
                     firsts = buckets.filter(pl.col("_first")).select("qid", "source", "position")
                     for r in dups.join(firsts, on="qid", suffix="_first").sort("seq").iter_rows(named=True):
                         record = {k: r[k] for k in names}
-                        sh.reject(record, "duplicate qid", source=r["source"], position=r["position"],
-                                  detail=f"first seen in {r['source_first']}, {r['position_first']}")
+                        sh.reject(record, "duplicate qid", source=r["source"], position=r["position"], detail=f"first seen in {r['source_first']}, {r['position_first']}")
                 sh.write_table(df.filter(pl.col("_first")).select(names).to_arrow())
         if on_part:
             on_part()

@@ -47,8 +47,7 @@ class GenericGold:
         self.documents += 1
 
     def defer(self, converted: Converted, record: Any, source: str, position: str) -> None:
-        entry = {"question": converted.question, "refs": converted.gold_refs, "record": record,
-                 "source": source, "position": position}
+        entry = {"question": converted.question, "refs": converted.gold_refs, "record": record, "source": source, "position": position}
         self.pending.write(orjson.dumps(entry, default=str) + b"\n")
         self.waiting += 1
 
@@ -85,7 +84,6 @@ class GenericGold:
                 if not found:
                     raise BadRecord("unknown gold title", f"{value!r} is not the title of a document read{hint}")
                 if len(found) > 1:
-                    raise BadRecord(AMBIGUOUS_TITLE,
-                                    f"{value!r} is the title of {len(found)} different documents: name them by gold_doc_ids")
+                    raise BadRecord(AMBIGUOUS_TITLE, f"{value!r} is the title of {len(found)} different documents: name them by gold_doc_ids")
             gold += [d for d in found if d not in gold]
         return gold

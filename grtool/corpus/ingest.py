@@ -80,9 +80,19 @@ class IngestReport:
         }
 
 
-def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", split: str | None = None,
-           strict: bool = False, overwrite: bool = False, rows_per_part: int | None = None,
-           allow_empty: bool = False, columns: str | None = None, allow_rejects: bool = False) -> IngestReport:
+def ingest(
+    inputs: list[str | Path],
+    out: str | Path,
+    *,
+    dataset: str = "auto",
+    split: str | None = None,
+    strict: bool = False,
+    overwrite: bool = False,
+    rows_per_part: int | None = None,
+    allow_empty: bool = False,
+    columns: str | None = None,
+    allow_rejects: bool = False,
+) -> IngestReport:
     """Read the inputs, write ``OUT/documents`` and ``OUT/questions`` (or JSON Lines to stdout for ``-``).
 
     An input without a single record is an error when every input is empty (``allow_empty`` accepts it);
@@ -102,8 +112,14 @@ def ingest(inputs: list[str | Path], out: str | Path, *, dataset: str = "auto", 
     files = [f for fs in found for f in fs]
     # strictness changes the rows (a bad record stops the run instead of being rejected): a parameter; only
     # recorded when on, so outputs of earlier versions stay resumable
-    params = {"dataset": dataset, "split": split, "doc_id": DOC_ID_SCHEME, **rows_per_part_param(rows_per_part),
-              **({"strict": True} if strict else {}), **({"columns": mapping.as_param()} if mapping else {})}
+    params = {
+        "dataset": dataset,
+        "split": split,
+        "doc_id": DOC_ID_SCHEME,
+        **rows_per_part_param(rows_per_part),
+        **({"strict": True} if strict else {}),
+        **({"columns": mapping.as_param()} if mapping else {}),
+    }
     names = [str(i) for i in inputs]
     doc_spec = StageSpec("documents", DOCUMENTS, params, names, exclude=own)
     q_spec = StageSpec("questions", QUESTIONS, params, names, exclude=own)
@@ -168,8 +184,9 @@ def rows_per_part_param(rows_per_part: int | None) -> dict[str, int]:
     return {"rows_per_part": rows_per_part}
 
 
-def run_two_phase(out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
-                  fill: Callable[[Path], dict[str, Any]], *, strict: bool = False, overwrite: bool = False) -> bool:
+def run_two_phase(
+    out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool = False, overwrite: bool = False
+) -> bool:
     """Phase 1 ``fill(work_dir) -> plan`` unless a finished spill of the same run exists, then phase 2.
 
     Used by ingest and merge. Returns True when an earlier run's work was reused (resume).
@@ -207,8 +224,7 @@ def _missing_dirs(path: Path) -> list[Path]:
     return missing
 
 
-def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any],
-                fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
+def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
@@ -261,8 +277,7 @@ class ReadOptions:
     allow_rejects: bool = False
 
 
-def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport,
-                identity: dict[str, Any]) -> dict[str, Any]:
+def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport, identity: dict[str, Any]) -> dict[str, Any]:
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
@@ -325,8 +340,7 @@ def _add_generic_questions(generic: GenericGold, spill: Spill, report: IngestRep
         )
 
 
-def _bad_record(problem: ds.BadRecord, table: str, record: Any, source: str, position: str, strict: bool,
-                spill: Spill, report: IngestReport, label: str = "") -> None:
+def _bad_record(problem: ds.BadRecord, table: str, record: Any, source: str, position: str, strict: bool, spill: Spill, report: IngestReport, label: str = "") -> None:
     """A record that does not fit: fatal under --strict (naming the file, the record and the problem), else a reject."""
     if strict:
         detail = f" ({problem.detail})" if problem.detail else ""
@@ -355,10 +369,7 @@ def _check_empty(empty: list[str], streams: int, allow_empty: bool) -> None:
     shown = ", ".join(printable(e) for e in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
     if len(empty) >= streams and not allow_empty:
         what = "is empty" if len(empty) == 1 else "are all empty"
-        raise InputError(
-            f"{shown}: {what}: no records (0 bytes, only whitespace or an empty JSON array); "
-            "nothing to ingest (--allow-empty accepts an empty corpus)"
-        )
+        raise InputError(f"{shown}: {what}: no records (0 bytes, only whitespace or an empty JSON array); nothing to ingest (--allow-empty accepts an empty corpus)")
     for e in empty:
         log.warning("%s: empty input (no records)", printable(e))
 
@@ -400,8 +411,7 @@ class Reading:
         unread = {"unread": list(self.unread)} if self.unread else {}
         if self.documents_only:
             return {"dataset": self.dataset, "records": "documents", "by": self.by, **unread}
-        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by,
-                **layout, **unread}
+        return {"dataset": self.dataset, "records": "questions", "split": self.split or "unknown", "by": self.by, **layout, **unread}
 
 
 def choose_reading(name: str, position: str, record: Any, forced: str | None) -> Reading:
@@ -441,8 +451,7 @@ def choose_reading(name: str, position: str, record: Any, forced: str | None) ->
             fits = label in shape.choices and (shape.documents or forced != ds.HOTPOTQA_WIKI)
         if not fits:
             choices = "" if shape.dataset is not None else f"; pass --dataset {'|'.join(shape.choices)}"
-            raise InputError(f"{name}, {position}: these are {shape.looks_like}, not {forced} (--dataset){choices}"
-                             + ("; leave --dataset out to detect each file's dataset" if shape.dataset else ""))
+            raise InputError(f"{name}, {position}: these are {shape.looks_like}, not {forced} (--dataset){choices}" + ("; leave --dataset out to detect each file's dataset" if shape.dataset else ""))
     converter = ds.INLINE if shape is not None and shape.dataset == ds.INLINE else forced
     if shape is not None and shape.documents:
         converter = ds.GENERIC_DOCUMENTS if label == ds.GENERIC else ds.HOTPOTQA_WIKI
@@ -468,8 +477,7 @@ def _parent(path: str) -> str:
     return str(Path(path).parent) if path != "<stdin>" else path
 
 
-def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: IngestReport, tick,
-                 generic: GenericGold) -> Reading | None:
+def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: IngestReport, tick, generic: GenericGold) -> Reading | None:
     """Read one stream to its end; returns how it was read (None: it held no record).
 
     Splits: --split, else (own-data layouts) the record's ``split``, else the file name (or a Hugging Face dataset
@@ -504,8 +512,7 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
             table, label = ("documents" if reading.documents_only else "questions"), [reading.dataset]
             own_splits = reading.converter in (ds.GENERIC, ds.INLINE)  # its records may carry their split
             if file_split is None and not reading.documents_only:
-                file_split = (ds.split_from_name(Path(stream.name).name) or stream.split
-                              or DEFAULT_SPLIT.get(reading.dataset))
+                file_split = ds.split_from_name(Path(stream.name).name) or stream.split or DEFAULT_SPLIT.get(reading.dataset)
                 if file_split is None and not own_splits:
                     _warn_no_split(stream.name)
                     file_split = "unknown"
@@ -550,24 +557,19 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
 
 
 def _warn_no_split(name: str, records: str = "") -> None:
-    log.warning("%s: no split (train/dev/test) in the file name%s; using 'unknown' (pass --split, or make splits "
-                "afterwards with grtool corpus split)", name, records)
+    log.warning("%s: no split (train/dev/test) in the file name%s; using 'unknown' (pass --split, or make splits afterwards with grtool corpus split)", name, records)
 
 
 # ------------------------------------------------------------------------------------------ phase 2
 
 
-def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: StageSpec, q_spec: StageSpec,
-                  strict: bool, overwrite: bool = False) -> None:
+def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: StageSpec, q_spec: StageSpec, strict: bool, overwrite: bool = False) -> None:
     """Phase 2: the shards of both tables (``out=None``: JSON Lines on stdout)."""
     has_questions = bool(any(plan["questions"]["rows"]) or plan["questions"]["rejects"])
     if strict and has_questions:
         # a repeated qid is fatal under --strict: look for one before any shard is committed
         for dup, first in question_duplicates(work, plan):
-            raise InputError(
-                f"{dup['source']}, {dup['position']}: duplicate qid {dup['qid']!r} "
-                f"(first seen in {first['source']}, {first['position']}) [--strict]"
-            )
+            raise InputError(f"{dup['source']}, {dup['position']}: duplicate qid {dup['qid']!r} (first seen in {first['source']}, {first['position']}) [--strict]")
     doc_parts = table_parts(plan, "documents")
     q_parts = table_parts(plan, "questions") if has_questions else []
     target = (lambda t: "-") if out is None else (lambda t: out / t)
@@ -607,8 +609,7 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
         # the files decide, not the manifest's flag: a part removed since is redone; a table whose run stopped (an
         # empty result, say) is judged again by a run, never skipped as done
-        complete = (complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST)
-                    and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d)))
+        complete = complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST) and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d))
     return complete
 
 

@@ -260,9 +260,7 @@ class _Accumulator:
         return rep
 
 
-def overlap_of_rows(
-    rows: Sequence[tuple[str, str, Sequence[int]]], docs: Sequence[str], ns: Sequence[int] = DEFAULT_NS, chunk: int = CHUNK_QUESTIONS
-) -> OverlapReport:
+def overlap_of_rows(rows: Sequence[tuple[str, str, Sequence[int]]], docs: Sequence[str], ns: Sequence[int] = DEFAULT_NS, chunk: int = CHUNK_QUESTIONS) -> OverlapReport:
     """In-memory entry point: ``rows`` are (dataset, question, gold doc indexes into ``docs``)."""
     acc = _Accumulator(sorted(set(ns)))
     for lo in range(0, len(rows), chunk):
@@ -310,11 +308,7 @@ def corpus_overlap(corpus: str | Path, ns: Sequence[int] = DEFAULT_NS, chunk: in
         left_out["gold_incomplete"] = len(incomplete)
     dropped = pl.concat([missing, no_gold, incomplete])
     keep = q.filter(~pl.col("qi").is_in(dropped.implode()))
-    gold_by_q = (
-        pairs.filter(pl.col("qi").is_in(keep.get_column("qi").implode()))
-        .group_by("qi", maintain_order=True)
-        .agg(pl.col("di"))
-    )
+    gold_by_q = pairs.filter(pl.col("qi").is_in(keep.get_column("qi").implode())).group_by("qi", maintain_order=True).agg(pl.col("di"))
     keep = keep.join(gold_by_q, on="qi", how="inner").sort("qi")
 
     texts = docs.get_column("text").to_list()
@@ -324,9 +318,7 @@ def corpus_overlap(corpus: str | Path, ns: Sequence[int] = DEFAULT_NS, chunk: in
         gold = part.get_column("di").to_list()
         used = sorted({d for g in gold for d in g})
         local = {d: i for i, d in enumerate(used)}
-        found, distinct = overlap_counts(
-            part.get_column("question").fill_null("").to_list(), [[local[d] for d in g] for g in gold], [texts[d] for d in used], ns
-        )
+        found, distinct = overlap_counts(part.get_column("question").fill_null("").to_list(), [[local[d] for d in g] for g in gold], [texts[d] for d in used], ns)
         acc.add(part.get_column("dataset").fill_null("unknown").to_list(), found, distinct)
     return acc.report(left_out)
 
@@ -337,15 +329,10 @@ def _load_gold_documents(stage: Path, gold_ids: pl.Series) -> pl.DataFrame:
     if not shards:
         return pl.DataFrame({"doc_id": [], "text": [], "di": []}, schema={"doc_id": pl.String, "text": pl.String, "di": pl.UInt32})
     docs = collect(
-        scan_shards(shards)
-        .select("doc_id", "title", "text")
-        .filter(pl.col("doc_id").is_in(gold_ids.implode()))
-        .unique("doc_id", keep="first", maintain_order=True),
+        scan_shards(shards).select("doc_id", "title", "text").filter(pl.col("doc_id").is_in(gold_ids.implode())).unique("doc_id", keep="first", maintain_order=True),
         shards,
     )
-    docs = docs.with_columns(
-        text=pl.concat_str([pl.col("title").fill_null(""), pl.lit("\n"), pl.col("text").fill_null("")])
-    ).select("doc_id", "text")
+    docs = docs.with_columns(text=pl.concat_str([pl.col("title").fill_null(""), pl.lit("\n"), pl.col("text").fill_null("")])).select("doc_id", "text")
     return docs.with_row_index("di")
 
 

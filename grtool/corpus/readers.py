@@ -100,12 +100,7 @@ def input_files(path: str | Path, exclude: Iterable[str | Path] = ()) -> list[Pa
     if p.is_file():
         return [p]
     if p.is_dir():
-        files = [
-            f
-            for rel, f in tree_files(p, exclude)
-            if not any(part.startswith((".", "_")) for part in Path(rel).parts) and not _is_documentation(f)
-            and not _is_dataset_record(f)
-        ]
+        files = [f for rel, f in tree_files(p, exclude) if not any(part.startswith((".", "_")) for part in Path(rel).parts) and not _is_documentation(f) and not _is_dataset_record(f)]
         if not files:
             raise InputError(f"{p}: directory holds no input files")
         return files
@@ -308,9 +303,7 @@ def _iter_array(name: str, data: BinaryIO) -> Iterator[tuple[str, Any]]:
         except ijson.JSONError as e:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # yajl adds a drawing
             kind = "truncated" if "premature EOF" in why else "malformed"
-            raise InputError(
-                f"{name}, record {n + 1}: {kind} JSON array near byte {counted.pos} after {n} complete records ({why})"
-            ) from None
+            raise InputError(f"{name}, record {n + 1}: {kind} JSON array near byte {counted.pos} after {n} complete records ({why})") from None
         n += 1
         yield f"record {n}", record
 
@@ -394,8 +387,7 @@ def _not_json_lines(name: str, first_line: bytes, data: BinaryIO) -> InputError 
     shape = ", ".join(f"{k!r}: {kind}" for k, kind in keys[:3]) + (", …" if len(keys) > 3 else "")
     guess = " (a mapping of titles to sentence lists?)" if all(kind == "list" for _, kind in keys) else ""
     return InputError(
-        f"{name}: the file is one JSON object spread over several lines, {{{shape}}}{guess}, not records: "
-        "expected a JSON array of records or JSON Lines (one record per line) of a supported dataset"
+        f"{name}: the file is one JSON object spread over several lines, {{{shape}}}{guess}, not records: expected a JSON array of records or JSON Lines (one record per line) of a supported dataset"
     )
 
 
@@ -418,6 +410,4 @@ def parse_line(name: str, position: str, line: bytes) -> Any:
         return json.loads(line, parse_int=_whole) if _LONG_NUMBER.search(line) else record
     except orjson.JSONDecodeError as e:
         cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
-        raise InputError(
-            f"{name}, {position}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array"
-        ) from None
+        raise InputError(f"{name}, {position}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array") from None

@@ -37,8 +37,7 @@ def parse_ratios(text: str, names: str | None) -> tuple[tuple[float, ...], tuple
         raise InputError(f"--ratios {text!r}: each between 0 and 1, summing to 1 (they sum to {sum(ratios):g})")
     given = tuple(n.strip() for n in names.split(",")) if names is not None else DEFAULT_NAMES[: len(ratios)]
     if len(ratios) < 2 or len(given) != len(ratios):
-        raise InputError(f"--ratios {text!r}: give 2 or more ratios, one per split name ({', '.join(given)})"
-                         + ("" if names is not None else "; more than 3 need --names"))
+        raise InputError(f"--ratios {text!r}: give 2 or more ratios, one per split name ({', '.join(given)})" + ("" if names is not None else "; more than 3 need --names"))
     if "" in given or len(set(given)) != len(given) or UNKNOWN in given:
         raise InputError(f"--names {','.join(given)}: split names must be distinct, not empty and not {UNKNOWN!r}")
     return ratios, given
@@ -56,8 +55,7 @@ def split_of(qid: str, ratios: tuple[float, ...], names: tuple[str, ...], seed: 
     return names[-1]
 
 
-def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ...], names: tuple[str, ...], seed: int = 0,
-                 resplit: bool = False, overwrite: bool = False) -> dict[str, Any]:
+def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ...], names: tuple[str, ...], seed: int = 0, resplit: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Write ``OUT/questions`` (every question with its new split) and ``OUT/documents`` (a copy); returns the
     summary: questions per split. Questions that already have a split are refused unless ``resplit``."""
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
@@ -90,8 +88,7 @@ def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ..
     d_writer.finish()
     for batch in iter_batches(out / "questions", columns=["split"]):
         counts.update(batch.column(0).to_pylist())
-    return {"out": str(out), "questions": sum(counts.values()), "by_split": dict(sorted(counts.items())),
-            "replaced": dict(sorted(held.items())) if resplit else {}}
+    return {"out": str(out), "questions": sum(counts.values()), "by_split": dict(sorted(counts.items())), "replaced": dict(sorted(held.items())) if resplit else {}}
 
 
 def _copy_parts(parts: list[Path], writer: StageWriter) -> None:

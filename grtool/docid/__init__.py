@@ -331,4 +331,3 @@ def parse(text: str, markers: str | None = None) -> Parsed:
 
 def _parsed(spans: list[Span]) -> Parsed:
     return Parsed(spans, [s.key for s in spans if s.problem is None], sum(s.problem is not None for s in spans))
-

@@ -122,8 +122,18 @@ def _dedupe(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 class TripleLookup:
-    def __init__(self, fkeys: np.ndarray, fdocs: np.ndarray, bkeys: np.ndarray, bfwd: np.ndarray, doc_hashes: np.ndarray,
-                 doc_text: bytes | np.ndarray, doc_offsets: np.ndarray, count: int, path: Path | None = None):
+    def __init__(
+        self,
+        fkeys: np.ndarray,
+        fdocs: np.ndarray,
+        bkeys: np.ndarray,
+        bfwd: np.ndarray,
+        doc_hashes: np.ndarray,
+        doc_text: bytes | np.ndarray,
+        doc_offsets: np.ndarray,
+        count: int,
+        path: Path | None = None,
+    ):
         self.fkeys, self.fdocs = fkeys, fdocs  # sorted forward keys; per key the document's row
         self.bkeys, self.bfwd = bkeys, bfwd  # sorted flipped keys; per key the row of the triple's forward key
         self.doc_hashes = doc_hashes  # the document table: hashes of the document ids (sorted)

@@ -52,8 +52,12 @@ def gold_coverage(corpus: str | Path, holders: "str | Path | Index", qids: Colle
         .sort(keys)
     )
     splits = [
-        {"dataset": g["dataset"], "split": g["split"], **_counts(g["questions"], g["gold_documents"], g["reachable"], g["unreachable_questions"] or 0),
-         "unreachable_examples": g["unreachable_examples"] or []}  # fmt: skip
+        {
+            "dataset": g["dataset"],
+            "split": g["split"],
+            **_counts(g["questions"], g["gold_documents"], g["reachable"], g["unreachable_questions"] or 0),
+            "unreachable_examples": g["unreachable_examples"] or [],
+        }  # fmt: skip
         for g in groups.iter_rows(named=True)
     ]
     # distinct documents over the whole selection: a document gold in two splits counts once

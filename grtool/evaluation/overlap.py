@@ -121,8 +121,7 @@ def refuse_overlap(overlap: Overlap, responses: str | Path) -> None:
     """Exit 1 when scored questions were training questions, or when that cannot be known (without
     --allow-train-overlap)."""
     if overlap.unresolved is not None:
-        raise DataProblem(f"{responses}: training overlap {overlap.unresolved}; run `retrieve` again with the checkpoint, "
-                          "or pass --allow-train-overlap to score without the check")
+        raise DataProblem(f"{responses}: training overlap {overlap.unresolved}; run `retrieve` again with the checkpoint, or pass --allow-train-overlap to score without the check")
     if overlap.overlapping:
         raise DataProblem(
             f"{responses}: {len(overlap.overlapping)} of {overlap.answered} answered questions were in the training data of "

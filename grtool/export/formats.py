@@ -25,6 +25,7 @@ from grtool.docid import MARKERS, SPECIAL
 from grtool.records import read_record_bytes
 from grtool.store.records import atomic_write_bytes, commit_file
 
+
 def with_markers(chain: str, markers: str) -> str:
     """A chain stored with special-token docids, rewritten to the wanted markers."""
     if markers == "special":

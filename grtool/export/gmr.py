@@ -30,6 +30,7 @@ from grtool.vocab.gmr import memorization_pair, render_document, retrieval_pairs
 from grtool.store.stage import iter_batches
 from grtool.store.records import resolve_stage
 
+
 @dataclass
 class GmrResult:
     questions: int = 0

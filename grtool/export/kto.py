@@ -147,8 +147,12 @@ def export_kto(
                 key = "desirable" if label else "undesirable"
                 setattr(result, key, getattr(result, key) + 1)
                 counts[key] += 1
-            skips = {"recall between tau and the desirable rule": result.dropped, "unknown qid": result.skipped.unknown_qid,
-                     "no gold documents": result.skipped.no_gold, "a gold document unknown": result.skipped.incomplete_gold}
+            skips = {
+                "recall between tau and the desirable rule": result.dropped,
+                "unknown qid": result.skipped.unknown_qid,
+                "no gold documents": result.skipped.no_gold,
+                "a gold document unknown": result.skipped.incomplete_gold,
+            }
             written = result.desirable + result.undesirable
             check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
             one_class(result, tau)  # also before: a failed export writes and registers nothing

@@ -76,8 +76,13 @@ class SftResult:
 
     def skips(self) -> dict[str, int]:
         """Why chains read were not exported, by reason."""
-        return {"not selected (pass --all-candidates)": self.not_selected, "outside --split": self.outside_split, "unknown qid": self.unknown_qid,
-                "empty chain": self.empty_chain, "markers that do not pair up": self.broken_chain}
+        return {
+            "not selected (pass --all-candidates)": self.not_selected,
+            "outside --split": self.outside_split,
+            "unknown qid": self.unknown_qid,
+            "empty chain": self.empty_chain,
+            "markers that do not pair up": self.broken_chain,
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {

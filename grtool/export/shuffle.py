@@ -61,6 +61,7 @@ class KeyedSpill:
             for line in lines:
                 _key, tag, payload = line.split(b"\t", 2)
                 yield tag.decode(), payload
+
     def close(self) -> None:
         for handle in self._files.values():
             handle.close()

@@ -121,8 +121,14 @@ class ChainFilter:
             text = texts[i] or ""
             question = questions.get(qids[i])
             chain = Chain(
-                qids[i], text, flat_docids[at:end], flipped_col[i], parse_markers(text, settings.markers, pattern),
-                resolved.triple[at:end], resolved.docs[at:end], question,
+                qids[i],
+                text,
+                flat_docids[at:end],
+                flipped_col[i],
+                parse_markers(text, settings.markers, pattern),
+                resolved.triple[at:end],
+                resolved.docs[at:end],
+                question,
             )
             at = end
             if self.trim and not chain.parsed.problem and chain.parsed.docids == chain.docids:

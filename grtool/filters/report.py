@@ -7,8 +7,7 @@ from collections import Counter
 from typing import Any
 
 
-def build_report(counts: Counter[str], examples: dict[str, list[dict]], *, rules: tuple[str, ...], all_candidates: bool,
-                 settings: dict[str, Any]) -> dict[str, Any]:
+def build_report(counts: Counter[str], examples: dict[str, list[dict]], *, rules: tuple[str, ...], all_candidates: bool, settings: dict[str, Any]) -> dict[str, Any]:
     """The report of one filter run from its counters; ``rules`` are the rules that ran, ``settings`` their parameters."""
     datasets: dict[str, dict[str, Any]] = {}
     for key, value in counts.items():
@@ -71,13 +70,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = ["# Chain filter report", ""]
     s = report["settings"]
     lines += [
-        f"- yield: **{report['questions_kept']}** of **{report['questions']}** questions keep a chain (**{_pct(report['yield'])}**); "
-        f"{report['questions_lost']} lost because no candidate passed",
+        f"- yield: **{report['questions_kept']}** of **{report['questions']}** questions keep a chain (**{_pct(report['yield'])}**); {report['questions_lost']} lost because no candidate passed",
         f"- candidates judged: **{report['chains']}**, passed **{report['passed']}**, rejected **{report['rejected']}** "
         f"(pass rate **{_pct(report['pass_rate'])}**); chains kept: **{report['kept']}** ({s['keep']})",
         f"- redundant retrievals trimmed from passing chains: {report['trimmed']}",
-        f"- rules: {', '.join(s['rules'])}; min recall {s['min_recall']}, redundant = {s['redundant']}, "
-        f"max docids {s['max_docids']}, max chain tokens {s['max_chain_tokens']}",
+        f"- rules: {', '.join(s['rules'])}; min recall {s['min_recall']}, redundant = {s['redundant']}, max docids {s['max_docids']}, max chain tokens {s['max_chain_tokens']}",
         "",
         "## Yield per dataset",
         "",

@@ -144,8 +144,7 @@ def redundant_steps(chain: Chain) -> list[tuple[int, str]]:
         if key in seen:
             steps.append((i, "redundant"))
         elif (
-            i and outside is not None and docs and set(docs) == set(chain.docs[i - 1])
-            and (thought := _thought(outside[i])) and thought == _thought(outside[i - 1])
+            i and outside is not None and docs and set(docs) == set(chain.docs[i - 1]) and (thought := _thought(outside[i])) and thought == _thought(outside[i - 1])
         ):  # fmt: skip  (no words before a docid: it continues the previous step's list, it does not re-ask)
             steps.append((i, "redundant-repeated-step"))
         seen.add(key)

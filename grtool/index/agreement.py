@@ -124,8 +124,7 @@ def check_agreement(index: Index, model_tokenizer: Tokenizer, model_name: str, *
         raise InputError(f"{built}, but {model} disagrees: {differs}; {fix}")
 
 
-def vocabulary_mismatch(index_tok: Tokenizer, model_tokenizer: Tokenizer, skip: frozenset[str] | set[str] = frozenset(),
-                        names: tuple[str, str] = ("index's", "model's")) -> str | None:
+def vocabulary_mismatch(index_tok: Tokenizer, model_tokenizer: Tokenizer, skip: frozenset[str] | set[str] = frozenset(), names: tuple[str, str] = ("index's", "model's")) -> str | None:
     """The first token (by the index's id) of the index's vocabulary, added tokens included, that the model's gives
     another id or none; ``skip``: tokens the model need not have (the markers, when it writes brackets)."""
     model_vocab = model_tokenizer.get_vocab(with_added_tokens=True)

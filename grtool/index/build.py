@@ -44,7 +44,6 @@ STOPPED_HINT = "run the same command again to build it"
 TOKENIZE_BATCH = 50_000
 
 
-
 @dataclass
 class DocidRows:
     """What the triples stage holds for a docid index: each distinct docid string → its documents; with flips each
@@ -406,8 +405,7 @@ def build_index(
         signals.noted(STOPPED_NOTE, STOPPED_HINT),
         claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed,
     ):
-        return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate,
-                      overwrite=overwrite, flips=flips, memory_limit=memory_limit)
+        return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips, memory_limit=memory_limit)
 
 
 def check_build_options(*, kind: str, source: str, flips: bool, memory_limit: str | int | None) -> None:
@@ -424,8 +422,7 @@ def check_build_options(*, kind: str, source: str, flips: bool, memory_limit: st
         raise InputError(f"--memory-limit {memory_limit!r}: expected a size like 8G or 512M")
 
 
-def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: str, kind: str, source: str,
-                   sample_rate: int | None, flips: bool) -> dict[str, Any] | None:
+def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: str, kind: str, source: str, sample_rate: int | None, flips: bool) -> dict[str, Any] | None:
     """The metadata of the index at ``out`` when an identical build made it (the same input fingerprint,
     tokenizer and parameters; ``--memory-limit`` only shapes the build, never the index): a re-run keeps it.
     None when ``out`` does not exist; an error naming what differs otherwise. Nothing is tokenized: the tokenizer
@@ -476,8 +473,20 @@ def _same_tokenizer(recorded: dict[str, Any], spec: str) -> bool:
     return load_tokenizer(spec).fingerprint() == recorded.get("sha256")
 
 
-def _build(input_path: str | Path, out: Path, claimed: Claim, held: list[DocidTokenizer], *, tokenizer: str, kind: str, source: str,
-           sample_rate: int | None, overwrite: bool, flips: bool, memory_limit: str | int | None) -> dict[str, Any]:
+def _build(
+    input_path: str | Path,
+    out: Path,
+    claimed: Claim,
+    held: list[DocidTokenizer],
+    *,
+    tokenizer: str,
+    kind: str,
+    source: str,
+    sample_rate: int | None,
+    overwrite: bool,
+    flips: bool,
+    memory_limit: str | int | None,
+) -> dict[str, Any]:
     params: dict[str, Any] = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
         params["memory_limit"] = memory_limit
@@ -522,8 +531,9 @@ class TokenizerRecord:
 TOKENS_FILE = ".scratch-tokens.u32"  # the token ids the build reads, in its temporary directory (removed before the listing)
 
 
-def _build_docids(input_path: str | Path, out: Path, claimed: Claim, *, tokenizer: str, kind: str, flips: bool,
-                  params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool) -> dict[str, Any]:
+def _build_docids(
+    input_path: str | Path, out: Path, claimed: Claim, *, tokenizer: str, kind: str, flips: bool, params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool
+) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
     from grtool.docid.lookup import release_build_memory, use_trimmable_arrow_pool

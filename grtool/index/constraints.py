@@ -112,8 +112,6 @@ class DocidLimit:
         return self.inner.openers
 
 
-
-
 class DocumentConstraint:
     """The whole output is one sequence of a ``--source documents`` index, or ``DONE``; then only EOS.
 

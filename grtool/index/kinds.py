@@ -263,18 +263,13 @@ class FMIndex(Index):
 
     @staticmethod
     def _native_index(arrays: dict[str, Any], n: int, L: int, sample_rate: int, dollar_row: int):
-        native = _native().FMIndex(
-            **{k: v for k, v in arrays.items() if k not in CACHE_FILES}, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row
-        )
+        native = _native().FMIndex(**{k: v for k, v in arrays.items() if k not in CACHE_FILES}, n=n, L=L, sample_rate=sample_rate, dollar_row=dollar_row)
         if all(arrays.get(k) is not None for k in CACHE_FILES):
             native.set_persisted(*(np.ascontiguousarray(arrays[k]).reshape(-1) for k in CACHE_FILES))
         return native
 
     @staticmethod
-    def write(
-        out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None,
-        consume: bool = False, **_: Any
-    ) -> dict[str, Any]:
+    def write(out: Path, flat: np.ndarray, lengths: np.ndarray, sample_rate: int = DEFAULT_SAMPLE_RATE, memory_limit: str | int | None = None, consume: bool = False, **_: Any) -> dict[str, Any]:
         built = build_fm_arrays(flat, lengths, sample_rate, memory_limit, scratch_dir=out, consume=consume)
         for name, arr in built["arrays"].items():
             np.save(out / f"fm_{name}.npy", arr)
@@ -510,4 +505,3 @@ class NumpyIndex(Index):
     def from_sequences(cls, flat: np.ndarray, lengths: np.ndarray) -> "NumpyIndex":
         text, seps = cls.text_of(np.asarray(flat), np.asarray(lengths))
         return cls(Path("<memory>"), {"params": {}}, text, seps)
-

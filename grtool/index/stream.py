@@ -96,8 +96,6 @@ def inner_text(docid: str) -> str:
     return docid[len(DOCID_START) : len(docid) - len(DOCID_END)]
 
 
-
-
 def flip_from_parts(docid: str, parts: tuple[object, object, object]) -> str | None:
     """The tail-first spelling of ``docid`` rendered from the row's own head, relation, tail, when the text is
     their rendering (as written, or by its key and parts the syntax accepts); else None."""
@@ -573,8 +571,7 @@ def _encode_chunk(tok: DocidTokenizer, chunk: pl.DataFrame, join: bool, check_ev
         return flat, np.diff(starts)
     docid, lh, lr = pl.col("docid"), pl.col("lh"), pl.col("lr")
     cols = chunk.select(
-        (lh.is_not_null() & _piece(docid, lh, lr, "h").str.contains(_ALNUM_END) & _piece(docid, lh, lr, "r").str.contains(_ALNUM_END))
-        .fill_null(False).alias("ok"),
+        (lh.is_not_null() & _piece(docid, lh, lr, "h").str.contains(_ALNUM_END) & _piece(docid, lh, lr, "r").str.contains(_ALNUM_END)).fill_null(False).alias("ok"),
         _piece(docid, lh, lr, "h").alias("h"),
         pl.concat_str([pl.lit(", "), _piece(docid, lh, lr, "r")]).alias("r"),
         pl.concat_str([pl.lit(", "), _piece(docid, lh, lr, "t")]).alias("t"),

@@ -296,6 +296,8 @@ def vocab_of(tokenizer) -> list[bytes | None]:
     if key not in _VOCAB_BYTES:
         _VOCAB_BYTES[key] = token_bytes(tok)
     return _VOCAB_BYTES[key]
+
+
 _FINGERPRINTS: dict[int, tuple[object, str]] = {}
 
 

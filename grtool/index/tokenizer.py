@@ -138,10 +138,7 @@ def _resolve(spec: str) -> tuple[Path, str | None]:
         return _hub_cache_path(spec), spec
     if p.is_file() or p.is_dir():
         return p, None
-    raise InputError(
-        f"--tokenizer {spec}: not a file, a directory, a hub id in the local HF cache, {DEFAULT_MODEL_NAME} or one of "
-        f"the built-ins {', '.join(BUILTINS)}"
-    )
+    raise InputError(f"--tokenizer {spec}: not a file, a directory, a hub id in the local HF cache, {DEFAULT_MODEL_NAME} or one of the built-ins {', '.join(BUILTINS)}")
 
 
 def _load_base(p: Path, hub_id: str | None) -> Tokenizer:
@@ -178,10 +175,7 @@ def _hub_cache_path(repo_id: str) -> Path:
         return Path(cached)
     config = try_to_load_from_cache(repo_id, "tokenizer_config.json")
     if not isinstance(config, str):
-        raise InputError(
-            f"--tokenizer {repo_id}: not a local path, and the local HF cache holds no tokenizer of that hub id "
-            f"(fetch it once with: huggingface-cli download {repo_id})"
-        )
+        raise InputError(f"--tokenizer {repo_id}: not a local path, and the local HF cache holds no tokenizer of that hub id (fetch it once with: huggingface-cli download {repo_id})")
     return Path(config).parent
 
 
@@ -210,9 +204,7 @@ def _cache_dir() -> Path:
 
 
 # Split patterns of the two families (pre-tokenization regexes of the released tokenizers).
-_LLAMA3_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+_LLAMA3_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 _QWEN_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
@@ -291,9 +283,7 @@ def tiktoken_tokenizer(path: Path, pattern: str, specials: list[str]) -> Tokeniz
     merges.sort(key=lambda m: m[:3])
     vocab = {spell(token): rank for token, rank in ranks.items()}
     tok = Tokenizer(models.BPE(vocab, [(spell(m[3]), spell(m[4])) for m in merges], fuse_unk=False, ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-    )
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
     tok.post_processor = processors.ByteLevel(trim_offsets=False)

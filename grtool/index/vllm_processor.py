@@ -100,4 +100,3 @@ class DocidVllmLogitsProcessor(LogitsProcessor):
                 masks.append((index, allowed))
         DocidLogitsProcessor.mask_rows(logits, masks)  # a few batched ops, not a few per row
         return logits
-

@@ -14,6 +14,7 @@ import orjson
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import is_stage_dir
 
+
 def _record(path: Path) -> dict[str, Any] | None:
     try:
         value = orjson.loads(read_record_bytes(path, what="record"))  # bounded: /dev/zero or a FIFO is "damaged"

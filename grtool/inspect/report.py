@@ -288,8 +288,16 @@ img{max-width:100%;border:1px solid #d6dbe3;margin:.5rem 0}.example{margin:.2rem
 .fail{color:#a4161a;border-left:4px solid #a4161a;padding-left:.6rem}.ok{color:#2b7a0b}
 """
 
-SECTIONS = (("stages", "Stages"), ("funnel", "Funnel"), ("filters", "Filters"), ("corpus", "Corpus"),
-            ("collisions", "Collisions"), ("overlap", "Overlap"), ("eval", "Recall"), ("commands", "Commands"))
+SECTIONS = (
+    ("stages", "Stages"),
+    ("funnel", "Funnel"),
+    ("filters", "Filters"),
+    ("corpus", "Corpus"),
+    ("collisions", "Collisions"),
+    ("overlap", "Overlap"),
+    ("eval", "Recall"),
+    ("commands", "Commands"),
+)
 
 
 def e(value: Any) -> str:
@@ -310,10 +318,7 @@ def _num(value: Any, digits: int = 4) -> str:
 
 def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="n">{e(_num(c))}</td>' if i in numeric else f"<td>{c if isinstance(c, _Raw) else e(c)}</td>" for i, c in enumerate(r)) + "</tr>"
-        for r in rows
-    )
+    body = "".join("<tr>" + "".join(f'<td class="n">{e(_num(c))}</td>' if i in numeric else f"<td>{c if isinstance(c, _Raw) else e(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -353,8 +358,9 @@ def _stages_html(run: Run) -> str:
             counters = m.get("counters") or {}
             rejected = counters.get("rejected") or {}
             reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]) if isinstance(v, int))
-            rows.append([s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0",
-                         seconds if i == 0 else "", verdict.get(path.resolve(), "")])  # the stage's time once, on its first output
+            rows.append(
+                [s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0", seconds if i == 0 else "", verdict.get(path.resolve(), "")]
+            )  # the stage's time once, on its first output
     return _verdicts_html(run) + _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds", "validate"], rows, numeric={3, 4, 6})
 
 
@@ -382,7 +388,7 @@ def _filters_html(run: Run) -> str:
             if not _is_filtered(m):
                 continue
             extra, counters = _extra(m), m.get("counters") or {}
-            parts.append(f"<h3>{e(s.name)} <span class=\"muted\">({e(d)})</span></h3>")
+            parts.append(f'<h3>{e(s.name)} <span class="muted">({e(d)})</span></h3>')
             parts.append(f"<p>{_num(counters.get('in'))} chains judged, {_num(m.get('rows'))} passed, {_num(extra.get('kept'))} kept (one per question).</p>")
             reasons = filter_reasons(d, m)
             if not reasons:
@@ -391,24 +397,28 @@ def _filters_html(run: Run) -> str:
             rows = []
             for code, n, examples in reasons:
                 shown = "".join(
-                    f'<div class="example"><code>{e(x.get("qid"))}</code> candidate {e(x.get("candidate"))}: {e(x.get("detail"))}'
-                    f"<pre>{e(str(x.get('text') or '')[:EXAMPLE_CHARS])}</pre></div>"
+                    f'<div class="example"><code>{e(x.get("qid"))}</code> candidate {e(x.get("candidate"))}: {e(x.get("detail"))}<pre>{e(str(x.get("text") or "")[:EXAMPLE_CHARS])}</pre></div>'
                     for x in examples
                 )
                 rows.append([code, n, _Raw(shown)])
             parts.append(_table(["reason", "chains", "examples"], rows, numeric={1}))
-    return "".join(parts) or "<p class=\"muted\">No filters stage in this run.</p>"
+    return "".join(parts) or '<p class="muted">No filters stage in this run.</p>'
 
 
 def _corpus_html(run: Run) -> str:
     parts = []
     for f, data in run.reports.get("stats", []):
-        rows = [[g.get("dataset"), g.get("split"), g.get("questions"), g.get("documents"), g.get("gold_documents"),
-                 (g.get("gold_per_question") or {}).get("mean"), g.get("answerable_share")] for g in data.get("groups") or [] if isinstance(g, dict)]
-        parts.append(f"<p class=\"muted\">{e(f.name)}</p>" + _table(["dataset", "split", "questions", "documents", "gold documents", "gold per question", "answerable share"], rows, numeric={2, 3, 4, 5, 6}))
+        rows = [
+            [g.get("dataset"), g.get("split"), g.get("questions"), g.get("documents"), g.get("gold_documents"), (g.get("gold_per_question") or {}).get("mean"), g.get("answerable_share")]
+            for g in data.get("groups") or []
+            if isinstance(g, dict)
+        ]
+        parts.append(
+            f'<p class="muted">{e(f.name)}</p>' + _table(["dataset", "split", "questions", "documents", "gold documents", "gold per question", "answerable share"], rows, numeric={2, 3, 4, 5, 6})
+        )
     parts.append(_image(_plot(run, "corpus", "stats"), "corpus stats"))
     parts += _coverage_html(run)
-    return "".join(parts) or "<p class=\"muted\">No corpus stats in this run.</p>"
+    return "".join(parts) or '<p class="muted">No corpus stats in this run.</p>'
 
 
 def _coverage_html(run: Run) -> list[str]:
@@ -442,18 +452,22 @@ def _shown(path: Path, root: Path) -> str:
 def _collisions_html(run: Run) -> str:
     parts = []
     for f, data in run.reports.get("collisions", []):
-        facts = [["distinct triples", data.get("distinct_triples")], ["in 2+ documents", data.get("in_2plus_docs")],
-                 ["share in 2+ documents", data.get("share_in_2plus_docs")], ["in 3+ documents", data.get("in_3plus_docs")],
-                 ["documents", data.get("documents")]]
+        facts = [
+            ["distinct triples", data.get("distinct_triples")],
+            ["in 2+ documents", data.get("in_2plus_docs")],
+            ["share in 2+ documents", data.get("share_in_2plus_docs")],
+            ["in 3+ documents", data.get("in_3plus_docs")],
+            ["documents", data.get("documents")],
+        ]
         for reason, d in (data.get("dropped") or {}).items():
             if isinstance(d, dict):
                 facts.append([f"dropped: {reason}", d.get("dropped")])
-        parts.append(f"<p class=\"muted\">{e(f.name)}</p>" + _table(["", "number"], facts, numeric={1}))
+        parts.append(f'<p class="muted">{e(f.name)}</p>' + _table(["", "number"], facts, numeric={1}))
         top = [[t.get("docid"), t.get("documents")] for t in data.get("top_colliding") or [] if isinstance(t, dict)]
         if top:
             parts.append("<p>Triples held by the most documents:</p>" + _table(["docid", "documents"], top, numeric={1}))
     parts.append(_image(_plot(run, "triples", "collisions"), "triples collisions"))
-    return "".join(parts) or "<p class=\"muted\">No collisions report in this run.</p>"
+    return "".join(parts) or '<p class="muted">No collisions report in this run.</p>'
 
 
 def _overlap_html(run: Run) -> str:
@@ -461,21 +475,28 @@ def _overlap_html(run: Run) -> str:
     for f, data in run.reports.get("overlap", []):
         ns = [str(n) for n in data.get("ns") or []]
         per_dataset = [(name, d) for name, d in (data.get("per_dataset") or {}).items() if isinstance(d, dict)]
-        for key, what in (("mean", "Mean share of a question's n-grams found verbatim in its gold documents"),
-                          ("share_with_overlap", "Share of questions with at least one n-gram found verbatim in their gold documents")):
+        for key, what in (
+            ("mean", "Mean share of a question's n-grams found verbatim in its gold documents"),
+            ("share_with_overlap", "Share of questions with at least one n-gram found verbatim in their gold documents"),
+        ):
             rows = [[name, d.get("questions"), *[(d.get(key) or {}).get(n) for n in ns]] for name, d in per_dataset]
             parts.append(f"<p>{e(what)} ({e(f.name)}):</p>" + _table(["dataset", "questions", *[f"n={n}" for n in ns]], rows, numeric=set(range(1, len(ns) + 2))))
     parts.append(_image(_plot(run, "corpus", "overlap"), "corpus overlap"))
-    return "".join(parts) or "<p class=\"muted\">No overlap report in this run.</p>"
+    return "".join(parts) or '<p class="muted">No overlap report in this run.</p>'
 
 
 def _eval_html(run: Run) -> str:
     parts = []
     for f, data in run.reports.get("recall", []):
-        rows = [[name, r.get("responses"), r.get("recall"), r.get("exact_match_share"), r.get("docs_per_response"), r.get("hallucinated_share"), r.get("malformed")]
-                for name, r in [*(data.get("per_dataset") or {}).items(), ("all", data)] if isinstance(r, dict)]
-        parts.append(f"<h3>{e(_label(f))} <span class=\"muted\">({e(f.name)})</span></h3>"
-                     + _table(["dataset", "responses", "recall", "exact", "docs/response", "hallucinated share", "malformed"], rows, numeric={1, 2, 3, 4, 5, 6}))
+        rows = [
+            [name, r.get("responses"), r.get("recall"), r.get("exact_match_share"), r.get("docs_per_response"), r.get("hallucinated_share"), r.get("malformed")]
+            for name, r in [*(data.get("per_dataset") or {}).items(), ("all", data)]
+            if isinstance(r, dict)
+        ]
+        parts.append(
+            f'<h3>{e(_label(f))} <span class="muted">({e(f.name)})</span></h3>'
+            + _table(["dataset", "responses", "recall", "exact", "docs/response", "hallucinated share", "malformed"], rows, numeric={1, 2, 3, 4, 5, 6})
+        )
         if isinstance(data.get("coverage"), dict) and (warning := _recall_coverage(data["coverage"])):
             parts.append(f"<p><strong>{e(warning)}</strong></p>")
     for s in run.stages:
@@ -484,7 +505,7 @@ def _eval_html(run: Run) -> str:
             if out and Path(out).is_file():
                 parts.append(f"<h3>{e(s.name)}</h3><pre>{e(Path(out).read_text(errors='replace'))}</pre>")
     parts.append(_image(_plot(run, "eval", "compare"), "recall compared"))
-    return "".join(parts) or "<p class=\"muted\">No recall result in this run.</p>"
+    return "".join(parts) or '<p class="muted">No recall result in this run.</p>'
 
 
 def _recall_coverage(coverage: dict[str, Any]) -> str | None:
@@ -498,19 +519,27 @@ def _recall_coverage(coverage: dict[str, Any]) -> str | None:
 
 
 def _commands_html(run: Run) -> str:
-    return "".join(f"<h3>{e(s.name)}</h3><pre>{e(s.command or '(not recorded)')}</pre>" for s in run.stages) or "<p class=\"muted\">No stage.</p>"
+    return "".join(f"<h3>{e(s.name)}</h3><pre>{e(s.command or '(not recorded)')}</pre>" for s in run.stages) or '<p class="muted">No stage.</p>'
 
 
 def render(run: Run) -> str:
-    bodies = {"stages": _stages_html, "funnel": _funnel_html, "filters": _filters_html, "corpus": _corpus_html, "collisions": _collisions_html,
-              "overlap": _overlap_html, "eval": _eval_html, "commands": _commands_html}
+    bodies = {
+        "stages": _stages_html,
+        "funnel": _funnel_html,
+        "filters": _filters_html,
+        "corpus": _corpus_html,
+        "collisions": _collisions_html,
+        "overlap": _overlap_html,
+        "eval": _eval_html,
+        "commands": _commands_html,
+    }
     sections = "".join(f'<section id="{sid}"><h2>{e(title)}</h2>{bodies[sid](run)}</section>' for sid, title in SECTIONS)
     nav = "".join(f'<a href="#{sid}">{e(title)}</a>' for sid, title in SECTIONS)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>grtool report: {e(run.path.name)}</title><style>{CSS}</style></head><body>"
-        f"<h1>grtool report</h1><p class=\"muted\">{e(run.path)} · written {e(now())} by grtool {e(__version__)}</p>"
+        f'<h1>grtool report</h1><p class="muted">{e(run.path)} · written {e(now())} by grtool {e(__version__)}</p>'
         f"<nav>{nav}</nav>{sections}</body></html>\n"
     )
 

@@ -320,8 +320,7 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
                 verdict = GOLD if docs & gold else NON_GOLD
             row.docids.append(Docid(text, start, end, verdict, flipped, [Doc(d, None, d in gold) for d in sorted(docs or ())]))
         if q:
-            row.question = Question(q["qid"], q.get("dataset"), q.get("split"), q.get("question") or "", q.get("answer"),
-                                    [Doc(d, None, True) for d in q["gold_doc_ids"] or []])
+            row.question = Question(q["qid"], q.get("dataset"), q.get("split"), q.get("question") or "", q.get("answer"), [Doc(d, None, True) for d in q["gold_doc_ids"] or []])
         if source.kind == "responses" and raw.get("doc_ids") is not None:
             row.retrieved = [Doc(d, None, d in gold) for d in raw["doc_ids"]]
         if source.kind == "triples":

@@ -62,8 +62,7 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source.documents = found["documents"]
     if source.triples is None and found.get("triples"):
         source.triples = found["triples"]
-    for what, got, flag in (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"),
-                            ("triples", source.triples, "--triples")):
+    for what, got, flag in (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"), ("triples", source.triples, "--triples")):
         if got is None:
             source.notes.append(f"no {what} stage found from {path}'s record; give {flag}")
     return source

@@ -125,10 +125,7 @@ def context_check(prompt_tokens: int, max_tokens: int, context: int | None, *, e
         return None
     check_room(max_tokens, context)
     counted = "at least " if estimated else ""
-    return (
-        f"the prompt has {counted}{prompt_tokens} tokens; with --max-tokens {max_tokens} that exceeds the model's context "
-        f"of {context} tokens"
-    )
+    return f"the prompt has {counted}{prompt_tokens} tokens; with --max-tokens {max_tokens} that exceeds the model's context of {context} tokens"
 
 
 def not_generated(why: str, prompt_tokens: int = 0) -> Generation:

@@ -62,9 +62,7 @@ class EmptyOutputs:
         earlier = f"; this part was finished by an earlier run (--overwrite redoes it{', ' + redo if redo else ''})" if self.resumed else ""
         return GuardTripped(
             f"{self.part}: {self.empty} of {self.total} {units} {outcome} "
-            f"({self.empty / self.total:.0%} > --max-empty-share {max_empty_share}){where}{earlier}"
-            + ("; e.g. " + " | ".join(self.examples) if self.examples else ""),
+            f"({self.empty / self.total:.0%} > --max-empty-share {max_empty_share}){where}{earlier}" + ("; e.g. " + " | ".join(self.examples) if self.examples else ""),
             guard="--max-empty-share",
-            numbers={"part": self.part, "units": units, "empty": self.empty, "total": self.total,
-                     "share": round(self.empty / self.total, 4), "max_empty_share": max_empty_share},
+            numbers={"part": self.part, "units": units, "empty": self.empty, "total": self.total, "share": round(self.empty / self.total, 4), "max_empty_share": max_empty_share},
         )

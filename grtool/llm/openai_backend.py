@@ -151,8 +151,7 @@ class OpenAIBackend:
         except (httpx.HTTPError, TimeoutError, MalformedAnswer) as e:
             why = f"no answer within {self._models_timeout:g}s" if isinstance(e, TimeoutError) else str(e)
             if _server_unavailable(e):  # down, unreachable or busy: --model would not help, the server must answer
-                raise TransientError(self._scrub(f"{self._shown}: the server is unreachable; cannot list the served models ({why}); "
-                                                 f"start it or check --base-url, then run again")) from None
+                raise TransientError(self._scrub(f"{self._shown}: the server is unreachable; cannot list the served models ({why}); start it or check --base-url, then run again")) from None
             # It answered, but not with a model list (no /models route): naming the model skips the question.
             raise GrtoolError(self._scrub(f"{self._shown}/models: cannot list the served models ({why}); pass --model")) from None
         if len(ids) != 1:
@@ -233,9 +232,7 @@ class OpenAIBackend:
                     sent += 1
                     activity_detail(f"{sent} sent, {answered_now} answered")
                     try:
-                        gen = self._held_back(messages, sampling) or await self._post_with_retries(
-                            client, self.request_body(messages, sampling), sampling
-                        )
+                        gen = self._held_back(messages, sampling) or await self._post_with_retries(client, self.request_body(messages, sampling), sampling)
                     except Exception as e:  # the others in flight go on: their answers are worth keeping
                         failed.append(e)
                         return None
@@ -251,10 +248,7 @@ class OpenAIBackend:
             raise failed[0]
         if failed:
             raise PartialGenerations(
-                self._scrub(
-                    f"{len(failed)} of {len(prompts)} requests failed, {len(prompts) - answered - len(failed)} not sent after that, "
-                    f"{answered} answered; first failure: {failed[0]}"
-                ),
+                self._scrub(f"{len(failed)} of {len(prompts)} requests failed, {len(prompts) - answered - len(failed)} not sent after that, {answered} answered; first failure: {failed[0]}"),
                 gens,
                 exit_code=getattr(failed[0], "exit_code", None),
             ) from failed[0]
@@ -315,9 +309,7 @@ class OpenAIBackend:
             if not gen.text and not gen.completion_tokens:  # an empty answer has no tokens to score
                 gen.logprobs = []
             else:
-                raise GrtoolError(
-                    self._scrub(f"{self._shown}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none")
-                )
+                raise GrtoolError(self._scrub(f"{self._shown}: logprobs were requested (top_logprobs={sampling.logprobs}) but the server returned none"))
         return gen
 
 

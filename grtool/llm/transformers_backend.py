@@ -444,10 +444,7 @@ def _shared_prefix_cache(config, prefix_cache):
     (batch 1, computed once) alongside the rows' own: see :func:`_shared_prefix_layer_class`."""
     cache = _growing_cache(config)
     shared = _shared_prefix_layer_class()
-    cache.layers = [
-        shared(prefix.keys, prefix.values) if isinstance(layer, _growing_layer_class()) else copy.deepcopy(prefix)
-        for layer, prefix in zip(cache.layers, prefix_cache.layers)
-    ]
+    cache.layers = [shared(prefix.keys, prefix.values) if isinstance(layer, _growing_layer_class()) else copy.deepcopy(prefix) for layer, prefix in zip(cache.layers, prefix_cache.layers)]
     return cache
 
 

@@ -240,7 +240,7 @@ def _slurm_error(path: Path, raw: dict[str, Any], message: str, m: re.Match) -> 
         return InputError(f"{path}: {where}: unknown key {unknown[1]!r}{_did_you_mean(unknown[1], fields)}; known keys: {', '.join(fields)}")
     key = m[2]
     if not key:
-        return InputError(f"{path}: {where}: {_got(message)}, expected a table such as {{ tasks = 4, gres = \"gpu:1\" }}")
+        return InputError(f'{path}: {where}: {_got(message)}, expected a table such as {{ tasks = 4, gres = "gpu:1" }}')
     return InputError(f"{path}: {where} key {key!r}: {_got(message)}, expected {_SLURM_EXPECTED.get(key, 'a string')}")
 
 
@@ -330,7 +330,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     if not spec.stages:
         raise InputError(f"{path}: needs at least one [[stages]] table")
     if not spec.out.strip():  # "{out}/corpus" would become "/corpus": the root of the file system
-        raise InputError(f"{path}: out is empty; name the directory the stages write under (out = \"out/run\")")
+        raise InputError(f'{path}: out is empty; name the directory the stages write under (out = "out/run")')
     if "out" in spec.vars:  # {out} would be the var everywhere, while the plan and the run summary name the top-level out
         raise InputError(f"{path}: [vars] 'out' ({printable(spec.vars['out'])!r}) would replace the top-level out ({printable(spec.out)!r}); "
                          f"set the run directory once, as out = \"...\" at the top of the file")  # fmt: skip

@@ -102,4 +102,3 @@ def read_slurm_job(path: str | Path) -> SlurmJobRecord:
     record = read_record(p, SlurmJobRecord, what="Slurm job record")
     _named_after(p, record.stage.name, "stage.name", "Slurm job record")
     return record
-

@@ -92,7 +92,7 @@ def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extr
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
     for i, (flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
-        for other_flag, other in targets[i + 1:]:
+        for other_flag, other in targets[i + 1 :]:
             if other_flag == flag:
                 continue
             if target in run_dirs or other in run_dirs:  # a run directory holds other stages: only the same path collides

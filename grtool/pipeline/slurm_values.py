@@ -50,10 +50,8 @@ SHAPES = {
     "time": "a Slurm time above zero: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (or UNLIMITED)",
     "mem": "a memory amount above zero: digits with an optional K, M, G or T (e.g. 16G, 4000M)",
     "gres": "name[:type][:count], comma-separated (e.g. gpu:1, gpu:a100:2), count at least 1",
-    "sbatch": f"a list of at most {MAX_SBATCH_ARGS} sbatch arguments, each --option or --option=value "
-    f"(not {', '.join('--' + o for o in sorted(OWN_SBATCH))}, which grtool sets itself)",
-    "srun": f"a list of at most {MAX_SBATCH_ARGS} srun arguments, each --option or --option=value "
-    f"(not {', '.join('--' + o for o in sorted(OWN_SRUN))}, which grtool sets itself)",
+    "sbatch": f"a list of at most {MAX_SBATCH_ARGS} sbatch arguments, each --option or --option=value (not {', '.join('--' + o for o in sorted(OWN_SBATCH))}, which grtool sets itself)",
+    "srun": f"a list of at most {MAX_SBATCH_ARGS} srun arguments, each --option or --option=value (not {', '.join('--' + o for o in sorted(OWN_SRUN))}, which grtool sets itself)",
     "setup": "one line of shell ({var} placeholders go in quoted)",
     "launch": "words before `grtool` (shell quoting allowed, no shell syntax)",
     **{key: f"an integer, at least 1 and at most {limit}" for key, limit in COUNT_LIMITS.items()},

@@ -80,8 +80,10 @@ def model_tokenizer(model: str | None, adapter: Path | None):
         own = _load_tokenizer(adapter, "--adapter", adapter)
         differs = vocabulary_mismatch(own, tokenizer, names=("adapter's", "model's")) or vocabulary_mismatch(tokenizer, own, names=("model's", "adapter's"))
         if differs:
-            raise InputError(f"--adapter {adapter}: its tokenizer is not the model's ({differs}); decoding uses "
-                             f"the model's: give the model the adapter was trained with (its merged checkpoint: --model {Path(adapter).resolve().parent})")
+            raise InputError(
+                f"--adapter {adapter}: its tokenizer is not the model's ({differs}); decoding uses "
+                f"the model's: give the model the adapter was trained with (its merged checkpoint: --model {Path(adapter).resolve().parent})"
+            )
     return tokenizer, ref.name
 
 
@@ -108,13 +110,14 @@ def check_adapter_base(adapter: Path, model: str | None) -> None:
         return
     ref = resolve_model(model)
     if Path(ref.path).resolve() == checkpoint:
-        raise InputError(f"--adapter {adapter}: --model {model} is its own merged checkpoint, which holds the adapter already; "
-                         f"give --model {checkpoint} without --adapter (or the base model {record.base_model.name} with it)")
+        raise InputError(
+            f"--adapter {adapter}: --model {model} is its own merged checkpoint, which holds the adapter already; "
+            f"give --model {checkpoint} without --adapter (or the base model {record.base_model.name} with it)"
+        )
     base, given = record.base_model.name, ref.name
     same = base.rpartition("@")[2] == given.rpartition("@")[2] if "@" in base and "@" in given else base == given
     if not same:
-        raise InputError(f"--adapter {adapter}: trained on base model {base} ({checkpoint / 'grtool.json'}), not on --model {given}; "
-                         f"give --model {record.base_model.path}")
+        raise InputError(f"--adapter {adapter}: trained on base model {base} ({checkpoint / 'grtool.json'}), not on --model {given}; give --model {record.base_model.path}")
 
 
 def _check_adapter(adapter: Path, tokenizer) -> None:
@@ -125,8 +128,7 @@ def _check_adapter(adapter: Path, tokenizer) -> None:
     checkpoint = adapter.resolve().parent
     if (checkpoint / "grtool.json").is_file() and tokenizer.token_to_id(DOCID_START) is None:
         raise InputError(
-            f"--adapter {adapter}: trained with <docid_start>/<docid_end> added to the base model; their embedding rows "
-            f"are in the merged checkpoint, not in the adapter: use --model {checkpoint}"
+            f"--adapter {adapter}: trained with <docid_start>/<docid_end> added to the base model; their embedding rows are in the merged checkpoint, not in the adapter: use --model {checkpoint}"
         )
 
 
@@ -188,7 +190,8 @@ def _check_out(request: RetrieveRequest, llm) -> None:
 
     model = llm.model if llm.model and Path(llm.model).exists() else None
     refuse_output_among_inputs(
-        request.out, inputs=[request.index, model, request.adapter, input_stage(request.corpus, "questions"), input_stage(request.triples, "triples")],
+        request.out,
+        inputs=[request.index, model, request.adapter, input_stage(request.corpus, "questions"), input_stage(request.triples, "triples")],
         holders=[request.corpus, request.triples],
     )
     if request.overwrite:

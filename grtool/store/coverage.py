@@ -47,10 +47,7 @@ def check_triples_cover(triples: str | Path | None, corpus: str | Path | None) -
             n_docs += len(batch)
             if pc.any(pc.is_in(batch, value_set=found)).as_py():
                 return
-    raise DataProblem(
-        f"the triples in {triples_stage} cover none of the {n_docs} {what} of corpus {where}: "
-        "are these triples from this corpus?"
-    )
+    raise DataProblem(f"the triples in {triples_stage} cover none of the {n_docs} {what} of corpus {where}: are these triples from this corpus?")
 
 
 def triples_doc_ids(stage: Path, first_batch_only: bool = False) -> pa.Array:

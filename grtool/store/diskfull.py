@@ -67,10 +67,7 @@ def message(error: BaseException, command: list[str] | None = None) -> str:
     if path == STDOUT:
         where = _stdout_target()
         free = f" ({needed}{_free(where)})" if Path(where).is_file() else f" ({needed.removesuffix(', ')})" if needed else ""
-        return (
-            f"standard output ({printable(where)}): no space left on the device{free}; what was written to it is incomplete: "
-            "free space and run the command again"
-        )
+        return f"standard output ({printable(where)}): no space left on the device{free}; what was written to it is incomplete: free space and run the command again"
     if path is None:
         out = _option(command or [], "--out", "-o")
         path = f"a file under {out}" if out else "a file"
@@ -81,10 +78,7 @@ def message(error: BaseException, command: list[str] | None = None) -> str:
     if _errno(error) == errno.ENOSPC and _no_inodes_left(target):
         why = "no inodes left on the file system (it holds as many files as it can, whatever space is free)"
     remedy = "remove files on it" if why.startswith("no inodes") else "free space"
-    return (
-        f"{printable(path)}: {why} while writing it ({needed}{_free(target)}); nothing incomplete was made visible and "
-        f"the output stays resumable: {remedy} and re-run the same command to resume"
-    )
+    return f"{printable(path)}: {why} while writing it ({needed}{_free(target)}); nothing incomplete was made visible and the output stays resumable: {remedy} and re-run the same command to resume"
 
 
 def quiet_stdout() -> None:
@@ -202,4 +196,3 @@ def _option(argv: list[str], *names: str) -> str | None:
             if arg.startswith(name + "="):
                 return arg.split("=", 1)[1]
     return None
-

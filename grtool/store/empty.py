@@ -60,8 +60,7 @@ def top_reasons(rejected: Mapping[str, int], shown: int = SHOWN_REASONS) -> str:
     return text
 
 
-def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, int], *, unit: str = "rows",
-               inputs: list[str] | None = None, hint: str | None = None) -> None:
+def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, int], *, unit: str = "rows", inputs: list[str] | None = None, hint: str | None = None) -> None:
     """Raise :class:`EmptyResult` when ``rows_out`` is 0 and ``--allow-empty`` was not given.
 
     ``what`` names the output (a directory or a file), ``rejected`` says why the ``rows_in`` input rows were
@@ -90,8 +89,7 @@ def check_stage(path: str | Path, manifest: dict[str, Any]) -> None:
     if counters.get("merged"):
         rejected["merged into another row"] = counters["merged"]
     inputs = [str(i.get("path")) for i in manifest.get("inputs") or [] if isinstance(i, dict) and i.get("path")]
-    check_rows(str(path), int(counters.get("in") or 0), int(manifest.get("rows") or 0), rejected, inputs=inputs,
-               hint=_HINTS.get(max(rejected, key=rejected.get)) if rejected else None)
+    check_rows(str(path), int(counters.get("in") or 0), int(manifest.get("rows") or 0), rejected, inputs=inputs, hint=_HINTS.get(max(rejected, key=rejected.get)) if rejected else None)
 
 
 # The likely cause behind a reason that rejected everything.

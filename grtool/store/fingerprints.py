@@ -42,7 +42,6 @@ def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[st
     if p.is_file():
         return {"path": resolved, "kind": "file", "size": p.stat().st_size, "blake3": file_hash(p)}
     if (p / MANIFEST).exists():
-
         records = sorted(load_shard_records(p).items())
         h = hashlib.blake2b(digest_size=16)
         for name, rec in records:

@@ -185,16 +185,16 @@ class JsonlOutput:
         from grtool.store import empty
 
         rejected = dict(self.rejected, **({"merged into another row": self.merged} if self.merged else {}))
-        empty.check_stage(f"{self.spec.table} rows on standard output", {
-            "complete": True, "rows": self.rows, "counters": {"in": self.rows_in, "rejected": rejected},
-            "inputs": [{"path": i} for i in self.spec.inputs]})
+        empty.check_stage(
+            f"{self.spec.table} rows on standard output",
+            {"complete": True, "rows": self.rows, "counters": {"in": self.rows_in, "rejected": rejected}, "inputs": [{"path": i} for i in self.spec.inputs]},
+        )
 
 
 STREAM_HINT = "run the same command again to start over (a reader of the stream must start over too)"
 
 
-def open_output(out: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, tag: str | None = None,
-                shards: tuple[int, int] | None = None):
+def open_output(out: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, tag: str | None = None, shards: tuple[int, int] | None = None):
     """A :class:`StageWriter` for a directory, or a JSON Lines writer for ``-``.
 
     ``tag`` adds ``"_table": tag`` to every stdout row, for commands that stream more than one table.

@@ -166,8 +166,7 @@ class RunLock:
     (a pipeline runs its stages in turn).
     """
 
-    def __init__(self, directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None,
-                 lock_file: str | Path | None = None):
+    def __init__(self, directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None, lock_file: str | Path | None = None):
         """``lock_file``: lock this file instead of ``directory/_run.lock`` (an output replaced whole, see
         :func:`output_lock`); ``directory`` then only names the output in messages and is not created."""
         self.dir = Path(directory)
@@ -215,10 +214,7 @@ class RunLock:
         task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
         if not _try_flock(task, fcntl.LOCK_EX, holder):
             self.release()
-            raise TransientError(
-                f"{self.dir}: array task {self.index} of {self.count} is already running here "
-                f"({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again"
-            )
+            raise TransientError(f"{self.dir}: array task {self.index} of {self.count} is already running here ({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again")
         self._held.append(task)
         hold("locked")
         return self
@@ -230,10 +226,7 @@ class RunLock:
         else:
             who = f"another run: {_describe(_read_holder(run))}"
         this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
-        return TransientError(
-            f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that "
-            "run ends (or stop it), then run again"
-        )
+        return TransientError(f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that run ends (or stop it), then run again")
 
     def release(self) -> None:
         while self._held:
@@ -249,6 +242,7 @@ class RunLock:
 def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, command: list[str] | None = None) -> RunLock:
     """``with run_lock(out):`` guards a run that writes more than stage directories (ingest's work directory)."""
     return RunLock(directory, shards, command)
+
 
 def output_lock(out: str | Path, command: list[str] | None = None) -> RunLock:
     """``with output_lock(out):`` the lock of an output that is replaced whole, taken beside it."""

@@ -75,8 +75,7 @@ def export_record(path: Path) -> Path:
 # -------------------------------------------------------------------------------- outputs vs inputs
 
 
-def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
-                               flag: str = "--out") -> None:
+def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (), flag: str = "--out") -> None:
     """Exit 2 when ``out`` equals, lies inside or contains an input.
 
     ``inputs``: what the command reads (files, stage directories, a model directory). ``holders``: directories
@@ -104,8 +103,7 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
             raise InputError(f"{flag} {printable(out)}: {what} the input {printable(name)}; write the output somewhere else")
 
 
-def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]], *, inputs: Iterable[str | Path | None] = (),
-                               holders: Iterable[str | Path | None] = ()) -> None:
+def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]], *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> None:
     """Exit 2, before anything is written, when two outputs of one command meet: equal (symlinks resolved), or
     one inside the other (``--report f6/_manifest.json`` with ``--out f6``); or when one meets an input (see
     :func:`refuse_output_among_inputs`).
@@ -123,14 +121,12 @@ def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]],
         named.append(("stdout", redirected))
     resolved = [(flag, path, real(path)) for flag, path in named]
     for i, (flag, path, r) in enumerate(resolved):
-        for other_flag, other, o in resolved[i + 1:]:
+        for other_flag, other, o in resolved[i + 1 :]:
             if r == o:
-                raise InputError(f"{flag} {printable(path)}: is also {other_flag} {printable(other)}, which this command "
-                                 "writes too; give each output its own path")
+                raise InputError(f"{flag} {printable(path)}: is also {other_flag} {printable(other)}, which this command writes too; give each output its own path")
             if is_within(r, o) or is_within(o, r):
                 (inner_flag, inner), (outer_flag, outer) = ((flag, path), (other_flag, other)) if is_within(r, o) else ((other_flag, other), (flag, path))
-                raise InputError(f"{inner_flag} {printable(inner)}: lies inside {outer_flag} {printable(outer)}, which this command "
-                                 "also writes; write it somewhere else")
+                raise InputError(f"{inner_flag} {printable(inner)}: lies inside {outer_flag} {printable(outer)}, which this command also writes; write it somewhere else")
 
 
 def stdout_file() -> Path | None:
@@ -190,8 +186,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = None, export_kind: str | None = None,
-                      flag: str = "--out") -> None:
+def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = None, export_kind: str | None = None, flag: str = "--out") -> None:
     """Exit 2 unless ``out`` is absent, empty, or what grtool wrote as ``kind`` (of ``table``) — the record says so."""
     p = Path(out)
     if not p.exists() and not p.is_symlink():
@@ -231,10 +226,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
     if kind is STAGE and table is not None:
         got = (_read_record(record) or {}).get("table")
         if got != table:
-            raise InputError(
-                f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command "
-                f"writes {table!r}; choose another --out"
-            )
+            raise InputError(f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command writes {table!r}; choose another --out")
 
 
 def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
@@ -288,8 +280,14 @@ def file_kind_name(path: Path) -> str:
     import stat
 
     mode = path.lstat().st_mode
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -301,16 +299,14 @@ def refuse_foreign_types(out: Path, own: list[Path], kind: OutputKind, flag: str
     for entry in own:
         why = _foreign_type(entry, kind)
         if why is not None:
-            raise InputError(f"{flag} {printable(out)}: --overwrite refused: {why}; nothing was deleted; move it away yourself "
-                             "or choose another --out")
+            raise InputError(f"{flag} {printable(out)}: --overwrite refused: {why}; nothing was deleted; move it away yourself or choose another --out")
 
 
 def _say_left(out: Path, unknown: list[Path]) -> None:
     if unknown:
         from grtool.log import log
 
-        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown),
-                    "y" if len(unknown) == 1 else "ies", _listing(unknown))
+        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown), "y" if len(unknown) == 1 else "ies", _listing(unknown))
 
 
 # ------------------------------------------------------------------------------------------ the claim
@@ -374,9 +370,19 @@ class Claim:
         self.release()
 
 
-def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
-          overwrite: bool = False, table: str | None = None, export_kind: str | None = None,
-          shards: tuple[int, int] | None = None, command: list[str] | None = None, flag: str = "--out") -> Claim:
+def claim(
+    out: str | Path,
+    kind: OutputKind,
+    *,
+    inputs: Iterable[str | Path | None] = (),
+    holders: Iterable[str | Path | None] = (),
+    overwrite: bool = False,
+    table: str | None = None,
+    export_kind: str | None = None,
+    shards: tuple[int, int] | None = None,
+    command: list[str] | None = None,
+    flag: str = "--out",
+) -> Claim:
     """Check ``out`` against the inputs and (with ``overwrite``) against its record, then lock it.
 
     Nothing is created before every check passed. Exports are always replaced, so their record is checked with
@@ -389,8 +395,7 @@ def claim(out: str | Path, kind: OutputKind, *, inputs: Iterable[str | Path | No
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
     if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
-        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; "
-                         "name an existing directory or a new path")
+        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; name an existing directory or a new path")
     refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
     if overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)

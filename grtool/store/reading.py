@@ -187,4 +187,3 @@ def schema_diff(got: pa.Schema, expected: pa.Schema) -> str:
     parts += [f"unexpected {k}" for k in g if k not in e]
     parts += [f"{k} is {g[k]}, expected {e[k]}" for k in e if k in g and g[k] != e[k]]
     return "; ".join(parts) or "field order"
-

@@ -294,8 +294,7 @@ def check_parts_planned(path: str | Path, num_parts: int | None, records: dict[s
         return
     past = sorted(name for name in records if int(name[5:]) >= num_parts)
     if past:
-        raise DamagedRecord(f"{Path(path) / MANIFEST}: manifest: field num_parts: {num_parts}, but {SHARDS_DIR}/{past[0]}.json "
-                            f"records a part past it (edited or damaged)")
+        raise DamagedRecord(f"{Path(path) / MANIFEST}: manifest: field num_parts: {num_parts}, but {SHARDS_DIR}/{past[0]}.json records a part past it (edited or damaged)")
 
 
 def is_stage_dir(path: str | Path) -> bool:

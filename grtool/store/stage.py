@@ -260,8 +260,7 @@ class StageWriter:
 
     keeps_parts = True  # a stop keeps its committed parts: the stop line says so (grtool.signals)
 
-    def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None,
-                 shards: tuple[int, int] | None = None):
+    def __init__(self, path: str | Path, spec: StageSpec, *, overwrite: bool = False, num_parts: int | None = None, shards: tuple[int, int] | None = None):
         """``shards=(count, index)`` when this run is one array task (``--num-shards/--shard-index``); the
         default is a whole run. The directory is locked for the run (see :class:`RunLock`) until ``finish``."""
         self.path = Path(path)
@@ -275,8 +274,7 @@ class StageWriter:
         # The output is never one of the inputs; --overwrite deletes only a stage of this table, and of it only
         # the entries a stage writer makes (store/outputs.py). A run directory or a directory of raw files
         # given as input may hold the output.
-        claimed = claim(self.path, STAGE, holders=[i for i in spec.inputs if str(i) != "-"], overwrite=overwrite,
-                        table=spec.table, shards=shards, command=spec.command)
+        claimed = claim(self.path, STAGE, holders=[i for i in spec.inputs if str(i) != "-"], overwrite=overwrite, table=spec.table, shards=shards, command=spec.command)
         self.run = claimed.lock
         weakref.finalize(self, self.run.release)  # a writer dropped without finish() (an error) lets go too
         try:
@@ -323,9 +321,7 @@ class StageWriter:
             if problem is None:
                 return
             if not (self.whole_run and self._nothing_committed(old)):
-                raise GrtoolError(
-                    f"{self.path}: exists with different {problem}; resume needs the same command, use --overwrite to start over"
-                )
+                raise GrtoolError(f"{self.path}: exists with different {problem}; resume needs the same command, use --overwrite to start over")
             # A run that failed before committing anything (a refused option) left only its manifest: nothing in the
             # directory is described by it, so the corrected command starts the stage afresh (a whole run holds the
             # directory alone: no array task is writing into it).

@@ -50,6 +50,7 @@ STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
 MAX_MESSAGE = 4000  # characters of an error message kept in the record
 
+
 def task_key(shards: tuple[int, int] | None) -> str:
     """``"all"`` for a whole run, ``"I/N"`` for task I of an N-task array."""
     if shards is None or shards[0] <= 1:
@@ -150,6 +151,7 @@ def record_stop(path: str | Path, stop: dict[str, Any]) -> None:
 
 def clear_stops(path: str | Path, task: str) -> None:
     """A run of ``task`` succeeded: its stop goes; a whole run's success clears every task's."""
+
     def change(stops: dict[str, Any]) -> None:
         if task == WHOLE_RUN:
             stops.clear()

@@ -291,8 +291,9 @@ def check_lora(cfg: TrainConfig, layers: list[str], hidden_size: int | None) -> 
     unknown = [t for t in wanted if not any(n == t or n.endswith("." + t) for n in layers)]
     if unknown:
         leaves = sorted({n.rsplit(".", 1)[-1] for n in layers if n and not n.rsplit(".", 1)[-1].isdigit()})
-        raise InputError(f"--lora-target {cfg.lora_target}: the model has no layer LoRA can adapt named {', '.join(unknown)} "
-                         f"(its linear, embedding and convolution layers: {', '.join(leaves[:30])}; or all-linear)")
+        raise InputError(
+            f"--lora-target {cfg.lora_target}: the model has no layer LoRA can adapt named {', '.join(unknown)} (its linear, embedding and convolution layers: {', '.join(leaves[:30])}; or all-linear)"
+        )
 
 
 def check_cutoff(cfg: TrainConfig, context: int | None) -> None:
@@ -329,8 +330,10 @@ def check_report_to_installed(value: str) -> None:
             raise MissingDependency(f"--report-to {name}", package or modules[0], package)
         if name == "kubeflow" and (not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or os.environ.get("DISABLE_KUBEFLOW_INTEGRATION", "").upper() == "TRUE"):
             # transformers' callback raises when the trainer starts, after --out exists
-            raise InputError("--report-to kubeflow: reports to the Kubeflow trainer server named by KUBEFLOW_TRAINER_SERVER_URL, which is not set "
-                             "here (a Kubeflow TrainJob sets it) or DISABLE_KUBEFLOW_INTEGRATION turns it off; leave kubeflow out")
+            raise InputError(
+                "--report-to kubeflow: reports to the Kubeflow trainer server named by KUBEFLOW_TRAINER_SERVER_URL, which is not set "
+                "here (a Kubeflow TrainJob sets it) or DISABLE_KUBEFLOW_INTEGRATION turns it off; leave kubeflow out"
+            )
 
 
 def effective_batch(cfg: TrainConfig) -> int:

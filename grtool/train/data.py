@@ -142,8 +142,7 @@ def apply_system(rows: list[Row], system: str | None, data: Path) -> None:
     for n, row in enumerate(rows, 1):
         own = [m["content"] for m in row["prompt"] if m["role"] == "system"]
         if own and own != [system]:
-            raise InputError(f"{data}, row {n}: has a system prompt of its own, so --system would not be what it trains on; "
-                             "leave --system out, or export the rows again with `export … --system`")
+            raise InputError(f"{data}, row {n}: has a system prompt of its own, so --system would not be what it trains on; leave --system out, or export the rows again with `export … --system`")
         if not own:
             row["prompt"] = [_message("system", system), *row["prompt"]]
 
@@ -162,11 +161,17 @@ def drop_long_prompts(data: TrainData, tokenizer: Any, cutoff: int) -> dict[str,
     beyond = [n for n, k in enumerate(prompt_tokens) if k >= cutoff]
     cut = sum(1 for n, k in enumerate(whole_tokens) if k > cutoff and prompt_tokens[n] < cutoff)
     if len(beyond) == len(data.rows):
-        raise InputError(f"{data.source}: every prompt is at least --cutoff-len {cutoff} tokens long (the shortest {min(prompt_tokens)}): "
-                         "no completion token would be trained; raise --cutoff-len")
+        raise InputError(f"{data.source}: every prompt is at least --cutoff-len {cutoff} tokens long (the shortest {min(prompt_tokens)}): no completion token would be trained; raise --cutoff-len")
     if beyond:
-        log.warning("%s: %d of %d rows dropped: the prompt alone is at least --cutoff-len %d tokens (row %d: %d tokens); raise --cutoff-len to keep them",
-                    data.source, len(beyond), len(data.rows), cutoff, beyond[0] + 1, prompt_tokens[beyond[0]])
+        log.warning(
+            "%s: %d of %d rows dropped: the prompt alone is at least --cutoff-len %d tokens (row %d: %d tokens); raise --cutoff-len to keep them",
+            data.source,
+            len(beyond),
+            len(data.rows),
+            cutoff,
+            beyond[0] + 1,
+            prompt_tokens[beyond[0]],
+        )
         dropped = set(beyond)
         data.rows = [r for n, r in enumerate(data.rows) if n not in dropped]
     if cut:
@@ -250,8 +255,17 @@ def _from_chains(stage: Path, corpus: str | None, system: str | None, markers: s
     return TrainData(rows, str(stage), "filtered-chains", None, fingerprint, questions_record(exported.qids.get("train", ())))
 
 
-def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None = None, system: str | None = None,
-             markers: str = "special", tau: float = 0.5, desirable: str = "exact", cannot_answer: str | None = None) -> TrainData:
+def load_kto(
+    data: str | Path,
+    *,
+    corpus: str | None = None,
+    triples: str | None = None,
+    system: str | None = None,
+    markers: str = "special",
+    tau: float = 0.5,
+    desirable: str = "exact",
+    cannot_answer: str | None = None,
+) -> TrainData:
     data = Path(data)
     if triples is not None or corpus is not None:
         loaded = _from_responses(data, corpus, triples, system, markers, tau, desirable, cannot_answer)
@@ -274,8 +288,7 @@ def load_kto(data: str | Path, *, corpus: str | None = None, triples: str | None
     return loaded
 
 
-def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str,
-                    cannot_answer: str | None = None) -> TrainData:
+def _from_responses(responses: Path, corpus: str | None, triples: str | None, system: str | None, markers: str, tau: float, desirable: str, cannot_answer: str | None = None) -> TrainData:
     """Sampled responses labelled by retrieval with `export kto`'s own rule (into a temporary TRL file)."""
     from grtool.export.kto import export_kto
     from grtool.vocab.provenance import input_fingerprint, questions_record

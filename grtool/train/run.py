@@ -72,8 +72,19 @@ class Plan:
         return out
 
 
-def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, check_out: bool = True, check_template: bool = True,
-         writes_checkpoint: bool = True) -> Plan:
+def plan(
+    kind: str,
+    data: str | Path,
+    model: str | None,
+    out: str | Path,
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    check_out: bool = True,
+    check_template: bool = True,
+    writes_checkpoint: bool = True,
+) -> Plan:
     """Everything checked, nothing written. ``writes_checkpoint=False``: ``out`` is a LLaMA-Factory YAML file."""
     from grtool.train.model import resolve
 
@@ -118,8 +129,9 @@ def plan(kind: str, data: str | Path, model: str | None, out: str | Path, cfg: T
 
         drop_long_prompts(loaded, load_tokenizer(ref, cfg.chat_template), cfg.cutoff_len)
         if batch > len(loaded.rows):
-            raise InputError(f"{loaded.source}: {len(loaded.rows)} rows within --cutoff-len {cfg.cutoff_len}, fewer than one effective batch of {batch}; "
-                             "raise --cutoff-len, lower the batch or give more data")
+            raise InputError(
+                f"{loaded.source}: {len(loaded.rows)} rows within --cutoff-len {cfg.cutoff_len}, fewer than one effective batch of {batch}; raise --cutoff-len, lower the batch or give more data"
+            )
     result = Plan(kind, loaded, ref, Path(out), cfg, resume=resume, overwrite=overwrite)
     if kind == "kto":
         from grtool.export.kto import balancing_weights
@@ -219,8 +231,7 @@ def check_resume(p: Plan, record: RunRecord | None) -> None:
             differences.append(f"{key.replace('_', '-')} was {old!r}, now {new!r}")
     if differences:
         raise InputError(
-            f"--out {printable(out)}: --resume refused: this command differs from the run it would continue ({'; '.join(differences)}); "
-            "resume with the same command, or start over with --overwrite"
+            f"--out {printable(out)}: --resume refused: this command differs from the run it would continue ({'; '.join(differences)}); resume with the same command, or start over with --overwrite"
         )
 
 
@@ -615,11 +626,23 @@ def provenance(p: Plan, trainer, output, seconds: float, resumed_from: str | Non
     return {
         "kind": f"train {p.kind}",
         "command": current_command(),
-        "versions": {"grtool": __version__, "trl": _version("trl"), "peft": _version("peft"), "torch": _version("torch"),
-                     "transformers": _version("transformers"), "python": platform.python_version()},  # fmt: skip
+        "versions": {
+            "grtool": __version__,
+            "trl": _version("trl"),
+            "peft": _version("peft"),
+            "torch": _version("torch"),
+            "transformers": _version("transformers"),
+            "python": platform.python_version(),
+        },  # fmt: skip
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "data": {"source": p.data.source, "format": p.data.fmt, "rows": len(p.data.rows), "sha256": p.data.sha256,
-                 "fingerprint": p.data.fingerprint, **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {})},  # fmt: skip
+        "data": {
+            "source": p.data.source,
+            "format": p.data.fmt,
+            "rows": len(p.data.rows),
+            "sha256": p.data.sha256,
+            "fingerprint": p.data.fingerprint,
+            **({"desirable": report["desirable"], "undesirable": report["undesirable"]} if p.kind == "kto" else {}),
+        },  # fmt: skip
         "base_model": {"name": p.model.name, "path": p.model.path},
         "questions": trained_questions(p.data.source, p.data.questions, p.model.path),  # what `eval recall` must not score
         "flips": learned_flips(p),

@@ -113,34 +113,18 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     report: dict[str, Any] = {"triples": str(stage), **_shares(counts)}
     report["documents"] = int(rows.select(pl.col("doc_id").n_unique()).collect().item())
     report["dropped"] = drop_shares(load_manifest(stage).get("counters", {}))  # triples extract's checks, per reason
-    report["docs_per_triple"] = {
-        str(k): int(v) for k, v in counts.group_by("n").len().sort("n").iter_rows()
-    }
-    report["top_colliding"] = [
-        {"docid": d, "documents": int(n)} for d, n in counts.filter(pl.col("n") >= 2).sort(["n", "docid"], descending=[True, False]).head(top).iter_rows()
-    ]
+    report["docs_per_triple"] = {str(k): int(v) for k, v in counts.group_by("n").len().sort("n").iter_rows()}
+    report["top_colliding"] = [{"docid": d, "documents": int(n)} for d, n in counts.filter(pl.col("n") >= 2).sort(["n", "docid"], descending=[True, False]).head(top).iter_rows()]
     docs = find_documents(stage, corpus)
     report["corpus"] = str(docs) if docs is not None else None
     report["view"] = view
     report["per_dataset"] = {}
     report["reaches"] = {}
     if docs is not None:
-        datasets = (
-            scan_shards(shard_paths(docs))
-            .select("doc_id", pl.col("datasets").alias("dataset"))
-            .explode("dataset")
-            .drop_nulls("dataset")
-            .unique()
-            .collect()
-        )
+        datasets = scan_shards(shard_paths(docs)).select("doc_id", pl.col("datasets").alias("dataset")).explode("dataset").drop_nulls("dataset").unique().collect()
         groups = reach_groups(datasets, _source_links(docs)) if view == "transitive" else {d: d for d in datasets["dataset"].unique().to_list()}
         scoped = datasets.with_columns(pl.col("dataset").replace_strict(groups).alias("scope")).select("doc_id", "scope").unique()
-        per = (
-            rows.join(scoped.lazy(), on="doc_id", how="inner")
-            .group_by("scope", "docid")
-            .agg(pl.col("doc_id").n_unique().alias("n"))
-            .collect()
-        )
+        per = rows.join(scoped.lazy(), on="doc_id", how="inner").group_by("scope", "docid").agg(pl.col("doc_id").n_unique().alias("n")).collect()
         by_scope = {name: _shares(group) for (name,), group in per.group_by("scope")}
         for name in sorted(groups):
             if groups[name] in by_scope:

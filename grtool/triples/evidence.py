@@ -101,8 +101,7 @@ def evidence_triples(questions: Iterable[dict[str, Any]], documents: Iterable[di
     return evidence_rows(questions, documents, markers).rows
 
 
-def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[dict[str, Any]] = (), *,
-                         markers: Markers = SPECIAL, overwrite: bool = False) -> int:
+def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[dict[str, Any]] = (), *, markers: Markers = SPECIAL, overwrite: bool = False) -> int:
     """A triples stage at ``out`` of :func:`evidence_rows` over an ingest or merge output (one part, its rejects with
     their reasons), followed by the triples rows ``extra`` (a benchmark adds the extracted triples of the distractor
     paragraphs, which have no evidences); returns its row count."""
@@ -115,13 +114,14 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
     found = evidence_rows(read_table(questions).to_pylist(), read_table(documents, ["doc_id", "title"]).to_pylist(), markers)
     if not found.read and not extra and not empty.allowed():
-        raise DataProblem(f"{questions}: none of its {found.questions:,} questions has evidences ([subject, relation, object] "
-                          "lists, as 2WikiMultihopQA's release ships them): nothing to make triples of; triples extract "
-                          "makes them with a model (--allow-empty accepts an empty stage)")
+        raise DataProblem(
+            f"{questions}: none of its {found.questions:,} questions has evidences ([subject, relation, object] "
+            "lists, as 2WikiMultihopQA's release ships them): nothing to make triples of; triples extract "
+            "makes them with a model (--allow-empty accepts an empty stage)"
+        )
     rows = found.rows + list(extra)
     params = {"source": "evidences", **({"docid_markers": [markers.start, markers.end]} if markers != SPECIAL else {})}
-    stage = StageWriter(out, StageSpec("triples", TRIPLES, params, inputs=[str(questions), str(documents)]),
-                        overwrite=overwrite, num_parts=1)
+    stage = StageWriter(out, StageSpec("triples", TRIPLES, params, inputs=[str(questions), str(documents)]), overwrite=overwrite, num_parts=1)
     if not stage.done(0):
         with stage.shard(0) as shard:
             shard.count_in(found.read + len(rows) - len(found.rows))  # the evidences read and the extra rows

@@ -222,9 +222,7 @@ def _extract_part(corpus: InputTable, part: Part, sampling, prompt, config, budg
         log.info("%s: %d of %d documents gave no triples", result.part, result.empty, result.total)
 
 
-def _rows_for(
-    doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str, checks: TripleChecks
-) -> list[dict[str, Any]]:
+def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartResult, source: str, checks: TripleChecks) -> list[dict[str, Any]]:
     doc_id = doc["doc_id"]
     parsed = parse_output(gen.text, gen.finish_reason, (config.docid_start, config.docid_end))
     result.add()

@@ -110,9 +110,7 @@ _SCALARS = (str, int, float)
 def _walk(obj: object, out: list[Triple]) -> None:
     """Collect triples from any nesting of lists and objects."""
     if isinstance(obj, list):
-        if len(obj) == 3 and (
-            (type(obj[0]) is str and type(obj[1]) is str and type(obj[2]) is str) or all(type(x) in _SCALARS for x in obj)
-        ):
+        if len(obj) == 3 and ((type(obj[0]) is str and type(obj[1]) is str and type(obj[2]) is str) or all(type(x) in _SCALARS for x in obj)):
             out.append((str(obj[0]), str(obj[1]), str(obj[2])))
             return
         for item in obj:

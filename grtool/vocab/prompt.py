@@ -22,5 +22,5 @@ def instruction(question: str, markers: str = "special", cannot_answer: str | No
     start, end = MARKERS[markers].start, MARKERS[markers].end
     template = INSTRUCTION_TEMPLATE
     if cannot_answer:
-        template = template.replace(_CANNOT_DEFAULT, f"finish with \"{cannot_answer.replace('{', '{{').replace('}', '}}')}\"")
+        template = template.replace(_CANNOT_DEFAULT, f'finish with "{cannot_answer.replace("{", "{{").replace("}", "}}")}"')
     return template.format(start=start, end=end, question=question.strip())

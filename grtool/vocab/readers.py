@@ -25,6 +25,7 @@ from grtool.store.stage import iter_batches
 from grtool.store.records import resolve_stage
 from grtool.userinput import missing_input
 
+
 @dataclass(frozen=True)
 class Question:
     qid: str
@@ -53,8 +54,7 @@ class QuestionIndex:
             for batch in iter_batches(stage, columns=columns):
                 for row in batch.to_pylist():
                     size += 1
-                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False,
-                             not gold_incomplete(row["meta"])]
+                    value = [row["dataset"], row["question"], row["gold_doc_ids"] or [], row["answerable"] is not False, not gold_incomplete(row["meta"])]
                     yield row["qid"], orjson.dumps(value)
 
         trie = marisa_trie.BytesTrie(entries())
