@@ -14,11 +14,11 @@ bm25s = pytest.importorskip("bm25s")
 HOTPOT = [EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json", EXAMPLES / "hotpotqa" / "hotpot_train_v1.1.example.json"]
 
 
-def direct_bm25_recall(top_k: int | None = None) -> dict[str, float]:
+def direct_bm25_recall(top_k: int | None = None, files: list = HOTPOT) -> dict[str, float]:
     """qid → recall of bm25s run here on the raw HotpotQA files, with the settings the docs state: a document is
     title + " " + its sentences joined (HotpotQA's sentences carry their spaces), English stopwords, no stemmer,
     Lucene BM25 k1 1.5 b 0.75, the top |gold| + 1 documents (the paper's protocol)."""
-    records = [r for path in HOTPOT for r in json.loads(path.read_text())]
+    records = [r for path in files for r in json.loads(path.read_text())]
     paragraphs = list(dict.fromkeys((title, "".join(sentences)) for r in records for title, sentences in r["context"]))
     retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
     retriever.index(bm25s.tokenize([f"{title} {text}" for title, text in paragraphs], stopwords="en", show_progress=False), show_progress=False)
@@ -53,6 +53,18 @@ def test_bm25_recall_equals_bm25s_called_directly(bm25_run):
     assert 0 < report["recall"] < 1  # the bundled questions do not make BM25 perfect: the comparison can fail
     assert report["docs_per_response"] == pytest.approx(3.0)  # |gold| + 1 = 3 for every 2-hop question
     assert report["seconds_per_query"]["mean"] > 0 and report["without_response"] == 0
+
+
+@pytest.mark.real_data
+def test_bm25_recall_on_real_hotpotqa_questions_equals_bm25s(shared_data, tmp_path):
+    """The same check on the real HotpotQA dev and train samples (their own distractor paragraphs as the corpus)."""
+    files = [shared_data / "hotpotqa" / "hotpot_dev_distractor_v1.sample.json", shared_data / "hotpotqa" / "hotpot_train_v1.1.sample.json"]
+    run_cli("corpus", "ingest", *files, "--out", tmp_path / "corpus")
+    run_cli("retrieve", tmp_path / "corpus", "--method", "bm25", "--out", tmp_path / "bm25")
+    report = recall_report(tmp_path / "bm25", "--corpus", tmp_path / "corpus", "--per-question")
+    expected = direct_bm25_recall(files=files)
+    assert {q["qid"]: q["recall"] for q in report["questions"]} == pytest.approx(expected) and len(expected) >= 5
+    assert 0 < report["recall"] < 1
 
 
 def test_bm25_stage_is_a_responses_stage_and_resumes(bm25_run):
