@@ -66,3 +66,12 @@ def test_a_log_record_and_an_error_are_escaped_too(run: Path, tmp_path: Path) ->
     assert not RAW_CONTROL.search(out) and b"again\\ny" in out and not re.search(rb"again\n", out), out
     out = _piped("show", run / "nothing", code=2)
     assert not RAW_CONTROL.search(out) and b"run\\nx/nothing" in out, out
+
+
+def test_a_pipeline_note_keeps_its_lines(tmp_path: Path, write_pipeline) -> None:
+    """The pipeline file's `note` (the demo's closing words) is printed line by line, not as one line of `\\n`s."""
+    hotpot = EXAMPLES / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
+    path = write_pipeline([{"name": "ingest", "run": "corpus ingest", "args": [str(hotpot)], "options": {"out": "{out}/corpus"}}],
+                          out=str(tmp_path / "run"), note="First line of the note.\nSecond line.\n")  # fmt: skip
+    err = run_cli("pipeline", "run", path).stderr
+    assert re.search(r"First line of the note\.\n(\S+ \S+ )?Second line\.", err) and "\\n" not in err, err[-1000:]

@@ -12,7 +12,7 @@ import typer
 from grtool.cli.commands import Command, Group, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
-from grtool.log import log, stage_summary
+from grtool.log import lines, log, stage_summary
 
 register(Group("pipeline", "Run several stages from one TOML file."))
 
@@ -104,7 +104,7 @@ def run(
         summary_json.parent.mkdir(parents=True, exist_ok=True)
         summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     if pipeline.note:
-        stage_summary.print(pipeline.note.strip(), highlight=False, soft_wrap=True)
+        stage_summary.print(lines(pipeline.note.strip().splitlines()), highlight=False, soft_wrap=True)  # its lines as written
 
 
 register(Command("pipeline run", run, stage=False))
