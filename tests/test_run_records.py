@@ -45,7 +45,8 @@ def _replace(path: Path, how: str) -> None:
 
 
 # a record in place of which stands /dev/zero or a folder; discovery (validate), the run listing (status)
-# and the page (report) read records bounded and never whole: validate names it, status/report list it as damaged
+# and the page (report) read records bounded and never whole: validate names it, status lists it as damaged, and
+# report writes the page with validate's verdict on it (exit 1, as validate)
 @pytest.mark.parametrize("record", ["index/index.json", "export/sft.json.grtool.json", "export/dataset_info.json"])
 @pytest.mark.parametrize("how", ["devzero", "dir"])
 def test_record_replaced_by_device_or_folder(run_copy, record, how):
@@ -54,7 +55,8 @@ def test_record_replaced_by_device_or_folder(run_copy, record, how):
     assert proc.returncode == 1, proc.stderr
     assert Path(record).name in proc.stderr
     assert grtool("status", run_copy).returncode == 0
-    assert grtool("report", run_copy, "--out", run_copy.parent / "page.html").returncode == 0
+    assert grtool("report", run_copy, "--out", run_copy.parent / "page.html").returncode == 1
+    assert "FAIL" in (run_copy.parent / "page.html").read_text()
 
 
 # a stage is read only when its manifest and its shard records agree: another stage's manifest copied in
