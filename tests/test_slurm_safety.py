@@ -64,7 +64,7 @@ def test_dangerous_characters_in_a_stage_value_and_through_set_and_vars_are_refu
 
 def test_a_var_substituted_into_a_slurm_value_is_checked_after_substitution(tmp_path, cli):
     config = _config(tmp_path, tmp_path / "run", triples='{ tasks = 3, partition = "{part}" }')
-    config.write_text('[vars]\npart = "gpu"\n' + config.read_text())
+    config.write_text(config.read_text() + '\n[vars]\npart = "gpu"\n')  # at the end: keys after [vars] would be its own
     cli("pipeline", "run", config, "--executor", "slurm", "--dry-run")
     proc = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", "--set", "vars.part=gpu\u2028x", check=2)
     assert "stage 'triples', slurm 'partition'" in proc.stderr and "'gpu\\u2028x'" in proc.stderr, proc.stderr
@@ -74,7 +74,7 @@ def test_a_var_in_setup_or_launch_goes_in_as_one_quoted_word(tmp_path, cli):
     marker = tmp_path / "X"
     env = slurm_fakes.install(tmp_path / "slurm")
     config = _config(tmp_path, tmp_path / "run", slurm='setup = "cd {venv}"\nlaunch = "env {flag} "', triples="{ tasks = 2 }")
-    config.write_text(f'[vars]\nvenv = {_toml(f"my env; touch {marker}")}\nflag = "A=1 $(touch {marker})"\n' + config.read_text())
+    config.write_text(config.read_text() + f'\n[vars]\nvenv = {_toml(f"my env; touch {marker}")}\nflag = "A=1 $(touch {marker})"\n')
     plan = cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", env=env).stdout
     assert f"cd 'my env; touch {marker}'" in plan, plan
     cli("pipeline", "run", config, "--executor", "slurm", env=env)
