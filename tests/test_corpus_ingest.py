@@ -378,7 +378,7 @@ def test_every_file_is_detected_as_its_own_dataset(source, request):
     from grtool.corpus.datasets import GENERIC_DOCUMENTS, detect
     from grtool.corpus.readers import input_files, iter_records, open_streams, parse_line
 
-    known = {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa", "hotpotqa-wiki", "generic"}
+    known = {"hotpotqa", "2wikimultihopqa", "musique", "morehopqa", "hotpotqa-wiki", "generic", "inline"}
     seen = set()
     root = request.getfixturevalue(source)
     for f in input_files(root):
@@ -402,7 +402,15 @@ def test_real_samples_manifest_says_what_each_file_was(ingested, shared_data):
     assert man["detected"] == json.loads((ingested / "questions" / "_manifest.json").read_bytes())["detected"]
     by_path = {e["path"]: e for e in man["detected"]}
     # files of one directory read alike are one entry per split
-    assert by_path[str(shared_data / "hotpotqa")] == {"path": str(shared_data / "hotpotqa"), "files": 2, "dataset": "hotpotqa", "records": "questions", "split": "dev", "by": "detected"}
+    assert by_path[str(shared_data / "hotpotqa")] == {
+        "path": str(shared_data / "hotpotqa"),
+        "files": 2,
+        "dataset": "hotpotqa",
+        "records": "questions",
+        "split": "dev",
+        "by": "detected",
+        "unread": ["level"],
+    }  # the keys no layout reads are named
     assert by_path[str(shared_data / SAMPLES["hotpotqa"][2])]["split"] == "train"
     assert by_path[str(shared_data / SAMPLES["hotpotqa"][3])]["dataset"] == "hotpotqa"
     assert by_path[str(shared_data / SAMPLES["morehopqa"][0])]["dataset"] == "morehopqa"

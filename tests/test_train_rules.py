@@ -100,8 +100,8 @@ def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, 
     options = dict(zip(TINY[::2], TINY[1::2]))
     changed = {**options, "--learning-rate": "3e-4"}
     one_line(cli("train", "sft", data, *resume, *[x for kv in changed.items() for x in kv], check=2), "--resume refused", "learning-rate was 0.0001, now 0.0003")
-    changed = {**options, "--cutoff-len": "96"}
-    one_line(cli("train", "sft", data, *resume, *[x for kv in changed.items() for x in kv], check=2), "cutoff-len was 128, now 96")
+    changed = {**options, "--cutoff-len": "256"}
+    one_line(cli("train", "sft", data, *resume, *[x for kv in changed.items() for x in kv], check=2), "cutoff-len was 128, now 256")
     other = write_sft(tmp_path / "other.json", n=6)
     one_line(cli("train", "sft", other, *resume, *TINY, check=2), "--resume refused", f"the data {data} was given, now {other}")
     one_line(cli("train", "sft", data, "--model", finished, *resume, *TINY, check=2), "--resume refused", "--model was SmolLM2-135M-Instruct")
