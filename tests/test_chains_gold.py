@@ -29,7 +29,9 @@ def test_gold_chains_cite_the_evidences_in_order_and_pass_the_filters(cli, run: 
     questions = {q["qid"]: q for q in read_table(corpus / "questions").to_pylist()}
     rows = read_table(chains).to_pylist()
     assert summary["questions"] == len(questions) == summary["questions_chained"] + sum(summary["rejected"].values())
-    assert summary["rows"] == len(rows) >= 10 and summary["rejected"] == {"gold documents without triples": 1}
+    # every question's gold documents hold an evidence (a subject matches a title with a qualifier too, `Star Wars` ->
+    # `Star Wars (film)`), so none is rejected; questions = chained + rejected holds either way
+    assert summary["rows"] == len(rows) >= 10 and summary["rejected"] == {}
     manifest = load_manifest(chains)
     assert manifest["params"]["model"] == "gold" and manifest["counters"]["in"] == len(questions)
     stored = {r["docid"] for r in read_table(triples).to_pylist()}
@@ -39,8 +41,7 @@ def test_gold_chains_cite_the_evidences_in_order_and_pass_the_filters(cli, run: 
         assert r["docids"] == [f"<docid_start>{h}, {rel}, {t}<docid_end>" for h, rel, t in question_evidences(q["meta"])]
         assert set(r["docids"]) <= stored and not any(r["flipped"])  # 2Wiki's hops read head-first
         assert r["text"].startswith("I look up the ") and r["text"].endswith(f"So the answer is {q['answer']}.")
-    rejected = [json.loads(line) for line in (chains / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
-    assert rejected[0]["record"]["qid"] in questions and "have no triples" in rejected[0]["detail"]
+    assert not (chains / "_rejects" / "part-00000.jsonl").exists()
 
     # the filters keep every one of them, and the export takes them as it takes a model's chains
     cli("-q", "filters", "apply", chains, "--corpus", corpus, "--triples", triples, "--out", run / "filtered")
@@ -105,4 +106,5 @@ def test_the_evidence_stage_keeps_the_extra_rows_of_distractor_paragraphs(run: P
     rows = read_table(run / "triples-all").to_pylist()
     assert n == len(rows) == read_table(run / "triples").num_rows + 1
     assert rows[-1] == extra and rows[:-1] == read_table(run / "triples").to_pylist()
-    assert load_manifest(run / "triples-all")["counters"]["in"] == n
+    counters = load_manifest(run / "triples-all")["counters"]  # evidences read + the extra row = rows + merged + rejected
+    assert counters["in"] == n + counters["merged"] + sum(counters["rejected"].values())

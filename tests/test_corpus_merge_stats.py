@@ -78,7 +78,8 @@ def test_stats_table_json_and_plot(examples, cli, tmp_path):
     proc = cli("corpus", "stats", run, "--json", "--plot", tmp_path / "plot" / "stats.png")
     stats = json.loads(proc.stdout)
     groups = {(g["dataset"], g["split"]): g for g in stats["groups"]}
-    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 35
+    assert sum(g["questions"] for g in groups.values()) == stats["questions_total"] == 47
+    assert groups[("generic", "unknown")]["questions"] == 12  # examples/data/inline: own data before `corpus split`
     assert {k[0]: g["questions"] for k, g in groups.items() if k[1] == "train"} == {"hotpotqa": 6, "2wikimultihopqa": 3, "musique": 3, "generic": 1}
     musique = groups[("musique", "dev")]
     assert musique["questions"] == 4 and musique["answerable_share"] == 0.75

@@ -54,7 +54,7 @@ def filters_apply(run: dict, out: Path, *extra) -> tuple:
 
 
 def train_sft(run: dict, out: Path, *extra) -> tuple:
-    return ("train", "sft", run["sft"], "--model", run["model"], "--out", out, "--max-steps", "1", "--cutoff-len", "64", "--per-device-batch-size", "2", *extra)
+    return ("train", "sft", run["sft"], "--model", run["model"], "--out", out, "--max-steps", "1", "--cutoff-len", "256", "--per-device-batch-size", "2", *extra)
 
 
 def export_gmr(run: dict, out: Path, *extra) -> tuple:
@@ -246,7 +246,7 @@ def test_a_training_run_killed_before_its_record_can_be_started_over(run, tmp_pa
     """A run records that it started (grtool-run.json) before the model loads: killed then, --overwrite accepts
     the directory; the refused base-model case above has no such record."""
     out = tmp_path / "ckpt"
-    args = ["train", "sft", str(run["sft"]), "--out", str(out), "--max-steps", "1", "--cutoff-len", "64", "--per-device-batch-size", "2"]
+    args = ["train", "sft", str(run["sft"]), "--out", str(out), "--max-steps", "1", "--cutoff-len", "256", "--per-device-batch-size", "2"]
     first = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while not (out / "grtool-run.json").is_file():  # a state: the run recorded its start
