@@ -63,14 +63,6 @@ def test_retrieve_beams_has_a_checked_bound(cli):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "--beams" in proc.stderr, proc.stderr
 
 
-def test_report_to_kubeflow_outside_a_kubeflow_job_is_refused_before_out(tmp_path, cli):
-    data = _write(tmp_path / "sft.jsonl", _rows(4))
-    out = tmp_path / "ckpt"
-    env = {"KUBEFLOW_TRAINER_SERVER_URL": "", "DISABLE_KUBEFLOW_INTEGRATION": ""}
-    _refused(cli("train", "sft", data, "--out", out, "--report-to", "kubeflow", *TINY, check=False, env=env), "--report-to kubeflow", "KUBEFLOW_TRAINER_SERVER_URL")
-    assert not out.exists()
-
-
 def test_system_reaches_every_row_of_a_file_or_is_refused(tmp_path):
     from grtool.errors import InputError
     from grtool.train.data import load_kto, load_sft

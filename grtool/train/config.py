@@ -9,7 +9,6 @@ unless a later layer sets ``gradient_accumulation`` itself.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, get_args, get_type_hints
@@ -328,12 +327,6 @@ def check_report_to_installed(value: str) -> None:
         modules, package = REPORT_TO.get(name, ((), None))
         if modules and not any(importlib.util.find_spec(m) is not None for m in modules):
             raise MissingDependency(f"--report-to {name}", package or modules[0], package)
-        if name == "kubeflow" and (not os.environ.get("KUBEFLOW_TRAINER_SERVER_URL") or os.environ.get("DISABLE_KUBEFLOW_INTEGRATION", "").upper() == "TRUE"):
-            # transformers' callback raises when the trainer starts, after --out exists
-            raise InputError(
-                "--report-to kubeflow: reports to the Kubeflow trainer server named by KUBEFLOW_TRAINER_SERVER_URL, which is not set "
-                "here (a Kubeflow TrainJob sets it) or DISABLE_KUBEFLOW_INTEGRATION turns it off; leave kubeflow out"
-            )
 
 
 def effective_batch(cfg: TrainConfig) -> int:
