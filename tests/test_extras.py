@@ -118,3 +118,35 @@ def test_command_extras_of_the_demo():
             ("retrieve-base", "llm"), ("recall-table", "plot"), ("retrieve-bm25", "bm25")} <= needs  # fmt: skip
     assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base", "recall-bm25"}
     assert ("retrieve-bm25", "llm") not in needs  # no model: the LLM extra is not asked for
+
+
+def _declared_extras() -> dict[str, set[str]]:
+    """pyproject.toml's extras, each as the set of package names it brings (nested grtool[...] extras expanded)."""
+    import re
+    import tomllib
+
+    declared = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def names(extra: str) -> set[str]:
+        out: set[str] = set()
+        for requirement in declared[extra]:
+            nested = re.fullmatch(r"grtool\[([^\]]+)\]", requirement)
+            if nested:
+                for inner in nested.group(1).split(","):
+                    out |= names(inner.strip())
+            else:
+                out.add(re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-"))
+        return out
+
+    return {extra: names(extra) for extra in declared}
+
+
+def test_every_package_an_extra_checks_for_is_declared_in_that_extra():
+    """A module `require` looks for but the extra does not install passes here (the test install has it) and
+    fails on a user's plain install: bm25s does not bring scipy, and the demo stopped on it."""
+    declared = _declared_extras()
+    for extra, pairs in extras.EXTRAS.items():
+        wanted = {package.lower() for _module, package in pairs}
+        assert wanted <= declared[extra], f"[{extra}] checks for {sorted(wanted - declared[extra])} but does not install them"
+        if extra != "vllm":  # the CPU demo runs every extra but the GPU build of vLLM
+            assert declared[extra] <= declared["demo"], f"the demo extra lacks [{extra}]"
