@@ -26,7 +26,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist exports COLUMNS=80 and
 
 def pytest_collection_modifyitems(config, items):
     """Where the real records are absent, the real_data tests (and only they) are skipped, under one reason."""
-    mark_known_failing(items)
     if SHARED_DATA.is_dir():
         return
     for item in items:
@@ -137,23 +136,3 @@ def write_pipeline(tmp_path):
         return write_pipeline_file(path if path is not None else tmp_path / "pipeline.toml", stages, **top)
 
     return write
-
-
-# Found failing by the whole suite after the session's merges (2026-11-28), with no time left to fix them in that
-# session: expected to fail, not skipped, so each still runs and reports. The next session fixes them first.
-KNOWN_FAILING_AFTER_MERGE = {
-    "tests/test_report_verdicts.py": "report/show verdict fixture: chains gold stops differently after the evidence matching change",
-    "tests/test_cli_shape.py::test_tables_fit_100_columns_and_messages_hold_no_python_reprs": "new commands' tables",
-    "tests/test_declared_commands.py::test_every_path_parameter_of_a_stage_command_is_declared_read_or_written": "corpus split, triples evidence",
-    "tests/test_deep_nesting.py::test_a_deeply_nested_set_value_is_one_line": "--set check order after the pipeline-file checks",
-    "tests/test_plain_output.py::test_piped_output_holds_no_raw_control_character": "one printer after the merges",
-    "tests/test_recipe_splits.py::test_every_training_step_of_the_docs_reads_train_questions_only": "docs written by other branches",
-    "tests/test_index.py::test_memory_limit_refuses_a_build_that_does_not_fit": "memory held by the worker process under a full run",
-}
-
-
-def mark_known_failing(items):
-    for item in items:
-        for prefix, why in KNOWN_FAILING_AFTER_MERGE.items():
-            if item.nodeid == prefix or item.nodeid.startswith(prefix + "[") or item.nodeid.startswith(prefix + "::"):
-                item.add_marker(pytest.mark.xfail(reason=f"known failing after the merges: {why}", strict=False))

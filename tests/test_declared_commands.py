@@ -127,8 +127,10 @@ def test_every_path_parameter_of_a_stage_command_is_declared_read_or_written():
             positional = not param.opts[0].startswith("-")
             if (positional or _names_a_path(hints.get(param.name))) and (run, param.name) not in not_paths:
                 assert param.name in {**declared.reads, **declared.writes}, (run, param.name)
-    assert {run for run in stages.names() if stages.writes_run_directory(run)} == {"corpus ingest", "corpus merge", "triples extract"}
-    assert {run for run in stages.names() if stages.shards(run)} == {"triples extract", "chains synthesize", "chains gold", "filters apply", "retrieve"}
+    run_writers = {"corpus ingest", "corpus merge", "corpus split", "triples extract", "triples evidence"}
+    assert {run for run in stages.names() if stages.writes_run_directory(run)} == run_writers
+    sharded = {"triples extract", "chains synthesize", "chains gold", "filters apply", "retrieve", "eval answer"}  # eval answer: its model answers
+    assert {run for run in stages.names() if stages.shards(run)} == sharded
 
 
 def _names_a_path(hint: object) -> bool:

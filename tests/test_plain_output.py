@@ -22,6 +22,7 @@ RAW_CONTROL = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]")  # any control character 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
+    from grtool.store.stage import read_table
     from grtool.triples.evidence import write_evidence_stage
 
     root = tmp_path_factory.mktemp("plain")
@@ -30,7 +31,10 @@ def run(tmp_path_factory) -> Path:
     (root / "dev.json").write_text(text.replace(json.dumps(TITLE), json.dumps(HOSTILE)))  # in context, supporting facts, evidence
     d = root / "run\nx"
     run_cli("-q", "corpus", "ingest", root / "dev.json", "--out", d / "corpus")
-    write_evidence_stage(d / "corpus", d / "triples")
+    # the evidences naming the title are rejected (a docid holds no control character): one clean triple of its document
+    [spielberg] = [row["doc_id"] for row in read_table(d / "corpus" / "documents").to_pylist() if row["title"] == HOSTILE]
+    triple = {"doc_id": spielberg, "idx": 0, "head": TITLE, "relation": "place of birth", "tail": "Cincinnati"}
+    write_evidence_stage(d / "corpus", d / "triples", [{**triple, "docid": f"<docid_start>{TITLE}, place of birth, Cincinnati<docid_end>"}])
     return d
 
 

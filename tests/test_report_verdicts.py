@@ -1,11 +1,13 @@
 """`report` and `show` give validate's verdict: a stage stopped by a guard, a damaged manifest, an incomplete stage
 is marked as such with exit 1 (as `grtool validate` exits), and a directory grtool never wrote is exit 1 with no page.
 
-The run is real and cheap: the 2WikiMultihopQA example ingested, its evidence triples, and `chains gold`, whose
-questions' gold documents hold no triple, so its empty-result guard stops it (recorded in its manifest)."""
+The run is real and cheap: the 2WikiMultihopQA example ingested without its evidences, a triples stage holding one
+triple of a document no question cites (Peter Benchley's), and `chains gold`, whose questions' gold documents then
+hold no triple, so its empty-result guard stops it (recorded in its manifest)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -18,11 +20,18 @@ WIDE = {"COLUMNS": "10000"}
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
+    from grtool.store.stage import read_table
     from grtool.triples.evidence import write_evidence_stage
 
     d = tmp_path_factory.mktemp("verdicts") / "run"
-    run_cli("-q", "corpus", "ingest", EXAMPLES / "2wikimultihopqa" / "data_ids_dev.example.json", "--out", d / "corpus")
-    write_evidence_stage(d / "corpus", d / "triples")
+    release = json.loads((EXAMPLES / "2wikimultihopqa" / "data_ids_dev.example.json").read_text())
+    for question in release:
+        question["evidences"] = []
+    (d.parent / "dev.json").write_text(json.dumps(release))
+    run_cli("-q", "corpus", "ingest", d.parent / "dev.json", "--out", d / "corpus")
+    [benchley] = [row["doc_id"] for row in read_table(d / "corpus" / "documents").to_pylist() if row["title"] == "Peter Benchley"]
+    triple = {"doc_id": benchley, "idx": 0, "head": "Peter Benchley", "relation": "notable work", "tail": "Jaws"}
+    write_evidence_stage(d / "corpus", d / "triples", [{**triple, "docid": "<docid_start>Peter Benchley, notable work, Jaws<docid_end>"}])
     run_cli("-q", "chains", "gold", d / "corpus", "--triples", d / "triples", "--out", d / "chains", check=1)  # the guard stops it
     return d
 

@@ -31,8 +31,8 @@ and `corpus merge` write `documents/` and `questions/` under it), an index direc
 file, as its help says.
 
 ```bash
-grtool chains synthesize out/corpus --triples out/run --out out/run/chains
-grtool filters apply out/run/chains --corpus out/corpus --triples out/run --out out/run/filtered
+grtool chains synthesize out/corpus --triples out/run --split train --out out/run/chains
+grtool filters apply out/run/chains --corpus out/corpus --triples out/run --split train --out out/run/filtered
 grtool retrieve out/corpus --index out/run/index --out out/run/responses
 ```
 

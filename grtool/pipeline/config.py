@@ -179,6 +179,13 @@ _SLURM_EXPECTED = {"sbatch": "a list of strings (sbatch arguments)", "srun": "a 
 _OPTION_VALUE = "a string, number, true/false or a list of those"
 
 
+def _shown(item: str, limit: int = 200) -> str:
+    """A --set argument quoted for a message, cut to ``limit`` characters (an argument may hold 128 KiB)."""
+    if len(item) <= limit:
+        return repr(item)
+    return f"{item[:limit]!r}… ({len(item):,} characters)"
+
+
 def _did_you_mean(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -340,10 +347,10 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     for item in var_sets:  # before any placeholder is expanded: they move every use
         name, sep, value = item[5:].partition("=")
         if not sep or not name:
-            raise InputError(f"--set {item!r}: expected vars.NAME=value")
+            raise InputError(f"--set {_shown(item)}: expected vars.NAME=value")
         if name not in spec.vars:
             known = ", ".join(spec.vars) or "none"
-            raise InputError(f"--set {item!r}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
+            raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
         variables[name] = str(_coerce(value))
     by_name: dict[str, dict[str, Any]] = {}
     for stage in spec.stages:
@@ -363,14 +370,14 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         target, sep, value = item.partition("=")
         stage_name, dot, key = target.partition(".")
         if not sep or not dot or not key:
-            raise InputError(f"--set {item!r}: expected stage.key=value")
+            raise InputError(f"--set {_shown(item)}: expected stage.key=value")
         if stage_name == "slurm" and stage_name not in by_name:  # the [slurm] defaults
-            defaults[key] = _slurm_value(key, value, variables, f"--set {item!r}")
+            defaults[key] = _slurm_value(key, value, variables, f"--set {_shown(item)}")
             continue
         if stage_name not in by_name:
-            raise InputError(f"--set {item!r}: no stage named {stage_name!r}{_did_you_mean(stage_name, list(by_name))} (stages: {', '.join(by_name)})")
+            raise InputError(f"--set {_shown(item)}: no stage named {stage_name!r}{_did_you_mean(stage_name, list(by_name))} (stages: {', '.join(by_name)})")
         entry = by_name[stage_name]
-        where = f"--set {item!r}"
+        where = f"--set {_shown(item)}"
         if key in ("args", "outputs"):
             try:
                 words = shlex.split(value)
