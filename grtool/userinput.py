@@ -150,6 +150,8 @@ VARIABLES: dict[str, Variable] = {
         Variable("RANK", _number(integer=True, low=0, high=2**20), 0, "this process's rank in a training run"),
         Variable("COLUMNS", _number(integer=True, low=1, high=100_000), None, "width of tables and log lines"),
         Variable("OPENAI_API_KEY", _text, None, "the API key of --backend openai", secret=True),
+        Variable("KUBEFLOW_TRAINER_SERVER_URL", _text, None, "the Kubeflow trainer server of train --report-to kubeflow (set by a TrainJob)"),
+        Variable("DISABLE_KUBEFLOW_INTEGRATION", _text, None, "TRUE turns transformers' Kubeflow reporting off"),
     )
 }
 

@@ -126,6 +126,7 @@ BAD = [
     ("train sft {sft} --out {out} --report-to foo", "--report-to"),
     ("train sft {sft} --out {out} --report-to tensorboard,all", "--report-to"),
     ("train sft {sft} --out {out} --report-to none,swanlab", "--report-to swanlab"),
+    ("train sft {sft} --out {out} --report-to kubeflow", "KUBEFLOW_TRAINER_SERVER_URL"),  # outside a Kubeflow TrainJob
     # values that were taken silently: no documents at all, docid markers no docid can be read back between
     ("triples extract {corpus} --out {out} --limit 0", "--limit"),
     ("triples extract {corpus} --out {out} --backend openai --model m --max-retries 0 --docid-start '' --limit 1", "--docid-start"),

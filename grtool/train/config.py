@@ -322,11 +322,18 @@ def check_report_to_installed(value: str) -> None:
     import importlib.util
 
     from grtool.errors import MissingDependency
+    from grtool.userinput import env
 
     for name in report_to_names(value):
         modules, package = REPORT_TO.get(name, ((), None))
         if modules and not any(importlib.util.find_spec(m) is not None for m in modules):
             raise MissingDependency(f"--report-to {name}", package or modules[0], package)
+        if name == "kubeflow" and (env("KUBEFLOW_TRAINER_SERVER_URL") is None or str(env("DISABLE_KUBEFLOW_INTEGRATION")).upper() == "TRUE"):
+            # transformers' callback raises when the trainer starts, after --out exists
+            raise InputError(
+                "--report-to kubeflow: reports to the Kubeflow trainer server named by KUBEFLOW_TRAINER_SERVER_URL, which is not set "
+                "here (a Kubeflow TrainJob sets it) or DISABLE_KUBEFLOW_INTEGRATION turns it off; leave kubeflow out"
+            )
 
 
 def effective_batch(cfg: TrainConfig) -> int:
