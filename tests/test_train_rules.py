@@ -110,6 +110,22 @@ def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, 
     assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-1", "grtool-run.json"]  # nothing written
 
 
+def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupted, tmp_path, cli):
+    """A checkpoint-N of another model (no run record to compare: a folder from elsewhere, or an older grtool) was
+    handed to the trainer, which failed loading its state dict with a traceback after the run had started."""
+    data = Path(orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"])
+    (interrupted / "grtool-run.json").unlink()
+    config = interrupted / "checkpoint-1" / "config.json"
+    other = {**orjson.loads(config.read_bytes()), "model_type": "bert", "hidden_size": 768}
+    config.unlink()
+    config.write_bytes(orjson.dumps(other))
+    resume = ["--out", interrupted, "--resume", "--max-steps", "1", *TINY]
+    err = one_line(cli("train", "sft", data, *resume, check=2), "--resume refused", "checkpoint-1 is of another architecture", "model_type 'bert' there, 'llama'", "hidden_size 768 there")
+    assert "SmolLM2-135M-Instruct" in err
+    one_line(cli("train", "sft", data, *resume, "--lora", check=2), "checkpoint-1 holds full weights, this command trains a LoRA adapter")
+    assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-1"] and (interrupted / "checkpoint-1" / "trainer_state.json").exists()
+
+
 def test_resume_with_the_same_command_passes_the_check(finished, interrupted):
     """The comparison itself (no second training run here: tests/test_train.py resumes for real)."""
     from grtool.train.config import resolve

@@ -213,6 +213,7 @@ def check_resume(p: Plan, record: RunRecord | None) -> None:
         if not any(_CHECKPOINT.fullmatch(d.name) for d in out.iterdir() if d.is_dir()):
             raise InputError(f"--out {printable(out)}: --resume: it holds no training run of grtool (no {RUN_RECORD}, no checkpoint-N); choose another --out")
         log.warning("--resume: %s has no %s saying which command started it: the resumed run is not compared with it", printable(out), RUN_RECORD)
+        _check_resumed_architecture(p)
         return
     was, now_ = record.train, run_identity(p)
     differences = []
@@ -233,6 +234,48 @@ def check_resume(p: Plan, record: RunRecord | None) -> None:
         raise InputError(
             f"--out {printable(out)}: --resume refused: this command differs from the run it would continue ({'; '.join(differences)}); resume with the same command, or start over with --overwrite"
         )
+    _check_resumed_architecture(p)
+
+
+# What a checkpoint's config.json shares with the model it was trained from; the vocabulary is left out (training
+# adds the docid markers and resizes the embeddings).
+_ARCHITECTURE_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size")
+
+
+def _check_resumed_architecture(p: Plan) -> None:
+    """The newest checkpoint-N in --out holds weights of the model this command trains (full weights or a LoRA
+    adapter, as --lora says; the architecture of its config.json): otherwise the trainer fails on loading its state,
+    a traceback after the run started."""
+    from grtool.errors import printable
+
+    found = sorted((int(m[1]), d) for d in p.out.iterdir() if d.is_dir() and (m := _CHECKPOINT.fullmatch(d.name)))
+    if not found:
+        return
+    checkpoint = found[-1][1]
+    adapter = (checkpoint / "adapter_config.json").is_file()
+    if (checkpoint / "config.json").is_file() or adapter:
+        if adapter != bool(p.cfg.lora):
+            held, trains = ("a LoRA adapter", "full weights") if adapter else ("full weights", "a LoRA adapter")
+            raise InputError(f"--out {printable(p.out)}: --resume refused: {checkpoint.name} holds {held}, this command trains {trains}; resume with the command that started the run")
+    theirs, mine = _config_of(checkpoint), _config_of(Path(p.model.path))
+    if adapter or theirs is None or mine is None:
+        return
+    differences = [f"{key} {theirs.get(key)!r} there, {mine.get(key)!r} in {p.model.name}" for key in _ARCHITECTURE_KEYS if theirs.get(key) != mine.get(key)]
+    if differences:
+        raise InputError(
+            f"--out {printable(p.out)}: --resume refused: {checkpoint.name} is of another architecture than the model this command trains "
+            f"({'; '.join(differences)}); resume with the model that started the run, or start over with --overwrite"
+        )
+
+
+def _config_of(folder: Path) -> dict[str, Any] | None:
+    """A model folder's config.json as a dict, or None where there is none or it is no JSON object (the model's
+    loader names that problem itself)."""
+    try:
+        config = orjson.loads((folder / "config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _dtype(cfg: TrainConfig):
