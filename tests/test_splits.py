@@ -246,6 +246,13 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
     want = f"{len(answered & trained)} of {len(answered)} answered questions were in the training data"
     for responses in (out, out.parent):  # the stage, and the run directory holding it
         assert want in " ".join(cli("eval", "recall", responses, *scoring, check=1).stderr.split())
+    # eval compare asks the same verdict of a directory, and reads the one a report recorded (it never checked)
+    report = tmp_path / "recall.json"
+    report.write_text(cli("eval", "recall", out, *scoring, "--allow-train-overlap", "--json").stdout)
+    for given in (f"ckpt={out}", f"ckpt={report}"):
+        assert want in " ".join(cli("eval", "compare", given, *scoring, check=1).stderr.split())
+    table = cli("eval", "compare", f"ckpt={report}", "--allow-train-overlap").stdout
+    assert "training overlap allowed: 'ckpt'" in " ".join(table.split()) and want in " ".join(table.split()), table
     manifest = json.loads((out / "_manifest.json").read_text())
     del manifest["params"]["trained_questions"]  # as `retrieve` wrote it before the pin
     (out / "_manifest.json").write_text(json.dumps(manifest, indent=2))

@@ -198,6 +198,9 @@ def compare_cmd(
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="The run (by label) the others' per-question wins and losses are counted against (default: the first).")] = None,
     per_question: Annotated[bool, typer.Option("--per-question", help="Also list every question whose recall differs from the baseline's.")] = False,
     allow_different_questions: Annotated[bool, typer.Option("--allow-different-questions", help="Compare runs scored on different questions (a warning instead of exit 2).")] = False,
+    allow_train_overlap: Annotated[
+        bool, typer.Option("--allow-train-overlap", help="Compare runs that scored questions their model trained on (default: exit 1 naming them); the overlap is printed with the table.")
+    ] = False,
     layout: Annotated[
         Layout,
         typer.Option(
@@ -208,11 +211,11 @@ def compare_cmd(
 ) -> None:
     """Recall per dataset of several runs side by side (e.g. base few-shot, after SFT, after KTO), every overall metric, and per-question wins and losses against a baseline.
 
-    Per-question wins and losses need per-question recall: a responses directory, or a report of `eval recall --per-question --json`. Against the baseline each run gets the mean difference in recall with its 95% interval (paired bootstrap) and p-value (paired approximate randomization, two-sided; 10,000 draws, seed 0) over the questions both answered; a responses directory also gives seconds per query (mean, p50) from its latencies. Runs scored on different questions are refused (exit 2) unless --allow-different-questions; a label given twice is refused.
+    Per-question wins and losses need per-question recall: a responses directory, or a report of `eval recall --per-question --json`. Against the baseline each run gets the mean difference in recall with its 95% interval (paired bootstrap) and p-value (paired approximate randomization, two-sided; 10,000 draws, seed 0) over the questions both answered; a responses directory also gives seconds per query (mean, p50) from its latencies. Runs scored on different questions are refused (exit 2) unless --allow-different-questions; a label given twice is refused. A run that scored questions its checkpoint trained on (the verdict of `eval recall`) is refused (exit 1) unless --allow-train-overlap.
 
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
-    from grtool.evaluation.compare import Inputs, check_same_questions, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
+    from grtool.evaluation.compare import Inputs, check_same_questions, check_train_overlap, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
     from grtool.store.outputs import refuse_overlapping_outputs
 
     given = [split_spec(r)[1] for r in reports]
@@ -220,9 +223,13 @@ def compare_cmd(
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)
+    overlaps = check_train_overlap(runs, allow_train_overlap)
+    for line in overlaps:
+        log.warning("%s", line)
     text = paper_markdown(runs, baseline=baseline) if layout == Layout.paper else markdown(runs, baseline=baseline, listed=per_question)
+    text += "".join(f"\n> {line}\n" for line in overlaps)  # the number stands beside what it includes
     if as_json:
-        result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question)}
+        result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question), "train_overlap": overlaps}
         typer.echo(orjson.dumps(result).decode())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,15 @@ class _Tally(msgspec.Struct):
     recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
+class _TrainOverlap(msgspec.Struct):
+    model: str | None = None
+    trained_questions: Count | None = None
+    answered_questions: Count = 0
+    answered_in_training: Count = 0
+    examples: list[str] = []
+    unresolved: str | None = None
+
+
 class RecallReport(msgspec.Struct):
     """What `eval compare` reads of a report of `eval recall --json` (other fields are passed through as they are)."""
 
@@ -107,6 +116,7 @@ class RecallReport(msgspec.Struct):
     questions_scored: Count | None = None
     question_set: _QuestionSet | None = None
     questions: list[_Entry] | None = None
+    train_overlap: _TrainOverlap | None = None
 
 
 def read_report(p: Path) -> dict[str, Any]:
@@ -124,6 +134,7 @@ def read_report(p: Path) -> dict[str, Any]:
 def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
     """`eval recall --per-question` of a `retrieve` directory, with the stages its manifest names unless
     ``--corpus`` / ``--triples`` say otherwise."""
+    from grtool.evaluation.overlap import train_overlap
     from grtool.evaluation.per_question import PerQuestion
     from grtool.evaluation.recall import evaluate_recall, query_seconds
     from grtool.evaluation.selection import needs_triples, recorded_inputs, selected_questions
@@ -141,6 +152,7 @@ def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
         selected=selected_questions(p, corpus), per_question=PerQuestion(corpus),
     )  # fmt: skip
     report["seconds_per_query"] = query_seconds(p)
+    report["train_overlap"] = train_overlap(p).as_dict()  # as `eval recall` records it in its report
     if report["responses"] == 0:
         raise DataProblem(f"{p}: no response could be scored (unknown qids or no gold documents)")
     return report
@@ -176,6 +188,28 @@ def check_same_questions(runs: list[Run], allow: bool) -> list[str]:
         raise InputError("runs scored on different questions: " + "; ".join(problems) + ". Recall over other questions is not "
                          "comparable: score the same questions (the same --split/--dataset/--limit), or pass --allow-different-questions")  # fmt: skip
     return warnings + [f"runs scored on different questions: {p}; wins and losses count the common ones" for p in problems]
+
+
+def check_train_overlap(runs: list[Run], allow: bool) -> list[str]:
+    """The training-overlap verdict of each run, as `eval recall` gives it (recorded in a report, or asked of a
+    responses directory): questions the model trained on, or a verdict that could not be reached, refuse the
+    comparison (exit 1) unless ``allow``, which returns them as lines every output of the comparison carries.
+    A report of an older grtool records no verdict: not checked."""
+    problems = []
+    for run in runs:
+        recorded = run.report.get("train_overlap")
+        if not recorded:
+            continue
+        verdict = msgspec.convert(recorded, _TrainOverlap)
+        if verdict.unresolved is not None:
+            problems.append(f"{run.label!r} ({run.source}): training overlap cannot be checked: {verdict.unresolved}")
+        elif verdict.answered_in_training:
+            problems.append(f"{run.label!r} ({run.source}): {verdict.answered_in_training} of {verdict.answered_questions} answered questions were in the "
+                            f"training data of {verdict.model} (e.g. {', '.join(verdict.examples)})")  # fmt: skip
+    if problems and not allow:
+        raise DataProblem("; ".join(problems) + ": recall on training questions measures memory, not retrieval; score held-out questions "
+                          "(retrieve --split), or pass --allow-train-overlap")  # fmt: skip
+    return [f"training overlap allowed: {p}" for p in problems]
 
 
 def wins_and_losses(base: Run, run: Run, listed: bool = False) -> dict[str, Any] | None:
