@@ -9,6 +9,7 @@ names decide the split), with the dataset's own evidence triples as the triples 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -253,6 +254,12 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
         assert want in " ".join(cli("eval", "compare", given, *scoring, check=1).stderr.split())
     table = cli("eval", "compare", f"ckpt={report}", "--allow-train-overlap").stdout
     assert "training overlap allowed: 'ckpt'" in " ".join(table.split()) and want in " ".join(table.split()), table
+    # the report page says it beside the recall it shows (funnel and eval section)
+    (out.parent / "reports").mkdir()
+    shutil.copy(report, out.parent / "reports" / "recall-ckpt.json")
+    cli("report", out.parent, "--out", tmp_path / "page.html", check=False)
+    page = " ".join(re.sub(r"<[^>]+>", " ", (tmp_path / "page.html").read_text()).split())
+    assert page.count(f"training overlap allowed: {want}") == 2, page[-3000:]
     manifest = json.loads((out / "_manifest.json").read_text())
     del manifest["params"]["trained_questions"]  # as `retrieve` wrote it before the pin
     (out / "_manifest.json").write_text(json.dumps(manifest, indent=2))

@@ -17,6 +17,7 @@ import msgspec
 import orjson
 
 from grtool.errors import DataProblem, InputError
+from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
 from grtool.records import Count, Sha256
 from grtool.userinput import read_input_bytes
@@ -99,15 +100,6 @@ class _Tally(msgspec.Struct):
     recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
-class _TrainOverlap(msgspec.Struct):
-    model: str | None = None
-    trained_questions: Count | None = None
-    answered_questions: Count = 0
-    answered_in_training: Count = 0
-    examples: list[str] = []
-    unresolved: str | None = None
-
-
 class RecallReport(msgspec.Struct):
     """What `eval compare` reads of a report of `eval recall --json` (other fields are passed through as they are)."""
 
@@ -116,7 +108,7 @@ class RecallReport(msgspec.Struct):
     questions_scored: Count | None = None
     question_set: _QuestionSet | None = None
     questions: list[_Entry] | None = None
-    train_overlap: _TrainOverlap | None = None
+    train_overlap: RecordedOverlap | None = None
 
 
 def read_report(p: Path) -> dict[str, Any]:
@@ -195,17 +187,7 @@ def check_train_overlap(runs: list[Run], allow: bool) -> list[str]:
     responses directory): questions the model trained on, or a verdict that could not be reached, refuse the
     comparison (exit 1) unless ``allow``, which returns them as lines every output of the comparison carries.
     A report of an older grtool records no verdict: not checked."""
-    problems = []
-    for run in runs:
-        recorded = run.report.get("train_overlap")
-        if not recorded:
-            continue
-        verdict = msgspec.convert(recorded, _TrainOverlap)
-        if verdict.unresolved is not None:
-            problems.append(f"{run.label!r} ({run.source}): training overlap cannot be checked: {verdict.unresolved}")
-        elif verdict.answered_in_training:
-            problems.append(f"{run.label!r} ({run.source}): {verdict.answered_in_training} of {verdict.answered_questions} answered questions were in the "
-                            f"training data of {verdict.model} (e.g. {', '.join(verdict.examples)})")  # fmt: skip
+    problems = [f"{run.label!r} ({run.source}): {problem}" for run in runs if (problem := overlap_problem(run.report.get("train_overlap")))]
     if problems and not allow:
         raise DataProblem("; ".join(problems) + ": recall on training questions measures memory, not retrieval; score held-out questions "
                           "(retrieve --split), or pass --allow-train-overlap")  # fmt: skip

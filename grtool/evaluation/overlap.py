@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from grtool.errors import DataProblem
+from grtool.records import Count
 from grtool.vocab.provenance import checkpoint_value, questions_record
 
 EXAMPLES = 5
@@ -115,6 +118,33 @@ def train_overlap(responses: str | Path) -> Overlap:
     answered = {str(r.qid) for r in iter_responses(responses)}
     overlapping = sorted(answered & trained)
     return Overlap(str(model), len(trained), len(answered), overlapping, bool(record.get("complete", True)))
+
+
+class RecordedOverlap(msgspec.Struct):
+    """:meth:`Overlap.as_dict` as a report of `eval recall --json` records it (``train_overlap``)."""
+
+    model: str | None = None
+    trained_questions: Count | None = None
+    answered_questions: Count = 0
+    answered_in_training: Count = 0
+    examples: list[str] = []
+    record_complete: bool = True
+    unresolved: str | None = None
+
+
+def overlap_problem(recorded: dict[str, Any] | None) -> str | None:
+    """What a recorded verdict holds against the recall beside it (training questions scored, or a verdict that
+    could not be reached), for every table that shows that recall; None when nothing, or no verdict was recorded
+    (a report of an older grtool)."""
+    if not recorded:
+        return None
+    verdict = msgspec.convert(recorded, RecordedOverlap)
+    if verdict.unresolved is not None:
+        return f"training overlap cannot be checked: {verdict.unresolved}"
+    if verdict.answered_in_training:
+        return (f"{verdict.answered_in_training} of {verdict.answered_questions} answered questions were in the training data of "
+                f"{verdict.model} (e.g. {', '.join(verdict.examples)})")  # fmt: skip
+    return None
 
 
 def refuse_overlap(overlap: Overlap, responses: str | Path) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from grtool import __version__
@@ -212,8 +213,21 @@ def funnel(run: Run) -> list[tuple[str, str, float | None]]:
     sft = [meta for s in run.stages for _, meta in s.exports if meta.get("kind") == "sft"]
     steps.append(("exported", "SFT rows exported", sum(int(m.get("rows") or 0) for m in sft) if sft else None))
     for f, data in run.reports.get("recall", []):
-        steps.append((f"recall ({_label(f)})", f"mean recall over {data.get('responses')} responses", data.get("recall")))
+        overlap = _overlap(data)
+        steps.append((f"recall ({_label(f)})", f"mean recall over {data.get('responses')} responses" + (f" ({overlap})" if overlap else ""), data.get("recall")))
     return steps
+
+
+def _overlap(report: dict[str, Any]) -> str | None:
+    """The training overlap a recall report was allowed to score (`eval recall --allow-train-overlap`), said beside
+    its number; a verdict that is not what `eval recall` writes is said as such."""
+    from grtool.evaluation.overlap import overlap_problem
+
+    try:
+        problem = overlap_problem(report.get("train_overlap"))
+    except msgspec.ValidationError as e:
+        return f"its train_overlap is not what `eval recall` writes ({e})"
+    return f"training overlap allowed: {problem}" if problem else None
 
 
 def _rows_of(run: Run, table: str, which) -> int | None:
@@ -499,6 +513,8 @@ def _eval_html(run: Run) -> str:
         )
         if isinstance(data.get("coverage"), dict) and (warning := _recall_coverage(data["coverage"])):
             parts.append(f"<p><strong>{e(warning)}</strong></p>")
+        if overlap := _overlap(data):
+            parts.append(f"<p><strong>{e(overlap)}</strong></p>")
     for s in run.stages:
         if s.runs("eval", "compare"):
             out = s.option("--out") or s.option("-o")
