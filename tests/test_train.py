@@ -335,6 +335,9 @@ def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_c
     staged = out / STAGING / "checkpoint-8"
     staged.mkdir(parents=True)
     (staged / "model.safetensors").write_bytes(b"\0" * 64)
+    mine = out / "checkpoint-best-mine"  # a user's folder: a finished run removed it with the trainer's checkpoints
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
     data = write_sft(tmp_path / "thinkgr_sft.json")
     proc = cli("train", "sft", data, "--out", out, "--resume", "--max-steps", "6", "--save-steps", "2", "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)
     err = " ".join(proc.stderr.split())
@@ -342,7 +345,8 @@ def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_c
     meta = record(out)
     assert meta["resumed_from"].endswith("checkpoint-4") and meta["global_step"] == 6
     assert [x["step"] for x in meta["losses"]] == [5, 6]
-    assert not list(out.glob("checkpoint-*")) and not (out / STAGING).exists()  # a finished run keeps none
+    assert not list(out.glob("checkpoint-[0-9]*")) and not (out / STAGING).exists()  # a finished run keeps none
+    assert (mine / "notes.txt").read_text() == "mine"
 
 
 def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_transient(tmp_path, cli):

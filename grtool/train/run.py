@@ -485,7 +485,8 @@ def _train(p: Plan) -> dict[str, Any]:
     record = provenance(p, trainer, output, time.time() - started, resumed_from=resume_from)
     if trainer.is_world_process_zero():
         if not p.cfg.keep_checkpoints:
-            for finished in [*p.out.glob("checkpoint-*"), p.out / STAGING]:
+            # the trainer's own checkpoint-N folders only: a user's checkpoint-best-mine/ beside them is not grtool's
+            for finished in [*(d for d in p.out.iterdir() if d.is_dir() and _CHECKPOINT.fullmatch(d.name)), p.out / STAGING]:
                 shutil.rmtree(finished, ignore_errors=True)
         from grtool.store.records import atomic_write_bytes
 
