@@ -151,7 +151,7 @@ def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_p
 
 
 INPUT_AS_OUTPUT = {  # name -> (args, the input it hits, what the message says)
-    "export gmr onto a questions shard": (lambda r: export_gmr(r, r["root"] / "questions" / "part-00000.parquet"), "lies inside the input"),
+    "export gmr onto a questions shard": (lambda r: export_gmr(r, r["root"] / "questions" / "part-00000.parquet"), "questions, a stage directory grtool wrote"),
     "export sft onto a chains shard": (lambda r: export_sft(r, r["filtered"] / "part-00000.parquet"), "lies inside the input"),
     "filters apply into its chains": (lambda r: filters_apply(r, r["filtered"]), "is the input"),
     "filters apply over the run": (lambda r: filters_apply(r, r["root"].parent, "--overwrite"), "contains the input"),
@@ -174,7 +174,7 @@ def test_an_output_reached_through_a_symlink_is_still_the_input(run, tmp_path):
     link = tmp_path / "link"
     link.symlink_to(run["root"] / "questions")
     err = refused(export_gmr(run, link / "part-00000.parquet"), run["root"])
-    assert "lies inside the input" in err
+    assert f"lies inside {(run['root'] / 'questions').resolve()}, a stage directory grtool wrote" in err
 
 
 def test_export_replaces_only_its_own_exports(run, tmp_path):

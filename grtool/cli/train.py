@@ -103,10 +103,11 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         if str(out) == "-":
             typer.echo(text, nl=False)
         else:
-            from grtool.store.records import atomic_write_bytes
+            from grtool.store.outputs import claim_file
 
-            out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(out, text.encode())
+            yaml_file = claim_file(out, inputs=[data])
+            assert yaml_file is not None  # a path, not stdout
+            yaml_file.write(text.encode())
             stage_summary.print(f"LLaMA-Factory config: {out} (llamafactory-cli train {out})", highlight=False)
         return
     record = train(p)

@@ -73,28 +73,46 @@ def input_paths(stage: Stage) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
-    """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
-    a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
-    such a report would replace it. Reading an earlier stage's report (``eval compare``) stays fine."""
-    from grtool.store.outputs import refuse_output_among_inputs, refuse_overlapping_outputs
+def declared_writes(commands: StageCommands, stage: Stage) -> list[tuple[str, str]]:
+    """``(flag, path)`` of what a stage writes: its outputs (its ``out``, its ``stdout``) and every option its
+    command declares it writes (``report``, ``plot``, ``trec_run``, ...)."""
+    declaration = commands.declared(stage.run)
+    found = [(f"stage {stage.name!r} output", o) for o in stage.outputs]
+    for name in declaration.writes if declaration is not None else ():
+        value = stage.options.get(name)
+        if isinstance(value, str) and value not in ("", "-") and value not in stage.outputs:
+            found.append((f"stage {stage.name!r} option {name}", value))
+    return found
 
-    external: list[str] = []
+
+def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra: dict[str, str | None] | None = None) -> None:
+    """Exit 2 when anything a stage writes (its output, a report, its ``stdout``) or an ``extra`` file such as
+    ``--json`` is, or lies inside, what a stage reads that no earlier stage writes (the user's data: a raw file, a
+    stage made outside the pipeline) or the pipeline file; when it is a record or lies in ``_pipeline/``; or when two
+    stages write the same path. Reading an earlier stage's report (``eval compare``) stays fine."""
+    from grtool.store.outputs import refuse_output_among_inputs, refuse_overlapping_outputs, refuse_record_path
+
+    external: list[str] = [str(pipeline.path)]
     written: list[str] = []
-    for stage in stages:
-        external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
-        written += stage.outputs
-    targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
+    targets: list[tuple[str, str, str]] = []  # (stage, flag, path)
+    for stage in pipeline.stages:
+        writes = declared_writes(commands, stage)
+        own = [path for _, path in writes]
+        external += [p for p in input_paths(stage) if p not in own and not any(_overlaps(p, o) for o in written)]
+        written += own
+        targets += [(stage.name, flag, path) for flag, path in writes]
+        for flag, target in writes:
+            refuse_record_path(target, flag, within=[o for o in own if o != target])
     # A command whose output is a run directory writes its stage directories inside it (OUT/triples, OUT/documents
     # and OUT/questions), where later stages write theirs too.
-    run_dirs = {o for stage in stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
-    for flag, target in [*targets, *(extra or {}).items()]:
+    run_dirs = {o for stage in pipeline.stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
+    for flag, target in [*((flag, path) for _, flag, path in targets), *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
-    for i, (flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
-        for other_flag, other in targets[i + 1 :]:
-            if other_flag == flag:
-                continue
+    for i, (name, flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
+        for other_name, other_flag, other in targets[i + 1 :]:
+            if other_name == name:
+                continue  # one stage's own outputs: its command checks them against each other
             if target in run_dirs or other in run_dirs:  # a run directory holds other stages: only the same path collides
                 if Path(target).resolve() == Path(other).resolve():
                     refuse_overlapping_outputs([(flag, target), (other_flag, other)])
@@ -102,7 +120,8 @@ def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extr
             refuse_overlapping_outputs([(flag, target), (other_flag, other)])
     for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
         if target:
-            for stage_flag, output in targets:
+            refuse_record_path(target, flag)
+            for _, stage_flag, output in targets:
                 refuse_overlapping_outputs([(flag, target), (stage_flag, output)])
 
 
