@@ -550,7 +550,8 @@ def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
 
     target = out if out is not None else run_dir / "reports" / "report.html"
     claimed = claim_file(target, holders=[run_dir])
-    assert claimed is not None  # a path, never stdout
+    if claimed is None:
+        raise InputError("--out -: the report is an HTML file; name the file to write")
     run = read_run(run_dir)
     inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
     refuse_output_among_inputs(target, inputs=inputs)
