@@ -137,6 +137,21 @@ def test_overwrite_keeps_an_unknown_file_beside_the_outputs_own_files(run, tmp_p
     run_cli("validate", out) if command == "filters apply" else run_cli("index", "stats", out)
 
 
+def test_overwrite_keeps_the_users_files_inside_the_stages_own_folders(run, tmp_path):
+    """--overwrite emptied _rejects/ and _shards/ of everything in them, a user's notes too: only what grtool
+    writes there goes (at any depth), and the stage is whole again."""
+    out = tmp_path / "out"
+    run_cli(*filters_apply(run, out))
+    (out / "_rejects" / "notes.txt").write_text("keep me\n")
+    (out / "_shards" / "mine").mkdir()
+    (out / "_shards" / "mine" / "part-00000.json").write_text("{}")  # named like grtool's, one level down
+    proc = run_cli(*filters_apply(run, out, "--overwrite"))
+    assert (out / "_rejects" / "notes.txt").read_text() == "keep me\n"
+    assert (out / "_shards" / "mine" / "part-00000.json").read_text() == "{}"
+    assert "--overwrite left 2 entries grtool did not write: _rejects/notes.txt, _shards/mine/" in one_line(proc.stderr)
+    run_cli("validate", out)
+
+
 def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_path):
     out = tmp_path / "idx"
     run_cli(*index_build(run, out))

@@ -69,6 +69,11 @@ CHECKPOINT = OutputKind(
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
 
 
+# What grtool writes inside a stage's folders (shard records, rejects, their temporary files): --overwrite empties
+# them of these only, so a user's file stays at any depth (and its folder with it).
+FOLDER_ENTRIES = {SHARDS_DIR: ("part-*.json", "part-*.json.*.tmp"), REJECTS_DIR: ("part-*.jsonl", "part-*.jsonl.*.tmp")}
+
+
 def export_record(path: Path) -> Path:
     return path.with_name(path.name + EXPORT.record)
 
@@ -162,8 +167,8 @@ def input_stage(path: str | Path | None, table: str) -> Path | str | None:
 # ------------------------------------------------------------------------------ what an output holds
 
 
-def _listing(entries: list[Path], limit: int = 8) -> str:
-    names = [e.name + ("/" if e.is_dir() else "") for e in sorted(entries)]
+def _listing(entries: list[Path], limit: int = 8, base: Path | None = None) -> str:
+    names = [(e.relative_to(base).as_posix() if base else e.name) + ("/" if e.is_dir() else "") for e in sorted(entries)]
     shown = ", ".join(printable(n) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -243,17 +248,25 @@ def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
     return sorted(own), sorted(unknown)
 
 
-def _delete(entry: Path, kind: OutputKind) -> None:
+def _delete(entry: Path, kind: OutputKind) -> list[Path]:
     """Remove one of grtool's entries, checked by :func:`refuse_foreign_types`: a file or a link is unlinked
-    (a link never followed), one of grtool's folders emptied of its files, then removed."""
+    (a link never followed), one of grtool's folders emptied of the files grtool writes there, then removed when
+    nothing else is left in it. Returns what was left (a user's entries inside the folder)."""
     if entry.is_symlink() or not entry.is_dir():
         entry.unlink(missing_ok=True)
-    elif not kind.flat:
+        return []
+    if not kind.flat:
         shutil.rmtree(entry)
-    else:
-        for inner in entry.iterdir():
+        return []
+    left = []
+    for inner in entry.iterdir():
+        if _matches(inner.name, FOLDER_ENTRIES.get(entry.name, ("*",))):
             inner.unlink(missing_ok=True)
+        else:
+            left.append(inner)
+    if not left:
         entry.rmdir()
+    return sorted(left)
 
 
 def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
@@ -268,7 +281,7 @@ def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
         if not kind.flat:
             return None
         for inner in entry.iterdir():
-            if not (inner.is_symlink() or inner.is_file()):
+            if _matches(inner.name, FOLDER_ENTRIES.get(entry.name, ("*",))) and not (inner.is_symlink() or inner.is_file()):
                 return f"{printable(inner)} is {file_kind_name(inner)}, and grtool writes only files in {printable(entry.name)}"
         return None
     if not folder and stat.S_ISREG(mode):
@@ -307,7 +320,7 @@ def _say_left(out: Path, unknown: list[Path]) -> None:
     if unknown:
         from grtool.log import log
 
-        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown), "y" if len(unknown) == 1 else "ies", _listing(unknown))
+        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown), "y" if len(unknown) == 1 else "ies", _listing(unknown, base=out))
 
 
 # ------------------------------------------------------------------------------------------ the claim
@@ -331,7 +344,7 @@ class Claim:
         refuse_foreign_types(self.out, own, self.kind)
         own.sort(key=lambda e: e.name not in (self.kind.record, self.kind.started))
         for entry in own:
-            _delete(entry, self.kind)
+            self.left += _delete(entry, self.kind)
         _say_left(self.out, self.left)
         return self.left
 
