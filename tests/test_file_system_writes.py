@@ -10,7 +10,6 @@ or is added with its reason.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from conftest import REPO
 
@@ -18,8 +17,21 @@ PACKAGE = REPO / "grtool"
 
 # Method names that write, whatever object they are called on (a Path, a library's writer).
 WRITING_METHODS = {
-    "unlink", "rmdir", "mkdir", "write_text", "write_bytes", "touch", "symlink_to", "hardlink_to", "savefig",
-    "write_parquet", "sink_parquet", "write_csv", "write_ndjson", "save_pretrained", "save_model",
+    "unlink",
+    "rmdir",
+    "mkdir",
+    "write_text",
+    "write_bytes",
+    "touch",
+    "symlink_to",
+    "hardlink_to",
+    "savefig",
+    "write_parquet",
+    "sink_parquet",
+    "write_csv",
+    "write_ndjson",
+    "save_pretrained",
+    "save_model",
 }  # fmt: skip  (a stage's shard.write_table goes through grtool.store's writer)
 # Functions that write, called by their module's name or imported alone.
 WRITING_FUNCTIONS = {
@@ -110,12 +122,12 @@ def test_commands_write_nothing_themselves():
 
 def test_the_scan_finds_what_it_looks_for(tmp_path):
     """The reader of the code is not blind: each kind of write it knows is found in a sample."""
-    sample = '''
+    sample = """
 import os, shutil
 def f(p, q, frame, text):
     p.unlink(); q.mkdir(); p.write_text("x"); os.replace(p, q); shutil.rmtree(q); p.rename(q); p.replace(q)
     open(p, "wb"); open(p, mode="a"); open(p)
     frame.rename({"a": "b"}); text.replace("a", "b")
-'''
+"""
     calls = [n for n in ast.walk(ast.parse(sample)) if isinstance(n, ast.Call)]
     assert sum(_writes(c) for c in calls) == 9

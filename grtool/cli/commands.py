@@ -118,19 +118,22 @@ def claiming_outputs(command: Command) -> Any:
 
 
 def declared_inputs(command: Command, options: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(flag, path)`` of what the parsed ``options`` name as inputs (a LABEL=FILE read as its file; stdin and
-    URLs left out)."""
+    """``(flag, path)`` of what the parsed ``options`` name as inputs."""
+    return [(option_flag(command, name), path) for name, kind in command.reads.items() for path in input_files(kind, options.get(name))]
+
+
+def input_files(kind: PathKind, value: Any) -> list[str]:
+    """The paths a read parameter's parsed value names, as the command reads them: a LABEL=FILE as its file;
+    stdin (``-``) and URLs left out."""
     from pathlib import Path
 
     found = []
-    for name, kind in command.reads.items():
-        value = options.get(name)
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            text = str(item) if item is not None else ""
-            if kind is PathKind.LABELLED_FILE and "=" in text and not Path(text).exists():
-                text = text.split("=", 1)[1]
-            if text and text != "-" and "://" not in text:
-                found.append((option_flag(command, name), text))
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        text = str(item) if item is not None else ""
+        if kind is PathKind.LABELLED_FILE and "=" in text and not Path(text).exists():
+            text = text.split("=", 1)[1]
+        if text and text != "-" and "://" not in text:
+            found.append(text)
     return found
 
 
