@@ -127,7 +127,7 @@ def test_a_plot_inside_an_input_stage_is_refused(run):
     pytest.importorskip("matplotlib")
     target = run["root"] / "questions" / "stats.png"
     err = refused(("corpus", "stats", run["root"], "--plot", target), run["root"] / "questions")
-    assert f"--plot {target}: lies inside the input" in err
+    assert f"--plot {target}: lies inside {run['root'] / 'questions'}, a stage directory grtool wrote" in err
 
 
 def test_a_plot_beside_the_stages_of_its_run_directory_is_fine(run, tmp_path):
@@ -147,7 +147,7 @@ def test_pipeline_json_inside_a_stage_output_is_refused(tmp_path, examples):
     ], out=out)  # fmt: skip
     target = out / "corpus" / "questions" / "_manifest.json"
     err = refused(("pipeline", "run", config, "--json", target))
-    assert f"--json {target}: lies inside" in err
+    assert f"--json {target}: _manifest.json is the name of the record grtool keeps of an output" in err
     assert not out.exists() or not (out / "corpus").exists()
 
 
@@ -157,7 +157,8 @@ def test_a_request_cache_equal_to_or_holding_the_output_is_refused(run, tmp_path
     cache = out if where == "equal" else tmp_path / "t"
     args = ("triples", "extract", run["root"] / "documents", "--out", out, "--cache-dir", cache, "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
     err = refused(args)
-    assert f"--cache-dir {cache}: {'is' if where == 'equal' else 'contains'} --out {out}" in err
+    said = f"--out {out}: is also --cache-dir {cache}" if where == "equal" else f"--out {out}: lies inside --cache-dir {cache}"
+    assert said in err
     assert not (tmp_path / "t").exists()
 
 

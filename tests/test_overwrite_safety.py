@@ -137,6 +137,21 @@ def test_overwrite_keeps_an_unknown_file_beside_the_outputs_own_files(run, tmp_p
     run_cli("validate", out) if command == "filters apply" else run_cli("index", "stats", out)
 
 
+def test_overwrite_keeps_the_users_files_inside_the_stages_own_folders(run, tmp_path):
+    """--overwrite emptied _rejects/ and _shards/ of everything in them, a user's notes too: only what grtool
+    writes there goes (at any depth), and the stage is whole again."""
+    out = tmp_path / "out"
+    run_cli(*filters_apply(run, out))
+    (out / "_rejects" / "notes.txt").write_text("keep me\n")
+    (out / "_shards" / "mine").mkdir()
+    (out / "_shards" / "mine" / "part-00000.json").write_text("{}")  # named like grtool's, one level down
+    proc = run_cli(*filters_apply(run, out, "--overwrite"))
+    assert (out / "_rejects" / "notes.txt").read_text() == "keep me\n"
+    assert (out / "_shards" / "mine" / "part-00000.json").read_text() == "{}"
+    assert "--overwrite left 2 entries grtool did not write: _rejects/notes.txt, _shards/mine/" in one_line(proc.stderr)
+    run_cli("validate", out)
+
+
 def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_path):
     out = tmp_path / "idx"
     run_cli(*index_build(run, out))
@@ -151,7 +166,7 @@ def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_p
 
 
 INPUT_AS_OUTPUT = {  # name -> (args, the input it hits, what the message says)
-    "export gmr onto a questions shard": (lambda r: export_gmr(r, r["root"] / "questions" / "part-00000.parquet"), "lies inside the input"),
+    "export gmr onto a questions shard": (lambda r: export_gmr(r, r["root"] / "questions" / "part-00000.parquet"), "questions, a stage directory grtool wrote"),
     "export sft onto a chains shard": (lambda r: export_sft(r, r["filtered"] / "part-00000.parquet"), "lies inside the input"),
     "filters apply into its chains": (lambda r: filters_apply(r, r["filtered"]), "is the input"),
     "filters apply over the run": (lambda r: filters_apply(r, r["root"].parent, "--overwrite"), "contains the input"),
@@ -174,7 +189,7 @@ def test_an_output_reached_through_a_symlink_is_still_the_input(run, tmp_path):
     link = tmp_path / "link"
     link.symlink_to(run["root"] / "questions")
     err = refused(export_gmr(run, link / "part-00000.parquet"), run["root"])
-    assert "lies inside the input" in err
+    assert f"lies inside {(run['root'] / 'questions').resolve()}, a stage directory grtool wrote" in err
 
 
 def test_export_replaces_only_its_own_exports(run, tmp_path):

@@ -128,7 +128,7 @@ def test_a_failing_stage_keeps_its_earlier_report(tmp_path, examples, cli):
     proc = cli("pipeline", "run", config, "--from", "stats", check=False)
     assert proc.returncode != 0 and "stats" in proc.stderr
     assert report.read_bytes() == before  # before: emptied when the stage started
-    assert sorted(p.name for p in report.parent.iterdir()) == ["stats.json"]  # no temporary file left behind
+    assert sorted(p.name for p in report.parent.iterdir()) == [".stats.json.grtool-file.json", "stats.json"]  # its record; no temporary file left behind
 
 
 def _dry_run_refused(cli, config, *args) -> str:

@@ -96,7 +96,57 @@ def add_command(app: Any, command: Command, name: str) -> None:
     settings: dict[str, Any] = {"help": command.help, "hidden": command.hidden}
     if command.cls is not None:
         settings["cls"] = command.cls
-    app.command(name, **settings)(command.function)
+    app.command(name, **settings)(claiming_outputs(command))
+
+
+def claiming_outputs(command: Command) -> Any:
+    """The command's function, preceded by the one check of everything it declares it writes against everything it
+    declares it reads (grtool.store.outputs.check_outputs): the same refusals for every output option of every
+    command, before the command does any work. The command then writes through its claims."""
+    if not command.writes:
+        return command.function
+
+    @functools.wraps(command.function)
+    def checked(*args: Any, **options: Any) -> Any:
+        from grtool.store.outputs import check_outputs
+
+        outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
+        check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)])
+        return command.function(*args, **options)
+
+    return checked
+
+
+def declared_inputs(command: Command, options: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(flag, path)`` of what the parsed ``options`` name as inputs."""
+    return [(option_flag(command, name), path) for name, kind in command.reads.items() for path in input_files(kind, options.get(name))]
+
+
+def input_files(kind: PathKind, value: Any) -> list[str]:
+    """The paths a read parameter's parsed value names, as the command reads them: a LABEL=FILE as its file;
+    stdin (``-``) and URLs left out."""
+    from pathlib import Path
+
+    found = []
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        text = str(item) if item is not None else ""
+        if kind is PathKind.LABELLED_FILE and "=" in text and not Path(text).exists():
+            text = text.split("=", 1)[1]
+        if text and text != "-" and "://" not in text:
+            found.append(text)
+    return found
+
+
+def option_flag(command: Command, name: str) -> str:
+    """How the command line names parameter ``name``: its longest ``--`` option, or ``ARGUMENT`` for an argument."""
+    import typing
+
+    hint = typing.get_type_hints(command.function, include_extras=True).get(name)
+    for info in getattr(hint, "__metadata__", ()):
+        decls = [d for d in (getattr(info, "default", None), *(getattr(info, "param_decls", None) or ())) if isinstance(d, str) and d.startswith("-")]
+        if decls:
+            return max(decls, key=len)
+    return name.upper()
 
 
 def make_click_command(command: Command) -> Any:

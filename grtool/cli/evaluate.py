@@ -216,10 +216,11 @@ def compare_cmd(
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
     from grtool.evaluation.compare import Inputs, check_same_questions, check_train_overlap, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
-    from grtool.store.outputs import refuse_overlapping_outputs
+    from grtool.store.outputs import claim_file, refuse_overlapping_outputs
 
     given = [split_spec(r)[1] for r in reports]
     refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
+    out_file, plot_file = claim_file(out, "--out", inputs=given), claim_file(plot, "--plot", inputs=given)
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)
@@ -231,13 +232,12 @@ def compare_cmd(
     if as_json:
         result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question), "train_overlap": overlaps}
         typer.echo(orjson.dumps(result).decode())
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+    if out_file is not None:
+        out_file.write(text.encode())
     elif not as_json:
         typer.echo(text)
-    if plot is not None:
-        plot_runs(runs, plot)
+    if plot_file is not None:
+        plot_file.write_with(lambda tmp: plot_runs(runs, tmp))
 
 
 register(

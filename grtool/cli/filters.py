@@ -79,15 +79,14 @@ def apply_cmd(
         docid_end=docid_end,
         splits=tuple(split or ()),
     )
-    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+    from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
 
     stages = [input_stage(chains, "chains"), input_stage(corpus, "questions"), input_stage(triples, "triples")]
     refuse_overlapping_outputs([("--out", out), ("--report", report)], inputs=stages, holders=[chains, corpus, triples])
+    report_file = claim_file(report, "--report", inputs=stages)
     result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
-    if report is not None:
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(render_markdown(result), encoding="utf-8")
-        log.info("wrote %s", report)
+    if report_file is not None:
+        log.info("wrote %s", report_file.write(render_markdown(result).encode()))
     if as_json:
         typer.echo(orjson.dumps(result).decode())
         return

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from grtool.cli.commands import Command, Group, register
+from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
 from grtool.log import lines, log, stage_summary
@@ -72,6 +72,7 @@ def run(
     from grtool.pipeline.config import load_pipeline
     from grtool.pipeline.executors import LocalExecutor
     from grtool.pipeline.runner import check_overwrite_names, check_stage_arguments, refuse_writes_over_inputs
+    from grtool.store.outputs import claim_file
 
     if old_summary_json is not None:
         if summary_json is not None:
@@ -84,7 +85,8 @@ def run(
         raise InputError("--json: with --executor slurm only together with --wait (the summary is made when the jobs ended)")
     COMMANDS = CliCommands(ctx.find_root().command)  # the stages run through the same `grtool` command
     pipeline = load_pipeline(config, overrides, COMMANDS)
-    refuse_writes_over_inputs(COMMANDS, pipeline.stages, {"--json": str(summary_json) if summary_json else None})
+    refuse_writes_over_inputs(COMMANDS, pipeline, {"--json": str(summary_json) if summary_json else None})
+    summary_file = claim_file(summary_json, "--json", inputs=[config])
     forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
     stages = pipeline.select(start, until)
     check_stage_arguments(COMMANDS, pipeline, stages, forced)
@@ -100,14 +102,13 @@ def run(
     rows = runner.run()
     if rows is None:  # submitted, not waited for: nothing to summarise yet
         return
-    if summary_json:
-        summary_json.parent.mkdir(parents=True, exist_ok=True)
-        summary_json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+    if summary_file is not None:
+        summary_file.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     if pipeline.note:
         stage_summary.print(lines(pipeline.note.strip().splitlines()), highlight=False, soft_wrap=True)  # its lines as written
 
 
-register(Command("pipeline run", run, stage=False))
+register(Command("pipeline run", run, reads={"config": PathKind.FILE}, writes={"summary_json": PathKind.REPORT, "old_summary_json": PathKind.REPORT}, stage=False))
 
 
 def status(

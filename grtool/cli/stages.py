@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from grtool.cli.commands import click_command, click_errors, declared, find
-from grtool.pipeline.registry import Command, PathKind, StageCommands, command_name
+from grtool.cli.commands import click_command, click_errors, declared, find, input_files
+from grtool.pipeline.registry import Command, StageCommands, command_name
 
 
 def stage_function(run: str) -> Callable[..., Any] | None:
@@ -89,14 +88,8 @@ class CliCommands(StageCommands):
             if kind is None or str(ctx.get_parameter_source(param.name)) != "ParameterSource.COMMANDLINE":
                 continue
             positional = not param.opts[0].startswith("-")
-            value = ctx.params.get(param.name)
             label = f"argument {param.name.upper()}" if positional else max(param.opts, key=len)
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                text = str(item) if item is not None else ""
-                if kind is PathKind.LABELLED_FILE and "=" in text and not Path(text).exists():
-                    text = text.split("=", 1)[1]  # LABEL=FILE, read as the command reads it
-                if text and text != "-" and "://" not in text:  # stdin and URLs are not files
-                    found.append((label, text))
+            found += [(label, text) for text in input_files(kind, ctx.params.get(param.name))]
         return found
 
     def invoke(self, argv: list[str]) -> int | None:

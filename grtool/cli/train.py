@@ -96,17 +96,15 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         )
         return
     if yaml_out:
+        from grtool.store.outputs import claim_file
         from grtool.train.llamafactory import render
 
-        output_dir = str(out.with_suffix("")) if str(out) != "-" else f"saves/{kind}"
-        text = render(p, output_dir)
-        if str(out) == "-":
+        yaml_file = claim_file(out, inputs=[data])  # None: "-", standard output
+        text = render(p, str(out.with_suffix("")) if yaml_file is not None else f"saves/{kind}")
+        if yaml_file is None:
             typer.echo(text, nl=False)
         else:
-            from grtool.store.records import atomic_write_bytes
-
-            out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(out, text.encode())
+            yaml_file.write(text.encode())
             stage_summary.print(f"LLaMA-Factory config: {out} (llamafactory-cli train {out})", highlight=False)
         return
     record = train(p)

@@ -115,9 +115,9 @@ class TrecWriter:
 
     def write(self, run: str | Path | None, qrels: str | Path | None) -> None:
         if run is not None:
-            _write(run, self._run_lines)
+            _write(run, self._run_lines, "--trec-run")
         if qrels is not None:
-            _write(qrels, self._qrels_lines)
+            _write(qrels, self._qrels_lines, "--trec-qrels")
 
     def _run_lines(self, out: IO[str]) -> None:
         for qid, docs in self.runs.items():
@@ -130,11 +130,11 @@ class TrecWriter:
                 out.write(f"{qid} 0 {doc} 1\n")
 
 
-def _write(path: str | Path, lines: Any) -> None:
-    """Written whole to a temporary file beside, then renamed: a reader never sees half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        lines(out)
-    tmp.replace(p)
+def _write(path: str | Path, lines: Any, flag: str) -> None:
+    """Written through the file's claim: whole when it appears, never over a file grtool did not write."""
+    from grtool.store.outputs import claim_file
+
+    claimed = claim_file(path, flag)
+    if claimed is not None:
+        with claimed.open() as out:
+            lines(out)

@@ -562,15 +562,13 @@ def render(run: Run) -> str:
 
 def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
     """Read the run, write the page atomically; returns where, and validate's failing verdicts (marked on the page)."""
-    from grtool.store.outputs import refuse_output_among_inputs
-    from grtool.store.records import atomic_write_bytes
+    from grtool.store.outputs import claim_file, refuse_output_among_inputs
 
     target = out if out is not None else run_dir / "reports" / "report.html"
-    if target.is_dir():
-        raise InputError(f"--out {target}: is a directory; name the HTML file")
+    claimed = claim_file(target, holders=[run_dir])
+    if claimed is None:
+        raise InputError("--out -: the report is an HTML file; name the file to write")
     run = read_run(run_dir)
     inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
     refuse_output_among_inputs(target, inputs=inputs)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(target, render(run).encode())
-    return target, run.failed()
+    return claimed.write(render(run).encode()), run.failed()

@@ -24,11 +24,10 @@ import msgspec
 from grtool.errors import GrtoolError, InputError
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.records import RECORDS_DIR, StageDone, read_stage_done
-from grtool.pipeline.registry import StageCommands
+from grtool.pipeline.registry import PathKind, StageCommands
 from grtool.records import to_builtins
 from grtool.store.records import now
-from grtool.store.layout import TMP_SUFFIX
-from grtool.store.records import atomic_write_bytes, commit_file, dumps
+from grtool.store.records import atomic_write_bytes, dumps
 from grtool.store.fingerprints import fingerprint
 from grtool.store.stage import merge_counters
 from grtool.store.status import find_stage_dirs, status
@@ -73,28 +72,51 @@ def input_paths(stage: Stage) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extra: dict[str, str | None] | None = None) -> None:
-    """Exit 2 when a stage's ``stdout`` (or an ``extra`` file such as ``--summary-json``) is, or lies inside, what
-    a stage reads that no earlier stage writes (the user's data: a raw file, a stage made outside the pipeline):
-    such a report would replace it. Reading an earlier stage's report (``eval compare``) stays fine."""
-    from grtool.store.outputs import refuse_output_among_inputs, refuse_overlapping_outputs
+def declared_writes(commands: StageCommands, stage: Stage) -> list[tuple[str, str, bool]]:
+    """``(flag, path, a single file)`` of what a stage writes: every option its command declares it writes
+    (``out``, ``report``, ``plot``, ``trec_run``, ...), its ``stdout`` file and the other ``outputs`` it names."""
+    declaration = commands.declared(stage.run)
+    found = []
+    for name, kind in declaration.writes.items() if declaration is not None else ():
+        value = stage.options.get(name)
+        if isinstance(value, str) and value not in ("", "-"):
+            found.append((f"stage {stage.name!r} option {name}", value, kind is PathKind.REPORT))
+    if stage.stdout:
+        found.append((f"stage {stage.name!r} stdout", stage.stdout, True))
+    named = [path for _, path, _ in found]
+    return found + [(f"stage {stage.name!r} output", o, False) for o in stage.outputs if o not in named]
 
-    external: list[str] = []
+
+def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra: dict[str, str | None] | None = None) -> None:
+    """Exit 2 when anything a stage writes (its output, a report, its ``stdout``) or an ``extra`` file such as
+    ``--json`` is, or lies inside, what a stage reads that no earlier stage writes (the user's data: a raw file, a
+    stage made outside the pipeline) or the pipeline file; when it is a record or lies in ``_pipeline/``; or when two
+    stages write the same path. Reading an earlier stage's report (``eval compare``) stays fine."""
+    from grtool.store.outputs import check_file_output, refuse_output_among_inputs, refuse_overlapping_outputs, refuse_record_path
+
+    external: list[str] = [str(pipeline.path)]
     written: list[str] = []
-    for stage in stages:
-        external += [p for p in input_paths(stage) if not any(_overlaps(p, o) for o in written)]
-        written += stage.outputs
-    targets = [(f"stage {stage.name!r} output", o) for stage in stages for o in stage.outputs]
+    targets: list[tuple[str, str, str]] = []  # (stage, flag, path)
+    singles: list[tuple[str, str]] = []  # the reports, plots and stdout files among them
+    for stage in pipeline.stages:
+        writes = declared_writes(commands, stage)
+        own = [path for _, path, _ in writes]
+        external += [p for p in input_paths(stage) if p not in own and not any(_overlaps(p, o) for o in written)]
+        written += own
+        targets += [(stage.name, flag, path) for flag, path, _ in writes]
+        singles += [(flag, target) for flag, target, single in writes if single]
+        for flag, target, _ in writes:
+            refuse_record_path(target, flag, within=[o for o in own if o != target])
     # A command whose output is a run directory writes its stage directories inside it (OUT/triples, OUT/documents
     # and OUT/questions), where later stages write theirs too.
-    run_dirs = {o for stage in stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
-    for flag, target in [*targets, *(extra or {}).items()]:
+    run_dirs = {o for stage in pipeline.stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
+    for flag, target in [*((flag, path) for _, flag, path in targets), *(extra or {}).items()]:
         if target:  # as the commands check --out: a file or a stage read is never written, a folder read never contains it
             refuse_output_among_inputs(target, holders=external, flag=flag)
-    for i, (flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
-        for other_flag, other in targets[i + 1 :]:
-            if other_flag == flag:
-                continue
+    for i, (name, flag, target) in enumerate(targets):  # two stages never write the same path, nor one inside the other's
+        for other_name, other_flag, other in targets[i + 1 :]:
+            if other_name == name:
+                continue  # one stage's own outputs: its command checks them against each other
             if target in run_dirs or other in run_dirs:  # a run directory holds other stages: only the same path collides
                 if Path(target).resolve() == Path(other).resolve():
                     refuse_overlapping_outputs([(flag, target), (other_flag, other)])
@@ -102,8 +124,11 @@ def refuse_writes_over_inputs(commands: StageCommands, stages: list[Stage], extr
             refuse_overlapping_outputs([(flag, target), (other_flag, other)])
     for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
         if target:
-            for stage_flag, output in targets:
+            refuse_record_path(target, flag)
+            for _, stage_flag, output in targets:
                 refuse_overlapping_outputs([(flag, target), (stage_flag, output)])
+    for flag, target in singles:  # a report, a plot, a stdout file: absent or grtool's, before the first stage runs
+        check_file_output(target, flag)
 
 
 def input_fingerprints(stage: Stage) -> dict[str, Any]:
@@ -244,12 +269,14 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
     from grtool.invocation import command
     from grtool.log import flags
     from grtool.store.frames import recording
+    from grtool.store.outputs import claim_file
 
     argv = stage.argv(overwrite)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        if stage.stdout:
-            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(_replaced_on_success(Path(stage.stdout)))))
+        claimed = claim_file(stage.stdout, f"stage {stage.name!r} stdout") if stage.stdout else None
+        if claimed is not None:  # a failed stage keeps the earlier file: the claim moves it in only when the block succeeds
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(claimed.open())))
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.
         stack.enter_context(command(["grtool", *argv]))
         try:
@@ -261,19 +288,6 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
         if isinstance(code, int) and code != 0:
             raise GrtoolError(f"stage {stage.name!r} failed with exit code {code}: {stage.command_line(overwrite)}", code)
     return time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def _replaced_on_success(path: Path):
-    """A text file that becomes ``path`` only when the block succeeds: a failed stage keeps the earlier report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")  # beside it: the rename stays on one filesystem
-    try:
-        with open(tmp, "w") as f:
-            yield f
-        commit_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def mark_done(out: str | Path, stage: Stage, seconds: float) -> None:

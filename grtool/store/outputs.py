@@ -14,14 +14,15 @@ All refusals are exit 2 and say what was found.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import orjson
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from grtool.errors import InputError
 from grtool.records import DamagedRecord, read_record_bytes
@@ -29,7 +30,7 @@ from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_D
 from grtool.store.locks import RunLock, output_lock
 from grtool.store.paths import check_name, is_within, real
 from grtool.errors import printable
-from grtool.store.records import atomic_write_bytes, dumps, now, resolve_stage
+from grtool.store.records import atomic_write_bytes, commit_file, dumps, now, resolve_stage
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ CHECKPOINT = OutputKind(
     folders=("checkpoint-*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
+
+
+# What grtool writes inside a stage's folders (shard records, rejects, their temporary files): --overwrite empties
+# them of these only, so a user's file stays at any depth (and its folder with it).
+FOLDER_ENTRIES = {SHARDS_DIR: ("part-*.json", "part-*.json.*.tmp"), REJECTS_DIR: ("part-*.jsonl", "part-*.jsonl.*.tmp")}
 
 
 def export_record(path: Path) -> Path:
@@ -161,8 +167,8 @@ def input_stage(path: str | Path | None, table: str) -> Path | str | None:
 # ------------------------------------------------------------------------------ what an output holds
 
 
-def _listing(entries: list[Path], limit: int = 8) -> str:
-    names = [e.name + ("/" if e.is_dir() else "") for e in sorted(entries)]
+def _listing(entries: list[Path], limit: int = 8, base: Path | None = None) -> str:
+    names = [(e.relative_to(base).as_posix() if base else e.name) + ("/" if e.is_dir() else "") for e in sorted(entries)]
     shown = ", ".join(printable(n) for n in names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
@@ -242,17 +248,25 @@ def own_entries(out: Path, kind: OutputKind) -> tuple[list[Path], list[Path]]:
     return sorted(own), sorted(unknown)
 
 
-def _delete(entry: Path, kind: OutputKind) -> None:
+def _delete(entry: Path, kind: OutputKind) -> list[Path]:
     """Remove one of grtool's entries, checked by :func:`refuse_foreign_types`: a file or a link is unlinked
-    (a link never followed), one of grtool's folders emptied of its files, then removed."""
+    (a link never followed), one of grtool's folders emptied of the files grtool writes there, then removed when
+    nothing else is left in it. Returns what was left (a user's entries inside the folder)."""
     if entry.is_symlink() or not entry.is_dir():
         entry.unlink(missing_ok=True)
-    elif not kind.flat:
+        return []
+    if not kind.flat:
         shutil.rmtree(entry)
-    else:
-        for inner in entry.iterdir():
+        return []
+    left = []
+    for inner in entry.iterdir():
+        if _matches(inner.name, FOLDER_ENTRIES.get(entry.name, ("*",))):
             inner.unlink(missing_ok=True)
+        else:
+            left.append(inner)
+    if not left:
         entry.rmdir()
+    return sorted(left)
 
 
 def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
@@ -267,7 +281,7 @@ def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
         if not kind.flat:
             return None
         for inner in entry.iterdir():
-            if not (inner.is_symlink() or inner.is_file()):
+            if _matches(inner.name, FOLDER_ENTRIES.get(entry.name, ("*",))) and not (inner.is_symlink() or inner.is_file()):
                 return f"{printable(inner)} is {file_kind_name(inner)}, and grtool writes only files in {printable(entry.name)}"
         return None
     if not folder and stat.S_ISREG(mode):
@@ -306,7 +320,7 @@ def _say_left(out: Path, unknown: list[Path]) -> None:
     if unknown:
         from grtool.log import log
 
-        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown), "y" if len(unknown) == 1 else "ies", _listing(unknown))
+        log.warning("%s: --overwrite left %d entr%s grtool did not write: %s", printable(out), len(unknown), "y" if len(unknown) == 1 else "ies", _listing(unknown, base=out))
 
 
 # ------------------------------------------------------------------------------------------ the claim
@@ -330,7 +344,7 @@ class Claim:
         refuse_foreign_types(self.out, own, self.kind)
         own.sort(key=lambda e: e.name not in (self.kind.record, self.kind.started))
         for entry in own:
-            _delete(entry, self.kind)
+            self.left += _delete(entry, self.kind)
         _say_left(self.out, self.left)
         return self.left
 
@@ -394,11 +408,168 @@ def claim(
     if str(p) == "":
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
-    if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
-        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; name an existing directory or a new path")
+    refuse_dangling_link(p, flag)
+    refuse_record_path(p, flag)
     refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
     if overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)
     lock = RunLock(p, shards, command) if kind is STAGE else output_lock(p, command)
     lock.acquire()
     return Claim(p, kind, lock)
+
+
+# ------------------------------------------------------------------ single files, and what no output may name
+
+FILE_RECORD = ".grtool-file.json"  # `.NAME.grtool-file.json` beside a report, plot or JSON file grtool wrote
+PIPELINE_RECORDS = "_pipeline"  # a pipeline's stage records inside its out directory
+# The records by which grtool knows its outputs: an output written under one of these names replaces the record of
+# another output (`report --out index/index.json`), so none is ever a command's output.
+RECORD_NAMES = (MANIFEST, INDEX.record, CHECKPOINT.record, CHECKPOINT.started)
+RECORD_PATTERNS = ("*" + EXPORT.record, ".*" + FILE_RECORD)
+
+
+def file_record(path: Path) -> Path:
+    """Where grtool records that it wrote the single file ``path`` (hidden beside it)."""
+    return path.with_name("." + path.name + FILE_RECORD)
+
+
+def _output_at(directory: Path) -> str | None:
+    """What grtool wrote at ``directory`` as one whole output (a stage, an index, a checkpoint), else None."""
+    if (directory / MANIFEST).is_file():
+        return STAGE.what
+    if (directory / CHECKPOINT.record).is_file() or (directory / CHECKPOINT.started).is_file():
+        return CHECKPOINT.what
+    if (directory / INDEX.record).is_file():
+        fmt = (_read_record(directory / INDEX.record) or {}).get("format")
+        return INDEX.what if isinstance(fmt, str) and fmt.startswith("grtool-index") else None
+    return None
+
+
+def refuse_record_path(out: str | Path, flag: str = "--out", *, within: Iterable[str | Path] = ()) -> None:
+    """Exit 2 when ``out`` names a record of an output (``_manifest.json``, ``index.json``, ``grtool.json``,
+    ``*.grtool.json``), lies in a pipeline's ``_pipeline/`` records, or lies inside a stage, index or checkpoint
+    directory grtool wrote (its writer owns every name there). ``within``: the command's own other outputs, inside
+    which it may write (a request cache inside its stage directory)."""
+    p = Path(out)
+    if p.name in RECORD_NAMES or _matches(p.name, RECORD_PATTERNS):
+        raise InputError(f"{flag} {printable(out)}: {printable(p.name)} is the name of the record grtool keeps of an output; name the file otherwise")
+    resolved = real(p)
+    for directory in [resolved, *resolved.parents]:
+        if directory.name == PIPELINE_RECORDS:
+            raise InputError(f"{flag} {printable(out)}: lies in {printable(directory)}, where a pipeline keeps its stage records; write it somewhere else")
+    own = [real(o) for o in within if o is not None and str(o) not in ("", "-")]
+    for directory in resolved.parents:
+        if any(is_within(directory, o) for o in own):
+            continue
+        what = _output_at(directory)
+        if what is not None:
+            raise InputError(f"{flag} {printable(out)}: lies inside {printable(directory)}, {what} grtool wrote; write it somewhere else")
+
+
+def refuse_dangling_link(p: Path, flag: str) -> None:
+    if p.is_symlink() and not p.exists():  # dangling or a loop: found only when the finished output is moved in
+        raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; name an existing directory or a new path")
+
+
+def written_by_grtool(path: Path) -> bool:
+    """Whether the existing single file ``path`` is one grtool wrote: its record (or an export's) is beside it."""
+    if export_record(path).is_file():
+        return True
+    return (_read_record(file_record(path)) or {}).get("format") == "grtool-file"
+
+
+def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> None:
+    """Exit 2 unless grtool may write the single file ``out`` (``None`` and ``-``, standard output, always): not a
+    directory, not a record (:func:`refuse_record_path`), not an input (:func:`refuse_output_among_inputs`), and
+    absent or a file grtool wrote (:func:`written_by_grtool`); grtool never replaces a file it did not write."""
+    if out is None or str(out) == "-":
+        return
+    if str(out) == "":
+        raise InputError(f"{flag} is empty: name a file ('-' writes to standard output where the option takes it)")
+    p = Path(out)
+    check_name(p)
+    if p.is_dir():
+        raise InputError(f"{flag} {printable(out)}: is a directory; name a file")
+    refuse_output_among_inputs(p, inputs, holders, flag=flag)
+    refuse_record_path(p, flag)
+    if os.path.lexists(p) and not written_by_grtool(p):
+        raise InputError(
+            f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
+            f"{printable(export_record(p).name)}); "
+            f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
+        )
+
+
+@dataclass(frozen=True)
+class FileClaim:
+    """The right to write one single file (a report, a plot, a JSON summary), checked by :func:`claim_file`."""
+
+    path: Path
+    flag: str
+
+    def write(self, data: bytes) -> Path:
+        with self.writing() as tmp:
+            tmp.write_bytes(data)
+        return self.path
+
+    def write_with(self, make: Callable[[Path], object]) -> Path:
+        """``make(tmp)`` writes the file (a chart drawn by a library that takes a path)."""
+        with self.writing() as tmp:
+            make(tmp)
+        return self.path
+
+    @contextlib.contextmanager
+    def open(self, mode: str = "w") -> Iterator[IO[Any]]:
+        """``with claimed.open() as f:`` the file written through a handle (text in UTF-8 unless ``mode`` has b)."""
+        with self.writing() as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Path]:
+        """A temporary path beside the file (its suffix kept: a chart's format follows it) to write; when the block
+        ends the record is written and the file moved into place, so a reader never sees half a file and a file in
+        place always has its record."""
+        from grtool.invocation import current_command
+        from grtool.secrets import redact_argv
+
+        check_file_output(self.path, self.flag)  # again: a file a user put there since the claim stays theirs
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}")
+        try:
+            yield tmp
+            record = {"format": "grtool-file", "command": redact_argv(current_command()), "written": now()}
+            atomic_write_bytes(file_record(self.path), dumps(record))
+            commit_file(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> FileClaim | None:
+    """Check a single-file output before any work (:func:`check_file_output`); None for no file or stdout (``-``)."""
+    check_file_output(out, flag, inputs=inputs, holders=holders)
+    if out is None or str(out) == "-":
+        return None
+    return FileClaim(Path(out), flag)
+
+
+def check_outputs(outputs: Iterable[tuple[str, str | Path | None, bool]], *, holders: Iterable[str | Path | None] = ()) -> None:
+    """Every output of one command checked before it does anything. ``outputs``: ``(flag, path, is a single
+    file)``. No two meet, none meets what the command reads (``holders``: every path it reads; files, stages,
+    indexes and models among them count whole), none is a record or lies inside another output, a file output is
+    absent or grtool's (:func:`check_file_output`), a directory output is not an existing file of the user's."""
+    outputs, holders = list(outputs), list(holders)
+    refuse_overlapping_outputs([(flag, path) for flag, path, _ in outputs], holders=holders)
+    directories = [path for _, path, single in outputs if not single]
+    for flag, path, single in outputs:
+        if single:
+            check_file_output(path, flag, holders=holders)
+            continue
+        if path is None or str(path) == "-":
+            continue
+        if str(path) == "":
+            raise InputError(f"{flag} is empty: name an output directory")
+        check_name(path)
+        refuse_dangling_link(Path(path), flag)
+        refuse_record_path(path, flag, within=[o for o in directories if o is not path])
+        if os.path.lexists(path) and not Path(path).is_dir() and not written_by_grtool(Path(path)):  # train --format llamafactory-yaml writes a file there
+            raise InputError(f"{flag} {printable(path)}: names an existing file grtool did not write; choose another {flag}")

@@ -345,7 +345,7 @@ class StageWriter:
         if manifest.get("shards") or load_shard_records(self.path) or any(self.path.glob("*.parquet")):
             return False
         rejects = self.path / REJECTS_DIR
-        return not (rejects.is_dir() and any(not f.name.endswith(TMP_SUFFIX) for f in rejects.iterdir()))
+        return not (rejects.is_dir() and any(rejects.glob("part-*.jsonl")))  # committed rejects files, not a user's
 
     def done(self, index: int) -> bool:
         name = part_name(index)
