@@ -63,8 +63,8 @@ CHECKPOINT = OutputKind(
     own=("grtool.json", "grtool.json.*.tmp", "grtool-run.json", "grtool-run.json.*.tmp", "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
          "pytorch_model*.bin", "training_args.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
-         "checkpoint-*", "incomplete-checkpoint", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
-    folders=("checkpoint-*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
+         "checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
+    folders=("checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
 
