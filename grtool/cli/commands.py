@@ -179,11 +179,14 @@ def _with_help_style(command: Any) -> Any:
 
 
 def click_errors() -> tuple[type[Exception], ...]:
-    """Click's exception class, from click itself and from the copy that newer Typer releases vendor."""
+    """Click's exception class, from click itself and from the copy that newer Typer releases vendor: those of the
+    copies loaded (an exception of one never loaded cannot have been raised; importing it would cost a run that
+    ends with ``sys.exit`` a whole Click)."""
+    import sys
+
     found = []
     for name in ("typer._click.exceptions", "click.exceptions"):
-        try:
-            found.append(importlib.import_module(name).ClickException)
-        except ImportError:
-            continue
+        module = sys.modules.get(name)
+        if module is not None:
+            found.append(module.ClickException)
     return tuple(found)

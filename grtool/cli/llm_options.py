@@ -19,14 +19,16 @@ from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
 from grtool.extras import require_backend
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, check_backend_options, make_backend
-from grtool.llm.base import Backend, Sampling, check_room
 from grtool.userinput import cache_root
+
+if TYPE_CHECKING:
+    from grtool.llm.base import Backend, Sampling
 
 _PANEL = "LLM"
 
@@ -81,6 +83,7 @@ class LLMSettings:
     def check_room(self) -> None:
         """Refuse a --max-tokens that leaves no room for any prompt before the command creates anything, when the
         model's context is known without loading it (the backend checks again once loaded)."""
+        from grtool.llm.base import check_room
         from grtool.llm.models import known_context
 
         check_room(self.max_tokens, known_context(self.backend, self.model, self.backend_options()))
@@ -89,6 +92,8 @@ class LLMSettings:
         return make_backend(self.backend, self.model, **self.backend_options())
 
     def sampling(self, **overrides: Any) -> Sampling:
+        from grtool.llm.base import Sampling
+
         return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=self.seed, **overrides)
 
     def cache_dir_for(self, out: Path | str) -> Path | None:
