@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -153,7 +154,7 @@ class DeclaredCommands(MutableMapping):
             if name not in self._names():
                 raise KeyError(name)
             command = declared().get(name if self.group is None else f"{self.group} {name}")
-            self.made[name] = make_click_command(command) if command is not None else make_group(name)
+            self.made[name] = ListedCommand(command, name) if command is not None else make_group(name)
         return self.made[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -167,6 +168,30 @@ class DeclaredCommands(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._names())
+
+
+class ListedCommand:
+    """A declared command as its group's help lists it: its name, its help and whether it is hidden, all that
+    Typer's help renderer reads of each command it lists. Anything else asked of it (its parameters, parsing,
+    running) is asked of its Click command, made from the declaration then, once: a group's --help reads no
+    command's signature."""
+
+    short_help = None  # as Typer makes a declared command (add_command sets neither)
+    deprecated = False
+    rich_help_panel = None
+
+    def __init__(self, command: Command, name: str) -> None:
+        self.declaration = command
+        self.name = name
+        self.hidden = command.hidden
+        self.help = inspect.cleandoc(command.help) if command.help is not None else inspect.getdoc(command.function)  # as Typer reads it
+
+    @functools.cached_property
+    def made(self) -> Any:
+        return make_click_command(self.declaration)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.made, attribute)
 
 
 def _with_help_style(command: Any) -> Any:
