@@ -143,7 +143,7 @@ def status(
     import shutil
     import sys
 
-    from grtool.log import log_width
+    from grtool.userinput import log_width
 
     width = log_width(sys.stdout) or shutil.get_terminal_size().columns  # wider: one block per stage
     print("\n".join(status_lines(rows, width)), flush=True)

@@ -150,7 +150,7 @@ def _help_renderer_style() -> None:
     _import_help_renderer()
     import typer.rich_utils
 
-    from grtool.log import log_width
+    from grtool.userinput import log_width
 
     if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
         typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
