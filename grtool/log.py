@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -148,7 +147,12 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
         c.width = log_width(c.file, LOG_TABLE_WIDTH)  # None: Rich measures the terminal each time
         c.timestamps = not c.is_terminal
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    handler: logging.Handler = LineHandler() if console.timestamps else RichHandler(console=console, show_path=False, show_time=False, markup=False)
+    if console.timestamps:
+        handler: logging.Handler = LineHandler()
+    else:
+        from rich.logging import RichHandler  # here: a terminal's only
+
+        handler = RichHandler(console=console, show_path=False, show_time=False, markup=False)
     log.handlers.clear()
     log.addHandler(handler)
     log.setLevel(level)
