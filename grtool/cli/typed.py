@@ -12,7 +12,6 @@ Typer's own message) to the adapter Typer would have used."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -102,7 +101,6 @@ def _bind_text(param: Any) -> None:
 
 if RuntimeParam is not None:
 
-    @dataclass(frozen=True)
     class PlainValues(RuntimeParam):
         """Typer's conversion of one parameter's values, without pydantic for the plain ones."""
 
