@@ -7,15 +7,16 @@ noise):
 
 - `import`: `python -c "import typer, rich.console"`, what any Typer + Rich program pays before its first line;
 - `typer app`: a minimal Typer app (one group, two commands) doing the same thing: printing its `--help`, or
-  running a command that takes a directory and prints a Rich table of its `_manifest.json`. Typer itself loads
-  its help renderer (rich.markdown, rich.traceback) to draw help and pydantic to parse a command's values, so no
-  Typer program gets closer to the import floor than this one.
+  running a command that takes a directory and prints a Rich table of its `_manifest.json`. A plain Typer program
+  loads Typer's whole help renderer (rich.markdown, rich.traceback) to draw help and pydantic to convert a
+  command's values; grtool loads neither (grtool/cli/shape.py, grtool/cli/typed.py).
 
 `status` reads a stage directory written before the timings (`corpus ingest` of the bundled HotpotQA example):
 its manifest and shard records (JSON, what the command has to read) and the size of each part.
 
 The children write bytecode as an installed grtool has it (PYTHONDONTWRITEBYTECODE is dropped for them) and one
-untimed run of each warms the caches.
+untimed run of each warms the caches. They run in this checkout's directory: `python -m grtool` imports grtool
+from the current directory before PYTHONPATH, so a bench started from another checkout would time that one.
 
     python bench/startup.py [--repeats 15]
 """
@@ -81,7 +82,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one child process; it must succeed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
@@ -95,7 +96,7 @@ def main() -> None:
     grtool = [sys.executable, "-m", "grtool"]
     with tempfile.TemporaryDirectory(prefix="grtool-bench-startup-") as work:
         corpus, typer_app = Path(work) / "corpus", Path(work) / "typer_app.py"
-        subprocess.run([*grtool, "-q", "corpus", "ingest", str(EXAMPLE), "--out", str(corpus)], env=env, check=True)
+        subprocess.run([*grtool, "-q", "corpus", "ingest", str(EXAMPLE), "--out", str(corpus)], env=env, cwd=REPO, check=True)
         typer_app.write_text(TYPER_APP)
         stage = str(corpus / "documents")
         # name: (command line, the Typer app's floor for the same work)

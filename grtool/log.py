@@ -6,7 +6,7 @@ Without one (Slurm, CI, ``2> file``, a pipe) the output is written for a log:
 - every line starts with the local time (``2026-11-25 15:04:52 ``) and carries no padding; a message is never
   broken over lines (a wrapped line would put a timestamp in the middle of it); tables stay tables, each of
   their lines stamped too;
-- the consoles are :data:`LOG_WIDTH` wide (an exported ``COLUMNS`` wins): Rich's 80-column fallback would cut
+- the consoles are :data:`grtool.userinput.LOG_WIDTH` wide (an exported ``COLUMNS`` wins): Rich's 80-column fallback would cut
   paths and table headers;
 - :func:`progress` prints a plain line when something moved, checked every ``GRTOOL_PROGRESS_INTERVAL`` seconds
   (default 10; 0 = at every step), with what the process is busy with (:func:`activity`: loading a model,
@@ -26,10 +26,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -44,7 +43,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-LOG_WIDTH = 160  # columns of --help that no terminal limits: wide enough for option names and their help
+from grtool.userinput import log_width
+
 # Columns of stderr without a terminal: a table as wide as its longest path (a cluster's scratch paths are long);
 # lines are never padded (LogConsole strips trailing spaces), so only what is printed takes room.
 LOG_TABLE_WIDTH = 400
@@ -123,30 +123,10 @@ log = logging.getLogger("grtool")
 _state = {"quiet": False, "verbose": False}
 
 
-def log_width(stream: IO | None, fallback: int = LOG_WIDTH) -> int | None:
-    """Columns for Rich output to ``stream``: an exported ``COLUMNS``, else None on a terminal (Rich measures
-    it), else ``fallback``, never Rich's 80-column fallback."""
-    from grtool.errors import InputError
-    from grtool.userinput import env
-
-    try:
-        columns = env("COLUMNS")
-    except InputError:  # read at import, before a command can report it: the command's start refuses it
-        columns = None
-    if columns is not None:
-        return columns
-    try:
-        if stream is not None and stream.isatty():
-            return None
-    except (AttributeError, ValueError):  # a closed or unusual stream
-        pass
-    return fallback
-
-
 class LineHandler(logging.Handler):
     """Log records as plain lines through :data:`console` (which stamps the time): ``message`` at info,
     ``warning: message`` and ``error: message`` above it, ``debug: message`` below. RichHandler lays records out
-    as a table as wide as the console, which pads every line of a log to :data:`LOG_WIDTH` columns."""
+    as a table as wide as the console, which pads every line of a log to :data:`grtool.userinput.LOG_WIDTH` columns."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -167,7 +147,12 @@ def configure(verbose: bool = False, quiet: bool = False) -> None:
         c.width = log_width(c.file, LOG_TABLE_WIDTH)  # None: Rich measures the terminal each time
         c.timestamps = not c.is_terminal
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    handler: logging.Handler = LineHandler() if console.timestamps else RichHandler(console=console, show_path=False, show_time=False, markup=False)
+    if console.timestamps:
+        handler: logging.Handler = LineHandler()
+    else:
+        from rich.logging import RichHandler  # here: a terminal's only
+
+        handler = RichHandler(console=console, show_path=False, show_time=False, markup=False)
     log.handlers.clear()
     log.addHandler(handler)
     log.setLevel(level)

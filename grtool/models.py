@@ -10,7 +10,6 @@ and the vLLM backends, load that folder in seconds.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 import re
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import GrtoolError, MissingDependency
-from grtool.log import activity, quiet_libraries
 from grtool.userinput import cache_root
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -58,6 +56,8 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
     with open(gguf, "rb") as f:
         if f.read(4) != b"GGUF":  # transformers would fail deep in its reader, with a traceback
             raise GrtoolError(f"{gguf}: not a GGUF file (it does not start with the GGUF magic bytes)")
+    import hashlib  # here: the commands' declarations read this module, and OpenSSL takes a while to load
+
     stat = gguf.stat()
     tag = hashlib.blake2b(f"{gguf.name}:{stat.st_size}".encode(), digest_size=6).hexdigest()
     target = (cache_dir or cache_root()) / "models" / f"{gguf.stem}-{tag}"
@@ -74,6 +74,8 @@ def convert_gguf(gguf: Path, cache_dir: Path | None = None) -> Path:
         if (target / CONVERTED_MARKER).exists():  # another process converted it while we waited
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from grtool.log import activity, quiet_libraries  # here: the commands' declarations read this module too
 
         quiet_libraries()  # in a log: no tqdm frames from the de-quantizing loop
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
@@ -123,6 +125,8 @@ def resolve_model(model: str | None, cache_dir: Path | None = None) -> ModelRef:
 def weights_digest(folder: str | Path) -> str:
     """A short digest of a model folder's weights and config (BLAKE3 of their content, cached per process), so the
     request cache and the manifests tell a retrained checkpoint from the one that was at its path before."""
+    import hashlib
+
     from grtool.store.fingerprints import file_hash
 
     files = sorted(f for f in Path(folder).iterdir() if f.is_file() and (f.suffix in (".safetensors", ".bin", ".pt") or f.name == "config.json"))

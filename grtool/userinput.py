@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from grtool.errors import InputError, printable
 
@@ -183,6 +183,28 @@ def cache_root() -> Path:
     if own is not None:
         return own
     return (env("XDG_CACHE_HOME") or Path.home() / ".cache") / "grtool"
+
+
+# ---- the width of what is drawn
+
+LOG_WIDTH = 160  # columns of --help and of the logs that no terminal limits: wide enough for option names and their help
+
+
+def log_width(stream: IO | None, fallback: int = LOG_WIDTH) -> int | None:
+    """Columns for Rich output to ``stream``: an exported ``COLUMNS``, else None on a terminal (Rich measures
+    it), else ``fallback``, never Rich's 80-column fallback."""
+    try:
+        columns = env("COLUMNS")
+    except InputError:  # read at import, before a command can report it: the command's start refuses it
+        columns = None
+    if columns is not None:
+        return columns
+    try:
+        if stream is not None and stream.isatty():
+            return None
+    except (AttributeError, ValueError):  # a closed or unusual stream
+        pass
+    return fallback
 
 
 # ---- nesting of the JSON users give

@@ -143,3 +143,20 @@ def test_the_cli_modules_import_no_cycle():
     from imports_helpers import cycles, import_graph
 
     assert [c for c in cycles(import_graph()) if any(m.startswith("grtool.cli") for m in c)] == []
+
+
+def test_the_names_a_declaration_gives_are_its_commands_signature():
+    """A command with added parameters (``allows_empty``, ``llm_options``) names them before its signature is
+    made (declaring evaluates no annotation): the names are the signature's, in its order, for every command."""
+    import inspect
+
+    from grtool.cli.commands import declared
+    from grtool.pipeline.registry import parameter_names
+
+    added = 0
+    for words, command in declared().items():
+        names = parameter_names(command.function)
+        added += hasattr(command.function, "parameter_names")
+        assert names == list(inspect.signature(command.function).parameters), words
+        assert set(typing.get_type_hints(command.function)) >= set(names), words
+    assert added >= 10  # corpus ingest and merge, triples extract, chains synthesize and gold, retrieve, eval answer, ...

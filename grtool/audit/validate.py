@@ -17,8 +17,6 @@ A directory holding none of these is a problem too: "nothing to validate" must n
 
 from __future__ import annotations
 
-import orjson
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import DamagedRecord, file_kind, read_record_bytes
+from grtool.records import DamagedRecord, file_kind
 from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
 from grtool.store.records import check_parts_planned
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
@@ -39,11 +37,7 @@ from grtool.store.records import is_stage_dir, load_manifest, load_shard_records
 from grtool.store.stage import merge_counters, shard_paths
 from grtool.store.status import find_stage_dirs, status
 from grtool.errors import printable
-
-
-LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD
-INDEX_META = "index.json"  # grtool.index.base.META (the index package is imported only when an index is found)
-SHARD_GLOB = "part-*.parquet"
+from grtool.audit.discover import INDEX_META, SHARD_GLOB, discover, is_orphan_dir
 
 
 def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
@@ -372,84 +366,6 @@ def sibling_unreadable(path: Path) -> Path | None:
             except Exception:
                 return candidate
     return None
-
-
-@dataclass
-class Found:
-    """What :func:`discover` finds under a directory."""
-
-    stages: list[Path] = field(default_factory=list)
-    orphans: list[Path] = field(default_factory=list)  # shards without a manifest
-    indexes: list[Path] = field(default_factory=list)
-    sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
-    dataset_infos: list[Path] = field(default_factory=list)
-    lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
-    pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
-
-    def nothing(self) -> bool:
-        """Nothing grtool wrote was found (validate and report fail on it: exit 1)."""
-        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.dataset_infos, self.lookups, self.pipeline_runs))
-
-
-def is_orphan_dir(path: Path) -> bool:
-    """Shards (``part-*.parquet``, or completion records in ``_shards/``) but no ``_manifest.json``."""
-    if is_stage_dir(path) or not path.is_dir():
-        return False
-    return any(path.glob(SHARD_GLOB)) or any((path / SHARDS_DIR).glob("part-*.json"))
-
-
-def is_index_dir(path: Path) -> bool:
-    return (path / INDEX_META).is_file() and not is_stage_dir(path)
-
-
-def discover(root: str | Path) -> Found:
-    """Stage directories, orphaned shards, indexes and exports under ``root`` (``_*`` and ``.*`` folders below it,
-    a stage's own bookkeeping, caches and temporary builds, are not searched). A stage or index directory given
-    itself is the only thing found."""
-    from grtool.vocab.provenance import DATASET_INFO, is_sidecar
-
-    root = Path(root)
-    found = Found()
-    if is_stage_dir(root):
-        found.stages.append(root)
-        return found
-    if is_index_dir(root):
-        found.indexes.append(root)
-        return found
-    if (root / LOOKUP_RECORD).is_file():
-        found.lookups.append(root)
-        return found
-    for dirpath, dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        if "_pipeline" in dirnames:  # its stage records are read back by status and pipeline run: checked here too
-            found.pipeline_runs.append(d)
-        dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".")))
-        if is_stage_dir(d):
-            found.stages.append(d)
-        elif is_orphan_dir(d):
-            found.orphans.append(d)
-        elif INDEX_META in dirnames or (INDEX_META in filenames and _is_grtool_index(d / INDEX_META)):  # a folder in a record's place is damage to report
-            found.indexes.append(d)
-            dirnames[:] = []
-            continue
-        elif LOOKUP_RECORD in filenames:
-            found.lookups.append(d)
-            continue
-        for name in sorted(filenames + dirnames):  # a sidecar's name on a directory: a damaged sidecar, not none
-            if is_sidecar(name):
-                found.sidecars.append(d / name)
-            elif name == DATASET_INFO:
-                found.dataset_infos.append(d / name)
-    return found
-
-
-def _is_grtool_index(meta_path: Path) -> bool:
-    """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
-    try:  # bounded size and nesting, and no read of a FIFO or /dev/zero: discovery must not hang on a damaged record
-        meta = orjson.loads(read_record_bytes(meta_path, what="index record"))
-    except (OSError, ValueError, DamagedRecord):
-        return True
-    return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")
 
 
 def validate_orphan(path: Path) -> Report:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
-from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
 from grtool.docid import DOCID_END, DOCID_START
@@ -139,6 +139,8 @@ def synthesize(
 
 
 def _synthesize_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    from grtool.cli.llm_options import backend_extras
+
     select = options.get("select", Select.entropy)
     entropy = [("entities", "--select entropy")] if select in (Select.entropy, "entropy") else []  # spaCy's entities
     return backend_extras(options) + entropy

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -203,7 +204,7 @@ class DeclaredCommands(MutableMapping):
             if name not in self._names():
                 raise KeyError(name)
             command = declared().get(name if self.group is None else f"{self.group} {name}")
-            self.made[name] = make_click_command(command) if command is not None else make_group(name)
+            self.made[name] = ListedCommand(command, name) if command is not None else make_group(name)
         return self.made[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -219,6 +220,30 @@ class DeclaredCommands(MutableMapping):
         return len(self._names())
 
 
+class ListedCommand:
+    """A declared command as its group's help lists it: its name, its help and whether it is hidden, all that
+    Typer's help renderer reads of each command it lists. Anything else asked of it (its parameters, parsing,
+    running) is asked of its Click command, made from the declaration then, once: a group's --help reads no
+    command's signature."""
+
+    short_help = None  # as Typer makes a declared command (add_command sets neither)
+    deprecated = False
+    rich_help_panel = None
+
+    def __init__(self, command: Command, name: str) -> None:
+        self.declaration = command
+        self.name = name
+        self.hidden = command.hidden
+        self.help = inspect.cleandoc(command.help) if command.help is not None else inspect.getdoc(command.function)  # as Typer reads it
+
+    @functools.cached_property
+    def made(self) -> Any:
+        return make_click_command(self.declaration)
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.made, attribute)
+
+
 def _with_help_style(command: Any) -> Any:
     """A command whose --help (and a group's help without a command) is drawn in grtool's style: set up when help
     is drawn, so a command that draws none never loads the help renderer."""
@@ -229,11 +254,14 @@ def _with_help_style(command: Any) -> Any:
 
 
 def click_errors() -> tuple[type[Exception], ...]:
-    """Click's exception class, from click itself and from the copy that newer Typer releases vendor."""
+    """Click's exception class, from click itself and from the copy that newer Typer releases vendor: those of the
+    copies loaded (an exception of one never loaded cannot have been raised; importing it would cost a run that
+    ends with ``sys.exit`` a whole Click)."""
+    import sys
+
     found = []
     for name in ("typer._click.exceptions", "click.exceptions"):
-        try:
-            found.append(importlib.import_module(name).ClickException)
-        except ImportError:
-            continue
+        module = sys.modules.get(name)
+        if module is not None:
+            found.append(module.ClickException)
     return tuple(found)

@@ -6,13 +6,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
-from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout
-from grtool.log import console, log, stage_summary
 
 register(Group("corpus", "Ingest, merge and describe the question/document corpora."))
 
@@ -30,6 +27,8 @@ class DatasetChoice(str, Enum):
 
 def _report_summary(title: str, report: dict, as_json: bool) -> None:
     """The summary as a table on stderr, or as one JSON object on stdout (--json)."""
+    import orjson
+
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
@@ -37,6 +36,10 @@ def _report_summary(title: str, report: dict, as_json: bool) -> None:
 
 
 def _print_summary(title: str, report: dict) -> None:
+    from rich.table import Table
+
+    from grtool.log import stage_summary
+
     t = Table(title=title, show_header=False)
     t.add_column("what")
     t.add_column("n", justify="right")
@@ -131,6 +134,7 @@ def ingest_cmd(
 
     Example: grtool corpus ingest flashrag_dev.jsonl --columns answer=golden_answers --out out/mine
     """
+    from grtool.log import log
     from grtool.corpus.ingest import ingest
 
     refuse_json_with_stdout(as_json, out)
@@ -193,6 +197,9 @@ def stats_cmd(
 
     Example: grtool corpus stats out/corpus --triples out/triples
     """
+    import orjson
+
+    from grtool.log import console, log
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
     from grtool.errors import InputError
     from grtool.evaluation.gold_coverage import coverage_table, coverage_warning, gold_coverage
@@ -241,6 +248,10 @@ def split_cmd(
 
     Example: grtool corpus split out/mine/corpus --ratios 0.8,0.1,0.1 --out out/mine/split
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import stage_summary
     from grtool.corpus.split import parse_ratios, split_corpus
 
     refuse_json_with_stdout(as_json, out)

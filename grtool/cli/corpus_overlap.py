@@ -5,13 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
-from rich.table import Table
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json, Plot, plot_extras
-from grtool.log import console, log
 
 
 def overlap_cmd(
@@ -28,6 +25,10 @@ def overlap_cmd(
 
     Example: grtool corpus overlap out/hotpot --n 4-12 --plot out/overlap.png
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import console, log
     from grtool.corpus.overlap import corpus_overlap, iter_table_rows, parse_ns, plot_overlap
     from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
 

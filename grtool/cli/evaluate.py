@@ -6,21 +6,20 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
-from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
-from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.models import DEFAULT_MODEL_NAME
 from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras
 from grtool.errors import DataProblem
-from grtool.log import console, log
 
 register(Group("eval", "Score model responses (retrieval recall, answer accuracy)."))
 
 
 def _answer_extras(options):
+    from grtool.cli.llm_options import backend_extras
+
     return backend_extras(options) if options.get("answers") is None else []
 
 
@@ -73,6 +72,9 @@ def recall_cmd(
 
     Example: grtool eval recall --run bm25.trec --corpus out/corpus --json
     """
+    import orjson
+
+    from grtool.log import console, log
     from grtool.vocab.readers import DocidIndex, QuestionIndex
     from grtool.evaluation.gold_coverage import coverage_warning, gold_coverage
     from grtool.evaluation.per_question import PerQuestion
@@ -135,6 +137,10 @@ register(
 
 def print_recall(report: dict) -> None:
     """The recall table per dataset (and what was not scored), as `eval recall` prints it."""
+    from rich.table import Table
+
+    from grtool.log import console
+
     if report["responses"]:
         table = Table(title="retrieval recall")
         for col in ("dataset", "responses", "recall", "exact", "docs/response", "hallucinated", "flipped", "malformed"):
@@ -171,7 +177,10 @@ def print_recall(report: dict) -> None:
 
 def print_per_question(questions: list[dict]) -> None:
     """One line per question: recall, exact set, docids, hallucinated, and the titles it retrieved (✓ gold, ✗ not)."""
+    from rich.table import Table
     from rich.text import Text
+
+    from grtool.log import console
 
     table = Table(title="per question")
     for col in ("qid", "dataset", "split", "recall", "exact", "docids", "halluc.", "retrieved (✓ gold, ✗ not gold)"):
@@ -215,6 +224,9 @@ def compare_cmd(
 
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
+    import orjson
+
+    from grtool.log import log
     from grtool.evaluation.compare import Inputs, check_same_questions, check_train_overlap, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
     from grtool.store.outputs import claim_file, refuse_overlapping_outputs
 
@@ -281,6 +293,10 @@ def answer_cmd(
 
     Example: grtool eval answer --answers flashrag.jsonl --corpus out/corpus
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import console
     from grtool.evaluation.answers import gold_answers, read_predictions, score_predictions
 
     if (responses is None) == (answers is None):

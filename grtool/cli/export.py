@@ -6,13 +6,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
-from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
-from grtool.log import stage_summary
 
 register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
 
@@ -72,6 +69,10 @@ def sft_cmd(
 
     Example: grtool export sft out/filtered --corpus out/corpus --split train --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import stage_summary
     from grtool.export.sft import SftOptions, export_sft
 
     opts = SftOptions(fmt.value, system, markers.value, max_per_dataset, dev_share, seed, all_candidates, check_cannot_answer(cannot_answer), no_thought,
@@ -122,6 +123,10 @@ def kto_cmd(
 
     Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --split train --tau 0.5 --out data/thinkgr_kto.json
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import stage_summary
     from grtool.export.kto import export_kto
 
     result = export_kto(responses, corpus, triples, out, tau=tau, fmt=fmt.value, system=system, markers=markers.value, desirable=desirable.value, cannot_answer=check_cannot_answer(cannot_answer),
@@ -167,6 +172,9 @@ def gmr_cmd(
 
     Example: grtool export gmr out/corpus --out data/gmr_pairs.jsonl --memorization
     """
+    import orjson
+
+    from grtool.log import stage_summary
     from grtool.export.formats import open_rows
     from grtool.export.gmr import GmrResult, iter_gmr
     from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar

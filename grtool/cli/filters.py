@@ -6,14 +6,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
-from rich.table import Table
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
-from grtool.log import log, stage_summary
 
 register(Group("filters", "Filter chains (format, existing triples, gold coverage, answers, redundancy)."))
 
@@ -65,6 +62,10 @@ def apply_cmd(
 
     Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --split train --out out/filtered --report out/filters.md
     """
+    import orjson
+    from rich.table import Table
+
+    from grtool.log import log, stage_summary
     from grtool.filters.apply import FilterConfig, apply_filters
     from grtool.filters.report import render_markdown
     from grtool.filters.rules import Settings, parse_rules

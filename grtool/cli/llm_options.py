@@ -19,14 +19,17 @@ from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Annotated, Any, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
+from grtool.cli.options import AddedParameters
 from grtool.extras import require_backend
 from grtool.llm import BACKENDS, DEFAULT_BACKEND, check_backend_options, make_backend
-from grtool.llm.base import Backend, Sampling, check_room
 from grtool.userinput import cache_root
+
+if TYPE_CHECKING:
+    from grtool.llm.base import Backend, Sampling
 
 _PANEL = "LLM"
 
@@ -81,6 +84,7 @@ class LLMSettings:
     def check_room(self) -> None:
         """Refuse a --max-tokens that leaves no room for any prompt before the command creates anything, when the
         model's context is known without loading it (the backend checks again once loaded)."""
+        from grtool.llm.base import check_room
         from grtool.llm.models import known_context
 
         check_room(self.max_tokens, known_context(self.backend, self.model, self.backend_options()))
@@ -89,6 +93,8 @@ class LLMSettings:
         return make_backend(self.backend, self.model, **self.backend_options())
 
     def sampling(self, **overrides: Any) -> Sampling:
+        from grtool.llm.base import Sampling
+
         return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=self.seed, **overrides)
 
     def cache_dir_for(self, out: Path | str) -> Path | None:
@@ -207,39 +213,37 @@ def llm_options(needed: Callable[[dict[str, Any]], bool] | None = None, **defaul
     whether this invocation uses a model at all (`retrieve --method bm25` does not); when not, the backend's extra
     and the model are not checked.
     """
-    unknown = set(defaults) - {f.name for f in fields(LLMSettings)}
+    names = [f.name for f in fields(LLMSettings)]  # the options' parameters (:func:`_options` makes one per field)
+    unknown = set(defaults) - set(names)
     if unknown:
         raise TypeError(f"unknown LLM option defaults: {sorted(unknown)}")
 
+    def settings_of(values: dict[str, Any]) -> LLMSettings:
+        values = {n: values[n] for n in names if n in values}
+        if isinstance(values.get("backend"), Enum):
+            values["backend"] = values["backend"].value  # the plain name, as manifests and backends know it
+        return LLMSettings(**values)
+
+    def call(command: Callable, *args: Any, **kwargs: Any) -> Any:
+        settings = settings_of(kwargs)
+        if needed is None or needed(kwargs):
+            require_backend(settings.backend)  # a missing extra stops the command before it creates anything
+            settings.check()
+        kwargs = {k: v for k, v in kwargs.items() if k not in names}
+        return command(*args, llm=settings, **kwargs)
+
+    def added() -> list[inspect.Parameter]:
+        return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in _options(defaults)]
+
     def decorate(command: Callable) -> Callable:
-        sig = inspect.signature(command, eval_str=True)
-        if "llm" not in sig.parameters:
+        from grtool.pipeline.registry import parameter_names
+
+        if "llm" not in parameter_names(command):
             raise TypeError(f"{command.__name__} needs a parameter 'llm: LLMSettings'")
-        own = [p for p in sig.parameters.values() if p.name != "llm"]
-        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in _options(defaults)]
-        names = [p.name for p in added]
-
-        def settings_of(values: dict[str, Any]) -> LLMSettings:
-            values = {n: values[n] for n in names if n in values}
-            if isinstance(values.get("backend"), Enum):
-                values["backend"] = values["backend"].value  # the plain name, as manifests and backends know it
-            return LLMSettings(**values)
-
-        @functools.wraps(command)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            settings = settings_of(kwargs)
-            if needed is None or needed(kwargs):
-                require_backend(settings.backend)  # a missing extra stops the command before it creates anything
-                settings.check()
-            kwargs = {k: v for k, v in kwargs.items() if k not in names}
-            return command(*args, llm=settings, **kwargs)
-
+        wrapper = AddedParameters(command, added, names, call, dropped=("llm",))
         # From the parsed parameters alone: a pipeline checks every stage's options so before the first stage runs
         # (also for a plan, which needs no extras; the extras, the model and its room are checked when it runs).
         wrapper.check_options = lambda values: settings_of(values).check_options()  # type: ignore[attr-defined]
-        wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
-        del wrapper.__wrapped__  # Typer must see the new signature, not the command's own
         return wrapper
 
     return decorate

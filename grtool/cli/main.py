@@ -37,9 +37,11 @@ import typer.core
 from grtool import __version__
 from grtool.cli import commands
 from grtool.cli.shape import help_context, use_metavar_style
+from grtool.cli.typed import use_plain_values
 from grtool.errors import EXIT_DATA, EXIT_INTERRUPTED, EXIT_USAGE, GrtoolError
 
 use_metavar_style()  # one metavar style in every --help: none on flags, PATH / TEXT / INTEGER / [a|b] on values
+use_plain_values()  # a command's plain values converted without importing pydantic
 
 # `grtool --help` lists the commands in the order of the recipe, then the ones that look at its outputs.
 RECIPE_ORDER = ("corpus", "triples", "chains", "filters", "index", "export", "train", "retrieve", "eval", "pipeline", "status", "validate", "show", "report")

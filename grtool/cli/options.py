@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Annotated, Any, Optional
@@ -110,31 +112,57 @@ def check_cannot_answer(text: str | None) -> str | None:
 _ALLOW_EMPTY_HELP = "Accept an empty result: without it, writing no row is an error (exit 1) naming why the rows were rejected."
 
 
+class AddedParameters:
+    """A command function with keyword parameters added to its own (``allows_empty``, ``llm_options``): Typer sees
+    both in its signature, and ``call(function, *args, **kwargs)`` hands the command what it takes of them.
+
+    The signature evaluates the command's annotations (each builds its typer.Option): it is made the first time it
+    is asked for, by Typer making the Click command, never by declaring the command, so ``grtool --help`` and
+    ``grtool status`` evaluate no other command's. ``parameter_names`` names the parameters meanwhile."""
+
+    def __init__(self, function: Any, added: Any, names: list[str], call: Any, dropped: tuple[str, ...] = ()) -> None:
+        from grtool.pipeline.registry import parameter_names
+
+        self.function, self._added, self._call, self._dropped = function, added, call, dropped
+        self.__name__, self.__qualname__ = function.__name__, function.__qualname__
+        self.__module__, self.__doc__ = function.__module__, function.__doc__
+        own = [name for name in parameter_names(function) if name not in dropped]
+        self.parameter_names = own + [name for name in names if name not in own]
+        if hasattr(function, "check_options"):
+            self.check_options = function.check_options
+
+    @functools.cached_property
+    def __signature__(self) -> inspect.Signature:
+        sig = inspect.signature(self.function, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name not in self._dropped]
+        return sig.replace(parameters=own + [p for p in self._added() if p.name not in sig.parameters])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # evaluated: Typer reads them here, not in the command's module
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self.function, *args, **kwargs)
+
+
 def allows_empty(command):
     """Give a command ``--allow-empty`` (the empty-result rule, grtool/store/empty.py): the rule holds while the
     command runs unless the flag is given. A command that declares ``allow_empty`` itself gets the value too."""
-    import functools
-    import inspect
+    from grtool.pipeline.registry import parameter_names
 
-    from grtool.store.empty import allowing
+    declared = "allow_empty" in parameter_names(command)
 
-    sig = inspect.signature(command, eval_str=True)
-    declared = "allow_empty" in sig.parameters
-    added = inspect.Parameter(
-        "allow_empty", inspect.Parameter.KEYWORD_ONLY, default=False,
-        annotation=Annotated[bool, typer.Option("--allow-empty", help=_ALLOW_EMPTY_HELP)],
-    )  # fmt: skip
+    def added() -> list[inspect.Parameter]:
+        option = Annotated[bool, typer.Option("--allow-empty", help=_ALLOW_EMPTY_HELP)]
+        return [inspect.Parameter("allow_empty", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=option)]
 
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
+    def call(function, *args, **kwargs):
+        from grtool.store.empty import allowing
+
         allow = bool(kwargs.get("allow_empty", False))
         if not declared:
             kwargs.pop("allow_empty", None)
         with allowing(allow):
-            return command(*args, **kwargs)
+            return function(*args, **kwargs)
 
-    params = list(sig.parameters.values()) + ([] if declared else [added])
-    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in params}  # evaluated: Typer reads them in this module
-    del wrapper.__wrapped__  # Typer must see this signature, not the command's own
-    return wrapper
+    return AddedParameters(command, added, ["allow_empty"], call)

@@ -6,13 +6,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import InputError
-from grtool.log import lines, log, stage_summary
 
 register(Group("pipeline", "Run several stages from one TOML file."))
 
@@ -68,6 +66,9 @@ def run(
 
     Example: grtool pipeline run examples/demo.toml --until triples --set triples.limit=20
     """
+    import orjson
+
+    from grtool.log import lines, log, stage_summary
     from grtool.cli.stages import CliCommands
     from grtool.pipeline.config import load_pipeline
     from grtool.pipeline.executors import LocalExecutor
@@ -121,6 +122,8 @@ def status(
 
     Example: grtool pipeline status examples/slurm/recipe.toml
     """
+    import orjson
+
     from grtool.pipeline.status import has_records, pipeline_status, run_status, status_lines
 
     if target.is_dir():
@@ -141,7 +144,7 @@ def status(
     import shutil
     import sys
 
-    from grtool.log import log_width
+    from grtool.userinput import log_width
 
     width = log_width(sys.stdout) or shutil.get_terminal_size().columns  # wider: one block per stage
     print("\n".join(status_lines(rows, width)), flush=True)

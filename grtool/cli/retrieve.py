@@ -7,11 +7,10 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Annotated, Any, Optional
 
-import orjson
 import typer
 
 from grtool.cli.commands import Command, PathKind, register
-from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
+from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
 
@@ -98,6 +97,8 @@ def retrieve_cmd(
 
     Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
+    import orjson
+
     if method == Method.bm25:
         model_only = {"--index": index, "--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
                       "--samples": samples != 1, "--max-docids": max_docids, "--mode": mode != Mode.docids, "--beams": beams != 1,
@@ -149,6 +150,8 @@ def retrieve_cmd(
 def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
           limit: int | None, overwrite: bool, num_shards: int | None, shard_index: int | None, as_json: bool) -> None:  # fmt: skip
     """`retrieve --method bm25`: the stage, then recall as `eval recall` prints it (no triples needed)."""
+    import orjson
+
     from grtool.cli.evaluate import print_recall
     from grtool.evaluation.recall import evaluate_recall
     from grtool.log import console
@@ -176,6 +179,8 @@ def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], 
 
 
 def _retrieve_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
+    from grtool.cli.llm_options import backend_extras
+
     if options.get("method") == Method.bm25:
         return [("bm25", "--method bm25")]
     return backend_extras(options) + ([("train", "--adapter")] if options.get("adapter") else [])  # peft

@@ -147,13 +147,57 @@ def help_context() -> type:
 def _help_renderer_style() -> None:
     import sys
 
+    _import_help_renderer()
     import typer.rich_utils
 
-    from grtool.log import log_width
+    from grtool.userinput import log_width
 
     if typer.rich_utils.MAX_WIDTH is None:  # TERMINAL_WIDTH unset: --help piped or logged is not cut to 80 columns
         typer.rich_utils.MAX_WIDTH = log_width(sys.stdout)
     _rewrap_help_paragraphs()
+
+
+class _Markdown:
+    """Stands for rich.markdown.Markdown in Typer's help renderer, which draws with it only in markdown mode (grtool's
+    help is in rich mode): the real class loads on first use."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from rich.markdown import Markdown
+
+        return Markdown(*args, **kwargs)
+
+
+class _Traceback:
+    """Stands for rich.traceback.Traceback, which the renderer uses only for Typer's pretty exceptions (off in grtool)."""
+
+    @classmethod
+    def from_exception(cls, *args: Any, **kwargs: Any) -> Any:
+        from rich.traceback import Traceback
+
+        return Traceback.from_exception(*args, **kwargs)
+
+
+def _import_help_renderer() -> None:
+    """Import typer.rich_utils without rich.markdown and rich.traceback (markdown-it, pygments, rich.pretty: twice what
+    the rest of the renderer costs, and --help uses neither): stand-ins take their names while it imports, then leave
+    sys.modules, so that any later import of those modules gets the real ones."""
+    import sys
+    import types
+
+    if "typer.rich_utils" in sys.modules:
+        return
+    stand_ins = {}
+    for name, attribute, cls in (("rich.markdown", "Markdown", _Markdown), ("rich.traceback", "Traceback", _Traceback)):
+        if name not in sys.modules:
+            module = types.ModuleType(name, "grtool's stand-in while typer.rich_utils imports")
+            setattr(module, attribute, cls)
+            stand_ins[name] = sys.modules[name] = module
+    try:
+        import typer.rich_utils  # noqa: F401
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
 
 
 def _join_lines(paragraph: str) -> str:

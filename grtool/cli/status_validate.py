@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import orjson
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
 from grtool.errors import EXIT_DATA, InputError
-from grtool.log import console, lines
 from grtool.errors import printable
 from grtool.userinput import require_input
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def status_cmd(
@@ -27,6 +27,9 @@ def status_cmd(
 
     Example: grtool status out/demo/triples
     """
+    import orjson
+
+    from grtool.log import console
     from grtool.inspect.contents import run_contents
     from grtool.store.records import is_stage_dir
     from grtool.store.status import find_stage_dirs, status
@@ -73,6 +76,10 @@ def _shown(path: str, root: Path) -> str:
 
 
 def _stage_table(results: list[dict], root: Path) -> Table:
+    from rich.table import Table
+
+    from grtool.log import lines
+
     t = Table(title="stage status")
     for col in ("stage", "table", "parts done", "pending", "rows", "s", "rows/s", "rejected", "complete"):
         # Paths (which tell the rows apart) fold rather than end in "…"; the rejected reasons wrap one per line.
@@ -94,6 +101,8 @@ def _number(value: float | None, spec: str) -> str:
 
 def _rows_table(title: str, rows: list[dict[str, str]], root: Path) -> Table:
     """Indexes, exports or checkpoints: one row each, their record's fields as columns."""
+    from rich.table import Table
+
     t = Table(title=title)
     for col in rows[0]:
         t.add_column(col, overflow="fold", ratio=3 if col == "path" else None)
@@ -127,6 +136,9 @@ def _pipeline_json(directory: Path) -> dict[str, list[dict]]:
 
 def _print_pipeline_stages(directory: Path) -> None:
     """A run a pipeline wrote (``_pipeline/``): its stages in the order they finished, with their times."""
+    from rich.table import Table
+
+    from grtool.log import console
     from grtool.pipeline.status import run_status
 
     t = Table(title="pipeline stages")
@@ -140,6 +152,9 @@ def _print_pipeline_stages(directory: Path) -> None:
 
 def _print_slurm_jobs(directory: Path) -> None:
     """A pipeline run directory run with --executor slurm: each stage's last jobs and their states."""
+    from rich.table import Table
+
+    from grtool.log import console
     from grtool.pipeline.slurm import job_label, slurm_jobs
 
     rows = slurm_jobs(directory)
@@ -203,6 +218,9 @@ def validate_cmd(
 
     Example: grtool validate out/demo
     """
+    import orjson
+
+    from grtool.log import console
     from grtool.audit.validate import accept_tree, validate_tree
     from grtool.store.stops import describe as describe_stop
 
@@ -229,6 +247,7 @@ def validate_cmd(
 def print_verdicts(reports: list) -> None:
     """validate's verdicts on stderr: ok or FAIL and what was checked, then one line per problem and note (the lines
     `report` and `show` print too for what fails)."""
+    from grtool.log import console
     from grtool.audit.validate import describe
 
     for r in reports:

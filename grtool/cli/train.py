@@ -7,7 +7,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import orjson
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
@@ -68,6 +67,8 @@ Format = Annotated[OutFormat, typer.Option("--format", help="checkpoint: train; 
 
 
 def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[str, Any], *, preset, config, resume, overwrite, dry_run, fmt, as_json) -> None:
+    import orjson
+
     from grtool.log import console, stage_summary
     from grtool.train.config import resolve
     from grtool.train.run import plan, train

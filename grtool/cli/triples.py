@@ -6,14 +6,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
-import orjson
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
-from grtool.log import console, stage_summary
 
 
 class CollisionView(str, Enum):
@@ -82,6 +80,9 @@ def extract_command(
 
     Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
     """
+    import orjson
+
+    from grtool.log import stage_summary
     from grtool.docid import Markers, check_markers
     from grtool.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
@@ -194,8 +195,10 @@ def collisions_command(
 
     Example: grtool triples collisions out/hotpot --json --plot collisions.png
     """
+    import orjson
     from rich.table import Table
 
+    from grtool.log import console
     from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
     from grtool.triples.collisions import collision_stats, plot_docs_per_triple
 
@@ -251,6 +254,9 @@ def evidence_command(
 
     Example: grtool triples evidence out/2wiki --out out/2wiki-run
     """
+    import orjson
+
+    from grtool.log import stage_summary
     from grtool.docid import Markers, check_markers
     from grtool.store.records import load_manifest
     from grtool.triples.evidence import write_evidence_stage

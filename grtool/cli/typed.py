@@ -2,14 +2,30 @@
 an integer where the annotation says ``int``, within the ``min=``/``max=`` the option declares and never past
 :data:`grtool.userinput.MAX_INTEGER`. Applied once to the whole command tree (:func:`bound_numbers`), so a command
 added later is covered without a line of its own; a wrong value is one usage line naming the option. Text
-parameters that do not name files must be valid UTF-8 (a query typed in another encoding)."""
+parameters that do not name files must be valid UTF-8 (a query typed in another encoding).
+
+Typer releases that convert values through pydantic build a TypeAdapter for a parameter when it first gets a value,
+and importing pydantic costs a command as much again as Typer itself (bench/startup.py). The values grtool's
+commands take need none: :class:`PlainValues` converts a text, a path, a choice and a number grtool has parsed
+as Typer's adapters do, with Typer's own functions, and hands anything else (and any value they refuse, for
+Typer's own message) to the adapter Typer would have used."""
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
 from typing import Any
+
+import typer.core as typer_core
 
 from grtool.errors import InputError
 from grtool.userinput import parse_number, shown
+
+try:  # Typer's runtime conversion (0.2x releases that use pydantic); older releases convert with Click's types
+    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._param_types import coerce_cli_choice, coerce_cli_path
+except ImportError:
+    RuntimeParam = None
 
 _DONE = "_grtool_numbers_bound"
 
@@ -83,8 +99,55 @@ def _bind_text(param: Any) -> None:
     param.process_value = process_value
 
 
+if RuntimeParam is not None:
+
+    class PlainValues(RuntimeParam):
+        """Typer's conversion of one parameter's values, without pydantic for the plain ones."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            annotation, info = self.annotation, self.parameter_info
+            if annotation is str and isinstance(value, str):
+                return value  # what Typer's str adapter gives back for text
+            if annotation is Path and isinstance(value, (str, Path)):
+                # Typer's path adapter: pydantic's Path(text), then Typer's checks (exists=, dir_okay= ...)
+                return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            if annotation in (int, float, bool) and type(value) is annotation and not info.clamp and _within(value, info.min, info.max):
+                return value  # a number grtool.userinput parsed (or a default): pydantic would return it as it is
+            if isinstance(annotation, type) and issubclass(annotation, Enum):
+                try:
+                    return coerce_cli_choice(value, choices=list(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+                except ValueError:
+                    pass  # Typer's adapter words the error
+            return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+
+def _within(value: Any, low: float | None, high: float | None) -> bool:
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
+def use_plain_values() -> None:
+    """Make every Typer parameter convert its values with :class:`PlainValues` (a parameter with a parser of its
+    own, a path_type or a file type keeps Typer's conversion)."""
+    core = getattr(typer_core, "_TyperParameter", None)
+    if RuntimeParam is None or core is None or not hasattr(core, "get_runtime_param") or getattr(core, "_grtool_plain", False):
+        return
+
+    def get_runtime_param(self: Any) -> Any:
+        if self._runtime_param is None:
+            descriptor = self.type_descriptor
+            info = descriptor.parameter_info
+            if info.parser is None and info.path_type is None and descriptor.file_annotation is None:
+                self._runtime_param = PlainValues(annotation=descriptor.annotation, parameter_info=info)
+            else:
+                self._runtime_param = build_runtime_param(descriptor)
+        return self._runtime_param
+
+    core.get_runtime_param = get_runtime_param
+    core._grtool_plain = True
+
+
 def bound_numbers(command: Any) -> Any:
-    """Route the numeric parameters of ``command`` and of every command under it through the one parser, and check
+    """Route the numeric parameters of ``command`` and of every command under it through the one parser, check
     that its text parameters are text."""
     if getattr(command, _DONE, False):
         return command

@@ -83,9 +83,9 @@ def checkpoints(root: Path) -> list[dict[str, str]]:
 
 def run_contents(root: str | Path) -> dict[str, list[dict[str, str]]]:
     root = Path(root)
-    if is_stage_dir(root):  # holds none of them: `grtool status STAGE` is answered without the audit's imports
+    if is_stage_dir(root):  # holds none of them: `grtool status STAGE` is answered without the discovery's walk
         return {"indexes": [], "exports": [], "checkpoints": []}
-    from grtool.audit.validate import discover
+    from grtool.audit.discover import discover
 
     found = discover(root)
     return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(root) if root.is_dir() else []}

@@ -26,7 +26,8 @@ import msgspec
 import orjson
 
 from grtool import __version__
-from grtool.audit.validate import Report as Verdict, discover, nothing_found, validate_tree
+from grtool.audit.discover import discover
+from grtool.audit.validate import Report as Verdict, nothing_found, validate_tree
 from grtool.errors import DataProblem, InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import load_manifest, now

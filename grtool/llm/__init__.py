@@ -8,15 +8,28 @@ Backends are imported lazily: ``openai`` needs only httpx, ``transformers`` need
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grtool.errors import GrtoolError
-from grtool.llm.base import Backend, Generation, Messages, Sampling, TokenLogprobs, request_hash
+
+if TYPE_CHECKING:
+    from grtool.llm.base import Backend, Generation, Messages, Sampling, TokenLogprobs, request_hash
 
 BACKENDS = ("transformers", "openai", "vllm")
 DEFAULT_BACKEND = "transformers"
 
 __all__ = ["BACKENDS", "Backend", "Generation", "Messages", "Sampling", "TokenLogprobs", "make_backend", "request_hash"]
+_FROM_BASE = {"Backend", "Generation", "Messages", "Sampling", "TokenLogprobs", "request_hash"}
+
+
+def __getattr__(name: str) -> Any:
+    """The interface's names, from grtool.llm.base when first asked for: the commands' declarations read the
+    backends' names here without loading it (``grtool --help`` stays quick)."""
+    if name in _FROM_BASE:
+        from grtool.llm import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_backend(name: str = DEFAULT_BACKEND, model: str | None = None, **options: Any) -> Backend:

@@ -75,13 +75,13 @@ class Command:
         object.__setattr__(self, "writes", _frozen(self.writes))
         if self.check is None:
             object.__setattr__(self, "check", getattr(self.function, "check_options", None))
-        parameters = inspect.signature(self.function).parameters
+        parameters = parameter_names(self.function)
         unknown = [name for name in (*self.reads, *self.writes) if name not in parameters]
         if unknown:
             raise TypeError(f"command {self.words!r}: {', '.join(unknown)} is not a parameter of {self.function.__name__}")
 
     def accepts(self, parameter: str) -> bool:
-        return parameter in inspect.signature(self.function).parameters
+        return parameter in parameter_names(self.function)
 
     @property
     def shards(self) -> bool:
@@ -92,6 +92,13 @@ class Command:
     def writes_run_directory(self) -> bool:
         """Whether its output is a run directory, inside which later stages write theirs."""
         return PathKind.RUN in self.writes.values()
+
+
+def parameter_names(function: Callable[..., Any]) -> list[str]:
+    """The names of a command function's parameters. A function whose signature is made when first asked for (one
+    with parameters added: grtool/cli/options.py) names them without making it."""
+    names = getattr(function, "parameter_names", None)
+    return list(names) if names is not None else list(inspect.signature(function).parameters)
 
 
 def command_name(run: str) -> str:

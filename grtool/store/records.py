@@ -5,7 +5,6 @@ The bottom of the store: it imports no module that writes stages."""
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import re
 import stat
@@ -61,6 +60,8 @@ def commit_file(tmp: Path, final: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
+    import hashlib  # here: `status` reads records without OpenSSL loaded
+
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 

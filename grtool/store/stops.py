@@ -34,8 +34,6 @@ the block succeeding clears their task's stop.
 
 from __future__ import annotations
 
-import getpass
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +177,9 @@ def accept_stops(path: str | Path, reason: str | None = None) -> list[dict[str, 
 
 
 def _who() -> str:
+    import getpass  # here: only a stop being written names its user and host
+    import socket
+
     try:
         user = getpass.getuser()
     except Exception:  # no user name in the environment or the password database (some containers)

@@ -33,7 +33,6 @@ from grtool.invocation import current_command
 from grtool.records import Count, FileName, PositiveCount, Seconds, Sha256, check_timestamp, read_record, to_builtins
 from grtool.secrets import redact_argv
 from grtool.store.empty import allowed
-from grtool.store.io import is_stdio
 from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.records import now
 from grtool.store.records import atomic_write_bytes, dumps, resolve_stage, sha256_file
@@ -56,6 +55,8 @@ def is_sidecar(path: str | Path) -> bool:
 def input_fingerprint(path: str | Path, table: str | None = None) -> dict[str, Any]:
     """An input as the sidecar records it: a stage directory (resolved from a run directory when ``table`` is
     given) by its shards' checksums, a file by its content, stdin as stdin."""
+    from grtool.store.io import is_stdio  # here: finding sidecars (status, validate) loads no Parquet library
+
     if is_stdio(path):
         return {"path": "-", "kind": "stdin"}
     target = resolve_stage(path, table) if table is not None else Path(path)
@@ -86,6 +87,8 @@ def write_sidecar(
     questions: dict[str, Any] | None = None,
 ) -> Path | None:
     """Record what made ``path`` (an export just written) in ``<path>.grtool.json``; nothing for stdout."""
+    from grtool.store.io import is_stdio
+
     if is_stdio(path):
         return None
     p = Path(path)
@@ -189,6 +192,8 @@ def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str |
     stage). A file is never one of the inputs nor inside one (an input shard overwritten); an existing file is
     replaced only when its ``<file>.grtool.json`` says grtool exported it; one writer per file.
     """
+    from grtool.store.io import is_stdio
+
     stages = [input_stage(path, table) if table else path for path, table in inputs]
     given = [path for path, _ in inputs]
     stack = ExitStack()
