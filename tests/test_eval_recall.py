@@ -85,10 +85,10 @@ def test_flipped_docids_with_commas_in_the_parts(samples):
     assert index.resolve(normalize_docid("Mara, my harbour, director, Doru Petru Vlaicu")) == ({mara}, False)
     assert index.resolve(normalize_docid("Doru Petru Vlaicu, director, Mara, my harbour")) == ({mara}, True)
     # A comma inside the tail ("March 4, 1961"), with sloppy spacing around the commas.
-    mother = samples["doc"]["Liva Marren"]
-    assert index.resolve(normalize_docid("Liva Marren ,date of birth,  March 4 , 1961")) == ({mother}, False)
+    liva = samples["doc"]["Liva Marren"]
+    assert index.resolve(normalize_docid("Liva Marren ,date of birth,  March 4 , 1961")) == ({liva}, False)
     # Case is part of the docid.
-    assert index.resolve(normalize_docid("mother bint nasser, place of birth, al khor")) == (frozenset(), False)
+    assert index.resolve(normalize_docid("liva marren, place of birth, sorvik")) == (frozenset(), False)
 
 
 @pytest.mark.parametrize(
