@@ -120,9 +120,7 @@ MOTHER_EXACT = (
 MOTHER_COLLIDING = "[Aurel Venn Alder, second wife, Liva Marren] [Liva Marren, place of birth, Sorvik] Sorvik."
 
 
-MOTHER_FLIPPED_AND_HALLUCINATED = (
-    f"{SPECIAL('Sorvik', 'place of birth', 'Liva Marren')} {SPECIAL('Liva Marren', 'mother of', 'Oskar Venn')}"  # flipped Z triple + one hallucinated docid: recall 0.5
-)
+MOTHER_FLIPPED_AND_HALLUCINATED = f"{SPECIAL('Sorvik', 'place of birth', 'Liva Marren')} {SPECIAL('Liva Marren', 'mother of', 'Oskar Venn')}"  # flipped Z triple + one hallucinated docid: recall 0.5
 
 
 MOTHER_MALFORMED = (
