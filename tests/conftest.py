@@ -15,9 +15,6 @@ TEST_DATA = REPO / "tests" / "data"
 # marked real_data read them; GRTOOL_SHARED_DATA points elsewhere (an empty path: as if absent).
 SHARED_DATA = Path(os.environ.get("GRTOOL_SHARED_DATA", REPO.parent / "shared" / "data"))
 REAL_DATA_ABSENT = "real-data test: ../shared/data absent"
-# The samples corpus (tests/sample_helpers.py) still reads ../shared/data: the tests on it are not real-data tests,
-# and the summary counts them apart until their hand-checked values are moved to our own records.
-SAMPLES_ABSENT = "samples corpus: ../shared/data absent (not yet moved to own records)"
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist exports COLUMNS=80 and LINES=24 to its workers; the
     for name in ("COLUMNS", "LINES"):  # commands under test must see what a log without a terminal has
@@ -37,11 +34,8 @@ def pytest_terminal_summary(terminalreporter):
     """Name and count what a clone without ../shared/data leaves out, so nothing else can hide among the skips."""
     skipped = terminalreporter.stats.get("skipped", [])
     real = sum("real_data" in getattr(r, "keywords", {}) for r in skipped)
-    samples = sum(SAMPLES_ABSENT in str(r.longrepr) for r in skipped)
     if real:
         terminalreporter.write_line(f"{real} real-data tests skipped: ../shared/data absent")
-    if samples:
-        terminalreporter.write_line(f"{samples} tests of the samples corpus skipped: it still reads ../shared/data (tests/sample_helpers.py)")
 
 
 @pytest.fixture

@@ -1,18 +1,18 @@
-"""The samples corpus many export, evaluation, retrieval and training tests share: `grtool corpus ingest` of a few
-2WikiMultihopQA and MuSiQue files, a triples stage beside it, hand-checked responses and their recall, and chains
-stages written from it.
+"""The samples corpus many export, evaluation, retrieval and training tests share: `grtool corpus ingest` of our own
+2WikiMultihopQA and MuSiQue records in tests/data/ (``*.samples.*``: 10 + 6 dev questions of invented text), a
+triples stage beside it, hand-checked responses and their recall, and chains stages written from it.
 
-Not moved to our own records yet: it still reads three files of ../shared/data (its hand-checked values are about
-their questions), so where they are absent its tests skip under SAMPLES_ABSENT, counted apart in the summary."""
+The records are written to hold the cases the checks need: a mother question whose distractors share the triple
+(Aurel Venn Alder, second wife, Liva Marren) with its first gold paragraph (a three-document collision), a film
+title with a comma, a bridge comparison with four gold documents, and a MuSiQue question whose hop order differs
+from its paragraph order."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from conftest import SAMPLES_ABSENT, SHARED_DATA, run_cli
+from conftest import TEST_DATA, run_cli
 from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 
@@ -23,33 +23,33 @@ WIKI = "2wikimultihopqa"
 MUSIQUE = "musique"
 
 
-# Real question ids of the samples used in hand-checked cases.
-Q_MOZA = "20aa14f60bdc11eba7f7acde48001122"  # Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?
+# Question ids of the samples used in hand-checked cases.
+Q_MOTHER = "6ee6a213cb02554a63b1867143572e70"  # Where was the mother of Oskar Venn Alder born?
 
 
-Q_ANA = "a643672c0bda11eba7f7acde48001122"  # What is the place of birth of the director of film Ana, Mon Amour?
+Q_MARA = "3d4e992d8d8a7d848724aa26ed7f4176"  # What is the place of birth of the director of film Mara, My Harbour?
 
 
-Q_WALTZ = "917222f308c911ebbd92ac1f6bf848b6"  # bridge_comparison, four gold documents
+Q_BELLS = "8891c81db8392d8e401378ef5517ddb1"  # bridge_comparison, four gold documents
 
 
-Q_FAIR_LADY = "2hop__82713_84616"  # MuSiQue: What did the actress in My Fair Lady win a Tony for?
+Q_TIN = "2hop__910001_910002"  # MuSiQue: What did the actress in Harbor of Tin win a Lark Award for?
 
 
 # Triples read off the paragraph texts by hand (title of the paragraph → triples).
 HAND_TRIPLES = {
-    "Mohammed bin Hamad bin Khalifa Al Thani": [
-        ("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser"),
-        ("Mohammed bin Hamad bin Khalifa Al Thani", "date of birth", "18 April 1988"),
+    "Oskar Venn Alder": [
+        ("Aurel Venn Alder", "second wife", "Liva Marren"),
+        ("Oskar Venn Alder", "date of birth", "18 April 1988"),
     ],
-    "Moza bint Nasser": [("Moza bint Nasser", "date of birth", "January 15, 1959")],
-    "Joaan bin Hamad bin Khalifa Al Thani": [
-        ("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser"),
-        ("Joaan bin Hamad bin Khalifa Al Thani", "date of birth", "23 July 1986"),
+    "Liva Marren": [("Liva Marren", "date of birth", "March 4, 1961")],
+    "Tobin Venn Alder": [
+        ("Aurel Venn Alder", "second wife", "Liva Marren"),
+        ("Tobin Venn Alder", "date of birth", "23 July 1986"),
     ],
-    "Jassim bin Hamad bin Khalifa Al Thani": [("Hamad bin Khalifa Al Thani", "second wife", "Moza bint Nasser")],
-    "My Fair Lady (film)": [("My Fair Lady (film)", "stars", "Audrey Hepburn")],
-    "List of awards and honours received by Audrey Hepburn": [("Audrey Hepburn", "won Tony Award for", "Best Performance by a Leading Actress in a Play in Ondine")],
+    "Emil Venn Alder": [("Aurel Venn Alder", "second wife", "Liva Marren")],
+    "Harbor of Tin (film)": [("Harbor of Tin (film)", "stars", "Nela Quist")],
+    "List of awards received by Nela Quist": [("Nela Quist", "won Lark Award for", "Best Leading Actress in a Play in The Salt Orchard")],
 }
 
 
@@ -61,19 +61,17 @@ def write_stage(path: Path, table: str, schema, rows: list[dict], params: dict |
     stage.finish()
 
 
-SAMPLE_FILES = ("2wikimultihopqa/data_ids_dev.sample.json", "2wikimultihopqa/dev.sample.json", "musique/musique_ans_v1.0_dev.sample.jsonl")
+SAMPLE_FILES = ("2wikimultihopqa/data_ids_dev.samples.json", "2wikimultihopqa/dev.samples.json", "musique/musique_ans_v1.0_dev.samples.jsonl")
 
 
 def build_samples(root: Path) -> dict:
-    """`grtool corpus ingest` over the real samples into ``root``, plus a triples stage beside it.
+    """`grtool corpus ingest` over the samples into ``root``, plus a triples stage beside it.
 
     Triples: 2Wiki's `evidences` (kept by ingest in `meta`), each on its head's paragraph, and
     :data:`HAND_TRIPLES`. Returns the lookups the checks need: title → doc_id, qid → gold titles,
     qid → question text, and the documents by doc_id.
     """
-    if not SHARED_DATA.is_dir():
-        pytest.skip(SAMPLES_ABSENT)
-    run_cli("corpus", "ingest", *(SHARED_DATA / f for f in SAMPLE_FILES), "--out", root)
+    run_cli("corpus", "ingest", *(TEST_DATA / f for f in SAMPLE_FILES), "--out", root)
     documents = {d["doc_id"]: d for d in read_table(root / "documents").to_pylist()}
     questions = read_table(root / "questions").to_pylist()
     by_title: dict[str, list[str]] = {}
@@ -112,54 +110,52 @@ SPECIAL = D()
 
 
 # Responses as a sampled SFT model might write them, with their recall worked out by hand.
-MOZA_EXACT = (
-    f"The mother: {SPECIAL('Mohammed bin Hamad bin Khalifa Al Thani', 'mother', 'Moza bint Nasser')} Her birthplace: "
-    f"{SPECIAL('Moza bint Nasser', 'place of birth', 'Al Khor')} So the answer is Al Khor."
+MOTHER_EXACT = (
+    f"The mother: {SPECIAL('Oskar Venn Alder', 'mother', 'Liva Marren')} Her birthplace: "
+    f"{SPECIAL('Liva Marren', 'place of birth', 'Sorvik')} So the answer is Sorvik."
 )  # {M, Z} = gold: recall 1, exact → desirable
 
 
-# the collision retrieves M, Joaan and Jassim: recall 1 but not exact → dropped at any tau
-MOZA_COLLIDING = "[Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser] [Moza bint Nasser, place of birth, Al Khor] Al Khor."
+# the collision retrieves M, Tobin and Emil: recall 1 but not exact → dropped at any tau
+MOTHER_COLLIDING = "[Aurel Venn Alder, second wife, Liva Marren] [Liva Marren, place of birth, Sorvik] Sorvik."
 
 
-MOZA_FLIPPED_AND_HALLUCINATED = (
-    f"{SPECIAL('Al Khor', 'place of birth', 'Moza bint Nasser')} {SPECIAL('Moza bint Nasser', 'mother of', 'Mohammed bin Hamad')}"  # flipped Z triple + one hallucinated docid: recall 0.5
-)
+MOTHER_FLIPPED_AND_HALLUCINATED = f"{SPECIAL('Sorvik', 'place of birth', 'Liva Marren')} {SPECIAL('Liva Marren', 'mother of', 'Oskar Venn')}"  # flipped Z triple + one hallucinated docid: recall 0.5
 
 
-MOZA_MALFORMED = (
-    f"{SPECIAL('Mohammed bin Hamad bin Khalifa Al Thani', 'mother', 'Moza bint Nasser')} then <docid_start><docid_end> "
-    "and [Moza bint Nasser] and <docid_start>Moza bint Nasser, place of birth"
+MOTHER_MALFORMED = (
+    f"{SPECIAL('Oskar Venn Alder', 'mother', 'Liva Marren')} then <docid_start><docid_end> "
+    "and [Liva Marren] and <docid_start>Liva Marren, place of birth"
 )  # one docid (M), three malformed spans: recall 0.5
 
 
-MOZA_NOTHING = "I cannot answer this question from what I know."  # recall 0 → undesirable
+MOTHER_NOTHING = "I cannot answer this question from what I know."  # recall 0 → undesirable
 
 
-ANA_BRACKETS = "[Ana, mon amour, director, Călin Peter Netzer] He was born somewhere."  # comma in the head: recall 0.5
+MARA_BRACKETS = "[Mara, my harbour, director, Doru Petru Vlaicu] He was born somewhere."  # comma in the head: recall 0.5
 
 
 # first docid flipped (and commas in the flipped head): {A, C} = gold, exact → desirable
-ANA_FLIPPED_EXACT = f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
+MARA_FLIPPED_EXACT = f"{SPECIAL('Doru Petru Vlaicu', 'director', 'Mara, my harbour')} {SPECIAL('Doru Petru Vlaicu', 'place of birth', 'Sălcioara')}"
 
 
-WALTZ_ONE_OF_FOUR = "[Two Hearts in Waltz Time, director, Géza von Bolváry]"  # recall 0.25
+BELLS_ONE_OF_FOUR = "[Three Bells at Noon, director, Hedda von Koralin]"  # recall 0.25
 
 
-FAIR_LADY_HALF = "[My Fair Lady (film), stars, Audrey Hepburn]"  # MuSiQue, recall 0.5
+TIN_HALF = "[Harbor of Tin (film), stars, Nela Quist]"  # MuSiQue, recall 0.5
 
 
 RESPONSES = [
-    (Q_MOZA, MOZA_EXACT),
-    (Q_MOZA, MOZA_COLLIDING),
-    (Q_MOZA, MOZA_FLIPPED_AND_HALLUCINATED),
-    (Q_MOZA, MOZA_MALFORMED),
-    (Q_ANA, ANA_BRACKETS),
-    (Q_ANA, ANA_FLIPPED_EXACT),
-    (Q_FAIR_LADY, FAIR_LADY_HALF),
-    (Q_MOZA, MOZA_NOTHING),
-    (Q_WALTZ, WALTZ_ONE_OF_FOUR),
-    ("no-such-question", MOZA_EXACT),
+    (Q_MOTHER, MOTHER_EXACT),
+    (Q_MOTHER, MOTHER_COLLIDING),
+    (Q_MOTHER, MOTHER_FLIPPED_AND_HALLUCINATED),
+    (Q_MOTHER, MOTHER_MALFORMED),
+    (Q_MARA, MARA_BRACKETS),
+    (Q_MARA, MARA_FLIPPED_EXACT),
+    (Q_TIN, TIN_HALF),
+    (Q_MOTHER, MOTHER_NOTHING),
+    (Q_BELLS, BELLS_ONE_OF_FOUR),
+    ("no-such-question", MOTHER_EXACT),
 ]
 
 

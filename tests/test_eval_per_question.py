@@ -1,4 +1,4 @@
-"""`eval recall --per-question` and `eval compare` of `retrieve` directories, on the real samples, values by hand.
+"""`eval recall --per-question` and `eval compare` of `retrieve` directories, on the samples corpus, values by hand.
 
 The responses directories are written the way `grtool retrieve` writes them (its row function
 :func:`grtool.retrieve.stage.response_row`, a `responses` stage whose manifest records the selection and the
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from sample_helpers import write_stage
-from sample_helpers import MOZA_NOTHING, MUSIQUE, Q_ANA, Q_FAIR_LADY, Q_MOZA, Q_WALTZ, SPECIAL, WIKI
+from sample_helpers import MOTHER_NOTHING, MUSIQUE, Q_MARA, Q_TIN, Q_MOTHER, Q_BELLS, SPECIAL, WIKI
 
 from grtool.vocab.readers import DocidIndex
 from grtool.llm.base import Generation
@@ -21,21 +21,21 @@ from grtool.store.schemas import RESPONSES
 from grtool.store.stage import read_table
 from grtool.store.records import resolve_stage
 
-M, Z = "Mohammed bin Hamad bin Khalifa Al Thani", "Moza bint Nasser"  # Q_MOZA's gold titles
-MOZA_EXACT = f"{SPECIAL(M, 'mother', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')} Al Khor."  # recall 1, exact
-MOZA_FLIPPED_HALLUCINATED = f"{SPECIAL('Al Khor', 'place of birth', Z)} {SPECIAL(Z, 'mother of', 'Mohammed bin Hamad')}"  # 0.5
-MOZA_COLLIDING = f"{SPECIAL('Hamad bin Khalifa Al Thani', 'second wife', Z)} {SPECIAL(Z, 'place of birth', 'Al Khor')}"  # 1, not exact
-MOZA_NON_GOLD = SPECIAL("Joaan bin Hamad bin Khalifa Al Thani", "date of birth", "23 July 1986")  # 0: Joaan is not gold
-ANA_EXACT = f"{SPECIAL('Călin Peter Netzer', 'director', 'Ana, mon amour')} {SPECIAL('Călin Peter Netzer', 'place of birth', 'Petroșani')}"
-ANA_HALF = SPECIAL("Ana, mon amour", "director", "Călin Peter Netzer")  # 0.5
-FAIR_LADY_HALF = SPECIAL("My Fair Lady (film)", "stars", "Audrey Hepburn")  # 0.5
-WALTZ_ONE_OF_FOUR = SPECIAL("Two Hearts in Waltz Time", "director", "Géza von Bolváry")  # 0.25
+M, Z = "Oskar Venn Alder", "Liva Marren"  # Q_MOTHER's gold titles
+MOTHER_EXACT = f"{SPECIAL(M, 'mother', Z)} {SPECIAL(Z, 'place of birth', 'Sorvik')} Sorvik."  # recall 1, exact
+MOTHER_FLIPPED_HALLUCINATED = f"{SPECIAL('Sorvik', 'place of birth', Z)} {SPECIAL(Z, 'mother of', 'Oskar Venn')}"  # 0.5
+MOTHER_COLLIDING = f"{SPECIAL('Aurel Venn Alder', 'second wife', Z)} {SPECIAL(Z, 'place of birth', 'Sorvik')}"  # 1, not exact
+MOTHER_NON_GOLD = SPECIAL("Tobin Venn Alder", "date of birth", "23 July 1986")  # 0: Tobin is not gold
+MARA_EXACT = f"{SPECIAL('Doru Petru Vlaicu', 'director', 'Mara, my harbour')} {SPECIAL('Doru Petru Vlaicu', 'place of birth', 'Sălcioara')}"
+MARA_HALF = SPECIAL("Mara, my harbour", "director", "Doru Petru Vlaicu")  # 0.5
+TIN_HALF = SPECIAL("Harbor of Tin (film)", "stars", "Nela Quist")  # 0.5
+BELLS_ONE_OF_FOUR = SPECIAL("Three Bells at Noon", "director", "Hedda von Koralin")  # 0.25
 
 # Two runs on the same four questions: per question (a, b) recall, and who wins.
-RUN_A = [(Q_MOZA, MOZA_EXACT), (Q_ANA, ANA_EXACT), (Q_FAIR_LADY, FAIR_LADY_HALF), (Q_WALTZ, MOZA_NOTHING), (Q_MOZA, MOZA_FLIPPED_HALLUCINATED)]
-RUN_B = [(Q_MOZA, MOZA_COLLIDING), (Q_ANA, ANA_HALF), (Q_FAIR_LADY, FAIR_LADY_HALF), (Q_WALTZ, WALTZ_ONE_OF_FOUR), (Q_MOZA, MOZA_NON_GOLD)]
-# a: MOZA (1 + 0.5) / 2 = 0.75, ANA 1, FAIR LADY 0.5, WALTZ 0; b: MOZA (1 + 0) / 2 = 0.5, ANA 0.5, FAIR LADY 0.5, WALTZ 0.25
-# b against a: better WALTZ; worse MOZA, ANA; same FAIR LADY.
+RUN_A = [(Q_MOTHER, MOTHER_EXACT), (Q_MARA, MARA_EXACT), (Q_TIN, TIN_HALF), (Q_BELLS, MOTHER_NOTHING), (Q_MOTHER, MOTHER_FLIPPED_HALLUCINATED)]
+RUN_B = [(Q_MOTHER, MOTHER_COLLIDING), (Q_MARA, MARA_HALF), (Q_TIN, TIN_HALF), (Q_BELLS, BELLS_ONE_OF_FOUR), (Q_MOTHER, MOTHER_NON_GOLD)]
+# a: MOTHER (1 + 0.5) / 2 = 0.75, MARA 1, TIN 0.5, BELLS 0; b: MOTHER (1 + 0) / 2 = 0.5, MARA 0.5, TIN 0.5, BELLS 0.25
+# b against a: better BELLS; worse MOTHER, MARA; same TIN.
 
 
 def write_responses_dir(path: Path, corpus: Path, answers: list[tuple[str, str]], params: dict | None = None) -> Path:
@@ -75,23 +75,23 @@ def test_per_question_json_hand_checked(cli, samples, runs):
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json")
     report = strict_json(proc.stdout)
     by_qid = {q["qid"]: q for q in report["questions"]}
-    moza = by_qid[Q_MOZA]
-    assert (moza["dataset"], moza["split"], moza["question"]) == (WIKI, "dev", samples["question"][Q_MOZA])
-    assert (moza["status"], moza["responses"], moza["recall"], moza["exact"]) == ("scored", 2, 0.75, 0.5)
-    assert (moza["docids"], moza["hallucinated"]) == (4, 1)
-    assert {g["title"] for g in moza["gold"]} == {M, Z}
-    exact, flipped = moza["rows"]
+    mother = by_qid[Q_MOTHER]
+    assert (mother["dataset"], mother["split"], mother["question"]) == (WIKI, "dev", samples["question"][Q_MOTHER])
+    assert (mother["status"], mother["responses"], mother["recall"], mother["exact"]) == ("scored", 2, 0.75, 0.5)
+    assert (mother["docids"], mother["hallucinated"]) == (4, 1)
+    assert {g["title"] for g in mother["gold"]} == {M, Z}
+    exact, flipped = mother["rows"]
     assert (exact["recall"], exact["exact"], exact["hallucinated"]) == (1.0, True, [])
-    assert [(d["docid"], d["verdict"]) for d in exact["docids"]] == [(f"{M},mother,{Z}", "gold"), (f"{Z},place of birth,Al Khor", "gold")]
-    assert sorted((d["title"], d["verdict"]) for d in exact["retrieved"]) == [(M, "gold"), (Z, "gold")]
+    assert [(d["docid"], d["verdict"]) for d in exact["docids"]] == [(f"{M},mother,{Z}", "gold"), (f"{Z},place of birth,Sorvik", "gold")]
+    assert sorted((d["title"], d["verdict"]) for d in exact["retrieved"]) == [(Z, "gold"), (M, "gold")]  # by title
     assert [(d["verdict"], d["flipped"]) for d in flipped["docids"]] == [("gold", True), ("hallucinated", False)]
-    assert flipped["hallucinated"] == [f"{Z},mother of,Mohammed bin Hamad"] and flipped["recall"] == 0.5
+    assert flipped["hallucinated"] == [f"{Z},mother of,Oskar Venn"] and flipped["recall"] == 0.5
     assert [d["title"] for d in flipped["retrieved"]] == [Z]
-    fair = by_qid[Q_FAIR_LADY]
-    assert (fair["dataset"], fair["recall"], fair["exact"]) == (MUSIQUE, 0.5, 0.0)
-    assert by_qid[Q_WALTZ]["recall"] == 0.0 and by_qid[Q_WALTZ]["rows"][0]["docids"] == []
+    tin = by_qid[Q_TIN]
+    assert (tin["dataset"], tin["recall"], tin["exact"]) == (MUSIQUE, 0.5, 0.0)
+    assert by_qid[Q_BELLS]["recall"] == 0.0 and by_qid[Q_BELLS]["rows"][0]["docids"] == []
     # every scorable question of the corpus was selected (no --split/--dataset/--limit): the rest have no row
-    missing = scorable_qids(corpus) - {Q_MOZA, Q_ANA, Q_FAIR_LADY, Q_WALTZ}
+    missing = scorable_qids(corpus) - {Q_MOTHER, Q_MARA, Q_TIN, Q_BELLS}
     assert report["selected"] == len(read_table(corpus / "questions")) and report["without_response"] == len(missing) > 0
     assert {q["qid"] for q in report["questions"] if q["status"] == "no_response"} == missing
     assert all(q["recall"] is None and q["rows"] == [] for q in report["questions"] if q["status"] == "no_response")
@@ -104,14 +104,14 @@ def test_per_question_json_hand_checked(cli, samples, runs):
 def test_non_gold_and_colliding_verdicts(cli, samples, runs):
     corpus = samples["root"]
     report = strict_json(cli("eval", "recall", runs["b"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", "--json").stdout)
-    moza = next(q for q in report["questions"] if q["qid"] == Q_MOZA)
-    colliding, non_gold = moza["rows"]
-    # the colliding triple is held by M (gold), Joaan and Jassim: a gold verdict, three documents retrieved
+    mother = next(q for q in report["questions"] if q["qid"] == Q_MOTHER)
+    colliding, non_gold = mother["rows"]
+    # the colliding triple is held by M (gold), Tobin and Emil: a gold verdict, three documents retrieved
     assert [d["verdict"] for d in colliding["docids"]] == ["gold", "gold"] and len(colliding["docids"][0]["documents"]) == 3
     assert (colliding["recall"], colliding["exact"]) == (1.0, False)
     assert sorted(d["verdict"] for d in colliding["retrieved"]) == ["gold", "gold", "non-gold", "non-gold"]
     assert [d["verdict"] for d in non_gold["docids"]] == ["non-gold"] and non_gold["recall"] == 0.0
-    assert [(d["title"], d["verdict"]) for d in non_gold["retrieved"]] == [("Joaan bin Hamad bin Khalifa Al Thani", "non-gold")]
+    assert [(d["title"], d["verdict"]) for d in non_gold["retrieved"]] == [("Tobin Venn Alder", "non-gold")]
 
 
 def test_per_question_table_on_the_terminal(cli, samples, runs):
@@ -119,8 +119,8 @@ def test_per_question_table_on_the_terminal(cli, samples, runs):
     proc = cli("eval", "recall", runs["a"], "--corpus", corpus, "--triples", corpus / "triples", "--per-question", env={"COLUMNS": "400"})
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
-    moza = next(line for line in lines if Q_MOZA in line)
-    assert "0.750" in moza and f"✓ {M}" in moza and f"✓ {Z}" in moza
+    mother = next(line for line in lines if Q_MOTHER in line)
+    assert "0.750" in mother and f"✓ {M}" in mother and f"✓ {Z}" in mother
     assert "no response row" in proc.stderr and "without a response:" in proc.stderr
 
 
@@ -128,7 +128,7 @@ def test_selection_with_limit_from_the_manifest(cli, samples, tmp_path):
     """--dataset musique --limit 2 as retrieve records them: the first two MuSiQue questions were asked."""
     corpus = samples["root"]
     first_two = [q["qid"] for q in read_table(corpus / "questions").to_pylist() if q["dataset"] == MUSIQUE][:2]
-    out = write_responses_dir(tmp_path / "r", corpus, [(first_two[0], FAIR_LADY_HALF)], {"datasets": [MUSIQUE], "limit": 2})
+    out = write_responses_dir(tmp_path / "r", corpus, [(first_two[0], TIN_HALF)], {"datasets": [MUSIQUE], "limit": 2})
     report = strict_json(cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", "--json").stdout)
     assert report["selected"] == 2
     assert report["without_response"] == (1 if first_two[1] in scorable_qids(corpus) else 0)
@@ -140,13 +140,13 @@ def test_compare_response_directories(cli, samples, runs, tmp_path):
     result = strict_json(proc.stdout)
     wins = result["per_question"]["b"]
     assert (wins["baseline"], wins["better"], wins["worse"], wins["same"], wins["questions"]) == ("a", 1, 2, 1, 4)
-    assert {(c["qid"], c["baseline"], c["recall"]) for c in wins["changed"]} == {(Q_WALTZ, 0.0, 0.25), (Q_MOZA, 0.75, 0.5), (Q_ANA, 1.0, 0.5)}
+    assert {(c["qid"], c["baseline"], c["recall"]) for c in wins["changed"]} == {(Q_BELLS, 0.0, 0.25), (Q_MOTHER, 0.75, 0.5), (Q_MARA, 1.0, 0.5)}
     assert result["metrics"]["a"]["questions_scored"] == 4 and result["metrics"]["a"]["hallucinated"] == 1
     assert result["metrics"]["b"]["exact_match_share"] == 0.0 and result["metrics"]["a"]["exact_match_share"] == pytest.approx(2 / 5)
     assert result["recall"]["all"] == {"a": pytest.approx(3 / 5), "b": pytest.approx(2.25 / 5)}
     lines = md.read_text().splitlines()
     assert any(line.startswith("| b | 1 | 2 | 1 | 4 | ") for line in lines)  # then Δ recall, its interval and p
-    assert f"| {Q_WALTZ} | {WIKI} | 0.0000 | 0.2500 |" in lines
+    assert f"| {Q_BELLS} | {WIKI} | 0.0000 | 0.2500 |" in lines
     assert "| hallucinated docids | 1/7 (0.143) | 0/6 (0.000) |" in lines
     # the other way round: b as the baseline
     other = strict_json(cli("eval", "compare", f"a={runs['a']}", f"b={runs['b']}", "--baseline", "b", "--json").stdout)
@@ -174,7 +174,7 @@ def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_
     """A run that answered train questions, scored against a corpus without them: recall as ever, the missing
     rows unknown (null) and a warning that says why."""
     corpus = samples["root"]
-    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"splits": ["train"]})
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_MARA, MARA_EXACT)], {"splits": ["train"]})
     proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", "--json")
     report = strict_json(proc.stdout)
     assert report["recall"] == 1.0 and report["selected"] is None and report["without_response"] is None
@@ -183,7 +183,7 @@ def test_a_selection_the_corpus_cannot_make_is_said_not_fatal(cli, samples, tmp_
 
 def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):
     corpus = samples["root"]
-    out = write_responses_dir(tmp_path / "r", corpus, [(Q_ANA, ANA_EXACT)], {"limit": 2})
+    out = write_responses_dir(tmp_path / "r", corpus, [(Q_MARA, MARA_EXACT)], {"limit": 2})
     manifest = json.loads((out / "_manifest.json").read_text())
     manifest["params"]["limit"] = "two"
     (out / "_manifest.json").write_text(json.dumps(manifest))

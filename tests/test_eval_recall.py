@@ -1,7 +1,7 @@
-"""`grtool eval recall` on real 2WikiMultihopQA and MuSiQue samples, with hand-checked values.
+"""`grtool eval recall` on the samples corpus (our own 2WikiMultihopQA and MuSiQue records), with hand-checked values.
 
-The corpus is the real `grtool corpus ingest` of the samples, with the triples of ``test_export.build_samples``
-(2Wiki evidence triples and hand-read triples, among them one real three-document collision).
+The corpus is the `grtool corpus ingest` of the samples, with the triples of ``sample_helpers.build_samples``
+(2Wiki evidence triples and hand-read triples, among them one three-document collision).
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import json
 
 import pytest
 from sample_helpers import (
-    ANA_BRACKETS,
-    ANA_FLIPPED_EXACT,
-    FAIR_LADY_HALF,
-    MOZA_COLLIDING,
-    MOZA_EXACT,
-    MOZA_FLIPPED_AND_HALLUCINATED,
-    MOZA_MALFORMED,
+    MARA_BRACKETS,
+    MARA_FLIPPED_EXACT,
+    TIN_HALF,
+    MOTHER_COLLIDING,
+    MOTHER_EXACT,
+    MOTHER_FLIPPED_AND_HALLUCINATED,
+    MOTHER_MALFORMED,
     MUSIQUE,
-    Q_ANA,
-    Q_FAIR_LADY,
-    Q_MOZA,
+    Q_MARA,
+    Q_TIN,
+    Q_MOTHER,
     WIKI,
     write_responses,
 )
@@ -31,14 +31,14 @@ from grtool.vocab.readers import DocidIndex, QuestionIndex, Response
 from grtool.evaluation.recall import score_response
 
 SCORED = [
-    (Q_MOZA, MOZA_EXACT),  # recall 1, docs {M, Z}
-    (Q_MOZA, MOZA_COLLIDING),  # recall 1, docs {M, Joaan, Jassim, Z}
-    (Q_MOZA, MOZA_FLIPPED_AND_HALLUCINATED),  # recall 0.5, docs {Z}, 1 flipped, 1 hallucinated
-    (Q_MOZA, MOZA_MALFORMED),  # recall 0.5, docs {M}, 3 malformed
-    (Q_ANA, ANA_BRACKETS),  # recall 0.5, docs {A}
-    (Q_ANA, ANA_FLIPPED_EXACT),  # recall 1, docs {A, C}, 1 flipped
-    (Q_FAIR_LADY, FAIR_LADY_HALF),  # MuSiQue: recall 0.5, docs {My Fair Lady}
-    ("no-such-question", MOZA_EXACT),  # not scored, reported
+    (Q_MOTHER, MOTHER_EXACT),  # recall 1, docs {M, Z}
+    (Q_MOTHER, MOTHER_COLLIDING),  # recall 1, docs {M, Tobin, Emil, Z}
+    (Q_MOTHER, MOTHER_FLIPPED_AND_HALLUCINATED),  # recall 0.5, docs {Z}, 1 flipped, 1 hallucinated
+    (Q_MOTHER, MOTHER_MALFORMED),  # recall 0.5, docs {M}, 3 malformed
+    (Q_MARA, MARA_BRACKETS),  # recall 0.5, docs {A}
+    (Q_MARA, MARA_FLIPPED_EXACT),  # recall 1, docs {A, C}, 1 flipped
+    (Q_TIN, TIN_HALF),  # MuSiQue: recall 0.5, docs {Harbor of Tin (film)}
+    ("no-such-question", MOTHER_EXACT),  # not scored, reported
 ]
 
 
@@ -70,34 +70,34 @@ def test_recall_report_hand_checked(cli, samples, tmp_path):
 
 def test_collisions_retrieve_every_holder(samples):
     index = DocidIndex.build(samples["root"] / "triples")
-    docs, flipped = index.resolve(normalize_docid("Hamad bin Khalifa Al Thani, second wife, Moza bint Nasser"))
-    titles = {"Mohammed bin Hamad bin Khalifa Al Thani", "Joaan bin Hamad bin Khalifa Al Thani", "Jassim bin Hamad bin Khalifa Al Thani"}
+    docs, flipped = index.resolve(normalize_docid("Aurel Venn Alder, second wife, Liva Marren"))
+    titles = {"Oskar Venn Alder", "Tobin Venn Alder", "Emil Venn Alder"}
     assert docs == {samples["doc"][t] for t in titles} and not flipped
     questions = QuestionIndex.build(samples["root"])
-    score = score_response(Response(1, Q_MOZA, MOZA_COLLIDING), questions.get(Q_MOZA), index)
+    score = score_response(Response(1, Q_MOTHER, MOTHER_COLLIDING), questions.get(Q_MOTHER), index)
     assert score.recall == 1.0 and not score.exact and len(score.retrieved) == 4
 
 
 def test_flipped_docids_with_commas_in_the_parts(samples):
     index = DocidIndex.build(samples["root"] / "triples")
-    ana = samples["doc"]["Ana, mon amour"]
+    mara = samples["doc"]["Mara, my harbour"]
     # Written forward with a comma in the head, and tail-first with the comma-holding head last.
-    assert index.resolve(normalize_docid("Ana, mon amour, director, Călin Peter Netzer")) == ({ana}, False)
-    assert index.resolve(normalize_docid("Călin Peter Netzer, director, Ana, mon amour")) == ({ana}, True)
-    # A comma inside the tail ("January 15, 1959"), with sloppy spacing around the commas.
-    moza = samples["doc"]["Moza bint Nasser"]
-    assert index.resolve(normalize_docid("Moza bint Nasser ,date of birth,  January 15 , 1959")) == ({moza}, False)
+    assert index.resolve(normalize_docid("Mara, my harbour, director, Doru Petru Vlaicu")) == ({mara}, False)
+    assert index.resolve(normalize_docid("Doru Petru Vlaicu, director, Mara, my harbour")) == ({mara}, True)
+    # A comma inside the tail ("March 4, 1961"), with sloppy spacing around the commas.
+    liva = samples["doc"]["Liva Marren"]
+    assert index.resolve(normalize_docid("Liva Marren ,date of birth,  March 4 , 1961")) == ({liva}, False)
     # Case is part of the docid.
-    assert index.resolve(normalize_docid("moza bint nasser, place of birth, al khor")) == (frozenset(), False)
+    assert index.resolve(normalize_docid("liva marren, place of birth, sorvik")) == (frozenset(), False)
 
 
 @pytest.mark.parametrize(
     "text, docids, malformed",
     [
-        ("[Moza bint Nasser, place of birth, Al Khor] and <docid_start>A, b, c<docid_end>", ["A,b,c", "Moza bint Nasser,place of birth,Al Khor"], 0),
+        ("[Liva Marren, place of birth, Sorvik] and <docid_start>A, b, c<docid_end>", ["A,b,c", "Liva Marren,place of birth,Sorvik"], 0),
         ("<docid_start><docid_end> []", [], 2),  # empty markers
-        ("<docid_start>Moza bint Nasser, place of birth, Al Khor", [], 1),  # cut off before the end marker
-        ("Al Khor<docid_end> [Moza]", [], 2),  # end without start; a bracket that is not a triple
+        ("<docid_start>Liva Marren, place of birth, Sorvik", [], 1),  # cut off before the end marker
+        ("Sorvik<docid_end> [Liva]", [], 2),  # end without start; a bracket that is not a triple
         ("[a, b, [c, d, e]]", ["c,d,e"], 2),  # nested: the outer pair is broken
         ("<docid_start>x, y <docid_start>p, q, r<docid_end>", ["p,q,r"], 1),  # opened twice
         ("plain text with no docids", [], 0),
@@ -119,7 +119,7 @@ def test_parse_reads_only_the_syntax_the_response_was_decoded_with():
 def test_retrieve_rows_are_scored_in_their_own_syntax(cli, samples):
     """A `retrieve --markers special` row: a bracket the model wrote in its free text is thought, not a retrieval
     (the decoder constrains the marker spans only), so it is neither a document nor a hallucination."""
-    row = {"qid": Q_MOZA, "text": MOZA_EXACT + " [Moza bint Nasser, is a, who, lives there]"}
+    row = {"qid": Q_MOTHER, "text": MOTHER_EXACT + " [Liva Marren, is a, who, lives there]"}
     read = {}
     for markers in (None, "special"):
         line = json.dumps({**row, **({"markers": markers} if markers else {})}) + "\n"
@@ -130,11 +130,11 @@ def test_retrieve_rows_are_scored_in_their_own_syntax(cli, samples):
 
 def test_bad_jsonl_line_names_file_and_line(cli, samples, tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"qid": Q_MOZA, "response": MOZA_EXACT}) + "\n\n" + '{"qid": "x", "response": \n')
+    bad.write_text(json.dumps({"qid": Q_MOTHER, "response": MOTHER_EXACT}) + "\n\n" + '{"qid": "x", "response": \n')
     proc = cli("eval", "recall", bad, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "bad.jsonl, line 3, character 26: not valid JSON" in flat(proc.stderr) and "Traceback" not in proc.stderr
     missing = tmp_path / "missing.jsonl"
-    missing.write_text(json.dumps({"qid": Q_MOZA, "answer": "no response field"}) + "\n")
+    missing.write_text(json.dumps({"qid": Q_MOTHER, "answer": "no response field"}) + "\n")
     proc = cli("eval", "recall", missing, "--corpus", samples["root"], "--triples", samples["root"], check=2)
     assert "missing.jsonl, line 1: 'response' must be a string" in flat(proc.stderr)
 
@@ -147,7 +147,7 @@ def test_stdin_and_table_output(cli, samples):
 
 
 def test_nothing_scorable_exits_1(cli, samples, tmp_path):
-    only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOZA_EXACT)])
+    only_unknown = write_responses(tmp_path / "u.jsonl", [("nope", MOTHER_EXACT)])
     proc = cli("eval", "recall", only_unknown, "--corpus", samples["root"], "--triples", samples["root"], check=1)
     assert "no response could be scored" in flat(proc.stderr)
 
@@ -159,11 +159,11 @@ def test_stored_and_written_whitespace_meet(tmp_path):
 
     from grtool.store.schemas import TRIPLES
 
-    rows = [{"doc_id": "d1", "idx": 0, "head": "Moza\u00a0bint\tNasser ", "relation": " place of\u3000birth", "tail": "Al Khor,\u2029Qatar\u3000", "docid": ""}]
+    rows = [{"doc_id": "d1", "idx": 0, "head": "Liva\u00a0Marren ", "relation": " place of\u3000birth", "tail": "Sorvik,\u2029Vennmark\u3000", "docid": ""}]
     write_stage(tmp_path / "triples", "triples", TRIPLES, rows)
     index = DocidIndex.build(tmp_path / "triples")
-    assert index.resolve(normalize_docid("Moza bint Nasser , place of birth,  Al Khor , Qatar")) == ({"d1"}, False)
-    assert index.resolve(normalize_docid("Al Khor, Qatar, place of birth, Moza bint Nasser")) == ({"d1"}, True)
+    assert index.resolve(normalize_docid("Liva Marren , place of birth,  Sorvik , Vennmark")) == ({"d1"}, False)
+    assert index.resolve(normalize_docid("Sorvik, Vennmark, place of birth, Liva Marren")) == ({"d1"}, True)
 
 
 def test_questions_with_incomplete_gold_are_reported_not_scored(cli, examples, tmp_path):

@@ -1,9 +1,9 @@
-"""`grtool export sft / kto / gmr` on real 2WikiMultihopQA and MuSiQue samples, with hand-checked values.
+"""`grtool export sft / kto / gmr` on the samples corpus (our own 2WikiMultihopQA and MuSiQue records), with
+hand-checked values.
 
-The corpus (documents + questions stages) is built from the real records in ../shared/data; the triples
-stage holds 2Wiki's own `evidences` triples plus triples written by hand from the paragraph texts, among
-them one real collision: three Al Thani paragraphs all say that Moza bint Nasser is Hamad bin Khalifa Al
-Thani's second wife.
+The corpus (documents + questions stages) is the ingest of tests/data's samples records; the triples stage holds
+2Wiki's own `evidences` triples plus triples written by hand from the paragraph texts, among them one collision:
+three Venn Alder paragraphs all say that Liva Marren is Aurel Venn Alder's second wife.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ from grtool.export.shuffle import unit_hash
 from conftest import run_cli
 from grtool.store.schemas import CHAINS
 from sample_helpers import (
-    ANA_BRACKETS,
-    ANA_FLIPPED_EXACT,
-    FAIR_LADY_HALF,
-    MOZA_COLLIDING,
-    MOZA_EXACT,
-    MOZA_FLIPPED_AND_HALLUCINATED,
-    MOZA_MALFORMED,
-    MOZA_NOTHING,
+    MARA_BRACKETS,
+    MARA_FLIPPED_EXACT,
+    TIN_HALF,
+    MOTHER_COLLIDING,
+    MOTHER_EXACT,
+    MOTHER_FLIPPED_AND_HALLUCINATED,
+    MOTHER_MALFORMED,
+    MOTHER_NOTHING,
     MUSIQUE,
-    Q_ANA,
-    Q_FAIR_LADY,
-    Q_MOZA,
-    Q_WALTZ,
+    Q_MARA,
+    Q_TIN,
+    Q_MOTHER,
+    Q_BELLS,
     SPECIAL,
-    WALTZ_ONE_OF_FOUR,
+    BELLS_ONE_OF_FOUR,
     WIKI,
     write_chains,
     write_responses,
@@ -52,16 +52,16 @@ def flat(text: str) -> str:
 @pytest.mark.parametrize(
     "tau, desirable, undesirable, dropped, weights",
     [
-        # 0.5: exact ones desirable; MOZA_NOTHING (0) and WALTZ (0.25) below; the four at exactly 0.5 dropped,
-        # and MOZA_COLLIDING (recall 1, extra documents) dropped.
-        (0.5, [MOZA_EXACT, ANA_FLIPPED_EXACT], [MOZA_NOTHING, WALTZ_ONE_OF_FOUR], 5, (1.0, 1.0)),
-        # 0.25: WALTZ's recall is exactly tau → dropped; 2 desirable vs 1 undesirable → up-weight the undesirable.
-        (0.25, [MOZA_EXACT, ANA_FLIPPED_EXACT], [MOZA_NOTHING], 6, (1.0, 2.0)),
+        # 0.5: exact ones desirable; MOTHER_NOTHING (0) and BELLS (0.25) below; the four at exactly 0.5 dropped,
+        # and MOTHER_COLLIDING (recall 1, extra documents) dropped.
+        (0.5, [MOTHER_EXACT, MARA_FLIPPED_EXACT], [MOTHER_NOTHING, BELLS_ONE_OF_FOUR], 5, (1.0, 1.0)),
+        # 0.25: BELLS's recall is exactly tau → dropped; 2 desirable vs 1 undesirable → up-weight the undesirable.
+        (0.25, [MOTHER_EXACT, MARA_FLIPPED_EXACT], [MOTHER_NOTHING], 6, (1.0, 2.0)),
         # 1.0: everything short of full recall is undesirable; full recall with an extra document is still dropped.
         (
             1.0,
-            [MOZA_EXACT, ANA_FLIPPED_EXACT],
-            [MOZA_FLIPPED_AND_HALLUCINATED, MOZA_MALFORMED, ANA_BRACKETS, FAIR_LADY_HALF, MOZA_NOTHING, WALTZ_ONE_OF_FOUR],
+            [MOTHER_EXACT, MARA_FLIPPED_EXACT],
+            [MOTHER_FLIPPED_AND_HALLUCINATED, MOTHER_MALFORMED, MARA_BRACKETS, TIN_HALF, MOTHER_NOTHING, BELLS_ONE_OF_FOUR],
             1,
             (3.0, 1.0),
         ),
@@ -85,13 +85,13 @@ def test_kto_labels_at_the_tau_boundary(cli, samples, tmp_path, tau, desirable, 
     # TRL unpaired-preference rows: conversational prompt (the SFT instruction) / completion / bool label.
     first = rows[0]
     assert set(first) == {"prompt", "completion", "label"}
-    assert first["prompt"] == [{"role": "user", "content": instruction(samples["question"][Q_MOZA])}]
-    assert first["completion"] == [{"role": "assistant", "content": MOZA_EXACT}]
+    assert first["prompt"] == [{"role": "user", "content": instruction(samples["question"][Q_MOTHER])}]
+    assert first["completion"] == [{"role": "assistant", "content": MOTHER_EXACT}]
     assert not (out.parent / "dataset_info.json").exists()  # TRL needs no registry
 
 
 def test_kto_desirable_rule_exact_or_all_gold(cli, samples, tmp_path):
-    """exact (default): MOZA_COLLIDING (every gold document plus the colliding extras) is dropped; all-gold: it
+    """exact (default): MOTHER_COLLIDING (every gold document plus the colliding extras) is dropped; all-gold: it
     is desirable. The summary and --json state the rule."""
     root = samples["root"]
     responses = write_responses(tmp_path / "samples.jsonl")
@@ -103,9 +103,9 @@ def test_kto_desirable_rule_exact_or_all_gold(cli, samples, tmp_path):
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         labels[rule] = {r["completion"][0]["content"]: r["label"] for r in rows}
         assert summary["desirable_rule"] == (rule or "exact") and summary["rule"] in flat(proc.stderr)
-    assert labels[None] == labels["exact"] and MOZA_COLLIDING not in labels["exact"]
-    assert [c for c, label in labels["all-gold"].items() if label] == [MOZA_EXACT, MOZA_COLLIDING, ANA_FLIPPED_EXACT]
-    assert {c: label for c, label in labels["all-gold"].items() if c != MOZA_COLLIDING} == labels["exact"]
+    assert labels[None] == labels["exact"] and MOTHER_COLLIDING not in labels["exact"]
+    assert [c for c, label in labels["all-gold"].items() if label] == [MOTHER_EXACT, MOTHER_COLLIDING, MARA_FLIPPED_EXACT]
+    assert {c: label for c, label in labels["all-gold"].items() if c != MOTHER_COLLIDING} == labels["exact"]
     assert summary["rule"] == "desirable: retrieves every gold document (extra documents allowed); undesirable: recall < 0.5; dropped: the rest"
     assert "is not one of" in cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", tmp_path / "x.jsonl", "--desirable", "some", check=2).stderr
 
@@ -118,7 +118,7 @@ def test_kto_llamafactory_rows_and_stanza(cli, samples, tmp_path):
     rows = json.loads(out.read_text())  # one JSON array, as LLaMA-Factory's examples
     assert [r["kto_tag"] for r in rows] == [True, True, False, False]
     assert rows[0] == {
-        "conversations": [{"from": "human", "value": instruction(samples["question"][Q_MOZA])}, {"from": "gpt", "value": MOZA_EXACT}],
+        "conversations": [{"from": "human", "value": instruction(samples["question"][Q_MOTHER])}, {"from": "gpt", "value": MOTHER_EXACT}],
         "kto_tag": True,
         "system": "You retrieve.",
     }
@@ -135,7 +135,7 @@ def test_kto_llamafactory_rows_and_stanza(cli, samples, tmp_path):
 
 def test_kto_exits_1_when_a_class_is_empty(cli, samples, tmp_path):
     root = samples["root"]
-    responses = write_responses(tmp_path / "only_good.jsonl", [(Q_MOZA, MOZA_EXACT), (Q_ANA, ANA_FLIPPED_EXACT)])
+    responses = write_responses(tmp_path / "only_good.jsonl", [(Q_MOTHER, MOTHER_EXACT), (Q_MARA, MARA_FLIPPED_EXACT)])
     proc = cli("export", "kto", responses, "--corpus", root, "--triples", root, "--out", tmp_path / "k.json", check=1)
     assert "no undesirable responses" in flat(proc.stderr)
     # a failed export writes and registers nothing (it wrote the file, its record and the dataset_info entry)
@@ -155,21 +155,21 @@ def test_sft_llamafactory_sharegpt_with_dataset_info(cli, samples, tmp_path):
     proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--system", "You are a retriever.", "--json")
     summary = json.loads(proc.stdout)
     rows = json.loads(out.read_text())
-    assert len(rows) == 38 == summary["train"]  # 17 2Wiki + 21 MuSiQue questions
+    assert len(rows) == 16 == summary["train"]  # 10 2Wiki + 6 MuSiQue questions
     assert summary["not_selected"] == 1 and summary["unknown_qid"] == 1
     assert summary["per_dataset"] == {
-        MUSIQUE: {"chains": 21, "train": 21, "dev": 0, "capped": 0},
-        WIKI: {"chains": 17, "train": 17, "dev": 0, "capped": 0},
+        MUSIQUE: {"chains": 6, "train": 6, "dev": 0, "capped": 0},
+        WIKI: {"chains": 10, "train": 10, "dev": 0, "capped": 0},
     }
-    moza = next(r for r in rows if r["conversations"][1]["value"] == chains[Q_MOZA])
-    assert moza == {
+    mother = next(r for r in rows if r["conversations"][1]["value"] == chains[Q_MOTHER])
+    assert mother == {
         "conversations": [
-            {"from": "human", "value": instruction("Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?")},
-            {"from": "gpt", "value": chains[Q_MOZA]},
+            {"from": "human", "value": instruction("Where was the mother of Oskar Venn Alder born?")},
+            {"from": "gpt", "value": chains[Q_MOTHER]},
         ],
         "system": "You are a retriever.",
     }
-    assert moza["conversations"][0]["value"].endswith("Question: Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born?")
+    assert mother["conversations"][0]["value"].endswith("Question: Where was the mother of Oskar Venn Alder born?")
     info = json.loads((out.parent / "dataset_info.json").read_text())
     assert info["alpaca_en_demo"] == {"file_name": "alpaca_en_demo.json"}  # other datasets are kept
     assert info["thinkgr_sft"] == {
@@ -178,7 +178,7 @@ def test_sft_llamafactory_sharegpt_with_dataset_info(cli, samples, tmp_path):
         "columns": {"messages": "conversations", "system": "system"},
         "tags": LLAMAFACTORY_SHAREGPT_TAGS,
     }
-    assert f"{WIKI}" in proc.stderr and "17" in proc.stderr  # counts per dataset on stderr
+    assert f"{WIKI}" in proc.stderr and "10" in proc.stderr  # counts per dataset on stderr
 
 
 def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
@@ -193,9 +193,9 @@ def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
     # The dev side is exactly the questions whose qid hash falls below the share, capped or not.
     expected_dev = {q for q in samples["gold"] if unit_hash(q) < 0.3}
     dev_questions = {next(q for q, t in samples["question"].items() if r["instruction"].endswith(f"Question: {t}")) for r in dev}
-    assert dev_questions == expected_dev and 0 < len(dev) < 38
+    assert dev_questions == expected_dev and 0 < len(dev) < 16
     per = summary["per_dataset"]
-    for name, total in ((WIKI, 17), (MUSIQUE, 21)):
+    for name, total in ((WIKI, 10), (MUSIQUE, 6)):
         n_dev = sum(1 for q in expected_dev if samples["dataset"][q] == name)
         assert per[name]["dev"] == n_dev
         assert per[name]["train"] == min(5, total - n_dev)
@@ -217,27 +217,27 @@ def test_sft_alpaca_brackets_split_and_caps(cli, samples, tmp_path):
     export(tmp_path / "s8.json", "--dev-share", "0.3", "--seed", "8")
     export(tmp_path / "s9.json", "--dev-share", "0.3", "--seed", "9")
     s8, s9 = (json.loads((tmp_path / f"s{n}.json").read_text()) for n in (8, 9))
-    assert len(s8) == 38 - len(dev) and sorted(map(str, s8)) == sorted(map(str, s9)) and s8 != s9
+    assert len(s8) == 16 - len(dev) and sorted(map(str, s8)) == sorted(map(str, s9)) and s8 != s9
 
 
 def test_sft_trl_messages_to_stdout(cli, samples, tmp_path):
     chains = write_chains(samples, tmp_path / "filtered")
     proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--format", "trl-messages")
     rows = [json.loads(line) for line in proc.stdout.splitlines()]  # stdout holds only the data
-    assert len(rows) == 38
-    moza = next(r for r in rows if r["messages"][-1]["content"] == chains[Q_MOZA])
-    assert moza == {
+    assert len(rows) == 16
+    mother = next(r for r in rows if r["messages"][-1]["content"] == chains[Q_MOTHER])
+    assert mother == {
         "messages": [
-            {"role": "user", "content": instruction(samples["question"][Q_MOZA])},
-            {"role": "assistant", "content": chains[Q_MOZA]},
+            {"role": "user", "content": instruction(samples["question"][Q_MOTHER])},
+            {"role": "assistant", "content": chains[Q_MOTHER]},
         ]
     }
-    assert "40 chains read; skipped: 1 not selected, 1 unknown qid" in flat(proc.stderr)
+    assert "18 chains read; skipped: 1 not selected, 1 unknown qid" in flat(proc.stderr)
     cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--dev-share", "0.1", check=2)
-    # --all-candidates adds the non-selected candidate of the Moza question (the unknown qid stays out).
+    # --all-candidates adds the non-selected candidate of the first question (the unknown qid stays out).
     every = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", "-", "--format", "trl-messages", "--all-candidates")
     answers = [json.loads(line)["messages"][-1]["content"] for line in every.stdout.splitlines()]
-    assert len(answers) == 39 and "a second candidate" in answers
+    assert len(answers) == 17 and "a second candidate" in answers
 
 
 def test_cannot_answer_sentence_is_named_in_the_instruction_and_recorded(cli, samples, tmp_path):
@@ -267,18 +267,18 @@ def test_cannot_answer_sentence_is_named_in_the_instruction_and_recorded(cli, sa
 def test_sft_no_thought_keeps_the_docids_and_the_answer(cli, samples, tmp_path):
     """--no-thought (the w/o Thought ablation): the answer turn is the chain's docids in order and its closing
     sentence; the thought sentences between them are gone; the export record says so."""
-    ana = SPECIAL("Ana, Mon Amour", "director", "Alexandru Tatos")
-    born = SPECIAL("Alexandru Tatos", "place of birth", "Bucharest")
-    chains = {Q_ANA: f"I look up the director. {ana} Then where he was born. {born} So the answer is Bucharest."}
+    mara = SPECIAL("Mara, My Harbour", "director", "Toma Sandu")
+    born = SPECIAL("Toma Sandu", "place of birth", "Bucharest")
+    chains = {Q_MARA: f"I look up the director. {mara} Then where he was born. {born} So the answer is Bucharest."}
     rows = [{"qid": qid, "candidate": 0, "text": text, "docids": [], "flipped": [], "selected": True, "score": 0.1, "model": "m", "temperature": 0.0, "finish_reason": "stop"}
             for qid, text in chains.items()]  # fmt: skip
-    rows.append({**rows[0], "qid": Q_MOZA, "text": f"A step. {SPECIAL('a', 'b', 'c')} and an open <docid_start>d, e"})
+    rows.append({**rows[0], "qid": Q_MOTHER, "text": f"A step. {SPECIAL('a', 'b', 'c')} and an open <docid_start>d, e"})
     write_stage(tmp_path / "filtered", "chains", CHAINS, rows)
     out = tmp_path / "sft.jsonl"
     proc = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", out, "--format", "trl-messages", "--markers", "brackets", "--no-thought", "--json")
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert row["messages"][-1]["content"] == "[Ana, Mon Amour, director, Alexandru Tatos] [Alexandru Tatos, place of birth, Bucharest] So the answer is Bucharest."
-    assert row["messages"][0]["content"] == instruction(samples["question"][Q_ANA], "brackets")  # the prompt is unchanged
+    assert row["messages"][-1]["content"] == "[Mara, My Harbour, director, Toma Sandu] [Toma Sandu, place of birth, Bucharest] So the answer is Bucharest."
+    assert row["messages"][0]["content"] == instruction(samples["question"][Q_MARA], "brackets")  # the prompt is unchanged
     assert json.loads(proc.stdout)["broken_chain"] == 1  # markers that do not pair up: left out, counted
     assert json.loads((tmp_path / "sft.jsonl.grtool.json").read_text())["params"] == {"no_thought": True}
     cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", tmp_path / "full.jsonl", "--format", "trl-messages")
@@ -293,30 +293,30 @@ def test_gmr_pairs_follow_hop_order(cli, samples, tmp_path):
     summary = json.loads(cli("export", "gmr", samples["root"], "--out", out, "--memorization", "--json").stdout)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     docs = {d["doc_id"]: render_document(d["title"], d["text"]) for d in samples["documents"].values()}
-    moza = [r for r in rows if r.get("qid") == Q_MOZA]
-    m_doc = docs[samples["doc"]["Mohammed bin Hamad bin Khalifa Al Thani"]]
-    z_doc = docs[samples["doc"]["Moza bint Nasser"]]
-    assert m_doc.startswith("Mohammed bin Hamad bin Khalifa Al Thani: Sheikh Mohammed bin Hamad")
-    q = "<QUESTION> Where was the mother of Mohammed Bin Hamad Bin Khalifa Al Thani born? </QUESTION>"
-    assert [(r["step"], r["input"], r["target"]) for r in moza] == [
+    mother = [r for r in rows if r.get("qid") == Q_MOTHER]
+    m_doc = docs[samples["doc"]["Oskar Venn Alder"]]
+    z_doc = docs[samples["doc"]["Liva Marren"]]
+    assert m_doc.startswith("Oskar Venn Alder: Oskar Venn Alder (born 18 April 1988)")
+    q = "<QUESTION> Where was the mother of Oskar Venn Alder born? </QUESTION>"
+    assert [(r["step"], r["input"], r["target"]) for r in mother] == [
         (0, q, m_doc),
         (1, f"{q} <EVIDENCE> {m_doc} </EVIDENCE>", z_doc),
         (2, f"{q} <EVIDENCE> {m_doc} </EVIDENCE> <EVIDENCE> {z_doc} </EVIDENCE>", "DONE"),
     ]
     # Four gold documents in supporting-fact order: films first, then their directors.
-    waltz = [r for r in rows if r.get("qid") == Q_WALTZ]
-    order = ["Two Hearts in Waltz Time", "Then I Sentenced Them All to Death", "Géza von Bolváry", "Sergiu Nicolaescu"]
-    assert [r["doc_id"] for r in waltz] == [samples["doc"][t] for t in order] + [None]
-    assert waltz[-1]["input"].count("<EVIDENCE>") == 4
-    # MuSiQue keeps the decomposition's order (paragraph 1, then 12).
-    fair = [r for r in rows if r.get("qid") == Q_FAIR_LADY]
-    assert [r["target"].split(":")[0] for r in fair] == ["My Fair Lady (film)", "List of awards and honours received by Audrey Hepburn", "DONE"]
-    assert summary["questions"] == 38 and summary["retrieval_pairs"] == sum(len(g) + 1 for g in samples["gold"].values())
-    # Memorization: "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11
-    # November 1991 known as K.H.K.) is a Qatari royal." has 26 words → the first int(0.7 · 26) = 18, then 8.
-    mem = next(r for r in rows if r["kind"] == "memorization" and r["doc_id"] == samples["doc"]["Khalifa Bin Hamad Bin Khalifa Al Thani"])
-    assert mem["input"] == "Khalifa Bin Hamad Bin Khalifa Al Thani: Sheikh Khalifa Bin Hamad Bin Khalifa Al Thani (born 11 November"
-    assert mem["target"] == "1991 known as K.H.K.) is a Qatari royal."
+    bells = [r for r in rows if r.get("qid") == Q_BELLS]
+    order = ["Three Bells at Noon", "When the River Went Quiet", "Hedda von Koralin", "Marius Tennerescu"]
+    assert [r["doc_id"] for r in bells] == [samples["doc"][t] for t in order] + [None]
+    assert bells[-1]["input"].count("<EVIDENCE>") == 4
+    # MuSiQue keeps the decomposition's order (paragraph 5, then 2).
+    tin = [r for r in rows if r.get("qid") == Q_TIN]
+    assert [r["target"].split(":")[0] for r in tin] == ["Harbor of Tin (film)", "List of awards received by Nela Quist", "DONE"]
+    assert summary["questions"] == 16 and summary["retrieval_pairs"] == sum(len(g) + 1 for g in samples["gold"].values())
+    # Memorization: "Ruben Venn Alder: Ruben Venn Alder (born 11 November 1991, known as R.V.A.) is a rower from
+    # Vennmark." has 18 words → the first int(0.7 · 18) = 12, then 6.
+    mem = next(r for r in rows if r["kind"] == "memorization" and r["doc_id"] == samples["doc"]["Ruben Venn Alder"])
+    assert mem["input"] == "Ruben Venn Alder: Ruben Venn Alder (born 11 November 1991, known as"
+    assert mem["target"] == "R.V.A.) is a rower from Vennmark."
     assert summary["memorization_pairs"] == len(samples["documents"])
 
 

@@ -4,7 +4,7 @@ Every output a command writes (its stage, --report, --plot, a --json file, stand
 is checked against every other output and every input before anything is written: equal (symlinks resolved) or
 one inside the other is exit 2 with one line, and nothing changes. --overwrite removes regular files and symbolic
 links named like grtool's own files; a directory (or a FIFO) with such a name is refused, and nothing is deleted.
-Real CLI runs in subprocesses on the real sample ingest (tests/test_export.py's `samples` fixture).
+Real CLI runs in subprocesses on the samples corpus (the `samples` fixture, tests/sample_helpers.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 25, items 1, 2 and 4: what --overwrite may delete, outputs that are inputs, one writer per output.
 
-Real CLI runs in subprocesses on a real ingest of the shared samples (the `samples` fixture of test_export:
+Real CLI runs in subprocesses on a real ingest of the samples corpus (the `samples` fixture, tests/sample_helpers.py:
 documents, questions and a triples stage), a filtered-chains stage and a base-model directory with the
 embedded model's tokenizer. Every refusal is exit 2 and leaves every file as it was.
 """

