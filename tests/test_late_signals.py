@@ -117,8 +117,12 @@ def test_a_killed_run_s_temporary_files_are_named_by_validate_and_removed_by_the
     report = run_cli("validate", stage)
     said = " ".join(report.stderr.split()) + " ".join(report.stdout.split())
     assert "4 temporary files left by a killed run" in said and "part-00000.parquet.node7-4242.tmp" in said, said
+    mine = [stage / "notes.tmp", stage / "_rejects" / "draft.tmp"]  # a user's: neither named nor removed
+    for f in mine:
+        f.write_bytes(b"mine")
+    assert "4 temporary files left by a killed run" in " ".join(run_cli("validate", stage).stderr.split())
     run_cli(*ingest_args(out))  # the same command: resumes (nothing to do) and removes them
-    assert not any(f.exists() for f in left)
+    assert not any(f.exists() for f in left) and all(f.read_bytes() == b"mine" for f in mine)
     assert "temporary file" not in run_cli("validate", stage).stderr
 
 

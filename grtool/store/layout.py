@@ -9,6 +9,14 @@ LOCK = "_manifest.lock"
 RUN_LOCK = "_run.lock"  # held by the run writing the directory: exclusively by a whole run, shared by array tasks
 TASK_LOCK = "_run.task-{index:05d}-of-{count:05d}.lock"  # held exclusively by one array task
 TMP_SUFFIX = ".tmp"
+# The temporary files grtool writes in a stage directory, by folder ("" is the stage itself): a part, the record,
+# a shard record, a rejects file, each with its writer's host or pid. Only these are a killed run's leftovers; a
+# user's notes.tmp beside them is not grtool's to remove.
+TMP_PATTERNS = {
+    "": ("part-*.parquet.*.tmp", f"{MANIFEST}.*.tmp"),
+    SHARDS_DIR: ("part-*.json.*.tmp",),
+    REJECTS_DIR: ("part-*.jsonl.*.tmp",),
+}
 # A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
 # re-parses the stored answers instead of generating them again.
 LLM_CACHE = "_llm_cache"

@@ -38,7 +38,7 @@ from grtool.invocation import current_command
 from grtool.store import reading
 from grtool.store.diskfull import writing
 from grtool.secrets import redact_argv
-from grtool.store.layout import LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR, TMP_SUFFIX, part_name
+from grtool.store.layout import LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR, TMP_PATTERNS, TMP_SUFFIX, part_name
 from grtool.store.fingerprints import changed_inputs, fingerprint
 from grtool.store.outputs import STAGE, claim
 from grtool.store.records import MAX_PARTS, Manifest, ShardRecord, write_record, commit_file, dumps, is_stage_dir, load_manifest, load_shard_records, merge_counters, now, part_on_disk, sha256_file
@@ -407,7 +407,7 @@ def _clean_stale_tmp(path: Path) -> None:
 
     Never earlier: another array task may be writing a part right now, however long it pauses.
     """
-    for f in list(path.glob(f"*{TMP_SUFFIX}")) + list((path / REJECTS_DIR).glob(f"*{TMP_SUFFIX}")):
+    for f in leftovers(path):
         if _stale(f):
             f.unlink(missing_ok=True)
 
@@ -416,10 +416,11 @@ def leftovers(path: str | Path) -> list[Path]:
     """The temporary files of the stage directory ``path`` (a part, a rejects file, a record being written): a run
     that is not writing any more (killed by SIGKILL, a node lost) left them."""
     path = Path(path)
-    found: list[Path] = []
-    for folder in (path, path / SHARDS_DIR, path / REJECTS_DIR):
+    found: set[Path] = set()
+    for sub, patterns in TMP_PATTERNS.items():
+        folder = path / sub
         if folder.is_dir() and not folder.is_symlink():
-            found += [f for f in folder.glob(f"*{TMP_SUFFIX}") if f.is_file() and not f.is_symlink()]
+            found |= {f for pattern in patterns for f in folder.glob(pattern) if f.is_file() and not f.is_symlink()}
     return sorted(found)
 
 
