@@ -8,11 +8,10 @@ import hashlib
 import json
 import math
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from conftest import TEST_DATA
+from llm_helpers import AnswerServer, chat_reply
 from grtool.store.schemas import QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 
@@ -84,25 +83,6 @@ def candidate_text(candidate: int, evidences: list[list[str]], answer: str) -> s
     return f"{text} So the answer is {answer}."
 
 
-class FakeChatServer(ThreadingHTTPServer):
-    """An OpenAI-compatible chat-completions server that answers from a table, with token logprobs."""
-
-    daemon_threads = True
-    request_queue_size = 128  # the client opens up to --concurrency connections at once
-
-    def __init__(self, answers: dict[str, tuple[list[list[str]], str]], *, with_logprobs: bool = True, empty: set[int] | None = None):
-        super().__init__(("127.0.0.1", 0), ChatHandler)
-        self.answers = answers
-        self.with_logprobs = with_logprobs
-        self.empty = empty or set()  # candidates answered with an empty completion (no tokens)
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
 def token_logprobs(text: str, sure: bool, k: int) -> list[dict]:
     dist = SURE_TOP if sure else UNSURE_TOP
     out = []
@@ -113,46 +93,24 @@ def token_logprobs(text: str, sure: bool, k: int) -> list[dict]:
     return out
 
 
-class ChatHandler(BaseHTTPRequestHandler):
-    server: FakeChatServer
+def start_server(records, *, with_logprobs: bool = True, empty: set[int] | None = None) -> AnswerServer:
+    """A chat server answering each question of ``records`` with candidate chains of its evidences (candidate = the
+    request's seed; 0 when greedy), token logprobs when asked (unless ``with_logprobs`` is off), and an empty
+    completion (no tokens, as vLLM sends an immediate end of sequence) for the candidates in ``empty``."""
+    answers = {r["question"].strip(): (r["evidences"], r["answer"]) for r in records}
 
-    def log_message(self, *args) -> None:  # keep pytest output clean
-        pass
-
-    def _send(self, obj: dict, status: int = 200) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._send({"object": "list", "data": [{"id": "fake-70b", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.requests.append(body)
+    def answer(body: dict) -> tuple[int, dict]:
         question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
-        evidences, answer = self.server.answers[question]
+        evidences, final = answers[question]
         candidate = body["seed"] if body["temperature"] > 0 else 0
-        text = "" if candidate in self.server.empty else candidate_text(candidate, evidences, answer)
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        if body.get("logprobs") and self.server.with_logprobs:
-            choice["logprobs"] = {"content": token_logprobs(text, candidate == WINNER, body["top_logprobs"])}
-        usage = {"prompt_tokens": 100, "completion_tokens": len(text.split()), "total_tokens": 100 + len(text.split())}
-        if not text:  # what vLLM sends for an immediate end of sequence
-            choice["logprobs"] = {"content": []} if body.get("logprobs") else None
-            usage = {"prompt_tokens": 100, "completion_tokens": 0, "total_tokens": 100}
-        self._send({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage})
+        text = "" if candidate in (empty or set()) else candidate_text(candidate, evidences, final)
+        logprobs = None
+        if body.get("logprobs") and (with_logprobs or not text):
+            logprobs = {"content": token_logprobs(text, candidate == WINNER, body["top_logprobs"]) if text else []}
+        return chat_reply(body, text, logprobs=logprobs)
+
+    return AnswerServer(answer, model="fake-70b")
 
 
-def start_server(records, **kw) -> FakeChatServer:
-    server = FakeChatServer({r["question"].strip(): (r["evidences"], r["answer"]) for r in records}, **kw)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def llm_args(server: FakeChatServer) -> list[str]:
+def llm_args(server: AnswerServer) -> list[str]:
     return ["--backend", "openai", "--base-url", server.url, "--model", "fake-70b", "--max-retries", "0"]

@@ -53,6 +53,104 @@ def all_text_under(path: Path) -> str:
     return "\n".join(f.read_bytes().decode("utf-8", "replace") for f in sorted(Path(path).rglob("*")) if f.is_file())
 
 
+class AnswerServer(ThreadingHTTPServer):
+    """An OpenAI-compatible server on 127.0.0.1 whose answers a test decides: ``answer(body)`` returns
+    ``(status, payload)`` (a dict sent as JSON), raw ``bytes`` (sent with status 200 as they are: a damaged answer),
+    or ``"trickle"``: headers, then one byte a second for ``trickle_seconds`` (never the whole body). GET /models
+    lists ``model`` (with ``max_model_len`` when given), or sends ``models`` as they are, or trickles
+    (``trickle_models``). Every request body is kept in ``posts``; the server runs from construction until
+    :meth:`close` (or the end of a ``with`` block)."""
+
+    daemon_threads = True
+    request_queue_size = 128  # a client opens up to --concurrency connections at once
+
+    def __init__(self, answer, *, model: str = "toy-model", models: bytes | None = None, max_model_len: int | None = None, trickle_models: bool = False, trickle_seconds: int = 30):
+        super().__init__(("127.0.0.1", 0), _AnswerHandler)
+        self.answer = answer
+        self.model, self.models, self.max_model_len = model, models, max_model_len
+        self.trickle_models, self.trickle_seconds = trickle_models, trickle_seconds
+        self.lock = threading.Lock()
+        self.posts: list[dict] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def __enter__(self) -> "AnswerServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def chat_reply(body: dict, text: str, *, finish_reason: str = "stop", logprobs: dict | None = None, prompt_tokens: int = 100) -> tuple[int, dict]:
+    """A 200 chat completion of ``text`` for the request ``body`` (an :class:`AnswerServer` answer)."""
+    choice: dict = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
+    if logprobs is not None:
+        choice["logprobs"] = logprobs
+    completion = len(text.split())
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+    return 200, {"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage}
+
+
+class _AnswerHandler(BaseHTTPRequestHandler):
+    server: AnswerServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except BrokenPipeError:  # the client gave up (a timeout, a signal)
+            pass
+
+    def _trickle(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        try:
+            for _ in range(self.server.trickle_seconds):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(1)
+        except OSError:  # the client gave up: what the test wants
+            pass
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        if self.server.trickle_models:
+            return self._trickle()
+        if self.server.models is not None:
+            return self._send(200, self.server.models)
+        model = {"id": self.server.model, "object": "model"}
+        if self.server.max_model_len is not None:
+            model["max_model_len"] = self.server.max_model_len
+        self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.posts.append(body)
+        result = self.server.answer(body)
+        if result == "trickle":
+            return self._trickle()
+        if isinstance(result, bytes):
+            return self._send(200, result)
+        status, payload = result
+        self._send(status, json.dumps(payload).encode())
+
+
 class TitleTripleServer(ThreadingHTTPServer):
     """A small OpenAI-compatible server on 127.0.0.1: every chat completion is answered, after ``delay`` seconds,
     with one triple ``[title, relation, tail]`` naming the document's title (the prompt's first line), or with

@@ -52,7 +52,7 @@ def records():
 def server(records):
     s = start_server(records)
     yield s
-    s.shutdown()
+    s.close()
 
 
 # ------------------------------------------------------------------------------------- the tests
@@ -86,9 +86,9 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     }  # fmt: skip
 
     # Every request asked for logprobs; candidate 0 was greedy, the others sampled with their own seeds.
-    assert all(r["logprobs"] and r["top_logprobs"] == 5 for r in server.requests)
-    assert sorted({(r["temperature"], r["seed"]) for r in server.requests}) == [(0.0, 0), (0.7, 1), (0.7, 2), (0.7, 3)]
-    assert len(server.requests) == 4 * chained
+    assert all(r["logprobs"] and r["top_logprobs"] == 5 for r in server.posts)
+    assert sorted({(r["temperature"], r["seed"]) for r in server.posts}) == [(0.0, 0), (0.7, 1), (0.7, 2), (0.7, 3)]
+    assert len(server.posts) == 4 * chained
 
     rows = read_table(out).to_pylist()
     assert len(rows) == 4 * chained
@@ -120,17 +120,17 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     cli("validate", out)
 
     # A re-run resumes: nothing to do, nothing sent. A re-run of a lost part is answered from the cache.
-    sent = len(server.requests)
+    sent = len(server.posts)
     cli(*args)
-    assert len(server.requests) == sent
+    assert len(server.posts) == sent
     (out / "_shards" / "part-00001.json").unlink()
     (out / "part-00001.parquet").unlink()
     cli(*args)
-    assert len(server.requests) == sent
+    assert len(server.posts) == sent
     assert read_table(out).num_rows == 4 * chained
     # --overwrite starts the table over but keeps the request cache: everything is re-parsed, nothing re-sent.
     cli(*args, "--overwrite")
-    assert len(server.requests) == sent
+    assert len(server.posts) == sent
     key = lambda r: (r["qid"], r["candidate"])  # noqa: E731
     assert sorted(read_table(out).to_pylist(), key=key) == sorted(rows, key=key)
     # Changed parameters are refused rather than mixed in.
@@ -150,14 +150,14 @@ def test_select_first_keeps_the_greedy_chain_and_asks_for_no_logprobs(cli, tmp_p
     assert summary["cache_generated"] == 3 * len(records) and summary["rejected"] == {} and summary["out"] == str(out)
     assert all(r["selected"] == (r["candidate"] == 0) and r["score"] is None for r in rows)
     assert all(r["docids"] and not any(r["flipped"]) for r in rows if r["candidate"] == 0)
-    assert not any(r.get("logprobs") for r in server.requests)
+    assert not any(r.get("logprobs") for r in server.posts)
     # Distractors: each prompt offers its gold documents' triples (its evidences among them; a document shared with
     # another question holds that question's too) plus three triples of other documents.
     held: dict[str, set[str]] = {}
     for t in read_table(run / "triples").to_pylist():
         held.setdefault(t["doc_id"], set()).add(f"{t['head']}, {t['relation']}, {t['tail']}")
     gold_docs = {q["question"].strip(): q["gold_doc_ids"] for q in read_table(corpus / "questions").to_pylist()}
-    for body in server.requests:
+    for body in server.posts:
         offered = re.findall(r"^\d+\. \[(.*)\]$", body["messages"][-1]["content"], re.M)
         question = re.search(r"^Question: (.*)$", body["messages"][-1]["content"], re.M).group(1)
         gold = [", ".join(e) for e in next(r for r in records if r["question"].strip() == question)["evidences"]]
@@ -172,7 +172,7 @@ def test_a_server_without_logprobs_is_a_clear_error_for_entropy(cli, tmp_path, r
         proc = cli("chains", "synthesize", corpus, "--triples", triples, "--out", tmp_path / "chains", *llm_args(server), check=2)
         assert "logprobs" in proc.stderr and "Traceback" not in proc.stderr
     finally:
-        server.shutdown()
+        server.close()
 
 
 @pytest.mark.parametrize("select", ["entropy", "first"])
@@ -191,17 +191,17 @@ def test_a_server_answering_only_empty_strings_trips_the_empty_output_guard(cli,
         manifest = load_manifest(out)
         assert list(manifest["shards"]) == ["part-00000"] and not manifest["complete"]
         assert manifest["counters"]["extra"]["candidates_empty"] == n
-        sent = len(server.requests)
+        sent = len(server.posts)
         assert sent == n
         # Re-running does not turn the tripped part into a clean exit, nor generate the other part.
         again = cli(*args, check=1, env={"COLUMNS": "10000"})
-        assert "finished by an earlier run" in " ".join(again.stderr.split()) and len(server.requests) == sent
+        assert "finished by an earlier run" in " ".join(again.stderr.split()) and len(server.posts) == sent
         # A relaxed threshold lets the run finish; the empty chains are kept, counted, and all selected
         # only because nothing else exists.
         cli(*args, "--max-empty-share", "1")
         assert load_manifest(out)["complete"]
     finally:
-        server.shutdown()
+        server.close()
 
 
 def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path, records):
@@ -217,7 +217,7 @@ def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path
             assert len(selected) == len(records) and all(r["text"] and r["candidate"] in (1, 3) for r in selected), select
             assert load_manifest(out)["counters"]["extra"]["candidates_empty"] == 2 * len(records)
     finally:
-        server.shutdown()
+        server.close()
 
 
 def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, server):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,23 +20,10 @@ from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, iter_rows
 from grtool.store.records import load_manifest
 from conftest import TEST_DATA
+from llm_helpers import AnswerServer, chat_reply
 
 S, E = "<docid_start>", "<docid_end>"
 _OFFERED = re.compile(r"^\d+\. \[(.*)\]$", re.M)
-
-
-class CannedServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, answers: dict[str, str]):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.answers = answers  # question → the answer candidate 1 claims
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
 
 def canned(candidate: int, offered: list[str], answer: str) -> str:
@@ -48,34 +33,17 @@ def canned(candidate: int, offered: list[str], answer: str) -> str:
     return f"The question needs more than {cite}. So the answer is {answer}."
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: CannedServer
+def canned_answers(answers: dict[str, str]):
+    """An :class:`AnswerServer` answer: the question's candidate (its seed; 0 when greedy) cites the first triple
+    offered, then says it cannot answer (candidate 0) or claims ``answers[question]`` (the others)."""
 
-    def log_message(self, *args) -> None:
-        pass
-
-    def _send(self, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._send({"object": "list", "data": [{"id": "fake-70b", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.requests.append(body)
+    def answer(body: dict) -> tuple[int, dict]:
         turn = body["messages"][-1]["content"]
         question = re.search(r"^Question: (.*)$", turn, re.M).group(1)
         candidate = body["seed"] if body["temperature"] > 0 else 0
-        text = canned(candidate, _OFFERED.findall(turn), self.server.answers[question])
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        usage = {"prompt_tokens": 100, "completion_tokens": len(text.split()), "total_tokens": 100 + len(text.split())}
-        self._send({"id": "c", "object": "chat.completion", "model": body["model"], "choices": [choice], "usage": usage})
+        return chat_reply(body, canned(candidate, _OFFERED.findall(turn), answers[question]))
+
+    return answer
 
 
 @pytest.fixture
@@ -109,10 +77,8 @@ def musique_full(tmp_path, cli):
         sh.write_rows(triples)
     w.finish()
     questions = {q["qid"]: q for q in InputTable.open(tmp_path / "corpus", "questions").iter_rows()}
-    server = CannedServer({q["question"].strip(): q["answer"] for q in questions.values()})
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield {"corpus": tmp_path / "corpus", "triples": tmp_path / "triples", "questions": questions, "server": server, "all_triples": triples}
-    server.shutdown()
+    with AnswerServer(canned_answers({q["question"].strip(): q["answer"] for q in questions.values()}), model="fake-70b") as server:
+        yield {"corpus": tmp_path / "corpus", "triples": tmp_path / "triples", "questions": questions, "server": server, "all_triples": triples}
 
 
 def _synthesize(cli, world, out, *args):
@@ -144,7 +110,7 @@ def test_an_unanswerable_question_gets_a_cannot_answer_chain_that_passes_the_fil
     # Its prompt offered its own context paragraphs' triples (there is no gold), nothing else.
     context = set(meta["context_doc_ids"])
     offered = {f"{t['head']}, {t['relation']}, {t['tail']}" for t in world["all_triples"] if t["doc_id"] in context}
-    turn = next(r["messages"][-1]["content"] for r in world["server"].requests if q["question"].strip() in r["messages"][-1]["content"])
+    turn = next(r["messages"][-1]["content"] for r in world["server"].posts if q["question"].strip() in r["messages"][-1]["content"])
     assert set(_OFFERED.findall(turn)) == offered
 
     rows = {(r["qid"], r["candidate"]): r for r in iter_rows(out)}
@@ -172,5 +138,5 @@ def test_skip_rejects_unanswerable_questions_before_synthesis(cli, tmp_path, mus
     manifest = _synthesize(cli, world, out, "--unanswerable", "skip")
     assert manifest["counters"]["rejected"] == {"not answerable": len(unanswerable)}
     assert {qid: e["reason"] for qid, e in _rejects(out).items()} == dict.fromkeys(unanswerable, "not answerable")
-    asked = {re.search(r"^Question: (.*)$", r["messages"][-1]["content"], re.M).group(1) for r in world["server"].requests}
+    asked = {re.search(r"^Question: (.*)$", r["messages"][-1]["content"], re.M).group(1) for r in world["server"].posts}
     assert asked.isdisjoint(world["questions"][u]["question"].strip() for u in unanswerable)

@@ -13,9 +13,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +26,7 @@ from grtool.llm import Sampling, make_backend
 from grtool.llm.base import Generation, TokenLogprobs
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
-from llm_helpers import write_documents
+from llm_helpers import AnswerServer, chat_reply, write_documents
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 LONG_CHARS = 50_000
@@ -38,79 +36,6 @@ VLLM_TOO_LONG = (
     "This model's maximum context length is 4096 tokens. However, your prompt contains 12510 input tokens, which exceeds "
     "this limit even without any output tokens. Please reduce the length of the input prompt."
 )
-
-
-class CannedServer(ThreadingHTTPServer):
-    """An OpenAI-compatible server whose answers a test function decides: ``answer(body) -> (status, payload)``,
-    or ``"trickle"``: headers, then one byte a second for ``trickle_seconds`` (never the whole body)."""
-
-    daemon_threads = True
-
-    def __init__(self, answer, *, max_model_len: int | None = None, trickle_models: bool = False, trickle_seconds: int = 30):
-        super().__init__(("127.0.0.1", 0), _CannedHandler)
-        self.answer = answer
-        self.max_model_len = max_model_len
-        self.trickle_models = trickle_models
-        self.trickle_seconds = trickle_seconds
-        self.lock = threading.Lock()
-        self.posts: list[dict] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _CannedHandler(BaseHTTPRequestHandler):
-    server: CannedServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _json(self, code: int, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _trickle(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "1000")
-        self.end_headers()
-        try:
-            for _ in range(self.server.trickle_seconds):
-                self.wfile.write(b" ")
-                self.wfile.flush()
-                time.sleep(1)
-        except OSError:  # the client gave up: what the test wants
-            pass
-        self.close_connection = True
-
-    def do_GET(self) -> None:
-        if self.server.trickle_models:
-            return self._trickle()
-        model = {"id": "toy-model", "object": "model"}
-        if self.server.max_model_len is not None:
-            model["max_model_len"] = self.server.max_model_len
-        self._json(200, {"object": "list", "data": [model]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.posts.append(body)
-        result = self.server.answer(body)
-        if result == "trickle":
-            return self._trickle()
-        status, payload = result
-        self._json(status, payload)
-
-
-def chat(text: str) -> tuple[int, dict]:
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-    return 200, {"id": "c", "object": "chat.completion", "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
 
 
 def documents(tmp_path: Path, long_text: bool = True) -> tuple[list[dict], Path]:
@@ -143,7 +68,7 @@ def assert_accounting(stage: Path) -> dict:
 
 
 def test_a_trickling_server_times_out_per_request_not_per_read(tmp_path):
-    server = CannedServer(lambda body: "trickle")
+    server = AnswerServer(lambda body: "trickle")
     docs, corpus = documents(tmp_path, long_text=False)
     cmd = [sys.executable, "-m", "grtool", "triples", "extract", str(corpus), "--out", str(tmp_path / "out"), "--limit", "1",
            "--backend", "openai", "--base-url", server.url, "--model", "toy-model", "--timeout", "2", "--max-retries", "1"]  # fmt: skip
@@ -151,7 +76,7 @@ def test_a_trickling_server_times_out_per_request_not_per_read(tmp_path):
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "10000"})
     finally:
-        server.shutdown()
+        server.close()
     elapsed = time.monotonic() - started
     # Two attempts of 2 s, a backoff under 1 s, and the interpreter's start; before, every byte reset the clock.
     assert proc.returncode == 75, proc.stderr  # a server too slow after the retries: transient, try again later
@@ -161,13 +86,13 @@ def test_a_trickling_server_times_out_per_request_not_per_read(tmp_path):
 
 
 def test_listing_the_models_has_a_deadline_too():
-    server = CannedServer(lambda body: chat(ANSWER), trickle_models=True)
+    server = AnswerServer(lambda body: chat_reply(body, ANSWER), trickle_models=True)
     started = time.monotonic()
     try:
         with pytest.raises(GrtoolError, match="cannot list the served models .no answer within 1s"):
             make_backend("openai", base_url=server.url, timeout=1)
     finally:
-        server.shutdown()
+        server.close()
     assert time.monotonic() - started < 8
 
 
@@ -175,14 +100,14 @@ def test_listing_the_models_has_a_deadline_too():
 
 
 def test_the_servers_context_length_error_rejects_only_that_document(tmp_path, cli):
-    server = CannedServer(lambda body: (400, {"object": "error", "message": VLLM_TOO_LONG, "code": 400}) if is_long(body) else chat(ANSWER))
+    server = AnswerServer(lambda body: (400, {"object": "error", "message": VLLM_TOO_LONG, "code": 400}) if is_long(body) else chat_reply(body, ANSWER))
     docs, corpus = documents(tmp_path)
     out = tmp_path / "out"
     try:
         cli("triples", "extract", corpus, "--out", out, "--backend", "openai", "--base-url", server.url, "--grounding", "off", "--max-retries", "0")
         assert sum(is_long(p) for p in server.posts) == 1  # sent once: the server is the judge here
     finally:
-        server.shutdown()
+        server.close()
     c = assert_accounting(out / "triples")
     assert c["rejected"] == {"too_long": 1} and c["extra"]["documents"] == 2 and c["extra"]["documents_too_long"] == 1
     (reject,) = rejects(out / "triples")
@@ -193,7 +118,7 @@ def test_the_servers_context_length_error_rejects_only_that_document(tmp_path, c
 
 @pytest.mark.parametrize("how", ["--max-context", "/models"])
 def test_a_known_context_keeps_the_long_document_from_being_sent(tmp_path, cli, how):
-    server = CannedServer(lambda body: chat(ANSWER), max_model_len=4096 if how == "/models" else None)
+    server = AnswerServer(lambda body: chat_reply(body, ANSWER), max_model_len=4096 if how == "/models" else None)
     docs, corpus = documents(tmp_path)
     out = tmp_path / "out"
     args = ["triples", "extract", corpus, "--out", out, "--backend", "openai", "--base-url", server.url, "--grounding", "off", "--max-tokens", "256"]
@@ -210,7 +135,7 @@ def test_a_known_context_keeps_the_long_document_from_being_sent(tmp_path, cli, 
         cli(*args[:4], tmp_path / "o2", *args[5:], *context)
         assert load_manifest(tmp_path / "o2" / "triples")["complete"]
     finally:
-        server.shutdown()
+        server.close()
     c = assert_accounting(out / "triples")
     assert c["rejected"] == {"too_long": 1} and c["extra"]["documents"] == 2
     (reject,) = rejects(out / "triples")
@@ -229,13 +154,13 @@ def test_max_tokens_past_the_models_configured_context_is_refused_before_loading
 def test_max_tokens_too_large_for_the_server_stays_an_error():
     # vLLM's 400 for --max-tokens alone past the context names the context too: it must not pass for one long record.
     message = "'max_tokens' or 'max_completion_tokens' is too large: 9000. This model's maximum context length is 4096 tokens."
-    server = CannedServer(lambda body: (400, {"object": "error", "message": message}))
+    server = AnswerServer(lambda body: (400, {"object": "error", "message": message}))
     try:
         backend = make_backend("openai", base_url=server.url, model="toy-model", max_retries=0)
         with pytest.raises(GrtoolError, match="HTTP 400.*too large"):
             backend.generate([[{"role": "user", "content": "hi"}]], Sampling(max_tokens=9000))
     finally:
-        server.shutdown()
+        server.close()
 
 
 def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli):
@@ -249,7 +174,7 @@ def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli):
     try:
         cli("chains", "synthesize", corpus, "--triples", triples, "--out", out, *llm_args(server), "--candidates", "2", "--max-context", "4096")
     finally:
-        server.shutdown()
+        server.close()
     c = assert_accounting(out)
     assert c["rejected"] == {"too_long": 1} and c["extra"]["questions_too_long"] == 1 and c["out"] == 2 * 3
     (reject,) = rejects(out)
@@ -309,10 +234,10 @@ def files_holding(root: Path, secret: str) -> list[str]:
 def test_a_key_echoed_in_a_200_answer_is_stored_nowhere(tmp_path, cli):
     def answer(body: dict) -> tuple[int, dict]:
         if "Title: Alpha" in body["messages"][-1]["content"]:
-            return chat('{"triples": [["Alpha", "was sent the key", "%s"]]}' % SECRET)
-        return chat(f"I cannot find triples. Your request carried the key {SECRET}.")
+            return chat_reply(body, '{"triples": [["Alpha", "was sent the key", "%s"]]}' % SECRET)
+        return chat_reply(body, f"I cannot find triples. Your request carried the key {SECRET}.")
 
-    server = CannedServer(answer)
+    server = AnswerServer(answer)
     docs, corpus = documents(tmp_path, long_text=False)
     out, cache = tmp_path / "out", tmp_path / "cache"
     args = ("triples", "extract", corpus, "--out", out, "--cache-dir", cache, "--backend", "openai", "--base-url", server.url,
@@ -322,7 +247,7 @@ def test_a_key_echoed_in_a_200_answer_is_stored_nowhere(tmp_path, cli):
         again = cli(*args, "--overwrite", env={"OPENAI_API_KEY": SECRET})  # re-parsed from the cache
         assert len(server.posts) == 2
     finally:
-        server.shutdown()
+        server.close()
     assert list(cache.glob("*.sqlite")) and (out / "triples" / "_rejects").is_dir()
     assert files_holding(out, SECRET) == [] and files_holding(cache, SECRET) == []
     assert SECRET not in first.stderr + first.stdout + again.stderr + again.stdout

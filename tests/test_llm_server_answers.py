@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from grtool.llm import Sampling, make_backend
 from grtool.llm.answers import MalformedAnswer, decode_chat, decode_generation, decode_models
 from grtool.llm.cache import CachedLLM
 from grtool.store.stage import read_table
-from llm_helpers import write_documents
+from llm_helpers import AnswerServer, write_documents
 
 HEALTHY = {
     "id": "c", "object": "chat.completion", "model": "toy-model",
@@ -87,61 +86,28 @@ def test_models_max_model_len_is_a_positive_count(value):
 # ------------------------------------------------------------------------------------------------ a real server
 
 
-class ScriptedServer(ThreadingHTTPServer):
-    """Answers chat completions from ``script`` (bytes per request, in order; the last one repeats) and /models
-    with ``models``; counts the requests."""
+def scripted(script: list[bytes]):
+    """An :class:`AnswerServer` answer sending ``script``'s bytes, one per request in order (the last one repeats)."""
+    left, lock = list(script), threading.Lock()
 
-    daemon_threads = True
+    def answer(body: dict) -> bytes:
+        with lock:  # requests come on several connections at once
+            return left.pop(0) if len(left) > 1 else left[0]
 
-    def __init__(self, script: list[bytes], models: bytes = json.dumps(MODELS).encode()):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.script, self.models, self.posts = list(script), models, 0
-        self.lock = threading.Lock()
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def next_answer(self) -> bytes:
-        with self.lock:
-            self.posts += 1
-            return self.script.pop(0) if len(self.script) > 1 else self.script[0]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: ScriptedServer
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _send(self, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._send(self.server.models)
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self._send(self.server.next_answer())
+    return answer
 
 
 @pytest.fixture
 def serve():
-    servers: list[ScriptedServer] = []
+    servers: list[AnswerServer] = []
 
-    def start(script: list[bytes], **kw) -> ScriptedServer:
-        servers.append(ScriptedServer(script, **kw))
+    def start(script: list[bytes], models: bytes = json.dumps(MODELS).encode()) -> AnswerServer:
+        servers.append(AnswerServer(scripted(script), models=models))
         return servers[-1]
 
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def _backend(url: str, retries: int):
@@ -163,7 +129,7 @@ def test_malformed_answers_are_retried_counted_and_never_cached(serve, tmp_path)
     finally:
         llm.close()
     assert (gen.text, gen.finish_reason, gen.prompt_tokens, gen.completion_tokens) == ("Ada, born in, London", "stop", 12, 5)
-    assert backend.malformed_answers == 3 and server.posts == 4
+    assert backend.malformed_answers == 3 and len(server.posts) == 4
     [entry] = _entries(tmp_path / "cache.sqlite")
     assert decode_generation(entry).text == "Ada, born in, London"
 
@@ -206,7 +172,7 @@ def test_fuzzed_chat_answers_through_a_real_server(path, value, tmp_path_factory
         valid = True
     except MalformedAnswer:
         valid = False
-    server = ScriptedServer([damaged, json.dumps(HEALTHY).encode()])
+    server = AnswerServer(scripted([damaged, json.dumps(HEALTHY).encode()]), models=json.dumps(MODELS).encode())
     cache = tmp_path_factory.mktemp("fuzz") / "cache.sqlite"
     backend = _backend(server.url, retries=1)
     llm = CachedLLM(backend, cache)
@@ -214,8 +180,7 @@ def test_fuzzed_chat_answers_through_a_real_server(path, value, tmp_path_factory
         [gen] = llm.generate([[{"role": "user", "content": "Who?"}]], Sampling(max_tokens=20))
     finally:
         llm.close()
-        server.shutdown()
-        server.server_close()
+        server.close()
     assert backend.malformed_answers == (0 if valid else 1)
     assert isinstance(gen.text, str) and isinstance(gen.finish_reason, str)
     assert type(gen.prompt_tokens) is int and gen.prompt_tokens >= 0 and type(gen.completion_tokens) is int
@@ -234,12 +199,11 @@ def test_fuzzed_models_answers_through_a_real_server(key, value):
         del node[key]
     else:
         node[key] = value
-    server = ScriptedServer([json.dumps(HEALTHY).encode()], models=json.dumps(listing).encode())
+    server = AnswerServer(scripted([json.dumps(HEALTHY).encode()]), models=json.dumps(listing).encode())
     try:
         backend = make_backend("openai", "toy-model", base_url=server.url)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     assert backend.context_length is None or (type(backend.context_length) is int and backend.context_length > 0)
 
 
@@ -268,7 +232,7 @@ def test_extract_against_a_malformed_server_then_a_healthy_one(serve, tmp_path, 
 
     healthy = serve([json.dumps(HEALTHY).encode()])
     _extract(cli, documents, out, healthy.url)
-    assert healthy.posts == len(DOCUMENTS)
+    assert len(healthy.posts) == len(DOCUMENTS)
     assert {r["head"] for r in read_table(out / "triples").to_pylist()} == {"Ada"}
 
 
@@ -283,6 +247,6 @@ def test_an_entry_an_older_grtool_cached_malformed_is_generated_again_and_droppe
         db.execute("INSERT INTO generations VALUES ('stale', 'toy-model', '{\"text\": [1]}', 0)")
     rerun = _extract(cli, documents, out, server.url, "--overwrite")
     assert "Traceback" not in rerun.stderr
-    assert server.posts == 2 * len(DOCUMENTS)  # both generated again
+    assert len(server.posts) == 2 * len(DOCUMENTS)  # both generated again
     entries = _entries(cache)
     assert len(entries) == len(DOCUMENTS) and all(decode_generation(e).text == "Ada, born in, London" for e in entries)

@@ -142,7 +142,7 @@ def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
         cli("chains", "synthesize", run / "corpus", "--triples", run / "triples", "--out", out, "--split", "train", "-n", "1", "--select", "first",
             "--few-shot-corpus", "1", *llm_args(server))  # fmt: skip
     finally:
-        server.shutdown()
+        server.close()
     train = qids_of(run, "train")
     rows = read_table(out).to_pylist()
     assert rows and {r["qid"] for r in rows} <= train
