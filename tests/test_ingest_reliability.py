@@ -85,7 +85,7 @@ def test_out_naming_an_existing_file_is_one_line_exit_2(examples, cli, tmp_path)
     src = examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"
     proc = cli("corpus", "ingest", src, "--out", target, check=2)
     _no_traceback(proc)
-    assert one_line(f"{target}: --out names an existing file") in one_line(proc.stderr)
+    assert one_line(f"--out {target}: names an existing file grtool did not write") in one_line(proc.stderr)
     assert target.read_text() == "keep me"
     corpus = tmp_path / "corpus"
     cli("corpus", "ingest", src, "--out", corpus)

@@ -93,7 +93,8 @@ def test_pipeline_stages_with_colliding_outputs_refused(run_copy, tmp_path, seco
     for args in (["--dry-run"], []):
         proc = grtool("pipeline", "run", toml, *args)
         assert proc.returncode == 2, proc.stderr
-        assert "stage 'a' output" in proc.stderr and "stage 'b' output" in proc.stderr
+        err = " ".join(proc.stderr.split())
+        assert "stage 'a' option out" in err and "stage 'b' option out" in err, err
     assert not (tmp_path / "pout").exists()
 
 

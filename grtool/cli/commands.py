@@ -112,7 +112,9 @@ def claiming_outputs(command: Command) -> Any:
         from grtool.store.outputs import check_outputs
 
         outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
-        check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)])
+        runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
+        raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
+        check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
         return command.function(*args, **options)
 
     return checked

@@ -552,12 +552,19 @@ def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[
     return FileClaim(Path(out), flag)
 
 
-def check_outputs(outputs: Iterable[tuple[str, str | Path | None, bool]], *, holders: Iterable[str | Path | None] = ()) -> None:
+def check_outputs(
+    outputs: Iterable[tuple[str, str | Path | None, bool]], *, holders: Iterable[str | Path | None] = (), runs: Iterable[str | Path | None] = (), raw: Iterable[str | Path | None] = ()
+) -> None:
     """Every output of one command checked before it does anything. ``outputs``: ``(flag, path, is a single
     file)``. No two meet, none meets what the command reads (``holders``: every path it reads; files, stages,
     indexes and models among them count whole), none is a record or lies inside another output, a file output is
-    absent or grtool's (:func:`check_file_output`), a directory output is not an existing file of the user's."""
-    outputs, holders = list(outputs), list(holders)
+    absent or grtool's (:func:`check_file_output`), a directory output is not an existing file of the user's.
+    ``runs``: the outputs that are run directories; one may be a folder of raw files the command reads (``raw``:
+    `corpus ingest data --out data`), since it writes only its stage directories inside."""
+    outputs = list(outputs)
+    run_dirs = {real(r) for r in runs if r is not None and str(r) not in ("", "-")}
+    folders = {real(f) for f in raw if f is not None and Path(f).is_dir() and not _is_artefact(Path(f))} & run_dirs
+    holders = [h for h in holders if h is None or real(h) not in folders]
     refuse_overlapping_outputs([(flag, path) for flag, path, _ in outputs], holders=holders)
     directories = [path for _, path, single in outputs if not single]
     for flag, path, single in outputs:
