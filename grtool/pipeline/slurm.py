@@ -686,6 +686,11 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
     missing = [o for o in stage.outputs if not Path(o).exists()]
     if missing:
         raise DataProblem(f"stage {stage.name!r}: its job left no {', '.join(missing)}")
+    if stage.stdout and Path(stage.stdout).is_file():  # the job script moved it into place: say grtool wrote it, as a local run does
+        from grtool.secrets import redact_argv
+        from grtool.store.outputs import write_file_record
+
+        write_file_record(Path(stage.stdout), redact_argv(["grtool", *stage.argv()]))
     submitted = _dt.datetime.fromisoformat(record.submitted)
     if submitted.tzinfo is None:
         submitted = submitted.replace(tzinfo=_dt.timezone.utc)

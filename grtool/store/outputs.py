@@ -537,11 +537,15 @@ class FileClaim:
         tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}")
         try:
             yield tmp
-            record = {"format": "grtool-file", "command": redact_argv(current_command()), "written": now()}
-            atomic_write_bytes(file_record(self.path), dumps(record))
+            write_file_record(self.path, redact_argv(current_command()))
             commit_file(tmp, self.path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def write_file_record(path: Path, command: list[str]) -> None:
+    """The record that says grtool wrote the single file ``path`` (by ``command``), so a later run may replace it."""
+    atomic_write_bytes(file_record(path), dumps({"format": "grtool-file", "command": command, "written": now()}))
 
 
 def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> FileClaim | None:
