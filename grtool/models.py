@@ -363,13 +363,22 @@ def check_chat_template(tokenizer: Any, where: str) -> None:
         raise InputError(f"{where}: the chat template cannot render a conversation ({type(e).__name__}{f' at line {line}' if line else ''}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
 
-def embedding_rows(folder: str | Path) -> int | None:
-    """Rows of a model folder's input embedding as its config says (checked against the weights above)."""
+def read_config(folder: str | Path) -> dict[str, Any] | None:
+    """A model folder's config.json as a dict; None where there is none or it is no JSON object (the model's loader
+    names that problem itself)."""
     import orjson
 
     try:
         config = orjson.loads((Path(folder) / "config.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def embedding_rows(folder: str | Path) -> int | None:
+    """Rows of a model folder's input embedding as its config says (checked against the weights above)."""
+    config = read_config(folder)
+    if config is None:
         return None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     value = text.get("vocab_size") if isinstance(text, dict) else None

@@ -63,12 +63,8 @@ def test_overwrite_refused_for_one_table_replaces_neither(corpus, tmp_path):
         assert snapshot(x) == before
 
 
-def test_a_pipeline_report_never_replaces_an_input(tmp_path):
-    """A stage's `stdout` (or --summary-json) naming a file the pipeline reads replaced the user's raw data with a
-    JSON report: `stats` wrote its --json over the ingest input. Refused before any stage runs; reading an
-    earlier stage's report stays fine."""
-    raw = tmp_path / "in.jsonl"
-    shutil.copy(MUSIQUE, raw)
+def _ingest_then_stats(tmp_path: Path, raw: Path) -> Path:
+    """A pipeline file of two stages: ``corpus ingest RAW`` into {out}/c, then its stats as {out}/stats.json."""
     toml = tmp_path / "p.toml"
     toml.write_text(f'''out = "{tmp_path / "o"}"
 [[stages]]
@@ -83,6 +79,16 @@ args = ["{{out}}/c"]
 options = {{ json = true }}
 stdout = "{{out}}/stats.json"
 ''')
+    return toml
+
+
+def test_a_pipeline_report_never_replaces_an_input(tmp_path):
+    """A stage's `stdout` (or --summary-json) naming a file the pipeline reads replaced the user's raw data with a
+    JSON report: `stats` wrote its --json over the ingest input. Refused before any stage runs; reading an
+    earlier stage's report stays fine."""
+    raw = tmp_path / "in.jsonl"
+    shutil.copy(MUSIQUE, raw)
+    toml = _ingest_then_stats(tmp_path, raw)
     before = raw.read_bytes()
     for extra in (("--set", f"stats.stdout={raw}"), ("--json", raw), ("--summary-json", raw)):
         for dry in ((), ("--dry-run",)):
@@ -108,20 +114,7 @@ def test_index_build_out_dash_is_refused_not_a_directory_named_dash(tmp_path):
 def test_pipeline_set_values_that_cannot_mean_what_they_say_are_refused(tmp_path, setting):
     """`overwrite = "no"` (a string for a flag) became `--overwrite no`: overwrite ON and `no` read as an input;
     an unclosed quote in `--set stage.args=...` was a ValueError traceback. Both refused in one line, exit 2."""
-    toml = tmp_path / "p.toml"
-    toml.write_text(f'''out = "{tmp_path / "o"}"
-[[stages]]
-name = "ingest"
-run = "corpus ingest"
-args = ["{MUSIQUE}"]
-options = {{ out = "{{out}}/c" }}
-[[stages]]
-name = "stats"
-run = "corpus stats"
-args = ["{{out}}/c"]
-options = {{ json = true }}
-stdout = "{{out}}/stats.json"
-''')
+    toml = _ingest_then_stats(tmp_path, MUSIQUE)
     proc = run_cli("pipeline", "run", toml, "--set", setting, "--dry-run", check=2)
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "o").exists()

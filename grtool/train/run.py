@@ -29,7 +29,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.vocab.provenance import CHECKPOINT_RECORD as PROVENANCE, RUN_RECORD, RunIdentity, RunRecord, checkpoint_flips, read_checkpoint, read_run_record
 from grtool.extras import require
-from grtool.models import ModelRef, safetensors_header
+from grtool.models import ModelRef, read_config, safetensors_header
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
@@ -210,7 +210,7 @@ def check_resume(p: Plan, record: RunRecord | None) -> None:
 
     out = p.out
     if record is None or record.train is None:
-        if not any(_CHECKPOINT.fullmatch(d.name) for d in out.iterdir() if d.is_dir()):
+        if not checkpoints(out):
             raise InputError(f"--out {printable(out)}: --resume: it holds no training run of grtool (no {RUN_RECORD}, no checkpoint-N); choose another --out")
         log.warning("--resume: %s has no %s saying which command started it: the resumed run is not compared with it", printable(out), RUN_RECORD)
         _check_resumed_architecture(p)
@@ -248,16 +248,16 @@ def _check_resumed_architecture(p: Plan) -> None:
     a traceback after the run started."""
     from grtool.errors import printable
 
-    found = sorted((int(m[1]), d) for d in p.out.iterdir() if d.is_dir() and (m := _CHECKPOINT.fullmatch(d.name)))
+    found = checkpoints(p.out)
     if not found:
         return
-    checkpoint = found[-1][1]
+    checkpoint = found[-1]
     adapter = (checkpoint / "adapter_config.json").is_file()
     if (checkpoint / "config.json").is_file() or adapter:
         if adapter != bool(p.cfg.lora):
             held, trains = ("a LoRA adapter", "full weights") if adapter else ("full weights", "a LoRA adapter")
             raise InputError(f"--out {printable(p.out)}: --resume refused: {checkpoint.name} holds {held}, this command trains {trains}; resume with the command that started the run")
-    theirs, mine = _config_of(checkpoint), _config_of(Path(p.model.path))
+    theirs, mine = read_config(checkpoint), read_config(p.model.path)
     if adapter or theirs is None or mine is None:
         return
     differences = [f"{key} {theirs.get(key)!r} there, {mine.get(key)!r} in {p.model.name}" for key in _ARCHITECTURE_KEYS if theirs.get(key) != mine.get(key)]
@@ -266,16 +266,6 @@ def _check_resumed_architecture(p: Plan) -> None:
             f"--out {printable(p.out)}: --resume refused: {checkpoint.name} is of another architecture than the model this command trains "
             f"({'; '.join(differences)}); resume with the model that started the run, or start over with --overwrite"
         )
-
-
-def _config_of(folder: Path) -> dict[str, Any] | None:
-    """A model folder's config.json as a dict, or None where there is none or it is no JSON object (the model's
-    loader names that problem itself)."""
-    try:
-        config = orjson.loads((folder / "config.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return config if isinstance(config, dict) else None
 
 
 def _dtype(cfg: TrainConfig):
@@ -486,7 +476,7 @@ def _train(p: Plan) -> dict[str, Any]:
     if trainer.is_world_process_zero():
         if not p.cfg.keep_checkpoints:
             # the trainer's own checkpoint-N folders only: a user's checkpoint-best-mine/ beside them is not grtool's
-            for finished in [*(d for d in p.out.iterdir() if d.is_dir() and _CHECKPOINT.fullmatch(d.name)), p.out / STAGING]:
+            for finished in [*checkpoints(p.out), p.out / STAGING]:
                 shutil.rmtree(finished, ignore_errors=True)
         from grtool.store.records import atomic_write_bytes
 
@@ -621,6 +611,12 @@ def checkpoint_problem(folder: Path) -> str | None:
     return None
 
 
+def checkpoints(out: Path) -> list[Path]:
+    """The trainer's ``checkpoint-N`` folders in ``out``, oldest step first (a user's ``checkpoint-best-mine/`` is none)."""
+    found = sorted((int(m[1]), d) for d in out.iterdir() if d.is_dir() and (m := _CHECKPOINT.fullmatch(d.name)))
+    return [d for _, d in found]
+
+
 def last_complete_checkpoint(out: Path, remove_incomplete: bool = True) -> Path | None:
     """The newest ``checkpoint-N`` in ``out`` that a resume can load. A save cut short (the temporary folder, or a
     checkpoint-N missing files as versions before atomic saves left it after a kill) is skipped with a message,
@@ -629,8 +625,7 @@ def last_complete_checkpoint(out: Path, remove_incomplete: bool = True) -> Path 
     if staging.exists() and remove_incomplete:
         log.warning("--resume: removing %s, a checkpoint save that was cut short", staging)
         shutil.rmtree(staging, ignore_errors=True)
-    found = sorted((int(m[1]), d) for d in out.iterdir() if d.is_dir() and (m := _CHECKPOINT.fullmatch(d.name)))
-    for _, folder in reversed(found):
+    for folder in reversed(checkpoints(out)):
         try:
             problem = checkpoint_problem(folder)
         except OSError as e:  # unreadable, or removed by rank 0 meanwhile
