@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples" / "data"
-# Our own records in the release layouts for shapes the examples lack (more questions of one dataset): tests/data.
-TEST_DATA = REPO / "tests" / "data"
+from paths_helpers import EXAMPLES, REPO, TEST_DATA  # noqa: F401 (the tests import them from here too)
+
 # Real third-party dataset records beside the repository (CI has them, a fresh clone does not). Only the tests
 # marked real_data read them; GRTOOL_SHARED_DATA points elsewhere (an empty path: as if absent).
 SHARED_DATA = Path(os.environ.get("GRTOOL_SHARED_DATA", REPO.parent / "shared" / "data"))

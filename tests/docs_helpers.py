@@ -7,7 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from paths_helpers import REPO
+
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "examples").rglob("*.md"))]
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.S | re.M)
 

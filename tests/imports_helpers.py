@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
+
+from paths_helpers import REPO
 
 
-PACKAGE = Path(__file__).resolve().parent.parent / "grtool"
+PACKAGE = REPO / "grtool"
 
 
 def _runtime_imports(tree: ast.AST) -> list[str]:

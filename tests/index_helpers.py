@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import EXAMPLES, TEST_DATA
+from paths_helpers import EXAMPLES, TEST_DATA
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 import hashlib
 from collections import defaultdict
 
 
-HERE = Path(__file__).resolve().parent
-
-
-BUNDLED = HERE / "data" / "index_triples.jsonl"
+BUNDLED = TEST_DATA / "index_triples.jsonl"
 
 
 def write_triples_stage(path: Path, rows: list[dict]) -> Path:

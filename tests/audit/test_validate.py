@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import EXAMPLES, run_cli
+from conftest import EXAMPLES, TEST_DATA, run_cli
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import StageSpec, StageWriter
 
@@ -243,7 +243,7 @@ def test_a_directory_without_anything_to_validate_says_what_it_found(tmp_path):
 
 # ------------------------------------------------------------------------------------------- indexes
 
-BUNDLED_TRIPLES = EXAMPLES.parent.parent / "tests" / "data" / "index_triples.jsonl"
+BUNDLED_TRIPLES = TEST_DATA / "index_triples.jsonl"
 
 
 @pytest.fixture(scope="module")

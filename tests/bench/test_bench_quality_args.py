@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-QUALITY = Path(__file__).resolve().parent.parent / "bench" / "quality.py"
+from paths_helpers import BENCH
+
+QUALITY = BENCH / "quality.py"
 
 
 def _quality(*args) -> subprocess.CompletedProcess:

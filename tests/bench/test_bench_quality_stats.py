@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))  # bench/ is scripts, not a package
+from paths_helpers import BENCH
+
+sys.path.insert(0, str(BENCH))  # bench/ is scripts, not a package
 import quality_stats as stats  # noqa: E402
 
 

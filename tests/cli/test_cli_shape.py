@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import REPO, run_cli
 from report_helpers import build_run
 
 from grtool.store.stage import read_table
@@ -83,7 +83,7 @@ def test_every_command_takes_at_most_one_input_as_an_argument() -> None:
 def test_the_rule_is_written_in_the_command_reference() -> None:
     from grtool.cli.shape import INPUT_RULE
 
-    page = (Path(__file__).parent.parent / "docs" / "reference" / "cli.md").read_text()
+    page = (REPO / "docs" / "reference" / "cli.md").read_text()
     assert INPUT_RULE.lower() in " ".join(page.replace("**", "").replace("`", "").split()).lower()
 
 

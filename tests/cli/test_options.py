@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, run_cli
+from conftest import EXAMPLES, TEST_DATA, run_cli
 
-HERE = Path(__file__).resolve().parent
-TRIPLES_JSONL = HERE / "data" / "index_triples.jsonl"
+TRIPLES_JSONL = TEST_DATA / "index_triples.jsonl"
 
 # Options whose values are a fixed list: each must be a choice wherever a command has it.
 ENUMERATED = {"--backend", "--kind", "--source", "--markers", "--mode", "--format", "--select", "--unanswerable", "--grounding",

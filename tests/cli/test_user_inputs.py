@@ -268,7 +268,6 @@ def test_an_output_whose_name_is_not_utf8_is_one_line(tmp_path):
 
 
 def test_index_build_reads_triples_under_a_name_that_is_not_utf8(tmp_path):
-    sys.path.insert(0, str(REPO / "tests"))
     from index_helpers import BUNDLED, write_triples_stage
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
@@ -324,7 +323,6 @@ def test_a_deep_record_in_a_release_file_is_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory) -> Path:
-    sys.path.insert(0, str(REPO / "tests"))
     from index_helpers import BUNDLED, write_triples_stage
 
     base = tmp_path_factory.mktemp("index")
@@ -369,7 +367,6 @@ def test_an_output_on_a_read_only_mount_is_one_line(small_fs):
 
 def test_a_read_only_cache_is_one_line(small_fs, tmp_path):
     mount = small_fs("ro,size=1m")
-    sys.path.insert(0, str(REPO / "tests"))
     from index_helpers import BUNDLED, write_triples_stage
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]

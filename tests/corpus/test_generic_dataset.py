@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from grtool.corpus.doc_hash import doc_id
 from grtool.corpus.ingest import ingest
 from grtool.errors import InputError
@@ -215,7 +216,7 @@ def test_unknown_schema_names_the_generic_layout_and_its_page(cli, tmp_path):
         )
         in message
     )
-    assert (Path(__file__).resolve().parent.parent / "docs" / "data-formats.md").is_file()
+    assert (REPO / "docs" / "data-formats.md").is_file()
 
 
 # ---------------------------------------------------------------------------------- Hugging Face layouts

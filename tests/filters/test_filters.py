@@ -45,7 +45,7 @@ def write_stage(path, table, schema, rows, parts=1, params=None, by=None):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Corpus (real ingest), triples from the evidences, and questions with their evidence triples."""
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     root = tmp_path_factory.mktemp("filters")
     corpus = root / "corpus"
@@ -424,7 +424,7 @@ def musique(tmp_path_factory):
     (X, relation, answer), question steps (title, question, answer), with #k replaced by earlier answers)."""
     from grtool.corpus.datasets import UNANSWERABLE_SUFFIX
     from grtool.corpus.doc_hash import doc_id
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     root = tmp_path_factory.mktemp("filters-musique")
     files = [TEST_DATA / "musique" / "musique_full_v1.0_dev.tests.jsonl", EXAMPLES / "musique" / "musique_ans_v1.0_dev.example.jsonl"]

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import TEST_DATA
 from grtool.index import docid_bytes
 from grtool.index.docid_bytes import DocidBytes, open_docid_bytes, write_docid_bytes
 from grtool.index.text_constraint import BracketConstraint, token_bytes
 
-HERE = Path(__file__).resolve().parent
-BASE = [line for line in (HERE / "data" / "bracket_docids.txt").read_text(encoding="utf-8").splitlines() if line]
+BASE = [line for line in (TEST_DATA / "bracket_docids.txt").read_text(encoding="utf-8").splitlines() if line]
 
 
 def _sample() -> list[str]:

@@ -16,8 +16,7 @@ import pytest
 from grtool.store.schemas import DOCUMENTS
 from grtool.store.stage import StageSpec, StageWriter
 
-HERE = Path(__file__).resolve().parent
-BUNDLED = HERE / "data" / "index_triples.jsonl"
+from index_helpers import BUNDLED
 
 
 # ------------------------------------------------------------------------------ signals during a build

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-BUNDLED = HERE / "data" / "index_triples.jsonl"
 PROMPT = "Facts about bridges and rivers in northern Germany:"
 
 
@@ -51,6 +49,7 @@ def docid_model(tmp_path_factory):
 def _bundled_stage(path: Path) -> Path:
     from grtool.store.schemas import TRIPLES
     from grtool.store.stage import StageSpec, StageWriter
+    from index_helpers import BUNDLED  # not at the top: the vLLM test runs this file as a script, tests/ off sys.path
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
     stage = StageWriter(path, StageSpec("triples", TRIPLES))

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import subprocess
+from index_helpers import BUNDLED
 from strict_cli_helpers import grtool as strict_grtool
 
-HERE = Path(__file__).resolve().parent
-ROWS = [json.loads(line) for line in (HERE / "data" / "index_triples.jsonl").read_text().splitlines()]
+ROWS = [json.loads(line) for line in BUNDLED.read_text().splitlines()]
 
 
 def write_triples(path: Path, rows: list[dict]) -> Path:
@@ -149,7 +149,7 @@ def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_remo
     """`index build` writes into .<out>.<pid>.tmp beside --out; SIGKILL leaves it (with its scratch files)."""
     import json
 
-    from index_helpers import BUNDLED, write_triples_stage
+    from index_helpers import write_triples_stage
 
     rows = [json.loads(line) for line in BUNDLED.read_text().splitlines() if line.strip()]
     write_triples_stage(tmp_path / "triples", rows)

@@ -10,16 +10,15 @@ import json
 import random
 import re
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import TEST_DATA
 from grtool.index.decoding import Forbidden
 from grtool.index.text_constraint import BracketConstraint, token_bytes
 
-HERE = Path(__file__).resolve().parent
-DOCIDS = [line for line in (HERE / "data" / "bracket_docids.txt").read_text(encoding="utf-8").splitlines() if line]
+DOCIDS = [line for line in (TEST_DATA / "bracket_docids.txt").read_text(encoding="utf-8").splitlines() if line]
 NAMES = ("default", "llama3", "qwen")
 TEXTS = [
     "Zürich lies on Lake Zürich; Nguyễn Phú Trọng was born in Hanoi.",

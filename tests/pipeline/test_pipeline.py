@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import write_pipeline_file
+from conftest import TEST_DATA, write_pipeline_file
 from grtool.errors import InputError
 from grtool.pipeline.config import load_pipeline
 
@@ -143,7 +142,7 @@ def test_each_stage_records_its_own_command(tmp_path, examples, cli):
     from grtool.store.schemas import TRIPLES
     from grtool.store.stage import StageSpec, StageWriter
 
-    rows = [json.loads(line) for line in (Path(__file__).resolve().parent / "data" / "index_triples.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (TEST_DATA / "index_triples.jsonl").read_text().splitlines()]
     triples = tmp_path / "triples"
     writer = StageWriter(triples, StageSpec("triples", TRIPLES, params={"test": True}, command=["grtool", "test"]), num_parts=1)
     with writer.shard(0) as shard:

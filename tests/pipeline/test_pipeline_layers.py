@@ -5,9 +5,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
-PIPELINE = Path(__file__).resolve().parent.parent / "grtool" / "pipeline"
+from conftest import REPO
+
+PIPELINE = REPO / "grtool" / "pipeline"
 
 
 def test_pipeline_modules_load_without_the_cli():

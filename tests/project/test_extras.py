@@ -8,14 +8,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from grtool import extras
 from grtool.errors import EXIT_USAGE, MissingDependency
 
-HERE = Path(__file__).resolve().parent
+from conftest import REPO, TEST_DATA
+
 HEAVY = ("torch", "transformers", "spacy", "matplotlib", "vllm", "trl", "peft", "accelerate", "gguf")
 
 # Runs the base commands in one process (a new tokenizer cache: the built-in conversion runs; the triples come on
@@ -36,7 +36,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in %r)))
 def test_the_base_commands_import_no_extra(tmp_path, examples):
     proc = subprocess.run(
         [sys.executable, "-c", _BASE_COMMANDS, str(examples / "hotpotqa" / "hotpot_dev_distractor_v1.example.json"), str(tmp_path / "out")],
-        input=(HERE / "data" / "index_triples.jsonl").read_text(), capture_output=True, text=True,
+        input=(TEST_DATA / "index_triples.jsonl").read_text(), capture_output=True, text=True,
         env={**os.environ, "GRTOOL_CACHE": str(tmp_path / "cache")},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -112,7 +112,7 @@ def test_command_extras_of_the_demo():
     from grtool.pipeline.config import load_pipeline
 
     commands = CliCommands()
-    stages = load_pipeline(HERE.parent / "examples" / "demo.toml", None, commands).stages
+    stages = load_pipeline(REPO / "examples" / "demo.toml", None, commands).stages
     needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.argv()[len(s.run.split()) :])}
     assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
             ("retrieve-base", "llm"), ("recall-table", "plot"), ("retrieve-bm25", "bm25")} <= needs  # fmt: skip
@@ -125,7 +125,7 @@ def _declared_extras() -> dict[str, set[str]]:
     import re
     import tomllib
 
-    declared = tomllib.loads((HERE.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
     def names(extra: str) -> set[str]:
         out: set[str] = set()

@@ -13,9 +13,10 @@ from pathlib import Path
 import grimp
 import pytest
 
+from conftest import REPO
 from imports_helpers import cycles
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 CONTRACTS = ROOT / ".importlinter"
 DIAGRAMS = [ROOT / "README.md", ROOT / "docs" / "development.md"]
 

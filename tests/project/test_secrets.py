@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import re
-from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import pytest
 
 from grtool import secrets
 
-BUNDLED = Path(__file__).resolve().parent / "data" / "index_triples.jsonl"
+from index_helpers import BUNDLED
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,8 @@ import pytest
 from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
-from tests.checkpoint_records import checkpoint_record, checkpoint_record_bytes
-from tests.conftest import REPO, run_cli
+from checkpoint_records import checkpoint_record, checkpoint_record_bytes
+from conftest import REPO, run_cli
 from sample_helpers import write_stage
 from chains_helpers import load_2wiki
 

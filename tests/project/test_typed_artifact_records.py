@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from conftest import EXAMPLES
+from conftest import EXAMPLES, run_cli
+from index_helpers import BUNDLED
 from strict_cli_helpers import DEEP, grtool, one_line
 
-HERE = Path(__file__).resolve().parent
-BUNDLED = HERE / "data" / "index_triples.jsonl"
 DOCID = "Old Harbor Bridge, crosses, Saltmarsh River"
 
 

@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 import pytest
 
+from conftest import EXAMPLES
 from grtool.pipeline.config import load_pipeline
 from grtool.store.stage import read_table
 
 GUARD_S = 60  # a hang guard, not a timing assertion
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "data"
 SRC = ("hotpotqa", "hotpot_dev_distractor_v1.example.json")
 RAW = "@@raw@@"
 

@@ -13,7 +13,7 @@ from grtool.store.schemas import CHAINS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 from grtool.store.records import load_manifest
 from grtool.triples.evidence import write_evidence_stage
-from tests.conftest import EXAMPLES, run_cli
+from conftest import EXAMPLES, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import EXAMPLES, run_cli
 from index_helpers import BUNDLED
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
 MUSIQUE = EXAMPLES / "musique" / "musique_ans_v1.0_dev.example.jsonl"
 
 

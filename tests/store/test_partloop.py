@@ -24,7 +24,7 @@ from chains_helpers import TWO_WIKI
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     """The tests' own 2Wiki records ingested in parts of 4 questions, its evidence triples, gold chains and their filtering."""
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     root = tmp_path_factory.mktemp("partloop")
     run_cli("-q", "corpus", "ingest", TWO_WIKI, "--out", root / "corpus", "--rows-per-part", "4")

@@ -12,7 +12,7 @@ import yaml
 
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.vocab.prompt import instruction
-from tests.checkpoint_records import checkpoint_record_bytes
+from checkpoint_records import checkpoint_record_bytes
 from train_helpers import PEOPLE, chain, question, write_kto, write_sft
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def people_corpus(root: Path) -> Path:
     import json
 
     from grtool.store.stage import read_table
-    from tests.conftest import run_cli
+    from conftest import run_cli
     from index_helpers import write_triples_stage
 
     records = [
@@ -68,7 +68,7 @@ def retrieve_with(ckpt: Path, root: Path, cli, *extra) -> dict:
 @pytest.fixture(scope="module")
 def sft_ckpt(tmp_path_factory):
     """A full SFT of 4 steps on 16 rows, its last checkpoint (step 4) kept: the start of KTO and of the resume test."""
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     root = tmp_path_factory.mktemp("sft")
     data = write_sft(root / "thinkgr_sft.json")

@@ -37,7 +37,7 @@ def one_line(proc, *words: str) -> str:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished SFT checkpoint of one step, its checkpoint-1 kept: the model of the resume tests."""
-    from tests.conftest import run_cli
+    from conftest import run_cli
 
     root = tmp_path_factory.mktemp("rules")
     data = write_sft(root / "thinkgr_sft.json", n=4)
@@ -211,7 +211,7 @@ def test_a_second_run_into_a_live_runs_folder_exits_75(tmp_path, cli):
 def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli):
     """A base model whose final norm is NaN: every loss is NaN. The run stops at the first logged loss (before:
     it saved the non-finite weights, which then wrote end-of-text only, exit 0)."""
-    from tests.checkpoint_records import nan_model
+    from checkpoint_records import nan_model
 
     broken = nan_model(tmp_path / "nan-model")
     data = write_sft(tmp_path / "sft.json", n=4)
