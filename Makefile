@@ -47,7 +47,7 @@ lint: $(TEST)
 # it, then exactly the daemons it started are stopped again (also when the test fails).
 test-slurm: $(TEST)
 	bash tests/slurm/cluster.sh start
-	$(BIN)/python -m pytest -q -ra -p no:cacheprovider tests/test_slurm.py; rc=$$?; bash tests/slurm/cluster.sh stop; exit $$rc
+	$(BIN)/python -m pytest -q -ra -p no:cacheprovider tests/pipeline/test_slurm.py; rc=$$?; bash tests/slurm/cluster.sh stop; exit $$rc
 
 bench: $(TEST)
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done

@@ -10,7 +10,7 @@ alternated --repeats times (the best wall time counts), greedy, every row forced
   free        Sampling without a constraint
   brackets    Sampling.constraint = the brackets-mode spec (what `retrieve --markers brackets` sends)
   special     with --special: a marker model (the embedded model plus <docid_start>/<docid_end>, their
-              embeddings from `[`/`]`, as tests/test_retrieve.py builds it) free vs the special-mode spec
+              embeddings from `[`/`]`, as tests/retrieve/test_retrieve.py builds it) free vs the special-mode spec
               over an index built with its tokenizer
 Prints wall times, the ratio constrained / free (target <= 1.15), and the time spent inside the logits
 processor (DocidLogitsProcessor.__call__; DocidVllmLogitsProcessor.update_state + apply) per generated token

@@ -1,4 +1,4 @@
-"""The fuzzer's run and its tools (tests/test_fuzz_records.py): one small real run, the commands that read it, the
+"""The fuzzer's run and its tools (tests/project/test_fuzz_records.py): one small real run, the commands that read it, the
 answers they give on it intact, and the ways a file of it is damaged.
 
 The run is built once per session at a fixed path (records hold absolute input paths, so a copy elsewhere would

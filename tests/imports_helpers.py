@@ -1,4 +1,4 @@
-"""Reading grtool's import graph from its source (tests/test_imports.py, tests/test_layers.py, tests/test_declared_commands.py)."""
+"""Reading grtool's import graph from its source (tests/project/test_imports.py, tests/project/test_layers.py, tests/cli/test_declared_commands.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A small real run without a model, for tests that damage one (tests/test_damaged_files.py, the fuzzer)."""
+"""A small real run without a model, for tests that damage one (tests/store/test_damaged_files.py, the fuzzer)."""
 
 from __future__ import annotations
 

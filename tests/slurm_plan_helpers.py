@@ -1,4 +1,4 @@
-"""The Slurm executor's plan without a cluster: a small pipeline file to plan (tests/test_pipeline_slurm_plan.py and the
+"""The Slurm executor's plan without a cluster: a small pipeline file to plan (tests/pipeline/test_pipeline_slurm_plan.py and the
 Slurm safety tests)."""
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from typing import Any
 GLOBAL_OPTIONS = {"-v", "--verbose", "-q", "--quiet", "--version", "-h", "--help"}
 REGENERATE = "python -m grtool.cli.reference > docs/reference/cli.md"
 
-# The page's opening (the input rule as grtool.cli.shape.INPUT_RULE states it; tests/test_cli_shape.py checks it).
+# The page's opening (the input rule as grtool.cli.shape.INPUT_RULE states it; tests/cli/test_cli_shape.py checks it).
 PAGE_HEAD = """\
-<!-- Generated from the CLI by `{regenerate}`: do not edit (tests/test_docs.py checks it is current). -->
+<!-- Generated from the CLI by `{regenerate}`: do not edit (tests/project/test_docs.py checks it is current). -->
 # Command reference
 
 Every command, its arguments and options, read from the CLI (`grtool COMMAND --help` prints the same). Exit

@@ -2,7 +2,7 @@
 
 ``grtool.pipeline`` knows stages only through :class:`grtool.pipeline.registry.StageCommands`; this module
 implements it from the commands' declarations (what a command accepts is read from its function's signature, how
-it parses options from its Click command). ``tests/test_pipeline.py`` checks that it names every stage command of
+it parses options from its Click command). ``tests/pipeline/test_pipeline.py`` checks that it names every stage command of
 ``grtool``.
 """
 

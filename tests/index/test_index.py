@@ -381,7 +381,7 @@ def test_bad_input_is_reported_with_file_and_record(cli, tmp_path):
     rows[5]["docid"] = "<docid_start>Irmgard Voß, occupation, civil engineer<docid_end>"
     good = write_triples_stage(tmp_path / "good", rows)
     run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx")
-    # an identical re-run is "up to date" (tests/test_index_rerun.py); another --kind needs --overwrite
+    # an identical re-run is "up to date" (tests/index/test_index_rerun.py); another --kind needs --overwrite
     assert "exists, built with a different --kind" in run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", "--kind", "trie", check=2).stderr
     run("index", "build", good, "--tokenizer", "qwen", "--out", tmp_path / "idx", "--kind", "trie", "--overwrite")
     assert Index.open(tmp_path / "idx").kind == "trie"

@@ -173,7 +173,7 @@ def test_an_index_of_any_docids_reopens_and_answers_as_brute_force(loaded, tmp_p
     root = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp()))
     try:
         # the library's build: read_docids + tokenize + write_index (the streamed `index build` writes the same
-        # files, tests/test_index_stream.py; the CLI builds below take that path)
+        # files, tests/index/test_index_stream.py; the CLI builds below take that path)
         read = read_docids(write_triples(root / "triples", rows))
         flat, lengths = tokenize(tok, read.docids)
         write_index(root / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=read.seq_docs, doc_ids=read.doc_ids, tokenizer=tok,

@@ -1,5 +1,5 @@
 """`pipeline run --executor slurm` without a cluster: the plan (scripts, dependency graph) and the checks made
-before anything is submitted. The runs against a real Slurm are in tests/test_slurm.py."""
+before anything is submitted. The runs against a real Slurm are in tests/pipeline/test_slurm.py."""
 
 from __future__ import annotations
 

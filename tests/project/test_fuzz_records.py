@@ -15,7 +15,7 @@ and one command that reads it runs in a subprocess. The properties, for every ex
 Examples are drawn deterministically (``derandomize``: a fixed seed per test), and every choice is relative to the
 run — a file by its name inside the run, from a sorted list; a place in a file as a fraction of its length — so
 every machine sees the same ones, though records hold absolute paths and times and sizes differ. For a longer, random
-run locally: ``GRTOOL_FUZZ_EXAMPLES=500 python -m pytest -p no:cacheprovider tests/test_fuzz_records.py``
+run locally: ``GRTOOL_FUZZ_EXAMPLES=500 python -m pytest -p no:cacheprovider tests/project/test_fuzz_records.py``
 (every strategy gets that many examples, drawn at random; a failure prints the seed to reproduce it).
 """
 

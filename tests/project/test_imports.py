@@ -13,6 +13,6 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_no_import_cycles():
-    """No module imports anything that imports it back, the CLI included (tests/test_layers.py checks the same with
+    """No module imports anything that imports it back, the CLI included (tests/project/test_layers.py checks the same with
     grimp, and the floors with lint-imports)."""
     assert cycles(import_graph()) == []

@@ -3,7 +3,7 @@ its declaration (issue #44: index.json's bound on dollar_row refused what `index
 an empty stage, a part with no row and no reject, a part timed at 0 seconds, a stop of the first task of an array,
 an export of no row or of the smallest row, no questions or repeated ones, a lookup of one triple, bracket files of
 one docid, a tokenizer whose ids have a gap below the markers. index.json's own edges (one docid: the last row;
-markers the highest ids; every docid a collision) are in tests/test_index_properties.py."""
+markers the highest ids; every docid a collision) are in tests/index/test_index_properties.py."""
 
 from __future__ import annotations
 

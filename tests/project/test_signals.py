@@ -137,7 +137,7 @@ def test_an_unreachable_server_exits_with_the_transient_code(tmp_path, documents
 def test_a_key_no_server_could_take_is_a_usage_error_not_transient(tmp_path, documents, cli):
     """An API key that cannot go into a header fails the same way on every attempt: exit 2 at once, not 75 (a
     requeue loop would retry it forever). A --base-url no request could go to (no scheme, a wrong one, a bad port)
-    is refused with the options, before OUT is created: tests/test_options.py."""
+    is refused with the options, before OUT is created: tests/cli/test_options.py."""
     with TitleTripleServer() as server:
         for model in ((), ("--model", "toy-model")):
             proc = cli(*_extract(documents, tmp_path / "c", server.url, *model), check=2, env={"COLUMNS": "10000", "OPENAI_API_KEY": "sk-hidden\nkey"})

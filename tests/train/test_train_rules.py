@@ -127,7 +127,7 @@ def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupt
 
 
 def test_resume_with_the_same_command_passes_the_check(finished, interrupted):
-    """The comparison itself (no second training run here: tests/test_train.py resumes for real)."""
+    """The comparison itself (no second training run here: tests/train/test_train.py resumes for real)."""
     from grtool.train.config import resolve
     from grtool.train.run import plan
 

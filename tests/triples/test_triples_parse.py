@@ -46,7 +46,7 @@ SHAPES = [
     ("bracketed line, not json", "[Paris, capital of, France]\n[Paris, lies on, Seine]", [PARIS, SEINE]),
     ("parenthesized quoted line", '("Paris", "capital of", "France")', [PARIS]),
     ("json number as a part", '[["Avicii", "born in", 1989]]', [("Avicii", "born in", "1989")]),
-    # not JSON: read as a line, then rejected: a bracket cannot live inside a docid (tests/test_docid_syntax.py)
+    # not JSON: read as a line, then rejected: a bracket cannot live inside a docid (tests/docid/test_docid_syntax.py)
     ("citation number is not json", "[1] Paris | capital of | France", []),
 ]
 
