@@ -16,9 +16,8 @@ import pytest
 from conftest import REPO
 from imports_helpers import cycles
 
-ROOT = REPO
-CONTRACTS = ROOT / ".importlinter"
-DIAGRAMS = [ROOT / "README.md", ROOT / "docs" / "development.md"]
+CONTRACTS = REPO / ".importlinter"
+DIAGRAMS = [REPO / "README.md", REPO / "docs" / "development.md"]
 
 
 def lint_imports(*args: str) -> subprocess.CompletedProcess:
@@ -26,8 +25,8 @@ def lint_imports(*args: str) -> subprocess.CompletedProcess:
     command = Path(sys.executable).with_name("lint-imports")
     if not command.is_file():
         pytest.skip("import-linter is not installed (the test extra)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([str(command), "--no-cache", "--no-logo", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([str(command), "--no-cache", "--no-logo", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_lint_imports_keeps_every_contract():
@@ -66,7 +65,7 @@ def _imports_an_extension(package: str, line: str) -> bool:
     if words[:2] != ["from", package] or "import" not in words[2:]:
         return False
     name = words[words.index("import") + 1]
-    return any(ROOT.joinpath(*package.split(".")).glob(f"{name}.*.so"))
+    return any(REPO.joinpath(*package.split(".")).glob(f"{name}.*.so"))
 
 
 def package_of(module: str) -> str:
@@ -121,6 +120,6 @@ def test_floor_diagram_is_the_contract(path):
 def test_every_package_and_module_has_a_floor():
     """A new subpackage or top-level module must be given a floor (``exhaustive`` makes lint-imports say so too)."""
     on_floors = set().union(*contract_floors())
-    present = {p.name for p in (ROOT / "grtool").iterdir() if (p / "__init__.py").is_file()}
-    present |= {p.stem for p in (ROOT / "grtool").glob("*.py") if p.stem not in ("__init__", "__main__")}
+    present = {p.name for p in (REPO / "grtool").iterdir() if (p / "__init__.py").is_file()}
+    present |= {p.stem for p in (REPO / "grtool").glob("*.py") if p.stem not in ("__init__", "__main__")}
     assert present == on_floors
