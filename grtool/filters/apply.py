@@ -354,8 +354,8 @@ def apply_filters(
     with _collector_paused():
         loop.run(filter_part, Bar("filtering chains"))
     (manifest,) = loop.finish()
-    if not is_stdio(out):
-        counts = Counter(manifest["counters"].get("extra", {}))
+    if manifest is not None:  # None: the rows went to stdout
+        counts = Counter(manifest.counters.extra)
         examples = examples_from_rejects(Path(out), counts, examples)
     return build_report(counts, examples, rules=tuple(config.rules), all_candidates=config.all_candidates, settings=config.params())
 

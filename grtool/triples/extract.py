@@ -39,6 +39,7 @@ from grtool.llm.stage_runner import Guard, ModelStage, Output, Part, part_rows
 from grtool.log import log
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.schemas import LLM_CALLS, TRIPLES
+from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec, StageWriter
 from grtool.triples.grounding import DocumentTokens, TripleChecks
 from grtool.triples.parse import parse_output, render_docid
@@ -65,7 +66,7 @@ class ExtractReport:
     parts_skipped: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     model: str | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None  # None: the triples went to stdout
 
 
 def extract(
