@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import polars as pl
@@ -38,6 +38,9 @@ from grtool.store.records import is_stage_dir, load_manifest, load_shard_records
 from grtool.store.stage import merge_counters, shard_paths
 from grtool.store.status import find_stage_dirs, status
 from grtool.errors import printable
+
+if TYPE_CHECKING:
+    from grtool.index.record import Sizes
 from grtool.audit.discover import INDEX_META, SHARD_GLOB, discover, is_orphan_dir
 
 
@@ -413,32 +416,28 @@ def validate_index(path: str | Path) -> Report:
 
     _note_index_leftovers(path, report)
     try:
-        meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
+        record = read_index_record(path)  # through its declaration: a damaged record is one line naming the field
     except (OSError, GrtoolError) as e:
         report.problems.append(str(e) if isinstance(e, GrtoolError) else f"{INDEX_META}: cannot be read ({e})")
         return report
-    files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
-    if not files:
-        report.problems.append(f"{INDEX_META}: lists no files")
+    files = record.files  # names of files beside the record (FileName), never outside the index
     for name, rec in sorted(files.items()):
         f = path / name
-        if Path(name).name != name or not isinstance(rec, dict):  # an edited record: never read outside the index
-            report.problems.append(f"{INDEX_META}: bad file entry {name!r}")
-        elif not f.is_file():
+        if not f.is_file():
             report.problems.append(f"{name}: listed in {INDEX_META} but missing")
-        elif f.stat().st_size != rec.get("bytes"):
-            report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.get('bytes')}")
-        elif sha256_file(f) != rec.get("sha256"):
+        elif f.stat().st_size != rec.bytes:
+            report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.bytes}")
+        elif sha256_file(f) != rec.sha256:
             report.problems.append(f"{name}: sha256 does not match {INDEX_META} (corrupted or changed)")
     unlisted = sorted(f.name for f in path.iterdir() if f.is_file() and f.name != INDEX_META and f.name not in files)
     if unlisted:
         report.notes.append(f"files not listed in {INDEX_META}: {_first(unlisted)}")
-    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
-    report.checked = {"kind": meta.get("kind"), "source": meta.get("source"), "sequences": sizes.get("sequences"), "documents": sizes.get("documents")}
+    sizes = record.sizes
+    report.checked = {"kind": record.kind, "source": record.source, "sequences": sizes.sequences, "documents": sizes.documents}
     if report.problems:  # never open (memory-map) files that are known to be damaged
         return report
     try:
-        _index_sanity(path, meta, report)
+        _index_sanity(path, sizes, report)
     except GrtoolError as e:  # the record disagrees with the files it describes (grtool.index.record.confirm_files)
         report.problems.append(str(e))
     except Exception as e:
@@ -446,24 +445,23 @@ def validate_index(path: str | Path) -> Report:
     from grtool.index.docid_bytes import record_problems
 
     report.problems += record_problems(path)
-    stale, notes = check_inputs(meta.get("inputs") or [], "the index")
+    stale, notes = check_inputs(record.inputs, "the index")
     report.problems += stale
     report.notes += notes
     return report
 
 
-def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
+def _index_sanity(path: Path, sizes: Sizes, report: Report) -> None:
     from grtool.index.base import Index
 
     index = Index.open(path)
-    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     lengths = index.seq_lengths
-    if len(lengths) != sizes.get("sequences"):
-        report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.get('sequences')}")
-    if int(lengths.sum()) != sizes.get("tokens"):
-        report.problems.append(f"seq_lengths.npy: {int(lengths.sum())} tokens, {INDEX_META} says {sizes.get('tokens')}")
-    if len(index.doc_ids) != sizes.get("documents"):
-        report.problems.append(f"doc_ids.txt: {len(index.doc_ids)} documents, {INDEX_META} says {sizes.get('documents')}")
+    if len(lengths) != sizes.sequences:
+        report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.sequences}")
+    if int(lengths.sum()) != sizes.tokens:
+        report.problems.append(f"seq_lengths.npy: {int(lengths.sum())} tokens, {INDEX_META} says {sizes.tokens}")
+    if len(index.doc_ids) != sizes.documents:
+        report.problems.append(f"doc_ids.txt: {len(index.doc_ids)} documents, {INDEX_META} says {sizes.documents}")
     tok = index.tokenizer
     if (tok.start_id, tok.end_id) != (index.start_id, index.end_id):
         report.problems.append(f"tokenizer.json: docid markers are ids {tok.start_id}/{tok.end_id}, {INDEX_META} says {index.start_id}/{index.end_id}")

@@ -480,9 +480,9 @@ def run_summary(out: str, manifest: Manifest, stats: CacheStats) -> dict[str, An
 
 def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
     """A finished part's candidates and empty candidates, from its committed shard record."""
-    record = writer.records.get(name, {})
-    extra = record.get("counters", {}).get("extra", {})
-    return EmptyOutputs(name, record.get("rows", 0), extra.get("candidates_empty", 0), resumed=True)
+    record = writer.records.get(name)  # a ShardRecord
+    rows, extra = (record.rows, record.counters.extra) if record is not None else (0, {})
+    return EmptyOutputs(name, rows, extra.get("candidates_empty", 0), resumed=True)
 
 
 def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from grtool.corpus import datasets as ds
 from grtool.corpus.columns import Columns, parse_columns, variant_hints
 from grtool.corpus.doc_hash import DOC_ID_SCHEME
@@ -609,13 +611,13 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
         # the files decide, not the manifest's flag: a part removed since is redone; a table whose run stopped (an
         # empty result, say) is judged again by a run, never skipped as done
-        complete = complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST) and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d))
+        complete = complete and old.complete and not open_stops(old) and not parts_not_on_disk(d, old.num_parts, load_shard_records(d))
     return complete
 
 
 def _documents_say_no_questions(out: Path) -> bool:
     d = out / "documents"
-    return (d / MANIFEST).exists() and load_manifest(d).get("has_questions") is False
+    return (d / MANIFEST).exists() and load_manifest(d).has_questions is False
 
 
 def _read_back(out: Path, report: IngestReport) -> IngestReport:
@@ -626,15 +628,14 @@ def _read_back(out: Path, report: IngestReport) -> IngestReport:
         if not (d / MANIFEST).exists():
             continue
         m = load_manifest(d)
-        counters = m.get("counters", {})
-        rejected = counters.get("rejected", {})
+        rejected = m.counters.rejected
         for reason, n in rejected.items():
             report.rejected[f"{table}: {reason}"] += n
         if table == "documents":
-            report.documents = m.get("rows", 0)
-            report.paragraphs = counters.get("in", 0) - sum(rejected.values())
-            report.empty_inputs = list(m.get("empty_inputs") or [])
-            report.detected = list(m.get("detected") or [])
+            report.documents = m.rows or 0
+            report.paragraphs = m.counters.in_ - sum(rejected.values())
+            report.empty_inputs = list(m.empty_inputs)
+            report.detected = msgspec.to_builtins(m.detected)  # the JSON form the summary prints
         else:
-            report.questions = m.get("rows", 0)
+            report.questions = m.rows or 0
     return report

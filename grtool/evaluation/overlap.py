@@ -101,7 +101,7 @@ def train_overlap(responses: str | Path) -> Overlap:
     manifest = retrieve_manifest(responses)
     if manifest is None:  # JSON Lines: nobody recorded which model wrote them
         return Overlap(None, None)
-    params = manifest.get("params") or {}
+    params = manifest.params
     model = recorded_checkpoint(params)
     if "trained_questions" in params:  # pinned by `retrieve`
         record = params["trained_questions"]

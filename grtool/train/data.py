@@ -333,8 +333,9 @@ def data_flips(source: str | Path) -> bool | None:
         known = [f for f in found if f is not None]
         return any(known) if known else None
     for stage in (p, *(p / t for t in FLIPPED_TABLES)):
-        if is_stage_dir(stage) and load_manifest(stage).get("table") in FLIPPED_TABLES:
-            return _stage_flips(stage, load_manifest(stage)["table"])
+        table = load_manifest(stage).table if is_stage_dir(stage) else None
+        if table in FLIPPED_TABLES:
+            return _stage_flips(stage, table)
     return None
 
 

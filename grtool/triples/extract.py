@@ -112,13 +112,15 @@ def extract(
 
 def _recorded_result(stage: StageWriter, name: str) -> PartResult:
     """A finished part's document counts, from its committed shard record."""
-    extra = stage.records.get(name, {}).get("counters", {}).get("extra", {})
+    record = stage.records.get(name)
+    extra = record.counters.extra if record is not None else {}
     return PartResult(name, extra.get("documents", 0), extra.get("documents_without_triples", 0), resumed=True)
 
 
 def _with_recorded_examples(stage: StageWriter, result: PartResult) -> PartResult:
     """Examples for the guard's message from the part's rejects file (read only when the guard trips)."""
-    rejects = stage.records.get(result.part, {}).get("rejects_file")
+    record = stage.records.get(result.part)
+    rejects = record.rejects_file if record is not None else None
     if not rejects or not (stage.path / rejects).is_file():
         return result
     with open(stage.path / rejects, "rb") as f:
