@@ -272,8 +272,11 @@ class Manifest(msgspec.Struct):
 
 def write_record(path: Path, record: dict[str, Any], kind: type[T], what: str) -> T:
     """Write a manifest or shard record once it decodes through its declaration, as every reader decodes it: grtool
-    never writes a record it would refuse to read back (a bug then stops here, naming the field). Returns the
-    record as its readers get it."""
+    never writes a record it would refuse to read back, nor a field its readers would drop (a bug then stops here,
+    naming the field). Returns the record as its readers get it."""
+    undeclared = sorted(set(record) - {f.encode_name for f in msgspec.structs.fields(kind)})
+    if undeclared:
+        raise DamagedRecord(f"{path}: {what} about to be written: field {undeclared[0]} is not declared by {kind.__name__}, so its readers would drop it")
     data = dumps(record)
     decoded = decode_record(data, kind, source=path, what=f"{what} about to be written")
     atomic_write_bytes(path, data)
