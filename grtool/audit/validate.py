@@ -518,8 +518,8 @@ def validate_export(sidecar: Path) -> Report:
         report.problems.append(problem or f"{sidecar.name}: cannot be read")
         return report
     report.checked, report.problems, report.notes = check_export(target, meta)
-    if meta.get("rows") == 0:
-        _judge_empty(report, meta.get("allow_empty") is True, "an export of nothing; re-export with --allow-empty if that is right")
+    if meta.rows == 0:
+        _judge_empty(report, meta.allow_empty, "an export of nothing; re-export with --allow-empty if that is right")
     return report
 
 
