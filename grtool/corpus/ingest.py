@@ -28,6 +28,7 @@ from grtool.corpus.generic import AMBIGUOUS_TITLE, GenericGold
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.dedup_spill import (
     Spill,
+    SpillPlan,
     buckets_for_bytes,
     load_plan,
     table_parts,
@@ -187,7 +188,7 @@ def rows_per_part_param(rows_per_part: int | None) -> dict[str, int]:
 
 
 def run_two_phase(
-    out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool = False, overwrite: bool = False
+    out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], SpillPlan], *, strict: bool = False, overwrite: bool = False
 ) -> bool:
     """Phase 1 ``fill(work_dir) -> plan`` unless a finished spill of the same run exists, then phase 2.
 
@@ -226,7 +227,7 @@ def _missing_dirs(path: Path) -> list[Path]:
     return missing
 
 
-def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
+def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], SpillPlan], *, strict: bool, overwrite: bool) -> bool:
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
@@ -279,7 +280,7 @@ class ReadOptions:
     allow_rejects: bool = False
 
 
-def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport, identity: dict[str, Any]) -> dict[str, Any]:
+def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport, identity: dict[str, Any]) -> SpillPlan:
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
@@ -565,9 +566,9 @@ def _warn_no_split(name: str, records: str = "") -> None:
 # ------------------------------------------------------------------------------------------ phase 2
 
 
-def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: StageSpec, q_spec: StageSpec, strict: bool, overwrite: bool = False) -> None:
+def write_outputs(work: Path, plan: SpillPlan, out: Path | None, doc_spec: StageSpec, q_spec: StageSpec, strict: bool, overwrite: bool = False) -> None:
     """Phase 2: the shards of both tables (``out=None``: JSON Lines on stdout)."""
-    has_questions = bool(any(plan["questions"]["rows"]) or plan["questions"]["rejects"])
+    has_questions = bool(any(plan.questions.rows) or plan.questions.rejects)
     if strict and has_questions:
         # a repeated qid is fatal under --strict: look for one before any shard is committed
         for dup, first in question_duplicates(work, plan):
@@ -579,9 +580,9 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
     with progress() as bar:
         task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
         step = lambda: bar.advance(task)  # noqa: E731
-        empty = {"empty_inputs": plan["empty_inputs"]} if plan.get("empty_inputs") else {}
-        if plan.get("detected"):  # what each input was read as (ingest)
-            empty["detected"] = plan["detected"]
+        empty: dict[str, Any] = {"empty_inputs": plan.empty_inputs} if plan.empty_inputs else {}
+        if plan.detected:  # what each input was read as (ingest)
+            empty["detected"] = plan.detected
         write_documents(work, plan, docs_out, on_part=step)
         judged = [(docs_out, docs_out.finish(check_empty=False, has_questions=has_questions, **empty))]
         if has_questions:

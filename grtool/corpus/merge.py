@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.corpus.ingest import rows_per_part_param, run_two_phase
-from grtool.corpus.dedup_spill import MAX_BUCKETS, Spill
+from grtool.corpus.dedup_spill import MAX_BUCKETS, Spill, SpillPlan
 from grtool.errors import InputError
 from grtool.log import progress
 from grtool.store.io import is_stdio, stdin_rows
@@ -72,7 +72,7 @@ def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False,
     q_spec = StageSpec("questions", QUESTIONS, params, names)
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
 
-    def fill(work: Path) -> dict[str, Any]:
+    def fill(work: Path) -> SpillPlan:
         spill = Spill(work, doc_buckets=_buckets(docs, stdin), question_buckets=_buckets(questions, stdin), identity=identity)
         try:
             with progress() as bar:
