@@ -67,7 +67,7 @@ def test_no_module_decodes_a_typed_record_again_as_plain_json():
 
 def test_the_check_finds_the_pattern_it_forbids():
     """What load_manifest did before the issue, and a wrapper decoding the file again after its typed reader."""
-    before = textwrap.dedent('''
+    before = textwrap.dedent("""
         def load_manifest(path):
             data = read_record_bytes(path / MANIFEST, what="manifest")
             decode_record(data, Manifest, source=path, what="manifest")
@@ -80,14 +80,14 @@ def test_the_check_finds_the_pattern_it_forbids():
         def read_report(data):
             msgspec.json.decode(data, type=RecallReport)
             return orjson.loads(data)
-    ''')
+    """)
     assert [hit.split(":")[0] for hit in decoded_twice(before)] == ["load_manifest", "read_sidecar", "read_report"]
-    after = textwrap.dedent('''
+    after = textwrap.dedent("""
         def load_manifest(path):
             return decode_record(read_record_bytes(path / MANIFEST, what="manifest"), Manifest, source=path, what="manifest")
 
         def load_plan(root, identity):
             plan = read_record(root / PLAN, SpillPlan, what="spill plan")
             return plan if plan.identity == orjson.loads(dumps(identity)) else None
-    ''')
+    """)
     assert decoded_twice(after) == []
