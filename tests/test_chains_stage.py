@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 
+import msgspec
 import pyarrow.parquet as pq
 import pytest
 
@@ -305,10 +306,10 @@ def test_batch_boundaries_keep_every_question_and_reject_positions(tmp_path, rec
     assert stats.misses == 0  # same requests, all from the cache
 
     def without_cache(c):
-        return {**c, "extra": {k: v for k, v in c["extra"].items() if not k.startswith("cache_")}}
+        return msgspec.structs.replace(c, extra={k: v for k, v in c.extra.items() if not k.startswith("cache_")})
 
-    assert without_cache(small["counters"]) == without_cache(big["counters"])
-    assert small["counters"]["out"] == 2 * (len(records) - 2)
+    assert without_cache(small.counters) == without_cache(big.counters)
+    assert small.counters.out == 2 * (len(records) - 2)
     assert read_table(tmp_path / "small").to_pylist() == read_table(tmp_path / "big").to_pylist()
     rejects = [json.loads(line) for line in (tmp_path / "small" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
     assert sorted(r["position"] for r in rejects) == [4, 9]
