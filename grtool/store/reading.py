@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,9 +24,6 @@ import pyarrow.parquet as pq
 from grtool.errors import DataProblem
 from grtool.records import file_kind
 from grtool.errors import printable
-
-if TYPE_CHECKING:
-    from grtool.store.records import ShardRecord
 
 MAX_DETAIL = 200  # characters of a reader's message kept in the one-line error
 
@@ -54,7 +51,15 @@ def short(error: BaseException) -> str:
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 
 
-def verify_shard(shard: Path, record: ShardRecord, expected: pa.Schema | None = None) -> None:
+class Committed(Protocol):
+    """What :func:`verify_shard` reads of a shard record (:class:`grtool.store.records.ShardRecord`, whose module
+    imports this one)."""
+
+    bytes: int
+    sha256: str
+
+
+def verify_shard(shard: Path, record: Committed, expected: pa.Schema | None = None) -> None:
     """``shard`` against its completion record: present, its size, its sha256, the table's schema."""
     name = f"_shards/{shard.stem}.json"
     try:
