@@ -313,7 +313,7 @@ def test_a_manifest_field_no_reader_declares_is_never_written(tmp_path):
     from grtool.records import DamagedRecord
     from grtool.store.records import Manifest, write_record
 
-    with pytest.raises(DamagedRecord, match="field sampler: is not declared by Manifest"):
+    with pytest.raises(DamagedRecord, match="field sampler is not declared by Manifest"):
         write_record(tmp_path / "_manifest.json", {"table": "documents", "num_parts": 1, "sampler": "top-k"}, Manifest, "manifest")
     assert not (tmp_path / "_manifest.json").exists()
     assert write_record(tmp_path / "_manifest.json", {"table": "documents", "num_parts": 1, "model": "m"}, Manifest, "manifest").model == "m"
