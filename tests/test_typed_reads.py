@@ -2,7 +2,8 @@
 decodes the same bytes again as plain JSON after ``decode_record`` (or ``read_record``, a ``decode_*`` reader,
 ``msgspec.json.decode(..., type=...)``) checked them. The check reads the source, function by function: a plain
 decode (``orjson.loads``, ``json.loads``, ``msgspec.json.decode`` without a type) of an expression naming what a
-typed decode in the same function was given is the pattern the issue removed."""
+typed decode in the same function was given is the pattern the issue removed, and so is ``to_builtins`` around a
+typed read."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def decoded_twice(source: str) -> list[str]:
         for call in calls:
             if _plain(call) and call.args and _names(call.args[0]) & given:
                 found.append(f"{fn.name}: {ast.unparse(call)}")
+            elif _called(call).endswith("to_builtins") and call.args and isinstance(call.args[0], ast.Call) and _typed(call.args[0]):
+                found.append(f"{fn.name}: {ast.unparse(call)}")  # decoded, then turned back into JSON values at once
     return found
 
 
@@ -80,8 +83,11 @@ def test_the_check_finds_the_pattern_it_forbids():
         def read_report(data):
             msgspec.json.decode(data, type=RecallReport)
             return orjson.loads(data)
+
+        def _read_holder(path):
+            return to_builtins(read_record(path, LockHolder, what="lock holder"))
     """)
-    assert [hit.split(":")[0] for hit in decoded_twice(before)] == ["load_manifest", "read_sidecar", "read_report"]
+    assert [hit.split(":")[0] for hit in decoded_twice(before)] == ["load_manifest", "read_sidecar", "read_report", "_read_holder"]
     after = textwrap.dedent("""
         def load_manifest(path):
             return decode_record(read_record_bytes(path / MANIFEST, what="manifest"), Manifest, source=path, what="manifest")
