@@ -99,10 +99,10 @@ def build_run(root: Path) -> Path:
 def expected_numbers(run: Path) -> dict:
     """The numbers the page must show, read from the run's own records."""
     chains, filtered = load_manifest(run / "chains"), load_manifest(run / "filtered")
-    extra = filtered["counters"]["extra"]
+    extra = filtered.counters.extra
     return {
-        "questions": load_manifest(run / "corpus" / "questions")["rows"],
-        "chained": chains["counters"]["extra"]["questions_chained"],
+        "questions": load_manifest(run / "corpus" / "questions").rows,
+        "chained": chains.counters.extra["questions_chained"],
         "kept": extra["kept"],
         "exported": json.loads((run / "export" / "sft.json.grtool.json").read_text())["rows"],
         "reasons": {k.split("/", 1)[1]: v for k, v in extra.items() if k.startswith("reason/")},

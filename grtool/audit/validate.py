@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import polars as pl
 import pyarrow.parquet as pq
 
@@ -29,18 +30,21 @@ from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import DamagedRecord, file_kind
 from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
-from grtool.store.records import check_parts_planned
-from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops, read_stops
+from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, check_parts_planned
+from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops
 from grtool.store.schemas import TABLES
 from grtool.store.layout import MANIFEST, SHARDS_DIR, part_name
 from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, sha256_file
 from grtool.store.stage import merge_counters, shard_paths
 from grtool.store.status import find_stage_dirs, status
 from grtool.errors import printable
+
+if TYPE_CHECKING:
+    from grtool.index.record import Sizes
 from grtool.audit.discover import INDEX_META, SHARD_GLOB, discover, is_orphan_dir
 
 
-def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, dict[str, Any]]]:
+def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, StopRecord]]:
     """Accept every stop nobody accepted yet in the stage directories under ``root`` (``validate --accept``):
     ``(stage, stop)`` for each. Nothing to accept is an error: an ``--accept`` left in a CI script must not
     wave through stops that appear later unnoticed, and fails once there is nothing left to accept."""
@@ -52,7 +56,7 @@ def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path,
         raise InputError(f"--accept: {root} is a file; name a stage directory or a run directory")
     accepted = []
     for stage in find_stage_dirs(root):
-        if open_stops(load_manifest(stage), stage / MANIFEST):
+        if open_stops(load_manifest(stage)):
             try:
                 accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
             except OSError as e:  # a read-only checkout: say so, no traceback
@@ -69,7 +73,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # worth knowing, not a failure (exit 0)
     checked: dict[str, Any] = field(default_factory=dict)
-    stops: list[dict[str, Any]] = field(default_factory=list)  # a stage's recorded stops, accepted or not
+    stops: list[StopRecord] = field(default_factory=list)  # a stage's recorded stops, accepted or not
     empty: str | None = None  # the problem its having no row is (grtool.store.empty), until --accept-empty takes it
 
     @property
@@ -79,7 +83,8 @@ class Report:
     def printable(self) -> dict[str, Any]:
         """The report with every text made printable: a file name that is not UTF-8 (held with surrogate escapes)
         shows its bytes as ``\\xff`` instead of breaking the JSON or the terminal."""
-        return _printable_tree({k: v for k, v in self.__dict__.items() if k != "empty"})  # that one is among the problems
+        fields = {k: v for k, v in self.__dict__.items() if k != "empty"}  # that one is among the problems
+        return _printable_tree({**fields, "stops": msgspec.to_builtins(self.stops)})  # the stop records as JSON
 
 
 def _printable_tree(value: Any) -> Any:
@@ -109,11 +114,11 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
         report.problems.append(str(e))
         return report
     try:
-        check_parts_planned(path, manifest.get("num_parts"), records)
+        check_parts_planned(path, manifest.num_parts, records)
     except DamagedRecord as e:
         report.problems.append(str(e))
         return report
-    report.table = manifest.get("table")
+    report.table = manifest.table
     _check_stops(path, manifest, report)
     _check_manifest(manifest, records, report)
     _check_shards(path, manifest, records, report)
@@ -124,30 +129,24 @@ def validate_stage(path: str | Path, *, check_keys: bool = True) -> Report:
     return report
 
 
-def _check_stops(path: Path, manifest: dict[str, Any], report: Report) -> None:
+def _check_stops(path: Path, manifest: Manifest, report: Report) -> None:
     """A run of the stage that failed (a guard tripped, an error) fails it until a run succeeds or it is accepted;
     an accepted one is a note."""
-    try:
-        recorded = read_stops(manifest, path / MANIFEST)
-    except Exception as e:
-        report.problems.append(str(e))
-        return
-    report.stops = [stop for _, stop in sorted(recorded.items())]
+    report.stops = [stop for _, stop in sorted((manifest.stops or {}).items())]
     for stop in report.stops:
-        if stop.get("accepted") is None:
+        if stop.accepted is None:
             report.problems.append(f"stopped: {describe_stop(stop)}; re-run the command (a run that passes clears this) or accept it: grtool validate {path} --accept")
         else:
             report.notes.append(f"stop {describe_acceptance(stop)}")
 
 
-def _check_empty_stage(path: Path, manifest: dict[str, Any], report: Report) -> None:
+def _check_empty_stage(path: Path, manifest: Manifest, report: Report) -> None:
     """A complete stage without a row is a problem (the empty-result rule) unless its run was given --allow-empty;
     where the run itself stopped on it, the recorded stop says so already (open: a problem, accepted: a note)."""
-    if not manifest.get("complete") or manifest.get("rows") or any(s.get("guard") == EMPTY_GUARD for s in report.stops):
+    if not manifest.complete or manifest.rows or any(s.guard == EMPTY_GUARD for s in report.stops):
         return
-    counters = manifest.get("counters") or {}
-    why = top_reasons(counters.get("rejected") or {}) or f"{counters.get('in', 0)} input rows"
-    _judge_empty(report, bool(manifest.get("allow_empty")), f"{why}; re-run with --allow-empty if that is right")
+    why = top_reasons(manifest.counters.rejected) or f"{manifest.counters.in_} input rows"
+    _judge_empty(report, bool(manifest.allow_empty), f"{why}; re-run with --allow-empty if that is right")
 
 
 def _judge_empty(report: Report, allowed: bool, why: str) -> None:
@@ -177,7 +176,7 @@ def accept_empty(reports: list[Report], root: Path, paths: list[Path]) -> list[R
     return taken
 
 
-def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]], report: Report) -> None:
+def _check_manifest(manifest: Manifest, records: dict[str, ShardRecord], report: Report) -> None:
     """The manifest against the shard completion records (the commit points).
 
     Concurrency: array tasks commit their records independently and each re-merges the manifest under a lock
@@ -187,15 +186,15 @@ def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]]
     re-running the command (it resumes) re-merges it. What the manifest does list must agree exactly: a
     committed shard is never rewritten in place, so any difference means the manifest was changed or is wrong.
     """
-    listed: dict[str, dict[str, Any]] = manifest.get("shards") or {}
+    listed = manifest.shards
     for name, entry in sorted(listed.items()):
         rec = records.get(name)
         if rec is None:
             report.problems.append(f"{MANIFEST}: lists {name} but {SHARDS_DIR}/{name}.json does not exist (shard not committed)")
             continue
         for k in SHARD_FACTS:
-            if entry.get(k) != rec.get(k):
-                report.problems.append(f"{MANIFEST}: {name} {k} is {entry.get(k)!r}, {SHARDS_DIR}/{name}.json says {rec.get(k)!r}")
+            if getattr(entry, k) != getattr(rec, k):
+                report.problems.append(f"{MANIFEST}: {name} {k} is {getattr(entry, k)!r}, {SHARDS_DIR}/{name}.json says {getattr(rec, k)!r}")
 
     unmerged = sorted(set(records) - set(listed))
     if unmerged:
@@ -205,23 +204,23 @@ def _check_manifest(manifest: dict[str, Any], records: dict[str, dict[str, Any]]
 
     # Totals: against the records the manifest has merged, so a lagging manifest stays consistent.
     merged = [rec for name, rec in records.items() if name in listed]
-    rows = sum(rec.get("rows", 0) for rec in merged)
-    if manifest.get("rows", 0) != rows:
-        report.problems.append(f"{MANIFEST}: rows is {manifest.get('rows')!r}, its shard records sum to {rows}")
-    want = merge_counters(rec.get("counters", {}) for rec in merged)
-    got = manifest.get("counters") or {}
-    for k in sorted(set(want) | set(got)):
-        if got.get(k) != want.get(k):
-            report.problems.append(f"{MANIFEST}: counters.{k} is {got.get(k)!r}, its shard records sum to {want.get(k)!r}")
+    rows = sum(rec.rows for rec in merged)
+    if (manifest.rows or 0) != rows:
+        report.problems.append(f"{MANIFEST}: rows is {manifest.rows!r}, its shard records sum to {rows}")
+    want = msgspec.convert(merge_counters(msgspec.to_builtins(rec.counters) for rec in merged), Counters)  # summed as JSON
+    for f in msgspec.structs.fields(Counters):
+        got, summed = getattr(manifest.counters, f.name), getattr(want, f.name)
+        if got != summed:
+            report.problems.append(f"{MANIFEST}: counters.{f.encode_name} is {got!r}, its shard records sum to {summed!r}")
 
 
-def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[str, Any]], report: Report) -> None:
+def _check_shards(path: Path, manifest: Manifest, records: dict[str, ShardRecord], report: Report) -> None:
     """Every shard record against its file (size, sha256, Parquet rows, schema) and its own accounting."""
     expected = TABLES.get(report.table, (None, ()))[0]
     on_disk = {p.stem for p in path.glob("part-*.parquet")}
     for name in sorted(on_disk - set(records)):
         report.problems.append(f"{name}.parquet: shard file without a completion record in {SHARDS_DIR}/ (interrupted run, or a task still committing it)")
-    n = manifest.get("num_parts")
+    n = manifest.num_parts
     if n is not None:
         missing = [part_name(i) for i in range(n) if part_name(i) not in records]
         if missing:
@@ -236,9 +235,9 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
         if not f.is_file():  # never opened: a FIFO would hang the reader
             report.problems.append(f"{f.name}: {file_kind(f) or 'a directory'} in the shard's place, not a file (damaged)")
             continue
-        if f.stat().st_size != rec.get("bytes"):
-            report.problems.append(f"{f.name}: {f.stat().st_size} bytes, {SHARDS_DIR}/{name}.json says {rec.get('bytes')}")
-        if sha256_file(f) != rec.get("sha256"):
+        if f.stat().st_size != rec.bytes:
+            report.problems.append(f"{f.name}: {f.stat().st_size} bytes, {SHARDS_DIR}/{name}.json says {rec.bytes}")
+        if sha256_file(f) != rec.sha256:
             report.problems.append(f"{f.name}: sha256 does not match {SHARDS_DIR}/{name}.json (corrupted or changed)")
             continue
         try:
@@ -248,8 +247,8 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
         except Exception as e:
             report.problems.append(f"{f.name}: not readable as Parquet ({short(e)})")
             continue
-        if meta.metadata.num_rows != rec.get("rows"):
-            report.problems.append(f"{f.name}: {meta.metadata.num_rows} rows, {SHARDS_DIR}/{name}.json says {rec.get('rows')}")
+        if meta.metadata.num_rows != rec.rows:
+            report.problems.append(f"{f.name}: {meta.metadata.num_rows} rows, {SHARDS_DIR}/{name}.json says {rec.rows}")
         if expected is not None and not meta.schema_arrow.equals(expected):
             report.problems.append(f"{f.name}: schema differs from the {report.table} table: {schema_diff(meta.schema_arrow, expected)}")
         rows_total += meta.metadata.num_rows
@@ -258,14 +257,14 @@ def _check_shards(path: Path, manifest: dict[str, Any], records: dict[str, dict[
     report.checked["shards"] = len(records)
 
 
-def _check_accounting(path: Path, shard: str, rec: dict[str, Any], report: Report) -> None:
-    c = rec.get("counters", {})
-    rejected = sum(c.get("rejected", {}).values())
-    if c.get("in", 0) != c.get("out", 0) + c.get("merged", 0) + rejected:
-        report.problems.append(f"{shard}: accounting broken: in {c.get('in')} != out {c.get('out')} + merged {c.get('merged', 0)} + rejected {rejected}")
-    if c.get("out") != rec.get("rows"):
-        report.problems.append(f"{shard}: counters say {c.get('out')} rows out, the shard has {rec.get('rows')}")
-    rej_file = path / rec["rejects_file"] if rec.get("rejects_file") else None
+def _check_accounting(path: Path, shard: str, rec: ShardRecord, report: Report) -> None:
+    c = rec.counters
+    rejected = sum(c.rejected.values())
+    if c.in_ != c.out + c.merged + rejected:
+        report.problems.append(f"{shard}: accounting broken: in {c.in_} != out {c.out} + merged {c.merged} + rejected {rejected}")
+    if c.out != rec.rows:
+        report.problems.append(f"{shard}: counters say {c.out} rows out, the shard has {rec.rows}")
+    rej_file = path / rec.rejects_file if rec.rejects_file else None
     if rejected and (rej_file is None or not rej_file.exists()):
         report.problems.append(f"{shard}: {rejected} rejects counted but no rejects file")
     elif rej_file is not None and rej_file.exists():
@@ -275,7 +274,7 @@ def _check_accounting(path: Path, shard: str, rec: dict[str, Any], report: Repor
             report.problems.append(f"{rej_file.relative_to(path)}: {lines} lines, counters say {rejected} rejects")
 
 
-def _check_keys(path: Path, records: dict[str, dict[str, Any]], report: Report) -> None:
+def _check_keys(path: Path, records: dict[str, ShardRecord], report: Report) -> None:
     key = list(TABLES[report.table][1])
     files = [f for f in (path / f"{name}.parquet" for name in sorted(records)) if f.is_file()]
     if not files:
@@ -349,7 +348,7 @@ def sibling_stage(path: Path, table: str) -> Path | None:
     for candidate in sorted(path.parent.iterdir()):
         if candidate != path and is_stage_dir(candidate):
             try:
-                if load_manifest(candidate).get("table") == table:
+                if load_manifest(candidate).table == table:
                     return candidate
             except Exception:
                 continue
@@ -417,32 +416,28 @@ def validate_index(path: str | Path) -> Report:
 
     _note_index_leftovers(path, report)
     try:
-        meta = read_index_record(path)[1]  # through its declaration: a damaged record is one line naming the field
+        record = read_index_record(path)  # through its declaration: a damaged record is one line naming the field
     except (OSError, GrtoolError) as e:
         report.problems.append(str(e) if isinstance(e, GrtoolError) else f"{INDEX_META}: cannot be read ({e})")
         return report
-    files: dict[str, dict[str, Any]] = meta.get("files") if isinstance(meta.get("files"), dict) else {}
-    if not files:
-        report.problems.append(f"{INDEX_META}: lists no files")
+    files = record.files  # names of files beside the record (FileName), never outside the index
     for name, rec in sorted(files.items()):
         f = path / name
-        if Path(name).name != name or not isinstance(rec, dict):  # an edited record: never read outside the index
-            report.problems.append(f"{INDEX_META}: bad file entry {name!r}")
-        elif not f.is_file():
+        if not f.is_file():
             report.problems.append(f"{name}: listed in {INDEX_META} but missing")
-        elif f.stat().st_size != rec.get("bytes"):
-            report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.get('bytes')}")
-        elif sha256_file(f) != rec.get("sha256"):
+        elif f.stat().st_size != rec.bytes:
+            report.problems.append(f"{name}: {f.stat().st_size} bytes, {INDEX_META} says {rec.bytes}")
+        elif sha256_file(f) != rec.sha256:
             report.problems.append(f"{name}: sha256 does not match {INDEX_META} (corrupted or changed)")
     unlisted = sorted(f.name for f in path.iterdir() if f.is_file() and f.name != INDEX_META and f.name not in files)
     if unlisted:
         report.notes.append(f"files not listed in {INDEX_META}: {_first(unlisted)}")
-    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
-    report.checked = {"kind": meta.get("kind"), "source": meta.get("source"), "sequences": sizes.get("sequences"), "documents": sizes.get("documents")}
+    sizes = record.sizes
+    report.checked = {"kind": record.kind, "source": record.source, "sequences": sizes.sequences, "documents": sizes.documents}
     if report.problems:  # never open (memory-map) files that are known to be damaged
         return report
     try:
-        _index_sanity(path, meta, report)
+        _index_sanity(path, sizes, report)
     except GrtoolError as e:  # the record disagrees with the files it describes (grtool.index.record.confirm_files)
         report.problems.append(str(e))
     except Exception as e:
@@ -450,24 +445,23 @@ def validate_index(path: str | Path) -> Report:
     from grtool.index.docid_bytes import record_problems
 
     report.problems += record_problems(path)
-    stale, notes = check_inputs(meta.get("inputs") or [], "the index")
+    stale, notes = check_inputs(record.inputs, "the index")
     report.problems += stale
     report.notes += notes
     return report
 
 
-def _index_sanity(path: Path, meta: dict[str, Any], report: Report) -> None:
+def _index_sanity(path: Path, sizes: Sizes, report: Report) -> None:
     from grtool.index.base import Index
 
     index = Index.open(path)
-    sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
     lengths = index.seq_lengths
-    if len(lengths) != sizes.get("sequences"):
-        report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.get('sequences')}")
-    if int(lengths.sum()) != sizes.get("tokens"):
-        report.problems.append(f"seq_lengths.npy: {int(lengths.sum())} tokens, {INDEX_META} says {sizes.get('tokens')}")
-    if len(index.doc_ids) != sizes.get("documents"):
-        report.problems.append(f"doc_ids.txt: {len(index.doc_ids)} documents, {INDEX_META} says {sizes.get('documents')}")
+    if len(lengths) != sizes.sequences:
+        report.problems.append(f"seq_lengths.npy: {len(lengths)} sequences, {INDEX_META} says {sizes.sequences}")
+    if int(lengths.sum()) != sizes.tokens:
+        report.problems.append(f"seq_lengths.npy: {int(lengths.sum())} tokens, {INDEX_META} says {sizes.tokens}")
+    if len(index.doc_ids) != sizes.documents:
+        report.problems.append(f"doc_ids.txt: {len(index.doc_ids)} documents, {INDEX_META} says {sizes.documents}")
     tok = index.tokenizer
     if (tok.start_id, tok.end_id) != (index.start_id, index.end_id):
         report.problems.append(f"tokenizer.json: docid markers are ids {tok.start_id}/{tok.end_id}, {INDEX_META} says {index.start_id}/{index.end_id}")
@@ -524,8 +518,8 @@ def validate_export(sidecar: Path) -> Report:
         report.problems.append(problem or f"{sidecar.name}: cannot be read")
         return report
     report.checked, report.problems, report.notes = check_export(target, meta)
-    if meta.get("rows") == 0:
-        _judge_empty(report, meta.get("allow_empty") is True, "an export of nothing; re-export with --allow-empty if that is right")
+    if meta.rows == 0:
+        _judge_empty(report, meta.allow_empty, "an export of nothing; re-export with --allow-empty if that is right")
     return report
 
 
@@ -658,5 +652,5 @@ def _check_gold_coverage(reports: list[Report]) -> None:
 
 def _selection(responses: Path) -> tuple[Path, list[str], list[str]]:
     """(a responses stage, the datasets and splits its questions were selected by: empty = all)."""
-    params = load_manifest(responses).get("params") or {}
+    params = load_manifest(responses).params
     return responses, list(params.get("datasets") or []), list(params.get("splits") or [])

@@ -41,6 +41,7 @@ from grtool.llm.cache import CacheStats
 from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
 from grtool.store.questions import SplitSelection
+from grtool.store.records import Manifest
 
 SELECT_METHODS = ("entropy", "first")
 UNANSWERABLE = ("keep", "skip")
@@ -457,18 +458,18 @@ def synthesize(
     return run.manifests[0], run.cache
 
 
-def run_summary(out: str, manifest: dict[str, Any], stats: CacheStats) -> dict[str, Any]:
+def run_summary(out: str, manifest: Manifest, stats: CacheStats) -> dict[str, Any]:
     """What a finished ``synthesize`` call did, from the output manifest (true also for a resumed run) and
     this process's cache statistics: the summary line, and ``--json``."""
-    counters = manifest.get("counters") or {}
-    extra = counters.get("extra") or {}
+    counters = manifest.counters
+    extra = counters.extra
     return {
         "out": out,
-        "complete": bool(manifest.get("complete")),
+        "complete": manifest.complete,
         "questions": extra.get("questions", 0),
         "questions_chained": extra.get("questions_chained", 0),
-        "rows": counters.get("out", 0),
-        "rejected": dict(counters.get("rejected") or {}),
+        "rows": counters.out,
+        "rejected": dict(counters.rejected),
         "docids": extra.get("docids", 0),
         "docids_flipped": extra.get("docids_flipped", 0),
         "docids_not_offered": extra.get("docids_not_offered", 0),
@@ -479,9 +480,9 @@ def run_summary(out: str, manifest: dict[str, Any], stats: CacheStats) -> dict[s
 
 def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
     """A finished part's candidates and empty candidates, from its committed shard record."""
-    record = writer.records.get(name, {})
-    extra = record.get("counters", {}).get("extra", {})
-    return EmptyOutputs(name, record.get("rows", 0), extra.get("candidates_empty", 0), resumed=True)
+    record = writer.records.get(name)  # a ShardRecord
+    rows, extra = (record.rows, record.counters.extra) if record is not None else (0, {})
+    return EmptyOutputs(name, rows, extra.get("candidates_empty", 0), resumed=True)
 
 
 def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:

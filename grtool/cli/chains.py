@@ -121,8 +121,7 @@ def synthesize(
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index,
         max_empty_share=max_empty_share, splits=tuple(split or ()),
     )  # fmt: skip
-    counters = manifest.get("counters")
-    if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
+    if manifest is None:  # --out -: the rows went to stdout, the rejects to stderr
         log.info("chains: written to stdout; cache %d hits, %d generated", stats.hits, stats.misses)
         return
     summary = run_summary(str(out), manifest, stats)
@@ -202,13 +201,13 @@ def gold_cmd(
     refuse_json_with_stdout(as_json, out)
     manifest = write_gold_chains(corpus, str(triples), str(out), flip=flip.value, overwrite=overwrite, num_shards=num_shards,
                                  shard_index=shard_index, splits=tuple(split or ()))  # fmt: skip
-    counters = manifest.get("counters")
-    if counters is None:  # --out -: the rows went to stdout, the rejects to stderr
+    if manifest is None:  # --out -: the rows went to stdout, the rejects to stderr
         return
-    extra = counters.get("extra") or {}
-    summary = {"out": str(out), "complete": bool(manifest.get("complete")), "questions": extra.get("questions", 0),
-               "questions_chained": extra.get("questions_chained", 0), "rows": counters.get("out", 0),
-               "rejected": dict(counters.get("rejected") or {}), "docids": extra.get("docids", 0), "docids_flipped": extra.get("docids_flipped", 0)}  # fmt: skip
+    counters = manifest.counters
+    extra = counters.extra
+    summary = {"out": str(out), "complete": manifest.complete, "questions": extra.get("questions", 0),
+               "questions_chained": extra.get("questions_chained", 0), "rows": counters.out,
+               "rejected": dict(counters.rejected), "docids": extra.get("docids", 0), "docids_flipped": extra.get("docids_flipped", 0)}  # fmt: skip
     if as_json:
         import orjson
 

@@ -350,7 +350,7 @@ def _read(responses: Path, corpus: Path, out: Path, llm: LLMSettings, judge: str
         cache_dir=llm.cache_dir_for(out), overwrite=overwrite, num_shards=num_shards, shard_index=shard_index, max_empty_share=max_empty_share,
         judge=(lambda: make_backend(llm.backend, judge, **options)) if judge is not None else None,
     )  # fmt: skip
-    if not manifest.get("complete"):
+    if manifest is None or not manifest.complete:
         raise DataProblem(f"{out}: other tasks' parts are not done yet; run `grtool eval answer --answers` or this command again when all are")
     return stage_predictions(out)
 

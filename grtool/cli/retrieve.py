@@ -164,9 +164,8 @@ def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], 
         raise typer.BadParameter("--method bm25 writes a responses directory (`eval recall` reads it), not stdout", param_hint="--out")
     manifest = run_bm25(corpus, out, datasets=datasets, splits=splits, limit=limit, top_k=top_k, overwrite=overwrite,
                         num_shards=num_shards, shard_index=shard_index)  # fmt: skip
-    report: dict[str, Any] = {"out": str(out), "responses": int((manifest.get("counters") or {}).get("out", 0)),
-                              "latency_ms": latency_percentiles(out), "recall": None}  # fmt: skip
-    if manifest.get("complete"):
+    report: dict[str, Any] = {"out": str(out), "responses": manifest.counters.out, "latency_ms": latency_percentiles(out), "recall": None}
+    if manifest.complete:
         recall = evaluate_recall(out, QuestionIndex.build(corpus), None)
         report["recall"] = recall if recall["responses"] else None
     if as_json:

@@ -27,6 +27,7 @@ def status_cmd(
 
     Example: grtool status out/demo/triples
     """
+    import msgspec
     import orjson
 
     from grtool.log import console
@@ -44,7 +45,8 @@ def status_cmd(
     results = [status(d, footers=False) for d in dirs]  # the records and the parts' sizes: no Parquet read
     if as_json:
         # A stage directory: its status object. A run directory: one object holding what the tables show.
-        shown = results[0] if is_stage_dir(directory) and len(results) == 1 else {"stages": results, **contents, **_pipeline_json(directory)}
+        stages = [{**r, "stops": msgspec.to_builtins(r["stops"])} for r in results]  # the stop records as JSON
+        shown = stages[0] if is_stage_dir(directory) and len(stages) == 1 else {"stages": stages, **contents, **_pipeline_json(directory)}
         typer.echo(orjson.dumps(shown).decode())
         return
     # the tables name what they list relative to it (they fit a terminal); the directory itself whole, on one line
@@ -59,8 +61,8 @@ def status_cmd(
         _print_slurm_jobs(directory)
     for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
         for stop in s["stops"]:
-            text = describe_stop(stop) if stop.get("accepted") is None else describe_acceptance(stop)
-            console.print(f"{printable(s['path'])}: {'' if stop.get('accepted') is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
+            text = describe_stop(stop) if stop.accepted is None else describe_acceptance(stop)
+            console.print(f"{printable(s['path'])}: {'' if stop.accepted is None else 'stop '}{text}", highlight=False, markup=False, soft_wrap=True)
 
 
 register(Command("status", status_cmd, reads={"directory": PathKind.RUN}))
@@ -171,9 +173,9 @@ def _print_slurm_jobs(directory: Path) -> None:
 
 def _complete(s: dict) -> str:
     """The "complete" cell: a stage whose last run failed is not complete, however many parts are done."""
-    failed = [stop for stop in s["stops"] if stop.get("accepted") is None]
+    failed = [stop for stop in s["stops"] if stop.accepted is None]
     if failed:
-        return "no: " + ", ".join(f"guard {x['guard']} tripped" if x["kind"] == "guard" else "run failed" for x in failed)
+        return "no: " + ", ".join(f"guard {x.guard} tripped" if x.kind == "guard" else "run failed" for x in failed)
     if s["complete"] and s["stops"]:
         return "yes (failure accepted)"
     return "yes" if s["complete"] else "no"

@@ -80,6 +80,7 @@ def extract_command(
 
     Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
     """
+    import msgspec
     import orjson
 
     from grtool.log import stage_summary
@@ -87,6 +88,7 @@ def extract_command(
     from grtool.models import DEFAULT_MODEL_NAME
     from grtool.store.io import InputTable
     from grtool.triples.extract import ExtractConfig, extract
+    from grtool.store.records import Counters
     from grtool.triples.grounding import drop_shares
     from grtool.triples.prompt import TRIPLES_SCHEMA, load_prompt
 
@@ -121,9 +123,10 @@ def extract_command(
         shard_index=shard_index,
         overwrite=overwrite,
     )
-    c = (report.manifest or {}).get("counters", {})
+    counters = report.manifest.counters if report.manifest is not None else None  # None: the triples went to stdout
+    c = msgspec.to_builtins(counters) if counters is not None else {}  # the JSON form, as --json prints it
     extra = c.get("extra", {})
-    shares = drop_shares(c)
+    shares = drop_shares(counters or Counters())
     if as_json:
         typer.echo(orjson.dumps({
             "triples": c.get("out", 0), "documents": extra.get("documents", 0), "grounding": grounding, "dropped": shares,
@@ -254,6 +257,7 @@ def evidence_command(
 
     Example: grtool triples evidence out/2wiki --out out/2wiki-run
     """
+    import msgspec
     import orjson
 
     from grtool.log import stage_summary
@@ -268,16 +272,14 @@ def evidence_command(
     markers = Markers(docid_start, docid_end)
     check_markers(markers)
     write_evidence_stage(corpus, out / "triples", markers=markers, overwrite=overwrite)
-    manifest = load_manifest(out / "triples")
-    c = manifest.get("counters", {})
-    extra = c.get("extra", {})
+    c = load_manifest(out / "triples").counters
     if as_json:
-        typer.echo(orjson.dumps({"triples": c.get("out", 0), "counters": c}).decode())
+        typer.echo(orjson.dumps({"triples": c.out, "counters": msgspec.to_builtins(c)}).decode())  # the counters as JSON
         return
-    rejected = ", ".join(f"{reason} {n}" for reason, n in sorted(c.get("rejected", {}).items())) or "none"
+    rejected = ", ".join(f"{reason} {n}" for reason, n in sorted(c.rejected.items())) or "none"
     stage_summary.print(
-        f"triples: {c.get('out', 0)} from {c.get('in', 0)} evidences of {extra.get('questions', 0)} questions "
-        f"({extra.get('questions_without_evidences', 0)} without evidences); merged {c.get('merged', 0)}; rejected: {rejected}",
+        f"triples: {c.out} from {c.in_} evidences of {c.extra.get('questions', 0)} questions "
+        f"({c.extra.get('questions_without_evidences', 0)} without evidences); merged {c.merged}; rejected: {rejected}",
         highlight=False,
     )
 

@@ -159,22 +159,20 @@ class Spill:
         self.reject_files[table].write(orjson.dumps(entry, default=str) + b"\n")
         self.reject_counts[table] += 1
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> SpillPlan:
         """Flush everything and write the plan: the spill is complete and reusable by a resumed run."""
         self.docs.close()
         self.questions.close()
         for f in self.reject_files.values():
             f.close()
-        plan = to_builtins(
-            SpillPlan(
-                identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
-                documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),
-                questions=TableSpill(self.questions.k, list(self.questions.rows), self.reject_counts["questions"]),
-                empty_inputs=list(self.empty_inputs),
-                detected=list(self.detected),
-            )
+        plan = SpillPlan(
+            identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
+            documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),
+            questions=TableSpill(self.questions.k, list(self.questions.rows), self.reject_counts["questions"]),
+            empty_inputs=list(self.empty_inputs),
+            detected=list(self.detected),
         )
-        atomic_write_bytes(self.root / PLAN, dumps(plan))
+        atomic_write_bytes(self.root / PLAN, dumps(to_builtins(plan)))
         return plan
 
     def abort(self) -> None:
@@ -183,13 +181,13 @@ class Spill:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def load_plan(root: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+def load_plan(root: Path, identity: dict[str, Any]) -> SpillPlan | None:
     """The plan of a finished spill of the same run, or None (then phase 1 runs again)."""
     p = root / PLAN
     if not p.exists():
         return None
-    plan = to_builtins(read_record(p, SpillPlan, what="spill plan"))
-    return plan if plan["identity"] == orjson.loads(dumps(identity)) else None
+    plan = read_record(p, SpillPlan, what="spill plan")
+    return plan if plan.identity == orjson.loads(dumps(identity)) else None  # the identity as JSON holds it
 
 
 # ------------------------------------------------------------------------------------------ phase 2
@@ -236,10 +234,14 @@ def plan_parts(rows: list[int], max_rows: int = MAX_ROWS_PER_SHARD) -> list[Part
     return parts
 
 
-def table_parts(plan: dict[str, Any], table: str) -> list[Part]:
+def table_parts(plan: SpillPlan, table: str) -> list[Part]:
     """The parts of one table under a plan; ``--rows-per-part`` (in the run's parameters) sets their size."""
-    max_rows = (plan.get("identity") or {}).get("params", {}).get("rows_per_part") or MAX_ROWS_PER_SHARD
-    return plan_parts(plan[table]["rows"], max_rows)
+    max_rows = plan.identity.get("params", {}).get("rows_per_part") or MAX_ROWS_PER_SHARD
+    return plan_parts(_spilled(plan, table).rows, max_rows)
+
+
+def _spilled(plan: SpillPlan, table: str) -> TableSpill:
+    return plan.documents if table == "documents" else plan.questions
 
 
 def _load(root: Path, table: str, buckets: tuple[int, ...], schema: pa.Schema) -> pl.DataFrame:
@@ -268,18 +270,18 @@ def _iter_rejects(root: Path, table: str) -> Iterator[dict[str, Any]]:
                 yield orjson.loads(line)
 
 
-def _write_rejects(sh: Any, root: Path, table: str, plan: dict[str, Any] | None = None) -> None:
+def _write_rejects(sh: Any, root: Path, table: str, plan: SpillPlan | None = None) -> None:
     """Part 0 carries the run's rejects (and the count of its empty inputs)."""
     n = 0
     for r in _iter_rejects(root, table):
         sh.reject(r["record"], r["reason"], source=r["source"], position=r["position"], detail=r["detail"])
         n += 1
     sh.count_in(n)
-    if plan and plan.get("empty_inputs"):
-        sh.count("empty_inputs", len(plan["empty_inputs"]))
+    if plan is not None and plan.empty_inputs:
+        sh.count("empty_inputs", len(plan.empty_inputs))
 
 
-def write_documents(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
+def write_documents(root: Path, plan: SpillPlan, writer: Any, on_part=None) -> None:
     """Distinct documents of every pending part; duplicates fold into the first occurrence."""
     for part in table_parts(plan, "documents"):
         if not writer.done(part.index):
@@ -305,10 +307,10 @@ def _fold_documents(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def question_duplicates(root: Path, plan: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+def question_duplicates(root: Path, plan: SpillPlan) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     """``(duplicate, first)`` for every question whose qid was seen before (reads only the key columns)."""
     cols = ["seq", "qid", "source", "position"]
-    for b, n in enumerate(plan["questions"]["rows"]):
+    for b, n in enumerate(plan.questions.rows):
         if n == 0:
             continue
         df = _load(root, "questions", (b,), QUESTION_SPILL).select(cols)
@@ -320,7 +322,7 @@ def question_duplicates(root: Path, plan: dict[str, Any]) -> Iterator[tuple[dict
                 yield r, {"source": r["source_first"], "position": r["position_first"]}
 
 
-def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
+def resolve_missing_gold(root: Path, plan: SpillPlan) -> pl.DataFrame:
     """Gold titles absent from a question's own context, looked up among every document of the run.
 
     HotpotQA fullwiki contexts are retrieved paragraphs and often lack a gold one; ingested (or merged)
@@ -329,7 +331,7 @@ def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
     = what is still unresolved) for the affected questions only; memory is bounded by their number.
     """
     affected: dict[int, dict[str, Any]] = {}
-    for b, n in enumerate(plan["questions"]["rows"]):
+    for b, n in enumerate(plan.questions.rows):
         if n == 0:
             continue
         df = _load(root, "questions", (b,), QUESTION_SPILL).select("seq", "dataset", "gold_doc_ids", "meta")
@@ -345,7 +347,7 @@ def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
     wanted_ids = {d for a in affected.values() for d in a["gold"]}
     by_title: dict[tuple[str, str], tuple[int, str]] = {}  # (dataset, title) -> (seq, doc_id) of its first document
     title_of: dict[str, str] = {}
-    for b, n in enumerate(plan["documents"]["rows"]):
+    for b, n in enumerate(plan.documents.rows):
         if n == 0:
             continue
         df = _load(root, "documents", (b,), DOC_SPILL).select("seq", "doc_id", "title", "datasets")
@@ -379,7 +381,7 @@ def resolve_missing_gold(root: Path, plan: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"seq": pl.Int64, "gold_new": pl.List(pl.String), "meta_new": pl.String})
 
 
-def write_questions(root: Path, plan: dict[str, Any], writer: Any, on_part=None) -> None:
+def write_questions(root: Path, plan: SpillPlan, writer: Any, on_part=None) -> None:
     """Questions of every pending part in input order; a repeated qid is rejected (see :func:`question_duplicates`)."""
     names = QUESTIONS.names
     fixes = resolve_missing_gold(root, plan)

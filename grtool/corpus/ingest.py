@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from grtool.corpus import datasets as ds
 from grtool.corpus.columns import Columns, parse_columns, variant_hints
 from grtool.corpus.doc_hash import DOC_ID_SCHEME
@@ -26,6 +28,7 @@ from grtool.corpus.generic import AMBIGUOUS_TITLE, GenericGold
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.dedup_spill import (
     Spill,
+    SpillPlan,
     buckets_for_bytes,
     load_plan,
     table_parts,
@@ -185,7 +188,7 @@ def rows_per_part_param(rows_per_part: int | None) -> dict[str, int]:
 
 
 def run_two_phase(
-    out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool = False, overwrite: bool = False
+    out: str | Path, work_name: str, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], SpillPlan], *, strict: bool = False, overwrite: bool = False
 ) -> bool:
     """Phase 1 ``fill(work_dir) -> plan`` unless a finished spill of the same run exists, then phase 2.
 
@@ -224,7 +227,7 @@ def _missing_dirs(path: Path) -> list[Path]:
     return missing
 
 
-def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], dict[str, Any]], *, strict: bool, overwrite: bool) -> bool:
+def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, identity: dict[str, Any], fill: Callable[[Path], SpillPlan], *, strict: bool, overwrite: bool) -> bool:
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
@@ -277,7 +280,7 @@ class ReadOptions:
     allow_rejects: bool = False
 
 
-def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport, identity: dict[str, Any]) -> dict[str, Any]:
+def read_inputs(files: list[Path], work: Path, options: ReadOptions, report: IngestReport, identity: dict[str, Any]) -> SpillPlan:
     """Phase 1: read every file to its end, convert its records, spill rows and rejects; return the plan."""
     k = buckets_for_bytes(_estimated_bytes(files))
     spill = Spill(work, doc_buckets=k, question_buckets=k, identity=identity)
@@ -563,9 +566,9 @@ def _warn_no_split(name: str, records: str = "") -> None:
 # ------------------------------------------------------------------------------------------ phase 2
 
 
-def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: StageSpec, q_spec: StageSpec, strict: bool, overwrite: bool = False) -> None:
+def write_outputs(work: Path, plan: SpillPlan, out: Path | None, doc_spec: StageSpec, q_spec: StageSpec, strict: bool, overwrite: bool = False) -> None:
     """Phase 2: the shards of both tables (``out=None``: JSON Lines on stdout)."""
-    has_questions = bool(any(plan["questions"]["rows"]) or plan["questions"]["rejects"])
+    has_questions = bool(any(plan.questions.rows) or plan.questions.rejects)
     if strict and has_questions:
         # a repeated qid is fatal under --strict: look for one before any shard is committed
         for dup, first in question_duplicates(work, plan):
@@ -577,9 +580,9 @@ def write_outputs(work: Path, plan: dict[str, Any], out: Path | None, doc_spec: 
     with progress() as bar:
         task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
         step = lambda: bar.advance(task)  # noqa: E731
-        empty = {"empty_inputs": plan["empty_inputs"]} if plan.get("empty_inputs") else {}
-        if plan.get("detected"):  # what each input was read as (ingest)
-            empty["detected"] = plan["detected"]
+        empty: dict[str, Any] = {"empty_inputs": plan.empty_inputs} if plan.empty_inputs else {}
+        if plan.detected:  # what each input was read as (ingest)
+            empty["detected"] = plan.detected
         write_documents(work, plan, docs_out, on_part=step)
         judged = [(docs_out, docs_out.finish(check_empty=False, has_questions=has_questions, **empty))]
         if has_questions:
@@ -609,13 +612,13 @@ def _already_complete(out: Path, specs: list[StageSpec]) -> bool:
             raise GrtoolError(f"{d}: exists from a different run ({problem}); use --overwrite to start over")
         # the files decide, not the manifest's flag: a part removed since is redone; a table whose run stopped (an
         # empty result, say) is judged again by a run, never skipped as done
-        complete = complete and bool(old.get("complete")) and not open_stops(old, d / MANIFEST) and not parts_not_on_disk(d, old.get("num_parts"), load_shard_records(d))
+        complete = complete and old.complete and not open_stops(old) and not parts_not_on_disk(d, old.num_parts, load_shard_records(d))
     return complete
 
 
 def _documents_say_no_questions(out: Path) -> bool:
     d = out / "documents"
-    return (d / MANIFEST).exists() and load_manifest(d).get("has_questions") is False
+    return (d / MANIFEST).exists() and load_manifest(d).has_questions is False
 
 
 def _read_back(out: Path, report: IngestReport) -> IngestReport:
@@ -626,15 +629,14 @@ def _read_back(out: Path, report: IngestReport) -> IngestReport:
         if not (d / MANIFEST).exists():
             continue
         m = load_manifest(d)
-        counters = m.get("counters", {})
-        rejected = counters.get("rejected", {})
+        rejected = m.counters.rejected
         for reason, n in rejected.items():
             report.rejected[f"{table}: {reason}"] += n
         if table == "documents":
-            report.documents = m.get("rows", 0)
-            report.paragraphs = counters.get("in", 0) - sum(rejected.values())
-            report.empty_inputs = list(m.get("empty_inputs") or [])
-            report.detected = list(m.get("detected") or [])
+            report.documents = m.rows or 0
+            report.paragraphs = m.counters.in_ - sum(rejected.values())
+            report.empty_inputs = list(m.empty_inputs)
+            report.detected = msgspec.to_builtins(m.detected)  # the JSON form the summary prints
         else:
-            report.questions = m.get("rows", 0)
+            report.questions = m.rows or 0
     return report

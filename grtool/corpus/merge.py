@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.corpus.ingest import rows_per_part_param, run_two_phase
-from grtool.corpus.dedup_spill import MAX_BUCKETS, Spill
+from grtool.corpus.dedup_spill import MAX_BUCKETS, Spill, SpillPlan
 from grtool.errors import InputError
 from grtool.log import progress
 from grtool.store.io import is_stdio, stdin_rows
@@ -34,17 +34,17 @@ def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
             continue
         docs.append(resolve_stage(i, "documents"))
         p = Path(i)
-        if (p / "questions" / MANIFEST).exists() or ((p / MANIFEST).exists() and load_manifest(p).get("table") == "questions"):
+        if (p / "questions" / MANIFEST).exists() or ((p / MANIFEST).exists() and load_manifest(p).table == "questions"):
             questions.append(resolve_stage(i, "questions"))
     for d in docs + questions:
-        if not load_manifest(d).get("complete"):
+        if not load_manifest(d).complete:
             raise InputError(f"{d}: incomplete stage directory (finish or resume the run that writes it first)")
         shard_paths(d)  # a damaged shard is named before OUT is created (each is hashed once per process)
     return docs, questions
 
 
 def _buckets(stages: list[Path], stdin: bool) -> int:
-    rows = sum(load_manifest(s).get("rows", 0) for s in stages) + (STDIN_ROWS_ESTIMATE if stdin else 0)
+    rows = sum(load_manifest(s).rows or 0 for s in stages) + (STDIN_ROWS_ESTIMATE if stdin else 0)
     return max(1, min(MAX_BUCKETS, math.ceil(rows / ROWS_PER_BUCKET)))
 
 
@@ -72,11 +72,11 @@ def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False,
     q_spec = StageSpec("questions", QUESTIONS, params, names)
     identity = {"params": params, "inputs": doc_spec.identity()["inputs"]}
 
-    def fill(work: Path) -> dict[str, Any]:
+    def fill(work: Path) -> SpillPlan:
         spill = Spill(work, doc_buckets=_buckets(docs, stdin), question_buckets=_buckets(questions, stdin), identity=identity)
         try:
             with progress() as bar:
-                task = bar.add_task("reading corpora", total=sum(load_manifest(s).get("rows", 0) for s in docs + questions))
+                task = bar.add_task("reading corpora", total=sum(load_manifest(s).rows or 0 for s in docs + questions))
                 if stdin:  # `corpus ingest ... --out -` rows, tagged with their table
                     _read_stdin(spill)
                 for stage in docs:
@@ -104,9 +104,9 @@ def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False,
         d = Path(out) / table
         if (d / MANIFEST).exists():
             m = load_manifest(d)
-            result[table] = m.get("rows", 0)
-            for reason, n in m.get("counters", {}).get("rejected", {}).items():
+            result[table] = m.rows or 0
+            for reason, n in m.counters.rejected.items():
                 result["rejected"][f"{table}: {reason}"] = n
             if table == "documents":
-                result["documents_merged"] = m.get("counters", {}).get("merged", 0)
+                result["documents_merged"] = m.counters.merged
     return result

@@ -60,7 +60,7 @@ def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ..
     summary: questions per split. Questions that already have a split are refused unless ``resplit``."""
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
     for stage in (questions, documents):
-        if not load_manifest(stage).get("complete"):
+        if not load_manifest(stage).complete:
             raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first)")
     held = split_counts(questions)
     named = {s: n for s, n in held.items() if s != UNKNOWN}

@@ -24,7 +24,7 @@ from grtool.store.stage import shard_paths
 
 def _stage(directory: Path, table: str) -> Path | None:
     for candidate in (directory / table, directory):
-        if is_stage_dir(candidate) and load_manifest(candidate).get("table") == table:
+        if is_stage_dir(candidate) and load_manifest(candidate).table == table:
             return candidate
     return None
 

@@ -65,16 +65,14 @@ def cache_dir() -> Path:
 
 
 def stage_key(stage: Path) -> str:
-    """The cache key of a triples stage: its shards' content (the sha256 their records promise; a shard without
-    one is hashed), polars and its hash of the probe strings, and this format."""
-    from grtool.store.fingerprints import file_hash
+    """The cache key of a triples stage: its shards' content (the sha256 their records promise), polars and its
+    hash of the probe strings, and this format."""
     from grtool.store.records import load_shard_records
 
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{FORMAT}\npolars {pl.__version__} {hash_keys(_PROBE).tolist()}\n".encode())
     for name, rec in sorted(load_shard_records(stage).items()):
-        digest = rec.get("sha256") or "blake3:" + file_hash(stage / f"{name}.parquet")
-        h.update(f"{name}:{digest}\n".encode())
+        h.update(f"{name}:{rec.sha256}\n".encode())
     return h.hexdigest()
 
 
@@ -344,7 +342,7 @@ def write_lookup(stage: Path, shards: list[Path], out: Path, *, bucket_rows: int
     from grtool.store.reading import read_shard_frame
     from grtool.store.records import load_shard_records
 
-    rows = sum(int(r.get("rows") or 0) for r in load_shard_records(stage).values())
+    rows = sum(r.rows for r in load_shard_records(stage).values())
     bits = max(0, math.ceil(math.log2(max(rows, 1) / bucket_rows)))
     nb = 1 << bits
 

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
-import orjson
 
 from grtool.errors import DataProblem, InputError
 from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
-from grtool.records import Count, Sha256
+from grtool.records import Count, Fraction, Seconds, Sha256
 from grtool.userinput import read_input_bytes
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
@@ -30,16 +29,16 @@ SAME_RECALL = 1e-9  # means over samples are sums of fractions: equal up to roun
 class Run:
     label: str
     source: Path
-    report: dict[str, Any]
+    report: RecallReport
     # qid → recall (the mean over its responses); None when the report has no per-question list
     recalls: dict[str, float] | None = field(init=False)
     datasets: dict[str, str] = field(init=False)  # qid → dataset, for the per-question lists
 
     def __post_init__(self) -> None:
-        entries = self.report.get("questions")
-        scored = [e for e in entries if e.get("status") == "scored"] if isinstance(entries, list) else None
-        self.recalls = None if scored is None else {e["qid"]: e["recall"] for e in scored}
-        self.datasets = {e["qid"]: e.get("dataset") for e in scored or ()}
+        entries = self.report.questions
+        scored = None if entries is None else [e for e in entries if e.status == "scored"]
+        self.recalls = None if scored is None else {e.qid: e.recall for e in scored}
+        self.datasets = {e.qid: e.dataset for e in scored or ()}
 
 
 @dataclass
@@ -100,30 +99,41 @@ class _Tally(msgspec.Struct):
     recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
-class RecallReport(msgspec.Struct):
-    """What `eval compare` reads of a report of `eval recall --json` (other fields are passed through as they are)."""
+class _Seconds(msgspec.Struct):
+    mean: Seconds | None = None
+    p50: Seconds | None = None
 
-    recall: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None
+
+class RecallReport(msgspec.Struct):
+    """What `eval compare` reads of a report of `eval recall --json` (the fields it does not show are not read);
+    older reports lack the later fields (None)."""
+
+    recall: Fraction | None
     per_dataset: dict[str, _Tally]
     questions_scored: Count | None = None
     question_set: _QuestionSet | None = None
     questions: list[_Entry] | None = None
     train_overlap: RecordedOverlap | None = None
+    responses: Count | None = None
+    exact_match_share: Fraction | None = None
+    docids: Count | None = None
+    hallucinated: Count | None = None
+    hallucinated_share: Fraction | None = None
+    without_response: Count | None = None
+    seconds_per_query: _Seconds | None = None
 
 
-def read_report(p: Path) -> dict[str, Any]:
+def read_report(p: Path) -> RecallReport:
     """A report of `eval recall --json`, decoded through :class:`RecallReport` (a damaged one is one line naming the
-    field, never a traceback); returned as plain JSON for the tables."""
+    field, never a traceback)."""
     data = read_input_bytes(p)
     try:
-        msgspec.json.decode(data, type=RecallReport)
-        report = orjson.loads(data)
-    except (msgspec.ValidationError, msgspec.DecodeError, orjson.JSONDecodeError) as e:
+        return msgspec.json.decode(data, type=RecallReport)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
         raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
-    return report
 
 
-def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
+def score_directory(p: Path, inputs: Inputs) -> RecallReport:
     """`eval recall --per-question` of a `retrieve` directory, with the stages its manifest names unless
     ``--corpus`` / ``--triples`` say otherwise."""
     from grtool.evaluation.overlap import train_overlap
@@ -147,7 +157,7 @@ def score_directory(p: Path, inputs: Inputs) -> dict[str, Any]:
     report["train_overlap"] = train_overlap(p).as_dict()  # as `eval recall` records it in its report
     if report["responses"] == 0:
         raise DataProblem(f"{p}: no response could be scored (unknown qids or no gold documents)")
-    return report
+    return msgspec.convert(report, RecallReport)  # read as a report file is
 
 
 # ------------------------------------------------------------------------------------------- questions
@@ -165,12 +175,12 @@ def check_same_questions(runs: list[Run], allow: bool) -> list[str]:
                 problems.append(f"{base.label!r} {len(base.recalls)} and {run.label!r} {len(run.recalls)} questions "
                                 f"({only_base} only in {base.label!r}, {only_run} only in {run.label!r})")  # fmt: skip
             continue
-        sets = base.report.get("question_set"), run.report.get("question_set")
-        counts = base.report.get("questions_scored"), run.report.get("questions_scored")
-        if None not in sets:  # both name their question set: equal digests are the same questions
+        sets = base.report.question_set, run.report.question_set
+        counts = base.report.questions_scored, run.report.questions_scored
+        if sets[0] is not None and sets[1] is not None:  # both name their question set: equal digests are the same questions
             if sets[0] != sets[1]:
-                same_count = " (as many, but other ones)" if sets[0]["count"] == sets[1]["count"] else ""
-                problems.append(f"{base.label!r} {sets[0]['count']} and {run.label!r} {sets[1]['count']} questions{same_count}")
+                same_count = " (as many, but other ones)" if sets[0].count == sets[1].count else ""
+                problems.append(f"{base.label!r} {sets[0].count} and {run.label!r} {sets[1].count} questions{same_count}")
         elif None in counts:
             unchecked.append(run.label)
         elif counts[0] != counts[1]:
@@ -187,7 +197,7 @@ def check_train_overlap(runs: list[Run], allow: bool) -> list[str]:
     responses directory): questions the model trained on, or a verdict that could not be reached, refuse the
     comparison (exit 1) unless ``allow``, which returns them as lines every output of the comparison carries.
     A report of an older grtool records no verdict: not checked."""
-    problems = [f"{run.label!r} ({run.source}): {problem}" for run in runs if (problem := overlap_problem(run.report.get("train_overlap")))]
+    problems = [f"{run.label!r} ({run.source}): {problem}" for run in runs if (problem := overlap_problem(run.report.train_overlap))]
     if problems and not allow:
         raise DataProblem("; ".join(problems) + ": recall on training questions measures memory, not retrieval; score held-out questions "
                           "(retrieve --split), or pass --allow-train-overlap")  # fmt: skip
@@ -222,13 +232,13 @@ def wins_and_losses(base: Run, run: Run, listed: bool = False) -> dict[str, Any]
 
 def table(runs: list[Run]) -> dict[str, dict[str, float | None]]:
     """dataset (and "all") → label → recall."""
-    datasets = sorted({d for r in runs for d in r.report["per_dataset"]})
+    datasets = sorted({d for r in runs for d in r.report.per_dataset})
     rows: dict[str, dict[str, float | None]] = {}
     for name in [*datasets, "all"]:
         rows[name] = {}
         for run in runs:
-            entry = run.report if name == "all" else run.report["per_dataset"].get(name)
-            rows[name][run.label] = entry.get("recall") if entry else None
+            entry = run.report if name == "all" else run.report.per_dataset.get(name)
+            rows[name][run.label] = entry.recall if entry is not None else None
     return rows
 
 
@@ -249,9 +259,9 @@ def metrics(runs: list[Run]) -> dict[str, dict[str, Any]]:
     out = {}
     for run in runs:
         r = run.report
-        seconds = r.get("seconds_per_query") or {}
-        out[run.label] = {key: r.get(key) for _, key in METRICS} | {"docids": r.get("docids"), "hallucinated_share": r.get("hallucinated_share"),
-                                                                    "seconds_per_query_mean": seconds.get("mean"), "seconds_per_query_p50": seconds.get("p50")}  # fmt: skip
+        seconds = r.seconds_per_query or _Seconds()
+        out[run.label] = {key: getattr(r, key, None) for _, key in METRICS} | {"docids": r.docids, "hallucinated_share": r.hallucinated_share,
+                                                                              "seconds_per_query_mean": seconds.mean, "seconds_per_query_p50": seconds.p50}  # fmt: skip
     return out
 
 
@@ -328,13 +338,13 @@ def _p(p: float) -> str:
 def paper_markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | None = None) -> str:
     """Table 1's shape: one row per run, one column per dataset, their Average (the mean over datasets, each
     weighing the same), seconds per query, and the paired test against the baseline."""
-    datasets = sorted({d for r in runs for d in r.report["per_dataset"]})
+    datasets = sorted({d for r in runs for d in r.report.per_dataset})
     base = _baseline(runs, baseline)
     tests = comparison(runs, baseline)
     figures = metrics(runs)
     lines = [f"# {title}", "", "| run | " + " | ".join(datasets) + f" | Average | s/query | p vs {base.label} |", "|---|" + "---:|" * (len(datasets) + 3)]
     for run in runs:
-        recalls = [(run.report["per_dataset"].get(d) or {}).get("recall") for d in datasets]
+        recalls = [tally.recall if (tally := run.report.per_dataset.get(d)) is not None else None for d in datasets]
         known = [r for r in recalls if r is not None]
         average = sum(known) / len(known) if known and len(known) == len(recalls) else None
         seconds = figures[run.label]["seconds_per_query_mean"]

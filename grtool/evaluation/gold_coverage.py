@@ -113,7 +113,7 @@ def triples_of_corpus(questions: str | Path) -> Path | None:
     corpus = Path(questions).parent
     for candidate in (corpus / "triples", corpus.parent / "triples"):
         try:
-            if is_stage_dir(candidate) and load_manifest(candidate).get("table") == "triples":
+            if is_stage_dir(candidate) and load_manifest(candidate).table == "triples":
                 return candidate
         except GrtoolError:
             continue

@@ -101,7 +101,7 @@ def train_overlap(responses: str | Path) -> Overlap:
     manifest = retrieve_manifest(responses)
     if manifest is None:  # JSON Lines: nobody recorded which model wrote them
         return Overlap(None, None)
-    params = manifest.get("params") or {}
+    params = manifest.params
     model = recorded_checkpoint(params)
     if "trained_questions" in params:  # pinned by `retrieve`
         record = params["trained_questions"]
@@ -132,13 +132,13 @@ class RecordedOverlap(msgspec.Struct):
     unresolved: str | None = None
 
 
-def overlap_problem(recorded: dict[str, Any] | None) -> str | None:
+def overlap_problem(recorded: RecordedOverlap | dict[str, Any] | None) -> str | None:
     """What a recorded verdict holds against the recall beside it (training questions scored, or a verdict that
     could not be reached), for every table that shows that recall; None when nothing, or no verdict was recorded
-    (a report of an older grtool)."""
+    (a report of an older grtool). ``recorded``: decoded, or the JSON value of a report not read through its type."""
     if not recorded:
         return None
-    verdict = msgspec.convert(recorded, RecordedOverlap)
+    verdict = recorded if isinstance(recorded, RecordedOverlap) else msgspec.convert(recorded, RecordedOverlap)
     if verdict.unresolved is not None:
         return f"training overlap cannot be checked: {verdict.unresolved}"
     if verdict.answered_in_training:

@@ -8,10 +8,10 @@ from typing import Any
 
 from grtool.errors import InputError
 from grtool.log import log
-from grtool.store.records import is_stage_dir, load_manifest
+from grtool.store.records import Manifest, is_stage_dir, load_manifest
 
 
-def retrieve_manifest(responses: str | Path) -> dict[str, Any] | None:
+def retrieve_manifest(responses: str | Path) -> Manifest | None:
     """The manifest of a `retrieve` output directory; None for JSON Lines (a file or stdin)."""
     p = Path(responses)
     if str(responses) == "-" or not p.is_dir():
@@ -20,7 +20,7 @@ def retrieve_manifest(responses: str | Path) -> dict[str, Any] | None:
     if not is_stage_dir(stage):
         return None
     manifest = load_manifest(stage)
-    return manifest if manifest.get("table") == "responses" else None
+    return manifest if manifest.table == "responses" else None
 
 
 def selected_questions(responses: str | Path, corpus: str | Path) -> set[str] | None:
@@ -32,7 +32,7 @@ def selected_questions(responses: str | Path, corpus: str | Path) -> set[str] | 
         return None
     from grtool.store.questions import Selection
 
-    params = manifest.get("params") or {}
+    params = manifest.params
     datasets, splits, limit = params.get("datasets") or [], params.get("splits") or [], params.get("limit")
     if not (_strings(datasets) and _strings(splits) and (limit is None or (type(limit) is int and limit >= 0))):
         raise InputError(f"{responses}: its manifest's datasets / splits / limit are not what `retrieve` writes (edited or damaged)")
@@ -51,11 +51,11 @@ def recorded_inputs(responses: str | Path) -> tuple[str | None, str | None]:
     if manifest is None:
         raise InputError(f"{responses}: not a `grtool retrieve` output directory (no responses manifest)")
     questions = triples = None
-    for entry in manifest.get("inputs") or []:
-        path = entry.get("path") if isinstance(entry, dict) else None
+    for entry in manifest.inputs:
+        path = entry.path
         if not path or not is_stage_dir(path):
             continue
-        table = load_manifest(path).get("table")
+        table = load_manifest(path).table
         if table == "questions" and questions is None:
             questions = path
         elif table == "triples" and triples is None:
@@ -70,7 +70,7 @@ def needs_triples(responses: str | Path) -> bool:
     from grtool.vocab.readers import DOCUMENT_MODES
 
     manifest = retrieve_manifest(responses)
-    return manifest is not None and (manifest.get("params") or {}).get("mode") not in DOCUMENT_MODES
+    return manifest is not None and manifest.params.get("mode") not in DOCUMENT_MODES
 
 
 def _strings(value: Any) -> bool:

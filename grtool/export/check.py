@@ -17,7 +17,7 @@ import orjson
 
 from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
 from grtool.records import DamagedRecord, field_message, read_record_bytes
-from grtool.vocab.provenance import DATASET_INFO, read_sidecar, sidecar_path
+from grtool.vocab.provenance import ExportRecord, decode_sidecar, sidecar_path
 from grtool.store.records import sha256_file
 from grtool.store.fingerprints import check_inputs
 
@@ -215,42 +215,42 @@ def check_rows(path: Path, check: Check, json_array: bool | None, label: str) ->
 # ---------------------------------------------------------------------------------------- the checks
 
 
-def check_export(path: Path, meta: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+def check_export(path: Path, meta: ExportRecord) -> tuple[dict[str, Any], list[str], list[str]]:
     """One exported file against its sidecar ``meta``: (checked, problems, notes)."""
     problems: list[str] = []
     notes: list[str] = []
-    checked: dict[str, Any] = {"kind": meta.get("kind"), "format": meta.get("trainer_format"), "rows": 0}
+    checked: dict[str, Any] = {"kind": meta.kind, "format": meta.trainer_format, "rows": 0}
     side = sidecar_path(path).name
     if not path.is_file():
-        return checked, [f"{path.name}: missing, but {side} records it ({meta.get('rows')} rows)"], notes
+        return checked, [f"{path.name}: missing, but {side} records it ({meta.rows} rows)"], notes
     size, digest = path.stat().st_size, sha256_file(path)
-    if size != meta.get("bytes") or digest != meta.get("sha256"):
-        problems.append(f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.get('bytes')} bytes, {str(meta.get('sha256'))[:12]}…)")
-    key = (meta.get("kind"), meta.get("trainer_format"))
+    if size != meta.bytes or digest != meta.sha256:
+        problems.append(f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.bytes} bytes, {meta.sha256[:12]}…)")
+    key = (meta.kind, meta.trainer_format)
     check = ROW_SHAPES.get(key)
     if check is None:
         problems.append(f"{side}: unknown export {key[0]!r} format {key[1]!r}")
         return checked, problems, notes
-    if meta.get("json_array") != (first_byte(path) == b"[") and size:
-        problems.append(f"{side}: field json_array: {str(meta.get('json_array')).lower()}, but {path.name} is {'not ' if meta.get('json_array') else ''}a JSON array")
+    if meta.json_array != (first_byte(path) == b"[") and size:
+        problems.append(f"{side}: field json_array: {str(meta.json_array).lower()}, but {path.name} is {'not ' if meta.json_array else ''}a JSON array")
         return checked, problems, notes
-    rows, bad = check_rows(path, check, meta.get("json_array"), f"{key[0]} {key[1]}")
+    rows, bad = check_rows(path, check, meta.json_array, f"{key[0]} {key[1]}")
     checked["rows"] = rows
     problems += bad
-    if not bad and rows != meta.get("rows"):
-        problems.append(f"{path.name}: {rows} rows, {side} says {meta.get('rows')}")
+    if not bad and rows != meta.rows:
+        problems.append(f"{path.name}: {rows} rows, {side} says {meta.rows}")
     problems += _check_entry(path, meta, key)
-    p, n = check_inputs(meta.get("inputs") or [], path.name)
+    p, n = check_inputs(meta.inputs, path.name)
     return checked, problems + p, notes + n
 
 
-def _check_entry(path: Path, meta: dict[str, Any], key: tuple[str, str]) -> list[str]:
+def _check_entry(path: Path, meta: ExportRecord, key: tuple[str, str]) -> list[str]:
     """The dataset_info.json entry the sidecar names: present, pointing at this file, in this file's formatting."""
-    ref = meta.get("dataset_info")
-    if not ref:
+    ref = meta.dataset_info
+    if ref is None:
         return []
-    info_path = path.parent / ref.get("file", DATASET_INFO)
-    name = ref.get("entry")
+    info_path = path.parent / ref.file
+    name = ref.entry
     try:
         info = orjson.loads(read_record_bytes(info_path, what="dataset_info"))
     except FileNotFoundError:
@@ -308,15 +308,15 @@ def check_dataset_info(path: Path, with_sidecar: set[Path]) -> tuple[dict[str, A
     return checked, problems, notes
 
 
-def load_sidecar(path: Path) -> tuple[Path, dict[str, Any] | None, str | None]:
-    """(the exported file a sidecar describes, its metadata or None, the problem reading it)."""
+def load_sidecar(path: Path) -> tuple[Path, ExportRecord | None, str | None]:
+    """(the exported file a sidecar describes, its record or None, the problem reading it)."""
     target = path.with_name(path.name[: -len(".grtool.json")])
     try:
-        meta = read_sidecar(path)
+        meta = decode_sidecar(path)
     except DamagedRecord as e:
         return target, None, str(e)
     except OSError as e:
         return target, None, f"{path.name}: cannot be read ({e})"
-    if meta.get("file") != target.name:
-        return target, meta, f"{path.name}: describes {meta.get('file')!r}, not {target.name!r}"
+    if meta.file != target.name:
+        return target, meta, f"{path.name}: describes {meta.file!r}, not {target.name!r}"
     return target, meta, None

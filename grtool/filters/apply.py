@@ -37,6 +37,7 @@ from grtool.store.coverage import check_triples_cover
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.questions import SplitSelection
+from grtool.store.records import Manifest
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
 from grtool.store.layout import REJECTS_DIR
@@ -162,10 +163,10 @@ class ChainFilter:
         return batch, out
 
 
-def chain_markers(manifest: dict[str, Any], start: str | None, end: str | None) -> Markers:
+def chain_markers(manifest: Manifest | None, start: str | None, end: str | None) -> Markers:
     """The docid markers: as given, else as recorded in the chains manifest (`chains synthesize` and
-    `filters apply` write ``params.markers``), else the standard ones."""
-    recorded = (manifest.get("params") or {}).get("markers")
+    `filters apply` write ``params.markers``; None: chains on stdin), else the standard ones."""
+    recorded = manifest.params.get("markers") if manifest is not None else None
     default = Markers(*recorded) if isinstance(recorded, list) and len(recorded) == 2 and all(isinstance(m, str) for m in recorded) else Markers()
     return check_markers(Markers(start if start is not None else default.start, end if end is not None else default.end))
 
@@ -304,9 +305,10 @@ def apply_filters(
 ) -> dict[str, Any]:
     """Filter a chains stage into ``out``; returns the report (see :mod:`grtool.filters.report`)."""
     source = InputTable.open(chains, "chains")
-    markers = chain_markers(source.manifest, config.docid_start, config.docid_end)
+    chains_manifest = source.manifest
+    markers = chain_markers(chains_manifest, config.docid_start, config.docid_end)
     # --cannot-answer: as given, else the sentence `chains synthesize --cannot-answer` asked for
-    cannot_answer = config.settings.cannot_answer or (source.manifest.get("params") or {}).get("cannot_answer") or None
+    cannot_answer = config.settings.cannot_answer or (chains_manifest.params.get("cannot_answer") if chains_manifest is not None else None) or None
     config = replace(config, settings=replace(config.settings, markers=markers, cannot_answer=cannot_answer))
     for path, what in ((corpus, "corpus"), (triples, "triples")):
         if not Path(path).exists():
@@ -354,8 +356,8 @@ def apply_filters(
     with _collector_paused():
         loop.run(filter_part, Bar("filtering chains"))
     (manifest,) = loop.finish()
-    if not is_stdio(out):
-        counts = Counter(manifest["counters"].get("extra", {}))
+    if manifest is not None:  # None: the rows went to stdout
+        counts = Counter(manifest.counters.extra)
         examples = examples_from_rejects(Path(out), counts, examples)
     return build_report(counts, examples, rules=tuple(config.rules), all_candidates=config.all_candidates, settings=config.params())
 

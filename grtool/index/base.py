@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from grtool.errors import InputError
@@ -113,13 +114,13 @@ class Index:
         p = Path(path)
         if not (p / META).exists():
             raise InputError(f"{p}: not an index directory (no {META}); build one with `grtool index build`")
-        record, meta = read_index_record(p)
+        record = read_index_record(p)
         confirm_files(p, record)
         cls = KINDS[record.kind]
         verify_files(p, record)
         confirm_totals(p, record)
         confirm_sizes(p, record, load_array(p / "seq_lengths.npy", dtype=np.uint32))  # before the kind reads the sizes
-        index = cls.load(p, meta)
+        index = cls.load(p, msgspec.to_builtins(record))  # Index.meta: the JSON form, as an in-memory index holds it
         index.record = record
         # tokenizer.json is now verified against its digest: the marker ids the record names must be its markers
         confirm_markers(p, record, lambda: index.tokenizer)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from grtool.records import Count, DamagedRecord, FileName, PositiveCount, Seconds, Sha256, decode_record, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, PositiveCount, Seconds, Sha256, read_record
 
 META = "index.json"
 TOKENIZER = "tokenizer.json"
@@ -132,16 +132,9 @@ class IndexRecord(msgspec.Struct):
                 raise ValueError(f"params.dollar_row: {p.dollar_row} is not a row of the whole text (1 to n {p.n})")
 
 
-def decode_index_record(data: bytes, path: Path) -> tuple[IndexRecord, dict[str, Any]]:
-    """The typed record and the same values as plain JSON (callers that pass the metadata on read the dict)."""
-    record = decode_record(data, IndexRecord, source=path, what="index record")
-    return record, msgspec.json.decode(data)
-
-
-def read_index_record(index_dir: Path) -> tuple[IndexRecord, dict[str, Any]]:
+def read_index_record(index_dir: Path) -> IndexRecord:
     """index.json of ``index_dir`` through its declaration; :class:`DamagedRecord` naming the field otherwise."""
-    path = index_dir / META
-    return decode_index_record(read_record_bytes(path, what="index record"), path)
+    return read_record(index_dir / META, IndexRecord, what="index record")
 
 
 def _refuse(index_dir: Path, field: str, why: str) -> DamagedRecord:

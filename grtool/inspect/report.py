@@ -30,7 +30,7 @@ from grtool.audit.discover import discover
 from grtool.audit.validate import Report as Verdict, nothing_found, validate_tree
 from grtool.errors import DataProblem, InputError
 from grtool.records import DamagedRecord, read_record_bytes
-from grtool.store.records import load_manifest, now
+from grtool.store.records import Manifest, load_manifest, now
 
 EXAMPLES_PER_REASON = 2
 EXAMPLE_CHARS = 400  # of a rejected chain's text, on the page
@@ -42,7 +42,7 @@ class Stage:
     command: str
     seconds: float | None = None
     outputs: list[Path] = field(default_factory=list)
-    manifests: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)  # the stage directories it wrote
+    manifests: list[tuple[Path, Manifest]] = field(default_factory=list)  # the stage directories it wrote
     exports: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)  # exported files and their records
 
     def words(self) -> list[str]:
@@ -95,8 +95,7 @@ def read_run(path: Path) -> Run:
             continue
         owner = next((s for s in stages if any(d.resolve() == o or _within(d.resolve(), o) for o in (x.resolve() for x in s.outputs))), None)
         if owner is None:  # a stage directory no pipeline record names: its own manifest says what made it
-            command = manifest.get("command")
-            owner = Stage(str(d.relative_to(path)) if d != path else d.name, " ".join(command) if isinstance(command, list) else "")
+            owner = Stage(str(d.relative_to(path)) if d != path else d.name, " ".join(manifest.command or []))
             owner.outputs.append(d)
             stages.append(owner)
         owner.manifests.append((d, manifest))
@@ -130,7 +129,7 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _manifest(d: Path) -> dict[str, Any] | None:
+def _manifest(d: Path) -> Manifest | None:
     try:
         return load_manifest(d)
     except (InputError, DamagedRecord):  # an unreadable manifest is left out of the page (grtool validate names it)
@@ -203,10 +202,9 @@ def funnel(run: Run) -> list[tuple[str, str, float | None]]:
     steps: list[tuple[str, str, float | None]] = [("questions", "questions in the corpus", questions)]
     for s in run.stages:
         for d, m in s.manifests:
-            merged = (m.get("counters") or {}).get("merged")
-            if isinstance(merged, int) and merged:
-                steps.append(("merged", f"{m.get('table')} rows folded into an identical one ({_shown(d, run.path)})", merged))
-    chains = [(d, m) for s in run.stages for d, m in s.manifests if m.get("table") == "chains" and not _is_filtered(m)]
+            if m.counters.merged:
+                steps.append(("merged", f"{m.table} rows folded into an identical one ({_shown(d, run.path)})", m.counters.merged))
+    chains = [(d, m) for s in run.stages for d, m in s.manifests if m.table == "chains" and not _is_filtered(m)]
     steps.append(("chained", "questions with a chain", _questions(chains, "questions_chained") if chains else None))
     filtered = [(d, m) for s in run.stages for d, m in s.manifests if _is_filtered(m)]
     kept = _questions(filtered, "kept", selected=True) if filtered else None
@@ -235,29 +233,23 @@ def _rows_of(run: Run, table: str, which) -> int | None:
     for s in run.stages:
         if which(s):
             for _, m in s.manifests:
-                if m.get("table") == table and isinstance(m.get("rows"), int):
-                    return m["rows"]
+                if m.table == table and m.rows is not None:
+                    return m.rows
     return None
 
 
-def _extra(manifest: dict[str, Any]) -> dict[str, Any]:
-    extra = (manifest.get("counters") or {}).get("extra") or {}
-    return extra if isinstance(extra, dict) else {}
+def _is_filtered(manifest: Manifest) -> bool:
+    return manifest.table == "chains" and "filters" in (manifest.command or [])[:4]
 
 
-def _is_filtered(manifest: dict[str, Any]) -> bool:
-    command = manifest.get("command")
-    return manifest.get("table") == "chains" and isinstance(command, list) and "filters" in command[:4]
-
-
-def _questions(stages: list[tuple[Path, dict[str, Any]]], counter: str, selected: bool = False) -> int:
+def _questions(stages: list[tuple[Path, Manifest]], counter: str, selected: bool = False) -> int:
     """Distinct questions in the chains stages of one kind: the stage's own count when it is the only one and
     counted them (``counter``: ``questions_chained``, or ``kept`` of a filters stage that keeps one chain per
     question), else the distinct qids of their rows (``selected``: of the chains marked kept only)."""
     if len(stages) == 1:
         manifest = stages[0][1]
-        counted = _extra(manifest).get(counter)
-        if isinstance(counted, int) and not (manifest.get("params") or {}).get("all_candidates"):
+        counted = manifest.counters.extra.get(counter)
+        if counted is not None and not manifest.params.get("all_candidates"):
             return counted
     from grtool.store.stage import iter_batches
 
@@ -278,13 +270,13 @@ def _label(f: Path) -> str:
     return f.stem.removeprefix("recall-")
 
 
-def filter_reasons(stage: Path, manifest: dict[str, Any]) -> list[tuple[str, int, list[dict[str, Any]]]]:
+def filter_reasons(stage: Path, manifest: Manifest) -> list[tuple[str, int, list[dict[str, Any]]]]:
     """(reason code, chains, examples) of a filters stage, most frequent first."""
     from collections import Counter
 
     from grtool.filters.apply import examples_from_rejects
 
-    counts = Counter({k: v for k, v in _extra(manifest).items() if k.startswith("reason/") and isinstance(v, int)})
+    counts = Counter({k: v for k, v in manifest.counters.extra.items() if k.startswith("reason/")})
     examples = examples_from_rejects(stage, counts, {})
     return [(key.split("/", 1)[1], n, examples.get(key.split("/", 1)[1], [])[:EXAMPLES_PER_REASON]) for key, n in counts.most_common()]
 
@@ -362,19 +354,18 @@ def _stages_html(run: Run) -> str:
     verdict = {Path(v.path).resolve(): "ok" if v.ok else "FAIL" for v in run.verdicts}  # why: listed above the table
     rows = []
     for s in run.stages:
-        made = [(str(d.relative_to(run.path)) if _within(d, run.path) else str(d), m) for d, m in s.manifests]
-        made += [(str(f.relative_to(run.path)) if _within(f, run.path) else str(f), {"table": f"export {m.get('kind')}", "rows": m.get("rows")}) for f, m in s.exports]
+        # (where, table, rows in, rows, rejected by reason) of each output: an export counts its rows alone
+        made = [(str(d.relative_to(run.path)) if _within(d, run.path) else str(d), m.table, m.counters.in_, m.rows, m.counters.rejected) for d, m in s.manifests]
+        made += [(str(f.relative_to(run.path)) if _within(f, run.path) else str(f), f"export {m.get('kind')}", None, m.get("rows"), {}) for f, m in s.exports]
         seconds = f"{s.seconds:.1f}" if s.seconds is not None else "-"
         if not made:  # reports, plots, an index, a checkpoint: named, without rows
             where = ", ".join(str(o.relative_to(run.path)) if _within(o, run.path) else str(o) for o in s.outputs) or "-"
             rows.append([s.name, where, "", None, None, "", seconds, ""])
         paths = [d for d, _ in s.manifests] + [f for f, _ in s.exports]
-        for i, ((where, m), path) in enumerate(zip(made, paths)):
-            counters = m.get("counters") or {}
-            rejected = counters.get("rejected") or {}
-            reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]) if isinstance(v, int))
+        for i, ((where, table, rows_in, rows_out, rejected), path) in enumerate(zip(made, paths)):
+            reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]))
             rows.append(
-                [s.name if i == 0 else "", where, m.get("table") or "", counters.get("in"), m.get("rows"), reasons or "0", seconds if i == 0 else "", verdict.get(path.resolve(), "")]
+                [s.name if i == 0 else "", where, table, rows_in, rows_out, reasons or "0", seconds if i == 0 else "", verdict.get(path.resolve(), "")]
             )  # the stage's time once, on its first output
     return _verdicts_html(run) + _table(["stage", "output", "table", "rows in", "rows", "rejected by reason", "seconds", "validate"], rows, numeric={3, 4, 6})
 
@@ -402,9 +393,8 @@ def _filters_html(run: Run) -> str:
         for d, m in s.manifests:
             if not _is_filtered(m):
                 continue
-            extra, counters = _extra(m), m.get("counters") or {}
             parts.append(f'<h3>{e(s.name)} <span class="muted">({e(d)})</span></h3>')
-            parts.append(f"<p>{_num(counters.get('in'))} chains judged, {_num(m.get('rows'))} passed, {_num(extra.get('kept'))} kept (one per question).</p>")
+            parts.append(f"<p>{_num(m.counters.in_)} chains judged, {_num(m.rows)} passed, {_num(m.counters.extra.get('kept'))} kept (one per question).</p>")
             reasons = filter_reasons(d, m)
             if not reasons:
                 parts.append("<p>No chain was rejected.</p>")
@@ -442,7 +432,7 @@ def _coverage_html(run: Run) -> list[str]:
     from grtool.evaluation.gold_coverage import COVERAGE_HEADERS, coverage_rows, coverage_warning, gold_coverage, triples_of_corpus
 
     parts = []
-    for questions in (d for s in run.stages for d, m in s.manifests if m.get("table") == "questions"):
+    for questions in (d for s in run.stages for d, m in s.manifests if m.table == "questions"):
         triples = triples_of_corpus(questions)
         if triples is None:
             continue

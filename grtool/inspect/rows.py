@@ -23,6 +23,8 @@ from grtool.errors import InputError
 from grtool.inspect.sources import Source
 from grtool.store.layout import REJECTS_DIR
 from grtool.store.reading import scan_shards
+from grtool.store.records import Manifest
+from grtool.vocab.provenance import ExportRecord
 
 GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED = "gold", "non-gold", "hallucinated", "unchecked", "malformed"
 VERDICTS = (GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED)
@@ -197,7 +199,7 @@ def _rejected_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
 
     rows = _take(matching(), pick)
     if not rows and not wanted:
-        counted = (source.manifest.get("counters") or {}).get("rejected") or {}
+        counted = source.manifest.counters.rejected if isinstance(source.manifest, Manifest) else {}
         reasons = ", ".join(f"{k} ({v})" for k, v in sorted(counted.items())) or "none"
         raise InputError(f"{source.path}: no rejected row has a reason of {rule!r}; its rejects by reason: {reasons}")
     return rows
@@ -214,7 +216,7 @@ def _export_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
 
     path = source.path
     try:
-        items = [item for _, item in iter_json_records(path, bool(source.manifest.get("json_array")))]
+        items = [item for _, item in iter_json_records(path, isinstance(source.manifest, ExportRecord) and source.manifest.json_array)]
     except OSError as e:
         raise InputError(f"{path}: cannot read the exported rows ({e.strerror or e})") from None
     except RecordsError as e:
@@ -328,10 +330,10 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
     _titles(source, rows)
 
 
-def _chain_markers(manifest: dict[str, Any]):
+def _chain_markers(manifest: Manifest | ExportRecord):
     from grtool.docid import Markers
 
-    recorded = (manifest.get("params") or {}).get("markers")
+    recorded = manifest.params.get("markers")
     if isinstance(recorded, list) and len(recorded) == 2 and all(isinstance(m, str) and m for m in recorded):
         return Markers(*recorded)
     return Markers()

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
+from typing import TYPE_CHECKING, Any
 
 from grtool.errors import InputError
 from grtool.records import DamagedRecord
-from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
+from grtool.store.records import InputRecord, Manifest, is_stage_dir, load_manifest, resolve_stage
 from grtool.userinput import require_input
+
+if TYPE_CHECKING:
+    from grtool.vocab.provenance import ExportRecord
 
 # Stage tables `show` reads rows of; a chains stage written by `filters apply` is shown as "filtered".
 SHOWN_TABLES = ("chains", "responses", "triples")
@@ -28,7 +30,7 @@ FOLLOW_DEPTH = 4  # inputs followed back from the shown stage (filtered → chai
 class Source:
     path: Path
     kind: str  # chains | filtered | responses | triples | export
-    manifest: dict[str, Any]  # the stage's manifest or the export's sidecar record
+    manifest: Manifest | ExportRecord  # the stage's manifest or the export's sidecar record
     questions: Path | None = None  # the questions stage
     documents: Path | None = None  # the documents stage
     triples: Path | None = None  # the triples stage
@@ -36,8 +38,7 @@ class Source:
 
     @property
     def command(self) -> str:
-        command = self.manifest.get("command")
-        return " ".join(command) if isinstance(command, list) else str(command or "")
+        return " ".join(self.manifest.command or [])
 
 
 def open_source(path: Path, corpus: Path | None = None, triples: Path | None = None) -> Source:
@@ -54,7 +55,7 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source.triples = resolve_stage(triples, "triples")
     if source.kind == "triples" and source.triples is None:
         source.triples = source.path
-    found = _follow(_input_paths(source.manifest), FOLLOW_DEPTH)
+    found = _follow(_input_paths(source.manifest.inputs), FOLLOW_DEPTH)
     if source.questions is None and found.get("questions"):
         source.questions = found["questions"]
         source.documents = _documents_beside(source.questions)
@@ -83,15 +84,15 @@ def _stage_source(path: Path) -> Source:
                 return _stage_source(path / table)
         raise InputError(f"{path}: not a stage directory (no _manifest.json) nor an exported file")
     manifest = load_manifest(path)
-    table = manifest.get("table")
+    table = manifest.table
     if table not in SHOWN_TABLES:
         raise InputError(f"{path}: a stage of table {table!r}; show reads chains, filtered chains, responses and triples")
-    kind = "filtered" if table == "chains" and _made_by(manifest, "filters") else str(table)
+    kind = "filtered" if table == "chains" and "filters" in (manifest.command or [])[:4] else table
     return Source(path, kind, manifest)
 
 
 def _export_source(path: Path) -> Source:
-    from grtool.vocab.provenance import is_sidecar, read_sidecar, sidecar_path
+    from grtool.vocab.provenance import decode_sidecar, is_sidecar, sidecar_path
 
     if is_sidecar(path):
         path = path.with_name(path.name[: -len(".grtool.json")])
@@ -99,21 +100,17 @@ def _export_source(path: Path) -> Source:
     if not record.is_file():
         raise InputError(f"{path}: not an exported file of grtool (no {record.name} beside it)")
     try:
-        meta = read_sidecar(record)
+        meta = decode_sidecar(record)
     except ValueError as e:  # also JSON that does not parse
         raise InputError(f"{record}: {e}") from None
     return Source(path, "export", meta)
 
 
-def _made_by(manifest: dict[str, Any], word: str) -> bool:
-    command = manifest.get("command")
-    return isinstance(command, list) and word in command[:4]
-
-
-def _input_paths(record: dict[str, Any]) -> list[Path]:
+def _input_paths(inputs: list[InputRecord] | list[dict[str, Any]]) -> list[Path]:
+    """The input paths a record names: a manifest's are declared, an index's and an export's plain JSON objects."""
     paths = []
-    for entry in record.get("inputs") or []:
-        p = entry.get("path") if isinstance(entry, dict) else None
+    for entry in inputs:
+        p = entry.path if isinstance(entry, InputRecord) else entry.get("path") if isinstance(entry, dict) else None
         if isinstance(p, str) and p not in ("", "-"):
             paths.append(Path(p))
     return paths
@@ -147,16 +144,16 @@ def _describe(p: Path) -> Iterator[tuple[str | None, Path, list[Path]]]:
             manifest = load_manifest(p)
         except (InputError, DamagedRecord):
             return
-        yield manifest.get("table"), p, _input_paths(manifest)
+        yield manifest.table, p, _input_paths(manifest.inputs)
         return
     if (p / "index.json").is_file():  # an index: index.json names the triples it was built from
         from grtool.index.record import read_index_record
 
         try:
-            meta = read_index_record(p)[1]  # a damaged record: one line naming its field (DamagedRecord)
+            record = read_index_record(p)  # a damaged record: one line naming its field (DamagedRecord)
         except OSError:
             return
-        yield None, p, _input_paths(meta)
+        yield None, p, _input_paths(record.inputs)
         return
     for table in ("questions", "documents", "triples"):  # a corpus run directory (questions/, documents/)
         if is_stage_dir(p / table):

@@ -35,7 +35,7 @@ from grtool.log import activity, log
 from grtool.store.io import is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.stage import StageWriter
-from grtool.store.records import load_manifest
+from grtool.store.records import Manifest, load_manifest
 from grtool.store.layout import part_name
 
 
@@ -109,7 +109,7 @@ class StageRun:
     parts_skipped: list[str] = field(default_factory=list)
     cache: CacheStats = field(default_factory=CacheStats)
     model: str | None = None
-    manifests: list[dict[str, Any]] = field(default_factory=list)
+    manifests: list[Manifest | None] = field(default_factory=list)  # None: an output on stdout
 
 
 def backend_factory(backend: Backend | Callable[[], Backend]) -> Callable[[], Backend]:
@@ -211,7 +211,7 @@ class ModelStage:
 
     def _recorded_model(self, primary: Any) -> str | None:
         """Nothing generated in this run: keep what the run that generated recorded."""
-        recorded = load_manifest(primary.path).get("model") if isinstance(primary, StageWriter) else None
+        recorded = load_manifest(primary.path).model if isinstance(primary, StageWriter) else None
         return recorded or self.model_name
 
 

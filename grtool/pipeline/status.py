@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from grtool.pipeline.config import Pipeline
-from grtool.pipeline.records import read_stage_done
+from grtool.pipeline.records import StageDone, read_stage_done
 from grtool.pipeline.runner import RECORDS_DIR, stage_state
-from grtool.records import to_builtins
 from grtool.pipeline.slurm import JOBS_DIR, columns, job_label, slurm_jobs
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """A stage's completion record as JSON values; none yet is ``{}``, a damaged one is one line (exit 1)."""
+def _read(path: Path) -> StageDone | None:
+    """A stage's completion record; none yet is None, a damaged one is one line (exit 1)."""
     try:
-        return to_builtins(read_stage_done(path))
+        return read_stage_done(path)
     except FileNotFoundError:
-        return {}
+        return None
 
 
 def pipeline_status(pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -29,8 +28,8 @@ def pipeline_status(pipeline: Pipeline) -> list[dict[str, Any]]:
     for stage in pipeline.stages:
         state = stage_state(pipeline, stage)
         record = _read(Path(pipeline.out) / RECORDS_DIR / f"{stage.name}.json")
-        rows.append({"stage": stage.name, "state": state.state, "detail": state.detail, "finished": record.get("finished"),
-                     "seconds": record.get("seconds"), "outputs": stage.outputs, "slurm": jobs.get(stage.name)})  # fmt: skip
+        rows.append({"stage": stage.name, "state": state.state, "detail": state.detail, "finished": record.finished if record else None,
+                     "seconds": record.seconds if record else None, "outputs": stage.outputs, "slurm": jobs.get(stage.name)})  # fmt: skip
     return rows
 
 
@@ -38,10 +37,11 @@ def run_status(out: Path) -> list[dict[str, Any]]:
     """The same rows from a run directory alone (no pipeline file): a stage is done when its completion record is
     there (its inputs are not checked, which needs the file's command lines)."""
     jobs = {row["stage"]: row for row in slurm_jobs(out)}
-    records = {p.stem: _read(p) for p in sorted((out / RECORDS_DIR).glob("*.json"))}
-    names = sorted(set(records) | set(jobs), key=lambda n: (records.get(n, {}).get("finished") or "~", n))
-    return [{"stage": n, "state": "done" if n in records else "not done", "detail": "", "finished": records.get(n, {}).get("finished"),
-             "seconds": records.get(n, {}).get("seconds"), "outputs": records.get(n, {}).get("outputs", []), "slurm": jobs.get(n)} for n in names]  # fmt: skip
+    records = {p.stem: record for p in sorted((out / RECORDS_DIR).glob("*.json")) if (record := _read(p)) is not None}
+    names = sorted(set(records) | set(jobs), key=lambda n: ((records[n].finished if n in records else "") or "~", n))
+    return [{"stage": n, "state": "done" if n in records else "not done", "detail": "", "finished": records[n].finished if n in records else None,
+             "seconds": records[n].seconds if n in records else None, "outputs": records[n].outputs if n in records else [], "slurm": jobs.get(n)}
+            for n in names]  # fmt: skip
 
 
 def has_records(out: Path) -> bool:

@@ -17,6 +17,7 @@ from grtool.log import log
 from grtool.models import resolve_model
 from grtool.store.coverage import check_triples_cover
 from grtool.store.io import is_stdio
+from grtool.store.records import Counters, Manifest
 
 
 @dataclass(frozen=True)
@@ -339,14 +340,14 @@ def few_shot_record(request: RetrieveRequest, prompt) -> dict[str, Any] | None:
     return {"source": str(source), "split": split, "qids": [e.qid for e in prompt.examples]}
 
 
-def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dict[str, Any]:
+def summarize(request: RetrieveRequest, manifest: Manifest | None, lookup) -> dict[str, Any]:
     from grtool.evaluation.recall import evaluate_recall
     from grtool.vocab.readers import QuestionIndex
     from grtool.retrieve.stage import latency_percentiles
 
-    counters = manifest.get("counters") or {}
-    extra = counters.get("extra") or {}
-    responses = int(counters.get("out", 0))
+    counters = manifest.counters if manifest is not None else Counters()  # None: the responses went to stdout
+    extra = counters.extra
+    responses = counters.out
     report: dict[str, Any] = {
         "out": str(request.out),
         "responses": responses,
@@ -364,7 +365,7 @@ def summarize(request: RetrieveRequest, manifest: dict[str, Any], lookup) -> dic
         report["recall_note"] = "the responses went to stdout; pipe them into `grtool eval recall -`"
         return report
     report["latency_ms"] = latency_percentiles(request.out)
-    if not manifest.get("complete"):
+    if manifest is None or not manifest.complete:
         report["recall_note"] = "other tasks' parts are not done yet; run `grtool eval recall` on the directory when all tasks are"
         return report
     scorable = lookup is not None or request.mode == "gmr"  # gmr rows name their documents: nothing to look up

@@ -187,9 +187,9 @@ def run_retrieve(
 
 
 def _recorded_empty(writer: Any, name: str) -> EmptyOutputs:
-    record = writer.records.get(name, {})
-    extra = record.get("counters", {}).get("extra", {})
-    return EmptyOutputs(name, record.get("rows", 0), extra.get("responses_empty", 0), resumed=True)
+    record = writer.records.get(name)  # a ShardRecord
+    rows, extra = (record.rows, record.counters.extra) if record is not None else (0, {})
+    return EmptyOutputs(name, rows, extra.get("responses_empty", 0), resumed=True)
 
 
 def latency_percentiles(path: str | Path) -> dict[str, float | None]:

@@ -78,9 +78,9 @@ def _corpus_doc_ids(corpus: Path):
 def _documents_stage(corpus: Path) -> Path | None:
     """The corpus's documents stage: the directory itself, its documents/, or the sibling of its questions stage."""
     candidates = [corpus, corpus / "documents"]
-    if (corpus / MANIFEST).is_file() and load_manifest(corpus).get("table") == "questions":
+    if (corpus / MANIFEST).is_file() and load_manifest(corpus).table == "questions":
         candidates.append(corpus.parent / "documents")
     for c in candidates:
-        if (c / MANIFEST).is_file() and load_manifest(c).get("table") == "documents":
+        if (c / MANIFEST).is_file() and load_manifest(c).table == "documents":
             return c
     return None

@@ -16,9 +16,9 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from grtool.errors import GuardTripped
+from grtool.store.records import Counters, Manifest
 
 GUARD = "--allow-empty"
 SHOWN_REASONS = 3  # rejection reasons named in the line (the manifest and _rejects/ keep them all)
@@ -80,16 +80,18 @@ def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, in
     )
 
 
-def check_stage(path: str | Path, manifest: dict[str, Any]) -> None:
+def check_stage(path: str | Path, manifest: Manifest) -> None:
     """Judge a stage directory whose manifest was just merged: only once every part is committed."""
-    if not manifest.get("complete"):
-        return
-    counters = manifest.get("counters") or {}
-    rejected = dict(counters.get("rejected") or {})
-    if counters.get("merged"):
-        rejected["merged into another row"] = counters["merged"]
-    inputs = [str(i.get("path")) for i in manifest.get("inputs") or [] if isinstance(i, dict) and i.get("path")]
-    check_rows(str(path), int(counters.get("in") or 0), int(manifest.get("rows") or 0), rejected, inputs=inputs, hint=_HINTS.get(max(rejected, key=rejected.get)) if rejected else None)
+    if manifest.complete:
+        check_counted(str(path), manifest.counters, manifest.rows or 0, [i.path for i in manifest.inputs if i.path])
+
+
+def check_counted(what: str, counters: Counters, rows: int, inputs: list[str]) -> None:
+    """Judge a finished output (a stage directory, a stream) by its counters and the rows it wrote."""
+    rejected = dict(counters.rejected)
+    if counters.merged:
+        rejected["merged into another row"] = counters.merged
+    check_rows(what, counters.in_, rows, rejected, inputs=inputs, hint=_HINTS.get(max(rejected, key=rejected.get)) if rejected else None)
 
 
 # The likely cause behind a reason that rejected everything.

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import blake3
+import msgspec
 
 from grtool.store.layout import MANIFEST
 from grtool.errors import printable
-from grtool.store.records import load_shard_records
+from grtool.store.records import InputRecord, load_shard_records
 from grtool.userinput import require_input
 
 
@@ -45,7 +46,7 @@ def fingerprint(path: str | Path, exclude: Iterable[str | Path] = ()) -> dict[st
         records = sorted(load_shard_records(p).items())
         h = hashlib.blake2b(digest_size=16)
         for name, rec in records:
-            h.update(f"{name}:{rec.get('sha256')}\n".encode())
+            h.update(f"{name}:{rec.sha256}\n".encode())
         return {"path": resolved, "kind": "stage", "shards": len(records), "blake2b": h.hexdigest()}
     h = blake3.blake3()
     files = index_files(p) or tree_files(p, exclude)
@@ -135,14 +136,14 @@ def _legacy_fingerprint(p: Path) -> dict[str, Any]:
     return {"kind": "tree", "files": len(files), "blake2b": h.hexdigest()}
 
 
-def changed_inputs(old: list[dict[str, Any]] | None, spec: StageInputs) -> list[str]:
+def changed_inputs(old: list[InputRecord], spec: StageInputs) -> list[str]:
     """The inputs of ``spec`` that differ from the fingerprints ``old`` recorded (``[]``: the same inputs).
 
     Paths compare resolved. A manifest written before whole-file hashes (``sample_blake2b``) is compared with
     the fingerprint it used, so its output still resumes.
     """
     new = spec.input_fingerprints()
-    old = list(old or [])
+    old = msgspec.to_builtins(old)  # the JSON form, as fingerprint() gives the new ones (None fields left out)
     if old == new:
         return []
     if len(old) != len(new):

@@ -21,7 +21,7 @@ from grtool.log import log
 from grtool.store.diskfull import writing
 from grtool.store.reading import iter_shard_batches
 from grtool.store.stage import StageSpec, StageWriter, shard_paths
-from grtool.store.records import load_manifest, resolve_stage
+from grtool.store.records import Counters, Manifest, load_manifest, resolve_stage
 
 STDIO = "-"
 
@@ -54,8 +54,9 @@ class InputTable:
         return len(self.parts)
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        return {} if self.source == STDIO else load_manifest(self.source)
+    def manifest(self) -> Manifest | None:
+        """The stage's manifest (None: rows on stdin have none)."""
+        return None if self.source == STDIO else load_manifest(self.source)
 
     def iter_part(self, index: int, columns: list[str] | None = None, batch_size: int = 8192) -> Iterator[list[dict[str, Any]]]:
         """Row batches of one part."""
@@ -172,23 +173,19 @@ class JsonlOutput:
     def shard(self, index: int) -> _JsonlShard:
         return _JsonlShard(self, index)
 
-    def finish(self, *, check_empty: bool = True, **extra: Any) -> dict[str, Any]:
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
+        """The stream ends; it has no manifest (callers' ``None``: the rows went to stdout)."""
         with writing(STDIO):
             sys.stdout.buffer.flush()
-        manifest = {"table": self.spec.table, "stdout": True}
         if check_empty:
-            self.check_empty(manifest)
-        return manifest
+            self.check_empty(None)
 
-    def check_empty(self, manifest: dict[str, Any]) -> None:
+    def check_empty(self, manifest: None) -> None:
         """The stream is judged as a stage directory is (grtool.store.empty), from its parts' counts."""
         from grtool.store import empty
 
-        rejected = dict(self.rejected, **({"merged into another row": self.merged} if self.merged else {}))
-        empty.check_stage(
-            f"{self.spec.table} rows on standard output",
-            {"complete": True, "rows": self.rows, "counters": {"in": self.rows_in, "rejected": rejected}, "inputs": [{"path": i} for i in self.spec.inputs]},
-        )
+        counters = Counters(in_=self.rows_in, merged=self.merged, rejected=self.rejected)
+        empty.check_counted(f"{self.spec.table} rows on standard output", counters, self.rows, [str(i) for i in self.spec.inputs])
 
 
 STREAM_HINT = "run the same command again to start over (a reader of the stream must start over too)"

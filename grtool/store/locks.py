@@ -23,7 +23,7 @@ from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
 from grtool.store.paths import prepare_out_dir
-from grtool.records import DamagedRecord, read_record, to_builtins
+from grtool.records import DamagedRecord, read_record
 from grtool.store.records import PartCount, Text, now
 
 BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
@@ -116,23 +116,22 @@ class LockHolder(msgspec.Struct):
     tasks: PartCount | None = None
 
 
-def _read_holder(path: Path) -> dict[str, Any] | None:
+def _read_holder(path: Path) -> LockHolder | None:
     """The holder a lock file names; None while it has not written itself yet, or when the file is damaged (the
     message then says no more than that a run holds it)."""
     try:
-        return to_builtins(read_record(path, LockHolder, what="lock holder"))
+        return read_record(path, LockHolder, what="lock holder")
     except (OSError, DamagedRecord):
         return None
 
 
-def _describe(info: dict[str, Any] | None) -> str:
-    if not info:
+def _describe(info: LockHolder | None) -> str:
+    if info is None:
         return "a grtool process that has not recorded itself yet"
-    command = " ".join(info.get("command") or [])
-    return f"pid {info.get('pid')} on host {info.get('host')}, started {info.get('started')}, command: {command}"
+    return f"pid {info.pid} on host {info.host}, started {info.started}, command: {' '.join(info.command)}"
 
 
-def _live_tasks(directory: Path) -> list[dict[str, Any]]:
+def _live_tasks(directory: Path) -> list[LockHolder | None]:
     """Holders of the array-task locks of a directory that are held right now (by other processes)."""
     live = []
     for f in sorted(directory.glob("_run.task-*.lock")):
@@ -146,7 +145,7 @@ def _live_tasks(directory: Path) -> list[dict[str, Any]]:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                live.append(_read_holder(f) or {})
+                live.append(_read_holder(f))
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -222,7 +221,7 @@ class RunLock:
     def _busy(self, run: Path) -> TransientError:
         tasks = _live_tasks(self.dir) if self.lock_file is None else []
         if tasks:
-            who = "; ".join(f"array task {t.get('task')} of {t.get('tasks')}: {_describe(t)}" for t in tasks)
+            who = "; ".join(f"array task {t.task if t else None} of {t.tasks if t else None}: {_describe(t)}" for t in tasks)
         else:
             who = f"another run: {_describe(_read_holder(run))}"
         this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"

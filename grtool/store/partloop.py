@@ -26,6 +26,7 @@ from grtool.log import progress
 from grtool.store.io import open_output
 from grtool.store.layout import part_name
 from grtool.store.sharding import parts_for_task, resolve_sharding
+from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
 
 
@@ -115,11 +116,12 @@ class PartLoop:
                     break
         return done
 
-    def finish(self, *, check_empty: bool = True, **extra: Any) -> list[dict[str, Any]]:
-        """Merge each output's shard records into its manifest (with ``extra`` and the output's ``finish``)."""
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> list[Manifest | None]:
+        """Merge each output's shard records into its manifest (with ``extra`` and the output's ``finish``); None
+        for an output on stdout."""
         return [w.finish(check_empty=check_empty, **extra, **o.finish) for w, o in zip(self.writers, self.outputs)]
 
-    def check_empty(self, manifests: list[dict[str, Any]]) -> None:
+    def check_empty(self, manifests: list[Manifest | None]) -> None:
         """The empty-result rule (:mod:`grtool.store.empty`) for each output, after a caller's own guard spoke."""
         for w, m in zip(self.writers, manifests):
             w.check_empty(m)

@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,7 +51,15 @@ def short(error: BaseException) -> str:
     return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 
 
-def verify_shard(shard: Path, record: dict[str, Any], expected: pa.Schema | None = None) -> None:
+class Committed(Protocol):
+    """What :func:`verify_shard` reads of a shard record (:class:`grtool.store.records.ShardRecord`, whose module
+    imports this one)."""
+
+    bytes: int
+    sha256: str
+
+
+def verify_shard(shard: Path, record: Committed, expected: pa.Schema | None = None) -> None:
     """``shard`` against its completion record: present, its size, its sha256, the table's schema."""
     name = f"_shards/{shard.stem}.json"
     try:
@@ -60,14 +68,14 @@ def verify_shard(shard: Path, record: dict[str, Any], expected: pa.Schema | None
         raise damaged(shard, f"the file is missing; {name} records it as done") from None
     if not stat.S_ISREG(st.st_mode):  # a directory or a FIFO in a shard's place: never opened (a FIFO would hang)
         raise damaged(shard, f"{file_kind(shard) or 'a directory'} in the shard's place, not a file")
-    if record.get("bytes") is not None and st.st_size != record["bytes"]:
-        what = "empty" if st.st_size == 0 else "truncated" if st.st_size < record["bytes"] else "longer than written"
-        raise damaged(shard, f"{what}: {st.st_size} bytes, {name} records {record['bytes']}")
+    if st.st_size != record.bytes:
+        what = "empty" if st.st_size == 0 else "truncated" if st.st_size < record.bytes else "longer than written"
+        raise damaged(shard, f"{what}: {st.st_size} bytes, {name} records {record.bytes}")
     key = (str(shard.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key not in _VERIFIED and record.get("sha256") is not None:
+    if key not in _VERIFIED:
         with open_regular(shard) as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
-        if digest != record["sha256"]:
+        if digest != record.sha256:
             raise damaged(shard, f"its bytes changed since it was written: sha256 differs from {name}")
         _VERIFIED.add(key)
     if expected is not None:

@@ -11,7 +11,7 @@ import stat
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgspec
 import orjson
@@ -206,25 +206,50 @@ class SchemaField(msgspec.Struct):
     type: Text
 
 
+class DetectedInput(msgspec.Struct, omit_defaults=True):
+    """What an input file (or a directory's files read alike) was read as (``corpus ingest``'s ``detected``)."""
+
+    path: Text
+    dataset: Text
+    records: Literal["documents", "questions"]
+    by: Text
+    files: Count | None = None
+    split: Text | None = None
+    layout: Text | None = None
+    unread: list[Text] = []
+
+
+if TYPE_CHECKING:  # what the fields hold once decoded
+    ShardEntries = dict[str, ShardRecord]
+    StopEntries = dict[str, StopRecord]
+else:  # decoded entry by entry in Manifest.__post_init__: msgspec names a failing entry [...], users need its key
+    ShardEntries = dict[PartName, Any]
+    StopEntries = dict[Text, Any]
+
+
 class Manifest(msgspec.Struct):
-    """``_manifest.json``: what made the stage and the merged shard records (fields newer writers add pass)."""
+    """``_manifest.json``: what made the stage and the merged shard records. Every field a grtool writer puts
+    there is declared; fields a newer writer adds are ignored on read."""
 
     table: TableName
     num_parts: PartCount | None
     schema: list[SchemaField] = []
     inputs: list[InputRecord] = []
-    params: dict[Text, Any] = {}
-    # by part name and by task: checked entry by entry in __post_init__, so a message names the entry's key
-    shards: dict[PartName, Any] = {}
+    params: dict[Text, Any] = {}  # the stage's own parameters
+    shards: ShardEntries = {}  # by part name
     counters: Counters = msgspec.field(default_factory=Counters)
     rows: Count | None = None
     complete: bool = False
-    stops: dict[Text, Any] | None = None
+    stops: StopEntries | None = None  # by task (grtool.store.stops)
     command: list[Text] | None = None
     grtool_version: Text | None = None
     created: Text | None = None
     allow_empty: bool | None = None
-    has_questions: bool | None = None
+    has_questions: bool | None = None  # corpus ingest's documents: whether a questions table was written
+    model: Text | None = None  # the model that generated the rows (the LLM stages, retrieve bm25)
+    prompt_sha256: Sha256 | None = None  # triples extract's prompt
+    empty_inputs: list[Text] = []  # corpus ingest: inputs without a record
+    detected: list[DetectedInput] = []  # corpus ingest: what each input was read as
 
     def __post_init__(self) -> None:
         check_timestamp(self.created, "created")
@@ -245,27 +270,31 @@ class Manifest(msgspec.Struct):
                 raise ValueError(f"field stops.{key}.task: {stop.task!r} is recorded under {key!r}")
 
 
-def write_record(path: Path, record: dict[str, Any], kind: type, what: str) -> None:
+def write_record(path: Path, record: dict[str, Any], kind: type[T], what: str) -> T:
     """Write a manifest or shard record once it decodes through its declaration, as every reader decodes it: grtool
-    never writes a record it would refuse to read back (a bug then stops here, naming the field)."""
+    never writes a record it would refuse to read back, nor a field its readers would drop (a bug then stops here,
+    naming the field). Returns the record as its readers get it."""
+    undeclared = sorted(set(record) - {f.encode_name for f in msgspec.structs.fields(kind)})
+    if undeclared:
+        raise DamagedRecord(f"{path}: {what} about to be written: field {undeclared[0]} is not declared by {kind.__name__}, so its readers would drop it")
     data = dumps(record)
-    decode_record(data, kind, source=path, what=f"{what} about to be written")
+    decoded = decode_record(data, kind, source=path, what=f"{what} about to be written")
     atomic_write_bytes(path, data)
+    return decoded
 
 
-def load_manifest(path: str | Path) -> dict[str, Any]:
+def load_manifest(path: str | Path) -> Manifest:
     """The stage's manifest, decoded through :class:`Manifest` (a damaged one is one :class:`DamagedRecord` line
-    naming the field), as the JSON object it is (with the fields a newer writer added)."""
+    naming the field)."""
     p = Path(path) / MANIFEST
     try:
         data = read_record_bytes(p, what="manifest")
     except FileNotFoundError:
         raise InputError(f"{Path(path)}: not a stage directory (no {MANIFEST})") from None
-    decode_record(data, Manifest, source=p, what="manifest")
-    return msgspec.json.decode(data)
+    return decode_record(data, Manifest, source=p, what="manifest")
 
 
-def read_shard_record(f: Path) -> dict[str, Any]:
+def read_shard_record(f: Path) -> ShardRecord:
     """One shard record, decoded through :class:`ShardRecord`; it must record the part its file is named after."""
     what = "shard record"
     if not re.match(PART_PATTERN, f.stem):
@@ -275,20 +304,20 @@ def read_shard_record(f: Path) -> dict[str, Any]:
     if record.part not in (None, f.stem) or record.file != f"{f.stem}.parquet":
         wrong = "part" if record.part not in (None, f.stem) else "file"
         raise DamagedRecord(f"{f}: {what}: field {wrong}: {getattr(record, wrong)!r} is not {f.stem}, the part it is named after (edited or damaged)")
-    return msgspec.json.decode(data)
+    return record
 
 
-def load_shard_records(path: str | Path) -> dict[str, dict[str, Any]]:
+def load_shard_records(path: str | Path) -> dict[str, ShardRecord]:
     """Completion records of the committed shards, by part name (each through :func:`read_shard_record`)."""
     d = Path(path) / SHARDS_DIR
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, ShardRecord] = {}
     if d.is_dir():
         for f in sorted(d.glob("part-*.json")):
             records[f.stem] = read_shard_record(f)
     return records
 
 
-def check_parts_planned(path: str | Path, num_parts: int | None, records: dict[str, Any]) -> None:
+def check_parts_planned(path: str | Path, num_parts: int | None, records: dict[str, ShardRecord]) -> None:
     """Every shard record is a part the manifest plans: one past ``num_parts`` means the manifest or the record was
     edited (:class:`DamagedRecord` naming both)."""
     if num_parts is None:
@@ -313,7 +342,7 @@ def resolve_stage(path: str | Path, table: str) -> Path:
         raise missing_input(p)
     for candidate in (p, p / table):
         if is_stage_dir(candidate):
-            got = load_manifest(candidate).get("table")
+            got = load_manifest(candidate).table
             if got == table:
                 return candidate
             if candidate == p and not (p / table).exists():
@@ -326,18 +355,15 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def part_on_disk(path: str | Path, record: dict[str, Any], footer: bool = True) -> bool:
+def part_on_disk(path: str | Path, record: ShardRecord, footer: bool = True) -> bool:
     """The part a shard record names is there as committed: a regular file of the recorded size holding the
     recorded rows (its footer says; a removed, truncated or replaced part is not, so resume redoes it; its bytes
     are hashed by ``validate``, not here). ``footer=False`` checks the file and its size only, without Parquet
     (`grtool status`, which reads JSON records alone)."""
-    name = record.get("file")
-    if not isinstance(name, str) or "/" in name:
-        return False
-    part = Path(path) / name
+    part = Path(path) / record.file  # a file name alone (FileName)
     try:
         st = part.stat()
-        if not (stat.S_ISREG(st.st_mode) and st.st_size == record.get("bytes")):
+        if not (stat.S_ISREG(st.st_mode) and st.st_size == record.bytes):
             return False
     except (OSError, ValueError):  # gone, unreadable, or a name the file system cannot hold
         return False
@@ -349,12 +375,12 @@ def part_on_disk(path: str | Path, record: dict[str, Any], footer: bool = True) 
     try:
         from grtool.store.reading import arrow_source  # a directory name that is not UTF-8 too
 
-        return pq.read_metadata(arrow_source(part)).num_rows == record.get("rows")
+        return pq.read_metadata(arrow_source(part)).num_rows == record.rows
     except (OSError, ValueError, pa.ArrowException):  # a damaged footer: not the part that was committed
         return False
 
 
-def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, dict[str, Any]], footers: bool = True) -> list[str]:
+def parts_not_on_disk(path: str | Path, num_parts: int | None, records: dict[str, ShardRecord], footers: bool = True) -> list[str]:
     """The planned parts of a stage that are not committed on disk: no shard record, or not :func:`part_on_disk`."""
     if num_parts is None:
         return []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -56,19 +57,18 @@ def shard_paths(path: str | Path) -> list[Path]:
 
     p = Path(path)
     records = load_shard_records(p)
-    manifest = load_manifest(p) if is_stage_dir(p) else {}
-    for name in sorted(set(manifest.get("shards") or {}) - set(records)):  # a lagging manifest lists fewer, never more
+    manifest = load_manifest(p) if is_stage_dir(p) else None
+    listed = manifest.shards if manifest is not None else {}
+    for name in sorted(set(listed) - set(records)):  # a lagging manifest lists fewer, never more
         raise reading.damaged(p / f"{name}.parquet", f"{MANIFEST} lists it but its record {SHARDS_DIR}/{name}.json is missing")
-    table = manifest.get("table")
-    expected = TABLES[table][0] if table in TABLES else None
+    expected = TABLES[manifest.table][0] if manifest is not None else None
     shards = []
-    listed = manifest.get("shards") or {}
     for name, record in sorted(records.items()):
         shard = p / f"{name}.parquet"
-        entry = listed.get(name) or {}
+        entry = listed.get(name)
         for key in ("sha256", "bytes", "rows"):  # the manifest copies each record: a difference is a record edited or copied from another stage
-            if key in entry and entry[key] != record.get(key):
-                raise reading.damaged(shard, f"{MANIFEST} records {key} {entry[key]!r}, {SHARDS_DIR}/{name}.json records {record.get(key)!r}")
+            if entry is not None and getattr(entry, key) != getattr(record, key):
+                raise reading.damaged(shard, f"{MANIFEST} records {key} {getattr(entry, key)!r}, {SHARDS_DIR}/{name}.json records {getattr(record, key)!r}")
         reading.verify_shard(shard, record, expected)
         shards.append(shard)
     return shards
@@ -112,16 +112,16 @@ class StageSpec:
     def identity(self) -> dict[str, Any]:
         return {"table": self.table, "params": json.loads(dumps(self.params)), "inputs": self.input_fingerprints()}
 
-    def mismatch(self, old: dict[str, Any]) -> str | None:
+    def mismatch(self, old: Manifest) -> str | None:
         """What differs between an existing manifest and this run, or None when this run may resume it."""
         diffs = []
-        if old.get("table") != self.table:
-            diffs.append(f"table ({old.get('table')!r} vs {self.table!r})")
-        op, np_ = old.get("params") or {}, json.loads(dumps(self.params))
+        if old.table != self.table:
+            diffs.append(f"table ({old.table!r} vs {self.table!r})")
+        op, np_ = old.params, json.loads(dumps(self.params))
         for k in sorted(set(op) | set(np_)):
             if op.get(k) != np_.get(k):
                 diffs.append(f"parameter {k} ({op.get(k)!r} before, {np_.get(k)!r} now)")
-        changed = changed_inputs(old.get("inputs"), self)
+        changed = changed_inputs(old.inputs, self)
         if changed:
             diffs.append(f"inputs ({', '.join(printable(c) for c in changed)}: path or contents changed)")
         return ", ".join(diffs) or None
@@ -201,7 +201,7 @@ class ShardWriter:
             c["extra"] = dict(self.extra)
         return c
 
-    def commit(self) -> dict[str, Any]:
+    def commit(self) -> ShardRecord:
         with writing(self.final):
             if self._writer is None:  # an empty shard is still a shard: downstream sees the schema
                 self._writer = pq.ParquetWriter(self.tmp, self.stage.spec.schema, compression=PARQUET_COMPRESSION)
@@ -223,8 +223,7 @@ class ShardWriter:
             "finished": now(),
             **part_timing(self.rows_out, time.monotonic() - self.started),
         }
-        write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
-        return record
+        return write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
 
     def abort(self) -> None:
         # Closing may fail again (a full disk fails the footer's write too): the temporary files go regardless,
@@ -316,8 +315,8 @@ class StageWriter:
             old = load_manifest(self.path)
             refuse_stdin_resume(self.path, old)
             problem = self.spec.mismatch(old)
-            if problem is None and self.num_parts is not None and old.get("num_parts") not in (None, self.num_parts):
-                problem = f"planned parts ({old.get('num_parts')} before, {self.num_parts} now)"
+            if problem is None and self.num_parts is not None and old.num_parts not in (None, self.num_parts):
+                problem = f"planned parts ({old.num_parts} before, {self.num_parts} now)"
             if problem is None:
                 return
             if not (self.whole_run and self._nothing_committed(old)):
@@ -340,9 +339,9 @@ class StageWriter:
         }
         write_record(mpath, manifest, Manifest, "manifest")
 
-    def _nothing_committed(self, manifest: dict[str, Any]) -> bool:
+    def _nothing_committed(self, manifest: Manifest) -> bool:
         """No part, no shard record and no rejects were committed under ``manifest`` (its run failed early)."""
-        if manifest.get("shards") or load_shard_records(self.path) or any(self.path.glob("*.parquet")):
+        if manifest.shards or load_shard_records(self.path) or any(self.path.glob("*.parquet")):
             return False
         rejects = self.path / REJECTS_DIR
         return not (rejects.is_dir() and any(rejects.glob("part-*.jsonl")))  # committed rejects files, not a user's
@@ -356,7 +355,7 @@ class StageWriter:
         self.finished = False
         return ShardWriter(self, index)
 
-    def finish(self, *, check_empty: bool = True, **extra: Any) -> dict[str, Any]:
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> Manifest:
         """Merge every committed shard record into the manifest (under the lock) and return it.
 
         A complete stage without a row is an error unless --allow-empty (:mod:`grtool.store.empty`); the caller
@@ -370,35 +369,37 @@ class StageWriter:
             self.check_empty(manifest)
         return manifest
 
-    def check_empty(self, manifest: dict[str, Any]) -> None:
+    def check_empty(self, manifest: Manifest) -> None:
         from grtool.store import empty
 
         empty.check_stage(self.path, manifest)
 
 
-def merge_shard_records(path: str | Path, **extra: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def merge_shard_records(path: str | Path, **extra: Any) -> tuple[Manifest, dict[str, ShardRecord]]:
     """Merge every committed shard record of the stage directory ``path`` into its manifest, under the manifest
     lock; returns the manifest and the records. Each run (an array task too) does it when it finishes; a Slurm
     pipeline does it once more, alone, after the last task of an array ended."""
     path = Path(path)
     with FileLock(str(path / LOCK)):
-        manifest = load_manifest(path)
+        # rewritten from the JSON form of what was read (fields a newer grtool added are not kept)
+        manifest = msgspec.to_builtins(load_manifest(path))
         records = load_shard_records(path)
-        manifest["shards"] = {name: {k: v for k, v in rec.items() if k != "part"} for name, rec in records.items()}
-        manifest["counters"] = merge_counters(r["counters"] for r in records.values())
-        manifest["rows"] = sum(r["rows"] for r in records.values())
-        n = manifest.get("num_parts")
+        entries = msgspec.to_builtins(records)
+        manifest["shards"] = {name: {k: v for k, v in entry.items() if k != "part"} for name, entry in entries.items()}
+        manifest["counters"] = merge_counters(entry["counters"] for entry in entries.values())
+        manifest["rows"] = sum(r.rows for r in records.values())
+        n = manifest["num_parts"]
         manifest["complete"] = n is not None and all(part_name(i) in records for i in range(n))
         manifest.update(extra)
-        write_record(path / MANIFEST, manifest, Manifest, "manifest")
-        if manifest["complete"]:
+        merged = write_record(path / MANIFEST, manifest, Manifest, "manifest")
+        if merged.complete:
             _clean_stale_tmp(path)
-    return manifest, records
+    return merged, records
 
 
-def refuse_stdin_resume(path: Path, old_manifest: dict[str, Any]) -> None:
+def refuse_stdin_resume(path: Path, old_manifest: Manifest) -> None:
     """Output made from standard input cannot be resumed: nobody can tell whether the same rows come in again."""
-    if any(i.get("kind") == "stdin" for i in old_manifest.get("inputs") or []):
+    if any(i.kind == "stdin" for i in old_manifest.inputs):
         raise GrtoolError(f"{path}: exists from a run that read standard input, which cannot be resumed; use --overwrite")
 
 

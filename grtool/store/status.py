@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from grtool.store.layout import MANIFEST
-from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, merge_counters, parts_not_on_disk
-from grtool.store.stops import open_stops, read_stops
+import msgspec
+
+from grtool.store.records import ShardRecord, is_stage_dir, load_manifest, load_shard_records, merge_counters, parts_not_on_disk
+from grtool.store.stops import open_stops
 
 
 def find_stage_dirs(root: str | Path) -> list[Path]:
@@ -30,29 +32,28 @@ def status(path: str | Path, footers: bool = True) -> dict[str, Any]:
     path = Path(path)
     manifest = load_manifest(path)
     records = load_shard_records(path)
-    recorded = read_stops(manifest, path / MANIFEST)
-    n = manifest.get("num_parts")
+    n = manifest.num_parts
     done = sorted(records)
     pending = parts_not_on_disk(path, n, records, footers)  # a record whose part was removed is pending, not done
-    counters = merge_counters(r["counters"] for r in records.values())
+    counters = merge_counters(msgspec.to_builtins(r.counters) for r in records.values())  # summed as JSON counters
     return {
         "path": str(path),
-        "table": manifest.get("table"),
+        "table": manifest.table,
         "parts_planned": n,
         "parts_done": len(done),
         "parts_pending": pending,
-        "rows": sum(r["rows"] for r in records.values()),
+        "rows": sum(r.rows for r in records.values()),
         "counters": counters,
         **_timing(records),
         "complete": n is not None and not pending and not open_stops(manifest),
-        "stops": [stop for _, stop in sorted(recorded.items())],
+        "stops": [stop for _, stop in sorted((manifest.stops or {}).items())],  # StopRecords
     }
 
 
-def _timing(records: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+def _timing(records: dict[str, ShardRecord]) -> dict[str, float | None]:
     """The parts' seconds summed (time spent working, not the wall time of a run whose array tasks overlap) and the
     rows those parts wrote per second; None where no record has seconds (written by an older grtool)."""
-    timed = [r for r in records.values() if r.get("seconds") is not None]
-    seconds = round(sum(r["seconds"] for r in timed), 3)
-    rows = sum(r["rows"] for r in timed)
+    timed = [r for r in records.values() if r.seconds is not None]
+    seconds = round(sum(r.seconds or 0.0 for r in timed), 3)
+    rows = sum(r.rows for r in timed)
     return {"seconds": seconds if timed else None, "rows_per_second": round(rows / seconds, 3) if timed and seconds else None}

@@ -41,8 +41,7 @@ import msgspec
 
 from grtool.invocation import current_command
 from grtool.store.layout import LOCK, MANIFEST
-from grtool.records import DamagedRecord, field_message
-from grtool.store.records import Manifest, StopRecord, dumps, entries_of, load_manifest, now, write_record
+from grtool.store.records import Manifest, StopRecord, dumps, load_manifest, now, write_record
 
 STOPS = "stops"  # the manifest's field
 WHOLE_RUN = "all"  # the task key of a run that is not one task of an array
@@ -60,43 +59,30 @@ def task_key(shards: tuple[int, int] | None) -> str:
 # ------------------------------------------------------------------------------------------ reading
 
 
-def read_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> dict[str, dict[str, Any]]:
-    """The manifest's stop records by task (none in a manifest of an older grtool); an edited or damaged record
-    is one :class:`DamagedRecord` naming the field."""
-    stops = manifest.get(STOPS)
-    if stops is None:
-        return {}
-    try:
-        entries_of(msgspec.convert(stops, dict[str, Any]), StopRecord, STOPS)  # the declaration load_manifest decodes it by
-    except msgspec.ValidationError as e:
-        raise DamagedRecord(f"{where}: manifest: {field_message(e, STOPS)} (edited or damaged)") from None
-    except ValueError as e:
-        raise DamagedRecord(f"{where}: manifest: {e} (edited or damaged)") from None
-    return stops
-
-
-def open_stops(manifest: dict[str, Any], where: str | Path = MANIFEST) -> list[dict[str, Any]]:
-    """The stops nobody accepted: each fails the stage."""
-    return [s for _, s in sorted(read_stops(manifest, where).items()) if s.get("accepted") is None]
+def open_stops(manifest: Manifest) -> list[StopRecord]:
+    """The stops nobody accepted (none in a manifest of an older grtool): each fails the stage."""
+    return [s for _, s in sorted((manifest.stops or {}).items()) if s.accepted is None]
 
 
 SHOWN_CHARS = 400  # of the message, in status and validate lines (the record keeps it whole)
 
 
-def describe(stop: dict[str, Any]) -> str:
+def describe(stop: StopRecord) -> str:
     """One line: what stopped the run, which task, when, the command."""
-    what = f"guard {stop['guard']} tripped" if stop.get("kind") == "guard" else f"run failed (exit {stop.get('exit_code')})"
-    task = "" if stop.get("task") == WHOLE_RUN else f" in task {stop.get('task')} (--shard-index/--num-shards)"
-    message = str(stop.get("message"))
+    what = f"guard {stop.guard} tripped" if stop.kind == "guard" else f"run failed (exit {stop.exit_code})"
+    task = "" if stop.task == WHOLE_RUN else f" in task {stop.task} (--shard-index/--num-shards)"
+    message = stop.message
     if len(message) > SHOWN_CHARS:
         message = message[:SHOWN_CHARS] + " …"
-    return f"{what}{task} at {stop.get('when')}: {message} [command: {' '.join(map(str, stop.get('command') or []))}]"
+    return f"{what}{task} at {stop.when}: {message} [command: {' '.join(stop.command)}]"
 
 
-def describe_acceptance(stop: dict[str, Any]) -> str:
-    acc = stop.get("accepted") or {}
-    reason = f" ({acc['reason']})" if acc.get("reason") else ""
-    return f"accepted by {acc.get('by')} at {acc.get('when')}{reason}: {describe(stop)}"
+def describe_acceptance(stop: StopRecord) -> str:
+    acc = stop.accepted
+    if acc is None:
+        return describe(stop)
+    reason = f" ({acc.reason})" if acc.reason else ""
+    return f"accepted by {acc.by} at {acc.when}{reason}: {describe(stop)}"
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -109,8 +95,9 @@ def _update(path: Path, change) -> Any:
     from filelock import FileLock  # only writers take the lock (`status` reads the stops without it)
 
     with FileLock(str(path / LOCK)):
-        manifest = load_manifest(path)
-        stops = dict(read_stops(manifest, path / MANIFEST))
+        # rewritten from the JSON form of what was read (fields a newer grtool added are not kept)
+        manifest = msgspec.to_builtins(load_manifest(path))
+        stops = dict(manifest[STOPS] or {})
         before = dumps(stops)
         result = change(stops)
         if dumps(stops) != before:
@@ -159,7 +146,7 @@ def clear_stops(path: str | Path, task: str) -> None:
     _update(Path(path), change)
 
 
-def accept_stops(path: str | Path, reason: str | None = None) -> list[dict[str, Any]]:
+def accept_stops(path: str | Path, reason: str | None = None) -> list[StopRecord]:
     """Mark every stop of the stage directory nobody accepted yet as accepted (who, when, the command, why);
     returns those it accepted."""
 
@@ -173,7 +160,7 @@ def accept_stops(path: str | Path, reason: str | None = None) -> list[dict[str, 
                 done.append(stops[key])
         return done
 
-    return _update(Path(path), change)
+    return [msgspec.convert(stop, StopRecord) for stop in _update(Path(path), change)]  # as written: it decoded
 
 
 def _who() -> str:

@@ -198,19 +198,21 @@ def exported_questions(data: Path) -> dict[str, Any] | None:
     """The questions an export file's ``<file>.grtool.json`` says its rows come from (None: no such record). The
     record speaks for the file only while the file is the one it describes (its sha256): rows edited or appended
     since would train on questions the record does not list, so such a file is refused."""
-    from grtool.vocab.provenance import read_sidecar, sidecar_path
+    import msgspec
+
+    from grtool.vocab.provenance import decode_sidecar, sidecar_path
 
     sidecar = sidecar_path(data)
     try:
-        written = read_sidecar(sidecar)
+        written = decode_sidecar(sidecar)
     except (OSError, ValueError):
         return None
-    if written.get("sha256") and written["sha256"] != sha256_file(data):
+    if written.sha256 != sha256_file(data):
         raise InputError(f"{data}: changed since `export` wrote it ({sidecar.name} records another sha256), so its record no longer says which "
                          f"questions the rows come from; export it again, or delete {sidecar.name} to train on it as a hand-made file "
                          "(its questions then unknown to the overlap check)")  # fmt: skip
-    record = written.get("questions")
-    return record if isinstance(record, dict) and isinstance(record.get("qids"), list) else None
+    # the JSON form: the checkpoint's record copies it (trained_questions)
+    return msgspec.to_builtins(written.questions) if written.questions is not None else None
 
 
 # What each command trains on, by the `export` that wrote the file (its ``<file>.grtool.json`` says which).
@@ -221,7 +223,7 @@ def _check_export_kind(data: Path, fmt: str, kind: str) -> None:
     """A file an `export` wrote is trained by its own command: `train sft` takes `export sft` and `export gmr`
     files, `train kto` `export kto` files. GMR pairs train a document generator, chains a docid reasoner: one file
     is one or the other. The export's record (when there) must agree with the command and with the rows."""
-    from grtool.vocab.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import decode_sidecar, sidecar_path
 
     if GMR in fmt.split("+") and fmt != GMR:
         raise InputError(f"{data}: mixes `export gmr` pairs with chat rows ({fmt}); train a GMR model and a chains model from separate files")
@@ -229,7 +231,7 @@ def _check_export_kind(data: Path, fmt: str, kind: str) -> None:
     if not sidecar.is_file():
         return
     try:
-        exported = read_sidecar(sidecar).get("kind")
+        exported = decode_sidecar(sidecar).kind
     except (ValueError, OSError):
         return  # not grtool's record: the rows alone decide
     if exported not in TRAINS_ON[kind]:
@@ -320,21 +322,22 @@ def data_flips(source: str | Path) -> bool | None:
     """Whether the docids the model trains on include tail-first (flipped) spellings: read from the ``flipped``
     column of the chains or responses stage behind the data (the data itself, or the stage an export file's
     ``.grtool.json`` names). None when no such stage is known (a hand-made file, a stage since removed)."""
-    from grtool.vocab.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import decode_sidecar, sidecar_path
     from grtool.store.records import is_stage_dir, load_manifest
 
     p = Path(source)
     if p.is_file():
         try:
-            inputs = read_sidecar(sidecar_path(p)).get("inputs", [])
+            inputs = decode_sidecar(sidecar_path(p)).inputs
         except (OSError, ValueError):
             return None
         found = [data_flips(e["path"]) for e in inputs if e.get("path") not in (None, "-") and Path(e["path"]).is_dir()]
         known = [f for f in found if f is not None]
         return any(known) if known else None
     for stage in (p, *(p / t for t in FLIPPED_TABLES)):
-        if is_stage_dir(stage) and load_manifest(stage).get("table") in FLIPPED_TABLES:
-            return _stage_flips(stage, load_manifest(stage)["table"])
+        table = load_manifest(stage).table if is_stage_dir(stage) else None
+        if table in FLIPPED_TABLES:
+            return _stage_flips(stage, table)
     return None
 
 

@@ -34,7 +34,7 @@ VIEWS = ("own", "transitive")  # the first is the default
 def find_documents(triples_stage: Path, corpus: str | Path | None) -> Path | None:
     if corpus is not None:
         return resolve_stage(corpus, "documents")
-    candidates = [Path(i["path"]) for i in load_manifest(triples_stage).get("inputs", []) if i.get("kind") == "stage"]
+    candidates = [Path(i.path) for i in load_manifest(triples_stage).inputs if i.kind == "stage"]
     candidates.append(triples_stage.parent / "documents")
     for c in candidates:
         try:
@@ -112,7 +112,7 @@ def collision_stats(triples: str | Path, corpus: str | Path | None = None, top: 
     counts = collect(rows.group_by("docid").agg(pl.col("doc_id").n_unique().alias("n")), [Path(s) for s in shards])
     report: dict[str, Any] = {"triples": str(stage), **_shares(counts)}
     report["documents"] = int(rows.select(pl.col("doc_id").n_unique()).collect().item())
-    report["dropped"] = drop_shares(load_manifest(stage).get("counters", {}))  # triples extract's checks, per reason
+    report["dropped"] = drop_shares(load_manifest(stage).counters)  # triples extract's checks, per reason
     report["docs_per_triple"] = {str(k): int(v) for k, v in counts.group_by("n").len().sort("n").iter_rows()}
     report["top_colliding"] = [{"docid": d, "documents": int(n)} for d, n in counts.filter(pl.col("n") >= 2).sort(["n", "docid"], descending=[True, False]).head(top).iter_rows()]
     docs = find_documents(stage, corpus)

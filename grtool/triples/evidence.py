@@ -131,4 +131,4 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
             shard.count("questions", found.questions)
             shard.count("questions_without_evidences", found.questions_without_evidences)
             shard.write_rows(rows)
-    return stage.finish()["rows"]
+    return stage.finish().rows

@@ -39,6 +39,7 @@ from grtool.llm.stage_runner import Guard, ModelStage, Output, Part, part_rows
 from grtool.log import log
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.schemas import LLM_CALLS, TRIPLES
+from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec, StageWriter
 from grtool.triples.grounding import DocumentTokens, TripleChecks
 from grtool.triples.parse import parse_output, render_docid
@@ -65,7 +66,7 @@ class ExtractReport:
     parts_skipped: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     model: str | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: Manifest | None = None  # None: the triples went to stdout
 
 
 def extract(
@@ -111,13 +112,15 @@ def extract(
 
 def _recorded_result(stage: StageWriter, name: str) -> PartResult:
     """A finished part's document counts, from its committed shard record."""
-    extra = stage.records.get(name, {}).get("counters", {}).get("extra", {})
+    record = stage.records.get(name)
+    extra = record.counters.extra if record is not None else {}
     return PartResult(name, extra.get("documents", 0), extra.get("documents_without_triples", 0), resumed=True)
 
 
 def _with_recorded_examples(stage: StageWriter, result: PartResult) -> PartResult:
     """Examples for the guard's message from the part's rejects file (read only when the guard trips)."""
-    rejects = stage.records.get(result.part, {}).get("rejects_file")
+    record = stage.records.get(result.part)
+    rejects = record.rejects_file if record is not None else None
     if not rejects or not (stage.path / rejects).is_file():
         return result
     with open(stage.path / rejects, "rb") as f:

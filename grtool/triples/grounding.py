@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from grtool.docid import triple_key
+from grtool.store.records import Counters
 
 GROUNDING_MODES = ("strict", "loose", "off")
 REASONS = ("self_loop", "prompt_example", "ungrounded")
@@ -114,9 +115,9 @@ class TripleChecks:
         return None
 
 
-def drop_shares(counters: dict) -> dict[str, dict[str, float]]:
+def drop_shares(counters: Counters) -> dict[str, dict[str, float]]:
     """Per reason, the triples dropped and their share of the triples judged (kept + dropped), from a triples
     stage's manifest counters."""
-    rejected = counters.get("rejected", {})
-    judged = counters.get("out", 0) + sum(rejected.get(r, 0) for r in REASONS)
+    rejected = counters.rejected
+    judged = counters.out + sum(rejected.get(r, 0) for r in REASONS)
     return {r: {"dropped": rejected.get(r, 0), "share": rejected.get(r, 0) / judged if judged else 0.0} for r in REASONS}

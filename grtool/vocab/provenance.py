@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import orjson
 
 from grtool import __version__
 from grtool.invocation import current_command
@@ -129,14 +128,17 @@ class DatasetInfoRef(msgspec.Struct):
     entry: Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class QuestionsRecord(msgspec.Struct, kw_only=True):
+class QuestionsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """:func:`questions_record`, in an export's sidecar and a checkpoint's record: the questions whose rows it holds
-    (`eval recall` refuses to score a model on them). Its ``about`` keys, such as ``splits``, pass through."""
+    (`eval recall` refuses to score a model on them), and what its ``about`` keys say of them. Defaults are left
+    out of its JSON form, as :func:`questions_record` leaves out what it is not given."""
 
     count: Count
     sha256: Sha256
     qids: list[str]
     complete: bool = True
+    splits: list[str] | None = None  # an export's --split selection
+    sources: list[dict[str, Any]] | None = None  # a checkpoint's: the data and the base checkpoint it trained on
 
     def __post_init__(self) -> None:
         if self.count != len(self.qids):
@@ -177,12 +179,6 @@ class ExportRecord(msgspec.Struct):
 def decode_sidecar(path: str | Path) -> ExportRecord:
     """``<file>.grtool.json`` through its declaration; :class:`DamagedRecord` naming the field otherwise."""
     return read_record(path, ExportRecord, what="export record")
-
-
-def read_sidecar(path: str | Path) -> dict[str, Any]:
-    """The sidecar's values as plain JSON (callers pass them on); decoded through :class:`ExportRecord` first."""
-    decode_sidecar(path)
-    return orjson.loads(Path(path).read_bytes())
 
 
 def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str | Path | None, str | None]]) -> ExitStack:

@@ -35,7 +35,7 @@ def test_constrained_chains_cite_only_offered_triples(tmp_path):
     build_samples(root)
     out = tmp_path / "chains"
     run_cli("chains", "synthesize", root, "--triples", root / "triples", "--out", out, "--candidates", "2", "--max-tokens", "120", "--select", "first")
-    extra = load_manifest(out)["counters"]["extra"]
+    extra = load_manifest(out).counters.extra
     assert extra["docids"] > 0
     assert extra["docids_not_offered"] == 0, extra
     rows = read_table(out).to_pylist()
@@ -43,4 +43,4 @@ def test_constrained_chains_cite_only_offered_triples(tmp_path):
     # the same run unconstrained cites triples that were not offered (what the constraint prevents)
     free = tmp_path / "free"
     run_cli("chains", "synthesize", root, "--triples", root / "triples", "--out", free, "--candidates", "2", "--max-tokens", "120", "--select", "first", "--no-constrain")
-    assert load_manifest(free)["counters"]["extra"]["docids_not_offered"] > 0
+    assert load_manifest(free).counters.extra["docids_not_offered"] > 0

@@ -47,8 +47,8 @@ def test_vllm_constrained_chains_cite_only_offered_triples(tmp_path):
         "--backend", "vllm", "--enforce-eager", "--max-model-len", "4096",
     )  # fmt: skip
     manifest = load_manifest(out)
-    assert manifest["params"]["constrain"] is True  # the default
-    extra = manifest["counters"]["extra"]
+    assert manifest.params["constrain"] is True  # the default
+    extra = manifest.counters.extra
     assert extra["docids"] > 0, extra
     assert extra["docids_not_offered"] == 0, extra
     rows = read_table(out).to_pylist()

@@ -33,7 +33,7 @@ def test_gold_chains_cite_the_evidences_in_order_and_pass_the_filters(cli, run: 
     # `Star Wars (film)`), so none is rejected; questions = chained + rejected holds either way
     assert summary["rows"] == len(rows) >= 10 and summary["rejected"] == {}
     manifest = load_manifest(chains)
-    assert manifest["params"]["model"] == "gold" and manifest["counters"]["in"] == len(questions)
+    assert manifest.params["model"] == "gold" and manifest.counters.in_ == len(questions)
     stored = {r["docid"] for r in read_table(triples).to_pylist()}
     for r in rows:
         q = questions[r["qid"]]
@@ -106,5 +106,5 @@ def test_the_evidence_stage_keeps_the_extra_rows_of_distractor_paragraphs(run: P
     rows = read_table(run / "triples-all").to_pylist()
     assert n == len(rows) == read_table(run / "triples").num_rows + 1
     assert rows[-1] == extra and rows[:-1] == read_table(run / "triples").to_pylist()
-    counters = load_manifest(run / "triples-all")["counters"]  # evidences read + the extra row = rows + merged + rejected
-    assert counters["in"] == n + counters["merged"] + sum(counters["rejected"].values())
+    counters = load_manifest(run / "triples-all").counters  # evidences read + the extra row = rows + merged + rejected
+    assert counters.in_ == n + counters.merged + sum(counters.rejected.values())

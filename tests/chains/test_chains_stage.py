@@ -11,6 +11,7 @@ import math
 import re
 from pathlib import Path
 
+import msgspec
 import pyarrow.parquet as pq
 import pytest
 
@@ -69,17 +70,17 @@ def test_chains_from_an_openai_server_are_normalized_and_the_surest_is_selected(
     out = tmp_path / "chains"
     args = ["chains", "synthesize", corpus, "--triples", triples, "--out", out, "--candidates", "4", "--select", "entropy", *llm_args(server)]
     cli(*args, "--num-shards", "2", "--shard-index", "0")
-    assert not load_manifest(out)["complete"]
+    assert not load_manifest(out).complete
     cli(*args, "--num-shards", "2", "--shard-index", "1")
     manifest = load_manifest(out)
-    assert manifest["complete"] and manifest["params"]["model"] == "fake-70b"
+    assert manifest.complete and manifest.params["model"] == "fake-70b"
 
-    c = manifest["counters"]
+    c = manifest.counters
     # unanswerable with no meta.context_doc_ids: nothing to offer (--unanswerable keep, the default)
-    assert c["rejected"] == {"gold documents without triples": 1, "no gold documents": 1, "unanswerable without context documents": 1}
+    assert c.rejected == {"gold documents without triples": 1, "no gold documents": 1, "unanswerable without context documents": 1}
     chained = len(records) - 3
-    assert c["extra"]["questions"] == len(records) and c["extra"]["questions_chained"] == chained
-    assert c["out"] == 4 * chained and c["in"] == c["out"] + 3
+    assert c.extra["questions"] == len(records) and c.extra["questions_chained"] == chained
+    assert c.out == 4 * chained and c.in_ == c.out + 3
     rejects = [json.loads(line) for f in sorted((out / "_rejects").glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert {r["record"]["qid"]: r["reason"] for r in rejects} == {
         no_gold: "no gold documents", unanswerable: "unanswerable without context documents", no_triples: "gold documents without triples",
@@ -189,8 +190,8 @@ def test_a_server_answering_only_empty_strings_trips_the_empty_output_guard(cli,
         assert "e.g. " in flat and "candidate 0 (empty output, finish_reason=stop): ''" in flat and "Traceback" not in flat
         # The tripped part is finished and kept; no further part is started.
         manifest = load_manifest(out)
-        assert list(manifest["shards"]) == ["part-00000"] and not manifest["complete"]
-        assert manifest["counters"]["extra"]["candidates_empty"] == n
+        assert list(manifest.shards) == ["part-00000"] and not manifest.complete
+        assert manifest.counters.extra["candidates_empty"] == n
         sent = len(server.posts)
         assert sent == n
         # Re-running does not turn the tripped part into a clean exit, nor generate the other part.
@@ -199,7 +200,7 @@ def test_a_server_answering_only_empty_strings_trips_the_empty_output_guard(cli,
         # A relaxed threshold lets the run finish; the empty chains are kept, counted, and all selected
         # only because nothing else exists.
         cli(*args, "--max-empty-share", "1")
-        assert load_manifest(out)["complete"]
+        assert load_manifest(out).complete
     finally:
         server.close()
 
@@ -215,7 +216,7 @@ def test_an_empty_candidate_is_never_selected_over_a_non_empty_one(cli, tmp_path
             rows = read_table(out).to_pylist()
             selected = [r for r in rows if r["selected"]]
             assert len(selected) == len(records) and all(r["text"] and r["candidate"] in (1, 3) for r in selected), select
-            assert load_manifest(out)["counters"]["extra"]["candidates_empty"] == 2 * len(records)
+            assert load_manifest(out).counters.extra["candidates_empty"] == 2 * len(records)
     finally:
         server.close()
 
@@ -305,10 +306,10 @@ def test_batch_boundaries_keep_every_question_and_reject_positions(tmp_path, rec
     assert stats.misses == 0  # same requests, all from the cache
 
     def without_cache(c):
-        return {**c, "extra": {k: v for k, v in c["extra"].items() if not k.startswith("cache_")}}
+        return msgspec.structs.replace(c, extra={k: v for k, v in c.extra.items() if not k.startswith("cache_")})
 
-    assert without_cache(small["counters"]) == without_cache(big["counters"])
-    assert small["counters"]["out"] == 2 * (len(records) - 2)
+    assert without_cache(small.counters) == without_cache(big.counters)
+    assert small.counters.out == 2 * (len(records) - 2)
     assert read_table(tmp_path / "small").to_pylist() == read_table(tmp_path / "big").to_pylist()
     rejects = [json.loads(line) for line in (tmp_path / "small" / "_rejects" / "part-00000.jsonl").read_text().splitlines()]
     assert sorted(r["position"] for r in rejects) == [4, 9]

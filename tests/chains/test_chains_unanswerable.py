@@ -104,8 +104,8 @@ def test_an_unanswerable_question_gets_a_cannot_answer_chain_that_passes_the_fil
 
     out = tmp_path / "chains"
     manifest = _synthesize(cli, world, out)
-    assert manifest["params"]["unanswerable"] == "keep"
-    extra = manifest["counters"]["extra"]
+    assert manifest.params["unanswerable"] == "keep"
+    extra = manifest.counters.extra
     assert extra["questions_unanswerable"] == len(unanswerable) and extra["questions_chained"] == len(world["questions"])
     # Its prompt offered its own context paragraphs' triples (there is no gold), nothing else.
     context = set(meta["context_doc_ids"])
@@ -136,7 +136,7 @@ def test_skip_rejects_unanswerable_questions_before_synthesis(cli, tmp_path, mus
     unanswerable = {qid for qid, q in world["questions"].items() if not q["answerable"]}
     out = tmp_path / "chains"
     manifest = _synthesize(cli, world, out, "--unanswerable", "skip")
-    assert manifest["counters"]["rejected"] == {"not answerable": len(unanswerable)}
+    assert manifest.counters.rejected == {"not answerable": len(unanswerable)}
     assert {qid: e["reason"] for qid, e in _rejects(out).items()} == dict.fromkeys(unanswerable, "not answerable")
     asked = {re.search(r"^Question: (.*)$", r["messages"][-1]["content"], re.M).group(1) for r in world["server"].posts}
     assert asked.isdisjoint(world["questions"][u]["question"].strip() for u in unanswerable)

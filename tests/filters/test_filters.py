@@ -134,7 +134,7 @@ def test_good_and_flipped_chains_are_kept_unchanged(cli, world):
     assert report["chains"] == report["kept"] == len(rows) and report["pass_rate"] == 1.0
     assert report["datasets"]["2wikimultihopqa"]["kept"] == len(rows)
     manifest = load_manifest(out)
-    assert manifest["counters"]["in"] == manifest["counters"]["out"] == len(rows)
+    assert manifest.counters.in_ == manifest.counters.out == len(rows)
     cli("validate", out)
 
 
@@ -191,8 +191,8 @@ def test_bad_chains_are_rejected_with_every_reason(cli, world, tmp_path):
     assert all(1 <= len(v) <= 2 for v in report["examples"].values())
     md = (tmp_path / "r.md").read_text()
     assert "# Chain filter report" in md and "| 2wikimultihopqa |" in md and "### `answer-wrong`" in md and "Doha" in md
-    counters = load_manifest(out)["counters"]
-    assert counters["in"] == counters["out"] + sum(counters["rejected"].values()) == len(cases) + 2
+    counters = load_manifest(out).counters
+    assert counters.in_ == counters.out + sum(counters.rejected.values()) == len(cases) + 2
 
     # Lower thresholds let the partial chain through; --rules narrows what is checked.
     _, kept, _, _ = run(cli, world, "recall", [rows[names.index("half-gold")]], "--min-recall", "0.5")
@@ -401,7 +401,7 @@ def test_custom_markers_from_the_chains_manifest_or_the_options(cli, world):
     facts = world["facts"][qid]
     rows = [chain_row(qid, *good_text(world["questions"][qid], facts, flip={1}, markers=(cs, ce)))]
     report, kept, _, out = run(cli, world, "markers-manifest", rows, params={"markers": [cs, ce]})
-    assert list(kept) == [(qid, 0)] and load_manifest(out)["params"]["markers"] == [cs, ce]
+    assert list(kept) == [(qid, 0)] and load_manifest(out).params["markers"] == [cs, ce]
     _, kept, _, _ = run(cli, world, "markers-options", rows, "--docid-start", cs, "--docid-end", ce)
     assert list(kept) == [(qid, 0)]
     _, kept, rejects, _ = run(cli, world, "markers-standard", rows)  # nothing recorded: the standard markers

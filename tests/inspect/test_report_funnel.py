@@ -50,7 +50,7 @@ def test_a_question_in_several_chains_stages_is_counted_once(run):
 
 
 def test_merged_rows_are_shown(run):
-    merged = load_manifest(run / "documents")["counters"]["merged"]
+    merged = load_manifest(run / "documents").counters.merged
     assert merged > 0  # the two example datasets share documents
     text = funnel_text(run)
     assert f"merged documents rows folded into an identical one (documents) {merged} rows, not questions" in text, text

@@ -384,7 +384,7 @@ def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, cli):
     build_samples(root)
     common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
     cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
-    extra = load_manifest(tmp_path / "chains")["counters"]["extra"]
+    extra = load_manifest(tmp_path / "chains").counters.extra
     assert extra["docids"] > 0 and extra["docids_not_offered"] == 0, extra
     cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "free", *common)  # openai: off by default
-    assert load_manifest(tmp_path / "free")["counters"]["extra"]["docids_not_offered"] > 0
+    assert load_manifest(tmp_path / "free").counters.extra["docids_not_offered"] > 0

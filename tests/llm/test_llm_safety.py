@@ -24,7 +24,7 @@ from grtool import secrets
 from grtool.errors import GrtoolError
 from grtool.llm import Sampling, make_backend
 from grtool.llm.base import Generation, TokenLogprobs
-from grtool.store.records import load_manifest
+from grtool.store.records import Counters, load_manifest
 from grtool.store.stage import read_table
 from llm_helpers import AnswerServer, chat_reply, write_documents
 
@@ -58,9 +58,9 @@ def rejects(stage: Path) -> list[dict]:
     return [json.loads(line) for f in sorted((stage / "_rejects").glob("*.jsonl")) for line in f.read_text().splitlines()]
 
 
-def assert_accounting(stage: Path) -> dict:
-    c = load_manifest(stage)["counters"]
-    assert c["in"] == c["out"] + c.get("merged", 0) + sum(c["rejected"].values()), c
+def assert_accounting(stage: Path) -> Counters:
+    c = load_manifest(stage).counters
+    assert c.in_ == c.out + c.merged + sum(c.rejected.values()), c
     return c
 
 
@@ -109,7 +109,7 @@ def test_the_servers_context_length_error_rejects_only_that_document(tmp_path, c
     finally:
         server.close()
     c = assert_accounting(out / "triples")
-    assert c["rejected"] == {"too_long": 1} and c["extra"]["documents"] == 2 and c["extra"]["documents_too_long"] == 1
+    assert c.rejected == {"too_long": 1} and c.extra["documents"] == 2 and c.extra["documents_too_long"] == 1
     (reject,) = rejects(out / "triples")
     assert reject["record"]["doc_id"] == "d-long" and "maximum context length is 4096" in reject["detail"]
     assert sorted(read_table(out / "llm_calls")["row_key"].to_pylist()) == ["d-alpha", "d-beta"]
@@ -133,11 +133,11 @@ def test_a_known_context_keeps_the_long_document_from_being_sent(tmp_path, cli, 
             assert not (tmp_path / "o2").exists() and len(server.posts) == 2
         # the corrected command runs without --overwrite: the refused run left nothing recording its parameters
         cli(*args[:4], tmp_path / "o2", *args[5:], *context)
-        assert load_manifest(tmp_path / "o2" / "triples")["complete"]
+        assert load_manifest(tmp_path / "o2" / "triples").complete
     finally:
         server.close()
     c = assert_accounting(out / "triples")
-    assert c["rejected"] == {"too_long": 1} and c["extra"]["documents"] == 2
+    assert c.rejected == {"too_long": 1} and c.extra["documents"] == 2
     (reject,) = rejects(out / "triples")
     assert reject["record"] == {"doc_id": "d-long", "title": "Long", "chars": LONG_CHARS}
     assert "at least" in reject["detail"] and "context of 4096 tokens" in reject["detail"]
@@ -176,7 +176,7 @@ def test_chains_question_too_long_for_the_context_is_rejected(tmp_path, cli):
     finally:
         server.close()
     c = assert_accounting(out)
-    assert c["rejected"] == {"too_long": 1} and c["extra"]["questions_too_long"] == 1 and c["out"] == 2 * 3
+    assert c.rejected == {"too_long": 1} and c.extra["questions_too_long"] == 1 and c.out == 2 * 3
     (reject,) = rejects(out)
     assert reject["record"]["qid"] == records[1]["_id"] and reject["position"] == 0 and "context of 4096 tokens" in reject["detail"]
 
@@ -188,7 +188,7 @@ def test_transformers_rejects_a_document_longer_than_the_models_context(tmp_path
     # 4 tokens give no triple: the stage is empty on purpose (--allow-empty), the test is about the long document
     cli("triples", "extract", corpus, "--out", out, "--max-tokens", "4", "--batch-size", "2", "--max-empty-share", "1", "--grounding", "off", "--allow-empty")
     c = assert_accounting(out / "triples")
-    assert c["rejected"].get("too_long") == 1 and c["extra"]["documents"] == 2 and c["extra"]["completion_tokens"] > 0
+    assert c.rejected.get("too_long") == 1 and c.extra["documents"] == 2 and c.extra["completion_tokens"] > 0
     (reject,) = [r for r in rejects(out / "triples") if r["reason"] == "too_long"]
     assert reject["record"]["doc_id"] == "d-long" and "context of 8192 tokens" in reject["detail"]  # SmolLM2's config
     assert sorted(read_table(out / "llm_calls")["row_key"].to_pylist()) == ["d-alpha", "d-beta"]

@@ -20,6 +20,8 @@ from llm_helpers import hotpot_paragraphs, write_documents
 SCRIPT = textwrap.dedent(
     """
     import json, sys
+
+    import msgspec
     from pathlib import Path
 
     from grtool.llm import Sampling, make_backend
@@ -49,7 +51,7 @@ SCRIPT = textwrap.dedent(
         params = {"backend": "vllm", "model": backend.model, "sampling": sampling.as_dict()}
         result = extract(InputTable.open(corpus, "documents"), out, backend, sampling, load_prompt(), params=params,
                          config=ExtractConfig(max_empty_share=1.0, chunk_size=2), cache_dir=out / "_llm_cache")
-        report["counters"] = result.manifest["counters"]
+        report["counters"] = msgspec.to_builtins(result.manifest.counters)  # JSON for the report line
         print("REPORT " + json.dumps(report))
 
     if __name__ == "__main__":

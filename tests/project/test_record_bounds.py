@@ -39,7 +39,7 @@ def _read_back(path: Path) -> dict:
     from grtool.store.records import load_manifest, load_shard_records
 
     manifest = load_manifest(path)
-    assert set(load_shard_records(path)) == set(manifest["shards"])
+    assert set(load_shard_records(path)) == set(manifest.shards)
     return {"manifest": manifest, "report": validate_stage(path)}
 
 
@@ -59,14 +59,14 @@ def test_an_empty_stage_with_parts_of_no_row_and_no_reject(tmp_path):
     record_stop(tmp_path / "refused", stop_record(refused.value, "all", ["grtool", "triples", "extract"]))  # as a command's end records it
     got = _read_back(tmp_path / "refused")
     m = got["manifest"]
-    assert m["rows"] == 0 and m["complete"] and m["counters"]["in"] == 0 and m["counters"]["rejected"] == {}
-    assert all(s["rows"] == 0 and s["rows_per_second"] in (0.0, None) for s in m["shards"].values())
-    assert m["stops"]["all"]["guard"] == "--allow-empty" and m["stops"]["all"]["exit_code"] == 1
+    assert m.rows == 0 and m.complete and m.counters.in_ == 0 and m.counters.rejected == {}
+    assert all(s.rows == 0 and s.rows_per_second in (0.0, None) for s in m.shards.values())
+    assert m.stops["all"].guard == "--allow-empty" and m.stops["all"].exit_code == 1
     assert got["report"].problems  # the stop fails the stage until it is re-run or accepted
     with empty.allowing(True):
         _triples(tmp_path / "allowed", [[]], rejects=3).finish()
     got = _read_back(tmp_path / "allowed")
-    assert got["manifest"]["allow_empty"] is True and got["manifest"]["counters"]["rejected"] == {"no triple": 3}
+    assert got["manifest"].allow_empty is True and got["manifest"].counters.rejected == {"no triple": 3}
     assert not got["report"].problems, got["report"].problems
 
 
@@ -81,10 +81,10 @@ def test_a_part_timed_at_0_seconds_has_no_rate(tmp_path, monkeypatch):
     _triples(tmp_path / "still", [[TRIPLE]]).finish()
     monkeypatch.undo()
     _triples(tmp_path / "timed", [[TRIPLE]]).finish()
-    still = _read_back(tmp_path / "still")["manifest"]["shards"]["part-00000"]
-    timed = _read_back(tmp_path / "timed")["manifest"]["shards"]["part-00000"]
-    assert (still["seconds"], still["rows_per_second"]) == (0.0, None)
-    assert timed["seconds"] >= 0 and (timed["rows_per_second"] is None) == (timed["seconds"] == 0)
+    still = _read_back(tmp_path / "still")["manifest"].shards["part-00000"]
+    timed = _read_back(tmp_path / "timed")["manifest"].shards["part-00000"]
+    assert (still.seconds, still.rows_per_second) == (0.0, None)
+    assert timed.seconds >= 0 and (timed.rows_per_second is None) == (timed.seconds == 0)
 
 
 @pytest.mark.parametrize("task", ["0/1", "2/3", "all"])
@@ -104,8 +104,8 @@ def test_a_stop_of_every_exit_code_and_task_edge(tmp_path, task, error):
     stage = _triples(tmp_path / "s", [[TRIPLE]])
     stage.finish()
     record_stop(tmp_path / "s", stop_record(exc, task, ["grtool", "triples", "extract"]))
-    stop = _read_back(tmp_path / "s")["manifest"]["stops"][task]
-    assert stop["exit_code"] == exc.exit_code and stop["task"] == task
+    stop = _read_back(tmp_path / "s")["manifest"].stops[task]
+    assert stop.exit_code == exc.exit_code and stop.task == task
 
 
 # ----------------------------------------------------------------------------------------- export records

@@ -76,8 +76,8 @@ def test_chains_gold_reads_only_its_split_and_records_it(cli, run, tmp_path):
     assert rows and {r["qid"] for r in rows} <= train
     assert summary["questions"] == len(train)
     manifest = load_manifest(out)
-    assert manifest["params"]["split"] == ["train"]
-    assert manifest["counters"]["extra"]["questions_not_selected"] == len(qids_of(run, "dev"))
+    assert manifest.params["split"] == ["train"]
+    assert manifest.counters.extra["questions_not_selected"] == len(qids_of(run, "dev"))
     # a resume with another selection is another run: refused like any changed option
     proc = cli("chains", "gold", run / "corpus", "--triples", run / "triples", "--out", out, "--split", "dev", check=2)
     assert "split" in proc.stderr
@@ -107,7 +107,7 @@ def test_filters_and_exports_read_only_their_split_and_record_the_questions(cli,
     kept = read_table(tmp_path / "filtered").to_pylist()
     assert {r["qid"] for r in kept} == chained_train
     assert report["not_selected"] == sum(r["qid"] in dev for r in chains) and report["questions"] == len(chained_train)
-    assert load_manifest(tmp_path / "filtered")["params"]["split"] == ["train"]
+    assert load_manifest(tmp_path / "filtered").params["split"] == ["train"]
 
     # export sft of the unfiltered chains: --split alone keeps the dev questions out
     sft = tmp_path / "sft.json"
@@ -148,8 +148,8 @@ def test_chains_synthesize_asks_only_about_its_split(cli, run, tmp_path):
     assert rows and {r["qid"] for r in rows} <= train
     asked = {r["question"] for r in records[-TRAIN_RECORDS:]}
     manifest = load_manifest(out)
-    assert manifest["params"]["split"] == ["train"] and manifest["counters"]["extra"]["questions"] == len(train)
-    assert manifest["counters"]["extra"]["questions_not_selected"] == len(qids_of(run, "dev")) and len(asked) == len(train)
+    assert manifest.params["split"] == ["train"] and manifest.counters.extra["questions"] == len(train)
+    assert manifest.counters.extra["questions_not_selected"] == len(qids_of(run, "dev")) and len(asked) == len(train)
 
 
 def test_training_data_records_its_questions_and_a_kto_checkpoint_adds_its_base(run, tmp_path, cli):
@@ -209,7 +209,7 @@ def test_eval_recall_refuses_questions_the_checkpoint_trained_on(run, checkpoint
     ckpt, trained = checkpoint
     scored = tmp_path / "dev"
     cli("retrieve", run / "corpus", "--index", run / "index", "--model", ckpt, "--split", "dev", *FAST, "--out", scored)
-    assert load_manifest(scored)["params"]["splits"] == ["dev"]
+    assert load_manifest(scored).params["splits"] == ["dev"]
     assert {r["qid"] for r in read_table(scored).to_pylist()} <= qids_of(run, "dev")
     proc = cli("eval", "recall", scored, "--corpus", run / "corpus", "--triples", run / "triples", "--json")
     overlap = json.loads(proc.stdout)["train_overlap"]
@@ -240,7 +240,7 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
     shutil.copytree(ckpt, moved, symlinks=True)
     out = tmp_path / "R" / "responses"
     cli("retrieve", run / "corpus", "--index", run / "index", "--model", moved, "--split", "train", *FAST, "--out", out)
-    assert load_manifest(out)["params"]["trained_questions"]["count"] == len(trained)
+    assert load_manifest(out).params["trained_questions"]["count"] == len(trained)
     shutil.rmtree(moved)
     scoring = ("--corpus", run / "corpus", "--triples", run / "triples")
     answered = {r["qid"] for r in read_table(out).to_pylist()}

@@ -211,12 +211,12 @@ def test_an_edited_export_record_is_named_by_validate(export_file, case):
 
 def test_an_edited_export_record_is_refused_by_its_readers(export_file):
     """Readers other than validate decode the same declaration (a DamagedRecord, not a silent default)."""
-    from grtool.vocab.provenance import read_sidecar, sidecar_path
+    from grtool.vocab.provenance import decode_sidecar, sidecar_path
     from grtool.records import DamagedRecord
 
     _edit_sidecar(export_file, _set("rows", -1))
     with pytest.raises(DamagedRecord, match=r"grtool\.json: export record: field rows"):
-        read_sidecar(sidecar_path(export_file))
+        decode_sidecar(sidecar_path(export_file))
     proc = run_cli("show", export_file, check=False)
     _one_line_naming(proc, "grtool.json", "rows")
 

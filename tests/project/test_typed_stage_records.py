@@ -278,6 +278,47 @@ def test_a_record_that_disagrees_with_its_file_is_redone_by_resume(template, run
     assert grtool("validate", run_dir).returncode == 0
 
 
+# ---- the typed value is what readers get (issue #45)
+
+
+def test_a_manifest_and_its_shard_records_read_as_their_declarations(template):
+    """load_manifest gives the Manifest (its shard entries ShardRecords, its stops StopRecords), the shard records
+    read back as ShardRecords equal to the manifest's copies, and every field the writer put in the file is a
+    declared one: nothing written is dropped by the reader."""
+    import msgspec
+
+    from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, load_manifest, load_shard_records, read_shard_record
+
+    for table in ("documents", "questions"):
+        stage = template[0] / table
+        manifest = load_manifest(stage)
+        assert isinstance(manifest, Manifest) and manifest.table == table and isinstance(manifest.counters, Counters)
+        assert manifest.shards and all(isinstance(entry, ShardRecord) for entry in manifest.shards.values())
+        assert all(isinstance(stop, StopRecord) for stop in (manifest.stops or {}).values())
+        written = json.loads((stage / "_manifest.json").read_text())
+        assert set(written) <= {f.encode_name for f in msgspec.structs.fields(Manifest)}
+        assert written["counters"]["in"] == manifest.counters.in_ and written["rows"] == manifest.rows
+        records = load_shard_records(stage)
+        assert set(records) == set(manifest.shards)
+        for name, record in records.items():
+            assert isinstance(record, ShardRecord) and record == read_shard_record(stage / "_shards" / f"{name}.json")
+            assert (record.file, record.rows, record.sha256) == (manifest.shards[name].file, manifest.shards[name].rows, manifest.shards[name].sha256)
+    detected = load_manifest(template[0] / "documents").detected  # what ingest read each input as, typed too
+    assert detected and detected[0].dataset == "hotpotqa" and detected[0].path.endswith(SRC[1])
+
+
+def test_a_manifest_field_no_reader_declares_is_never_written(tmp_path):
+    """A writer that adds a field the Manifest does not declare stops at the write, naming the field (the readers
+    would drop it)."""
+    from grtool.records import DamagedRecord
+    from grtool.store.records import Manifest, write_record
+
+    with pytest.raises(DamagedRecord, match="field sampler is not declared by Manifest"):
+        write_record(tmp_path / "_manifest.json", {"table": "documents", "num_parts": 1, "sampler": "top-k"}, Manifest, "manifest")
+    assert not (tmp_path / "_manifest.json").exists()
+    assert write_record(tmp_path / "_manifest.json", {"table": "documents", "num_parts": 1, "model": "m"}, Manifest, "manifest").model == "m"
+
+
 # ---- §2: the issue's case (a part removed by hand, then the same command)
 
 

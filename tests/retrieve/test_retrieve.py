@@ -65,7 +65,7 @@ def test_brackets_few_shot_docids_exist_and_feed_recall_and_kto(run, tmp_path):
     report = json.loads(proc.stdout)
     rows = table_rows(out)
     questions = [q for q in read_table(run / "questions").to_pylist() if q["dataset"] == "musique"]
-    shown = load_manifest(out)["params"]["few_shot_from"]
+    shown = load_manifest(out).params["few_shot_from"]
     assert shown["split"] == "dev" and len(shown["qids"]) == 2 and not set(shown["qids"]) & {q["qid"] for q in questions}
     assert len(rows) == len(questions) == report["responses"]
     lookup = DocidIndex.build(run / "triples")
@@ -125,7 +125,7 @@ def test_killed_run_resumes_with_identical_rows(run, tmp_path):
         f.unlink()
     proc = run_cli(*args, "--out", partial)
     assert table_rows(partial) == whole, proc.stderr
-    assert load_manifest(partial)["complete"]
+    assert load_manifest(partial).complete
 
 
 def test_flipped_docids_decode_with_flips(run):
@@ -201,9 +201,9 @@ def test_a_question_beyond_the_context_is_a_too_long_reject(run, tmp_path):
     assert "1 question(s) not answered" in " ".join((proc.stdout + proc.stderr).split()), proc.stderr
     responses = table_rows(out)
     assert sorted((r["qid"], r["sample"]) for r in responses) == sorted((r["qid"], s) for r in rows if r["qid"] != long_qid for s in (0, 1))
-    counters = load_manifest(out)["counters"]
-    assert counters["in"] == 6 and counters["out"] == 4 and counters["rejected"] == {"too_long": 2}, counters
-    assert counters["extra"]["questions_too_long"] == 1
+    counters = load_manifest(out).counters
+    assert counters.in_ == 6 and counters.out == 4 and counters.rejected == {"too_long": 2}, counters
+    assert counters.extra["questions_too_long"] == 1
     rejects = [json.loads(line) for f in sorted((out / "_rejects").iterdir()) for line in f.read_text().splitlines()]
     assert [(r["reason"], r["record"]["qid"]) for r in rejects] == [("too_long", long_qid)] * 2
     run_cli("validate", out)

@@ -88,7 +88,7 @@ def test_killed_run_resumes_from_the_step_cache(run, responses, tmp_path):
         f.unlink()
     proc = run_cli("retrieve", run, "--index", run / "dindex", *ARGS, "--out", partial, "--json")
     assert read_table(partial).to_pylist() == read_table(out).to_pylist(), proc.stderr
-    assert load_manifest(partial)["complete"]
+    assert load_manifest(partial).complete
 
 
 def test_document_constraint(run):

@@ -82,8 +82,8 @@ def test_an_empty_stage_exits_1_with_its_reasons_is_recorded_and_fails_validate(
     assert f"{chains}: no rows written: all {n} input rows were rejected: 'gold documents without triples' ×{n}" in proc.stderr
     assert "were triples extracted for the questions' gold documents?" in proc.stderr and "--allow-empty" in proc.stderr
     assert proc.stderr.count("error:") == 1
-    stop = load_manifest(chains)["stops"]["all"]
-    assert (stop["kind"], stop["guard"], stop["accepted"]) == ("guard", "--allow-empty", None)
+    stop = load_manifest(chains).stops["all"]
+    assert (stop.kind, stop.guard, stop.accepted) == ("guard", "--allow-empty", None)
     assert "guard --allow-empty tripped" in text(cli("status", chains))
     assert "guard --allow-empty tripped" in text(cli("validate", chains, check=1))
     assert "no rows written" in cli(*args, check=1).stderr  # a resume finds every part done and judges it again
@@ -93,7 +93,7 @@ def test_an_empty_stage_exits_1_with_its_reasons_is_recorded_and_fails_validate(
     # a run with --allow-empty succeeds, clears the stop and records that it allowed the empty result
     cli(*args, "--allow-empty")
     manifest = load_manifest(chains)
-    assert manifest["allow_empty"] is True and manifest["stops"] == {} and manifest["rows"] == 0
+    assert manifest.allow_empty is True and manifest.stops == {} and manifest.rows == 0
     assert "empty (allowed by --allow-empty)" in text(cli("validate", chains))
 
 
@@ -164,7 +164,7 @@ def test_the_pipeline_passes_allow_empty_to_a_stage(cli, data, tmp_path, write_p
     )
     assert "--allow-empty" in cli("pipeline", "run", config, "--dry-run").stdout
     cli("-q", "pipeline", "run", config)
-    assert load_manifest(tmp_path / "out" / "chains")["allow_empty"] is True
+    assert load_manifest(tmp_path / "out" / "chains").allow_empty is True
 
 
 def test_the_line_names_the_most_frequent_reasons():

@@ -14,7 +14,7 @@ import pytest
 
 from grtool.records import DamagedRecord
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
-from grtool.store.records import load_manifest, load_shard_records, read_shard_record
+from grtool.store.records import ShardRecord, load_manifest, load_shard_records, read_shard_record
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec
 from grtool.triples.evidence import write_evidence_stage
@@ -42,25 +42,25 @@ def filter_args(root: Path) -> list:
     return ["filters", "apply", root / "chains", "--corpus", root / "corpus", "--triples", root / "triples", "--out", root / "filtered"]
 
 
-def check_timing(record: dict) -> None:
-    seconds, rate = record["seconds"], record["rows_per_second"]
+def check_timing(record: ShardRecord) -> None:
+    seconds, rate = record.seconds, record.rows_per_second
     assert 0 <= seconds < 600
     if seconds == 0:
         assert rate is None
     else:
-        assert rate >= 0 and abs(rate * seconds - record["rows"]) <= 0.01 * seconds
+        assert rate >= 0 and abs(rate * seconds - record.rows) <= 0.01 * seconds
 
 
 @pytest.mark.parametrize("stage", ["chains", "filtered"])
 def test_every_part_records_its_seconds_and_rows_per_second(cli, run: Path, stage: str) -> None:
     records = load_shard_records(run / stage)
-    assert len(records) >= 3 and sum(r["rows"] for r in records.values()) > 0
-    listed = load_manifest(run / stage)["shards"]
+    assert len(records) >= 3 and sum(r.rows for r in records.values()) > 0
+    listed = load_manifest(run / stage).shards
     for name, record in records.items():
         check_timing(record)
-        assert {k: listed[name][k] for k in ("seconds", "rows_per_second")} == {k: record[k] for k in ("seconds", "rows_per_second")}
+        assert (listed[name].seconds, listed[name].rows_per_second) == (record.seconds, record.rows_per_second)
     status = json.loads(cli("status", run / stage, "--json").stdout)
-    assert status["seconds"] == pytest.approx(sum(r["seconds"] for r in records.values()), abs=1e-3)
+    assert status["seconds"] == pytest.approx(sum(r.seconds for r in records.values()), abs=1e-3)
     if status["seconds"]:
         assert status["rows_per_second"] == pytest.approx(status["rows"] / status["seconds"], rel=1e-3)
     shown = cli("status", run / stage, env={"COLUMNS": "250"})
@@ -82,7 +82,7 @@ def test_a_rerun_keeps_finished_parts_and_writes_only_the_missing_one_again(cli,
         if name != Path("_shards/part-00001.json"):
             assert (out / name).read_bytes() == data, name
     after = read_shard_record(removed[1])
-    assert {k: after[k] for k in ("rows", "sha256", "counters")} == {k: before[k] for k in ("rows", "sha256", "counters")}
+    assert (after.rows, after.sha256, after.counters) == (before.rows, before.sha256, before.counters)
     check_timing(after)
 
 
@@ -100,13 +100,13 @@ def test_a_shard_record_without_timing_still_reads(cli, run: Path, tmp_path: Pat
         for key in ("seconds", "rows_per_second"):
             del manifest["shards"][f.stem][key]
     (old / "_manifest.json").write_text(json.dumps(manifest))
-    assert "seconds" not in read_shard_record(old / "_shards" / "part-00000.json")
+    assert read_shard_record(old / "_shards" / "part-00000.json").seconds is None
     cli("validate", old)
     status = json.loads(cli("status", old, "--json").stdout)
     assert status["seconds"] is None and status["rows_per_second"] is None and status["complete"]
     # a resume over them keeps them as they are
     cli("-q", "chains", "gold", run / "corpus", "--triples", run / "triples", "--out", old)
-    assert "seconds" not in read_shard_record(old / "_shards" / "part-00000.json")
+    assert read_shard_record(old / "_shards" / "part-00000.json").seconds is None
 
 
 @pytest.mark.parametrize("field, value", [("seconds", -1.0), ("rows_per_second", 1e300), ("seconds", "fast")])
@@ -152,5 +152,5 @@ def test_the_loop_writes_only_what_an_output_lacks_and_stops_when_a_part_asks(tm
     assert (loop.finished, loop.todo) == ([0, 1], [2])
     assert loop.run(write) == ["part-00002"]
     manifests = loop.finish()
-    assert [m["complete"] for m in manifests] == [True, True] and [m["rows"] for m in manifests] == [3, 3]
+    assert [m.complete for m in manifests] == [True, True] and [m.rows for m in manifests] == [3, 3]
     assert (tmp_path / "b" / "_shards" / "part-00001.json").read_bytes() == b_record  # written by the first run only

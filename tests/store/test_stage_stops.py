@@ -54,14 +54,14 @@ def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, c
         assert _stops(out / "llm_calls")["all"]["guard"] == "--max-empty-share"  # every output of the failed command
 
         st = status(out / "triples")
-        assert st["parts_pending"] == [] and st["complete"] is False and st["stops"][0]["guard"] == "--max-empty-share"
+        assert st["parts_pending"] == [] and st["complete"] is False and st["stops"][0].guard == "--max-empty-share"
         table = cli("status", out, env=WIDE).stderr
         assert "no: guard --max-empty-share tripped" in table and GUARD_LINE in table
         text = _validate(cli, out, 1)
         assert "FAIL" in text and f"stopped: guard --max-empty-share tripped at {stop['when']}: part-00000: {GUARD_LINE}" in text
         assert f"grtool validate {out / 'triples'} --accept" in text
         reports = {r.table: r for r in validate_tree(out)}
-        assert not reports["triples"].ok and reports["triples"].stops[0]["numbers"]["empty"] == 4  # validate --json shows it
+        assert not reports["triples"].ok and reports["triples"].stops[0].numbers["empty"] == 4  # validate --json shows it
 
         # Accepted explicitly: who, when, why; validate passes and says so.
         accepted = _validate(cli, out, 0, "--accept", "--reason", "five documents, expected")

@@ -36,8 +36,8 @@ def _write(path, parts=2, params=None, overwrite=False):
 def test_roundtrip_and_validate(tmp_path):
     out = tmp_path / "docs"
     m = _write(out)
-    assert m["complete"] and m["rows"] == 6
-    assert m["counters"]["rejected"] == {"missing_field": 2}
+    assert m.complete and m.rows == 6
+    assert m.counters.rejected == {"missing_field": 2}
     assert [r["doc_id"] for r in iter_rows(out)] == ["d0", "d1", "d2", "d10", "d11", "d12"]
     assert validate_stage(out).ok
     rej = (out / "_rejects" / "part-00000.jsonl").read_text().splitlines()
@@ -75,7 +75,7 @@ def test_resume_skips_done_and_refuses_changed_params(tmp_path):
     with pytest.raises(GrtoolError, match="parameter a"):
         _write(out, params={"a": 2})
     m = _write(out, params={"a": 2}, overwrite=True)
-    assert m["params"] == {"a": 2}
+    assert m.params == {"a": 2}
 
 
 def test_failed_shard_leaves_nothing_visible(tmp_path):
@@ -108,8 +108,8 @@ def test_command_line_secrets_are_redacted():
 def test_manifest_records_command(tmp_path):
     _write(tmp_path / "d")
     m = load_manifest(tmp_path / "d")
-    assert m["command"] == ["grtool", "test"] and m["grtool_version"]
-    assert m["shards"]["part-00000"]["sha256"]
+    assert m.command == ["grtool", "test"] and m.grtool_version
+    assert m.shards["part-00000"].sha256
 
 
 def test_validate_cli_exit_codes(tmp_path, cli):

@@ -37,8 +37,8 @@ def test_parallel_tasks_write_one_stage(tmp_path):
     report = validate_stage(out)
     assert report.ok, report.problems
     manifest = load_manifest(out)
-    assert manifest["complete"] and len(manifest["shards"]) == PARTS
-    assert manifest["rows"] == PARTS * 50
+    assert manifest.complete and len(manifest.shards) == PARTS
+    assert manifest.rows == PARTS * 50
 
 
 def test_a_long_pause_in_one_task_survives_another_task_starting(tmp_path):
@@ -59,6 +59,6 @@ def test_a_long_pause_in_one_task_survives_another_task_starting(tmp_path):
     with shard:
         pass  # commits
     manifest = slow.finish()
-    assert manifest["complete"] and manifest["rows"] == 1
+    assert manifest.complete and manifest.rows == 1
     assert not list((tmp_path / "docs").glob("*.tmp"))
     assert validate_stage(tmp_path / "docs").ok

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from grtool.store.records import Counters
 from grtool.triples.grounding import DocumentTokens, TripleChecks, content_tokens, drop_shares, grounded, tokens
 from grtool.triples.prompt import load_prompt
 
@@ -109,7 +110,7 @@ def test_the_packaged_examples_pass_their_own_text():
 
 
 def test_drop_shares():
-    shares = drop_shares({"out": 6, "rejected": {"self_loop": 1, "ungrounded": 3, "no_triples": 5}})
+    shares = drop_shares(Counters(out=6, rejected={"self_loop": 1, "ungrounded": 3, "no_triples": 5}))
     assert shares["self_loop"] == {"dropped": 1, "share": 0.1}
     assert shares["ungrounded"]["share"] == 0.3 and shares["prompt_example"]["dropped"] == 0
-    assert drop_shares({})["ungrounded"]["share"] == 0.0
+    assert drop_shares(Counters())["ungrounded"]["share"] == 0.0
