@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from pathlib import Path
+from paths_helpers import REPO
 
-GRTOOL = Path(__file__).resolve().parent.parent / "grtool"
+GRTOOL = REPO / "grtool"
 TYPED_READERS = ("decode_record", "read_record")
 
 
