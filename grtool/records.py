@@ -144,6 +144,17 @@ def to_builtins(record: Any) -> Any:
     return msgspec.to_builtins(record)
 
 
+def undeclared_keys(written: Any, decoded: Any, within: str = "") -> list[str]:
+    """The keys of ``written`` (a record about to be written, as JSON values) that its decoded form lacks, at any
+    depth (``sizes.docids_skipped``): fields its declaration does not name, which every typed reader would drop."""
+    if isinstance(written, dict) and isinstance(decoded, dict):
+        missing = [f"{within}{key}" for key in written if key not in decoded]
+        for key in written.keys() & decoded.keys():
+            missing += undeclared_keys(written[key], decoded[key], f"{within}{key}.")
+        return missing
+    return []
+
+
 def _file_kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
         if test(mode):

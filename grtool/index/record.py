@@ -69,6 +69,7 @@ class Params(msgspec.Struct):
     sample_rate: PositiveCount | None = None
     sigma: Count | None = None
     dollar_row: Count | None = None
+    memory_limit: Annotated[str, msgspec.Meta(max_length=64)] | Count | None = None  # fm: --memory-limit as given
     # trie
     prefixes: Count | None = None
 
@@ -85,6 +86,11 @@ class Sizes(msgspec.Struct):
     flipped_sequences: Count = 0
     flipped_tokens: Count = 0
     flips_token_share: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    # what the build read but did not index (docids whose parts break the syntax; with --flips, docids that are not
+    # the rendering of their own parts, and those equal to their flip); indexes built before them hold none
+    docids_skipped: Count = 0
+    flips_unsplit: Count = 0
+    flips_symmetric: Count = 0
 
 
 class IndexRecord(msgspec.Struct):

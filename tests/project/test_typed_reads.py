@@ -97,3 +97,13 @@ def test_the_check_finds_the_pattern_it_forbids():
             return plan if plan.identity == orjson.loads(dumps(identity)) else None
     """)
     assert decoded_twice(after) == []
+
+
+def test_a_key_the_declaration_lacks_is_named_at_any_depth():
+    """What the index writer checks before it installs index.json: nothing it writes is dropped by the typed read."""
+    from grtool.records import undeclared_keys
+
+    written = {"sizes": {"tokens": 3, "docids_skipped": 1}, "params": {"flips": True}, "files": [{"a": 1}]}
+    decoded = {"sizes": {"tokens": 3}, "params": {"flips": True}, "files": [{}]}
+    assert undeclared_keys(written, decoded) == ["sizes.docids_skipped"]
+    assert undeclared_keys(decoded, decoded) == []
