@@ -145,14 +145,29 @@ def to_builtins(record: Any) -> Any:
 
 
 def undeclared_keys(written: Any, decoded: Any, within: str = "") -> list[str]:
-    """The keys of ``written`` (a record about to be written, as JSON values) that its decoded form lacks, at any
-    depth (``sizes.docids_skipped``): fields its declaration does not name, which every typed reader would drop."""
-    if isinstance(written, dict) and isinstance(decoded, dict):
-        missing = [f"{within}{key}" for key in written if key not in decoded]
-        for key in written.keys() & decoded.keys():
-            missing += undeclared_keys(written[key], decoded[key], f"{within}{key}.")
-        return missing
-    return []
+    """The keys of ``written`` (a record about to be written: JSON values, or Structs, which hold only declared
+    fields) that its decoded form (a Struct or JSON values) lacks, at any depth (``sizes.docids_skipped``): fields
+    its declaration does not name, which every typed reader would drop. Lists are not descended into."""
+    if not isinstance(written, dict):
+        return []
+    if isinstance(decoded, msgspec.Struct):
+        children = {f.encode_name: getattr(decoded, f.name) for f in msgspec.structs.fields(decoded)}
+    elif isinstance(decoded, dict):
+        children = decoded
+    else:
+        return []
+    missing = [f"{within}{key}" for key in written if key not in children]
+    for key in written.keys() & children.keys():
+        missing += undeclared_keys(written[key], children[key], f"{within}{key}.")
+    return missing
+
+
+def refuse_undeclared(written: dict[str, Any], decoded: Any, *, source: str | Path, what: str) -> None:
+    """Refuse to write a record with a key, at any depth, that its declaration (the type of ``decoded``) would
+    drop for every typed reader: a writer's bug stops at the write, naming the field."""
+    dropped = undeclared_keys(written, decoded)
+    if dropped:
+        raise DamagedRecord(f"{source}: {what}: field {dropped[0]} is not declared by {type(decoded).__name__}, so its readers would drop it")
 
 
 def _file_kind(mode: int) -> str:

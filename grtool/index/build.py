@@ -32,7 +32,7 @@ from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
-from grtool.records import DamagedRecord, decode_record, to_builtins, undeclared_keys
+from grtool.records import decode_record, refuse_undeclared
 from grtool.store.records import now
 from grtool.store.records import dumps, resolve_stage, sha256_file
 from grtool.store.fingerprints import file_hash, fingerprint
@@ -295,9 +295,7 @@ def write_index(
         data = dumps(meta)
         # never install a record its readers refuse: a writer's bug stops here, naming the field, not at every open
         decoded = decode_record(data, IndexRecord, source=out / META, what="index record about to be written")
-        dropped = undeclared_keys(meta, to_builtins(decoded))
-        if dropped:  # readers get the typed record: a key it does not declare would be lost to every reader
-            raise DamagedRecord(f"{out / META}: index record about to be written: field {dropped[0]} is not declared by IndexRecord, so its readers would drop it")
+        refuse_undeclared(meta, decoded, source=out / META, what="index record about to be written")
         (tmp / META).write_bytes(data)
         claimed.install(tmp)  # replaces only what an index build writes; a user's files beside it stay
     except BaseException:

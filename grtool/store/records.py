@@ -17,7 +17,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
+from grtool.records import Count, DamagedRecord, refuse_undeclared, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TABLE_NAMES, TMP_SUFFIX, part_name
 
@@ -274,11 +274,9 @@ def write_record(path: Path, record: dict[str, Any], kind: type[T], what: str) -
     """Write a manifest or shard record once it decodes through its declaration, as every reader decodes it: grtool
     never writes a record it would refuse to read back, nor a field its readers would drop (a bug then stops here,
     naming the field). Returns the record as its readers get it."""
-    undeclared = sorted(set(record) - {f.encode_name for f in msgspec.structs.fields(kind)})
-    if undeclared:
-        raise DamagedRecord(f"{path}: {what} about to be written: field {undeclared[0]} is not declared by {kind.__name__}, so its readers would drop it")
     data = dumps(record)
     decoded = decode_record(data, kind, source=path, what=f"{what} about to be written")
+    refuse_undeclared(record, decoded, source=path, what=f"{what} about to be written")
     atomic_write_bytes(path, data)
     return decoded
 

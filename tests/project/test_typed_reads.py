@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import textwrap
+
+import msgspec
 from paths_helpers import REPO
 
 GRTOOL = REPO / "grtool"
@@ -107,3 +109,24 @@ def test_a_key_the_declaration_lacks_is_named_at_any_depth():
     decoded = {"sizes": {"tokens": 3}, "params": {"flips": True}, "files": [{}]}
     assert undeclared_keys(written, decoded) == ["sizes.docids_skipped"]
     assert undeclared_keys(decoded, decoded) == []
+
+
+class Inner(msgspec.Struct, omit_defaults=True):
+    size: int | None = None
+
+
+class Outer(msgspec.Struct, omit_defaults=True):
+    name: str
+    inner: Inner
+    by_part: dict[str, Inner] = {}
+
+
+def test_the_writer_check_reads_the_declaration_not_the_encoding():
+    """A field written at its default is declared even where its Struct omits defaults when it encodes, and a key
+    under a nested Struct that its declaration lacks is named: the check walks the declarations."""
+    from grtool.records import undeclared_keys
+
+    written = {"name": "a", "inner": {"size": None}, "by_part": {"p": {"size": 1, "extra": 2}}}
+    decoded = msgspec.convert(written, Outer)
+    assert msgspec.to_builtins(decoded)["inner"] == {}  # what the old to_builtins comparison would have flagged
+    assert undeclared_keys(written, decoded) == ["by_part.p.extra"]
