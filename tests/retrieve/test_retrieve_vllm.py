@@ -19,7 +19,7 @@ from grtool.vocab.readers import DocidIndex
 
 pytestmark = pytest.mark.slow
 
-COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "6", "--max-tokens", "64", "--no-cache", "--json")
+COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "3", "--max-tokens", "64", "--no-cache", "--json")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):
     hf = json.loads(run_cli(*base, "--backend", "transformers", "--threads", "2", "--out", tmp_path / "hf").stdout)
     proc = run_cli(*base, "--backend", "vllm", "--enforce-eager", "--max-model-len", "2048", "--out", tmp_path / "vllm", env=VLLM_INPROC_ENV)
     report = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))  # vLLM logs on stdout too
-    assert report["responses"] == hf["responses"] == 6
+    assert report["responses"] == hf["responses"] == 3
     rows = table_rows(tmp_path / "vllm")
     assert {r["markers"] for r in rows} == {"brackets"}
     docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
