@@ -10,10 +10,11 @@ from its paragraph order."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from conftest import TEST_DATA, run_cli
-from grtool.store.schemas import CHAINS, TRIPLES
+from grtool.store.schemas import CHAINS, QUESTIONS, TRIPLES
 from grtool.store.stage import StageSpec, StageWriter, read_table
 
 
@@ -112,15 +113,10 @@ def build_samples(root: Path) -> dict:
 
 def keep_questions(root: Path, qids) -> None:
     """Rewrite the questions stage of the run ``root`` to hold only ``qids`` (a smaller run for slow model tests)."""
-    from grtool.store.schemas import QUESTIONS
-
     rows = [q for q in read_table(root / "questions").to_pylist() if q["qid"] in set(qids)]
     assert len(rows) == len(qids), f"questions missing from the samples: {set(qids) - {q['qid'] for q in rows}}"
-    stage = StageWriter(root / "questions", StageSpec("questions", QUESTIONS), overwrite=True, num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
+    shutil.rmtree(root / "questions")
+    write_stage(root / "questions", "questions", QUESTIONS, rows)
 
 
 def D(start: str = "<docid_start>", end: str = "<docid_end>"):
