@@ -24,7 +24,7 @@ from vllm_helpers import VLLM_ENV
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
 
-TIMEOUT = 600  # the stage takes ~1 min on 2 CPU cores; seen: the process then never exits (vLLM shutdown)
+TIMEOUT = 600  # the stage takes ~1-2 min on 2 CPU cores; seen: the process then never exits (vLLM shutdown)
 
 
 def _run_grtool(*args) -> None:
