@@ -174,10 +174,12 @@ def test_constraint_state_machine_is_incremental(docid_model):
 @pytest.mark.slow
 def test_vllm_constrained_docids_exist(docid_model, tmp_path):
     pytest.importorskip("vllm")
+    from vllm_helpers import VLLM_INPROC_ENV
+
     root, model_dir = docid_model
     proc = subprocess.run(
         [sys.executable, __file__, str(model_dir), str(root / "index_fm")],
-        capture_output=True, text=True, timeout=1200, env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"},
+        capture_output=True, text=True, timeout=1200, env={**os.environ, **VLLM_INPROC_ENV},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])

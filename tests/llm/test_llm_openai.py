@@ -33,6 +33,7 @@ from grtool.llm.cache import RequestCache
 from grtool.store.stage import read_table
 from llm_helpers import all_text_under, free_port, hotpot_paragraphs, write_documents
 from llm_helpers import ANSWERS, FlakyServer, serve
+from vllm_helpers import VLLM_INPROC_ENV
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 
@@ -187,7 +188,7 @@ def vllm_server(tmp_path_factory):
     model = resolve_model(None).path
     port = free_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    env = {**os.environ, **VLLM_INPROC_ENV}
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
            "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--max-model-len", "4096", "--max-logprobs", "5",
            "--dtype", "float32", "--seed", "0"]  # fmt: skip
@@ -376,13 +377,14 @@ def test_constraint_to_offered_triples_goes_out_as_a_regex():
 @pytest.mark.slow
 def test_vllm_openai_server_constrained_chains(vllm_server, tmp_path, cli):
     """--constrain through vLLM's server: every citation is an offered triple; the same run without it is not."""
-    from sample_helpers import build_samples
+    from sample_helpers import CITING_QUESTIONS, build_samples, keep_questions
 
     from grtool.store.records import load_manifest
 
     root = tmp_path / "run"
     build_samples(root)
-    common = ("--candidates", "2", "--max-tokens", "120", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
+    keep_questions(root, CITING_QUESTIONS)
+    common = ("--candidates", "1", "--max-tokens", "48", "--select", "first", "--backend", "openai", "--base-url", vllm_server)
     cli("chains", "synthesize", root, "--triples", root / "triples", "--out", tmp_path / "chains", "--constrain", *common)
     extra = load_manifest(tmp_path / "chains").counters.extra
     assert extra["docids"] > 0 and extra["docids_not_offered"] == 0, extra

@@ -16,6 +16,7 @@ import pytest
 
 from grtool.store.stage import read_table
 from llm_helpers import hotpot_paragraphs, write_documents
+from vllm_helpers import VLLM_INPROC_ENV
 
 SCRIPT = textwrap.dedent(
     """
@@ -66,7 +67,7 @@ def test_vllm_offline_backend(tmp_path):
     script = tmp_path / "run_vllm.py"
     script.write_text(SCRIPT)
     out = tmp_path / "out"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, **VLLM_INPROC_ENV}
     proc = subprocess.run([sys.executable, str(script), str(documents), str(out)], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("REPORT "))[7:])

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from retrieve_helpers import assert_all_exist, build_indexed_samples, table_rows
+from vllm_helpers import VLLM_INPROC_ENV
 
 from grtool.vocab.readers import DocidIndex
 
 pytestmark = pytest.mark.slow
 
-VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CPU_KVCACHE_SPACE": "1"}
-COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "6", "--max-tokens", "64", "--no-cache", "--json")
+COMMON = ("--markers", "brackets", "--few-shot", "2", "--few-shot-from", "dev", "--samples", "1", "--limit", "3", "--max-tokens", "64", "--no-cache", "--json")
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +35,9 @@ def test_vllm_greedy_brackets_docids_match_transformers(run, tmp_path):
     pytest.importorskip("vllm")
     base = ("retrieve", run, "--index", run / "index", *COMMON)
     hf = json.loads(run_cli(*base, "--backend", "transformers", "--threads", "2", "--out", tmp_path / "hf").stdout)
-    proc = run_cli(*base, "--backend", "vllm", "--enforce-eager", "--max-model-len", "2048", "--out", tmp_path / "vllm", env=VLLM_ENV)
+    proc = run_cli(*base, "--backend", "vllm", "--enforce-eager", "--max-model-len", "2048", "--out", tmp_path / "vllm", env=VLLM_INPROC_ENV)
     report = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))  # vLLM logs on stdout too
-    assert report["responses"] == hf["responses"] == 6
+    assert report["responses"] == hf["responses"] == 3
     rows = table_rows(tmp_path / "vllm")
     assert {r["markers"] for r in rows} == {"brackets"}
     docids = assert_all_exist(rows, DocidIndex.build(run / "triples"))
