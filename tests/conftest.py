@@ -135,6 +135,7 @@ def write_pipeline(tmp_path):
 def sft_checkpoint(tmp_path_factory) -> Path:
     """One real SFT checkpoint per test session, shared by every xdist worker (4 steps, its checkpoint-4 kept):
     read it, copy it (train_helpers.finished_copy) or copy its checkpoint-4, never write into it."""
+    pytest.importorskip("trl")  # an install without the train extra cannot make it
     from train_helpers import shared_sft_checkpoint
 
     return shared_sft_checkpoint(tmp_path_factory)
