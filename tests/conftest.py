@@ -152,4 +152,6 @@ def pytest_sessionfinish(session):
     factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's own, set up before the session starts
     if factory is not None:
         shutil.rmtree(factory.getbasetemp() / SHARED_SFT_FOLDER, ignore_errors=True)
+
+
 # --- end of the shared SFT checkpoint ------------------------------------------------------------------------------
