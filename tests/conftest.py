@@ -128,3 +128,30 @@ def write_pipeline(tmp_path):
         return write_pipeline_file(path if path is not None else tmp_path / "pipeline.toml", stages, **top)
 
     return write
+
+
+# --- The shared SFT checkpoint (tests/train_helpers.py trains it; issue #48) -------------------------------------
+@pytest.fixture(scope="session")
+def sft_checkpoint(tmp_path_factory) -> Path:
+    """One real SFT checkpoint per test session, shared by every xdist worker (4 steps, its checkpoint-4 kept):
+    read it, copy it (train_helpers.finished_copy) or copy its checkpoint-4, never write into it."""
+    pytest.importorskip("trl")  # an install without the train extra cannot make it
+    from train_helpers import shared_sft_checkpoint
+
+    return shared_sft_checkpoint(tmp_path_factory)
+
+
+def pytest_sessionfinish(session):
+    """The controller removes the shared checkpoint (~2 GB with its optimizer state) once every worker is done."""
+    import shutil
+
+    from train_helpers import SHARED_SFT_FOLDER
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's own, set up before the session starts
+    if factory is not None:
+        shutil.rmtree(factory.getbasetemp() / SHARED_SFT_FOLDER, ignore_errors=True)
+
+
+# --- end of the shared SFT checkpoint ------------------------------------------------------------------------------

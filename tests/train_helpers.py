@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+
 import orjson
 from grtool.export.formats import dataset_info_stanza, kto_row, sft_row, update_dataset_info
 from grtool.index.tokenizer import DOCID_END, DOCID_START
@@ -47,3 +50,47 @@ def write_kto(path: Path, desirable: int = 8, undesirable: int = 8, fmt: str = "
     else:
         path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     return path
+
+
+# One real SFT run serves every test that reads a finished checkpoint, resumes from its checkpoint-4, or must be
+# refused against it: 16 rows, 4 steps, the one save at step 4 kept (its optimizer state: what --resume needs).
+SHARED_SFT_ROWS = 16
+SHARED_SFT_SETTINGS = {"--max-steps": "4", "--save-steps": "4", "--learning-rate": "1e-4", "--warmup-ratio": "0", "--cutoff-len": "256",
+                       "--per-device-batch-size": "2"}  # fmt: skip
+SHARED_SFT_FOLDER = "shared-sft-checkpoint"
+
+
+def shared_sft_args(changed: dict[str, str] | None = None) -> list[str]:
+    """The shared run's options (``changed`` replaces some): the command a --resume of it must repeat."""
+    settings = {**SHARED_SFT_SETTINGS, **(changed or {})}
+    return [*(x for kv in settings.items() for x in kv), "--keep-checkpoints"]
+
+
+def shared_root(tmp_path_factory) -> Path:
+    """The folder every xdist worker of this session sees (each worker's basetemp is a subfolder of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_sft_checkpoint(tmp_path_factory) -> Path:
+    """The shared SFT checkpoint, trained by whichever worker asks first while the others wait on the lock."""
+    from filelock import FileLock
+
+    from conftest import run_cli
+
+    root = shared_root(tmp_path_factory) / SHARED_SFT_FOLDER
+    ckpt = root / "ckpt"
+    root.mkdir(exist_ok=True)
+    with FileLock(str(root) + ".lock"):
+        if not (ckpt / "grtool.json").is_file():
+            shutil.rmtree(ckpt, ignore_errors=True)  # a worker that failed mid-run: train again
+            data = write_sft(root / "thinkgr_sft.json", n=SHARED_SFT_ROWS)
+            run_cli("train", "sft", data, "--out", ckpt, *shared_sft_args())
+    return ckpt
+
+
+def finished_copy(ckpt: Path, target: Path) -> Path:
+    """The finished checkpoint's own files (not its checkpoint-N folder), copied: for a test whose command must leave
+    the folder alone, so that a broken refusal writes into the test's copy, never into the shared checkpoint."""
+    shutil.copytree(ckpt, target, ignore=shutil.ignore_patterns("checkpoint-*"))
+    return target

@@ -162,15 +162,15 @@ def test_status_of_a_run_lists_indexes_exports_and_the_pipelines_stages(run: Pat
 
 
 @pytest.mark.slow
-def test_status_of_a_run_lists_its_checkpoints(run: Path, tmp_path: Path) -> None:
-    """One real training step (the embedded model on the CPU), its checkpoint kept."""
-    pytest.importorskip("trl")
-    ckpt = tmp_path / "ckpt"
-    run_cli("-q", "train", "sft", run / "export" / "sft.json", "--out", ckpt, "--max-steps", "1", "--save-steps", "1",
-            "--keep-checkpoints", "--cutoff-len", "256", "--per-device-batch-size", "2")  # fmt: skip
+def test_status_of_a_run_lists_its_checkpoints(sft_checkpoint: Path, tmp_path: Path) -> None:
+    """The session's real training run (tests/conftest.py: 4 steps, its checkpoint-4 kept), its files linked."""
+    import os
+    import shutil
+
+    shutil.copytree(sft_checkpoint, tmp_path / "ckpt", copy_function=os.symlink)  # status walks real folders only
     text = "\n".join(_lines(run_cli("status", tmp_path, env=WIDE, check=False)))
     assert re.search(r"^checkpoints$", text, re.M)
-    assert re.search(r"│ ckpt\s+│ train sft\s+│ 1\s+│ finished 20\d\d-.*│ checkpoint-1", text)
+    assert re.search(r"│ ckpt\s+│ train sft\s+│ 4\s+│ finished 20\d\d-.*│ checkpoint-4", text)
 
 
 def test_pipeline_status_wider_than_the_terminal_prints_a_block_per_stage(run: Path) -> None:

@@ -13,7 +13,7 @@ import yaml
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.vocab.prompt import instruction
 from checkpoint_records import checkpoint_record_bytes
-from train_helpers import PEOPLE, chain, question, write_kto, write_sft
+from train_helpers import PEOPLE, SHARED_SFT_ROWS, chain, finished_copy, question, write_kto, write_sft
 
 pytestmark = pytest.mark.slow
 
@@ -65,39 +65,26 @@ def retrieve_with(ckpt: Path, root: Path, cli, *extra) -> dict:
     return orjson.loads(cli("retrieve", run, "--index", root / "index", "--model", ckpt, "--out", root / "responses", "--max-tokens", "48", *extra, "--json").stdout)
 
 
-@pytest.fixture(scope="module")
-def sft_ckpt(tmp_path_factory):
-    """A full SFT of 4 steps on 16 rows, its last checkpoint (step 4) kept: the start of KTO and of the resume test."""
-    from conftest import run_cli
-
-    root = tmp_path_factory.mktemp("sft")
-    data = write_sft(root / "thinkgr_sft.json")
-    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "4", "--save-steps", "2", "--save-total-limit", "1", "--keep-checkpoints",
-            "--learning-rate", "1e-4", "--warmup-ratio", "0", *TINY)  # fmt: skip
-    yield root / "ckpt"
-    shutil.rmtree(root, ignore_errors=True)  # weights and a checkpoint with optimizer state: ~2 GB
-
-
-def test_sft_lowers_the_loss_and_ships_the_markers(sft_ckpt):
+def test_sft_lowers_the_loss_and_ships_the_markers(sft_checkpoint):
     from transformers import AutoTokenizer
 
-    meta = record(sft_ckpt)
+    meta = record(sft_checkpoint)
     assert meta["global_step"] == 4 and len(meta["losses"]) == 4
     assert meta["final_loss"] < meta["first_loss"], meta["losses"]
-    assert meta["data"]["format"] == "llamafactory-sharegpt" and meta["data"]["rows"] == 16 and len(meta["data"]["sha256"]) == 64
+    assert meta["data"]["format"] == "llamafactory-sharegpt" and meta["data"]["rows"] == SHARED_SFT_ROWS and len(meta["data"]["sha256"]) == 64
     assert meta["command"][:3] == ["grtool", "train", "sft"]
     assert {"grtool", "trl", "torch"} <= set(meta["versions"]) and meta["hyperparameters"]["learning_rate"] == 1e-4
-    tokenizer = AutoTokenizer.from_pretrained(str(sft_ckpt))
+    tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
     start, end = (tokenizer.encode(t, add_special_tokens=False) for t in (DOCID_START, DOCID_END))
     assert len(start) == 1 and len(end) == 1 and start != end
     assert [start[0], end[0]] == [meta["markers"]["docid_start"], meta["markers"]["docid_end"]]
     assert tokenizer.encode(f"{DOCID_START}a, b, c{DOCID_END}", add_special_tokens=False)[0] == start[0]
-    generate(sft_ckpt)
+    generate(sft_checkpoint)
 
 
-def test_sft_checkpoint_retrieves_under_the_constraint(sft_ckpt, tmp_path, cli):
+def test_sft_checkpoint_retrieves_under_the_constraint(sft_checkpoint, tmp_path, cli):
     """The SFT checkpoint loads in `retrieve` (special markers) and writes docids the index holds."""
-    summary = retrieve_with(sft_ckpt, tmp_path, cli)
+    summary = retrieve_with(sft_checkpoint, tmp_path, cli)
     assert summary["responses"] == len(PEOPLE) and summary["docids"] > 0 and summary["hallucinated"] == 0, summary
     assert summary["recall"]["recall"] > 0
 
@@ -119,7 +106,7 @@ def test_labels_cover_the_assistant_turn_only(tmp_path):
         assert question(n) in tokenizer.decode(example["input_ids"][:first])  # the user turn is not trained
 
 
-def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli, sft_ckpt):
+def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli, sft_checkpoint):
     data = write_sft(tmp_path / "sft.json", n=4)
     out = tmp_path / "lora"
     cli("train", "sft", data, "--out", out, "--lora", "--lora-rank", "4", "--lora-alpha", "8", "--lora-target", "q_proj,v_proj", "--max-steps", "1", "--learning-rate", "1e-3", *TINY)
@@ -138,8 +125,8 @@ def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli, sft_ckpt):
     retrieve = ("retrieve", tmp_path / "run", "--index", tmp_path / "index", "--out", tmp_path / "x")
     err = " ".join(cli(*retrieve, "--model", out, "--adapter", out / "adapter", check=2).stderr.split())
     assert "is its own merged checkpoint, which holds the adapter already" in err and "Traceback" not in err
-    err = " ".join(cli(*retrieve, "--model", sft_ckpt, "--adapter", out / "adapter", check=2).stderr.split())
-    assert "trained on base model" in err and f"not on --model {sft_ckpt}@" in err
+    err = " ".join(cli(*retrieve, "--model", sft_checkpoint, "--adapter", out / "adapter", check=2).stderr.split())
+    assert "trained on base model" in err and f"not on --model {sft_checkpoint}@" in err
     own = tmp_path / "own-tokenizer"
     shutil.copytree(out / "adapter", own)
     shutil.copy(out / "tokenizer.json", own / "tokenizer.json")  # the markers' tokens: the base model has none
@@ -148,23 +135,26 @@ def test_lora_checkpoint_is_merged_and_has_an_adapter(tmp_path, cli, sft_ckpt):
     assert "its tokenizer is not the model's" in err and "<docid_start>" in err
 
 
-def test_kto_runs_from_the_sft_checkpoint(sft_ckpt, tmp_path, cli):
+def test_kto_runs_from_the_sft_checkpoint(sft_checkpoint, tmp_path, cli):
     data = write_kto(tmp_path / "thinkgr_kto.json", 8, 8)
     out = tmp_path / "kto"
-    cli("train", "kto", data, "--model", sft_ckpt, "--out", out, "--max-steps", "1", "--save-steps", "1", *TINY)  # KTO's checkpoint save too
+    cli("train", "kto", data, "--model", sft_checkpoint, "--out", out, "--max-steps", "1", "--save-steps", "1", *TINY)  # KTO's checkpoint save too
     meta = record(out)
     assert meta["kind"] == "train kto" and meta["global_step"] == 1
     assert meta["data"]["desirable"] == 8 and meta["data"]["undesirable"] == 8
     assert meta["hyperparameters"]["beta"] == 0.1 and meta["hyperparameters"]["desirable_weight"] == 1.0
-    assert meta["base_model"]["path"] == str(sft_ckpt)
+    assert meta["base_model"]["path"] == str(sft_checkpoint)
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     assert not list(out.glob("checkpoint-*"))  # a finished run removes what only --resume needed
 
 
-def test_resume_refuses_an_occupied_out_without_resume(sft_ckpt, tmp_path, cli):
+def test_resume_refuses_an_occupied_out_without_resume(sft_checkpoint, tmp_path, cli):
     data = write_sft(tmp_path / "thinkgr_sft.json")
-    proc = cli("train", "sft", data, "--out", sft_ckpt, "--max-steps", "5", *TINY, check=2)
+    finished = finished_copy(sft_checkpoint, tmp_path / "finished")
+    before = (finished / "grtool.json").read_bytes()
+    proc = cli("train", "sft", data, "--out", finished, "--max-steps", "5", *TINY, check=2)
     assert "--resume" in proc.stderr and "--overwrite" in proc.stderr
+    assert (finished / "grtool.json").read_bytes() == before
 
 
 def test_dry_run_and_llamafactory_yaml(tmp_path, cli):
@@ -311,7 +301,7 @@ def _checkpoint_step(folder: Path) -> int:
     return int(folder.name.rsplit("-", 1)[1])
 
 
-def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_ckpt, tmp_path, cli):
+def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_checkpoint, tmp_path, cli):
     """A run killed after its step-4 checkpoint (the fixture's, without its final files) continues with --resume.
     It was also killed during later saves: one as saves were before they were atomic (checkpoint-6 under its
     final name without its trainer state, optimizer.pt cut), one during an atomic save (the temporary folder).
@@ -319,7 +309,7 @@ def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_c
     from grtool.train.run import STAGING, checkpoint_problem
 
     out = tmp_path / "resumed"
-    shutil.copytree(sft_ckpt / "checkpoint-4", out / "checkpoint-4")
+    shutil.copytree(sft_checkpoint / "checkpoint-4", out / "checkpoint-4")
     complete = out / "checkpoint-4"
     assert checkpoint_problem(complete) is None
     cut = out / "checkpoint-6"

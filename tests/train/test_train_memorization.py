@@ -29,7 +29,9 @@ from chains_helpers import load_2wiki
 pytestmark = pytest.mark.slow
 
 N = 8  # questions: each gets one chain of 2 to 4 docids
-TRAIN = ("--max-steps", "24", "--per-device-batch-size", "1", "--learning-rate", "2e-4", "--warmup-ratio", "0", "--cutoff-len", "512",
+# 12 steps (1.5 passes over the 8 chains) at 4e-4, half the 24 steps at 2e-4 this test trained before: measured
+# recall 1.000 and 0 hallucinated in both syntaxes, in each of two runs
+TRAIN = ("--max-steps", "12", "--per-device-batch-size", "1", "--learning-rate", "4e-4", "--warmup-ratio", "0", "--cutoff-len", "512",
          "--save-steps", "1000")  # fmt: skip
 
 

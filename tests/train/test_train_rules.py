@@ -3,8 +3,8 @@ run its command started, a finished checkpoint is replaced only with --overwrite
 before anything loads, a file is trained by the command its export record names, a live run's folder is a
 transient refusal, a diverging run saves nothing. Each refusal is one line, exit 2 (1 for data, 75 for a live run).
 
-One real training run (1 step, 4 rows) serves every test that needs a finished checkpoint; the others stop before
-the model loads.
+The session's shared SFT checkpoint (tests/conftest.py: 4 steps, 16 rows, its checkpoint-4 kept) serves every test
+that needs a finished checkpoint; the others stop before the model loads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from train_helpers import write_kto, write_sft
+from train_helpers import SHARED_SFT_ROWS, finished_copy, shared_sft_args, write_kto, write_sft
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +34,10 @@ def one_line(proc, *words: str) -> str:
     return err
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished SFT checkpoint of one step, its checkpoint-1 kept: the model of the resume tests."""
-    from conftest import run_cli
-
-    root = tmp_path_factory.mktemp("rules")
-    data = write_sft(root / "thinkgr_sft.json", n=4)
-    run_cli("train", "sft", data, "--out", root / "ckpt", "--max-steps", "1", "--save-steps", "1", "--keep-checkpoints", *TINY)
-    yield root / "ckpt"
-    shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture
+def finished(sft_checkpoint):
+    """The shared finished checkpoint: the model of the resume tests (read only; refusals get a copy)."""
+    return sft_checkpoint
 
 
 def test_the_checkpoint_records_decode_through_their_declarations(finished, tmp_path, cli):
@@ -51,7 +45,7 @@ def test_the_checkpoint_records_decode_through_their_declarations(finished, tmp_
     from grtool.records import DamagedRecord
 
     record = read_checkpoint(finished)
-    assert record.kind == "train sft" and record.global_step == 1 and record.data.rows == 4
+    assert record.kind == "train sft" and record.global_step == 4 and record.data.rows == SHARED_SFT_ROWS
     run = read_run_record(finished)
     assert run.train is not None and run.train.kind == "train sft" and run.train.hyperparameters["learning_rate"] == 1e-4
     assert read_checkpoint(tmp_path) is None  # not a checkpoint
@@ -72,6 +66,7 @@ def test_the_checkpoint_records_decode_through_their_declarations(finished, tmp_
 
 def test_resume_into_a_finished_checkpoint_is_refused(finished, tmp_path, cli):
     """`train kto --resume --out SFT` trained and replaced the finished SFT model (exit 0, no --overwrite)."""
+    finished = finished_copy(finished, tmp_path / "finished")
     before = (finished / "grtool.json").read_bytes()
     kto = write_kto(tmp_path / "kto.json", 2, 2)
     one_line(cli("train", "kto", kto, "--resume", "--out", finished, *TINY, check=2), "holds a finished checkpoint", "--overwrite")
@@ -82,13 +77,13 @@ def test_resume_into_a_finished_checkpoint_is_refused(finished, tmp_path, cli):
 
 @pytest.fixture
 def interrupted(finished, tmp_path):
-    """A run stopped after its checkpoint-1, as a kill leaves it: the run record and the checkpoint, no grtool.json."""
+    """A run stopped after its checkpoint-4, as a kill leaves it: the run record and the checkpoint, no grtool.json."""
     out = tmp_path / "interrupted"
     out.mkdir()
     shutil.copy(finished / "grtool-run.json", out / "grtool-run.json")
-    (out / "checkpoint-1").mkdir()
-    for f in (finished / "checkpoint-1").iterdir():
-        (out / "checkpoint-1" / f.name).symlink_to(f)
+    (out / "checkpoint-4").mkdir()
+    for f in (finished / "checkpoint-4").iterdir():
+        (out / "checkpoint-4" / f.name).symlink_to(f)
     return out
 
 
@@ -96,18 +91,15 @@ def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, 
     """Another learning rate, cutoff, data file, model or kind was mixed into the resumed run silently, and
     grtool.json then recorded only the new values."""
     data = Path(orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"])
-    resume = ["--out", interrupted, "--resume", "--max-steps", "1", "--save-steps", "1", "--keep-checkpoints"]
-    options = dict(zip(TINY[::2], TINY[1::2]))
-    changed = {**options, "--learning-rate": "3e-4"}
-    one_line(cli("train", "sft", data, *resume, *[x for kv in changed.items() for x in kv], check=2), "--resume refused", "learning-rate was 0.0001, now 0.0003")
-    changed = {**options, "--cutoff-len": "256"}
-    one_line(cli("train", "sft", data, *resume, *[x for kv in changed.items() for x in kv], check=2), "cutoff-len was 128, now 256")
+    resume = ["--out", interrupted, "--resume"]
+    one_line(cli("train", "sft", data, *resume, *shared_sft_args({"--learning-rate": "3e-4"}), check=2), "--resume refused", "learning-rate was 0.0001, now 0.0003")
+    one_line(cli("train", "sft", data, *resume, *shared_sft_args({"--cutoff-len": "128"}), check=2), "cutoff-len was 256, now 128")
     other = write_sft(tmp_path / "other.json", n=6)
-    one_line(cli("train", "sft", other, *resume, *TINY, check=2), "--resume refused", f"the data {data} was given, now {other}")
-    one_line(cli("train", "sft", data, "--model", finished, *resume, *TINY, check=2), "--resume refused", "--model was SmolLM2-135M-Instruct")
+    one_line(cli("train", "sft", other, *resume, *shared_sft_args(), check=2), "--resume refused", f"the data {data} was given, now {other}")
+    one_line(cli("train", "sft", data, "--model", finished, *resume, *shared_sft_args(), check=2), "--resume refused", "--model was SmolLM2-135M-Instruct")
     kto = write_kto(tmp_path / "kto.json", 2, 2)
     one_line(cli("train", "kto", kto, *resume, *TINY, check=2), "the run is `train sft`, this is `train kto`")
-    assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-1", "grtool-run.json"]  # nothing written
+    assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4", "grtool-run.json"]  # nothing written
 
 
 def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupted, tmp_path, cli):
@@ -115,15 +107,15 @@ def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupt
     handed to the trainer, which failed loading its state dict with a traceback after the run had started."""
     data = Path(orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"])
     (interrupted / "grtool-run.json").unlink()
-    config = interrupted / "checkpoint-1" / "config.json"
+    config = interrupted / "checkpoint-4" / "config.json"
     other = {**orjson.loads(config.read_bytes()), "model_type": "bert", "hidden_size": 768}
     config.unlink()
     config.write_bytes(orjson.dumps(other))
     resume = ["--out", interrupted, "--resume", "--max-steps", "1", *TINY]
-    err = one_line(cli("train", "sft", data, *resume, check=2), "--resume refused", "checkpoint-1 is of another architecture", "model_type 'bert' there, 'llama'", "hidden_size 768 there")
+    err = one_line(cli("train", "sft", data, *resume, check=2), "--resume refused", "checkpoint-4 is of another architecture", "model_type 'bert' there, 'llama'", "hidden_size 768 there")
     assert "SmolLM2-135M-Instruct" in err
-    one_line(cli("train", "sft", data, *resume, "--lora", check=2), "checkpoint-1 holds full weights, this command trains a LoRA adapter")
-    assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-1"] and (interrupted / "checkpoint-1" / "trainer_state.json").exists()
+    one_line(cli("train", "sft", data, *resume, "--lora", check=2), "checkpoint-4 holds full weights, this command trains a LoRA adapter")
+    assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4"] and (interrupted / "checkpoint-4" / "trainer_state.json").exists()
 
 
 def test_resume_with_the_same_command_passes_the_check(finished, interrupted):
@@ -132,7 +124,7 @@ def test_resume_with_the_same_command_passes_the_check(finished, interrupted):
     from grtool.train.run import plan
 
     data = orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"]
-    options = {"max_steps": 1, "save_steps": 1, "keep_checkpoints": True, "cutoff_len": 128, "per_device_batch_size": 2, "warmup_ratio": 0.0, "learning_rate": 1e-4}
+    options = {"max_steps": 4, "save_steps": 4, "keep_checkpoints": True, "cutoff_len": 256, "per_device_batch_size": 2, "warmup_ratio": 0.0, "learning_rate": 1e-4}
     plan("sft", data, None, interrupted, resolve("sft", options), resume=True)
     with pytest.raises(Exception, match="--resume refused"):
         plan("sft", data, None, interrupted, resolve("sft", {**options, "seed": 7}), resume=True)
