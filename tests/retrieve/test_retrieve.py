@@ -8,6 +8,7 @@ in the index, in both marker modes; the responses directory feeds `eval recall` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -149,12 +150,21 @@ def test_flipped_docids_decode_with_flips(run):
 
 
 def test_bad_input_exits_2(run, tmp_path):
+    """The first three are refused before torch is imported (it takes seconds): there, a torch that exits 99 when
+    imported stands first on the path. The embedded model's converted copy was checked once before (its stamp)."""
+    from grtool.models import resolve_model
+
+    resolve_model(None)  # converted and checked (stamped) here, not by the refusals below
+    poisoned = tmp_path / "poisoned" / "torch"
+    poisoned.mkdir(parents=True)
+    (poisoned / "__init__.py").write_text("raise SystemExit(99)\n")
+    no_torch = {"PYTHONPATH": os.pathsep.join([str(poisoned.parent), os.environ.get("PYTHONPATH", "")])}
     base = ("retrieve", run, "--index", run / "index", "--out", tmp_path / "x", "--markers", "brackets")
-    proc = run_cli(*base, "--dataset", "nosuch", check=2)
+    proc = run_cli(*base, "--dataset", "nosuch", check=2, env=no_torch)
     assert "no questions selected" in proc.stderr
-    proc = run_cli(*base, "--mode", "gmr", check=2)
+    proc = run_cli(*base, "--mode", "gmr", check=2, env=no_torch)
     assert "--source documents" in proc.stderr
-    proc = run_cli(*base, "--adapter", tmp_path / "missing", check=2)
+    proc = run_cli(*base, "--adapter", tmp_path / "missing", check=2, env=no_torch)
     assert "--adapter" in proc.stderr
     llama = tmp_path / "llama_index"
     run_cli("index", "build", run / "triples", "--tokenizer", "llama3", "--out", llama)
