@@ -158,7 +158,7 @@ def test_bad_input_exits_2(run, tmp_path):
     poisoned = tmp_path / "poisoned" / "torch"
     poisoned.mkdir(parents=True)
     (poisoned / "__init__.py").write_text("raise SystemExit(99)\n")
-    no_torch = {"PYTHONPATH": os.pathsep.join([str(poisoned.parent), os.environ.get("PYTHONPATH", "")])}
+    no_torch = {"PYTHONPATH": os.pathsep.join(filter(None, [str(poisoned.parent), os.environ.get("PYTHONPATH")]))}
     base = ("retrieve", run, "--index", run / "index", "--out", tmp_path / "x", "--markers", "brackets")
     proc = run_cli(*base, "--dataset", "nosuch", check=2, env=no_torch)
     assert "no questions selected" in proc.stderr
