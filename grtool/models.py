@@ -228,18 +228,50 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
     folder = Path(path)
     if not folder.is_dir():
         return
+    signature = _signature(folder)
+    if cache and _stamp_of(signature) == _read_stamp(folder):
+        return  # passed before with these very files: no torch import (seconds) before every command's own checks
     try:
-        _check_once(folder, flag, _signature(folder))
+        _check_once(folder, flag, signature)
     except InputError as e:
         if not cache:
             raise
         raise InputError(f"{e} (grtool's converted copy: delete {folder} and it is converted again)") from None
+    if cache:
+        _write_stamp(folder, _stamp_of(signature))
+
+
+CHECKED_STAMP = ".grtool-checked"  # in grtool's converted copy: the signature of the files that passed the check
+
+
+def _stamp_of(signature: tuple) -> str:
+    import hashlib
+
+    return hashlib.blake2b(repr(signature).encode(), digest_size=16).hexdigest()
+
+
+def _read_stamp(folder: Path) -> str | None:
+    try:
+        return (folder / CHECKED_STAMP).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_stamp(folder: Path, stamp: str) -> None:
+    tmp = folder / f"{CHECKED_STAMP}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(stamp + "\n")
+        os.replace(tmp, folder / CHECKED_STAMP)
+    except OSError:  # a read-only cache: checked again next time
+        tmp.unlink(missing_ok=True)
 
 
 def _signature(folder: Path) -> tuple:
     """What a folder's check depends on: its files' names, sizes and times (a changed file is checked again)."""
     entries = []
     for f in sorted(folder.iterdir()):
+        if f.name.startswith(CHECKED_STAMP):
+            continue
         try:
             st = f.stat()
         except OSError:

@@ -54,10 +54,20 @@ class DocidTokenizer:
         return max(self.tokenizer.get_vocab_size(with_added_tokens=True), highest + 1)
 
     def to_json(self) -> str:
-        return self.tokenizer.to_str()
+        return self._json
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        return self._sha256
+
+    # Serialized once (the tokenizer is complete when wrapped, as vocab_size assumes): a 128K vocabulary takes
+    # a second or more each time, and a build writes it, records its digest and checks it again.
+    @cached_property
+    def _json(self) -> str:
+        return self.tokenizer.to_str()
+
+    @cached_property
+    def _sha256(self) -> str:
+        return hashlib.sha256(self._json.encode()).hexdigest()
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -49,6 +49,8 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
         return None
     try:
         path = resolve_model(model).path if model is None or model == DEFAULT_MODEL_NAME or model.endswith(".gguf") else model
+        if backend == "transformers" and (plain := _plain_config_context(path)) is not None:
+            return plain  # read from config.json: importing transformers here costs seconds before any refusal
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(path)
@@ -58,3 +60,19 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
     if backend == "vllm" and getattr(text_config, "rope_scaling", None):
         return None
     return context_length(config, None)
+
+
+def _plain_config_context(path: str) -> int | None:
+    """The context a local folder's config.json states for a text-only model (no nested text config), as the
+    loaded config reads it: the first of the attributes :func:`~grtool.models.context_length` reads that is set.
+    None where it takes transformers to know (a hub id, a nested config, no such attribute: class defaults)."""
+    from grtool.models import CONTEXT_ATTRIBUTES, read_config
+
+    config = read_config(path) if Path(path).is_dir() else None
+    if config is None or "text_config" in config:
+        return None
+    for name in CONTEXT_ATTRIBUTES:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -232,6 +232,7 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
     if index.source != wanted:
         fix = "--source documents" if wanted == "documents" else "--source docids (the default)"
         raise InputError(f"{request.index}: an index of {index.source}, but --mode {request.mode} needs one of {wanted} (`grtool index build … {fix}`)")
+    selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)  # before the tokenizer loads (seconds)
     tokenizer, model_name = model_tokenizer(llm.model, request.adapter)
     if request.adapter is not None and request.markers == "special" and request.mode == "docids":
         _check_adapter(Path(request.adapter), tokenizer)
@@ -239,7 +240,6 @@ def retrieve(request: RetrieveRequest, llm) -> dict[str, Any]:
 
     # gmr writes no markers: only the vocabulary must agree (documents and DONE), as with brackets.
     check_agreement(index, tokenizer, llm.model or model_name, markers="brackets" if request.markers == "brackets" or request.mode == "gmr" else "special")
-    selection = Selection.of(request.corpus, request.datasets, request.splits, request.limit)
     triples = triples_of_index(index, request.triples) if request.mode == "docids" else request.triples
     if request.mode == "docids":
         check_flips(index, llm.model, request.adapter, triples)

@@ -39,7 +39,9 @@ _EXAMPLES = os.environ.get("GRTOOL_FUZZ_EXAMPLES")
 
 
 def fuzz_settings(examples: int):
-    """``examples`` drawn the same way on every run (CI), or GRTOOL_FUZZ_EXAMPLES drawn at random (locally)."""
+    """``examples`` drawn the same way on every run (CI), or GRTOOL_FUZZ_EXAMPLES drawn at random (locally). Each
+    example is a grtool subprocess (seconds): the fixed counts are a smoke sample that keeps `make test` short; the
+    sweep is the local run with GRTOOL_FUZZ_EXAMPLES."""
     return settings(
         max_examples=int(_EXAMPLES) if _EXAMPLES else examples, derandomize=not _EXAMPLES, database=None, deadline=None,
         suppress_health_check=list(HealthCheck), print_blob=bool(_EXAMPLES),
@@ -276,7 +278,7 @@ STRATEGIES = {"record_values": record_values, "record_text": record_text, "speci
 # ---------------------------------------------------------------------------------------------- the tests
 
 
-@fuzz_settings(30)
+@fuzz_settings(12)
 @given(data=st.data())
 def test_record_values(fuzz, data):
     """One value of one JSON record damaged: wrong type, missing, extra, null, negative, zero, huge, a 5000-digit
@@ -285,7 +287,7 @@ def test_record_values(fuzz, data):
     record_values(fuzz, Draw(fuzz.commands, data))
 
 
-@fuzz_settings(12)
+@fuzz_settings(6)
 @given(data=st.data())
 def test_record_text(fuzz, data):
     """A record's (or an input's) whole text damaged: cut short, emptied, invalid UTF-8, a byte-order mark, a key
@@ -293,7 +295,7 @@ def test_record_text(fuzz, data):
     record_text(fuzz, Draw(fuzz.commands, data))
 
 
-@fuzz_settings(16)
+@fuzz_settings(8)
 @given(data=st.data())
 def test_special_files(fuzz, data):
     """A file or directory of the run, or an input, replaced by a FIFO, a directory, /dev/null, /dev/zero, a
@@ -301,7 +303,7 @@ def test_special_files(fuzz, data):
     special_files(fuzz, Draw(fuzz.commands, data))
 
 
-@fuzz_settings(12)
+@fuzz_settings(6)
 @given(data=st.data())
 def test_content_with_digests_recomputed(fuzz, data):
     """A shard, an index file or the export edited (a byte flipped, cut short, garbage appended, a block zeroed)
@@ -310,14 +312,14 @@ def test_content_with_digests_recomputed(fuzz, data):
     content_with_digests(fuzz, Draw(fuzz.commands, data))
 
 
-@fuzz_settings(16)
+@fuzz_settings(8)
 @given(data=st.data())
 def test_environment(fuzz, data):
     """An environment variable set to an edge value: a usage error naming it, or the intact answer."""
     environment(fuzz, Draw(fuzz.commands, data))
 
 
-@fuzz_settings(14)
+@fuzz_settings(7)
 @given(data=st.data())
 def test_numeric_options(fuzz, data):
     """A numeric option at an edge value: a documented exit code, no traceback, and when the command refuses it,

@@ -63,6 +63,21 @@ def test_truncated_weights_in_the_converted_model_cache(model_folder, tmp_path, 
     refused(proc, "model.safetensors is cut short", f"delete {bad}")
 
 
+def test_the_converted_copy_is_checked_again_only_when_its_files_change(model_folder, tmp_path):
+    """grtool's converted copy that passed is stamped with its files' signature, so later commands skip the check
+    (it imports torch: seconds before any refusal); a file changed since is checked again."""
+    from grtool.errors import InputError
+    from grtool.models import CHECKED_STAMP, check_model_folder
+
+    copy = damaged_copy(model_folder, tmp_path / "models" / model_folder.name)
+    (copy / CHECKED_STAMP).unlink(missing_ok=True)
+    check_model_folder(copy, cache=True)
+    assert (copy / CHECKED_STAMP).is_file()
+    (copy / "config.json").write_text("{")
+    with pytest.raises(InputError, match=r"config.json is not valid JSON.*converted again"):
+        check_model_folder(copy, cache=True)
+
+
 def test_config_of_another_architecture(model_folder, tmp_path, cli):
     """A config.json whose architecture loads none of the weights: transformers would start every one at random
     (it generated noise with exit 0)."""

@@ -22,7 +22,7 @@ from grtool.store.stage import read_table
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 2
-ARGS = ("--mode", "gmr", "--beams", "2", "--max-steps", str(MAX_STEPS), "--limit", "3", "--max-tokens", "160", "--threads", "2")
+ARGS = ("--mode", "gmr", "--beams", "2", "--max-steps", str(MAX_STEPS), "--limit", "2", "--max-tokens", "160", "--threads", "2")
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def _documents(run: Path) -> dict[str, str]:
 def test_every_step_is_a_document_or_done_and_the_loop_stops(run, responses):
     out, report = responses
     rows = read_table(out).to_pylist()
-    assert len(rows) == 3 == report["responses"]
+    assert len(rows) == 2 == report["responses"]
     documents = _documents(run)
     steps_seen = 0
     for row in rows:
