@@ -229,7 +229,8 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
     if not folder.is_dir():
         return
     signature = _signature(folder)
-    if cache and _stamp_of(signature) == _read_stamp(folder):
+    stamp = _stamp_of(signature) if cache else None
+    if stamp is not None and stamp == _read_stamp(folder):
         return  # passed before with these very files: no torch import (seconds) before every command's own checks
     try:
         _check_once(folder, flag, signature)
@@ -237,8 +238,8 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
         if not cache:
             raise
         raise InputError(f"{e} (grtool's converted copy: delete {folder} and it is converted again)") from None
-    if cache:
-        _write_stamp(folder, _stamp_of(signature))
+    if stamp is not None:
+        _write_stamp(folder, stamp)
 
 
 CHECKED_STAMP = ".grtool-checked"  # in grtool's converted copy: the signature of the files that passed the check
@@ -258,12 +259,12 @@ def _read_stamp(folder: Path) -> str | None:
 
 
 def _write_stamp(folder: Path, stamp: str) -> None:
-    tmp = folder / f"{CHECKED_STAMP}.{os.getpid()}.tmp"
+    from grtool.store.records import atomic_write_bytes  # its temporary file's name starts with the stamp's too
+
     try:
-        tmp.write_text(stamp + "\n")
-        os.replace(tmp, folder / CHECKED_STAMP)
+        atomic_write_bytes(folder / CHECKED_STAMP, f"{stamp}\n".encode())
     except OSError:  # a read-only cache: checked again next time
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def _signature(folder: Path) -> tuple:

@@ -66,13 +66,11 @@ def _plain_config_context(path: str) -> int | None:
     """The context a local folder's config.json states for a text-only model (no nested text config), as the
     loaded config reads it: the first of the attributes :func:`~grtool.models.context_length` reads that is set.
     None where it takes transformers to know (a hub id, a nested config, no such attribute: class defaults)."""
-    from grtool.models import CONTEXT_ATTRIBUTES, read_config
+    from types import SimpleNamespace
+
+    from grtool.models import read_config
 
     config = read_config(path) if Path(path).is_dir() else None
     if config is None or "text_config" in config:
         return None
-    for name in CONTEXT_ATTRIBUTES:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    return context_length(SimpleNamespace(**config), None)  # the attributes a loaded config would be read for

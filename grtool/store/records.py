@@ -17,7 +17,7 @@ import msgspec
 import orjson
 
 from grtool.errors import InputError
-from grtool.records import Count, DamagedRecord, refuse_undeclared, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes
+from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes, refuse_undeclared
 from grtool.store.diskfull import writing
 from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TABLE_NAMES, TMP_SUFFIX, part_name
 
