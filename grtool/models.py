@@ -222,57 +222,33 @@ def check_model_folder(path: str | Path, flag: str = "--model", *, cache: bool =
     (a grtool index or stage, no config.json), damaged weights, a config.json whose architecture does not
     match the weights (transformers would start the missing ones at random and generate noise), a tokenizer
     with more tokens than the embedding has rows, no tokenizer. ``cache``: the folder is grtool's converted copy
-    of a GGUF file (the message says how to rebuild it). A hub id (not a folder) is left to transformers."""
+    of a GGUF file (the message says how to rebuild it). A hub id (not a folder) is left to transformers.
+    A folder that passed is remembered in grtool's cache (:func:`fact_file`), and checked again only when one of
+    its files changes: the check imports torch, seconds before every command's own checks could answer."""
     from grtool.errors import InputError
 
     folder = Path(path)
     if not folder.is_dir():
         return
-    signature = _signature(folder)
-    stamp = _stamp_of(signature) if cache else None
-    if stamp is not None and stamp == _read_stamp(folder):
-        return  # passed before with these very files: no torch import (seconds) before every command's own checks
+    passed = fact_file(folder, MODEL_CHECKED)
+    if recall(passed, bool):
+        return
     try:
-        _check_once(folder, flag, signature)
+        _check_once(folder, flag, passed)
     except InputError as e:
         if not cache:
             raise
         raise InputError(f"{e} (grtool's converted copy: delete {folder} and it is converted again)") from None
-    if stamp is not None:
-        _write_stamp(folder, stamp)
+    remember(passed, True)
 
 
-CHECKED_STAMP = ".grtool-checked"  # in grtool's converted copy: the signature of the files that passed the check
-
-
-def _stamp_of(signature: tuple) -> str:
-    import hashlib
-
-    return hashlib.blake2b(repr(signature).encode(), digest_size=16).hexdigest()
-
-
-def _read_stamp(folder: Path) -> str | None:
-    try:
-        return (folder / CHECKED_STAMP).read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _write_stamp(folder: Path, stamp: str) -> None:
-    from grtool.store.records import atomic_write_bytes  # its temporary file's name starts with the stamp's too
-
-    try:
-        atomic_write_bytes(folder / CHECKED_STAMP, f"{stamp}\n".encode())
-    except OSError:  # a read-only cache: checked again next time
-        pass
+MODEL_CHECKED = "checked"  # the question remembered: the folder passed check_model_folder
 
 
 def _signature(folder: Path) -> tuple:
-    """What a folder's check depends on: its files' names, sizes and times (a changed file is checked again)."""
+    """What the answers about a folder depend on: its files' names, sizes and times (a changed file asks again)."""
     entries = []
     for f in sorted(folder.iterdir()):
-        if f.name.startswith(CHECKED_STAMP):
-            continue
         try:
             st = f.stat()
         except OSError:
@@ -282,7 +258,7 @@ def _signature(folder: Path) -> tuple:
 
 
 @functools.lru_cache(maxsize=16)
-def _check_once(folder: Path, flag: str, signature: tuple) -> None:  # noqa: ARG001  (signature: the cache key)
+def _check_once(folder: Path, flag: str, state: Path) -> None:  # noqa: ARG001  (state: the cache key, named by the files' signature)
     """A folder is checked once per process (commands resolve the model several times)."""
     _check_model_folder(folder, flag)
 
@@ -394,6 +370,56 @@ def check_chat_template(tokenizer: Any, where: str) -> None:
     except Exception as e:  # noqa: BLE001  (jinja2 raises TemplateSyntaxError, TemplateError, UndefinedError, ...)
         line = getattr(e, "lineno", None)
         raise InputError(f"{where}: the chat template cannot render a conversation ({type(e).__name__}{f' at line {line}' if line else ''}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+
+# ---- what it takes torch to learn about a model folder (seconds), learned once: kept in grtool's cache, never in the folder
+
+MODEL_FACTS = "model-facts"  # under the cache directory: one small JSON file per question, folder state and transformers version
+
+
+def fact_file(folder: str | Path, question: str) -> Path | None:
+    """Where the answer to ``question`` about ``folder`` as it is now is kept: its name has the folder's path, its
+    files' names, sizes and times and the transformers version, so a changed file or another transformers asks
+    again. None for a hub id (no folder)."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    try:
+        transformers = version("transformers")
+    except PackageNotFoundError:
+        transformers = None
+    key = repr((question, transformers, str(folder.resolve()), _signature(folder)))
+    return cache_root() / MODEL_FACTS / f"{question}-{hashlib.blake2b(key.encode(), digest_size=16).hexdigest()}.json"
+
+
+def recall(entry: Path | None, kind: type) -> Any:
+    """The answer kept in ``entry`` (:func:`fact_file`) decoded as ``kind``; None when there is none. A damaged
+    entry is none too: the caller learns the answer again and :func:`remember` writes it anew."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(entry.read_bytes(), type=kind) if entry is not None else None
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def remember(entry: Path | None, answer: Any) -> None:
+    """Keep ``answer`` (msgspec-encodable) in ``entry`` for later commands; a cache that cannot be written only
+    costs the time next time."""
+    import msgspec
+
+    from grtool.store.records import atomic_write_bytes
+
+    if entry is None:
+        return
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(entry, msgspec.json.encode(answer) + b"\n")
+    except OSError:
+        pass
 
 
 def read_config(folder: str | Path) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from grtool.docid import BRACKET_END, BRACKET_START, DOCID_END, DOCID_START
 from grtool.errors import InputError
 from grtool.models import ModelRef, resolve_model
@@ -43,20 +45,56 @@ def load_tokenizer(ref: ModelRef, chat_template: str | None = None):
 
 def load_model_tokenizer(ref: ModelRef):
     """The tokenizer of a model folder or hub id; a failure is one line (transformers' own advice, such as
-    installing sentencepiece for a folder that simply has no tokenizer, would mislead)."""
-    from transformers import AutoTokenizer
+    installing sentencepiece for a folder that simply has no tokenizer, would mislead).
 
+    AutoTokenizer's module imports torch (seconds before a dry run or a refusal can answer), so the class it picks
+    for a folder is remembered (:func:`~grtool.models.remember`) and later loads of that folder go to that class
+    directly: the same tokenizer, without torch."""
+    from grtool.models import fact_file, recall, remember
+
+    entry = fact_file(ref.path, TOKENIZER_CLASS)
     try:
-        return AutoTokenizer.from_pretrained(ref.path)
+        known = _tokenizer_class(recall(entry, str))
+        if known is not None:
+            return known.from_pretrained(ref.path)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(ref.path)
     except Exception as e:  # noqa: BLE001  (OSError, ValueError, ImportError, tokenizers' Exception, ...)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"--model {ref.name}: cannot load its tokenizer ({first[:300]})") from None
+    chosen = type(tokenizer)
+    if chosen.__module__.startswith("transformers."):  # a model's own code (trust_remote_code) is never loaded this way
+        remember(entry, f"{chosen.__module__}:{chosen.__qualname__}")
+    return tokenizer
+
+
+TOKENIZER_CLASS = "tokenizer-class"  # the question remembered: "module:class" of the tokenizer AutoTokenizer picked
+
+
+def _tokenizer_class(remembered: str | None) -> type | None:
+    """The transformers class a remembered ``module:class`` names; None when it names none (a damaged entry)."""
+    import importlib
+
+    module, _, name = (remembered or "").partition(":")
+    if not module.startswith("transformers.") or not name:
+        return None
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) and hasattr(found, "from_pretrained") else None
 
 
 def model_context(ref: ModelRef) -> int | None:
-    """The model's context in tokens from its config (None: unknown without loading it)."""
+    """The model's context in tokens from its config (None: unknown without loading it): a folder's config.json
+    read as it is where it states it plainly, else the config transformers loads (its import takes seconds)."""
+    from grtool.llm.models import plain_config_context
     from grtool.models import context_length
 
+    plain = plain_config_context(ref.path)
+    if plain is not None:
+        return plain
     try:
         from transformers import AutoConfig
 
@@ -65,10 +103,24 @@ def model_context(ref: ModelRef) -> int | None:
         return None
 
 
+class LoraLayers(msgspec.Struct):
+    names: list[str]
+    hidden_size: int | None
+
+
+LORA_LAYERS = "lora-layers"  # the question remembered: a LoraLayers
+
+
 def lora_layers(ref: ModelRef) -> tuple[list[str], int | None]:
     """The names of the model's layers LoRA can adapt (linear, embedding and convolution layers: what peft wraps;
     a block such as ``mlp`` is none of them) and its hidden size, from its config without its weights (meta
-    device); ([], None) when unknown."""
+    device); ([], None) when unknown. Even that takes torch (seconds), so a folder's answer is remembered."""
+    from grtool.models import fact_file, recall, remember
+
+    entry = fact_file(ref.path, LORA_LAYERS)
+    known = recall(entry, LoraLayers)
+    if known is not None:
+        return known.names, known.hidden_size
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -82,7 +134,9 @@ def lora_layers(ref: ModelRef) -> tuple[list[str], int | None]:
     kinds = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     hidden = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
-    return [name for name, m in model.named_modules() if isinstance(m, kinds)], hidden if isinstance(hidden, int) else None
+    found = LoraLayers([name for name, m in model.named_modules() if isinstance(m, kinds)], hidden if isinstance(hidden, int) else None)
+    remember(entry, found)
+    return found.names, found.hidden_size
 
 
 def load_model(ref: ModelRef, dtype: Any = None):

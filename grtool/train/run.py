@@ -111,6 +111,10 @@ def plan(
         )
     ref = resolve(model)
     read_checkpoint(ref.path)  # a base model that is a grtool checkpoint: its record is read at the end, so damage stops the run now
+    # The refusals that need no model loaded come first: transformers and torch take seconds to import.
+    if str(out) != "-":  # also for --dry-run: what the real run would refuse
+        _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
+    compare_resumed = check_out and _is_main() and _check_out(Path(out), resume=resume, overwrite=overwrite)  # other ranks would see the directory rank 0 is already filling
     if writes_checkpoint:
         from grtool.train.config import check_cutoff
         from grtool.train.model import model_context
@@ -121,8 +125,6 @@ def plan(
             from grtool.train.model import lora_layers
 
             check_lora(cfg, *lora_layers(ref))
-    if str(out) != "-":  # before the tokenizer loads; also for --dry-run: what the real run would refuse
-        _check_paths(Path(out), *_inputs(ref, loaded.source, cfg), replace=writes_checkpoint and overwrite and not resume)
     if check_template:  # the tokenizer loads in a moment; a model without a chat template stops here
         from grtool.train.data import drop_long_prompts
         from grtool.train.model import load_tokenizer
@@ -140,8 +142,8 @@ def plan(
         dw, uw = balancing_weights(counts.get(True, 0), counts.get(False, 0))
         result.weights = (cfg.desirable_weight if cfg.desirable_weight is not None else round(dw, 6),
                           cfg.undesirable_weight if cfg.undesirable_weight is not None else round(uw, 6))  # fmt: skip
-    if check_out and _is_main():  # other ranks would see the directory rank 0 is already filling
-        _check_out(result)
+    if compare_resumed:  # last: the KTO weights it compares come from the rows the tokenizer kept
+        check_resume(result, read_run_record(result.out))
     return result
 
 
@@ -169,28 +171,27 @@ def _check_paths(out: Path, inputs: list[Any], holders: list[Any], *, replace: b
         check_replaceable(out, CHECKPOINT)
 
 
-def _check_out(p: Plan) -> None:
+def _check_out(out: Path, *, resume: bool, overwrite: bool) -> bool:
     """--out against what it holds: a live run there is a transient refusal (exit 75, naming it); a finished
-    checkpoint is replaced only with --overwrite; --resume continues only the run that command started."""
+    checkpoint is replaced only with --overwrite. True: --resume continues the run there, which :func:`check_resume`
+    compares with this command."""
     from grtool.store.locks import output_lock
 
-    out = p.out
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):
-        return
+        return False
     with output_lock(out):  # exit 75 naming the live run, before any advice about the files it is writing
         pass
     finished = read_checkpoint(out)
-    if finished is not None and (p.resume or not p.overwrite):
+    if finished is not None and (resume or not overwrite):
         raise InputError(
             f"--out {out}: holds a finished checkpoint ({finished.kind}, {finished.global_step} steps, {finished.finished}); "
             "--resume continues only an interrupted run: pass --overwrite (without --resume) to replace it, or choose another --out"
         )
-    if not (p.resume or p.overwrite):
+    if not (resume or overwrite):
         raise InputError(f"--out {out}: already holds files; pass --resume to continue its last checkpoint or --overwrite to start over")
-    if p.resume:
-        check_resume(p, read_run_record(out))
+    return resume
 
 
 # Settings a resumed run may change: how often it saves and logs, not what it learns.
