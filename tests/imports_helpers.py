@@ -1,8 +1,11 @@
-"""Reading grtool's import graph from its source (tests/project/test_imports.py, tests/project/test_layers.py, tests/cli/test_declared_commands.py)."""
+"""Reading grtool's import graph from its source (tests/project/test_imports.py, tests/project/test_layers.py, tests/cli/test_declared_commands.py),
+and an environment in which a command cannot import torch (tests that prove a command decides without it)."""
 
 from __future__ import annotations
 
 import ast
+import os
+from pathlib import Path
 
 from paths_helpers import REPO
 
@@ -86,3 +89,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
+
+
+def without_torch(folder: Path) -> dict[str, str]:
+    """Environment variables for a child process in which ``import torch`` exits 99: a stand-in ``torch`` package in
+    ``folder`` first on the path. A command that still exits with its own code never imported torch."""
+    stand_in = folder / "torch"
+    stand_in.mkdir(parents=True, exist_ok=True)
+    (stand_in / "__init__.py").write_text("raise SystemExit(99)\n")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}

@@ -63,19 +63,21 @@ def test_truncated_weights_in_the_converted_model_cache(model_folder, tmp_path, 
     refused(proc, "model.safetensors is cut short", f"delete {bad}")
 
 
-def test_the_converted_copy_is_checked_again_only_when_its_files_change(model_folder, tmp_path):
-    """grtool's converted copy that passed is stamped with its files' signature, so later commands skip the check
-    (it imports torch: seconds before any refusal); a file changed since is checked again."""
+def test_a_folder_that_passed_is_checked_again_only_when_its_files_change(model_folder, tmp_path):
+    """A folder that passed (a user's, or grtool's converted copy) is remembered in grtool's cache with its files'
+    signature, so later commands skip the check (it imports torch: seconds before any refusal); nothing is written
+    into the folder; a file changed since is checked again."""
     from grtool.errors import InputError
-    from grtool.models import CHECKED_STAMP, check_model_folder
+    from grtool.models import MODEL_CHECKED, check_model_folder, fact_file, recall
 
-    copy = damaged_copy(model_folder, tmp_path / "models" / model_folder.name)
-    (copy / CHECKED_STAMP).unlink(missing_ok=True)
-    check_model_folder(copy, cache=True)
-    assert (copy / CHECKED_STAMP).is_file()
-    (copy / "config.json").write_text("{")
-    with pytest.raises(InputError, match=r"config.json is not valid JSON.*converted again"):
-        check_model_folder(copy, cache=True)
+    for copy, converted in ((damaged_copy(model_folder, tmp_path / "mine"), False), (damaged_copy(model_folder, tmp_path / "models" / model_folder.name), True)):
+        before = sorted(p.name for p in copy.iterdir())
+        fact_file(copy, MODEL_CHECKED).unlink(missing_ok=True)
+        check_model_folder(copy, cache=converted)
+        assert recall(fact_file(copy, MODEL_CHECKED), bool) is True and sorted(p.name for p in copy.iterdir()) == before
+        (copy / "config.json").write_text("{")
+        with pytest.raises(InputError, match=r"config.json is not valid JSON" + (".*converted again" if converted else "")):
+            check_model_folder(copy, cache=converted)
 
 
 def test_config_of_another_architecture(model_folder, tmp_path, cli):

@@ -8,7 +8,6 @@ in the index, in both marker modes; the responses directory feeds `eval recall` 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from conftest import run_cli
 from grtool.vocab.readers import DocidIndex
 from grtool.store.records import load_manifest
 from grtool.store.stage import read_table
+from imports_helpers import without_torch
 from retrieve_helpers import assert_all_exist, build_indexed_samples, table_rows
 
 pytestmark = pytest.mark.slow
@@ -151,14 +151,11 @@ def test_flipped_docids_decode_with_flips(run):
 
 def test_bad_input_exits_2(run, tmp_path):
     """The first three are refused before torch is imported (it takes seconds): there, a torch that exits 99 when
-    imported stands first on the path. The embedded model's converted copy was checked once before (its stamp)."""
+    imported stands first on the path. The embedded model's converted copy was checked once before (remembered)."""
     from grtool.models import resolve_model
 
-    resolve_model(None)  # converted and checked (stamped) here, not by the refusals below
-    poisoned = tmp_path / "poisoned" / "torch"
-    poisoned.mkdir(parents=True)
-    (poisoned / "__init__.py").write_text("raise SystemExit(99)\n")
-    no_torch = {"PYTHONPATH": os.pathsep.join(filter(None, [str(poisoned.parent), os.environ.get("PYTHONPATH")]))}
+    resolve_model(None)  # converted and checked (remembered) here, not by the refusals below
+    no_torch = without_torch(tmp_path / "poisoned")
     base = ("retrieve", run, "--index", run / "index", "--out", tmp_path / "x", "--markers", "brackets")
     proc = run_cli(*base, "--dataset", "nosuch", check=2, env=no_torch)
     assert "no questions selected" in proc.stderr
