@@ -33,10 +33,12 @@ demo: $(DEMO)
 	$(BIN)/grtool pipeline run examples/demo.toml
 
 # Two workers (pytest-xdist), each test file on one worker so its module fixtures are built once: much of the
-# suite waits on child processes and servers, so the two cores are busier than with one worker.
+# suite waits on child processes and servers, so the two cores are busier than with one worker. Files start
+# longest first (tests/durations.json, kept by tests/conftest.py): xdist's own order, most tests first, left the
+# few files that train or start vLLM to the end, one worker running them while the other idled.
 TEST_WORKERS ?= 2
 test: $(TEST)
-	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # ruff (configured in pyproject.toml): the lint rules, then the formatting, checked without changing a file.
 lint: $(TEST)

@@ -17,10 +17,23 @@ REAL_DATA_ABSENT = "real-data test: ../shared/data absent"
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest-xdist exports COLUMNS=80 and LINES=24 to its workers; the
     for name in ("COLUMNS", "LINES"):  # commands under test must see what a log without a terminal has
         os.environ.pop(name, None)
+    # Each worker's model children get their share of the cores: torch's default, a thread per core in every
+    # process, puts twice as many spinning OpenMP threads as cores on the machine, and a decoding step of small
+    # operations then waits on descheduled threads (measured: 2.2x slower per token with two workers generating).
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
 
 def pytest_collection_modifyitems(config, items):
-    """Where the real records are absent, the real_data tests (and only they) are skipped, under one reason."""
+    """The longest test files first (tests/durations_helpers.py; `make test` keeps this order with xdist's
+    --no-loadscope-reorder). Where the real records are absent, the real_data tests (and only they) are skipped,
+    under one reason."""
+    from durations_helpers import file_seconds, longest_first
+
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0].removeprefix("tests/"), []).append(item)
+    items[:] = [item for name in longest_first(list(by_file), file_seconds()) for item in by_file[name]]
     if SHARED_DATA.is_dir():
         return
     for item in items:
