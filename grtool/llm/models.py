@@ -49,7 +49,7 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
         return None
     try:
         path = resolve_model(model).path if model is None or model == DEFAULT_MODEL_NAME or model.endswith(".gguf") else model
-        if backend == "transformers" and (plain := plain_config_context(path)) is not None:
+        if backend == "transformers" and (plain := _plain_config_context(path)) is not None:
             return plain  # read from config.json: importing transformers here costs seconds before any refusal
         from transformers import AutoConfig
 
@@ -62,7 +62,7 @@ def known_context(backend: str, model: str | None, options: dict[str, Any]) -> i
     return context_length(config, None)
 
 
-def plain_config_context(path: str) -> int | None:
+def _plain_config_context(path: str) -> int | None:
     """The context a local folder's config.json states for a text-only model (no nested text config), as the
     loaded config reads it: the first of the attributes :func:`~grtool.models.context_length` reads that is set.
     None where it takes transformers to know (a hub id, a nested config, no such attribute: class defaults)."""

@@ -87,20 +87,12 @@ def _tokenizer_class(remembered: str | None) -> type | None:
 
 
 def model_context(ref: ModelRef) -> int | None:
-    """The model's context in tokens from its config (None: unknown without loading it): a folder's config.json
-    read as it is where it states it plainly, else the config transformers loads (its import takes seconds)."""
-    from grtool.llm.models import plain_config_context
-    from grtool.models import context_length
+    """The model's context in tokens from its config (None: unknown without loading it), as the transformers backend
+    knows it before loading: a folder's config.json read as it is where it states it plainly, else the config
+    transformers loads (its import takes seconds)."""
+    from grtool.llm.models import known_context
 
-    plain = plain_config_context(ref.path)
-    if plain is not None:
-        return plain
-    try:
-        from transformers import AutoConfig
-
-        return context_length(AutoConfig.from_pretrained(ref.path), None)
-    except (ImportError, OSError, ValueError):
-        return None
+    return known_context("transformers", ref.path, {})
 
 
 class LoraLayers(msgspec.Struct):
