@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -75,13 +74,15 @@ def samples(tmp_path_factory) -> dict:
     return info
 
 
-def run_cli(*args: str, input: str | None = None, env: dict | None = None, check: bool | int = True) -> subprocess.CompletedProcess:
-    """Run the real `grtool` console entry point in a subprocess; check=int asserts that exit code."""
-    cmd = [sys.executable, "-m", "grtool", *map(str, args)]
-    proc = subprocess.run(cmd, input=input, capture_output=True, text=True, env={**os.environ, **(env or {})})
+def run_cli(*args: str, input: str | None = None, env: dict | None = None, check: bool | int = True, process: bool = False) -> subprocess.CompletedProcess:
+    """Run `grtool ARGS` through the console entry point's function in this process (tests/inprocess_helpers.py
+    says what that leaves out: ``process=True`` runs a real child); check=int asserts that exit code."""
+    from inprocess_helpers import grtool_run
+
+    proc = grtool_run(args, input=input, env=env, process=process)
     expected = 0 if check is True else check
     if check is not False and proc.returncode != expected:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}, expected {expected}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"{' '.join(map(str, proc.args))} exited {proc.returncode}, expected {expected}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return proc
 
 

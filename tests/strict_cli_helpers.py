@@ -3,18 +3,18 @@ no traceback."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
+
+from inprocess_helpers import grtool_run
 
 
 HANG_GUARD = 300  # seconds: far past what any of these commands takes; only a hang reaches it
 
 
-def grtool(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`grtool ARGS` (bytes arguments passed as they are: file names that are not UTF-8)."""
-    cmd = [sys.executable.encode(), b"-m", b"grtool", *(a if isinstance(a, bytes) else os.fsencode(str(a)) for a in args)]
-    return subprocess.run(cmd, capture_output=True, env={**os.environ, **(env or {})}, timeout=HANG_GUARD)
+def grtool(*args, env: dict | None = None, process: bool = False) -> subprocess.CompletedProcess:
+    """`grtool ARGS` (bytes arguments passed as they are: file names that are not UTF-8), in this process
+    (tests/inprocess_helpers.py); ``process``: a child, where a hang is the failure looked for."""
+    return grtool_run(args, env=env, text=False, process=process, timeout=HANG_GUARD)
 
 
 def errors_of(proc: subprocess.CompletedProcess) -> list[str]:

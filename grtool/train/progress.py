@@ -39,6 +39,13 @@ class TrainProgress(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
             self.bar.update(self.task, completed=state.global_step)
+        self.close()
+
+    def close(self) -> None:
+        """The bar's last line; its thread ends. Also where training raised (a stop, a divergence) and the Trainer
+        never called on_train_end: the thread would otherwise outlive the command, printing "still running" lines
+        through a pipeline's later stages run in the same process."""
+        if self.bar is not None:
             self.bar.stop()
             self.bar = None
 

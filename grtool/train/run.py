@@ -454,6 +454,8 @@ def _train(p: Plan) -> dict[str, Any]:
         raise
     except NonFiniteTraining as e:
         raise _diverged(p, e) from None
+    finally:
+        progress.close()
     if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
         _note_stop(p, trainer.state.global_step)
         signals.stop_if_requested()

@@ -10,12 +10,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import EXAMPLES, REPO, run_cli
+from inprocess_helpers import grtool_run
 from grtool.errors import InputError
 from grtool.userinput import MAX_NESTING, VARIABLES, env, parse_number
 
@@ -23,10 +23,10 @@ HANG_GUARD = 120  # seconds: far past what any of these commands takes; only a h
 INPUT = EXAMPLES / "2wikimultihopqa"
 
 
-def grtool(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`grtool ARGS`, its bytes arguments passed as they are (file names that are not UTF-8)."""
-    cmd = [sys.executable.encode(), b"-m", b"grtool", *(a if isinstance(a, bytes) else os.fsencode(str(a)) for a in args)]
-    return subprocess.run(cmd, capture_output=True, env={**os.environ, **(env or {})}, timeout=HANG_GUARD)
+def grtool(*args: str, env: dict | None = None, process: bool = False) -> subprocess.CompletedProcess:
+    """`grtool ARGS`, its bytes arguments passed as they are (file names that are not UTF-8), in this process
+    (tests/inprocess_helpers.py); ``process``: a child, where a hang is the failure looked for."""
+    return grtool_run(args, env=env, text=False, process=process, timeout=HANG_GUARD)
 
 
 def one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
@@ -209,8 +209,8 @@ def test_no_module_reads_the_environment_past_the_registry():
 def test_a_fifo_as_an_input_is_named_as_one(tmp_path):
     fifo = tmp_path / "questions.json"
     os.mkfifo(fifo)
-    one_line(grtool("corpus", "ingest", fifo, "--out", tmp_path / "o"), 2, "FIFO")
-    one_line(grtool("validate", fifo), 2, "FIFO")
+    one_line(grtool("corpus", "ingest", fifo, "--out", tmp_path / "o", process=True), 2, "FIFO")
+    one_line(grtool("validate", fifo, process=True), 2, "FIFO")
 
 
 def test_a_device_as_an_input_is_named_as_one(tmp_path):
@@ -236,11 +236,11 @@ def test_a_shard_that_is_not_a_file_is_damaged_never_a_hang(stage, tmp_path, kin
     shard = run / "documents" / "part-00000.parquet"
     shard.unlink()
     shard.mkdir() if kind == "directory" else os.mkfifo(shard)
-    proc = grtool("validate", run)
+    proc = grtool("validate", run, process=True)
     assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert kind.encode() in proc.stderr and b"part-00000.parquet" in proc.stderr
-    assert grtool("status", run).returncode in (0, 1)
-    one_line(grtool("corpus", "stats", run), 1, "part-00000.parquet", kind, "damaged")
+    assert grtool("status", run, process=True).returncode in (0, 1)
+    one_line(grtool("corpus", "stats", run, process=True), 1, "part-00000.parquet", kind, "damaged")
 
 
 def test_stages_under_a_directory_whose_name_is_not_utf8_read(stage, tmp_path):

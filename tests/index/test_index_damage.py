@@ -75,7 +75,7 @@ def test_a_rerun_removes_what_a_killed_build_left(tmp_path, cli):
     (stale / f".fm-build-{dead.pid}-abc" / "bwt.suffixes").write_bytes(b"x" * 1000)
     live = tmp_path / f".idx.{os.getpid()}.tmp"  # a build still running (this process) is left alone
     live.mkdir()
-    cli("index", "build", "-", "--tokenizer", "qwen", "--out", tmp_path / "idx", input=BUNDLED.read_text())
+    cli("index", "build", "-", "--tokenizer", "qwen", "--out", tmp_path / "idx", input=BUNDLED.read_text(), process=True)  # not this pid
     assert not stale.exists() and live.exists()
     assert not list((tmp_path / "idx").glob(".fm-build-*"))
 

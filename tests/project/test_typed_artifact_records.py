@@ -152,7 +152,7 @@ def test_a_fifo_index_record_does_not_hang(index_dir, tmp_path):
     shutil.copytree(index_dir, idx)
     (idx / "index.json").unlink()
     os.mkfifo(idx / "index.json")
-    _one_line_naming(run_cli("index", "stats", idx, "--json", check=False), "index.json", "FIFO")
+    _one_line_naming(run_cli("index", "stats", idx, "--json", check=False, process=True), "index.json", "FIFO")  # a hang guard of its own
 
 
 # ------------------------------------------------------------------------------------------- exports

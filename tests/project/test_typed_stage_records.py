@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from conftest import EXAMPLES
+from inprocess_helpers import grtool_run
 from grtool.pipeline.config import load_pipeline
 from grtool.store.stage import read_table
 
@@ -28,9 +29,9 @@ SRC = ("hotpotqa", "hotpot_dev_distractor_v1.example.json")
 RAW = "@@raw@@"
 
 
-def grtool(*args: Any) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grtool", *map(str, args)], capture_output=True, text=True, timeout=GUARD_S,
-                          env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+def grtool(*args: Any, process: bool = False) -> subprocess.CompletedProcess:
+    """In this process (tests/inprocess_helpers.py); ``process``: a child, where a hang is the failure looked for."""
+    return grtool_run(args, env={"COLUMNS": "400"}, process=process, timeout=GUARD_S)
 
 
 def assert_named(proc: subprocess.CompletedProcess, file: Path | str, fields: tuple[str, ...]) -> None:
@@ -191,8 +192,8 @@ def run_dir(template, tmp_path) -> Path:
     return tmp_path / "out"
 
 
-def _resume(template, out: Path) -> subprocess.CompletedProcess:
-    return grtool("-q", "corpus", "ingest", template[1], "--out", out, "--rows-per-part", "10")
+def _resume(template, out: Path, process: bool = False) -> subprocess.CompletedProcess:
+    return grtool("-q", "corpus", "ingest", template[1], "--out", out, "--rows-per-part", "10", process=process)
 
 
 def _edit(path: Path, edit: Callable[[Any], str]) -> None:
@@ -257,7 +258,7 @@ def test_a_fifo_for_a_record_does_not_hang(template, run_dir):
     record = run_dir / "documents" / "_shards" / "part-00000.json"
     record.unlink()
     os.mkfifo(record)
-    for proc in (grtool("status", run_dir / "documents"), grtool("validate", run_dir), _resume(template, run_dir)):
+    for proc in (grtool("status", run_dir / "documents", process=True), grtool("validate", run_dir, process=True), _resume(template, run_dir, process=True)):
         assert_named(proc, record, ("FIFO",))
 
 

@@ -65,10 +65,10 @@ def export_sft(run: dict, out: Path, *extra) -> tuple:
     return ("export", "sft", run["filtered"], "--corpus", run["root"], "--out", out, *extra)
 
 
-def refused(args: tuple, *watched: Path, code: int = 2) -> str:
+def refused(args: tuple, *watched: Path, code: int = 2, process: bool = False) -> str:
     """Run ``args``: exit ``code``, one `error:` line, every watched file unchanged. Returns stderr on one line."""
     before = [snapshot(w) for w in watched]
-    proc = run_cli(*args, check=code)
+    proc = run_cli(*args, check=code, process=process)
     assert [snapshot(w) for w in watched] == before
     err = one_line(proc.stderr)
     assert "error:" in err and "Traceback" not in err
@@ -251,7 +251,7 @@ def test_a_second_writer_of_an_export_checkpoint_or_index_is_refused(run, tmp_pa
     later) naming it."""
     args, out = LOCKED[command](run, tmp_path)
     with output_lock(out, command=["grtool", "pretend", "run"]):
-        err = refused(args, tmp_path, code=75)
+        err = refused(args, tmp_path, code=75, process=True)  # a lock is per process: the command needs one of its own
 
     assert f"pid {os.getpid()} on host" in err and "grtool pretend run" in err
     assert not out.exists() and not beside_lock(out).exists()

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -212,6 +213,9 @@ def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli):
                    "training diverged", "nothing of it was saved")  # fmt: skip
     assert "nan" in err.lower()
     assert not (out / "grtool.json").exists() and not (out / "model.safetensors").exists() and not list(out.glob("checkpoint-*"))
+    # run in this process (tests/inprocess_helpers.py): the progress line's thread ended with the run (it used to
+    # outlive a run that raised, printing "still running" through a pipeline's later stages)
+    assert not [t for t in threading.enumerate() if t.name == "grtool-progress"]
 
 
 def test_more_inputs_refused_before_anything_loads(tmp_path, cli):
