@@ -150,8 +150,9 @@ def test_a_key_no_server_could_take_is_a_usage_error_not_transient(tmp_path, doc
 def test_an_output_held_by_another_run_exits_with_the_transient_code(tmp_path, documents, cli):
     out = tmp_path / "out"
     with RunLock(out / "triples", command=["grtool", "a", "live", "run"]):  # this process is the live run
-        proc = cli(*_extract(documents, out, f"http://127.0.0.1:{free_port()}/v1", "--model", "toy-model"), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"},
-                   process=True)  # a lock is per process: the command needs one of its own
+        proc = cli(
+            *_extract(documents, out, f"http://127.0.0.1:{free_port()}/v1", "--model", "toy-model"), check=EXIT_TRANSIENT, env={"COLUMNS": "10000"}, process=True
+        )  # a lock is per process: the command needs one of its own
     said = " ".join(proc.stderr.split())
     assert f"pid {os.getpid()}" in said and "grtool a live run" in said and "then run again" in said, proc.stderr
 
