@@ -28,13 +28,13 @@ def _words(args: tuple) -> list[str]:
     return [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args]
 
 
-def in_process(args: tuple, input: str | bytes | None = None, env: dict | None = None, text: bool = True) -> subprocess.CompletedProcess:
+def in_process(args: tuple, input: str | bytes | None = None, env: dict | None = None, text: bool = True, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """Run ``grtool ARGS`` here; the result is what ``subprocess.run(..., capture_output=True)`` would return
     (``text``: str outputs, else bytes; a traceback on stderr and exit 1 where the child would have crashed)."""
     from grtool.cli.main import run
 
     words = _words(args)
-    saved_argv, saved_env = sys.argv, dict(os.environ)
+    saved_argv, saved_env, saved_cwd = sys.argv, dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
     files = [tempfile.TemporaryFile() for _ in range(3)]
@@ -56,6 +56,8 @@ def in_process(args: tuple, input: str | bytes | None = None, env: dict | None =
     os.environ.update({k: str(v) for k, v in (env or {}).items()})
     code = 0
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         run(ends_process=False)
     except SystemExit as e:
         code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
@@ -77,6 +79,7 @@ def in_process(args: tuple, input: str | bytes | None = None, env: dict | None =
         sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved_env)
+        os.chdir(saved_cwd)
     out, err = (_read(f) for f in files[1:])
     files[0].close()
     if text:
@@ -92,12 +95,12 @@ def _read(f) -> bytes:
 
 
 def grtool_run(args: tuple, input: str | bytes | None = None, env: dict | None = None, text: bool = True,
-               process: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+               process: bool = False, timeout: float | None = None, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:  # fmt: skip
     """``grtool ARGS`` in this process, or in a child where ``process`` (or ``GRTOOL_TEST_SUBPROCESS=1``) asks or
     ``env`` sets a variable of :data:`READ_AT_START`."""
     if process or ALWAYS_SUBPROCESS or any(name.startswith(READ_AT_START) for name in env or {}):
         cmd = [sys.executable, "-m", "grtool", *(a if isinstance(a, bytes) else str(a) for a in args)]
         if isinstance(input, str) and not text:
             input = input.encode()
-        return subprocess.run(cmd, input=input, capture_output=True, text=text, timeout=timeout, env={**os.environ, **(env or {})})
-    return in_process(args, input=input, env=env, text=text)
+        return subprocess.run(cmd, input=input, capture_output=True, text=text, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+    return in_process(args, input=input, env=env, text=text, cwd=cwd)

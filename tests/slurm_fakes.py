@@ -99,7 +99,10 @@ if sys.argv[1:3] == ["show", "config"] and os.environ.get("FAKE_MAX_ARRAY_SIZE")
     print("JobCompType             = jobcomp/none")
     print(f"MaxArraySize            = {os.environ['FAKE_MAX_ARRAY_SIZE']}")
     sys.exit(0)
-print("slurm_load_jobs error: Unable to contact slurm controller", file=sys.stderr)
+if sys.argv[1:3] == ["show", "job"]:  # what Slurm answers for a job it does not know
+    print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+    sys.exit(1)
+print("slurm_load_ctl_conf error: Unable to contact slurm controller", file=sys.stderr)
 sys.exit(1)
 """
 

@@ -57,8 +57,11 @@ def status_cmd(
         if rows:
             console.print(_rows_table(title, rows, Path(directory)))
     if piped:
-        _print_pipeline_stages(directory)
-        _print_slurm_jobs(directory)
+        from grtool.pipeline.slurm import slurm_jobs
+
+        jobs = slurm_jobs(directory)  # asked once: with the controller down each question waits out Slurm's timeout
+        _print_pipeline_stages(directory, jobs)
+        _print_slurm_jobs(jobs)
     for s in results:  # what stopped a run, in full, one line each (the table cell only says that one did)
         for stop in s["stops"]:
             text = describe_stop(stop) if stop.accepted is None else describe_acceptance(stop)
@@ -133,10 +136,11 @@ def _pipeline_json(directory: Path) -> dict[str, list[dict]]:
     from grtool.pipeline.slurm import slurm_jobs
     from grtool.pipeline.status import run_status
 
-    return {"pipeline": run_status(Path(directory)), "slurm_jobs": slurm_jobs(directory)}
+    jobs = slurm_jobs(directory)
+    return {"pipeline": run_status(Path(directory), jobs), "slurm_jobs": jobs}
 
 
-def _print_pipeline_stages(directory: Path) -> None:
+def _print_pipeline_stages(directory: Path, jobs: list[dict]) -> None:
     """A run a pipeline wrote (``_pipeline/``): its stages in the order they finished, with their times."""
     from rich.table import Table
 
@@ -146,20 +150,19 @@ def _print_pipeline_stages(directory: Path) -> None:
     t = Table(title="pipeline stages")
     for col in ("stage", "state", "finished", "seconds"):
         t.add_column(col, overflow="fold")
-    for r in run_status(Path(directory)):
+    for r in run_status(Path(directory), jobs):
         seconds = f"{r['seconds']:g}" if isinstance(r["seconds"], (int, float)) else "-"
         t.add_row(escape(r["stage"]), r["state"], escape(str(r["finished"] or "-")), seconds)
     console.print(t)
 
 
-def _print_slurm_jobs(directory: Path) -> None:
+def _print_slurm_jobs(rows: list[dict]) -> None:
     """A pipeline run directory run with --executor slurm: each stage's last jobs and their states."""
     from rich.table import Table
 
     from grtool.log import console
-    from grtool.pipeline.slurm import job_label, slurm_jobs
+    from grtool.pipeline.slurm import job_label
 
-    rows = slurm_jobs(directory)
     if not rows:
         return
     t = Table(title="slurm jobs")

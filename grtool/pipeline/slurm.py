@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError
+from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError, TransientError
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
@@ -408,13 +408,18 @@ class SlurmExecutor(PipelineExecutor):
         all_ids = [j for js in ids.values() for j in js]
         unknown_since = time.monotonic()
         while True:
-            states = job_states(all_ids)
+            try:
+                states, down = job_states(all_ids), None
+            except ControllerUnreachable as e:  # a controller restarting: asked again until the same limit
+                states, down = {}, e
             pending = [k for k, s in states.items() if s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied"]
             if states and not pending:
                 break
             if states:
                 unknown_since = time.monotonic()
             elif time.monotonic() - unknown_since > 120:  # Slurm forgot the jobs and no jobcomp file names them
+                if down is not None:
+                    raise ControllerUnreachable(f"--wait: {down}; the jobs go on: see grtool status {self.out}")
                 raise GrtoolError(f"--wait: Slurm no longer knows jobs {', '.join(all_ids)} (no squeue/scontrol record, no jobcomp file); "
                                   f"see {self.logs_dir} and grtool status {self.out}", 75)  # fmt: skip
             time.sleep(POLL_SECONDS)
@@ -590,12 +595,24 @@ def _sbatch(args: list[str], script: str | None, what: str, *, test_only: bool =
 # ---- job states: squeue/scontrol while Slurm remembers the job, then the jobcomp file (sacct needs slurmdbd)
 
 
+CONTROLLER_DOWN = "Unable to contact slurm controller"  # what scontrol says after waiting out Slurm's message timeout
+
+
+class ControllerUnreachable(TransientError):
+    """scontrol could not reach slurmctld. Each call waits out Slurm's message timeout first (18 s with the
+    defaults), so the jobs after the first are not asked about: `status` of a run with several stages took a
+    minute to say nothing."""
+
+
 def job_states(ids: list[str]) -> dict[str, dict[str, Any]]:
-    """``{"123": {...}, "124_0": {...}}``: each job (each array task) of ``ids`` with its state, reason, exit code, log."""
+    """``{"123": {...}, "124_0": {...}}``: each job (each array task) of ``ids`` with its state, reason, exit code, log.
+    Raises :class:`ControllerUnreachable` when scontrol cannot reach the controller."""
     found: dict[str, dict[str, Any]] = {}
     missing = []
     for job in ids:
         proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True, text=True)
+        if proc.returncode != 0 and CONTROLLER_DOWN in proc.stderr:
+            raise ControllerUnreachable(f"Slurm: {proc.stderr.strip().splitlines()[-1]}")
         rows = [_fields(line) for line in proc.stdout.splitlines() if line.startswith("JobId=")] if proc.returncode == 0 else []
         if not rows:
             missing.append(str(job))
@@ -637,11 +654,15 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
     if not folder.is_dir():
         return rows
     have_slurm = shutil.which("scontrol") is not None
+    down = None  # scontrol's answer once it could not reach the controller: the other stages are not asked
     for path in sorted(folder.glob("*.json")):
         record = read_slurm_job(path)  # a damaged one is one line naming it, not a stage left out of the table
         jobs = to_builtins(record.jobs)
         ids = job_ids(jobs)
-        states = job_states(ids) if have_slurm and ids else {}
+        try:
+            states = job_states(ids) if have_slurm and ids and not down else {}
+        except ControllerUnreachable as e:
+            states, down = {}, str(e)
         counts: dict[str, int] = {}
         for s in states.values():
             counts[s["state"]] = counts.get(s["state"], 0) + 1
@@ -650,8 +671,14 @@ def slurm_jobs(out: str | Path) -> list[dict[str, Any]]:
                   for key, s in sorted(states.items()) if s["state"] not in ACTIVE and s["state"] != "COMPLETED"]  # fmt: skip
         rows.append({"stage": name, "jobs": jobs, "tasks": record.tasks, "submitted": record.submitted,
                      "states": {k: v["state"] for k, v in states.items()}, "failed": failed,
-                     "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or ("unknown" if have_slurm else "unknown (no scontrol here)")})  # fmt: skip
+                     "summary": ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or _unknown(have_slurm, down)})  # fmt: skip
     return rows
+
+
+def _unknown(have_slurm: bool, down: str | None) -> str:
+    if not have_slurm:
+        return "unknown (no scontrol here)"
+    return f"unknown ({down})" if down else "unknown"
 
 
 def _log_path(out: Path, stage: str, key: str, jobs: dict[str, str]) -> Path:

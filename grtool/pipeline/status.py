@@ -33,10 +33,11 @@ def pipeline_status(pipeline: Pipeline) -> list[dict[str, Any]]:
     return rows
 
 
-def run_status(out: Path) -> list[dict[str, Any]]:
+def run_status(out: Path, slurm: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The same rows from a run directory alone (no pipeline file): a stage is done when its completion record is
-    there (its inputs are not checked, which needs the file's command lines)."""
-    jobs = {row["stage"]: row for row in slurm_jobs(out)}
+    there (its inputs are not checked, which needs the file's command lines). ``slurm``: :func:`slurm_jobs` of it,
+    where the caller has asked Slurm already (each question can wait out Slurm's timeout)."""
+    jobs = {row["stage"]: row for row in (slurm_jobs(out) if slurm is None else slurm)}
     records = {p.stem: record for p in sorted((out / RECORDS_DIR).glob("*.json")) if (record := _read(p)) is not None}
     names = sorted(set(records) | set(jobs), key=lambda n: ((records[n].finished if n in records else "") or "~", n))
     return [{"stage": n, "state": "done" if n in records else "not done", "detail": "", "finished": records[n].finished if n in records else None,

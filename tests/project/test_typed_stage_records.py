@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Callable
@@ -363,7 +363,7 @@ def pipeline_template(tmp_path_factory) -> Path:
         options = {{ out = "{{out}}/corpus", rows_per_part = 10 }}
         """)
     )
-    proc = subprocess.run([sys.executable, "-m", "grtool", "-q", "pipeline", "run", "pipe.toml"], cwd=root, capture_output=True, text=True, timeout=GUARD_S)
+    proc = grtool_in(root, "-q", "pipeline", "run", "pipe.toml")
     assert proc.returncode == 0, proc.stderr
     assert (root / "run" / "_pipeline" / "ingest.json").is_file()
     return root
@@ -376,8 +376,7 @@ def pipeline_dir(pipeline_template, tmp_path) -> Path:
 
 
 def grtool_in(cwd: Path, *args: Any) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grtool", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=GUARD_S,
-                          env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+    return grtool_run(args, env={"COLUMNS": "400"}, cwd=cwd, timeout=GUARD_S)
 
 
 STAGE_RECORD_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
@@ -429,13 +428,43 @@ SLURM_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
 }
 
 
-def test_a_valid_slurm_job_record_reads(pipeline_dir):
+@pytest.fixture
+def controller_down(tmp_path, monkeypatch) -> Path:
+    """An `scontrol` first on PATH that answers as Slurm's own does when slurmctld cannot be reached (the real one
+    says so after waiting out its message timeout, 18 s here); each call is logged in the returned file."""
+    calls = tmp_path / "scontrol.calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n'
+                    'echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2\nexit 1\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def test_a_valid_slurm_job_record_reads(pipeline_dir, controller_down):
     record = pipeline_dir / "run" / "_pipeline" / "slurm" / "ingest.json"
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps(_slurm_record(pipeline_dir)))
     proc = grtool_in(pipeline_dir, "status", "run")
     assert proc.returncode == 0 and "123" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert grtool_in(pipeline_dir, "pipeline", "finalize", record).returncode == 0
+
+
+def test_status_with_the_slurm_controller_down_asks_once_and_says_so(pipeline_dir, controller_down):
+    """Each scontrol call waits out Slurm's timeout when the controller is down: `status` asked twice per job and
+    once more for the jobcomp file, and showed "unknown" a minute later."""
+    record = pipeline_dir / "run" / "_pipeline" / "slurm" / "ingest.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({**_slurm_record(pipeline_dir), "jobs": {"run": "123", "finalize": "124"}}))
+    proc = grtool_in(pipeline_dir, "status", "run")
+    assert proc.returncode == 0, proc.stderr
+    shown = " ".join((proc.stdout + proc.stderr).split())
+    assert "Unable to contact slurm controller" in shown, shown
+    assert controller_down.read_text().splitlines() == ["show job -o 123"]
+    report = json.loads(grtool_in(pipeline_dir, "status", "run", "--json").stdout)
+    assert "Unable to contact slurm controller" in report["slurm_jobs"][0]["summary"]
 
 
 @pytest.mark.parametrize("case", sorted(SLURM_EDITS))
