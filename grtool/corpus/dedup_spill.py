@@ -35,6 +35,7 @@ import polars as pl
 import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete_expr
+from grtool.holds import hold
 from grtool.records import Count, read_record, to_builtins
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import MAX_ROWS_PER_SHARD
@@ -165,6 +166,7 @@ class Spill:
         self.questions.close()
         for f in self.reject_files.values():
             f.close()
+        hold("spilled")  # tests: a run killed with every row in the buckets and no plan yet (nothing reusable)
         plan = SpillPlan(
             identity=orjson.loads(dumps(self.identity)),  # as JSON holds it: compared with a resumed run's
             documents=TableSpill(self.docs.k, list(self.docs.rows), self.reject_counts["documents"]),

@@ -34,6 +34,7 @@ from filelock import FileLock
 
 from grtool import __version__, signals
 from grtool.errors import GrtoolError
+from grtool.holds import hold
 from grtool.log import log
 from grtool.invocation import current_command
 from grtool.store import reading
@@ -223,7 +224,9 @@ class ShardWriter:
             "finished": now(),
             **part_timing(self.rows_out, time.monotonic() - self.started),
         }
-        return write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
+        written = write_record(self.stage.path / SHARDS_DIR / f"{self.name}.json", record, ShardRecord, "shard record")
+        hold("committed")  # tests: a run killed between two parts
+        return written
 
     def abort(self) -> None:
         # Closing may fail again (a full disk fails the footer's write too): the temporary files go regardless,

@@ -16,36 +16,42 @@ from grtool.corpus.synthetic import write_hotpot_array, write_wiki_dump
 from grtool.store.stage import read_table
 
 
+ROWS_PER_PART = "400"  # several parts from small inputs
+
+
 @pytest.fixture(scope="module")
 def big_inputs(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("big")
-    write_wiki_dump(root / "wiki", 200_000, docs_per_file=50_000, compress=False)
-    write_hotpot_array(root / "hotpot_train_v1.1.json", 10_000)
+    write_wiki_dump(root / "wiki", 2_000, docs_per_file=500, compress=False)
+    write_hotpot_array(root / "hotpot_train_v1.1.json", 300)
     return [root / "wiki", root / "hotpot_train_v1.1.json"]
 
 
-def _command(inputs: list[Path], out: Path) -> list[str]:
-    return [sys.executable, "-m", "grtool", "-q", "corpus", "ingest", *map(str, inputs), "--out", str(out)]
+def _args(inputs: list[Path], out: Path) -> list[str]:
+    return ["-q", "corpus", "ingest", *map(str, inputs), "--out", str(out), "--rows-per-part", ROWS_PER_PART]
 
 
-def _kill_when(cmd: list[str], ready, timeout: float = 300) -> None:
-    """Start the command and SIGKILL it as soon as ``ready()`` is true."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + timeout
+def _kill_at(point: str, args: list[str], holds: Path) -> None:
+    """Run ``grtool ARGS`` in a process of its own, held at the named point (grtool/holds.py), and SIGKILL it there:
+    a state, never a race with the clock."""
+    holds.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "GRTOOL_HOLD": f"{point}:{holds}"})  # fmt: skip
     try:
-        while not ready():
-            assert proc.poll() is None, "the run ended before it could be killed mid-way"
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        while not (holds / f"{point}.reached").is_file():
+            assert proc.poll() is None, f"the run ended before it reached {point}: {proc.stderr.read()[-2000:]!r}"
+            time.sleep(0.01)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
 
 
 @pytest.fixture(scope="module")
 def reference(big_inputs, tmp_path_factory) -> Path:
+    from conftest import run_cli
+
     out = tmp_path_factory.mktemp("ref") / "out"
-    subprocess.run(_command(big_inputs, out), check=True, capture_output=True)
+    run_cli(*_args(big_inputs, out))
     return out
 
 
@@ -63,14 +69,12 @@ def test_reference_has_several_parts(reference):
 
 def test_killed_while_writing_shards_resumes_to_the_same_rows(big_inputs, reference, tmp_path, cli):
     out = tmp_path / "out"
-    first_shard = out / "documents" / "_shards" / "part-00000.json"
-    _kill_when(_command(big_inputs, out), first_shard.exists)
+    _kill_at("committed", _args(big_inputs, out), tmp_path / "holds")  # the first part committed, the next not begun
     manifest = json.loads((out / "documents" / "_manifest.json").read_bytes())
     done = list((out / "documents" / "_shards").glob("part-*.json"))
-    assert 1 <= len(done) < manifest["num_parts"]  # really killed mid-way
+    assert len(done) == 1 < manifest["num_parts"]  # really killed mid-way
     assert not list(out.glob("questions/part-*.parquet"))
-    proc = subprocess.run(_command(big_inputs, out), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    cli(*_args(big_inputs, out))
     _same_rows(reference, out)
     assert not (out / "_ingest_work").exists()
     cli("validate", out)
@@ -78,11 +82,11 @@ def test_killed_while_writing_shards_resumes_to_the_same_rows(big_inputs, refere
 
 def test_killed_while_reading_inputs_resumes_to_the_same_rows(big_inputs, reference, tmp_path, cli):
     out = tmp_path / "out"
+    _kill_at("spilled", _args(big_inputs, out), tmp_path / "holds")  # every row in the buckets, no plan yet
     buckets = out / "_ingest_work" / "documents"
-    _kill_when(_command(big_inputs, out), lambda: buckets.is_dir() and any(buckets.iterdir()))
+    assert buckets.is_dir() and any(buckets.iterdir())
     assert not (out / "_ingest_work" / "plan.json").exists()
     assert not list(out.rglob("part-*.parquet"))  # nothing visible from a run that never finished reading
-    proc = subprocess.run(_command(big_inputs, out), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    cli(*_args(big_inputs, out))
     _same_rows(reference, out)
     cli("validate", out)
