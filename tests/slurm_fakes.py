@@ -11,6 +11,7 @@ on PATH.
 - ``srun``, ``grtool`` (the finalize step inside a script) and ``scancel`` record their arguments in
   ``srun.jsonl`` / ``grtool.jsonl`` / ``scancel.jsonl`` and exit 0.
 - ``FAKE_SBATCH_BAD_AT=N``: the Nth submission answers an error text instead of a job id.
+- ``FAKE_CONTROLLER_DOWN=1``: every ``scontrol`` call answers that it cannot contact the controller.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ if sys.argv[1:3] == ["show", "config"] and os.environ.get("FAKE_MAX_ARRAY_SIZE")
     print("JobCompType             = jobcomp/none")
     print(f"MaxArraySize            = {os.environ['FAKE_MAX_ARRAY_SIZE']}")
     sys.exit(0)
+if os.environ.get("FAKE_CONTROLLER_DOWN"):  # what scontrol says once it has waited out its timeout
+    print("slurm_load_jobs error: Unable to contact slurm controller (connect failure)", file=sys.stderr)
+    sys.exit(1)
 if sys.argv[1:3] == ["show", "job"]:  # what Slurm answers for a job it does not know
     print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
     sys.exit(1)

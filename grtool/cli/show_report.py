@@ -66,7 +66,9 @@ def show_cmd(
             _print_rows(rows)
         sys.stdout.flush()
     except BrokenPipeError:  # `grtool show ... | head`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     _fail_with(failed, f"{path}: FAIL validation; the rows above are of a stage that did not finish well")
 
 

@@ -396,7 +396,10 @@ class SlurmExecutor(PipelineExecutor):
         ids = job_ids(jobs)
         if not ids:
             return None
-        states = job_states(ids)
+        try:
+            states = job_states(ids)
+        except ControllerUnreachable as e:
+            raise ControllerUnreachable(f"stage {stage.name!r}: cannot tell whether its last jobs ({', '.join(ids)}) still run; {e}; nothing was submitted") from None
         if any(s["state"] in ACTIVE and s.get("reason") != "DependencyNeverSatisfied" for s in states.values()):
             return jobs.get("finalize") or jobs.get("run")
         return None
@@ -425,7 +428,11 @@ class SlurmExecutor(PipelineExecutor):
             time.sleep(POLL_SECONDS)
         failed = []
         for name, stage_ids in ids.items():
-            for key, s in sorted(job_states(stage_ids).items()):
+            try:
+                states = job_states(stage_ids)
+            except ControllerUnreachable as e:
+                raise ControllerUnreachable(f"--wait: every job ended, but {e}; see grtool status {self.out}") from None
+            for key, s in sorted(states.items()):
                 if s["state"] != "COMPLETED":
                     failed.append((name, key, s))
         if not failed:

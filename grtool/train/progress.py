@@ -41,11 +41,12 @@ class TrainProgress(TrainerCallback):
             self.bar.update(self.task, completed=state.global_step)
         self.close()
 
-    def close(self) -> None:
-        """The bar's last line; its thread ends. Also where training raised (a stop, a divergence) and the Trainer
-        never called on_train_end: the thread would otherwise outlive the command, printing "still running" lines
-        through a pipeline's later stages run in the same process."""
+    def close(self, failed: bool = False) -> None:
+        """The bar's last line ("stopped" where ``failed``); its thread ends. Also where training raised (a stop, a
+        divergence) and the Trainer never called on_train_end: the thread would otherwise outlive the command,
+        printing "still running" lines through a pipeline's later stages run in the same process."""
         if self.bar is not None:
+            self.bar._failed = failed  # what LogProgress.__exit__ records for a bar used as a context
             self.bar.stop()
             self.bar = None
 

@@ -450,12 +450,15 @@ def _train(p: Plan) -> dict[str, Any]:
         with signals.deferred() if world_size() == 1 else contextlib.nullcontext():
             output = trainer.train(resume_from_checkpoint=resume_from)
     except (signals.Stopped, KeyboardInterrupt):
+        progress.close(failed=True)
         _note_stop(p, trainer.state.global_step)
         raise
     except NonFiniteTraining as e:
+        progress.close(failed=True)
         raise _diverged(p, e) from None
-    finally:
-        progress.close()
+    except BaseException:
+        progress.close(failed=True)
+        raise
     if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
         _note_stop(p, trainer.state.global_step)
         signals.stop_if_requested()

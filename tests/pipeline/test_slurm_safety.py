@@ -332,6 +332,19 @@ def test_a_bad_answer_midway_through_a_stage_cancels_its_arrays_and_a_rerun_subm
         r["answer"] for r in submitted[1:4]]  # fmt: skip
 
 
+def test_a_rerun_with_the_controller_down_submits_nothing_and_exits_transient(tmp_path, cli):
+    """Whether a stage's last jobs still run decides what the new jobs wait for: with no answer from the
+    controller, nothing is submitted (exit 75, try again), naming the stage and its jobs."""
+    env = slurm_fakes.install(tmp_path / "slurm", max_array_size=3)
+    config = _config(tmp_path, tmp_path / "run")
+    cli("pipeline", "run", config, "--executor", "slurm", env=env)
+    before = len(slurm_fakes.records(tmp_path / "slurm", "sbatch"))  # the stand-in jobs did nothing: every stage is to run again
+    proc = cli("pipeline", "run", config, "--executor", "slurm", check=75, env={**env, "FAKE_CONTROLLER_DOWN": "1"})
+    line = " ".join(proc.stderr.split())
+    assert "cannot tell whether its last jobs" in line and "Unable to contact slurm controller" in line and "nothing was submitted" in line, line
+    assert len(slurm_fakes.records(tmp_path / "slurm", "sbatch")) == before
+
+
 def test_without_max_array_size_the_default_1001_is_assumed_and_said(tmp_path, cli):
     env = slurm_fakes.install(tmp_path / "slurm")  # scontrol show config fails
     plan = cli("pipeline", "run", _config(tmp_path, tmp_path / "run", triples="{ tasks = 1001 }"), "--executor", "slurm", "--dry-run", env=env).stdout
