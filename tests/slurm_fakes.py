@@ -7,7 +7,7 @@ on PATH.
   *executes* the script, once per array task, the way a node would: a value that escaped its quoting runs.
   It answers ``FAKE_SBATCH_ANSWER`` when set, else a new job id.
 - ``scontrol show config`` prints ``MaxArraySize = $FAKE_MAX_ARRAY_SIZE`` when set (else it fails, as with no
-  controller); ``scontrol show job`` knows no job.
+  controller); ``scontrol show job`` knows no job; each call is recorded in ``scontrol.jsonl``.
 - ``srun``, ``grtool`` (the finalize step inside a script) and ``scancel`` record their arguments in
   ``srun.jsonl`` / ``grtool.jsonl`` / ``scancel.jsonl`` and exit 0.
 - ``FAKE_SBATCH_BAD_AT=N``: the Nth submission answers an error text instead of a job id.
@@ -93,8 +93,14 @@ for task in tasks:
 print(answer)
 '''
 
-SCONTROL = r"""
-import os, sys
+RECORDER = r"""
+import json, os, sys
+from pathlib import Path
+with open(Path(os.environ["FAKE_SLURM_DIR"]) / "{name}.jsonl", "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "task": os.environ.get("SLURM_ARRAY_TASK_ID")}}) + "\n")
+"""
+
+SCONTROL_ANSWERS = r"""
 if sys.argv[1:3] == ["show", "config"] and os.environ.get("FAKE_MAX_ARRAY_SIZE"):
     print("Configuration data as of now")
     print("JobCompType             = jobcomp/none")
@@ -110,12 +116,7 @@ print("slurm_load_ctl_conf error: Unable to contact slurm controller", file=sys.
 sys.exit(1)
 """
 
-RECORDER = r"""
-import json, os, sys
-from pathlib import Path
-with open(Path(os.environ["FAKE_SLURM_DIR"]) / "{name}.jsonl", "a") as f:
-    f.write(json.dumps({{"argv": sys.argv[1:], "cwd": os.getcwd(), "task": os.environ.get("SLURM_ARRAY_TASK_ID")}}) + "\n")
-"""
+SCONTROL = RECORDER.format(name="scontrol") + SCONTROL_ANSWERS
 
 
 def install(folder: Path, *, max_array_size: int | None = None, answer: str | None = None, bad_at: int | None = None) -> dict[str, str]:

@@ -446,19 +446,18 @@ def _train(p: Plan) -> dict[str, Any]:
     # One process: a SIGTERM lets the step in progress finish and saves a checkpoint (StopWhenAsked), then the run
     # stops with the transient code; a second SIGTERM stops at once. Several processes stop at once (each rank gets
     # the signal at its own moment: a checkpoint they do not all reach together would hang them).
+    ended = False
     try:
         with signals.deferred() if world_size() == 1 else contextlib.nullcontext():
             output = trainer.train(resume_from_checkpoint=resume_from)
+        ended = True
     except (signals.Stopped, KeyboardInterrupt):
-        progress.close(failed=True)
         _note_stop(p, trainer.state.global_step)
         raise
     except NonFiniteTraining as e:
-        progress.close(failed=True)
         raise _diverged(p, e) from None
-    except BaseException:
-        progress.close(failed=True)
-        raise
+    finally:
+        progress.close(failed=not ended)  # a run that raised never reached on_train_end, which closes it otherwise
     if signals.requested() is not None and trainer.state.global_step < trainer.state.max_steps:
         _note_stop(p, trainer.state.global_step)
         signals.stop_if_requested()

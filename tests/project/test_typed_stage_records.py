@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import textwrap
@@ -19,6 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
+import slurm_fakes
 from conftest import EXAMPLES
 from inprocess_helpers import grtool_run
 from grtool.pipeline.config import load_pipeline
@@ -430,17 +430,13 @@ SLURM_EDITS: dict[str, tuple[Callable[[Any], str], tuple[str, ...]]] = {
 
 @pytest.fixture
 def controller_down(tmp_path, monkeypatch) -> Path:
-    """An `scontrol` first on PATH that answers as Slurm's own does when slurmctld cannot be reached (the real one
-    says so after waiting out its message timeout, 18 s here); each call is logged in the returned file."""
-    calls = tmp_path / "scontrol.calls"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "scontrol"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n'
-                    'echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2\nexit 1\n')  # fmt: skip
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return calls
+    """The stand-in Slurm (tests/slurm_fakes.py) first on PATH, its `scontrol` answering as Slurm's own does when
+    slurmctld cannot be reached (the real one says so after waiting out its message timeout, 18 s here); returns
+    the folder its calls are recorded in."""
+    folder = tmp_path / "slurm"
+    for name, value in {**slurm_fakes.install(folder), "FAKE_CONTROLLER_DOWN": "1"}.items():
+        monkeypatch.setenv(name, value)
+    return folder
 
 
 def test_a_valid_slurm_job_record_reads(pipeline_dir, controller_down):
@@ -462,7 +458,7 @@ def test_status_with_the_slurm_controller_down_asks_once_and_says_so(pipeline_di
     assert proc.returncode == 0, proc.stderr
     shown = " ".join((proc.stdout + proc.stderr).split())
     assert "Unable to contact slurm controller" in shown, shown
-    assert controller_down.read_text().splitlines() == ["show job -o 123"]
+    assert [call["argv"] for call in slurm_fakes.records(controller_down, "scontrol")] == [["show", "job", "-o", "123"]]
     report = json.loads(grtool_in(pipeline_dir, "status", "run", "--json").stdout)
     assert "Unable to contact slurm controller" in report["slurm_jobs"][0]["summary"]
 
