@@ -30,16 +30,13 @@ def checkpoint_record_bytes(**fields: Any) -> bytes:
     return orjson.dumps(checkpoint_record(**fields))
 
 
-def nan_model(folder: Path) -> Path:
-    """The small model with its final norm NaN: every loss NaN, every answer end-of-text."""
+def nan_model(folder: Path, base: Path) -> Path:
+    """The model folder ``base`` with its final norm NaN: every loss NaN, every answer end-of-text."""
     import shutil
 
     import torch
     from safetensors.torch import load_file, save_file
 
-    from grtool.models import resolve_model
-
-    base = Path(resolve_model(None).path)
     folder.mkdir(parents=True)
     for f in base.iterdir():
         if f.is_file() and f.suffix != ".safetensors":

@@ -49,6 +49,23 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{real} real-data tests skipped: ../shared/data absent")
 
 
+@pytest.fixture(scope="session")
+def _slurm_client_without_controller(tmp_path_factory) -> Path:
+    from slurm_fakes import install_client_without_controller
+
+    return install_client_without_controller(tmp_path_factory.mktemp("slurm-client"))
+
+
+@pytest.fixture(autouse=True)
+def _no_real_slurm(request, monkeypatch):
+    """Every test but those marked real_slurm meets a Slurm client whose controller cannot be reached: what CI's
+    machine has, answered at once (its own client waits out a 9 to 18 s timeout a call), and never a real cluster
+    of the machine the suite runs on. Tests of the Slurm executor put their own stand-in first (slurm_fakes.py)."""
+    if request.node.get_closest_marker("real_slurm") is None:
+        folder = request.getfixturevalue("_slurm_client_without_controller")
+        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 @pytest.fixture
 def shared_data(request) -> Path:
     """The real dataset records beside the repository: only for tests marked real_data (their point is reading
@@ -148,12 +165,22 @@ def write_pipeline(tmp_path):
 # --- The shared SFT checkpoint (tests/train_helpers.py trains it; issue #48) -------------------------------------
 @pytest.fixture(scope="session")
 def sft_checkpoint(tmp_path_factory) -> Path:
-    """One real SFT checkpoint per test session, shared by every xdist worker (4 steps, its checkpoint-4 kept):
-    read it, copy it (train_helpers.finished_copy) or copy its checkpoint-4, never write into it."""
+    """One real SFT checkpoint of the tiny model per test session, shared by every xdist worker (4 steps, its
+    checkpoint-4 kept): read it, copy it (train_helpers.finished_copy) or copy its checkpoint-4, never write into it."""
     pytest.importorskip("trl")  # an install without the train extra cannot make it
     from train_helpers import shared_sft_checkpoint
 
     return shared_sft_checkpoint(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A 2-layer SmolLM2 of random weights with the embedded model's tokenizer (train_helpers.tiny_model): for the
+    tests of the training machinery. Read only."""
+    pytest.importorskip("transformers")
+    from train_helpers import tiny_model
+
+    return tiny_model(tmp_path_factory)
 
 
 def pytest_sessionfinish(session):

@@ -141,3 +141,31 @@ def install(folder: Path, *, max_array_size: int | None = None, answer: str | No
 def records(folder: Path, name: str) -> list[dict]:
     path = folder / f"{name}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# What the Slurm client of a machine without a reachable controller answers (this is what CI's machine has: the
+# client installed, no slurmctld), said at once instead of after Slurm's message timeout (9 to 18 s a call there).
+NO_CONTROLLER = {
+    "scontrol": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+    "squeue": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)",
+    "sinfo": "slurm_load_partitions: Unable to contact slurm controller (connect failure)",
+    "sbatch": "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+    "scancel": "scancel: error: Kill job error on job id 0: Unable to contact slurm controller (connect failure)",
+    "srun": "srun: error: Unable to allocate resources: Unable to contact slurm controller (connect failure)",
+}
+
+
+def install_client_without_controller(folder: Path) -> Path:
+    """Shell programs for the Slurm client, each answering as with no controller (exit 1); the folder to put first
+    on PATH, so that no test but the real-cluster ones reaches the machine's own Slurm."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, message in NO_CONTROLLER.items():
+        if name == "scontrol":  # `scontrol show config` words its failure after the call it made
+            body = f"""case "$1 $2" in "show config") echo 'slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)' >&2 ;;
+  *) echo '{message}' >&2 ;; esac"""
+        else:
+            body = f"echo '{message}' >&2"
+        path = folder / name
+        path.write_text(f"#!/bin/sh\n{body}\nexit 1\n")
+        path.chmod(0o755)
+    return folder

@@ -52,17 +52,19 @@ def write_kto(path: Path, desirable: int = 8, undesirable: int = 8, fmt: str = "
     return path
 
 
-# One real SFT run serves every test that reads a finished checkpoint, resumes from its checkpoint-4, or must be
-# refused against it: 16 rows, 4 steps, the one save at step 4 kept (its optimizer state: what --resume needs).
+# One real SFT run of the tiny model (below) serves every test that reads a finished checkpoint, resumes from its
+# checkpoint-4, or must be refused against it: 16 rows, 4 steps, the one save at step 4 kept (its optimizer state:
+# what --resume needs).
 SHARED_SFT_ROWS = 16
 SHARED_SFT_SETTINGS = {"--max-steps": "4", "--save-steps": "4", "--learning-rate": "1e-4", "--warmup-ratio": "0", "--cutoff-len": "256",
                        "--per-device-batch-size": "2"}  # fmt: skip
 SHARED_SFT_FOLDER = "shared-sft-checkpoint"
 
 
-def shared_sft_args(changed: dict[str, str] | None = None) -> list[str]:
-    """The shared run's options (``changed`` replaces some): the command a --resume of it must repeat."""
-    settings = {**SHARED_SFT_SETTINGS, **(changed or {})}
+def shared_sft_args(model: Path, changed: dict[str, str] | None = None) -> list[str]:
+    """The shared run's options (``changed`` replaces some) with ``--model``: the command a --resume of it must
+    repeat (the shared run's model is the tiny one)."""
+    settings = {"--model": str(model), **SHARED_SFT_SETTINGS, **(changed or {})}
     return [*(x for kv in settings.items() for x in kv), "--keep-checkpoints"]
 
 
@@ -85,8 +87,41 @@ def shared_sft_checkpoint(tmp_path_factory) -> Path:
         if not (ckpt / "grtool.json").is_file():
             shutil.rmtree(ckpt, ignore_errors=True)  # a worker that failed mid-run: train again
             data = write_sft(root / "thinkgr_sft.json", n=SHARED_SFT_ROWS)
-            run_cli("train", "sft", data, "--out", ckpt, *shared_sft_args())
+            run_cli("train", "sft", data, "--out", ckpt, *shared_sft_args(tiny_model(tmp_path_factory)))
     return ckpt
+
+
+TINY_MODEL_FOLDER = "tiny-random-smollm2"
+
+
+def tiny_model(tmp_path_factory) -> Path:
+    """A model folder with the embedded SmolLM2's tokenizer, chat template and architecture (Llama) at a size that
+    trains in a fraction of a second a step: 2 layers of width 64, random weights from seed 0 (what transformers' and
+    TRL's own test suites train). For the tests of the training machinery (checkpoints, resume, signals, LoRA, KTO,
+    refusals) whose assertions do not depend on what the model knows; what training teaches is tested on the real
+    model (tests/train/test_train_memorization.py). Made once per session, shared by the xdist workers."""
+    from filelock import FileLock
+
+    root = shared_root(tmp_path_factory) / TINY_MODEL_FOLDER
+    with FileLock(str(root) + ".lock"):
+        if not (root / "model.safetensors").is_file():
+            import torch
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            from grtool.models import resolve_model
+
+            source = Path(resolve_model(None).path)
+            staging = root.with_name(root.name + ".tmp")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+                shutil.copy(source / name, staging / name)
+            config = AutoConfig.from_pretrained(source)
+            config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})
+            torch.manual_seed(0)
+            AutoModelForCausalLM.from_config(config).save_pretrained(staging)
+            os.replace(staging, root)
+    return root
 
 
 def finished_copy(ckpt: Path, target: Path) -> Path:

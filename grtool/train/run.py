@@ -540,6 +540,7 @@ def atomic_checkpoints(trainer_class: type) -> type:
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             if self.args.should_save:
                 shutil.rmtree(staging, ignore_errors=True)  # a save cut short earlier
+            from grtool.holds import hold
             from grtool.train.progress import check_finite
 
             check_finite(model)  # a checkpoint of non-finite weights could only be resumed into more of them
@@ -547,6 +548,7 @@ def atomic_checkpoints(trainer_class: type) -> type:
             self._staging = str(staging)
             try:
                 super()._save_checkpoint(model, trial)
+                hold("saving")  # tests: a checkpoint written in full under its temporary name, not yet committed
             except BaseException:  # a stop or an error mid-save: what was written can serve nothing
                 if self.args.should_save:
                     shutil.rmtree(staging, ignore_errors=True)

@@ -11,6 +11,7 @@ resumes its stage.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -23,9 +24,11 @@ import pytest
 from conftest import REPO, write_pipeline_file
 from llm_helpers import TitleTripleServer
 
-pytestmark = pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on PATH: no Slurm here (make test-slurm starts a single-node cluster)")
+pytestmark = [pytest.mark.real_slurm,
+              pytest.mark.skipif(shutil.which("sbatch") is None, reason="no sbatch on PATH: no Slurm here (make test-slurm starts a single-node cluster)")]  # fmt: skip
 
 
+@functools.cache  # asked once: a client without a controller takes Slurm's message timeout to say so
 def _cluster_up() -> bool:
     proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
     return proc.returncode == 0 and any(s.strip() in ("idle", "mix", "alloc") for s in proc.stdout.splitlines())

@@ -14,43 +14,19 @@ the output complete and valid), never how long anything took.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import EXAMPLES, run_cli
+from hold_helpers import held
 
 GENERIC = [EXAMPLES / "generic" / "questions_dev.jsonl", EXAMPLES / "generic" / "documents.jsonl"]
 
 
 def ingest_args(out: Path) -> list[str]:
     return ["corpus", "ingest", *map(str, GENERIC), "--dataset", "generic", "--out", str(out)]
-
-
-def held(args: list[str], point: str, signum: int, holds: Path) -> subprocess.CompletedProcess:
-    """Run ``grtool args`` until it waits at ``point``, send ``signum``, release it; its result."""
-    holds.mkdir(exist_ok=True)
-    env = {**os.environ, "GRTOOL_HOLD": f"{point}:{holds}", "COLUMNS": "10000"}
-    proc = subprocess.Popen([sys.executable, "-m", "grtool", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    reached = holds / f"{point}.reached"
-    try:
-        while not reached.exists():  # a state, not a time: the process either gets there or ends
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"ended with {proc.returncode} before reaching {point}:\n{err[-3000:]}")
-            os.sched_yield()
-        assert reached.read_text() == str(proc.pid)
-        proc.send_signal(signum)
-        (holds / f"{point}.release").write_text("")
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("point", ["finished", "exiting"])

@@ -180,11 +180,11 @@ def test_training_data_records_its_questions_and_a_kto_checkpoint_adds_its_base(
 
 
 @pytest.fixture(scope="module")
-def checkpoint(run, tmp_path_factory) -> tuple[Path, set[str]]:
-    """The embedded model in a folder with a grtool.json that records the train questions as its training data
-    (as `train sft` writes it from `export sft --split train`); an FM-index with its tokenizer."""
+def checkpoint(run, tmp_path_factory, tiny_model) -> tuple[Path, set[str]]:
+    """The tiny model (its tokenizer is the embedded model's) in a folder with a grtool.json that records the train
+    questions as its training data (as `train sft` writes it from `export sft --split train`); an FM-index with its
+    tokenizer."""
     from grtool.evaluation.overlap import trained_questions
-    from grtool.models import resolve_model
     from grtool.train.data import exported_questions
 
     root = tmp_path_factory.mktemp("ckpt")
@@ -192,7 +192,7 @@ def checkpoint(run, tmp_path_factory) -> tuple[Path, set[str]]:
     run_cli("export", "sft", run / "chains", "--corpus", run / "corpus", "--out", sft, "--split", "train")
     ckpt = root / "ckpt"
     ckpt.mkdir()
-    for f in Path(resolve_model(None).path).iterdir():
+    for f in tiny_model.iterdir():
         (ckpt / f.name).symlink_to(f)
     questions = trained_questions(str(sft), exported_questions(sft), None)
     record = checkpoint_record(data={"source": str(sft), "format": "llamafactory-sharegpt", "rows": 1}, flips=False, questions=questions)
@@ -271,13 +271,12 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
 
 
 @pytest.mark.slow
-def test_train_sft_records_the_questions_of_its_export(run, tmp_path, cli):
+def test_train_sft_records_the_questions_of_its_export(run, tmp_path, cli, tiny_model):
     sft = tmp_path / "sft.json"
     cli("export", "sft", run / "chains", "--corpus", run / "corpus", "--out", sft, "--split", "train")
-    cli("train", "sft", sft, "--out", tmp_path / "ckpt", "--max-steps", "1", "--cutoff-len", "256", "--per-device-batch-size", "2")
+    cli("train", "sft", sft, "--model", tiny_model, "--out", tmp_path / "ckpt", "--max-steps", "1", "--cutoff-len", "256", "--per-device-batch-size", "2")
     record = orjson.loads((tmp_path / "ckpt" / "grtool.json").read_bytes())["questions"]
     assert record["qids"] == sidecar(sft)["questions"]["qids"] and record["complete"] and record["sources"][0]["splits"] == ["train"]
-    shutil.rmtree(tmp_path / "ckpt", ignore_errors=True)  # half a gigabyte of weights
 
 
 # ------------------------------------------------------------------------------------------------ the demo

@@ -88,16 +88,16 @@ def interrupted(finished, tmp_path):
     return out
 
 
-def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, cli):
+def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, cli, tiny_model):
     """Another learning rate, cutoff, data file, model or kind was mixed into the resumed run silently, and
     grtool.json then recorded only the new values."""
     data = Path(orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"])
     resume = ["--out", interrupted, "--resume"]
-    one_line(cli("train", "sft", data, *resume, *shared_sft_args({"--learning-rate": "3e-4"}), check=2), "--resume refused", "learning-rate was 0.0001, now 0.0003")
-    one_line(cli("train", "sft", data, *resume, *shared_sft_args({"--cutoff-len": "128"}), check=2), "cutoff-len was 256, now 128")
+    one_line(cli("train", "sft", data, *resume, *shared_sft_args(tiny_model, {"--learning-rate": "3e-4"}), check=2), "--resume refused", "learning-rate was 0.0001, now 0.0003")
+    one_line(cli("train", "sft", data, *resume, *shared_sft_args(tiny_model, {"--cutoff-len": "128"}), check=2), "cutoff-len was 256, now 128")
     other = write_sft(tmp_path / "other.json", n=6)
-    one_line(cli("train", "sft", other, *resume, *shared_sft_args(), check=2), "--resume refused", f"the data {data} was given, now {other}")
-    one_line(cli("train", "sft", data, "--model", finished, *resume, *shared_sft_args(), check=2), "--resume refused", "--model was SmolLM2-135M-Instruct")
+    one_line(cli("train", "sft", other, *resume, *shared_sft_args(tiny_model), check=2), "--resume refused", f"the data {data} was given, now {other}")
+    one_line(cli("train", "sft", data, *resume, *shared_sft_args(finished), check=2), "--resume refused", f"--model was {tiny_model}")
     kto = write_kto(tmp_path / "kto.json", 2, 2)
     one_line(cli("train", "kto", kto, *resume, *TINY, check=2), "the run is `train sft`, this is `train kto`")
     assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4", "grtool-run.json"]  # nothing written
@@ -119,16 +119,16 @@ def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupt
     assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4"] and (interrupted / "checkpoint-4" / "trainer_state.json").exists()
 
 
-def test_resume_with_the_same_command_passes_the_check(finished, interrupted):
+def test_resume_with_the_same_command_passes_the_check(finished, interrupted, tiny_model):
     """The comparison itself (no second training run here: tests/train/test_train.py resumes for real)."""
     from grtool.train.config import resolve
     from grtool.train.run import plan
 
     data = orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"]
     options = {"max_steps": 4, "save_steps": 4, "keep_checkpoints": True, "cutoff_len": 256, "per_device_batch_size": 2, "warmup_ratio": 0.0, "learning_rate": 1e-4}
-    plan("sft", data, None, interrupted, resolve("sft", options), resume=True)
+    plan("sft", data, str(tiny_model), interrupted, resolve("sft", options), resume=True)
     with pytest.raises(Exception, match="--resume refused"):
-        plan("sft", data, None, interrupted, resolve("sft", {**options, "seed": 7}), resume=True)
+        plan("sft", data, str(tiny_model), interrupted, resolve("sft", {**options, "seed": 7}), resume=True)
 
 
 @pytest.mark.parametrize(
@@ -201,12 +201,12 @@ def test_a_second_run_into_a_live_runs_folder_exits_75(tmp_path, cli):
         first.wait(120)
 
 
-def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli):
+def test_a_diverging_run_stops_with_exit_1_and_saves_nothing(tmp_path, cli, tiny_model):
     """A base model whose final norm is NaN: every loss is NaN. The run stops at the first logged loss (before:
     it saved the non-finite weights, which then wrote end-of-text only, exit 0)."""
     from checkpoint_records import nan_model
 
-    broken = nan_model(tmp_path / "nan-model")
+    broken = nan_model(tmp_path / "nan-model", tiny_model)
     data = write_sft(tmp_path / "sft.json", n=4)
     out = tmp_path / "ckpt"
     err = one_line(cli("train", "sft", data, "--model", broken, "--out", out, "--max-steps", "2", "--save-steps", "1", *TINY, check=1),

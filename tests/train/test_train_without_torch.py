@@ -89,7 +89,7 @@ def test_a_damaged_or_stale_entry_is_learned_again():
         assert recall(entry, str) == "transformers.tokenization_utils_tokenizers:TokenizersBackend"
 
 
-def test_a_dry_run_and_the_refusals_import_no_torch(sft_checkpoint, tmp_path, cli):
+def test_a_dry_run_and_the_refusals_import_no_torch(sft_checkpoint, tmp_path, cli, tiny_model):
     """Each command runs where `import torch` exits 99: each exits with its own code and message. What only torch
     can tell (the tokenizer class, the LoRA layers, the checkpoint's check as a --model) was learned before, by
     the same dry runs with torch, whose reports the ones without it repeat exactly."""
@@ -126,7 +126,7 @@ def test_a_dry_run_and_the_refusals_import_no_torch(sft_checkpoint, tmp_path, cl
     interrupted.mkdir()
     shutil.copy(sft_checkpoint / "grtool-run.json", interrupted / "grtool-run.json")
     shutil.copytree(sft_checkpoint / "checkpoint-4", interrupted / "checkpoint-4", copy_function=os.symlink)
-    err = refused("sft", sft, "--out", interrupted, "--resume", *shared_sft_args({"--learning-rate": "3e-4"}))
+    err = refused("sft", sft, "--out", interrupted, "--resume", *shared_sft_args(tiny_model, {"--learning-rate": "3e-4"}))
     assert "--resume refused" in err and "learning-rate was 0.0001, now 0.0003" in err
     live = tmp_path / "live"  # a live run's folder (its run record written), and one it has not made yet
     live.mkdir()
