@@ -184,7 +184,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def pytest_sessionfinish(session):
-    """The controller removes the shared checkpoint (~2 GB with its optimizer state) once every worker is done."""
+    """The controller removes the shared checkpoint (with its optimizer state) once every worker is done."""
     import shutil
 
     from train_helpers import SHARED_SFT_FOLDER

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+REACH_GUARD = 600  # seconds: a hang guard only (a loaded machine importing torch takes a minute), never a wait
 
 
 def held(args: list, point: str, signum: int, holds: Path) -> subprocess.CompletedProcess:
@@ -18,10 +21,12 @@ def held(args: list, point: str, signum: int, holds: Path) -> subprocess.Complet
     with open(holds / "stdout", "w+") as out, open(holds / "stderr", "w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, args)], stdout=out, stderr=err, text=True, env=env)
         try:
+            deadline = time.monotonic() + REACH_GUARD
             while not reached.exists():  # a state, not a time: the process either gets there or ends
-                if proc.poll() is not None:
-                    raise AssertionError(f"ended with {proc.returncode} before reaching {point}:\n{(holds / 'stderr').read_text()[-3000:]}")
-                os.sched_yield()
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    said = "did not reach" if proc.poll() is None else f"ended with {proc.returncode} before reaching"
+                    raise AssertionError(f"{said} {point}:\n{(holds / 'stderr').read_text()[-3000:]}")
+                time.sleep(0.01)
             assert reached.read_text() == str(proc.pid)
             proc.send_signal(signum)
             (holds / f"{point}.release").write_text("")

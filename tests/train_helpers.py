@@ -114,12 +114,13 @@ def tiny_model(tmp_path_factory) -> Path:
             staging = root.with_name(root.name + ".tmp")
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+            for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
                 shutil.copy(source / name, staging / name)
             config = AutoConfig.from_pretrained(source)
             config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})
-            torch.manual_seed(0)
-            AutoModelForCausalLM.from_config(config).save_pretrained(staging)
+            with torch.random.fork_rng():  # the worker's own random state is left as it was
+                torch.manual_seed(0)
+                AutoModelForCausalLM.from_config(config).save_pretrained(staging)
             os.replace(staging, root)
     return root
 

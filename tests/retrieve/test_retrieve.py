@@ -235,13 +235,14 @@ def test_every_question_beyond_the_context_fails_naming_the_reason(run, tmp_path
     assert "Traceback" not in proc.stderr and "'too_long' ×2" in err and "longer than the model's context" in err, err[-2000:]
 
 
-def test_a_model_that_writes_only_end_of_text_trips_the_empty_guard(run, tmp_path, tiny_model):
+def test_a_model_that_writes_only_end_of_text_trips_the_empty_guard(run, tmp_path):
     """A model with non-finite weights (what a diverged training run saved, before runs stopped on it) writes
     end-of-text only: its answers count as empty and the run fails, exit 1 (the end-of-text tokens a decoding that
     keeps special tokens leaves in the text count too: test_retrieve_settings.py)."""
     from checkpoint_records import nan_model
+    from grtool.models import resolve_model
 
-    broken = nan_model(tmp_path / "nan-model", tiny_model)
+    broken = nan_model(tmp_path / "nan-model", Path(resolve_model(None).path))  # the embedded model writes text: only the NaN empties it
     proc = run_cli(
         "retrieve", run, "--index", run / "index", "--triples", run / "triples", "--model", broken, "--markers", "brackets", "--few-shot", "0",
         "--limit", "3", "--max-tokens", "6", "--threads", "2", "--no-cache", "--out", tmp_path / "responses", check=1,

@@ -336,23 +336,23 @@ def test_resume_continues_the_killed_run_from_its_last_complete_checkpoint(sft_c
 
 
 def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_transient(tmp_path, tiny_model):
-    """SIGTERM (Slurm's time limit) while checkpoint-1 is being written (held at `saving`: its files written under
+    """SIGTERM (Slurm's time limit) while checkpoint-3 is being written (held at `saving`: its files written under
     the temporary name): the save completes (no checkpoint-N under its final name misses a file; before atomic saves
     a kill left checkpoint-2 without its trainer state, which --resume then picked), the step after it runs and is
-    saved too, and the run stops with exit 75 naming the checkpoint --resume starts from (before: killed by the
-    signal, the steps since the last save lost). Resuming from what is left is the test above; here only the choice
-    is checked (no second model load)."""
+    saved although --save-steps 3 would not save it, and the run stops with exit 75 naming the checkpoint --resume
+    starts from (before: killed by the signal, the steps since the last save lost). Resuming from what is left is
+    the test above; here only the choice is checked (no second model load)."""
     from grtool.train.run import STAGING, checkpoint_problem, last_complete_checkpoint
 
     data = write_sft(tmp_path / "thinkgr_sft.json")
     out = tmp_path / "ckpt"
-    proc = held(["train", "sft", data, "--model", tiny_model, "--out", out, "--save-steps", "1", "--save-total-limit", "1", "--learning-rate", "1e-4",
+    proc = held(["train", "sft", data, "--model", tiny_model, "--out", out, "--save-steps", "3", "--save-total-limit", "1", "--learning-rate", "1e-4",
                  "--warmup-ratio", "0", *TINY, "--max-steps", "8"], "saving", signal.SIGTERM, tmp_path / "holds")  # fmt: skip
     assert proc.returncode == 75, proc.stderr[-3000:]
-    finals = list(out.glob("checkpoint-*"))
-    assert finals and all(checkpoint_problem(f) is None for f in finals), {f.name: checkpoint_problem(f) for f in finals}
-    assert last_complete_checkpoint(out) == out / "checkpoint-2" and [f.name for f in finals] == ["checkpoint-2"]  # the save limit of 1 kept
     assert not (out / STAGING).exists() and not (out / "grtool.json").exists()  # stopped, not finished
+    finals = sorted(f.name for f in out.glob("checkpoint-*"))
+    assert finals == ["checkpoint-4"], finals  # the save the stop asked for; checkpoint-3 rotated out (limit 1)
+    assert checkpoint_problem(out / "checkpoint-4") is None and last_complete_checkpoint(out) == out / "checkpoint-4"
     said = " ".join(proc.stderr.split())
-    assert "training stopped at step 2; checkpoint-2 is the last complete checkpoint" in said, said[-2000:]
+    assert "training stopped at step 4; checkpoint-4 is the last complete checkpoint" in said, said[-2000:]
     assert "run the same command with --resume to continue (exit 75)" in said, said[-2000:]

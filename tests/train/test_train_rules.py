@@ -103,7 +103,7 @@ def test_resume_refuses_a_command_that_differs(finished, interrupted, tmp_path, 
     assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4", "grtool-run.json"]  # nothing written
 
 
-def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupted, tmp_path, cli):
+def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupted, tmp_path, cli, tiny_model):
     """A checkpoint-N of another model (no run record to compare: a folder from elsewhere, or an older grtool) was
     handed to the trainer, which failed loading its state dict with a traceback after the run had started."""
     data = Path(orjson.loads((finished / "grtool.json").read_bytes())["data"]["source"])
@@ -112,9 +112,9 @@ def test_resume_refuses_a_checkpoint_of_another_architecture(finished, interrupt
     other = {**orjson.loads(config.read_bytes()), "model_type": "bert", "hidden_size": 768}
     config.unlink()
     config.write_bytes(orjson.dumps(other))
-    resume = ["--out", interrupted, "--resume", "--max-steps", "1", *TINY]
+    resume = ["--model", tiny_model, "--out", interrupted, "--resume", "--max-steps", "1", *TINY]  # the model it was trained from
     err = one_line(cli("train", "sft", data, *resume, check=2), "--resume refused", "checkpoint-4 is of another architecture", "model_type 'bert' there, 'llama'", "hidden_size 768 there")
-    assert "SmolLM2-135M-Instruct" in err
+    assert f"{tiny_model}@" in err  # the model this command trains, named
     one_line(cli("train", "sft", data, *resume, "--lora", check=2), "checkpoint-4 holds full weights, this command trains a LoRA adapter")
     assert sorted(p.name for p in interrupted.iterdir()) == ["checkpoint-4"] and (interrupted / "checkpoint-4" / "trainer_state.json").exists()
 
