@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 MANIFEST = "_manifest.json"
 SHARDS_DIR = "_shards"
 REJECTS_DIR = "_rejects"
@@ -21,8 +23,23 @@ TMP_PATTERNS = {
 # re-parses the stored answers instead of generating them again.
 LLM_CACHE = "_llm_cache"
 # The tables a stage directory holds (their Arrow schemas: grtool.store.schemas); named here, without pyarrow, for
-# the readers of manifests and shard records (`grtool status` reads nothing else).
+# the readers of manifests and shard records (`grtool status` reads nothing else). A command of another package
+# declares its own table once (grtool.store.schemas.register_table), which names it here too.
 TABLE_NAMES = ("documents", "questions", "triples", "llm_calls", "chains", "responses", "answers")
+TABLE_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+_REGISTERED_NAMES: set[str] = set()
+
+
+def known_table(name: str) -> bool:
+    """Whether a manifest may name ``name``: one of grtool's tables, or one a command declared."""
+    return name in TABLE_NAMES or name in _REGISTERED_NAMES
+
+
+def name_table(name: str) -> None:
+    """Called by :func:`grtool.store.schemas.register_table` only."""
+    if not re.match(TABLE_NAME_PATTERN, name):
+        raise ValueError(f"table {name!r}: a table's name is lower-case letters, digits and _, at most 64 characters, starting with a letter")
+    _REGISTERED_NAMES.add(name)
 
 
 # Part names have five digits and are ordered as text; no stage plans more parts (a manifest saying so is damaged,

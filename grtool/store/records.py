@@ -19,7 +19,7 @@ import orjson
 from grtool.errors import InputError
 from grtool.records import Count, DamagedRecord, FileName, Rate, Seconds, Sha256, check_timestamp, decode_record, field_message, read_record_bytes, refuse_undeclared
 from grtool.store.diskfull import writing
-from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TABLE_NAMES, TMP_SUFFIX, part_name
+from grtool.store.layout import MANIFEST, MAX_PARTS, PART_PATTERN, REJECTS_DIR, SHARDS_DIR, TABLE_NAME_PATTERN, TMP_SUFFIX, known_table, part_name
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -78,7 +78,7 @@ def dumps(obj: Any) -> bytes:
 T = TypeVar("T")
 PartName = Annotated[str, msgspec.Meta(pattern=PART_PATTERN)]
 PartCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_PARTS)]
-TableName = Literal[TABLE_NAMES]  # type: ignore[valid-type]
+TableName = Annotated[str, msgspec.Meta(pattern=TABLE_NAME_PATTERN)]  # and known_table: Manifest.__post_init__
 # A rejects file lives in the stage's _rejects/ folder, named after its part.
 RejectsFile = Annotated[str, msgspec.Meta(pattern=rf"^{REJECTS_DIR}/part-[0-9]{{5}}\.jsonl$")]
 Text = Annotated[str, msgspec.Meta(max_length=1_000_000)]
@@ -252,6 +252,8 @@ class Manifest(msgspec.Struct):
     detected: list[DetectedInput] = []  # corpus ingest: what each input was read as
 
     def __post_init__(self) -> None:
+        if not known_table(self.table):  # a command's own table is declared before its records are read
+            raise ValueError(f"field table: {self.table!r} is neither a table of grtool nor one a command declared")
         check_timestamp(self.created, "created")
         self.shards = entries_of(self.shards, ShardRecord, "shards")
         self.stops = None if self.stops is None else entries_of(self.stops, StopRecord, "stops")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from grtool.store.layout import TABLE_NAMES
+from grtool.store.layout import TABLE_NAMES, name_table
 
 STR = pa.string()
 STR_LIST = pa.list_(pa.string())
@@ -116,6 +116,8 @@ ANSWERS = pa.schema(
     ]
 )
 
+# Every table by name: its schema and its key (the columns that identify a row). grtool's own, then those commands
+# declare (register_table).
 TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
     "documents": (DOCUMENTS, ("doc_id",)),
     "questions": (QUESTIONS, ("qid",)),
@@ -127,6 +129,22 @@ TABLES: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {
 }
 if tuple(TABLES) != TABLE_NAMES:  # the records' readers know the tables by those names alone
     raise ImportError(f"grtool.store.layout.TABLE_NAMES {TABLE_NAMES} differs from the schemas {tuple(TABLES)}")
+
+
+def register_table(name: str, schema: pa.Schema, key: tuple[str, ...]) -> None:
+    """Declare the table a command writes (its stage directories' manifests name it): `validate`, `status` and the
+    readers then check its shards against ``schema`` and its rows' ``key`` as they do grtool's own. Declared once,
+    beside the command (a second declaration of the same name must be the same)."""
+    key = tuple(key)
+    missing = [k for k in key if k not in schema.names]
+    if not key or missing:
+        raise ValueError(f"table {name!r}: its key {list(key)} names no column of its schema{f' ({missing})' if missing else ''}")
+    if name in TABLES:
+        if TABLES[name][0].equals(schema) and TABLES[name][1] == key:
+            return
+        raise ValueError(f"table {name!r} is declared already, with another schema or key")
+    name_table(name)
+    TABLES[name] = (schema, key)
 
 
 def schema_of(table: str) -> pa.Schema:

@@ -40,9 +40,31 @@ def count(
     (out / f"count-{shard_index}.txt").write_text(f"{len(lines)}\\n")
 
 
+def lengths(
+    text: Annotated[Path, typer.Argument(help="A text file.")],
+    out: Annotated[Path, typer.Option("--out", help="Stage directory of the line lengths.")],
+) -> None:
+    """Write each line's length as a stage table of the toy's own (toy_lengths)."""
+    from grtool.store.stage import StageSpec, StageWriter
+
+    rows = [{"line": i, "chars": len(t)} for i, t in enumerate(text.read_text().splitlines())]
+    stage = StageWriter(out, StageSpec("toy_lengths", LENGTHS, {}, [str(text)]), num_parts=1)
+    with stage.shard(0) as shard:
+        shard.count_in(len(rows))
+        shard.write_rows(rows)
+    stage.finish()
+
+
+import pyarrow as pa
+
+from grtool.store.schemas import register_table
+
+LENGTHS = pa.schema([("line", pa.int64()), ("chars", pa.int64())])
+register_table("toy_lengths", LENGTHS, ("line",))  # the table, declared once beside the command that writes it
 register(Group("toy", "Toy commands."))
 register(Command("toy count", count, reads={"text": PathKind.FILE}, writes={"out": PathKind.DIRECTORY},
                  extras=lambda options: [("plot", "--chart")] if options["chart"] else []))
+register(Command("toy lengths", lengths, reads={"text": PathKind.FILE}, writes={"out": PathKind.STAGE}))
 
 if "--hide-plot" in sys.argv:  # the plot extra looks uninstalled
     sys.argv.remove("--hide-plot")
@@ -98,6 +120,40 @@ def test_a_toy_command_declares_what_it_reads_and_needs(tmp_path, write_pipeline
     proc = _toy(tmp_path, "pipeline", "run", config, "--hide-plot", check=2)
     assert "stage 'count': --chart needs" in " ".join(proc.stderr.split())
     assert not (tmp_path / "run").exists()
+
+
+def test_a_toy_stage_table_is_declared_once_and_read_as_grtool_reads_its_own(tmp_path):
+    """`toy lengths` writes a table grtool does not have (toy_lengths), declared beside the command: `validate` and
+    `status` read its stage as they read grtool's own (schema, key, records); a grtool that was never told of the
+    table names the manifest's table as unknown (exit 1), never a traceback or a silent pass."""
+    import pyarrow.parquet as pq
+
+    text = tmp_path / "lines.txt"
+    text.write_text("a\nbb\nccc\n")
+    out = tmp_path / "run" / "lengths"
+    _toy(tmp_path, "toy", "lengths", text, "--out", out)
+    assert pq.read_table(out / "part-00000.parquet").to_pylist() == [{"line": 0, "chars": 1}, {"line": 1, "chars": 2}, {"line": 2, "chars": 3}]
+    said = " ".join(_toy(tmp_path, "validate", tmp_path / "run").stderr.split())
+    assert "ok " in said and "(toy_lengths, 1 shards, 3 rows)" in said and "1 ok, 0 with problems" in said, said
+    assert "toy_lengths" in _toy(tmp_path, "status", out, "--json").stdout
+    # a grtool without the declaration: the manifest names a table it does not know
+    proc = subprocess.run([sys.executable, "-m", "grtool", "validate", str(tmp_path / "run")], capture_output=True, text=True)
+    said = " ".join(proc.stderr.split())
+    assert proc.returncode == 1 and "'toy_lengths' is neither a table of grtool nor one a command declared" in said and "Traceback" not in said, said
+
+
+def test_a_table_is_declared_with_a_key_of_its_own_columns_and_only_once():
+    import pyarrow as pa
+
+    from grtool.store.schemas import register_table
+
+    schema = pa.schema([("id", pa.string())])
+    with pytest.raises(ValueError, match="names no column"):
+        register_table("toy_bad_key", schema, ("nope",))
+    with pytest.raises(ValueError, match="lower-case letters"):
+        register_table("Toy Table", schema, ("id",))
+    with pytest.raises(ValueError, match="declared already"):
+        register_table("documents", schema, ("id",))
 
 
 def test_declaring_a_command_twice_or_before_its_group_is_refused():
