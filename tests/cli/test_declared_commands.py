@@ -20,11 +20,13 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import pyarrow as pa
 import typer
 
 from grtool import extras
 from grtool.cli.commands import Command, Group, PathKind, register
 from grtool.cli.options import NumShards, ShardIndex
+from grtool.store.schemas import register_table
 
 
 def count(
@@ -54,10 +56,6 @@ def lengths(
         shard.write_rows(rows)
     stage.finish()
 
-
-import pyarrow as pa
-
-from grtool.store.schemas import register_table
 
 LENGTHS = pa.schema([("line", pa.int64()), ("chars", pa.int64())])
 register_table("toy_lengths", LENGTHS, ("line",))  # the table, declared once beside the command that writes it
@@ -124,7 +122,7 @@ def test_a_toy_command_declares_what_it_reads_and_needs(tmp_path, write_pipeline
 
 def test_a_toy_stage_table_is_declared_once_and_read_as_grtool_reads_its_own(tmp_path):
     """`toy lengths` writes a table grtool does not have (toy_lengths), declared beside the command: `validate` and
-    `status` read its stage as they read grtool's own (schema, key, records); a grtool that was never told of the
+    `status` read its stage as they read grtool's own (its records and shards); a grtool that was never told of the
     table names the manifest's table as unknown (exit 1), never a traceback or a silent pass."""
     import pyarrow.parquet as pq
 
