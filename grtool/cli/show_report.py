@@ -14,7 +14,7 @@ from grtool.errors import InputError
 
 
 def show_cmd(
-    path: Annotated[Path, typer.Argument(help="A chains, filtered, responses or triples stage directory, or an exported file (with its .grtool.json).")],
+    path: Annotated[Path, typer.Argument(help="A stage directory (chains, filtered, responses, triples: with verdicts; any other: its columns) or an exported file.")],
     qid: Annotated[Optional[list[str]], typer.Option("--qid", help="Rows of this question (repeat for several).")] = None,
     sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="N rows drawn at random (reproducible with --seed).")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1, help="Seed of --sample.")] = 0,

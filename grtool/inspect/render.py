@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from rich.text import Text
 
+from grtool.inspect.sources import DOCID_KINDS
 from grtool.inspect.rows import GOLD, HALLUCINATED, MALFORMED, NON_GOLD, UNCHECKED, Doc, Row
 from grtool.userinput import escaped
 
@@ -42,7 +43,7 @@ def row_lines(row: Row, number: int, of: int) -> Iterator[Text]:
         yield _labelled("rejected", _text(", ".join(row.rejected["reasons"]), style="bold red"))
         if row.rejected.get("detail"):
             yield _labelled("", _text(row.rejected["detail"]))
-    if row.kind != "triples":
+    if row.kind != "triples" and row.text is not None:
         yield _labelled("text", _highlighted(row))
     for d in row.docids:
         line = Text()
@@ -90,11 +91,15 @@ def _doc_text(doc: Doc, mark: bool = False) -> str:
 def _value(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, list):
+        return "; ".join(_value(v) for v in value) or "(none)"
     return str(value)
 
 
 def summary_line(rows: list[Row]) -> Text:
-    """Counts of the verdicts over everything shown."""
+    """Counts of the verdicts over everything shown (only the count of rows for a table that holds no docids)."""
+    if not any(r.kind in DOCID_KINDS for r in rows):
+        return Text(f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
     counts = {v: 0 for v in STYLES}
     for r in rows:
         for d in r.docids:

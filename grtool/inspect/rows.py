@@ -20,10 +20,11 @@ from typing import Any
 import orjson
 
 from grtool.errors import InputError
-from grtool.inspect.sources import Source
+from grtool.inspect.sources import DOCID_KINDS, Source
 from grtool.store.layout import REJECTS_DIR
 from grtool.store.reading import scan_shards
 from grtool.store.records import Manifest
+from grtool.store.schemas import VIEWS, TableView, key_of, schema_of
 from grtool.vocab.provenance import ExportRecord
 
 GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED = "gold", "non-gold", "hallucinated", "unchecked", "malformed"
@@ -69,8 +70,8 @@ class Question:
 @dataclass
 class Row:
     kind: str
-    key: dict[str, Any]  # what names the row: qid and candidate, qid and sample, doc_id and idx, line
-    text: str
+    key: dict[str, Any]  # what names the row: qid and candidate, qid and sample, doc_id and idx, line, a table's key
+    text: str | None  # None: a table whose view has no text column
     fields: dict[str, Any]
     question: Question | None = None
     docids: list[Docid] = field(default_factory=list)
@@ -136,6 +137,8 @@ def _stage_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
         rows = [{**r, "qid": question_of[r["doc_id"]]} for r in frame.to_dicts()]  # judged against that question
         return _take(rows, Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.qids:
+        if source.kind not in DOCID_KINDS and "qid" not in schema_of(source.kind).names:
+            raise InputError(f"{source.path}: --qid picks rows by their question; a {source.kind} table has no qid column")
         frame = collect(scan_shards(shards).filter(pl.col("qid").is_in(list(pick.qids))), shards)
         return _take(frame.to_dicts(), Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.sample is not None:
@@ -273,9 +276,15 @@ def _row(source: Source, raw: dict[str, Any]) -> Row:
     elif kind == "export":
         key = {"line": raw["line"]}
         text = raw["text"]
-    else:
+    elif kind in DOCID_KINDS:
         key = {"qid": raw.get("qid"), ("sample" if kind == "responses" else "candidate"): raw.get("sample" if kind == "responses" else "candidate")}
         text = raw.get("text") or ""
+    else:  # any other table, by its declared view
+        view = VIEWS.get(kind, TableView())
+        key = {name: raw.get(name) for name in key_of(kind)}
+        text = (raw.get(view.text) or "") if view.text is not None else None
+        fields = {name: raw.get(name) for name in view.fields if name in raw}
+        return Row(kind, key, text, fields, rejected=raw.get("_rejected"))
     fields = {name: raw.get(name) for name in FIELDS[kind] if name in raw}
     row = Row(kind, key, text, fields, rejected=raw.get("_rejected"))
     row.prompt = raw.get("prompt")
@@ -298,7 +307,9 @@ def _join(source: Source, rows: list[Row], raws: list[dict[str, Any]]) -> None:
     markers = _chain_markers(source.manifest) if source.kind in ("chains", "filtered") else SPECIAL
     spans_of = []
     for row, raw in zip(rows, raws):
-        if source.kind == "triples":
+        if source.kind not in DOCID_KINDS:
+            spans = []  # a table shown by its view holds no docids
+        elif source.kind == "triples":
             spans = [(row.text, 0, len(row.text), triple_key(raw.get("head") or "", raw.get("relation") or "", raw.get("tail") or ""))]
         else:
             wanted = raw.get("markers") if raw.get("markers") in MARKERS else None

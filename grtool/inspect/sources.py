@@ -15,21 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 from grtool.errors import InputError
 from grtool.records import DamagedRecord
+from grtool.store.schemas import schema_of
 from grtool.store.records import InputRecord, Manifest, is_stage_dir, load_manifest, resolve_stage
 from grtool.userinput import require_input
 
 if TYPE_CHECKING:
     from grtool.vocab.provenance import ExportRecord
 
-# Stage tables `show` reads rows of; a chains stage written by `filters apply` is shown as "filtered".
-SHOWN_TABLES = ("chains", "responses", "triples")
+# The stage tables whose rows hold docids, shown with a verdict for each; a chains stage written by `filters apply`
+# is shown as "filtered". Every other declared table is shown by its view (grtool.store.schemas.TableView).
+DOCID_TABLES = ("chains", "responses", "triples")
+DOCID_KINDS = ("chains", "filtered", "responses", "triples", "export")
 FOLLOW_DEPTH = 4  # inputs followed back from the shown stage (filtered → chains → corpus is 2)
 
 
 @dataclass
 class Source:
     path: Path
-    kind: str  # chains | filtered | responses | triples | export
+    kind: str  # chains | filtered | responses | triples | export, or the name of another table (shown by its view)
     manifest: Manifest | ExportRecord  # the stage's manifest or the export's sidecar record
     questions: Path | None = None  # the questions stage
     documents: Path | None = None  # the documents stage
@@ -55,6 +58,11 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source.triples = resolve_stage(triples, "triples")
     if source.kind == "triples" and source.triples is None:
         source.triples = source.path
+    if source.kind == "questions" and source.questions is None:  # a corpus's questions, with their gold documents
+        source.questions = source.path
+        source.documents = _documents_beside(source.path)
+    if source.kind == "documents" and source.documents is None:
+        source.documents = source.path
     found = _follow(_input_paths(source.manifest.inputs), FOLLOW_DEPTH)
     if source.questions is None and found.get("questions"):
         source.questions = found["questions"]
@@ -63,7 +71,10 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source.documents = found["documents"]
     if source.triples is None and found.get("triples"):
         source.triples = found["triples"]
-    for what, got, flag in (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"), ("triples", source.triples, "--triples")):
+    needed = (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"), ("triples", source.triples, "--triples"))
+    if source.kind not in DOCID_KINDS:  # a table shown by its view: its rows' questions, when it has a qid column
+        needed = needed[:2] if "qid" in schema_of(source.kind).names else ()
+    for what, got, flag in needed:
         if got is None:
             source.notes.append(f"no {what} stage found from {path}'s record; give {flag}")
     return source
@@ -79,14 +90,12 @@ def documents_of(path: Path, corpus: Path | None = None) -> Path | None:
 
 def _stage_source(path: Path) -> Source:
     if not is_stage_dir(path):
-        for table in SHOWN_TABLES:  # a run directory holding one of them, e.g. out/demo/triples
+        for table in (*DOCID_TABLES, "questions"):  # a run directory holding one, e.g. out/demo/triples, a corpus
             if is_stage_dir(path / table):
                 return _stage_source(path / table)
         raise InputError(f"{path}: not a stage directory (no _manifest.json) nor an exported file")
     manifest = load_manifest(path)
     table = manifest.table
-    if table not in SHOWN_TABLES:
-        raise InputError(f"{path}: a stage of table {table!r}; show reads chains, filtered chains, responses and triples")
     kind = "filtered" if table == "chains" and "filters" in (manifest.command or [])[:4] else table
     return Source(path, kind, manifest)
 

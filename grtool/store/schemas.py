@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 from grtool.store.layout import TABLE_NAMES, name_table
@@ -131,20 +133,46 @@ if tuple(TABLES) != TABLE_NAMES:  # the records' readers know the tables by thos
     raise ImportError(f"grtool.store.layout.TABLE_NAMES {TABLE_NAMES} differs from the schemas {tuple(TABLES)}")
 
 
-def register_table(name: str, schema: pa.Schema, key: tuple[str, ...]) -> None:
+@dataclass(frozen=True)
+class TableView:
+    """How `grtool show` prints a row of a table: beside its key, its ``text`` column (None: it has none) and the
+    ``fields`` columns, labelled. The tables whose rows hold docids (chains, responses, triples) are shown with
+    their verdicts (grtool/inspect/rows.py); every other table by this view."""
+
+    text: str | None = None
+    fields: tuple[str, ...] = ()
+
+
+# grtool's own tables that `show` prints by their view (a corpus's questions are shown with their gold documents)
+VIEWS: dict[str, TableView] = {
+    "documents": TableView("text", ("title", "datasets")),
+    "questions": TableView(None, ("type", "answerable")),
+    "llm_calls": TableView("output", ("row_key", "model", "finish_reason", "prompt_tokens", "completion_tokens", "cached")),
+    "answers": TableView("text", ("prediction", "answers", "exact_match", "f1", "judged_correct", "model")),
+}
+
+
+def register_table(name: str, schema: pa.Schema, key: tuple[str, ...], *, text: str | None = None, fields: tuple[str, ...] | None = None) -> None:
     """Declare the table a command writes (its stage directories' manifests name it): `validate`, `status` and the
-    readers then check its shards against ``schema`` and its rows' ``key`` as they do grtool's own. Declared once,
+    readers then check its shards against ``schema`` and its rows' ``key`` as they do grtool's own, and `show`
+    prints its rows: the key, the ``text`` column and the ``fields`` (default: every other column). Declared once,
     beside the command (a second declaration of the same name must be the same)."""
     key = tuple(key)
+    fields = tuple(n for n in schema.names if n not in key and n != text) if fields is None else tuple(fields)
     missing = [k for k in key if k not in schema.names]
     if not key or missing:
         raise ValueError(f"table {name!r}: its key {list(key)} names no column of its schema{f' ({missing})' if missing else ''}")
+    unknown = [c for c in (text, *fields) if c is not None and c not in schema.names]
+    if unknown:
+        raise ValueError(f"table {name!r}: the columns shown {unknown} are not in its schema")
+    view = TableView(text, fields)
     if name in TABLES:
-        if TABLES[name][0].equals(schema) and TABLES[name][1] == key:
+        if TABLES[name][0].equals(schema) and TABLES[name][1] == key and VIEWS.get(name) == view:
             return
-        raise ValueError(f"table {name!r} is declared already, with another schema or key")
+        raise ValueError(f"table {name!r} is declared already, with another schema, key or view")
     name_table(name)
     TABLES[name] = (schema, key)
+    VIEWS[name] = view
 
 
 def schema_of(table: str) -> pa.Schema:

@@ -4,6 +4,7 @@ the declarations of grtool's own commands say what every path parameter is."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -122,7 +123,8 @@ def test_a_toy_command_declares_what_it_reads_and_needs(tmp_path, write_pipeline
 
 def test_a_toy_stage_table_is_declared_once_and_read_as_grtool_reads_its_own(tmp_path):
     """`toy lengths` writes a table grtool does not have (toy_lengths), declared beside the command: `validate` and
-    `status` read its stage as they read grtool's own (its records and shards); a grtool that was never told of the
+    `status` read its stage as they read grtool's own (its records and shards), `show` prints its rows by their key
+    and columns; a grtool that was never told of the
     table names the manifest's table as unknown (exit 1), never a traceback or a silent pass."""
     import pyarrow.parquet as pq
 
@@ -134,6 +136,8 @@ def test_a_toy_stage_table_is_declared_once_and_read_as_grtool_reads_its_own(tmp
     said = " ".join(_toy(tmp_path, "validate", tmp_path / "run").stderr.split())
     assert "ok " in said and "(toy_lengths, 1 shards, 3 rows)" in said and "1 ok, 0 with problems" in said, said
     assert "toy_lengths" in _toy(tmp_path, "status", out, "--json").stdout
+    shown = [json.loads(line) for line in _toy(tmp_path, "show", out, "--json").stdout.splitlines()]  # by its columns
+    assert [(r["kind"], r["key"], r["fields"], r["text"]) for r in shown] == [("toy_lengths", {"line": i}, {"chars": i + 1}, None) for i in range(3)]
     # a grtool without the declaration: the manifest names a table it does not know
     proc = subprocess.run([sys.executable, "-m", "grtool", "validate", str(tmp_path / "run")], capture_output=True, text=True)
     said = " ".join(proc.stderr.split())
@@ -148,6 +152,8 @@ def test_a_table_is_declared_with_a_key_of_its_own_columns_and_only_once():
     schema = pa.schema([("id", pa.string())])
     with pytest.raises(ValueError, match="names no column"):
         register_table("toy_bad_key", schema, ("nope",))
+    with pytest.raises(ValueError, match=r"the columns shown \['nope'\] are not in its schema"):
+        register_table("toy_bad_view", schema, ("id",), text="nope")
     with pytest.raises(ValueError, match="lower-case letters"):
         register_table("Toy Table", schema, ("id",))
     with pytest.raises(ValueError, match="declared already"):

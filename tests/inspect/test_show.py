@@ -187,9 +187,25 @@ def test_an_exported_file_is_matched_to_its_questions(run, tmp_path: Path) -> No
 
 def test_bad_input_is_one_line(run, tmp_path: Path) -> None:
     assert "no such file or directory" in show(tmp_path / "nothing", check=2).stderr
-    assert "show reads chains" in show(run["dir"] / "corpus" / "questions", check=2).stderr
     (tmp_path / "rows.json").write_text("[]")
     assert "not an exported file" in show(tmp_path / "rows.json", check=2).stderr
+
+
+def test_a_corpus_is_shown_by_its_tables_views(run) -> None:
+    """A stage that holds no docids is shown by its table's view: questions with their answer and titled gold
+    documents, documents under their id with title and text; --qid on a table without a qid column is one line."""
+    d, a = run["dir"], run["a"]
+    q = run["questions"][a["qid"]]
+    [row] = show_json(d / "corpus", "--qid", a["qid"])  # a corpus directory: its questions
+    assert row["kind"] == "questions" and row["key"] == {"qid": a["qid"]} and row["text"] is None and not row["docids"]
+    assert row["question"]["question"] == q["question"] and row["question"]["answer"] == q["answer"]
+    assert [g["title"] for g in row["question"]["gold"]] == [run["titles"][g] for g in q["gold_doc_ids"]]
+    plain = show(d / "corpus" / "documents", "--limit", "2").stdout
+    first = read_table(d / "corpus" / "documents").to_pylist()[0]
+    assert f"── 1/2 documents doc_id {first['doc_id']}" in plain and first["title"] in plain and first["text"] in plain
+    assert plain.rstrip().endswith("2 rows") and "docids" not in plain
+    said = " ".join(show(d / "corpus" / "documents", "--qid", a["qid"], check=2).stderr.split())
+    assert "--qid picks rows by their question; a documents table has no qid column" in said, said
 
 
 def test_index_query_names_documents_with_their_titles(run) -> None:
