@@ -20,7 +20,8 @@ from grtool.store.questions import split_counts
 from grtool.store.records import load_manifest, resolve_stage
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.reading import iter_shard_batches
-from grtool.store.stage import StageSpec, StageWriter, iter_batches, shard_paths
+from grtool.store.partloop import LoopPart, Output, PartLoop
+from grtool.store.stage import StageSpec, iter_batches, shard_paths
 
 DEFAULT_NAMES = ("train", "dev", "test")
 UNKNOWN = "unknown"  # ingest's split of a question whose file and record name none
@@ -72,31 +73,25 @@ def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ..
     out = Path(out)
     counts: Counter[str] = Counter()
     q_parts, d_parts = shard_paths(questions), shard_paths(documents)
-    q_writer = StageWriter(out / "questions", StageSpec("questions", QUESTIONS, params, inputs), overwrite=overwrite, num_parts=len(q_parts))
-    d_writer = StageWriter(out / "documents", StageSpec("documents", DOCUMENTS, params, inputs), overwrite=overwrite, num_parts=len(d_parts))
-    for index, part in enumerate(q_parts):
-        if q_writer.done(index):
-            continue
-        with q_writer.shard(index) as shard:
-            for batch in iter_shard_batches(part):
+    loop = PartLoop([Output(out / "questions", StageSpec("questions", QUESTIONS, params, inputs)),
+                     Output(out / "documents", StageSpec("documents", DOCUMENTS, params, inputs), num_parts=len(d_parts))],
+                    len(q_parts), overwrite=overwrite, num_shards=1, shard_index=0)  # fmt: skip
+
+    def split_part(part: LoopPart) -> None:  # questions part i with their new splits, documents part i as it was
+        q_shard, d_shard = part.shards
+        if q_shard is not None:
+            for batch in iter_shard_batches(q_parts[part.index]):
                 table = pa.Table.from_batches([batch])
                 chosen = [split_of(qid, ratios, names, seed) for qid in table.column("qid").to_pylist()]
-                shard.count_in(table.num_rows)
-                shard.write_table(table.set_column(table.schema.get_field_index("split"), "split", pa.array(chosen, pa.string())))
-    _copy_parts(d_parts, d_writer)
-    q_writer.finish()
-    d_writer.finish()
+                q_shard.count_in(table.num_rows)
+                q_shard.write_table(table.set_column(table.schema.get_field_index("split"), "split", pa.array(chosen, pa.string())))
+        if d_shard is not None:
+            for batch in iter_shard_batches(d_parts[part.index]):
+                d_shard.count_in(batch.num_rows)
+                d_shard.write_table(pa.Table.from_batches([batch]))
+
+    loop.run(split_part)
+    loop.finish()
     for batch in iter_batches(out / "questions", columns=["split"]):
         counts.update(batch.column(0).to_pylist())
     return {"out": str(out), "questions": sum(counts.values()), "by_split": dict(sorted(counts.items())), "replaced": dict(sorted(held.items())) if resplit else {}}
-
-
-def _copy_parts(parts: list[Path], writer: StageWriter) -> None:
-    """The documents as they were, part for part."""
-    for index, part in enumerate(parts):
-        if writer.done(index):
-            continue
-        with writer.shard(index) as shard:
-            for batch in iter_shard_batches(part):
-                shard.count_in(batch.num_rows)
-                shard.write_table(pa.Table.from_batches([batch]))

@@ -10,8 +10,9 @@
 - **stopping early**: a part may ask that no further part starts (a guard tripped); it is committed first.
 
 The model stages add the backend, the request cache and the empty-output guard on top
-(:class:`grtool.llm.stage_runner.ModelStage`); the others (``filters apply``, ``chains gold``) call :meth:`PartLoop.run`
-with their part function directly.
+(:class:`grtool.llm.stage_runner.ModelStage`); the others (``filters apply``, ``chains gold``, ``corpus split``, the
+evidence triples, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part function directly. Outputs
+may have part counts of their own (``corpus split``: the questions' parts and the documents').
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ from grtool.store.stage import StageSpec
 
 @dataclass
 class Output:
-    """One stage directory the stage writes (``path`` ``-``: JSON Lines on stdout); ``finish`` goes into its manifest."""
+    """One stage directory the stage writes (``path`` ``-``: JSON Lines on stdout); ``finish`` goes into its manifest.
+    ``num_parts``: its own count of parts (None: the loop's), for a stage whose outputs are split differently (`corpus
+    split` copies the documents part for part beside the questions): part ``i`` of the loop writes only the outputs
+    that have a part ``i``."""
 
     path: str | Path
     spec: StageSpec
     finish: dict[str, Any] = field(default_factory=dict)
+    num_parts: int | None = None
 
 
 @dataclass
@@ -59,7 +64,7 @@ class Bar:
 @dataclass
 class LoopPart:
     """What a part function gets: the part, and the shards it writes (``shards[k]`` writes output ``k``; None where
-    that output already has the part)."""
+    that output already has the part, or has no part of that number)."""
 
     index: int
     name: str
@@ -83,11 +88,12 @@ class PartLoop:
     def __init__(self, outputs: Sequence[Output], num_parts: int, *, overwrite: bool = False,
                  num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
         self.outputs = list(outputs)
-        self.num_parts = num_parts
+        self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]
+        self.num_parts = max([num_parts, *self.parts_of])
         self.sharding = resolve_sharding(num_shards, shard_index)
-        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=num_parts, shards=self.sharding) for o in self.outputs]
-        mine = parts_for_task(num_parts, *self.sharding)
-        finished = {i for i in mine if all(w.done(i) for w in self.writers)}
+        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=n, shards=self.sharding) for o, n in zip(self.outputs, self.parts_of)]
+        mine = parts_for_task(self.num_parts, *self.sharding)  # round-robin: the same task owns part i of every output
+        finished = {i for i in mine if all(w.done(i) for w, n in zip(self.writers, self.parts_of) if i < n)}
         self.finished = [i for i in mine if i in finished]
         self.todo = [i for i in mine if i not in finished]
 
@@ -107,7 +113,7 @@ class PartLoop:
                     before_part(i)
                 part = LoopPart(i, part_name(i), [])
                 with contextlib.ExitStack() as stack:
-                    part.shards = [None if w.done(i) else stack.enter_context(w.shard(i)) for w in self.writers]
+                    part.shards = [None if i >= n or w.done(i) else stack.enter_context(w.shard(i)) for w, n in zip(self.writers, self.parts_of)]
                     part_fn(part)
                 done.append(part.name)
                 if bar is not None and bar.total is None:

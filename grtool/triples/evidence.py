@@ -108,7 +108,8 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
     from grtool.errors import DataProblem
     from grtool.store import empty
     from grtool.store.schemas import TRIPLES
-    from grtool.store.stage import StageSpec, StageWriter, read_table
+    from grtool.store.partloop import LoopPart, Output, PartLoop
+    from grtool.store.stage import StageSpec, read_table
     from grtool.store.records import resolve_stage
 
     questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
@@ -121,14 +122,18 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
         )
     rows = found.rows + list(extra)
     params = {"source": "evidences", **({"docid_markers": [markers.start, markers.end]} if markers != SPECIAL else {})}
-    stage = StageWriter(out, StageSpec("triples", TRIPLES, params, inputs=[str(questions), str(documents)]), overwrite=overwrite, num_parts=1)
-    if not stage.done(0):
-        with stage.shard(0) as shard:
-            shard.count_in(found.read + len(rows) - len(found.rows))  # the evidences read and the extra rows
-            shard.count_merged(found.merged)
-            for record, reason, detail in found.rejects:
-                shard.reject(record, reason, source=str(questions), detail=detail)
-            shard.count("questions", found.questions)
-            shard.count("questions_without_evidences", found.questions_without_evidences)
-            shard.write_rows(rows)
-    return stage.finish().rows
+    loop = PartLoop([Output(out, StageSpec("triples", TRIPLES, params, inputs=[str(questions), str(documents)]))], 1, overwrite=overwrite, num_shards=1, shard_index=0)
+
+    def write(part: LoopPart) -> None:
+        shard = part.shard
+        shard.count_in(found.read + len(rows) - len(found.rows))  # the evidences read and the extra rows
+        shard.count_merged(found.merged)
+        for record, reason, detail in found.rejects:
+            shard.reject(record, reason, source=str(questions), detail=detail)
+        shard.count("questions", found.questions)
+        shard.count("questions_without_evidences", found.questions_without_evidences)
+        shard.write_rows(rows)
+
+    loop.run(write)
+    (manifest,) = loop.finish()
+    return manifest.rows

@@ -48,14 +48,18 @@ def lengths(
     out: Annotated[Path, typer.Option("--out", help="Stage directory of the line lengths.")],
 ) -> None:
     """Write each line's length as a stage table of the toy's own (toy_lengths)."""
-    from grtool.store.stage import StageSpec, StageWriter
+    from grtool.store.partloop import Output, PartLoop
+    from grtool.store.stage import StageSpec
 
     rows = [{"line": i, "chars": len(t)} for i, t in enumerate(text.read_text().splitlines())]
-    stage = StageWriter(out, StageSpec("toy_lengths", LENGTHS, {}, [str(text)]), num_parts=1)
-    with stage.shard(0) as shard:
-        shard.count_in(len(rows))
-        shard.write_rows(rows)
-    stage.finish()
+
+    def write(part):
+        part.shard.count_in(len(rows))
+        part.shard.write_rows(rows)
+
+    loop = PartLoop([Output(out, StageSpec("toy_lengths", LENGTHS, {}, [str(text)]))], 1)
+    loop.run(write)
+    loop.finish()
 
 
 LENGTHS = pa.schema([("line", pa.int64()), ("chars", pa.int64())])

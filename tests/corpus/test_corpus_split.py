@@ -57,3 +57,28 @@ def test_split_refuses_data_with_splits_and_bad_ratios(examples, tmp_path, cli):
         assert why in proc.stderr
     proc = cli("corpus", "split", tmp_path / "corpus", "--ratios", "0.5,0.5", "--resplit", "--out", tmp_path / "out", "--json")
     assert json.loads(proc.stdout)["replaced"] == {"dev": 2, "train": 1}
+
+
+def test_split_writes_each_table_part_for_part_and_a_rerun_redoes_only_a_missing_part(examples, tmp_path, cli):
+    """The questions and the documents have their own part counts (one part loop, two outputs): the split corpus has
+    the input's parts in both, and a documents part lost after the run is all a rerun writes again."""
+    from grtool.store.records import load_manifest
+    from grtool.store.stage import shard_paths
+
+    cli("-q", "corpus", "ingest", examples / "inline" / "qa.jsonl", "--out", tmp_path / "corpus", "--rows-per-part", "5")
+    parts = {t: len(shard_paths(tmp_path / "corpus" / t)) for t in ("questions", "documents")}
+    assert parts["documents"] > parts["questions"] > 1, parts  # documents beyond the questions' last part
+    out = tmp_path / "split"
+    cli("-q", "corpus", "split", tmp_path / "corpus", "--ratios", "0.5,0.5", "--out", out)
+    assert {t: len(shard_paths(out / t)) for t in parts} == parts
+    assert read_table(out / "documents").to_pylist() == read_table(tmp_path / "corpus" / "documents").to_pylist()
+    assert load_manifest(out / "questions").rows == read_table(tmp_path / "corpus" / "questions").num_rows
+
+    last = f"part-{parts['documents'] - 1:05d}"
+    kept = {p.name: p.stat().st_mtime_ns for p in (out / "questions").glob("part-*.parquet")}
+    (out / "documents" / f"{last}.parquet").unlink()
+    (out / "documents" / "_shards" / f"{last}.json").unlink()
+    cli("-q", "corpus", "split", tmp_path / "corpus", "--ratios", "0.5,0.5", "--out", out)
+    assert read_table(out / "documents").to_pylist() == read_table(tmp_path / "corpus" / "documents").to_pylist()
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "questions").glob("part-*.parquet")} == kept  # finished parts kept
+    assert load_manifest(out / "documents").complete

@@ -154,3 +154,29 @@ def test_the_loop_writes_only_what_an_output_lacks_and_stops_when_a_part_asks(tm
     manifests = loop.finish()
     assert [m.complete for m in manifests] == [True, True] and [m.rows for m in manifests] == [3, 3]
     assert (tmp_path / "b" / "_shards" / "part-00001.json").read_bytes() == b_record  # written by the first run only
+
+
+def test_outputs_with_their_own_part_counts_get_a_shard_only_for_their_parts(tmp_path: Path) -> None:
+    """One output of one part, another of three: the loop runs three parts, the first output gets a shard in part 0
+    only; each output's manifest counts its own parts."""
+
+    def row(i: int) -> dict:
+        return {"doc_id": f"d{i}", "idx": 0, "head": "h", "relation": "r", "tail": "t", "docid": "<h, r, t>"}
+
+    outputs = [Output(tmp_path / "one", StageSpec("triples", TRIPLES)), Output(tmp_path / "three", StageSpec("triples", TRIPLES), num_parts=3)]
+    loop = PartLoop(outputs, 1, num_shards=1, shard_index=0)
+    assert loop.todo == [0, 1, 2]
+    given: list[list[bool]] = []
+
+    def write(part: LoopPart) -> None:
+        given.append([shard is not None for shard in part.shards])
+        for shard in part.shards:
+            if shard is not None:
+                shard.write_rows([row(part.index)])
+
+    loop.run(write)
+    manifests = loop.finish()
+    assert given == [[True, True], [False, True], [False, True]]
+    assert [(m.num_parts, m.rows, m.complete) for m in manifests] == [(1, 1, True), (3, 3, True)]
+    again = PartLoop(outputs, 1, num_shards=1, shard_index=0)
+    assert (again.finished, again.todo) == ([0, 1, 2], [])
