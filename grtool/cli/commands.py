@@ -19,9 +19,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from grtool.pipeline.registry import Command, PathKind, command_name
+from grtool.pipeline.registry import Command, PathKind, StageTable, command_name
 
-__all__ = ["Command", "Group", "PathKind", "click_command", "click_errors", "declared", "group", "register"]
+__all__ = ["Command", "Group", "PathKind", "StageTable", "click_command", "click_errors", "declared", "group", "register"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ def register(declaration: Command | Group) -> Command | Group:
         if table[key] is declaration:
             return declaration
         raise ValueError(f"{key!r} is declared twice")
+    for spec in getattr(declaration, "tables", {}).values():
+        if spec.schema is not None:  # a table of the command's own (pyarrow is imported only for one)
+            from grtool.store.schemas import register_table
+
+            register_table(spec.name, spec.schema, spec.key, text=spec.text, fields=spec.fields)
     table[key] = declaration
     return declaration
 

@@ -25,9 +25,8 @@ import pyarrow as pa
 import typer
 
 from grtool import extras
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, StageTable, register
 from grtool.cli.options import NumShards, ShardIndex
-from grtool.store.schemas import register_table
 
 
 def count(
@@ -63,11 +62,11 @@ def lengths(
 
 
 LENGTHS = pa.schema([("line", pa.int64()), ("chars", pa.int64())])
-register_table("toy_lengths", LENGTHS, ("line",))  # the table, declared once beside the command that writes it
 register(Group("toy", "Toy commands."))
 register(Command("toy count", count, reads={"text": PathKind.FILE}, writes={"out": PathKind.DIRECTORY},
                  extras=lambda options: [("plot", "--chart")] if options["chart"] else []))
-register(Command("toy lengths", lengths, reads={"text": PathKind.FILE}, writes={"out": PathKind.STAGE}))
+# the stage and its table, declared once: --out writes a stage of toy_lengths, one row per line
+register(Command("toy lengths", lengths, reads={"text": PathKind.FILE}, writes={"out": StageTable("toy_lengths", LENGTHS, ("line",))}))
 
 if "--hide-plot" in sys.argv:  # the plot extra looks uninstalled
     sys.argv.remove("--hide-plot")
