@@ -5,7 +5,8 @@ A docid's verdict, for the row's question: **gold** when a document holding its 
 question, **non-gold** when the triple is stored but only in other documents, **hallucinated** when no stored
 triple has that key (as written or tail-first: the filters and `eval recall` read docids the same way), and
 **unchecked** when no triples stage is known; a marked span that is no docid (a marker never closed, an empty
-span, not a triple) is **malformed**. Reading is bounded by what is shown: only the needed columns, the
+span, not a triple) is **malformed**. A table whose rows hold no docids (questions, documents, a table a command
+declared) is shown by its view (:class:`grtool.store.schemas.TableView`): its key, text and fields. Reading is bounded by what is shown: only the needed columns, the
 row groups of a sample, the questions and documents of those rows.
 """
 
