@@ -5,10 +5,10 @@ each question to ``crc32(qid) % K`` (Arrow IPC files in a work directory), tagge
 number; records that do not fit go to a rejects file. Nothing is written to the output yet, so a bad input
 file stops the run with no shard visible.
 
-Phase 2 (:func:`write_documents`, :func:`write_questions`) plans the output parts from the bucket counts —
-consecutive small buckets are packed into one part of at most ``max_rows`` spilled rows, a bucket bigger than
-that is split over several parts — and then, one part at a time, loads its buckets, keeps the first
-occurrence (lowest sequence number) of each key and writes it. Memory is bounded by one part (or one big
+Phase 2 plans the output parts from the bucket counts — consecutive small buckets are packed into one part of at
+most ``max_rows`` spilled rows, a bucket bigger than that is split over several parts — and then, one part at a
+time (:func:`write_document_part`, :func:`question_part_writer`, driven by a ``PartLoop`` per table), loads its
+buckets, keeps the first occurrence (lowest sequence number) of each key and writes it. Memory is bounded by one part (or one big
 bucket), not by the input. All of it is deterministic, so a resumed run rebuilds exactly the parts that are
 missing.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import shutil
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -283,20 +283,15 @@ def _write_rejects(sh: Any, root: Path, table: str, plan: SpillPlan | None = Non
         sh.count("empty_inputs", len(plan.empty_inputs))
 
 
-def write_documents(root: Path, plan: SpillPlan, writer: Any, on_part=None) -> None:
-    """Distinct documents of every pending part; duplicates fold into the first occurrence."""
-    for part in table_parts(plan, "documents"):
-        if not writer.done(part.index):
-            df = _chunk(_fold_documents(_load(root, "documents", part.buckets, DOC_SPILL)), part)
-            with writer.shard(part.index) as sh:
-                n_in = int(df["n"].sum()) if df.height else 0
-                sh.count_in(n_in)
-                sh.count_merged(n_in - df.height)
-                if part.index == 0:
-                    _write_rejects(sh, root, "documents", plan)
-                sh.write_table(df.drop("n").to_arrow())
-        if on_part:
-            on_part()
+def write_document_part(root: Path, plan: SpillPlan, part: Part, sh: Any) -> None:
+    """The distinct documents of one part; duplicates fold into the first occurrence."""
+    df = _chunk(_fold_documents(_load(root, "documents", part.buckets, DOC_SPILL)), part)
+    n_in = int(df["n"].sum()) if df.height else 0
+    sh.count_in(n_in)
+    sh.count_merged(n_in - df.height)
+    if part.index == 0:
+        _write_rejects(sh, root, "documents", plan)
+    sh.write_table(df.drop("n").to_arrow())
 
 
 def _fold_documents(df: pl.DataFrame) -> pl.DataFrame:
@@ -383,33 +378,33 @@ def resolve_missing_gold(root: Path, plan: SpillPlan) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"seq": pl.Int64, "gold_new": pl.List(pl.String), "meta_new": pl.String})
 
 
-def write_questions(root: Path, plan: SpillPlan, writer: Any, on_part=None) -> None:
-    """Questions of every pending part in input order; a repeated qid is rejected (see :func:`question_duplicates`)."""
+def question_part_writer(root: Path, plan: SpillPlan) -> Callable[[Part, Any], None]:
+    """What writes one part of the questions, in input order; a repeated qid is rejected (see
+    :func:`question_duplicates`). Gold titles missing from a context are resolved once, for every part."""
     names = QUESTIONS.names
     fixes = resolve_missing_gold(root, plan)
-    for part in table_parts(plan, "questions"):
-        if not writer.done(part.index):
-            buckets = _load(root, "questions", part.buckets, QUESTION_SPILL)
-            if fixes.height:
-                buckets = (
-                    buckets.join(fixes, on="seq", how="left")
-                    .with_columns(pl.coalesce("gold_new", "gold_doc_ids").alias("gold_doc_ids"), pl.coalesce("meta_new", "meta").alias("meta"))
-                    .drop("gold_new", "meta_new")
-                    .sort("seq")
-                )
-            # duplicates are decided over whole buckets (a qid lives in one bucket), then chunked
-            buckets = buckets.with_columns(pl.col("qid").is_first_distinct().alias("_first"))
-            df = _chunk(buckets, part)
-            with writer.shard(part.index) as sh:
-                sh.count_in(df.height)
-                if part.index == 0:
-                    _write_rejects(sh, root, "questions", plan)
-                dups = df.filter(~pl.col("_first"))
-                if dups.height:
-                    firsts = buckets.filter(pl.col("_first")).select("qid", "source", "position")
-                    for r in dups.join(firsts, on="qid", suffix="_first").sort("seq").iter_rows(named=True):
-                        record = {k: r[k] for k in names}
-                        sh.reject(record, "duplicate qid", source=r["source"], position=r["position"], detail=f"first seen in {r['source_first']}, {r['position_first']}")
-                sh.write_table(df.filter(pl.col("_first")).select(names).to_arrow())
-        if on_part:
-            on_part()
+
+    def write(part: Part, sh: Any) -> None:
+        buckets = _load(root, "questions", part.buckets, QUESTION_SPILL)
+        if fixes.height:
+            buckets = (
+                buckets.join(fixes, on="seq", how="left")
+                .with_columns(pl.coalesce("gold_new", "gold_doc_ids").alias("gold_doc_ids"), pl.coalesce("meta_new", "meta").alias("meta"))
+                .drop("gold_new", "meta_new")
+                .sort("seq")
+            )
+        # duplicates are decided over whole buckets (a qid lives in one bucket), then chunked
+        buckets = buckets.with_columns(pl.col("qid").is_first_distinct().alias("_first"))
+        df = _chunk(buckets, part)
+        sh.count_in(df.height)
+        if part.index == 0:
+            _write_rejects(sh, root, "questions", plan)
+        dups = df.filter(~pl.col("_first"))
+        if dups.height:
+            firsts = buckets.filter(pl.col("_first")).select("qid", "source", "position")
+            for r in dups.join(firsts, on="qid", suffix="_first").sort("seq").iter_rows(named=True):
+                record = {k: r[k] for k in names}
+                sh.reject(record, "duplicate qid", source=r["source"], position=r["position"], detail=f"first seen in {r['source_first']}, {r['position_first']}")
+        sh.write_table(df.filter(pl.col("_first")).select(names).to_arrow())
+
+    return write

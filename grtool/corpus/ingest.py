@@ -33,14 +33,15 @@ from grtool.corpus.dedup_spill import (
     load_plan,
     table_parts,
     question_duplicates,
-    write_documents,
-    write_questions,
+    question_part_writer,
+    write_document_part,
 )
 from grtool.errors import DataProblem, GrtoolError, InputError
 from grtool.log import log, progress
 from grtool.store.stops import open_stops
 from grtool.store.empty import allowing
-from grtool.store.io import is_stdio, open_output
+from grtool.store.io import is_stdio
+from grtool.store.partloop import Output, PartLoop
 from grtool.store.records import load_shard_records, parts_not_on_disk
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.layout import MANIFEST, RUN_LOCK
@@ -576,22 +577,27 @@ def write_outputs(work: Path, plan: SpillPlan, out: Path | None, doc_spec: Stage
     doc_parts = table_parts(plan, "documents")
     q_parts = table_parts(plan, "questions") if has_questions else []
     target = (lambda t: "-") if out is None else (lambda t: out / t)
-    docs_out = open_output(target("documents"), doc_spec, overwrite=overwrite, num_parts=len(doc_parts), tag="documents")
     with progress() as bar:
         task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
-        step = lambda: bar.advance(task)  # noqa: E731
         empty: dict[str, Any] = {"empty_inputs": plan.empty_inputs} if plan.empty_inputs else {}
         if plan.detected:  # what each input was read as (ingest)
             empty["detected"] = plan.detected
-        write_documents(work, plan, docs_out, on_part=step)
-        judged = [(docs_out, docs_out.finish(check_empty=False, has_questions=has_questions, **empty))]
+        # the documents, then the questions: one part loop each (a stream on stdout keeps that order)
+        docs = PartLoop([Output(target("documents"), doc_spec, finish={"has_questions": has_questions, **empty}, tag="documents")], len(doc_parts),
+                        overwrite=overwrite, num_shards=1, shard_index=0)  # fmt: skip
+        bar.advance(task, len(docs.finished))
+        docs.run(lambda part: (write_document_part(work, plan, doc_parts[part.index], part.shard), bar.advance(task)))
+        judged = [(docs, docs.finish(check_empty=False))]
         if has_questions:
-            q_out = open_output(target("questions"), q_spec, overwrite=overwrite, num_parts=len(q_parts), tag="questions")
-            write_questions(work, plan, q_out, on_part=step)
-            judged.insert(0, (q_out, q_out.finish(check_empty=False, **empty)))
+            questions = PartLoop([Output(target("questions"), q_spec, finish=empty, tag="questions")], len(q_parts), overwrite=overwrite, num_shards=1, shard_index=0)
+            bar.advance(task, len(questions.finished))
+            if questions.todo:
+                write_question_part = question_part_writer(work, plan)
+                questions.run(lambda part: (write_question_part(q_parts[part.index], part.shard), bar.advance(task)))
+            judged.insert(0, (questions, questions.finish(check_empty=False)))
     # Both tables written, then judged (grtool.store.empty), questions first: a rejected record is counted there.
-    for writer, manifest in judged:
-        writer.check_empty(manifest)
+    for loop, manifests in judged:
+        loop.check_empty(manifests)
 
 
 # ------------------------------------------------------------------------------------------- resume

@@ -10,8 +10,8 @@
 - **stopping early**: a part may ask that no further part starts (a guard tripped); it is committed first.
 
 The model stages add the backend, the request cache and the empty-output guard on top
-(:class:`grtool.llm.stage_runner.ModelStage`); the others (``filters apply``, ``chains gold``, ``corpus split``, the
-evidence triples, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part function directly. Outputs
+(:class:`grtool.llm.stage_runner.ModelStage`); the others (``corpus ingest|merge|split``, the evidence triples,
+``filters apply``, ``chains gold``, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part function. Outputs
 may have part counts of their own (``corpus split``: the questions' parts and the documents').
 """
 
@@ -42,6 +42,7 @@ class Output:
     spec: StageSpec
     finish: dict[str, Any] = field(default_factory=dict)
     num_parts: int | None = None
+    tag: str | None = None  # on stdout: ``"_table": tag`` in every row (a command that streams two tables)
 
 
 @dataclass
@@ -91,7 +92,7 @@ class PartLoop:
         self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]
         self.num_parts = max([num_parts, *self.parts_of])
         self.sharding = resolve_sharding(num_shards, shard_index)
-        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=n, shards=self.sharding) for o, n in zip(self.outputs, self.parts_of)]
+        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=n, tag=o.tag, shards=self.sharding) for o, n in zip(self.outputs, self.parts_of)]
         mine = parts_for_task(self.num_parts, *self.sharding)  # round-robin: the same task owns part i of every output
         finished = {i for i in mine if all(w.done(i) for w, n in zip(self.writers, self.parts_of) if i < n)}
         self.finished = [i for i in mine if i in finished]

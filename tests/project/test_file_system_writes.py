@@ -120,6 +120,20 @@ def test_commands_write_nothing_themselves():
     assert [module for module in file_system_writes() if module.startswith("grtool/cli/")] == []
 
 
+def test_stage_directories_are_written_only_through_the_part_loop():
+    """Every command that writes a stage directory runs on grtool.store.partloop.PartLoop (#45): outside grtool/store/
+    nothing opens a stage writer itself (``StageWriter(...)``, ``open_output(...)``)."""
+    opened = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative.startswith("grtool/store/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), relative)):
+            if isinstance(node, ast.Call) and _name(node.func).split(".")[-1] in ("StageWriter", "open_output"):
+                opened.setdefault(relative, []).append(node.lineno)
+    assert opened == {}, f"run the stage on grtool.store.partloop.PartLoop: {opened}"
+
+
 def test_the_scan_finds_what_it_looks_for(tmp_path):
     """The reader of the code is not blind: each kind of write it knows is found in a sample."""
     sample = """
