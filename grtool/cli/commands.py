@@ -19,9 +19,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from grtool.pipeline.registry import Command, PathKind, StageTable, command_name
+from grtool.pipeline.registry import Command, PathKind, TableOutput, command_name
 
-__all__ = ["Command", "Group", "PathKind", "StageTable", "click_command", "click_errors", "declared", "group", "register"]
+__all__ = ["Command", "Group", "PathKind", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
 
 
 @dataclass(frozen=True)

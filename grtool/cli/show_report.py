@@ -29,7 +29,8 @@ def show_cmd(
 ) -> None:
     """Rows of a stage beside their question, answer and gold documents, docids marked by verdict.
 
-    Each docid is marked gold, non-gold or hallucinated, and every document id is shown with its title.
+    Each docid is marked gold, non-gold or hallucinated, and every document id is shown with its title. A stage of
+    any other table (a corpus's questions or documents, a table a command declared) is shown by its columns.
 
     On a terminal the docids are coloured (green gold, yellow non-gold, red hallucinated); piped, the same lines
     come as plain text with the verdict in brackets.
@@ -61,7 +62,7 @@ def show_cmd(
         log_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     try:
         if as_json:
-            sys.stdout.buffer.write(b"".join(orjson.dumps(row_json(row)) + b"\n" for row in rows))
+            sys.stdout.buffer.write(b"".join(orjson.dumps(row_json(row), default=str) + b"\n" for row in rows))
         else:
             _print_rows(rows)
         sys.stdout.flush()

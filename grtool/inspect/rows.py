@@ -95,6 +95,8 @@ class Pick:
 
 def load_rows(source: Source, pick: Pick) -> list[Row]:
     """The picked rows, joined and judged."""
+    if pick.qids and source.kind not in DOCID_KINDS and "qid" not in schema_of(source.kind).names:
+        raise InputError(f"{source.path}: --qid picks rows by their question; a {source.kind} table has no qid column")
     if source.kind == "export":
         raw = _export_rows(source, pick)
     elif pick.reason is not None:
@@ -137,10 +139,8 @@ def _stage_rows(source: Source, pick: Pick) -> list[dict[str, Any]]:
         frame = collect(scan_shards(shards).filter(pl.col("doc_id").is_in(list(question_of))), shards)
         rows = [{**r, "qid": question_of[r["doc_id"]]} for r in frame.to_dicts()]  # judged against that question
         return _take(rows, Pick(sample=pick.sample, seed=pick.seed, limit=0))
-    if pick.qids:
-        if source.kind not in DOCID_KINDS and "qid" not in schema_of(source.kind).names:
-            raise InputError(f"{source.path}: --qid picks rows by their question; a {source.kind} table has no qid column")
-        frame = collect(scan_shards(shards).filter(pl.col("qid").is_in(list(pick.qids))), shards)
+    if pick.qids:  # (a declared table may hold its qids as numbers: compared as text)
+        frame = collect(scan_shards(shards).filter(pl.col("qid").cast(pl.String).is_in(list(pick.qids))), shards)
         return _take(frame.to_dicts(), Pick(sample=pick.sample, seed=pick.seed, limit=0))
     if pick.sample is not None:
         return _sampled(shards, pick.sample, pick.seed)
@@ -280,12 +280,13 @@ def _row(source: Source, raw: dict[str, Any]) -> Row:
     elif kind in DOCID_KINDS:
         key = {"qid": raw.get("qid"), ("sample" if kind == "responses" else "candidate"): raw.get("sample" if kind == "responses" else "candidate")}
         text = raw.get("text") or ""
-    else:  # any other table, by its declared view
+    else:  # any other table, by its declared view; a rejected record with everything it holds
         view = VIEWS.get(kind, TableView())
         key = {name: raw.get(name) for name in key_of(kind)}
-        text = (raw.get(view.text) or "") if view.text is not None else None
-        fields = {name: raw.get(name) for name in view.fields if name in raw}
-        return Row(kind, key, text, fields, rejected=raw.get("_rejected"))
+        text = raw.get(view.text) if view.text is not None else None
+        shown = [n for n in raw if n != "_rejected" and n not in key and n != view.text] if "_rejected" in raw else view.fields
+        fields = {name: raw.get(name) for name in shown if name in raw}
+        return Row(kind, key, "" if text is None and view.text is not None else text, fields, rejected=raw.get("_rejected"))
     fields = {name: raw.get(name) for name in FIELDS[kind] if name in raw}
     row = Row(kind, key, text, fields, rejected=raw.get("_rejected"))
     row.prompt = raw.get("prompt")

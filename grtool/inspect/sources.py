@@ -51,16 +51,16 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source = _export_source(path)
     else:
         source = _stage_source(path)
-    if corpus is not None:
+    if source.kind == "questions":  # a corpus's questions, with their gold documents (--corpus: the documents)
+        source.questions = source.path
+        source.documents = resolve_stage(corpus, "documents") if corpus is not None else _documents_beside(source.path)
+    elif corpus is not None:
         source.questions = resolve_stage(corpus, "questions")
         source.documents = _documents_beside(source.questions)
     if triples is not None:
         source.triples = resolve_stage(triples, "triples")
     if source.kind == "triples" and source.triples is None:
         source.triples = source.path
-    if source.kind == "questions" and source.questions is None:  # a corpus's questions, with their gold documents
-        source.questions = source.path
-        source.documents = _documents_beside(source.path)
     if source.kind == "documents" and source.documents is None:
         source.documents = source.path
     found = _follow(_input_paths(source.manifest.inputs), FOLLOW_DEPTH)
@@ -90,7 +90,7 @@ def documents_of(path: Path, corpus: Path | None = None) -> Path | None:
 
 def _stage_source(path: Path) -> Source:
     if not is_stage_dir(path):
-        for table in (*DOCID_TABLES, "questions"):  # a run directory holding one, e.g. out/demo/triples, a corpus
+        for table in (*DOCID_TABLES, "questions", "documents"):  # a run directory holding one, e.g. out/demo/triples, a corpus
             if is_stage_dir(path / table):
                 return _stage_source(path / table)
         raise InputError(f"{path}: not a stage directory (no _manifest.json) nor an exported file")

@@ -35,8 +35,8 @@ class PathKind(str, Enum):
 
 
 @dataclass(frozen=True)
-class StageTable:
-    """An output parameter that writes a stage directory of table ``name`` (``writes={"out": StageTable(...)}``).
+class TableOutput:
+    """An output parameter that writes a stage directory of table ``name`` (``writes={"out": TableOutput(...)}``).
     For a table grtool does not have, its Arrow ``schema``, its ``key`` and how `grtool show` prints a row (``text``,
     ``fields``): registered with the command (:func:`grtool.store.schemas.register_table`), so that a new stage is
     its package plus this one declaration."""
@@ -46,6 +46,10 @@ class StageTable:
     key: tuple[str, ...] = ()
     text: str | None = None
     fields: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.schema is None and (self.key or self.text is not None or self.fields is not None):
+            raise TypeError(f"table {self.name!r}: a key, text or fields are declared with the table's schema")
 
 
 Extras = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
@@ -67,7 +71,7 @@ class Command:
     function it runs, its options typed in its signature (``Annotated[..., typer.Option(...)]``). ``help``: the
     help text, by default the function's docstring. ``extras``: the (extra, feature) pairs it needs installed, from
     its parsed options (parameter names as in the function). ``reads`` / ``writes``: its path parameters and what
-    they name (an output that is a stage of a table of the command's own: a :class:`StageTable`, kept in ``tables``,
+    they name (an output that is a stage of a table of the command's own: a :class:`TableOutput`, kept in ``tables``,
     its kind a stage directory); a pipeline checks what a stage reads exists before the first stage runs. ``check``: what it checks
     of its parsed options before it writes (default: the function's ``check_options``, which ``llm_options``
     adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
@@ -78,17 +82,17 @@ class Command:
     help: str | None = None
     extras: Extras = _no_extras
     reads: Mapping[str, PathKind] = field(default_factory=dict)
-    writes: Mapping[str, PathKind | StageTable] = field(default_factory=dict)  # after init: PathKind (StageTables in ``tables``)
+    writes: Mapping[str, PathKind | TableOutput] = field(default_factory=dict)  # after init: PathKind (TableOutputs in ``tables``)
     check: Callable[[dict[str, Any]], None] | None = None
     stage: bool = True
     hidden: bool = False
     cls: type | None = None
-    tables: Mapping[str, StageTable] = field(init=False, default_factory=dict)
+    tables: Mapping[str, TableOutput] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "words", command_name(self.words))
         object.__setattr__(self, "reads", _frozen(self.reads))
-        object.__setattr__(self, "tables", MappingProxyType({name: spec for name, spec in self.writes.items() if isinstance(spec, StageTable)}))
+        object.__setattr__(self, "tables", MappingProxyType({name: spec for name, spec in self.writes.items() if isinstance(spec, TableOutput)}))
         object.__setattr__(self, "writes", _frozen({name: PathKind.STAGE if name in self.tables else kind for name, kind in self.writes.items()}))
         if self.check is None:
             object.__setattr__(self, "check", getattr(self.function, "check_options", None))

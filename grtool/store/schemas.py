@@ -147,7 +147,7 @@ class TableView:
 VIEWS: dict[str, TableView] = {
     "documents": TableView("text", ("title", "datasets")),
     "questions": TableView(None, ("type", "answerable")),
-    "llm_calls": TableView("output", ("row_key", "model", "finish_reason", "prompt_tokens", "completion_tokens", "cached")),
+    "llm_calls": TableView("output", ("model", "finish_reason", "prompt_tokens", "completion_tokens", "cached")),
     "answers": TableView("text", ("prediction", "answers", "exact_match", "f1", "judged_correct", "model")),
 }
 
@@ -158,18 +158,21 @@ def register_table(name: str, schema: pa.Schema, key: tuple[str, ...], *, text: 
     prints its rows: the key, the ``text`` column and the ``fields`` (default: every other column). Declared once,
     beside the command (a second declaration of the same name must be the same)."""
     key = tuple(key)
-    fields = tuple(n for n in schema.names if n not in key and n != text) if fields is None else tuple(fields)
     missing = [k for k in key if k not in schema.names]
     if not key or missing:
         raise ValueError(f"table {name!r}: its key {list(key)} names no column of its schema{f' ({missing})' if missing else ''}")
+    if name in TABLES:  # declared again: the same table (a view given must be the one it has)
+        given = None if text is None and fields is None else TableView(text, tuple(fields or ()))
+        if TABLES[name][0].equals(schema) and TABLES[name][1] == key and given in (None, VIEWS.get(name)):
+            return
+        raise ValueError(f"table {name!r} is declared already, with another {'schema or key' if given is None else 'schema, key or view'}")
+    fields = tuple(n for n in schema.names if n not in key and n != text) if fields is None else tuple(fields)
     unknown = [c for c in (text, *fields) if c is not None and c not in schema.names]
     if unknown:
         raise ValueError(f"table {name!r}: the columns shown {unknown} are not in its schema")
+    if text is not None and not (pa.types.is_string(schema.field(text).type) or pa.types.is_large_string(schema.field(text).type)):
+        raise ValueError(f"table {name!r}: its text column {text!r} holds {schema.field(text).type}, not text")
     view = TableView(text, fields)
-    if name in TABLES:
-        if TABLES[name][0].equals(schema) and TABLES[name][1] == key and VIEWS.get(name) == view:
-            return
-        raise ValueError(f"table {name!r} is declared already, with another schema, key or view")
     name_table(name)
     TABLES[name] = (schema, key)
     VIEWS[name] = view

@@ -25,7 +25,7 @@ import pyarrow as pa
 import typer
 
 from grtool import extras
-from grtool.cli.commands import Command, Group, PathKind, StageTable, register
+from grtool.cli.commands import Command, Group, PathKind, TableOutput, register
 from grtool.cli.options import NumShards, ShardIndex
 
 
@@ -66,7 +66,7 @@ register(Group("toy", "Toy commands."))
 register(Command("toy count", count, reads={"text": PathKind.FILE}, writes={"out": PathKind.DIRECTORY},
                  extras=lambda options: [("plot", "--chart")] if options["chart"] else []))
 # the stage and its table, declared once: --out writes a stage of toy_lengths, one row per line
-register(Command("toy lengths", lengths, reads={"text": PathKind.FILE}, writes={"out": StageTable("toy_lengths", LENGTHS, ("line",))}))
+register(Command("toy lengths", lengths, reads={"text": PathKind.FILE}, writes={"out": TableOutput("toy_lengths", LENGTHS, ("line",))}))
 
 if "--hide-plot" in sys.argv:  # the plot extra looks uninstalled
     sys.argv.remove("--hide-plot")
@@ -150,6 +150,7 @@ def test_a_toy_stage_table_is_declared_once_and_read_as_grtool_reads_its_own(tmp
 def test_a_table_is_declared_with_a_key_of_its_own_columns_and_only_once():
     import pyarrow as pa
 
+    from grtool.cli.commands import TableOutput
     from grtool.store.schemas import register_table
 
     schema = pa.schema([("id", pa.string())])
@@ -157,6 +158,13 @@ def test_a_table_is_declared_with_a_key_of_its_own_columns_and_only_once():
         register_table("toy_bad_key", schema, ("nope",))
     with pytest.raises(ValueError, match=r"the columns shown \['nope'\] are not in its schema"):
         register_table("toy_bad_view", schema, ("id",), text="nope")
+    with pytest.raises(ValueError, match="its text column 'n' holds int64, not text"):
+        register_table("toy_bad_text", pa.schema([("id", pa.string()), ("n", pa.int64())]), ("id",), text="n")
+    from grtool.store.schemas import TRIPLES
+
+    register_table("triples", TRIPLES, ("doc_id", "idx"))  # grtool's own table declared again as it is: nothing to do
+    with pytest.raises(TypeError, match="with the table's schema"):
+        TableOutput("triples", key=("doc_id",))
     with pytest.raises(ValueError, match="lower-case letters"):
         register_table("Toy Table", schema, ("id",))
     with pytest.raises(ValueError, match="declared already"):

@@ -208,6 +208,56 @@ def test_a_corpus_is_shown_by_its_tables_views(run) -> None:
     assert "--qid picks rows by their question; a documents table has no qid column" in said, said
 
 
+def test_a_questions_stage_is_its_own_question_data_and_rejected_records_show_what_they_hold(run, tmp_path: Path) -> None:
+    """`--corpus` gives a questions stage its documents, never other questions (a split corpus shows its own
+    splits); a record ingest rejected is shown with every field it holds; a run directory of documents alone shows
+    them; --qid with --reason on a table without a qid column is the same one line."""
+    import shutil
+
+    d, a = run["dir"], run["a"]
+    run_cli("-q", "corpus", "split", d / "corpus", "--ratios", "0.5,0.5", "--names", "train,dev", "--resplit", "--out", tmp_path / "split")
+    own = {r["qid"]: r["split"] for r in read_table(tmp_path / "split" / "questions", ["qid", "split"]).to_pylist()}
+    [row] = show_json(tmp_path / "split", "--qid", a["qid"], "--corpus", d / "corpus")
+    assert row["question"]["split"] == own[a["qid"]] and [g["title"] for g in row["question"]["gold"]] == [run["titles"][g] for g in run["questions"][a["qid"]]["gold_doc_ids"]]
+
+    records = json.loads(Path(TWO_WIKI).read_text())
+    records[0]["question"] = "   "
+    (tmp_path / "dev.json").write_text(json.dumps(records))
+    run_cli("-q", "corpus", "ingest", tmp_path / "dev.json", "--out", tmp_path / "blank", "--allow-rejects")
+    [rejected] = show_json(tmp_path / "blank", "--reason", "empty question")
+    assert rejected["rejected"]["reasons"] == ["empty question"] and rejected["fields"]["answer"] == records[0]["answer"], rejected
+
+    shutil.copytree(d / "corpus" / "documents", tmp_path / "docs-only" / "documents")
+    assert show_json(tmp_path / "docs-only", "--limit", "1")[0]["kind"] == "documents"
+    said = " ".join(show(d / "corpus" / "documents", "--reason", "x", "--qid", a["qid"], check=2).stderr.split())
+    assert "a documents table has no qid column" in said, said
+
+
+def test_a_declared_table_with_numeric_qids_and_bytes_is_shown(tmp_path: Path) -> None:
+    """A table a command declared may hold values JSON has no type for (bytes) and qids as numbers: `show --json`
+    prints them as text, `--qid 7` finds the row whose qid is 7."""
+    import pyarrow as pa
+
+    from grtool.store.partloop import Output, PartLoop
+    from grtool.store.schemas import register_table
+    from grtool.store.stage import StageSpec
+
+    schema = pa.schema([("id", pa.string()), ("qid", pa.int64()), ("blob", pa.binary()), ("note", pa.string())])
+    register_table("test_blobs", schema, ("id",), text="note")
+    rows = [{"id": f"r{i}", "qid": i, "blob": bytes([i, 255]), "note": f"row {i}"} for i in range(10)]
+
+    def write(part):
+        part.shard.count_in(len(rows))
+        part.shard.write_rows(rows)
+
+    loop = PartLoop([Output(tmp_path / "blobs", StageSpec("test_blobs", schema))], 1)
+    loop.run(write)
+    loop.finish()
+    [row] = show_json(tmp_path / "blobs", "--qid", "7")
+    assert row["key"] == {"id": "r7"} and row["text"] == "row 7" and row["fields"]["blob"] == str(bytes([7, 255])), row
+    assert "row 3" in show(tmp_path / "blobs").stdout
+
+
 def test_index_query_names_documents_with_their_titles(run) -> None:
     """`index query` follows the index's triples back to their corpus for the titles (or takes --corpus)."""
     d, a = run["dir"], run["a"]
