@@ -577,23 +577,24 @@ def write_outputs(work: Path, plan: SpillPlan, out: Path | None, doc_spec: Stage
     doc_parts = table_parts(plan, "documents")
     q_parts = table_parts(plan, "questions") if has_questions else []
     target = (lambda t: "-") if out is None else (lambda t: out / t)
+    empty: dict[str, Any] = {"empty_inputs": plan.empty_inputs} if plan.empty_inputs else {}
+    if plan.detected:  # what each input was read as (ingest)
+        empty["detected"] = plan.detected
+    # the documents, then the questions: one part loop each (a stream on stdout keeps that order)
+    docs = PartLoop([Output(target("documents"), doc_spec, finish={"has_questions": has_questions, **empty}, tag="documents")], len(doc_parts),
+                    overwrite=overwrite, num_shards=1, shard_index=0)  # fmt: skip
     with progress() as bar:
-        task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts))
-        empty: dict[str, Any] = {"empty_inputs": plan.empty_inputs} if plan.empty_inputs else {}
-        if plan.detected:  # what each input was read as (ingest)
-            empty["detected"] = plan.detected
-        # the documents, then the questions: one part loop each (a stream on stdout keeps that order)
-        docs = PartLoop([Output(target("documents"), doc_spec, finish={"has_questions": has_questions, **empty}, tag="documents")], len(doc_parts),
-                        overwrite=overwrite, num_shards=1, shard_index=0)  # fmt: skip
-        bar.advance(task, len(docs.finished))
-        docs.run(lambda part: (write_document_part(work, plan, doc_parts[part.index], part.shard), bar.advance(task)))
+        task = bar.add_task("writing shards", total=len(doc_parts) + len(q_parts), completed=len(docs.finished))
+        step = lambda i: bar.advance(task)  # noqa: E731  (a part committed)
+        docs.run(lambda part: write_document_part(work, plan, doc_parts[part.index], part.shard), after_part=step)
         judged = [(docs, docs.finish(check_empty=False))]
         if has_questions:
             questions = PartLoop([Output(target("questions"), q_spec, finish=empty, tag="questions")], len(q_parts), overwrite=overwrite, num_shards=1, shard_index=0)
-            bar.advance(task, len(questions.finished))
+            if questions.finished:
+                bar.advance(task, len(questions.finished))
             if questions.todo:
                 write_question_part = question_part_writer(work, plan)
-                questions.run(lambda part: (write_question_part(q_parts[part.index], part.shard), bar.advance(task)))
+                questions.run(lambda part: write_question_part(q_parts[part.index], part.shard), after_part=step)
             judged.insert(0, (questions, questions.finish(check_empty=False)))
     # Both tables written, then judged (grtool.store.empty), questions first: a rejected record is counted there.
     for loop, manifests in judged:

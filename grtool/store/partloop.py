@@ -99,10 +99,11 @@ class PartLoop:
         self.todo = [i for i in mine if i not in finished]
 
     def run(self, part_fn: Callable[[LoopPart], None], bar: Bar | None = None, *, parts: list[int] | None = None,
-            before_part: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
+            before_part: Callable[[int], None] | None = None, after_part: Callable[[int], None] | None = None) -> list[str]:  # fmt: skip
         """Run ``part_fn`` on each part to do (``parts``: fewer, in this order), committing each part's shards when
         it returns (an exception aborts them); ``before_part(i)`` runs before a part's shards open (loading a model,
-        outside the part's timing). Returns the names of the parts done."""
+        outside the part's timing), ``after_part(i)`` once they are committed (a progress bar of the caller's own).
+        Returns the names of the parts done."""
         todo = self.todo if parts is None else parts
         done: list[str] = []
         with progress(*bar.columns) if bar is not None else contextlib.nullcontext() as shown:
@@ -117,6 +118,8 @@ class PartLoop:
                     part.shards = [None if i >= n or w.done(i) else stack.enter_context(w.shard(i)) for w, n in zip(self.writers, self.parts_of)]
                     part_fn(part)
                 done.append(part.name)
+                if after_part is not None:
+                    after_part(i)
                 if bar is not None and bar.total is None:
                     shown.advance(bar.task)
                 if part.stopping:
