@@ -8,9 +8,9 @@ file stops the run with no shard visible.
 Phase 2 plans the output parts from the bucket counts — consecutive small buckets are packed into one part of at
 most ``max_rows`` spilled rows, a bucket bigger than that is split over several parts — and then, one part at a
 time (:func:`write_document_part`, :func:`question_part_writer`, driven by a ``PartLoop`` per table), loads its
-buckets, keeps the first occurrence (lowest sequence number) of each key and writes it. Memory is bounded by one part (or one big
-bucket), not by the input. All of it is deterministic, so a resumed run rebuilds exactly the parts that are
-missing.
+buckets, keeps the first occurrence (lowest sequence number) of each key and writes it. Memory is bounded by one
+part (or one big bucket), not by the input. All of it is deterministic, so a resumed run rebuilds exactly the parts
+that are missing.
 
 - documents: duplicates are folded into the first row (``datasets`` becomes the sorted union) and counted
   as ``merged``;

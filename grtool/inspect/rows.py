@@ -6,8 +6,9 @@ question, **non-gold** when the triple is stored but only in other documents, **
 triple has that key (as written or tail-first: the filters and `eval recall` read docids the same way), and
 **unchecked** when no triples stage is known; a marked span that is no docid (a marker never closed, an empty
 span, not a triple) is **malformed**. A table whose rows hold no docids (questions, documents, a table a command
-declared) is shown by its view (:class:`grtool.store.schemas.TableView`): its key, text and fields. Reading is bounded by what is shown: only the needed columns, the
-row groups of a sample, the questions and documents of those rows.
+declared) is shown by its view (:class:`grtool.store.schemas.TableView`): its key, text and fields. Reading is
+bounded by what is shown: only the needed columns, the row groups of a sample, the questions and documents of
+those rows.
 """
 
 from __future__ import annotations
@@ -283,10 +284,10 @@ def _row(source: Source, raw: dict[str, Any]) -> Row:
     else:  # any other table, by its declared view; a rejected record with everything it holds
         view = VIEWS.get(kind, TableView())
         key = {name: raw.get(name) for name in key_of(kind)}
-        text = raw.get(view.text) if view.text is not None else None
+        text = (raw.get(view.text) or "") if view.text is not None else None  # a view's text column holds text
         shown = [n for n in raw if n != "_rejected" and n not in key and n != view.text] if "_rejected" in raw else view.fields
         fields = {name: raw.get(name) for name in shown if name in raw}
-        return Row(kind, key, "" if text is None and view.text is not None else text, fields, rejected=raw.get("_rejected"))
+        return Row(kind, key, text, fields, rejected=raw.get("_rejected"))
     fields = {name: raw.get(name) for name in FIELDS[kind] if name in raw}
     row = Row(kind, key, text, fields, rejected=raw.get("_rejected"))
     row.prompt = raw.get("prompt")

@@ -71,10 +71,10 @@ class Command:
     function it runs, its options typed in its signature (``Annotated[..., typer.Option(...)]``). ``help``: the
     help text, by default the function's docstring. ``extras``: the (extra, feature) pairs it needs installed, from
     its parsed options (parameter names as in the function). ``reads`` / ``writes``: its path parameters and what
-    they name (an output that is a stage of a table of the command's own: a :class:`TableOutput`, kept in ``tables``,
-    its kind a stage directory); a pipeline checks what a stage reads exists before the first stage runs. ``check``: what it checks
-    of its parsed options before it writes (default: the function's ``check_options``, which ``llm_options``
-    adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
+    they name (an output that is a stage of a table of the command's own: a :class:`TableOutput`, kept in
+    ``tables``, its kind a stage directory); a pipeline checks what a stage reads exists before the first stage
+    runs. ``check``: what it checks of its parsed options before it writes (default: the function's
+    ``check_options``, which ``llm_options`` adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
     """
 
     words: str

@@ -11,8 +11,8 @@
 
 The model stages add the backend, the request cache and the empty-output guard on top
 (:class:`grtool.llm.stage_runner.ModelStage`); the others (``corpus ingest|merge|split``, the evidence triples,
-``filters apply``, ``chains gold``, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part function. Outputs
-may have part counts of their own (``corpus split``: the questions' parts and the documents').
+``filters apply``, ``chains gold``, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part
+function. Outputs may have part counts of their own (``corpus split``: the questions' parts and the documents').
 """
 
 from __future__ import annotations
