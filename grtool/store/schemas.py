@@ -161,11 +161,7 @@ def register_table(name: str, schema: pa.Schema, key: tuple[str, ...], *, text: 
     missing = [k for k in key if k not in schema.names]
     if not key or missing:
         raise ValueError(f"table {name!r}: its key {list(key)} names no column of its schema{f' ({missing})' if missing else ''}")
-    if name in TABLES:  # declared again: the same table (a view given must be the one it has)
-        given = None if text is None and fields is None else TableView(text, tuple(fields or ()))
-        if TABLES[name][0].equals(schema) and TABLES[name][1] == key and given in (None, VIEWS.get(name)):
-            return
-        raise ValueError(f"table {name!r} is declared already, with another {'schema or key' if given is None else 'schema, key or view'}")
+    view_given = text is not None or fields is not None
     fields = tuple(n for n in schema.names if n not in key and n != text) if fields is None else tuple(fields)
     unknown = [c for c in (text, *fields) if c is not None and c not in schema.names]
     if unknown:
@@ -173,6 +169,10 @@ def register_table(name: str, schema: pa.Schema, key: tuple[str, ...], *, text: 
     if text is not None and not (pa.types.is_string(schema.field(text).type) or pa.types.is_large_string(schema.field(text).type)):
         raise ValueError(f"table {name!r}: its text column {text!r} holds {schema.field(text).type}, not text")
     view = TableView(text, fields)
+    if name in TABLES:  # declared again: the same table (a view given must be the one it has)
+        if TABLES[name][0].equals(schema) and TABLES[name][1] == key and (not view_given or VIEWS.get(name) == view):
+            return
+        raise ValueError(f"table {name!r} is declared already, with another {'schema, key or view' if view_given else 'schema or key'}")
     name_table(name)
     TABLES[name] = (schema, key)
     VIEWS[name] = view

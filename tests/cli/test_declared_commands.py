@@ -163,6 +163,11 @@ def test_a_table_is_declared_with_a_key_of_its_own_columns_and_only_once():
     from grtool.store.schemas import TRIPLES
 
     register_table("triples", TRIPLES, ("doc_id", "idx"))  # grtool's own table declared again as it is: nothing to do
+    with_text = pa.schema([("id", pa.string()), ("t", pa.string()), ("n", pa.int64())])
+    for _ in range(2):  # the same declaration twice (its fields by default): the second is nothing to do
+        register_table("toy_twice", with_text, ("id",), text="t")
+    with pytest.raises(ValueError, match="declared already, with another schema, key or view"):
+        register_table("toy_twice", with_text, ("id",), text="t", fields=())
     with pytest.raises(TypeError, match="with the table's schema"):
         TableOutput("triples", key=("doc_id",))
     with pytest.raises(ValueError, match="lower-case letters"):
