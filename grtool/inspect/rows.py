@@ -26,7 +26,7 @@ from grtool.inspect.sources import DOCID_KINDS, Source
 from grtool.store.layout import REJECTS_DIR
 from grtool.store.reading import scan_shards
 from grtool.store.records import Manifest
-from grtool.store.schemas import VIEWS, TableView, key_of, schema_of
+from grtool.store.schemas import VIEWS, TableView, key_of
 from grtool.vocab.provenance import ExportRecord
 
 GOLD, NON_GOLD, HALLUCINATED, UNCHECKED, MALFORMED = "gold", "non-gold", "hallucinated", "unchecked", "malformed"
@@ -96,7 +96,7 @@ class Pick:
 
 def load_rows(source: Source, pick: Pick) -> list[Row]:
     """The picked rows, joined and judged."""
-    if pick.qids and source.kind not in DOCID_KINDS and "qid" not in schema_of(source.kind).names:
+    if pick.qids and not source.by_question:
         raise InputError(f"{source.path}: --qid picks rows by their question; a {source.kind} table has no qid column")
     if source.kind == "export":
         raw = _export_rows(source, pick)

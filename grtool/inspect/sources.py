@@ -40,6 +40,11 @@ class Source:
     notes: list[str] = field(default_factory=list)  # what could not be found (shown, never fatal)
 
     @property
+    def by_question(self) -> bool:
+        """Whether its rows belong to questions: every kind with docids, and a table with a ``qid`` column."""
+        return self.kind in DOCID_KINDS or "qid" in schema_of(self.kind).names
+
+    @property
     def command(self) -> str:
         return " ".join(self.manifest.command or [])
 
@@ -72,8 +77,8 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
     if source.triples is None and found.get("triples"):
         source.triples = found["triples"]
     needed = (("questions", source.questions, "--corpus"), ("documents", source.documents, "--corpus"), ("triples", source.triples, "--triples"))
-    if source.kind not in DOCID_KINDS:  # a table shown by its view: its rows' questions, when it has a qid column
-        needed = needed[:2] if "qid" in schema_of(source.kind).names else ()
+    if source.kind not in DOCID_KINDS:  # a table shown by its view: its rows' questions, when they have any
+        needed = needed[:2] if source.by_question else ()
     for what, got, flag in needed:
         if got is None:
             source.notes.append(f"no {what} stage found from {path}'s record; give {flag}")
