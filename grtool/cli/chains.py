@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
 from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
@@ -150,8 +150,8 @@ register(
         "chains synthesize",
         synthesize,
         cls=moved_to_options("--triples"),
-        reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
-        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        reads={"corpus": TableInput("questions"), "triples": TableInput("triples"), "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
+        writes={"out": TableOutput("chains"), "cache_dir": PathKind.DIRECTORY},
         extras=_synthesize_extras,
     )
 )  # `chains synthesize CORPUS TRIPLES` until the next release
@@ -218,5 +218,5 @@ def gold_cmd(
 
 
 register(
-    Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE})
+    Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": TableInput("questions"), "triples": TableInput("triples")}, writes={"out": TableOutput("chains")})
 )  # `chains gold CORPUS TRIPLES` until the next release

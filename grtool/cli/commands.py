@@ -19,9 +19,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from grtool.pipeline.registry import Command, PathKind, TableOutput, command_name
+from grtool.pipeline.registry import Command, PathKind, RunOutput, TableInput, TableOutput, command_name
 
-__all__ = ["Command", "Group", "PathKind", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
+__all__ = ["Command", "Group", "PathKind", "RunOutput", "TableInput", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
 
 
 @dataclass(frozen=True)
@@ -109,20 +109,41 @@ def claiming_outputs(command: Command) -> Any:
     """The command's function, preceded by the one check of everything it declares it writes against everything it
     declares it reads (grtool.store.outputs.check_outputs): the same refusals for every output option of every
     command, before the command does any work. The command then writes through its claims."""
-    if not command.writes:
+    if not command.writes and not command.input_tables:
         return command.function
 
     @functools.wraps(command.function)
     def checked(*args: Any, **options: Any) -> Any:
         from grtool.store.outputs import check_outputs
 
-        outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
-        runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
-        raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
-        check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
+        if command.writes:
+            outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
+            runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
+            raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
+            check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
+        check_input_tables(command, options)
         return command.function(*args, **options)
 
     return checked
+
+
+def check_input_tables(command: Command, options: dict[str, Any]) -> None:
+    """Each stage table a read parameter declares (:class:`TableInput`) is where the command will look, before it
+    does any work (loads a model, opens its output): the error resolving it would give later, naming the option.
+    Only directories: a path that does not exist, or a file (a JSON Lines file where one is accepted), is the
+    command's to judge, in its own words."""
+    import os
+
+    from grtool.errors import InputError
+    from grtool.store.records import resolve_stage
+
+    for name, tables in command.input_tables.items():
+        for path in input_files(command.reads[name], options.get(name)):
+            for table in tables if os.path.isdir(path) else ():
+                try:
+                    resolve_stage(path, table)
+                except InputError as e:
+                    raise InputError(f"{option_flag(command, name)}: {e}") from None
 
 
 def declared_inputs(command: Command, options: dict[str, Any]) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, RunOutput, TableInput, register
 from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout
 
 register(Group("corpus", "Ingest, merge and describe the question/document corpora."))
@@ -150,7 +150,7 @@ def ingest_cmd(
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
 
 
-register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": PathKind.RUN}))
+register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": RunOutput("documents", "questions")}))
 
 
 @allows_empty
@@ -174,7 +174,7 @@ def merge_cmd(
         _report_summary(f"merged into {out}", report, as_json)
 
 
-register(Command("corpus merge", merge_cmd, reads={"inputs": PathKind.RUN}, writes={"out": PathKind.RUN}))
+register(Command("corpus merge", merge_cmd, reads={"inputs": TableInput("documents", kind=PathKind.RUN)}, writes={"out": RunOutput("documents", "questions")}))
 
 
 def stats_cmd(
@@ -227,7 +227,7 @@ def stats_cmd(
         log.warning("%s", warning)
 
 
-register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN, "triples": PathKind.STAGE, "index": PathKind.DIRECTORY}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN, "triples": TableInput("triples"), "index": PathKind.DIRECTORY}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
 
 
 def split_cmd(
@@ -273,4 +273,4 @@ def split_cmd(
     stage_summary.print(t)
 
 
-register(Command("corpus split", split_cmd, reads={"corpus": PathKind.RUN}, writes={"out": PathKind.RUN}))
+register(Command("corpus split", split_cmd, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"out": RunOutput("documents", "questions")}))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grtool.cli.commands import Command, PathKind, register
+from grtool.cli.commands import Command, PathKind, TableInput, register
 from grtool.cli.options import Json, Plot, plot_extras
 
 
@@ -61,4 +61,4 @@ def overlap_cmd(
         console.print(f"left out: {count} questions ({reason.replace('_', ' ')})")
 
 
-register(Command("corpus overlap", overlap_cmd, reads={"corpus": PathKind.RUN}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(Command("corpus overlap", overlap_cmd, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"plot": PathKind.REPORT}, extras=plot_extras))

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.models import DEFAULT_MODEL_NAME
 from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras
@@ -129,7 +129,7 @@ register(
     Command(
         "eval recall",
         recall_cmd,
-        reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE, "run": PathKind.FILE},
+        reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "triples": TableInput("triples"), "run": PathKind.FILE},
         writes={"trec_run": PathKind.REPORT, "trec_qrels": PathKind.REPORT},
     )
 )
@@ -359,8 +359,8 @@ register(
     Command(
         "eval answer",
         answer_cmd,
-        reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "answers": PathKind.FILE},
-        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "answers": PathKind.FILE},
+        writes={"out": TableOutput("answers"), "cache_dir": PathKind.DIRECTORY},
         extras=_answer_extras,
     )
 )

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
 
 register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
@@ -99,7 +99,7 @@ def sft_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-register(Command("export sft", sft_cmd, reads={"filtered": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
+register(Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": PathKind.REPORT}))
 
 
 @allows_empty
@@ -154,7 +154,7 @@ def kto_cmd(
         typer.echo(orjson.dumps(summary).decode())
 
 
-register(Command("export kto", kto_cmd, reads={"responses": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
+register(Command("export kto", kto_cmd, reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "triples": TableInput("triples")}, writes={"out": PathKind.REPORT}))
 
 
 @allows_empty
@@ -204,4 +204,4 @@ def gmr_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-register(Command("export gmr", gmr_cmd, reads={"corpus": PathKind.STAGE}, writes={"out": PathKind.REPORT}))
+register(Command("export gmr", gmr_cmd, reads={"corpus": TableInput("questions", "documents")}, writes={"out": PathKind.REPORT}))

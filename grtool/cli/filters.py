@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 from grtool.errors import InputError
 
@@ -109,4 +109,11 @@ def apply_cmd(
     stage_summary.print(table)
 
 
-register(Command("filters apply", apply_cmd, reads={"chains": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}, writes={"out": PathKind.STAGE, "report": PathKind.REPORT}))
+register(
+    Command(
+        "filters apply",
+        apply_cmd,
+        reads={"chains": TableInput("chains"), "corpus": TableInput("questions"), "triples": TableInput("triples")},
+        writes={"out": TableOutput("chains"), "report": PathKind.REPORT},
+    )
+)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, register
 from grtool.cli.options import Json, Overwrite, out_path
 
 register(Group("index", "Build and query the docid index for constrained decoding."))
@@ -214,4 +214,4 @@ def stats_cmd(
         console.print(coverage_table(coverage))
 
 
-register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY, "corpus": PathKind.STAGE}))
+register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY, "corpus": TableInput("questions")}))

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, PathKind, register
+from grtool.cli.commands import Command, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
 
@@ -189,8 +189,8 @@ register(
     Command(
         "retrieve",
         retrieve_cmd,
-        reads={"corpus": PathKind.STAGE, "index": PathKind.DIRECTORY, "triples": PathKind.STAGE, "adapter": PathKind.DIRECTORY},
-        writes={"out": PathKind.STAGE, "cache_dir": PathKind.DIRECTORY},
+        reads={"corpus": TableInput("questions"), "index": PathKind.DIRECTORY, "triples": TableInput("triples"), "adapter": PathKind.DIRECTORY},
+        writes={"out": TableOutput("responses"), "cache_dir": PathKind.DIRECTORY},
         extras=_retrieve_extras,
     )
 )

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, PathKind, register
+from grtool.cli.commands import Command, PathKind, TableInput, register
 from grtool.errors import InputError
 
 
@@ -83,7 +83,7 @@ def _fail_with(failed: list, message: str) -> None:
         raise DataProblem(message)
 
 
-register(Command("show", show_cmd, reads={"path": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE}))
+register(Command("show", show_cmd, reads={"path": PathKind.STAGE, "corpus": PathKind.STAGE, "triples": TableInput("triples")}))
 
 
 def _print_rows(rows: list) -> None:

@@ -77,20 +77,11 @@ class CliCommands(StageCommands):
 
     def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
         """The path parameters the command declares it reads, as given on the command line."""
+        return [(label, path) for label, _, path in _inputs(run, arguments)]
+
+    def input_tables(self, run: str, arguments: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
         declaration = _stage(run)
-        if declaration is None:
-            return []
-        command = click_command(declaration.words)
-        ctx = _parsed(run, arguments)
-        found = []
-        for param in command.params:
-            kind = declaration.reads.get(param.name)
-            if kind is None or str(ctx.get_parameter_source(param.name)) != "ParameterSource.COMMANDLINE":
-                continue
-            positional = not param.opts[0].startswith("-")
-            label = f"argument {param.name.upper()}" if positional else max(param.opts, key=len)
-            found += [(label, text) for text in input_files(kind, ctx.params.get(param.name))]
-        return found
+        return [(label, path, declaration.input_tables[name]) for label, name, path in _inputs(run, arguments) if name in declaration.input_tables]
 
     def invoke(self, argv: list[str]) -> int | None:
         from grtool.errors import InputError
@@ -98,6 +89,24 @@ class CliCommands(StageCommands):
         if self.root is None:
             raise InputError(f"cannot run grtool {' '.join(argv)}: no grtool command to run it through")
         return self.root.main(argv, standalone_mode=False, prog_name="grtool")  # the same command as `grtool`
+
+
+def _inputs(run: str, arguments: list[str]) -> list[tuple[str, str, str]]:
+    """``(label, parameter, path)`` of each path the command line names for a parameter the command reads."""
+    declaration = _stage(run)
+    if declaration is None:
+        return []
+    command = click_command(declaration.words)
+    ctx = _parsed(run, arguments)
+    found = []
+    for param in command.params:
+        kind = declaration.reads.get(param.name)
+        if kind is None or str(ctx.get_parameter_source(param.name)) != "ParameterSource.COMMANDLINE":
+            continue
+        positional = not param.opts[0].startswith("-")
+        label = f"argument {param.name.upper()}" if positional else max(param.opts, key=len)
+        found += [(label, param.name, text) for text in input_files(kind, ctx.params.get(param.name))]
+    return found
 
 
 def _parsed(run: str, arguments: list[str]) -> Any:

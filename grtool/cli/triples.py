@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, RunOutput, TableInput, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
 from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras
 from grtool.docid import DOCID_END, DOCID_START
@@ -171,8 +171,8 @@ register(
     Command(
         "triples extract",
         extract_command,
-        reads={"corpus": PathKind.STAGE, "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
-        writes={"out": PathKind.RUN, "cache_dir": PathKind.DIRECTORY},
+        reads={"corpus": TableInput("documents"), "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
+        writes={"out": RunOutput("triples", "llm_calls"), "cache_dir": PathKind.DIRECTORY},
         extras=backend_extras,
     )
 )
@@ -235,7 +235,7 @@ def collisions_command(
         console.print(worst)
 
 
-register(Command("triples collisions", collisions_command, reads={"triples": PathKind.STAGE, "corpus": PathKind.STAGE}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(Command("triples collisions", collisions_command, reads={"triples": TableInput("triples"), "corpus": TableInput("documents")}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
 
 
 @allows_empty
@@ -284,4 +284,4 @@ def evidence_command(
     )
 
 
-register(Command("triples evidence", evidence_command, reads={"corpus": PathKind.RUN}, writes={"out": PathKind.RUN}))
+register(Command("triples evidence", evidence_command, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"out": RunOutput("triples")}))

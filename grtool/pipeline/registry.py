@@ -15,6 +15,7 @@ before the first stage runs.
 from __future__ import annotations
 
 import inspect
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,33 @@ class TableOutput:
             raise TypeError(f"table {self.name!r}: a key, text or fields are declared with the table's schema")
 
 
+@dataclass(frozen=True, init=False)
+class RunOutput:
+    """An output parameter that writes a run directory holding a stage directory of each of ``tables``
+    (``OUT/<table>``): ``writes={"out": RunOutput("documents", "questions")}``. Its kind is a run directory."""
+
+    tables: tuple[str, ...]
+
+    def __init__(self, *tables: str) -> None:
+        object.__setattr__(self, "tables", tables)
+
+
+@dataclass(frozen=True, init=False)
+class TableInput:
+    """A read parameter that names stage directories of ``tables``, each at the path itself or in ``PATH/<table>``
+    (a run directory holding it), as :func:`grtool.store.records.resolve_stage` finds them:
+    ``reads={"chains": TableInput("chains")}``; ``kind`` is the path's kind (a stage directory, or a run directory
+    for a command that reads several of its tables). Only tables the command reads whatever its other options:
+    they are checked before it runs, and by a pipeline's dry run against what a stage before it writes there."""
+
+    tables: tuple[str, ...]
+    kind: PathKind
+
+    def __init__(self, *tables: str, kind: PathKind = PathKind.STAGE) -> None:
+        object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "kind", kind)
+
+
 Extras = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
 
 
@@ -72,8 +100,9 @@ class Command:
     help text, by default the function's docstring. ``extras``: the (extra, feature) pairs it needs installed, from
     its parsed options (parameter names as in the function). ``reads`` / ``writes``: its path parameters and what
     they name (an output that is a stage of a table of the command's own: a :class:`TableOutput`, kept in
-    ``tables``, its kind a stage directory); a pipeline checks what a stage reads exists before the first stage
-    runs. ``check``: what it checks of its parsed options before it writes (default: the function's
+    ``tables``, its kind a stage directory; a run directory of stages: a :class:`RunOutput`); the stage tables a read
+    parameter names: a :class:`TableInput` (kept in ``input_tables``, its kind as it says). A pipeline checks what a
+    stage reads exists, and holds the tables it reads, before the first stage runs. ``check``: what it checks of its parsed options before it writes (default: the function's
     ``check_options``, which ``llm_options`` adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
     """
 
@@ -81,19 +110,24 @@ class Command:
     function: Callable[..., Any]
     help: str | None = None
     extras: Extras = _no_extras
-    reads: Mapping[str, PathKind] = field(default_factory=dict)
-    writes: Mapping[str, PathKind | TableOutput] = field(default_factory=dict)  # after init: PathKind (TableOutputs in ``tables``)
+    reads: Mapping[str, PathKind | TableInput] = field(default_factory=dict)  # after init: PathKind (tables in ``input_tables``)
+    writes: Mapping[str, PathKind | TableOutput | RunOutput] = field(default_factory=dict)  # after init: PathKind (specs in ``tables``, ``run_tables``)
     check: Callable[[dict[str, Any]], None] | None = None
     stage: bool = True
     hidden: bool = False
     cls: type | None = None
     tables: Mapping[str, TableOutput] = field(init=False, default_factory=dict)
+    run_tables: Mapping[str, tuple[str, ...]] = field(init=False, default_factory=dict)
+    input_tables: Mapping[str, tuple[str, ...]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "words", command_name(self.words))
-        object.__setattr__(self, "reads", _frozen(self.reads))
+        object.__setattr__(self, "input_tables", MappingProxyType({name: spec.tables for name, spec in self.reads.items() if isinstance(spec, TableInput)}))
+        object.__setattr__(self, "reads", _frozen({name: spec.kind if isinstance(spec, TableInput) else spec for name, spec in self.reads.items()}))
         object.__setattr__(self, "tables", MappingProxyType({name: spec for name, spec in self.writes.items() if isinstance(spec, TableOutput)}))
-        object.__setattr__(self, "writes", _frozen({name: PathKind.STAGE if name in self.tables else kind for name, kind in self.writes.items()}))
+        object.__setattr__(self, "run_tables", MappingProxyType({name: spec.tables for name, spec in self.writes.items() if isinstance(spec, RunOutput)}))
+        kinds = {**{name: PathKind.STAGE for name in self.tables}, **{name: PathKind.RUN for name in self.run_tables}}
+        object.__setattr__(self, "writes", _frozen({name: kinds.get(name, kind) for name, kind in self.writes.items()}))
         if self.check is None:
             object.__setattr__(self, "check", getattr(self.function, "check_options", None))
         parameters = parameter_names(self.function)
@@ -103,6 +137,13 @@ class Command:
 
     def accepts(self, parameter: str) -> bool:
         return parameter in parameter_names(self.function)
+
+    def written_tables(self, name: str, path: str) -> list[tuple[str, str]]:
+        """``(stage directory, table)`` for each stage directory output parameter ``name`` writes given ``path``
+        (none for an output whose tables are not declared)."""
+        if name in self.tables:
+            return [(path, self.tables[name].name)]
+        return [(os.path.join(path, table), table) for table in self.run_tables.get(name, ())]
 
     @property
     def shards(self) -> bool:
@@ -176,6 +217,11 @@ class StageCommands(ABC):
     def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
         """(parameter, path) pairs: the files and directories the command line names for its command to read
         (its path arguments and options, outputs excepted), as the command would parse them; none by default."""
+        return []
+
+    def input_tables(self, run: str, arguments: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
+        """``(parameter, path, tables)``: the paths the command line names for parameters that read stage
+        tables (:class:`TableInput`), with those tables; none by default."""
         return []
 
     def known(self, run: str) -> bool:

@@ -256,6 +256,72 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
                 raise InputError(f"{pipeline.path}: stage {stage.name!r}, {label}: {value} does not exist and no stage before it writes it "
                                  f"(relative paths are resolved from {cwd}, where the stages run)")  # fmt: skip
         made += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
+    check_input_tables(commands, pipeline, states)
+
+
+def written_tables(commands: StageCommands, stage: Stage) -> list[tuple[str, str, bool]]:
+    """``(stage directory, table, inside a run directory)`` for each stage directory the stage's command declares
+    it writes."""
+    declaration = commands.declared(stage.run)
+    if declaration is None:
+        return []
+    return [(directory, table, name in declaration.run_tables)
+            for name in declaration.writes for value in [stage.options.get(name)] if isinstance(value, str) and value not in ("", "-")
+            for directory, table in declaration.written_tables(name, value)]  # fmt: skip
+
+
+def check_input_tables(commands: StageCommands, pipeline: Pipeline, states: list[StageState]) -> None:
+    """Every stage table a stage that will run reads (``--chains``, ``--corpus``: the tables its command declares)
+    is where it looks, checked before the first stage runs: a stage directory a stage before it writes must be of
+    that table, and a run directory one writes must get a stage of it inside (``--chains {out}/triples`` is refused
+    now, not when the stage starts hours later); a directory made outside the pipeline is checked on disk as the
+    command will check it."""
+    from grtool.store.records import resolve_stage
+
+    cwd = Path.cwd()
+    to_run = {state.stage.name for state in states if state.state != "done"}
+    made: dict[Path, tuple[str, str]] = {}  # stage directory a stage before writes -> (its table, that stage)
+    runs: dict[Path, str] = {}  # run directory a stage before writes, its stages declared -> that stage
+    outputs: list[Path] = []  # everything the stages before write
+    for stage in pipeline.stages:
+        if stage.name in to_run:
+            words = len(stage.run.split())
+            for label, value, tables in commands.input_tables(stage.run, stage.argv()[words:]):
+                path = Path(os.path.abspath(cwd / value))
+                where = f"{pipeline.path}: stage {stage.name!r}, {label} {value}"
+                for table in tables:
+                    if (path / table) in made or made.get(path, ("",))[0] == table:
+                        continue
+                    if path in made:
+                        got, writer = made[path]
+                        raise InputError(f"{where}: stage {writer!r} writes a stage directory of table {got!r} there, and this "
+                                         f"command reads {table!r} (at that path or in {table}/ inside it)")  # fmt: skip
+                    inside = path / table
+                    if path in runs and not any(o == inside or inside in o.parents for o in outputs) and not _holds(inside, table):
+                        held = ", ".join(sorted(t for d, (t, _) in made.items() if d.parent == path))
+                        raise InputError(f"{where}: stage {runs[path]!r} writes a run directory there holding {held}, and no stage before "
+                                         f"this one writes {table}/ inside it; this command reads a stage directory of table {table!r}")  # fmt: skip
+                    if path.is_dir() and not any(path == o or o in path.parents or path in o.parents for o in outputs):
+                        try:  # made outside the pipeline: as the command will resolve it
+                            resolve_stage(path, table)
+                        except InputError as e:
+                            raise InputError(f"{where}: {e}") from None
+        outputs += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
+        for directory, table, in_run in written_tables(commands, stage):
+            made[Path(os.path.abspath(cwd / directory))] = (table, stage.name)
+            if in_run:
+                runs[Path(os.path.abspath(cwd / directory)).parent] = stage.name
+
+
+def _holds(path: Path, table: str) -> bool:
+    """Whether ``path`` is, on disk now, a stage directory of ``table``."""
+    from grtool.store.records import load_manifest
+    from grtool.store.status import is_stage_dir
+
+    try:
+        return is_stage_dir(path) and load_manifest(path).table == table
+    except GrtoolError:
+        return False
 
 
 def runs_with_overwrite(commands: StageCommands, state: StageState, overwrite: set[str]) -> bool:

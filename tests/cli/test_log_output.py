@@ -124,12 +124,17 @@ def test_a_failing_pipeline_stage_still_prints_the_summary(tmp_path, examples):
         {"name": "merge", "run": "corpus merge", "args": ["{out}/ingest", tmp_path / "not-a-corpus"], "options": {"out": "{out}/corpus"}},
         {"name": "stats", "run": "corpus stats", "args": ["{out}/corpus"]},
     ], out=tmp_path / "run")  # fmt: skip
-    # A folder that holds no corpus: found only when merge reads it (a missing path is refused before any stage runs).
-    (tmp_path / "not-a-corpus").mkdir()
+    # A corpus whose documents shard is damaged: found only when merge reads it (the plan reads records alone; a
+    # missing path, or one holding no documents stage, is refused before any stage runs).
+    grtool("corpus", "ingest", examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", "--out", tmp_path / "not-a-corpus")
+    shard = tmp_path / "not-a-corpus" / "documents" / "part-00000.parquet"
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    shard.write_bytes(bytes(damaged))
     merge = f"grtool corpus merge {tmp_path / 'run' / 'ingest'} {tmp_path / 'not-a-corpus'} --out {tmp_path / 'run' / 'corpus'}"
     for quiet in ((), ("-q",)):
-        err = grtool(*quiet, "pipeline", "run", config, check=2).stderr
-        assert "pipeline stopped at stage merge (exit code 2)" in err, err
+        err = grtool(*quiet, "pipeline", "run", config, check=1).stderr
+        assert "pipeline stopped at stage merge (exit code 1)" in err, err
         assert "  done:   ingest" in err and f"  failed: {merge}" in err and "  left:   stats" in err, err
         assert unstamped(err.strip())[-1].startswith("error: stage 'merge' failed: "), err
         # The table of what the done stages made is a summary: shown, except under --quiet.

@@ -189,3 +189,35 @@ def test_an_unknown_set_option_suggests_the_stages_options(tmp_path, examples, c
     assert "did you mean" not in line and "its options: out, dataset" in line, line
     line = _dry_run_refused(cli, config, "--set", "ingest.dataset=musique", "--set", "ingest.outt=x")
     assert "no option 'outt' (did you mean 'out'?)" in line, line
+
+
+WIKI = "2wikimultihopqa/dev.example.json"
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        # a stage directory of another table: before, refused only when export-sft started
+        ({"name": "bad", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/gold", "out": "{out}/sft2.json"}},
+         ["stage 'bad', --corpus", "stage 'gold' writes a stage directory of table 'chains' there", "reads 'questions'"]),
+        # a run directory that gets no stage of the table: before, refused only when filters started
+        ({"name": "bad", "run": "filters apply", "args": ["{out}/evidence"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/filtered"}},
+         ["stage 'bad', argument CHAINS", "stage 'evidence' writes a run directory there holding triples", "no stage before this one writes chains/"]),
+        # a directory made outside the pipeline, checked on disk as the command checks it
+        ({"name": "bad", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "OUTSIDE", "out": "{out}/gold2"}},
+         ["stage 'bad', --triples", "outside/triples", "no 'triples' stage directory here"]),
+    ],
+)  # fmt: skip
+def test_a_stage_reading_a_table_that_is_not_there_is_refused_before_any_stage_runs(tmp_path, examples, cli, write_pipeline, bad, words):
+    outside = tmp_path / "outside"
+    cli("corpus", "ingest", str(examples / MUSIQUE), "--out", str(outside))
+    stages = [
+        {"name": "ingest", "run": "corpus ingest", "args": [str(examples / WIKI)], "options": {"out": "{out}/ingest"}},
+        {"name": "evidence", "run": "triples evidence", "args": ["{out}/ingest"], "options": {"out": "{out}/evidence"}},
+        {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}},
+        {"name": "sft", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/sft.json"}},
+    ]
+    assert cli("pipeline", "run", str(write_pipeline(stages, out=str(tmp_path / "run"))), "--dry-run").returncode == 0  # rightly wired
+    bad = json.loads(json.dumps(bad).replace("OUTSIDE", str(outside)))
+    line = _refused(cli, str(write_pipeline([*stages, bad], out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
+    assert "Traceback" not in line

@@ -1,0 +1,73 @@
+"""The stage tables a command reads (``reads={"chains": TableInput("chains")}``) are checked before it does any work:
+every such read parameter of every declared command, given a stage directory of another table, is refused naming
+the option, the path and the table it expected, and the command's output is not made. The cases come from the
+declarations, so a new command that declares what it reads is covered without editing this file.
+
+A file where a directory is expected (a JSON Lines file: `eval recall`'s RESPONSES) is the command's to judge, as
+is a path that does not exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grtool.cli.commands import click_command, declared, option_flag
+from grtool.errors import InputError
+from grtool.pipeline.registry import PathKind
+
+READS = sorted((words, name) for words, command in declared().items() for name in command.input_tables)
+
+
+def _value(param, kind: PathKind | None, tmp: Path) -> str:
+    """A value the command parses for another required parameter: a file for a file it reads, a path not there for
+    a directory it reads (the command's to judge, after the checks), else a plain value."""
+    if kind in (PathKind.FILE, PathKind.LABELLED_FILE):
+        path = tmp / f"in_{param.name}.jsonl"
+        path.write_text("{}\n")
+        return str(path)
+    if kind is not None:
+        return str(tmp / f"absent_{param.name}")
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    return str(choices[0].value if hasattr(choices[0], "value") else choices[0]) if choices else "1"
+
+
+def _other_table(samples: dict, tables: tuple[str, ...]) -> Path:
+    """A stage directory of a table the parameter does not read (documents holds no questions, and the reverse)."""
+    return samples["root"] / ("documents" if "documents" not in tables else "questions" if "questions" not in tables else "documents")
+
+
+def test_every_command_that_reads_stage_tables_declares_some():
+    assert len(READS) >= 20 and ("filters apply", "chains") in READS and ("export sft", "filtered") in READS
+
+
+@pytest.mark.parametrize(("words", "name"), READS)
+def test_a_stage_of_another_table_is_refused_before_any_work(words, name, tmp_path, samples):
+    command = declared()[words]
+    wrong = _other_table(samples, command.input_tables[name])
+    arguments: list[str] = []
+    outputs = []
+    for param in click_command(words).params:
+        if param.name == name:
+            value = str(wrong)
+        elif param.required:
+            kind = command.writes.get(param.name)
+            value = str(tmp_path / f"out_{param.name}") if kind is not None else _value(param, command.reads.get(param.name), tmp_path)
+            outputs += [Path(value)] if kind is not None else []
+        else:
+            continue
+        arguments += [value] if param.param_type_name == "argument" else [max(param.opts, key=len), value]
+    with pytest.raises(InputError) as refused:
+        click_command(words).main(arguments, prog_name=f"grtool {words}", standalone_mode=False)
+    message = str(refused.value)
+    assert message.startswith(f"{option_flag(command, name)}: {wrong}"), message
+    assert "expected" in message or "stage directory here" in message, message
+    assert not any(o.exists() for o in outputs), outputs
+
+
+def test_a_json_lines_file_where_a_stage_may_be_read_is_the_commands_to_judge(tmp_path, samples, cli):
+    # `eval recall RESPONSES` reads a stage directory or a JSON Lines file: the file is not refused as "no stage".
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("")
+    proc = cli("eval", "recall", responses, "--corpus", samples["root"], "--triples", samples["root"], check=False)
+    assert "stage directory here" not in proc.stderr, proc.stderr
