@@ -75,6 +75,7 @@ def moved_to_options(*options: str) -> type:
             ctx._opt_prefixes.update(parser._opt_prefixes)
             return rest
 
+    MovedToOptions.moved = options  # read by a pipeline's check of a stage's args (grtool/cli/stage_options.py)
     return MovedToOptions
 
 

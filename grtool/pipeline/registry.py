@@ -185,9 +185,10 @@ class StageCommands(ABC):
         """Whether option ``key`` (``--key``) of the command is an on/off flag."""
 
     @abstractmethod
-    def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
-        """Parse the arguments after the command words as the command will and make the checks it makes before
-        it writes anything; raise :class:`grtool.errors.GrtoolError` naming ``where``."""
+    def check_arguments(self, run: str, args: list[Any], options: dict[str, Any], where: str) -> None:
+        """Convert a stage's ``args`` and ``options`` (as its pipeline file gives them) to the command's typed
+        options and make the checks the command makes before it writes anything; raise
+        :class:`grtool.errors.GrtoolError` naming ``where``."""
 
     @abstractmethod
     def invoke(self, argv: list[str]) -> int | None:
@@ -202,8 +203,8 @@ class StageCommands(ABC):
         """The declaration of the stage's command (None: unknown, or not a command a stage may run)."""
         return None
 
-    def extras(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
-        """(extra, feature) pairs the command line needs installed, from its options as the command parses them."""
+    def extras(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str]]:
+        """(extra, feature) pairs the stage needs installed, from its options as the command converts them."""
         return []
 
     def shards(self, run: str) -> bool:
@@ -214,13 +215,13 @@ class StageCommands(ABC):
         declared = self.declared(run)
         return declared is not None and declared.writes_run_directory
 
-    def input_paths(self, run: str, arguments: list[str]) -> list[tuple[str, str]]:
-        """(parameter, path) pairs: the files and directories the command line names for its command to read
-        (its path arguments and options, outputs excepted), as the command would parse them; none by default."""
+    def input_paths(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str]]:
+        """(parameter, path) pairs: the files and directories the stage names for its command to read (its path
+        arguments and options, outputs excepted), as the command would convert them; none by default."""
         return []
 
-    def input_tables(self, run: str, arguments: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
-        """``(parameter, path, tables)``: the paths the command line names for parameters that read stage
+    def input_tables(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+        """``(parameter, path, tables)``: the paths the stage names for parameters that read stage
         tables (:class:`TableInput`), with those tables; none by default."""
         return []
 
@@ -240,7 +241,7 @@ class NoCommands(StageCommands):
     def is_flag(self, run: str, key: str) -> bool:
         return False
 
-    def check_arguments(self, run: str, arguments: list[str], where: str) -> None:
+    def check_arguments(self, run: str, args: list[Any], options: dict[str, Any], where: str) -> None:
         return None
 
     def invoke(self, argv: list[str]) -> int | None:

@@ -208,8 +208,7 @@ def require_extras(commands: StageCommands, stages: list[Stage]) -> None:
     from grtool.extras import require
 
     for stage in stages:
-        words = len(stage.run.split())
-        for extra, feature in commands.extras(stage.run, stage.argv()[words:]):
+        for extra, feature in commands.extras(stage.run, stage.args, stage.options):
             require(extra, f"stage {stage.name!r}: {feature}")
 
 
@@ -225,12 +224,12 @@ def check_overwrite_names(commands: StageCommands, pipeline: Pipeline, names: li
 
 
 def check_stage_arguments(commands: StageCommands, pipeline: Pipeline, stages: list[Stage], overwrite: set[str]) -> None:
-    """Each stage's command line parsed as its command will parse it (choices, numbers, unknown options), before
-    any stage runs: a mistake in the last stage is found before the first one writes anything."""
+    """Each stage's options converted to its command's typed options (choices, numbers and their bounds, unknown
+    options) and checked as the command checks them, before any stage runs: a mistake in the last stage is found
+    before the first one writes anything."""
     for stage in stages:
-        words = len(stage.run.split())
-        argv = stage.argv(stage.name in overwrite and accepts_overwrite(commands, stage))
-        commands.check_arguments(stage.run, argv[words:], f"{pipeline.path}: stage {stage.name!r}")
+        options = {**stage.options, "overwrite": True} if stage.name in overwrite and accepts_overwrite(commands, stage) else stage.options
+        commands.check_arguments(stage.run, stage.args, options, f"{pipeline.path}: stage {stage.name!r}")
 
 
 def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[StageState]) -> None:
@@ -244,8 +243,7 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
     for state in states:
         stage = state.stage
         if state.state != "done":
-            words = len(stage.run.split())
-            for label, value in commands.input_paths(stage.run, stage.argv()[words:]):
+            for label, value in commands.input_paths(stage.run, stage.args, stage.options):
                 path = Path(os.path.abspath(cwd / value))
                 if path.exists() or any(path == o or o in path.parents or path in o.parents for o in made):
                     continue
@@ -285,8 +283,7 @@ def check_input_tables(commands: StageCommands, pipeline: Pipeline, states: list
     outputs: list[Path] = []  # everything the stages before write
     for stage in pipeline.stages:
         if stage.name in to_run:
-            words = len(stage.run.split())
-            for label, value, tables in commands.input_tables(stage.run, stage.argv()[words:]):
+            for label, value, tables in commands.input_tables(stage.run, stage.args, stage.options):
                 path = Path(os.path.abspath(cwd / value))
                 where = f"{pipeline.path}: stage {stage.name!r}, {label} {value}"
                 for table in tables:

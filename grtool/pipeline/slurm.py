@@ -125,8 +125,7 @@ class SlurmExecutor(PipelineExecutor):
         needs: dict[str, list[tuple[Stage, str, str, str, str]]] = {}  # setup line -> (stage, feature, extra, module, package)
         for state, conf, _ in todo:
             stage = state.stage
-            words = len(stage.run.split())
-            for extra, feature in self.commands.extras(stage.run, stage.argv()[words:]):
+            for extra, feature in self.commands.extras(stage.run, stage.args, stage.options):
                 needs.setdefault(conf.get("setup") or "", []).extend((stage, feature, extra, module, package) for module, package in EXTRAS[extra])
         problems, extras = [], []
         for setup, wanted in needs.items():

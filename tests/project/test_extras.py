@@ -113,7 +113,7 @@ def test_command_extras_of_the_demo():
 
     commands = CliCommands()
     stages = load_pipeline(REPO / "examples" / "demo.toml", None, commands).stages
-    needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.argv()[len(s.run.split()) :])}
+    needs = {(s.name, extra) for s in stages for extra, _ in commands.extras(s.run, s.args, s.options)}
     assert {("stats", "plot"), ("triples", "llm"), ("chains", "llm"), ("chains", "entities"), ("index", "llm"), ("train-sft", "train"),
             ("retrieve-base", "llm"), ("recall-table", "plot"), ("retrieve-bm25", "bm25")} <= needs  # fmt: skip
     assert not {n for n, _ in needs} & {"ingest-hotpotqa", "merge", "filters", "export-sft", "index-sft", "recall-base", "recall-bm25"}

@@ -1,0 +1,100 @@
+"""A command's options as one typed, bounded Struct (grtool/cli/stage_options.py), made from its declaration: a
+pipeline stage's options are checked by converting them to it, not by parsing a command line, and the values that
+conversion gives are those `grtool` gives the command when it parses the stage's command line."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from grtool.cli.commands import click_command, declared
+from grtool.cli.stage_options import options_type, parameters, stage_values
+from grtool.errors import InputError
+from grtool.pipeline.config import load_pipeline
+from grtool.cli.stages import CliCommands
+from paths_helpers import REPO
+
+STAGE_COMMANDS = sorted(words for words, command in declared().items() if command.stage)
+EXAMPLES = ["examples/demo.toml", "examples/laptop.toml", "examples/slurm/own-data.toml"]
+
+
+@pytest.mark.parametrize("words", STAGE_COMMANDS)
+def test_every_stage_command_has_a_typed_bounded_options_struct(words):
+    command = declared()[words]
+    struct = options_type(command)
+    assert issubclass(struct, msgspec.Struct)
+    fields = {f.name: f for f in msgspec.structs.fields(struct)}
+    clicked = {p.name for p in click_command(words).params}
+    assert set(fields) == clicked  # every parameter Typer makes, and nothing else
+    for p in parameters(command):
+        if p.kind in (int, float) and p.low is not None and p.parser is None:
+            with pytest.raises(msgspec.ValidationError):  # the option's own bound is the field's
+                msgspec.convert({**_required(command), p.name: [p.low - 1] if p.many else p.low - 1}, struct)
+
+
+def _required(command) -> dict:
+    return {p.name: (["x"] if p.many else "x") for p in parameters(command) if p.required}
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_converted_options_are_what_the_command_gets_from_its_command_line(example, monkeypatch):
+    monkeypatch.chdir(REPO)
+    pipeline = load_pipeline(example, commands=CliCommands())
+    for stage in pipeline.stages:
+        command = declared()[stage.run]
+        words = len(stage.run.split())
+        parsed = click_command(stage.run).make_context(f"grtool {stage.run}", stage.argv()[words:]).params
+        converted = stage_values(command, stage.args, stage.options, stage.name).values
+        assert converted == parsed, (stage.name, {k: (converted[k], parsed.get(k)) for k in converted if converted[k] != parsed.get(k)})
+
+
+def test_the_pipeline_checks_options_without_a_command_line_parser(monkeypatch):
+    # The plan's checks convert each stage's options to its command's Struct: no Click command is made for them.
+    import grtool.cli.commands as commands
+    from grtool.pipeline.runner import check_stage_arguments
+
+    monkeypatch.chdir(REPO)
+    pipeline = load_pipeline("examples/demo.toml", commands=CliCommands())
+
+    def refused(run):
+        raise AssertionError(f"a command line parser was made for {run}")
+
+    monkeypatch.setattr(commands, "click_command", refused)
+    check_stage_arguments(CliCommands(), pipeline, pipeline.stages, set())
+
+
+def _refusal(run: str, args: list, options: dict) -> str:
+    with pytest.raises(InputError) as refused:
+        CliCommands().check_arguments(run, args, options, "p.toml: stage 's'")
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "run, args, options, words",
+    [
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "max_docids": 0}, ["--max-docids '0'", "expected an integer of at least 1"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "min_recall": 1.5}, ["--min-recall '1.5'", "from 0 to 1"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "max_docids": 2.5}, ["--max-docids '2.5'", "expected an integer"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "min_recall": float("nan")}, ["--min-recall 'nan'", "expected a number from 0 to 1"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "redundant": "drop"}, ["--redundant: 'drop' is not one of 'reject', 'trim'"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "max_docid": 3}, ["has no option 'max_docid'", "did you mean 'max_docids'"]),
+        ("filters apply", ["c", "d"], {"corpus": "q", "triples": "t", "out": "o"}, ["2 arguments", "takes 1 (CHAINS)", "'d' left over"]),
+        ("filters apply", [], {"corpus": "q", "triples": "t", "out": "o"}, ["CHAINS is missing"]),
+        ("filters apply", ["c"], {"corpus": "q", "out": "o"}, ["--triples is missing"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "json": False}, ["option 'json': false", "--json is an on/off flag without an off form"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": ""}, ["--out is empty"]),
+        ("retrieve", ["c"], {"out": "o", "backend": "nope"}, ["--backend: 'nope' is not one of"]),
+    ],
+)  # fmt: skip
+def test_a_value_the_command_refuses_is_one_line_naming_stage_and_option(run, args, options, words):
+    message = _refusal(run, args, options)
+    assert message.startswith("p.toml: stage 's'"), message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_values_are_taken_as_the_command_line_takes_them():
+    values = stage_values(declared()["filters apply"], ["c"], {"corpus": "q", "triples": "t", "out": "o", "max_docids": "7", "split": "train", "rules": 5}, "s").values
+    assert values["max_docids"] == 7 and values["split"] == ["train"] and values["rules"] == "5"  # text "7", one split, a number as text
+    assert values["redundant"].value == "reject" and values["min_recall"] == 1.0  # defaults as the signature gives them
+    assert str(values["out"]) == "o" and type(values["out"]).__name__.endswith("Path")
