@@ -134,7 +134,7 @@ def check_input_tables(command: Command, options: dict[str, Any]) -> None:
     command's to judge, in its own words."""
     import os
 
-    from grtool.errors import InputError
+    from grtool.errors import GrtoolError
     from grtool.store.records import resolve_stage
 
     for name, tables in command.input_tables.items():
@@ -142,8 +142,9 @@ def check_input_tables(command: Command, options: dict[str, Any]) -> None:
             for table in tables if os.path.isdir(path) else ():
                 try:
                     resolve_stage(path, table)
-                except InputError as e:
-                    raise InputError(f"{option_flag(command, name)}: {e}") from None
+                except GrtoolError as e:  # the same error (its type and exit code: a damaged record's too), naming the option
+                    e.args = (f"{option_flag(command, name)}: {e}",)
+                    raise
 
 
 def declared_inputs(command: Command, options: dict[str, Any]) -> list[tuple[str, str]]:
@@ -167,15 +168,10 @@ def input_files(kind: PathKind, value: Any) -> list[str]:
 
 
 def option_flag(command: Command, name: str) -> str:
-    """How the command line names parameter ``name``: its longest ``--`` option, or ``ARGUMENT`` for an argument."""
-    import typing
+    """How the command line names parameter ``name``: its longest option, or ``ARGUMENT`` for an argument."""
+    from grtool.cli.stage_options import parameters
 
-    hint = typing.get_type_hints(command.function, include_extras=True).get(name)
-    for info in getattr(hint, "__metadata__", ()):
-        decls = [d for d in (getattr(info, "default", None), *(getattr(info, "param_decls", None) or ())) if isinstance(d, str) and d.startswith("-")]
-        if decls:
-            return max(decls, key=len)
-    return name.upper()
+    return next((p.label for p in parameters(command) if p.name == name), name.upper())
 
 
 def make_click_command(command: Command) -> Any:

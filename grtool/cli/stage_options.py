@@ -91,8 +91,8 @@ def _parameter(name: str, signature_parameter: inspect.Parameter, annotation: An
     off: list[str] = []
     for decl in decls:
         on, _, negative = decl.partition("/")
-        flags += [f.strip() for f in on.split(",")] if on else []
-        off += [negative.strip()] if negative else []
+        flags += [on] if on else []
+        off += [negative] if negative else []
     if not argument and not flags:  # Typer's default names: --name, and --no-name for an on/off flag
         flags = [f"--{name.replace('_', '-')}"]
         off = [f"--no-{name.replace('_', '-')}"] if kind is bool else []
@@ -103,11 +103,11 @@ def _parameter(name: str, signature_parameter: inspect.Parameter, annotation: An
 
 def parameters(command: Command) -> tuple[Parameter, ...]:
     """The command's parameters, in the order of its function's signature."""
-    return _parameters(command.words, command.function)
+    return _parameters(command.function)
 
 
 @functools.cache
-def _parameters(words: str, function: Callable[..., Any]) -> tuple[Parameter, ...]:
+def _parameters(function: Callable[..., Any]) -> tuple[Parameter, ...]:
     hints = typing.get_type_hints(function, include_extras=True)
     found = []
     for name, p in inspect.signature(function).parameters.items():
@@ -145,7 +145,7 @@ def options_type(command: Command) -> type[msgspec.Struct]:
 def _options_type(words: str, function: Callable[..., Any]) -> type[msgspec.Struct]:
     import msgspec
 
-    fields = [(p.name, _field_type(p)) if p.required else (p.name, _field_type(p) | msgspec.UnsetType, msgspec.UNSET) for p in _parameters(words, function)]
+    fields = [(p.name, _field_type(p)) if p.required else (p.name, _field_type(p) | msgspec.UnsetType, msgspec.UNSET) for p in _parameters(function)]
     name = "".join(word.title() for word in words.split()) + "Options"
     return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
 
@@ -175,8 +175,9 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
 
     params = parameters(command)
     by_key = {key: (p, key in [f[2:].replace("-", "_") for f in p.off]) for p in params if not p.argument for key in p.keys}
+    by_flag = {flag: (p, flag in p.off) for p in params for flag in (*p.flags, *p.off)}
+    rest, named = _options_among(args, by_flag, where)
     data: dict[str, Any] = {}
-    rest = list(args)
     arguments = [p for p in params if p.argument]
     for p in arguments:
         if p.many:
@@ -185,7 +186,7 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
             data[p.name] = rest.pop(0)
     for flag in getattr(command.cls, "moved", ()):
         p = next(p for p in params if flag in p.flags)
-        if rest and not any(key in options for key in p.keys):
+        if rest and not any(key in options for key in p.keys) and p.name not in {q.name for q, _, _ in named}:
             data[p.name] = rest.pop(0)
     if rest:
         raise InputError(f"{where}: {len(args)} arguments, but {command.words} takes {len(arguments)} ({', '.join(p.label for p in arguments)}): "
@@ -197,11 +198,14 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
             raise InputError(f"{where}: {command.words} has no option {key!r}{hint}; its options: {', '.join(by_key)}")
         p, negative = found
+        if p.kind is bool and value is False and not p.off and not negative:  # the command line would say --no-KEY, which it lacks
+            raise InputError(f"{where}, option {key!r}: false, but {p.label} is an on/off flag without an off form; leave the key out")
+        named.append((p, negative, value))
+    for p, negative, value in named:  # in command-line order: args first; a repeated option gathers, another's last wins
         if p.kind is bool and isinstance(value, bool):
-            if value is False and not p.off and not negative:  # the command line would say --no-KEY, which it lacks
-                raise InputError(f"{where}, option {key!r}: false, but {p.label} is an on/off flag without an off form; leave the key out")
             value = value != negative
-        data[p.name] = [_text(p, v) for v in value] if isinstance(value, list) else [_text(p, value)] if p.many else _text(p, value)
+        items = [_text(p, v) for v in (value if isinstance(value, list) else [value])]
+        data[p.name] = [*data.get(p.name, []), *items] if p.many else items[-1]
     try:
         struct = msgspec.convert(data, options_type(command), strict=False)
     except msgspec.ValidationError as e:
@@ -214,6 +218,32 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
         else:  # as Typer hands it over: a repeated option not given is an empty tuple
             values[p.name] = tuple(p.default or ()) if p.many else p.default
     return StageValues(struct, values, {p.name for p in params if p.name in data})
+
+
+def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], where: str) -> tuple[list[Any], list[tuple[Parameter, bool, Any]]]:
+    """A stage's ``args`` split as its command line would split them: the arguments, and the options written among
+    them (``--out DIR``, ``--out=DIR``, ``--json``) with their values."""
+    rest: list[Any] = []
+    named: list[tuple[Parameter, bool, Any]] = []
+    items = iter(args)
+    for item in items:
+        text = str(item)
+        if not text.startswith("-") or text == "-":
+            rest.append(item)
+            continue
+        flag, eq, value = text.partition("=") if text.startswith("--") else (text, "", "")
+        if flag not in by_flag:
+            raise InputError(f"{where}: args: {shown(text)} is not an option of the command")
+        p, negative = by_flag[flag]
+        if p.kind is bool:
+            named.append((p, negative, True))
+            continue
+        if not eq:
+            value = next(items, None)
+            if value is None:
+                raise InputError(f"{where}: args: {flag} needs a value after it")
+        named.append((p, negative, value))
+    return rest, named
 
 
 def _text(p: Parameter, value: Any) -> Any:
@@ -229,15 +259,11 @@ def _received(p: Parameter, value: Any, where: str) -> Any:
 
     def one(item: Any) -> Any:
         if p.parser is not None:
-            from grtool.cli.commands import click_errors
-
-            try:
+            try:  # grtool's parsers refuse with a GrtoolError naming the option
                 return p.parser(item)
-            except GrtoolError as e:  # the parser's message names the option: the same error (a missing extra's too)
+            except GrtoolError as e:  # the same error (a missing extra's too), naming the stage
                 e.args = (f"{where}: {e}",)
                 raise
-            except (ValueError, *click_errors()) as e:  # Typer's BadParameter, a parser's ValueError
-                raise InputError(f"{where}: {p.label} {shown(item)}: {getattr(e, 'message', None) or e}") from None
         return Path(item) if p.kind is Path else item
 
     return [one(v) for v in value] if p.many else one(value)

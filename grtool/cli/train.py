@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, register
+from grtool.cli.commands import Command, Group, PathKind, TableInput, register
 from grtool.cli.options import CannotAnswer, Json, Overwrite
 
 register(Group("train", "Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL)."))
@@ -176,7 +176,7 @@ register(
     Command(
         "train sft",
         sft_cmd,
-        reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
+        reads={"data": PathKind.STAGE, "corpus": TableInput("questions"), "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
         writes={"out": PathKind.DIRECTORY},
         extras=_train_extras("train sft"),
     )
@@ -244,7 +244,7 @@ register(
     Command(
         "train kto",
         kto_cmd,
-        reads={"data": PathKind.STAGE, "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
+        reads={"data": PathKind.STAGE, "corpus": TableInput("questions"), "triples": TableInput("triples"), "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
         writes={"out": PathKind.DIRECTORY},
         extras=_train_extras("train kto"),
     )

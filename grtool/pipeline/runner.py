@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -272,53 +272,82 @@ def check_input_tables(commands: StageCommands, pipeline: Pipeline, states: list
     """Every stage table a stage that will run reads (``--chains``, ``--corpus``: the tables its command declares)
     is where it looks, checked before the first stage runs: a stage directory a stage before it writes must be of
     that table, and a run directory one writes must get a stage of it inside (``--chains {out}/triples`` is refused
-    now, not when the stage starts hours later); a directory made outside the pipeline is checked on disk as the
-    command will check it."""
-    from grtool.store.records import resolve_stage
-
+    now, not when the stage starts hours later); a directory made outside the pipeline, or by a stage this run
+    leaves out (``--from``/``--until``), is checked on disk as the command will check it."""
     cwd = Path.cwd()
-    to_run = {state.stage.name for state in states if state.state != "done"}
-    made: dict[Path, tuple[str, str]] = {}  # stage directory a stage before writes -> (its table, that stage)
-    runs: dict[Path, str] = {}  # run directory a stage before writes, its stages declared -> that stage
-    outputs: list[Path] = []  # everything the stages before write
+    selected = {state.stage.name: state.state for state in states}
+    before = _Written()
     for stage in pipeline.stages:
-        if stage.name in to_run:
+        if stage.name not in selected:
+            continue  # left out of this run: what it made, if it ever ran, is on disk
+        if selected[stage.name] != "done":
             for label, value, tables in commands.input_tables(stage.run, stage.args, stage.options):
-                path = Path(os.path.abspath(cwd / value))
-                where = f"{pipeline.path}: stage {stage.name!r}, {label} {value}"
                 for table in tables:
-                    if (path / table) in made or made.get(path, ("",))[0] == table:
-                        continue
-                    if path in made:
-                        got, writer = made[path]
-                        raise InputError(f"{where}: stage {writer!r} writes a stage directory of table {got!r} there, and this "
-                                         f"command reads {table!r} (at that path or in {table}/ inside it)")  # fmt: skip
-                    inside = path / table
-                    if path in runs and not any(o == inside or inside in o.parents for o in outputs) and not _holds(inside, table):
-                        held = ", ".join(sorted(t for d, (t, _) in made.items() if d.parent == path))
-                        raise InputError(f"{where}: stage {runs[path]!r} writes a run directory there holding {held}, and no stage before "
-                                         f"this one writes {table}/ inside it; this command reads a stage directory of table {table!r}")  # fmt: skip
-                    if path.is_dir() and not any(path == o or o in path.parents or path in o.parents for o in outputs):
-                        try:  # made outside the pipeline: as the command will resolve it
-                            resolve_stage(path, table)
-                        except InputError as e:
-                            raise InputError(f"{where}: {e}") from None
-        outputs += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
+                    try:
+                        before.check(Path(os.path.abspath(cwd / value)), table)
+                    except GrtoolError as e:  # the same error (its type and exit code), naming the stage and option
+                        e.args = (f"{pipeline.path}: stage {stage.name!r}, {label} {value}: {e}",)
+                        raise
+        before.add(commands, stage, cwd)
+
+
+@dataclass
+class _Written:
+    """What the stages before a stage write, as their commands declare it."""
+
+    made: dict[Path, tuple[str, str]] = field(default_factory=dict)  # a stage directory -> (its table, the stage)
+    runs: dict[Path, str] = field(default_factory=dict)  # a run directory whose stage directories are declared -> the stage
+    others: dict[Path, str] = field(default_factory=dict)  # another directory (an index, a checkpoint) -> the stage
+    outputs: list[Path] = field(default_factory=list)  # everything they write
+    unknown: list[Path] = field(default_factory=list)  # what they write without declaring its tables
+
+    def add(self, commands: StageCommands, stage: Stage, cwd: Path) -> None:
+        def absolute(value: Any) -> Path:
+            return Path(os.path.abspath(cwd / str(value)))
+
+        self.outputs += [absolute(o) for o in stage.outputs]
         for directory, table, in_run in written_tables(commands, stage):
-            made[Path(os.path.abspath(cwd / directory))] = (table, stage.name)
+            self.made[absolute(directory)] = (table, stage.name)
             if in_run:
-                runs[Path(os.path.abspath(cwd / directory)).parent] = stage.name
+                self.runs[absolute(directory).parent] = stage.name
+        declaration = commands.declared(stage.run)
+        for name, kind in declaration.writes.items() if declaration is not None else ():
+            if kind is PathKind.DIRECTORY and isinstance(stage.options.get(name), str):
+                self.others[absolute(stage.options[name])] = stage.name
+        known = {*self.made, *self.runs, *self.others}
+        self.unknown += [o for o in map(absolute, stage.outputs) if o not in known]
+        if any(str(a).startswith("-") for a in stage.args):  # options given among the args (--out DIR): any may be written
+            self.unknown += [absolute(a) for a in stage.args if not str(a).startswith("-")]
+
+    def check(self, path: Path, table: str) -> None:
+        from grtool.store.records import resolve_stage
+
+        inside = path / table
+        if self.made.get(path, ("",))[0] == table or self.made.get(inside, ("",))[0] == table:
+            return
+        if path in self.made:
+            got, writer = self.made[path]
+            raise InputError(f"stage {writer!r} writes a stage directory of table {got!r} there, and this command reads {table!r} "
+                             f"(at that path or in {table}/ inside it)")  # fmt: skip
+        if path in self.others:
+            raise InputError(f"stage {self.others[path]!r} writes a directory there that holds no stage tables (an index or a "
+                             f"checkpoint), and this command reads a stage directory of table {table!r}")  # fmt: skip
+        if path in self.runs:
+            if inside in self.runs:
+                raise InputError(f"stage {self.runs[inside]!r} writes a run directory at {inside}, not a stage directory of table {table!r}")
+            if not any(o == inside or inside in o.parents or o in inside.parents for o in self.unknown) and not _holds(inside, table):
+                held = ", ".join(f"{d.name}/ ({t}, stage {s!r})" for d, (t, s) in self.made.items() if d.parent == path) or "no stage directory"
+                raise InputError(f"no stage before this one writes a stage directory of table {table!r} there or at {inside} "
+                                 f"(stage {self.runs[path]!r} writes a run directory there; the stages before put in it: {held})")  # fmt: skip
+        if path.is_dir() and not any(path == o or o in path.parents or path in o.parents for o in self.outputs):
+            resolve_stage(path, table)  # made outside the pipeline: as the command will resolve it
 
 
 def _holds(path: Path, table: str) -> bool:
-    """Whether ``path`` is, on disk now, a stage directory of ``table``."""
-    from grtool.store.records import load_manifest
-    from grtool.store.status import is_stage_dir
+    """Whether ``path`` is, on disk now, a stage directory of ``table`` (a damaged record there is an error)."""
+    from grtool.store.records import is_stage_dir, load_manifest
 
-    try:
-        return is_stage_dir(path) and load_manifest(path).table == table
-    except GrtoolError:
-        return False
+    return is_stage_dir(path) and load_manifest(path).table == table
 
 
 def runs_with_overwrite(commands: StageCommands, state: StageState, overwrite: set[str]) -> bool:

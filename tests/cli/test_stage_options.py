@@ -98,3 +98,20 @@ def test_values_are_taken_as_the_command_line_takes_them():
     assert values["max_docids"] == 7 and values["split"] == ["train"] and values["rules"] == "5"  # text "7", one split, a number as text
     assert values["redundant"].value == "reject" and values["min_recall"] == 1.0  # defaults as the signature gives them
     assert str(values["out"]) == "o" and type(values["out"]).__name__.endswith("Path")
+
+
+@pytest.mark.parametrize(
+    "run, args, options",
+    [
+        ("filters apply", ["c", "--out", "o", "--json", "--split=train"], {"corpus": "q", "triples": "t", "split": ["dev"]}),
+        ("chains gold", ["q", "t"], {"out": "o"}),  # the old spelling: TRIPLES as an argument
+        ("corpus merge", ["a", "b", "-o", "m"], {}),
+    ],
+)
+def test_options_written_among_the_args_are_taken_as_the_command_line_takes_them(run, args, options):
+    from grtool.pipeline.config import Stage
+
+    stage = Stage("s", run, args, options)
+    words = len(run.split())
+    parsed = click_command(run).make_context(f"grtool {run}", stage.argv()[words:]).params
+    assert stage_values(declared()[run], args, options, "s").values == parsed

@@ -202,7 +202,7 @@ WIKI = "2wikimultihopqa/dev.example.json"
          ["stage 'bad', --corpus", "stage 'gold' writes a stage directory of table 'chains' there", "reads 'questions'"]),
         # a run directory that gets no stage of the table: before, refused only when filters started
         ({"name": "bad", "run": "filters apply", "args": ["{out}/evidence"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/filtered"}},
-         ["stage 'bad', argument CHAINS", "stage 'evidence' writes a run directory there holding triples", "no stage before this one writes chains/"]),
+         ["stage 'bad', argument CHAINS", "no stage before this one writes a stage directory of table 'chains' there", "triples/ (triples, stage 'evidence')"]),
         # a directory made outside the pipeline, checked on disk as the command checks it
         ({"name": "bad", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "OUTSIDE", "out": "{out}/gold2"}},
          ["stage 'bad', --triples", "outside/triples", "no 'triples' stage directory here"]),
@@ -221,3 +221,59 @@ def test_a_stage_reading_a_table_that_is_not_there_is_refused_before_any_stage_r
     bad = json.loads(json.dumps(bad).replace("OUTSIDE", str(outside)))
     line = _refused(cli, str(write_pipeline([*stages, bad], out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
     assert "Traceback" not in line
+
+
+def _wired(examples, *stages: dict) -> list[dict]:
+    """2Wiki ingested to {out}/ingest and its evidence triples to {out}/evidence, then ``stages``."""
+    return [
+        {"name": "ingest", "run": "corpus ingest", "args": [str(examples / WIKI)], "options": {"out": "{out}/ingest"}},
+        {"name": "evidence", "run": "triples evidence", "args": ["{out}/ingest"], "options": {"out": "{out}/evidence"}},
+        *stages,
+    ]
+
+
+@pytest.mark.parametrize(
+    "stages, words",
+    [
+        # a run directory inside a run directory is not a stage of the table it is named after
+        ([{"name": "nested", "run": "triples evidence", "args": ["{out}/ingest"], "options": {"out": "{out}/ingest/triples"}},
+          {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/ingest", "out": "{out}/gold"}}],
+         ["stage 'gold', --triples", "stage 'nested' writes a run directory at", "not a stage directory of table 'triples'"]),
+        # an index directory holds no stage tables
+        ([{"name": "index", "run": "index build", "args": ["{out}/evidence"], "options": {"tokenizer": "default", "out": "{out}/index"}},
+          {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/index", "out": "{out}/gold"}}],
+         ["stage 'gold', --triples", "stage 'index' writes a directory there that holds no stage tables"]),
+        # the message names what the run directory gets from each stage
+        ([{"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/evidence/gold"}},
+          {"name": "sft", "run": "export sft", "args": ["{out}/evidence"], "options": {"corpus": "{out}/ingest", "out": "{out}/sft.json"}}],
+         ["stage 'sft', argument FILTERED", "no stage before this one writes a stage directory of table 'chains' there", "gold/ (chains, stage 'gold')"]),
+    ],
+)  # fmt: skip
+def test_table_checks_follow_what_the_stages_before_write(tmp_path, examples, cli, write_pipeline, stages, words):
+    _refused(cli, str(write_pipeline(_wired(examples, *stages), out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
+
+
+def test_a_table_written_by_an_output_among_the_args_is_not_refused(tmp_path, examples, cli, write_pipeline):
+    # `--out` given in args: what the stage writes is not declared, so it may be the table a later stage reads
+    gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest", "--out", "{out}/evidence/chains"], "options": {"triples": "{out}/evidence"}}
+    sft = {"name": "sft", "run": "export sft", "args": ["{out}/evidence"], "options": {"corpus": "{out}/ingest", "out": "{out}/sft.json"}}
+    cli("pipeline", "run", str(write_pipeline(_wired(examples, gold, sft), out=str(tmp_path / "run"))), "--dry-run")
+
+
+def test_a_stage_left_out_by_from_is_not_taken_to_have_written_its_table(tmp_path, examples, cli, write_pipeline):
+    gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/evidence/chains"}}
+    sft = {"name": "sft", "run": "export sft", "args": ["{out}/evidence"], "options": {"corpus": "{out}/ingest", "out": "{out}/sft.json"}}
+    config = str(write_pipeline(_wired(examples, gold, sft), out=str(tmp_path / "run")))
+    cli("pipeline", "run", config, "--until", "evidence")
+    # before: the plan took gold's chains as made, and export sft failed when it ran
+    err = cli("pipeline", "run", config, "--from", "sft", "--dry-run", check=2).stderr
+    assert "stage 'sft', argument FILTERED" in err and "no 'chains' stage directory here" in err, err
+
+
+def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, examples, cli, write_pipeline):
+    outside = tmp_path / "outside"
+    cli("corpus", "ingest", str(examples / WIKI), "--out", str(outside))
+    (outside / "questions" / "_manifest.json").write_text('{"table": 3}')
+    gold = {"name": "gold", "run": "chains gold", "args": [str(outside)], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
+    err = cli("pipeline", "run", str(write_pipeline(_wired(examples, gold), out=str(tmp_path / "run"))), "--dry-run", check=False).stderr
+    assert "stage 'gold', argument CORPUS" in err and "questions/_manifest.json" in err and "Traceback" not in err, err
