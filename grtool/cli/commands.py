@@ -114,17 +114,24 @@ def claiming_outputs(command: Command) -> Any:
 
     @functools.wraps(command.function)
     def checked(*args: Any, **options: Any) -> Any:
-        from grtool.store.outputs import check_outputs
-
-        if command.writes:
-            outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
-            runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
-            raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
-            check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
+        check_declared_outputs(command, options)
         check_input_tables(command, options)
         return command.function(*args, **options)
 
     return checked
+
+
+def check_declared_outputs(command: Command, options: dict[str, Any]) -> None:
+    """Everything the command declares it writes, given its parsed ``options``, against everything it declares it
+    reads and against each other (:func:`grtool.store.outputs.check_outputs`): before the command runs, and for a
+    pipeline stage before the first stage runs."""
+    from grtool.store.outputs import check_outputs
+
+    if command.writes:
+        outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
+        runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
+        raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
+        check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
 
 
 def check_input_tables(command: Command, options: dict[str, Any]) -> None:

@@ -90,9 +90,11 @@ def recall_cmd(
         raise typer.BadParameter("--top-k cuts a --run file's ranking; responses are scored as they are", param_hint="--top-k")
     if triples is None and responses is not None and needs_triples(responses):
         raise typer.BadParameter(f"{responses}: its responses name docids; scoring them needs --triples", param_hint="--triples")
-    from grtool.store.outputs import refuse_overlapping_outputs
+    from grtool.store.outputs import claim_file, refuse_overlapping_outputs
 
     refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=[responses, run, corpus, triples])
+    for flag, path in (("--trec-run", trec_run), ("--trec-qrels", trec_qrels)):
+        claim_file(path, flag, inputs=[responses, run, corpus, triples])  # checked before the scoring (written after it)
     check_triples_cover(triples, corpus)
     questions = QuestionIndex.build(corpus)
     source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]
@@ -232,7 +234,7 @@ def compare_cmd(
 
     given = [split_spec(r)[1] for r in reports]
     refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
-    out_file, plot_file = claim_file(out, "--out", inputs=given), claim_file(plot, "--plot", inputs=given)
+    out_file, plot_file = claim_file(out, "--out", inputs=given, stdout=True), claim_file(plot, "--plot", inputs=given)
     runs = load_runs(reports, Inputs(corpus, triples), baseline)
     for warning in check_same_questions(runs, allow_different_questions):
         log.warning("%s", warning)

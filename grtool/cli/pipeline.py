@@ -87,7 +87,7 @@ def run(
     COMMANDS = CliCommands(ctx.find_root().command)  # the stages run through the same `grtool` command
     pipeline = load_pipeline(config, overrides, COMMANDS)
     refuse_writes_over_inputs(COMMANDS, pipeline, {"--json": str(summary_json) if summary_json else None})
-    summary_file = claim_file(summary_json, "--json", inputs=[config])
+    summary_file = claim_file(summary_json, "--json", inputs=[config], stdout=True)
     forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
     stages = pipeline.select(start, until)
     check_stage_arguments(COMMANDS, pipeline, stages, forced)

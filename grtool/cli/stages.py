@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from grtool.cli.commands import declared, find, input_files
+from grtool.cli.commands import check_declared_outputs, declared, find, input_files
 from grtool.cli.stage_options import option_keys, parameters, stage_values
 from grtool.errors import GrtoolError
 from grtool.pipeline.registry import Command, StageCommands
@@ -55,17 +55,19 @@ class CliCommands(StageCommands):
 
     def check_arguments(self, run: str, args: list[Any], options: dict[str, Any], where: str) -> None:
         """Convert the stage's options to the command's options Struct and make the checks of them the command
-        makes before it writes (the LLM options: --backend's options, --base-url, --model)."""
+        makes before it writes: its outputs against each other and its inputs, the LLM options (--backend's
+        options, --base-url, --model)."""
         declaration = _stage(run)
         if declaration is None:
             return
         values = stage_values(declaration, args, options, where).values
-        if declaration.check is not None:  # what the command checks before it writes
-            try:
+        try:
+            check_declared_outputs(declaration, values)  # its outputs against each other and what it reads
+            if declaration.check is not None:  # what the command checks before it writes
                 declaration.check(values)
-            except GrtoolError as e:  # the same error (its type and exit code), naming the stage
-                e.args = (f"{where}: {e}",)
-                raise
+        except GrtoolError as e:  # the same error (its type and exit code), naming the stage
+            e.args = (f"{where}: {e}",)
+            raise
 
     def extras(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str]]:
         declaration = _stage(run)

@@ -100,7 +100,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         from grtool.store.outputs import claim_file
         from grtool.train.llamafactory import render
 
-        yaml_file = claim_file(out, inputs=[data])  # None: "-", standard output
+        yaml_file = claim_file(out, inputs=[data], stdout=True)  # None: "-", standard output
         text = render(p, str(out.with_suffix("")) if yaml_file is not None else f"saves/{kind}")
         if yaml_file is None:
             typer.echo(text, nl=False)

@@ -556,7 +556,7 @@ def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
     from grtool.store.outputs import claim_file, refuse_output_among_inputs
 
     target = out if out is not None else run_dir / "reports" / "report.html"
-    claimed = claim_file(target, holders=[run_dir])
+    claimed = claim_file(target, holders=[run_dir], stdout=True)
     if claimed is None:
         raise InputError("--out -: the report is an HTML file; name the file to write")
     run = read_run(run_dir)

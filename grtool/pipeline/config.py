@@ -352,6 +352,10 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
             known = ", ".join(spec.vars) or "none"
             raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
         variables[name] = str(_coerce(value))
+    # The [vars] may place the run directory too (out = "{base}/run"); a placeholder it does not know is an error.
+    variables["out"] = _expand(spec.out, {k: v for k, v in variables.items() if k != "out"}, f"{path}: out")
+    if not variables["out"].strip():
+        raise InputError(f"{path}: out {printable(spec.out)!r} is empty once its placeholders are replaced; name the directory the stages write under")
     by_name: dict[str, dict[str, Any]] = {}
     for stage in spec.stages:
         if stage.name in by_name:

@@ -98,6 +98,7 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
     written: list[str] = []
     targets: list[tuple[str, str, str]] = []  # (stage, flag, path)
     singles: list[tuple[str, str]] = []  # the reports, plots and stdout files among them
+    stage_dirs: dict[Path, str] = {}  # the stage directories the stages before write -> that stage
     for stage in pipeline.stages:
         writes = declared_writes(commands, stage)
         own = [path for _, path, _ in writes]
@@ -107,6 +108,10 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
         singles += [(flag, target) for flag, target, single in writes if single]
         for flag, target, _ in writes:
             refuse_record_path(target, flag, within=[o for o in own if o != target])
+            inside = next((d for d in stage_dirs if d in Path(os.path.abspath(target)).parents), None)
+            if inside is not None:  # a stage directory holds only what its own command writes there
+                raise InputError(f"{pipeline.path}: {flag} {target}: lies inside {inside}, the stage directory stage {stage_dirs[inside]!r} writes; write it somewhere else")
+        stage_dirs.update({Path(os.path.abspath(d)): stage.name for d, _, _ in written_tables(commands, stage)})
     # A command whose output is a run directory writes its stage directories inside it (OUT/triples, OUT/documents
     # and OUT/questions), where later stages write theirs too.
     run_dirs = {o for stage in pipeline.stages if commands.writes_run_directory(stage.run) for o in stage.outputs}
@@ -366,7 +371,7 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
     argv = stage.argv(overwrite)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        claimed = claim_file(stage.stdout, f"stage {stage.name!r} stdout") if stage.stdout else None
+        claimed = claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True) if stage.stdout else None
         if claimed is not None:  # a failed stage keeps the earlier file: the claim moves it in only when the block succeeds
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(claimed.open())))
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.

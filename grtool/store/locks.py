@@ -31,7 +31,7 @@ BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in 
 
 def beside_lock(out: str | Path) -> Path:
     """The lock file of an output that is replaced whole (an index, a checkpoint, an exported file)."""
-    p = Path(os.path.abspath(out))
+    p = Path(os.path.realpath(out))  # links resolved in order (``link/../idx``): one lock for every spelling of a path
     return p.parent / BESIDE_LOCK.format(name=p.name)
 
 

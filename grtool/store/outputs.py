@@ -33,6 +33,10 @@ from grtool.errors import printable
 from grtool.store.records import atomic_write_bytes, commit_file, dumps, now, resolve_stage
 
 
+CLEARING = ".grtool-clearing"  # written before --overwrite deletes anything, removed last: a stopped clear is resumed
+PART = "part-[0-9][0-9][0-9][0-9][0-9]"  # grtool's part names (five digits: grtool.store.layout.part_name)
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """A kind of output: the record that proves grtool wrote it, and the entries grtool writes there."""
@@ -50,20 +54,21 @@ class OutputKind:
 
 STAGE = OutputKind(
     "stage", "a stage directory", MANIFEST,
-    own=(MANIFEST, f"{MANIFEST}.*.tmp", "part-*.parquet", "part-*.parquet.*.tmp", SHARDS_DIR, REJECTS_DIR),
+    own=(MANIFEST, f"{MANIFEST}.*.tmp", f"{PART}.parquet", f"{PART}.parquet.*.tmp", SHARDS_DIR, REJECTS_DIR, CLEARING),
     keep=(LLM_CACHE, LOCK, "_run.lock", "_run.task-*.lock"), folders=(SHARDS_DIR, REJECTS_DIR),
 )  # fmt: skip
 INDEX = OutputKind(
     "index", "an index directory", "index.json",
-    own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*", "trie_*", "oracle_*", "docid_bytes*",
-         ".docid_bytes.*"),  # the bracket decoding files (grtool.index.docid_bytes), also when written on first use
+    own=("index.json", "tokenizer.json", "doc_ids.txt", "docids.parquet", "seq_*.npy", "fm_*.npy", "trie_*.npy", "trie_*.marisa", "oracle_*.npy",
+         "docid_bytes.bin", "docid_bytes.json", "docid_bytes_*.npy", ".docid_bytes.*", CLEARING),  # bracket decoding files: grtool.index.docid_bytes
 )  # fmt: skip
 CHECKPOINT = OutputKind(
     "checkpoint", "a checkpoint directory", "grtool.json", started="grtool-run.json",
     own=("grtool.json", "grtool.json.*.tmp", "grtool-run.json", "grtool-run.json.*.tmp", "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
          "pytorch_model*.bin", "training_args.bin", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
          "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja",
-         "checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json"),
+         "checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs", "README.md", "trainer_state.json", "all_results.json", "train_results.json",
+         CLEARING),
     folders=("checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
@@ -71,7 +76,7 @@ EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), direct
 
 # What grtool writes inside a stage's folders (shard records, rejects, their temporary files): --overwrite empties
 # them of these only, so a user's file stays at any depth (and its folder with it).
-FOLDER_ENTRIES = {SHARDS_DIR: ("part-*.json", "part-*.json.*.tmp"), REJECTS_DIR: ("part-*.jsonl", "part-*.jsonl.*.tmp")}
+FOLDER_ENTRIES = {SHARDS_DIR: (f"{PART}.json", f"{PART}.json.*.tmp"), REJECTS_DIR: (f"{PART}.jsonl", f"{PART}.jsonl.*.tmp")}
 
 
 def export_record(path: Path) -> Path:
@@ -216,7 +221,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
     if not entries:
         return
     record = p / kind.record
-    if not record.is_file() and not (kind.started and (p / kind.started).is_file()):
+    if not record.is_file() and not (kind.started and (p / kind.started).is_file()) and not (p / CLEARING).is_file():
         raise InputError(
             f"{flag} {printable(p)}: --overwrite refused: it holds {_listing(entries)} and no {kind.record}, so grtool did not "
             f"write {kind.what} there; remove what you do not need yourself or choose another --out"
@@ -229,7 +234,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
                 f"holds {_listing(entries)}; remove what you do not need yourself or choose another --out"
             )
     refuse_foreign_types(p, own_entries(p, kind)[0], kind, flag)
-    if kind is STAGE and table is not None:
+    if kind is STAGE and table is not None and record.is_file():  # (without it: a clear grtool began, CLEARING)
         got = (_read_record(record) or {}).get("table")
         if got != table:
             raise InputError(f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command writes {table!r}; choose another --out")
@@ -335,16 +340,25 @@ class Claim:
     lock: RunLock
     left: list[Path] = field(default_factory=list)
 
-    def clear(self) -> list[Path]:
+    def clear(self, *, keep_marker: bool = False) -> list[Path]:
         """Delete the entries grtool writes in the output directory (the record first, so a half-deleted
-        output never looks whole); unknown entries stay (and are named in a warning). Returns those left."""
+        output never looks whole); unknown entries stay (and are named in a warning). Returns those left.
+
+        A marker (:data:`CLEARING`) is there from before the first deletion to after the last: a clear stopped
+        half-way is neither resumed as the old output nor taken for a directory grtool did not write; the next
+        ``--overwrite`` finishes it. ``keep_marker``: the caller removes it once the new output is in place."""
         if not self.out.is_dir():
             return []
         own, self.left = own_entries(self.out, self.kind)
         refuse_foreign_types(self.out, own, self.kind)
+        if own:
+            atomic_write_bytes(self.out / CLEARING, dumps({"kind": self.kind.name, "started": now()}))
         own.sort(key=lambda e: e.name not in (self.kind.record, self.kind.started))
         for entry in own:
-            self.left += _delete(entry, self.kind)
+            if entry.name != CLEARING:
+                self.left += _delete(entry, self.kind)
+        if not keep_marker:
+            (self.out / CLEARING).unlink(missing_ok=True)
         _say_left(self.out, self.left)
         return self.left
 
@@ -362,8 +376,9 @@ class Claim:
         """Put a complete output built in the directory ``tmp`` in place of ``out``: a rename when nothing of the
         user's is there, else grtool's entries replaced one by one, the record last (readers see it complete)."""
         if self.out.is_dir():
-            self.clear()
-            if not any(self.out.iterdir()):
+            self.clear(keep_marker=True)  # until the new record is in: a stop in between is finished by --overwrite
+            if not any(e.name != CLEARING for e in self.out.iterdir()):
+                (self.out / CLEARING).unlink(missing_ok=True)
                 self.out.rmdir()
         if not self.out.exists():
             self.out.parent.mkdir(parents=True, exist_ok=True)
@@ -372,6 +387,7 @@ class Claim:
         names = sorted(os.listdir(tmp), key=lambda n: n == self.kind.record)
         for name in names:
             os.replace(tmp / name, self.out / name)
+        (self.out / CLEARING).unlink(missing_ok=True)
         tmp.rmdir()
 
     def release(self) -> None:
@@ -409,6 +425,8 @@ def claim(
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
     refuse_dangling_link(p, flag)
+    if kind in (INDEX, CHECKPOINT) and p.is_symlink():  # installed by renames into place, which would replace the link
+        raise InputError(f"{flag} {printable(p)}: is a symbolic link (to {printable(os.readlink(p))}); name the directory itself")
     refuse_record_path(p, flag)
     refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
     if overwrite or not kind.directory:
@@ -548,9 +566,13 @@ def write_file_record(path: Path, command: list[str]) -> None:
     atomic_write_bytes(file_record(path), dumps({"format": "grtool-file", "command": command, "written": now()}))
 
 
-def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> FileClaim | None:
-    """Check a single-file output before any work (:func:`check_file_output`); None for no file or stdout (``-``)."""
+def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
+               stdout: bool = False) -> FileClaim | None:  # fmt: skip
+    """Check a single-file output before any work (:func:`check_file_output`); None for no file, or for ``-`` where
+    the caller writes standard output instead (``stdout``); elsewhere ``-`` is refused, never silently nothing."""
     check_file_output(out, flag, inputs=inputs, holders=holders)
+    if out is not None and str(out) == "-" and not stdout:
+        raise InputError(f"{flag} -: {flag} writes a file, not standard output; name the file")
     if out is None or str(out) == "-":
         return None
     return FileClaim(Path(out), flag)

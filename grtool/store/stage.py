@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 from grtool import __version__, signals
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, InputError
 from grtool.holds import hold
 from grtool.log import log
 from grtool.invocation import current_command
@@ -42,7 +42,7 @@ from grtool.store.diskfull import writing
 from grtool.secrets import redact_argv
 from grtool.store.layout import LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR, TMP_PATTERNS, TMP_SUFFIX, part_name
 from grtool.store.fingerprints import changed_inputs, fingerprint
-from grtool.store.outputs import STAGE, claim
+from grtool.store.outputs import CLEARING, FOLDER_ENTRIES, PART, STAGE, claim
 from grtool.store.records import MAX_PARTS, Manifest, ShardRecord, write_record, commit_file, dumps, is_stage_dir, load_manifest, load_shard_records, merge_counters, now, part_on_disk, sha256_file
 from grtool.errors import printable
 
@@ -282,6 +282,8 @@ class StageWriter:
         try:
             if overwrite:
                 claimed.clear()
+            elif (self.path / CLEARING).exists():
+                raise GrtoolError(f"{self.path}: an --overwrite of it was stopped before it finished deleting; run with --overwrite again")
             elif self.whole_run:
                 remove_leftovers(self.path)
             (self.path / SHARDS_DIR).mkdir(exist_ok=True)
@@ -314,6 +316,10 @@ class StageWriter:
 
     def _open_manifest(self) -> None:
         mpath = self.path / MANIFEST
+        unrecorded = [] if mpath.exists() else _unrecorded(self.path)
+        if unrecorded:  # grtool writes the manifest before any part: these are someone else's, never adopted or replaced
+            shown = ", ".join(str(f.relative_to(self.path)) for f in unrecorded[:3]) + (f" and {len(unrecorded) - 3} more" if len(unrecorded) > 3 else "")
+            raise InputError(f"{self.path}: holds {shown} but no {MANIFEST}, so grtool did not write them; move them away or choose another --out")
         if mpath.exists():
             old = load_manifest(self.path)
             refuse_stdin_resume(self.path, old)
@@ -425,6 +431,14 @@ def leftovers(path: str | Path) -> list[Path]:
         folder = path / sub
         if folder.is_dir() and not folder.is_symlink():
             found |= {f for pattern in patterns for f in folder.glob(pattern) if f.is_file() and not f.is_symlink()}
+    return sorted(found)
+
+
+def _unrecorded(path: Path) -> list[Path]:
+    """The parts, shard records and rejects files in a stage directory, by grtool's names."""
+    found = list(path.glob(f"{PART}.parquet"))
+    for folder, patterns in FOLDER_ENTRIES.items():
+        found += [f for pattern in patterns[:1] for f in (path / folder).glob(pattern)] if (path / folder).is_dir() else []
     return sorted(found)
 
 

@@ -277,3 +277,27 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
     gold = {"name": "gold", "run": "chains gold", "args": [str(outside)], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
     err = cli("pipeline", "run", str(write_pipeline(_wired(examples, gold), out=str(tmp_path / "run"))), "--dry-run", check=False).stderr
     assert "stage 'gold', argument CORPUS" in err and "questions/_manifest.json" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "stage, words",
+    [
+        # before: each passed the dry run, and the pipeline stopped at that stage after the ones before it ran
+        ({"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/evidence/triples/idx"}},
+         ["stage 'index' option out", "lies inside", "the stage directory stage 'evidence' writes"]),
+        ({"name": "filters", "run": "filters apply", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/f", "report": "{out}/f/r.md"}},
+         ["stage 'filters'", "--report", "--out"]),
+    ],
+)  # fmt: skip
+def test_a_stages_outputs_are_checked_against_each_other_and_its_inputs_at_the_dry_run(tmp_path, examples, cli, write_pipeline, stage, words):
+    gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
+    _refused(cli, str(write_pipeline(_wired(examples, gold, stage), out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
+
+
+def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write_pipeline):
+    ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/ingest"}}
+    # before: the stages wrote under a literal '{base}/run'
+    plan = cli("pipeline", "run", str(write_pipeline([ingest], out="{base}/run", vars={"base": str(tmp_path / "b")})), "--dry-run").stdout
+    assert f"--out {tmp_path / 'b' / 'run' / 'ingest'}" in plan, plan
+    err = cli("pipeline", "run", str(write_pipeline([ingest], out="{bse}/run", vars={"base": "b"})), "--dry-run", check=2).stderr
+    assert "out: unknown placeholder {bse}" in err, err

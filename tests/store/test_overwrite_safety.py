@@ -273,3 +273,85 @@ def test_a_training_run_killed_before_its_record_can_be_started_over(run, tmp_pa
     (out / "checkpoint-1").mkdir(exist_ok=True)  # what a run killed after its first save holds besides
     assert "--overwrite" in one_line(run_cli(*args, check=2).stderr)  # still refused without it
     run_cli(*args, "--overwrite", "--dry-run")
+
+
+# ------------------------------------------------- the seventh round: names, links, a stopped --overwrite
+
+
+def test_overwrite_deletes_only_grtools_exact_names(run, tmp_path):
+    # before: `part-*.parquet` and `fm_*` matched a user's part-of-my-thesis.parquet and fm_notes.txt, deleted
+    stage, index = tmp_path / "out", tmp_path / "idx"
+    run_cli(*filters_apply(run, stage))
+    run_cli(*index_build(run, index))
+    (stage / "part-of-my-thesis.parquet").write_text("mine\n")
+    (index / "fm_notes.txt").write_text("mine\n")
+    run_cli(*filters_apply(run, stage, "--overwrite"))
+    run_cli(*index_build(run, index, "--overwrite"))
+    assert (stage / "part-of-my-thesis.parquet").read_text() == "mine\n" and (index / "fm_notes.txt").read_text() == "mine\n"
+
+
+def test_a_first_run_never_replaces_files_named_like_a_stages(run, tmp_path):
+    # before: a user's _rejects/part-00000.jsonl (or part-00000.parquet) in the output was replaced, exit 0
+    out = tmp_path / "out"
+    (out / "_rejects").mkdir(parents=True)
+    (out / "_rejects" / "part-00000.jsonl").write_text("precious\n")
+    err = refused(filters_apply(run, out), out / "_rejects" / "part-00000.jsonl")
+    assert "holds _rejects/part-00000.jsonl but no _manifest.json, so grtool did not write them" in err, err
+
+
+def test_a_stopped_overwrite_is_finished_by_the_next_overwrite_never_resumed(run, tmp_path):
+    """A stage whose --overwrite was stopped after it deleted the manifest (the marker is there, the old parts
+    too): before, a plain rerun adopted the old parts under the new parameters (exit 0), and --overwrite refused
+    the directory as one grtool did not write."""
+    from grtool.store.outputs import CLEARING
+
+    out = tmp_path / "out"
+    run_cli(*filters_apply(run, out))
+    (out / CLEARING).write_text("{}")  # where a clear stands once it deleted the manifest
+    (out / "_manifest.json").unlink()
+    err = refused(filters_apply(run, out, "--max-docids", "1"), out)
+    assert "an --overwrite of it was stopped before it finished deleting; run with --overwrite again" in err, err
+    run_cli(*filters_apply(run, out, "--max-docids", "1", "--overwrite"))
+    assert not (out / CLEARING).exists()
+    run_cli("validate", out)
+
+
+def test_an_index_out_that_is_a_symbolic_link_is_refused_before_any_work(run, tmp_path):
+    # before: --overwrite through the link emptied the index it points to, then failed ("not a directory")
+    index, link = tmp_path / "idx", tmp_path / "link"
+    run_cli(*index_build(run, index))
+    link.symlink_to(index)
+    err = refused(index_build(run, link, "--overwrite"), index)
+    assert "is a symbolic link" in err and "name the directory itself" in err, err
+
+
+def test_the_lock_beside_an_output_is_one_for_every_spelling_of_its_path(tmp_path):
+    (tmp_path / "a" / "sub").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "link").symlink_to(tmp_path / "a" / "sub")
+    # `b/link/../idx` is a/idx: the lexical spelling b/idx would have let two builds into one directory
+    assert beside_lock(tmp_path / "b" / "link" / ".." / "idx") == beside_lock(tmp_path / "a" / "idx")
+
+
+@pytest.mark.parametrize("args", [("corpus", "stats", "{root}", "--plot", "-"), ("corpus", "overlap", "{root}", "--plot", "-")])
+def test_a_file_option_given_dash_is_refused_not_silently_nothing(run, args):
+    # before: exit 0 and no chart anywhere
+    err = refused(tuple(str(a).replace("{root}", str(run["root"])) for a in args), run["root"])
+    assert "--plot -: --plot writes a file, not standard output" in err, err
+
+
+def test_an_index_overwrite_stopped_before_the_new_index_was_in_place_is_finished_by_the_next(run, tmp_path):
+    """The old index deleted, the new one not yet moved in (a stop between): before, --overwrite refused the
+    directory as one grtool did not write (its notes.txt and no index.json), and the user was stuck."""
+    from grtool.store.outputs import CLEARING
+
+    index = tmp_path / "idx"
+    run_cli(*index_build(run, index))
+    (index / "notes.txt").write_text("keep me\n")
+    for entry in index.iterdir():
+        if entry.name != "notes.txt":
+            entry.unlink()
+    (index / CLEARING).write_text("{}")
+    run_cli(*index_build(run, index, "--overwrite"))
+    assert (index / "notes.txt").read_text() == "keep me\n" and not (index / CLEARING).exists()
+    run_cli("index", "stats", index)
