@@ -135,9 +135,11 @@ def ingest_cmd(
     Example: grtool corpus ingest flashrag_dev.jsonl --columns answer=golden_answers --out out/mine
     """
     from grtool.log import log
+    from grtool.corpus.datasets import given_split
     from grtool.corpus.ingest import ingest
 
     refuse_json_with_stdout(as_json, out)
+    split = given_split(split, "--split") if split is not None else None
     report = ingest(
         inputs, str(out), dataset=dataset.value, split=split, strict=strict, overwrite=overwrite, rows_per_part=rows_per_part, allow_empty=allow_empty, columns=columns, allow_rejects=allow_rejects
     )

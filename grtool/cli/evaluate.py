@@ -183,6 +183,7 @@ def print_per_question(questions: list[dict]) -> None:
     from rich.text import Text
 
     from grtool.log import console
+    from grtool.userinput import escaped  # data's control characters (an ESC in a title) shown, never sent
 
     table = Table(title="per question")
     for col in ("qid", "dataset", "split", "recall", "exact", "docids", "halluc.", "retrieved (✓ gold, ✗ not gold)"):
@@ -194,8 +195,10 @@ def print_per_question(questions: list[dict]) -> None:
             if doc["doc_id"] not in seen:
                 seen.add(doc["doc_id"])
                 gold = doc["verdict"] == "gold"
-                retrieved.append(("; " if len(seen) > 1 else "") + ("✓ " if gold else "✗ ") + (doc["title"] or doc["doc_id"]), style="green" if gold else "red")
-        table.add_row(q["qid"], q["dataset"], q["split"] or "-", _fmt(q["recall"], 3), _fmt(q["exact"], 2), str(q["docids"]), str(q["hallucinated"]), retrieved)
+                retrieved.append(("; " if len(seen) > 1 else "") + ("✓ " if gold else "✗ ") + escaped(doc["title"] or doc["doc_id"]), style="green" if gold else "red")
+        table.add_row(
+            Text(escaped(q["qid"])), Text(escaped(q["dataset"])), Text(escaped(q["split"] or "-")), _fmt(q["recall"], 3), _fmt(q["exact"], 2), str(q["docids"]), str(q["hallucinated"]), retrieved
+        )
     console.print(table)
 
 

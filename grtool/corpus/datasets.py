@@ -117,6 +117,8 @@ def _record_id(rec: dict, *keys: str) -> str:
             text = value
         elif isinstance(value, bool) or not isinstance(value, int | float):
             raise BadRecord(f"field '{key}' has the wrong type", f"expected a string or number id, got {type(value).__name__}")
+        elif isinstance(value, float) and value != value:  # NaN: a table export's missing value, never the id "nan"
+            raise BadRecord(f"field '{key}' is blank", "NaN (a missing value in a table export) names no record: give an id")
         elif isinstance(value, float) and abs(value) >= 2**53:  # a float past 2**53 has lost digits: two ids may collide
             raise BadRecord(f"field '{key}' has the wrong type", f"the number {value!r} is too large to be an exact id; write ids as strings")
         else:
@@ -669,6 +671,21 @@ def normalize_split(value: str | None) -> str | None:
     if not name:
         raise BadRecord("field 'split' is blank", "give a split name (train, dev, test) or leave the field out")
     return SPLIT_NAMES.get(name, name)
+
+
+def given_split(value: str, flag: str) -> str:
+    """A split name given on the command line, normalised as a record's (:func:`normalize_split`); a name that
+    changes is said once, so `--split Validation` writing ``dev`` is no surprise."""
+    from grtool.errors import InputError
+    from grtool.log import log
+
+    try:
+        name = normalize_split(value)
+    except BadRecord:
+        raise InputError(f"{flag} {value!r}: a split name is not blank") from None
+    if name != value:
+        log.info("%s %r is read as %r (split names are lower case; validation, val, valid and development are dev)", flag, value, name)
+    return name
 
 
 def split_from_name(name: str) -> str | None:

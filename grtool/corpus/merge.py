@@ -36,9 +36,7 @@ def _stages(inputs: list[str | Path]) -> tuple[list[Path], list[Path]]:
         p = Path(i)
         if (p / "questions" / MANIFEST).exists() or ((p / MANIFEST).exists() and load_manifest(p).table == "questions"):
             questions.append(resolve_stage(i, "questions"))
-    for d in docs + questions:
-        if not load_manifest(d).complete:
-            raise InputError(f"{d}: incomplete stage directory (finish or resume the run that writes it first)")
+    for d in docs + questions:  # finished (resolve_stage)
         shard_paths(d)  # a damaged shard is named before OUT is created (each is hashed once per process)
     return docs, questions
 

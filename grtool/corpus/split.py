@@ -15,9 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from grtool.corpus.datasets import given_split
 from grtool.errors import InputError
 from grtool.store.questions import split_counts
-from grtool.store.records import load_manifest, resolve_stage
+from grtool.store.records import resolve_stage
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.reading import iter_shard_batches
 from grtool.store.partloop import LoopPart, Output, PartLoop
@@ -36,7 +37,7 @@ def parse_ratios(text: str, names: str | None) -> tuple[tuple[float, ...], tuple
         raise InputError(f"--ratios {text!r}: expected numbers separated by commas, e.g. 0.8,0.1,0.1") from None
     if any(not (0.0 <= r <= 1.0) for r in ratios) or abs(sum(ratios) - 1.0) > RATIO_TOLERANCE:
         raise InputError(f"--ratios {text!r}: each between 0 and 1, summing to 1 (they sum to {sum(ratios):g})")
-    given = tuple(n.strip() for n in names.split(",")) if names is not None else DEFAULT_NAMES[: len(ratios)]
+    given = tuple(given_split(n, "--names") for n in names.split(",")) if names is not None else DEFAULT_NAMES[: len(ratios)]
     if len(ratios) < 2 or len(given) != len(ratios):
         raise InputError(f"--ratios {text!r}: give 2 or more ratios, one per split name ({', '.join(given)})" + ("" if names is not None else "; more than 3 need --names"))
     if "" in given or len(set(given)) != len(given) or UNKNOWN in given:
@@ -59,10 +60,7 @@ def split_of(qid: str, ratios: tuple[float, ...], names: tuple[str, ...], seed: 
 def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ...], names: tuple[str, ...], seed: int = 0, resplit: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Write ``OUT/questions`` (every question with its new split) and ``OUT/documents`` (a copy); returns the
     summary: questions per split. Questions that already have a split are refused unless ``resplit``."""
-    questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")
-    for stage in (questions, documents):
-        if not load_manifest(stage).complete:
-            raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first)")
+    questions, documents = resolve_stage(corpus, "questions"), resolve_stage(corpus, "documents")  # finished ones
     held = split_counts(questions)
     named = {s: n for s, n in held.items() if s != UNKNOWN}
     if named and not resplit:

@@ -17,7 +17,7 @@ from grtool.errors import InputError
 from grtool.evaluation.verdicts import GOLD, HALLUCINATED, NON_GOLD, Score
 from grtool.vocab.readers import Question
 from grtool.log import log
-from grtool.store.records import is_stage_dir, resolve_stage
+from grtool.store.records import is_stage_dir, load_manifest, refuse_unfinished, resolve_stage
 from grtool.store.stage import iter_batches
 
 
@@ -107,7 +107,9 @@ def stage_beside(corpus: Path, table: str) -> Path | None:
     """The ``table`` stage of a run directory, or beside a stage of it (the questions stage a manifest names)."""
     for where in (corpus, corpus.parent) if is_stage_dir(corpus) else (corpus,):
         try:
-            return resolve_stage(where, table)
+            found = resolve_stage(where, table, finished=False)
         except InputError:
             continue
+        refuse_unfinished(found, load_manifest(found))  # found, but a killed or failed run's: said, not passed over
+        return found
     return None

@@ -103,7 +103,7 @@ class TrecWriter:
     """Collects the first response of every scored question; :meth:`write` writes the run and the qrels."""
 
     def __init__(self, tag: str = "grtool"):
-        self.tag = tag.replace(" ", "_") or "grtool"
+        self.tag = "".join("_" if c.isspace() else c for c in tag) or "grtool"  # one field of the line
         self.runs: dict[str, list[str]] = {}
         self.gold: dict[str, tuple[str, ...]] = {}
 
@@ -114,6 +114,14 @@ class TrecWriter:
             self.gold[qid] = score.question.gold
 
     def write(self, run: str | Path | None, qrels: str | Path | None) -> None:
+        for qid, docs in ((q, [*self.runs[q], *self.gold[q]]) for q in self.runs):  # a TREC line is split at whitespace
+            spaced = next((i for i in (qid, *docs) if not str(i) or any(c.isspace() for c in str(i))), None)
+            if spaced is not None:
+                from grtool.errors import InputError
+                from grtool.userinput import shown
+
+                raise InputError(f"--trec-run/--trec-qrels: the id {shown(spaced)} (question {shown(qid)}) holds whitespace or is empty, "
+                                 f"which a TREC file cannot hold (its fields are split at whitespace); nothing was written")  # fmt: skip
         if run is not None:
             _write(run, self._run_lines, "--trec-run")
         if qrels is not None:

@@ -28,15 +28,21 @@ def _number(value: Any) -> str:
 
 
 def indexes(found_paths: list[Path]) -> list[dict[str, str]]:
+    """Each index by its record, read through its declaration and checked against the files it lists (what
+    `validate` and `index stats` read first): a record they refuse is listed as damaged, never as an index."""
+    from grtool.errors import GrtoolError
+
     rows = []
     for path in found_paths:
-        meta = _record(path / "index.json")
-        if meta is None:
+        from grtool.index.record import confirm_files, read_index_record  # (only where a run holds an index)
+
+        try:
+            record = read_index_record(path)
+            confirm_files(path, record)
+        except GrtoolError:
             rows.append({"path": str(path), "kind": "damaged", "source": "-", "docids": "-", "created": "-"})
             continue
-        sizes = meta.get("sizes") if isinstance(meta.get("sizes"), dict) else {}
-        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")), "source": str(meta.get("source", "-")),
-                     "docids": _number(sizes.get("sequences")), "created": str(meta.get("created", "-"))})  # fmt: skip
+        rows.append({"path": str(path), "kind": record.kind, "source": record.source, "docids": _number(record.sizes.sequences), "created": record.created or "-"})
     return rows
 
 

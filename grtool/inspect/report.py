@@ -95,7 +95,7 @@ def read_run(path: Path) -> Run:
             continue
         owner = next((s for s in stages if any(d.resolve() == o or _within(d.resolve(), o) for o in (x.resolve() for x in s.outputs))), None)
         if owner is None:  # a stage directory no pipeline record names: its own manifest says what made it
-            owner = Stage(str(d.relative_to(path)) if d != path else d.name, " ".join(manifest.command or []))
+            owner = Stage(str(d.relative_to(path)) if d != path else d.name, shlex.join(manifest.command or []))  # as a shell reads it
             owner.outputs.append(d)
             stages.append(owner)
         owner.manifests.append((d, manifest))
@@ -107,7 +107,7 @@ def read_run(path: Path) -> Run:
         owner = next((s for s in stages if export.resolve() in claimed and export.resolve() in {o.resolve() for o in s.outputs}), None)
         if owner is None:
             command = meta.get("command")
-            owner = Stage(str(export.relative_to(path)), " ".join(command) if isinstance(command, list) else "")
+            owner = Stage(str(export.relative_to(path)), shlex.join(command) if isinstance(command, list) else "")
             stages.append(owner)
         owner.exports.append((export, meta))
     # The page says what validate says: a stopped, damaged or incomplete stage is marked, never shown as fine.
@@ -308,7 +308,11 @@ SECTIONS = (
 
 
 def e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """Text for the page: HTML-escaped, and control characters from data and paths (an ESC, a CR) shown as escapes,
+    as every other printer shows them; line breaks stay (commands and messages in <pre> blocks)."""
+    from grtool.userinput import escaped
+
+    return html.escape("\n".join(escaped(line) for line in str(value).split("\n")), quote=True)
 
 
 def _num(value: Any, digits: int = 4) -> str:

@@ -58,12 +58,12 @@ def open_source(path: Path, corpus: Path | None = None, triples: Path | None = N
         source = _stage_source(path)
     if source.kind == "questions":  # a corpus's questions, with their gold documents (--corpus: the documents)
         source.questions = source.path
-        source.documents = resolve_stage(corpus, "documents") if corpus is not None else _documents_beside(source.path)
+        source.documents = resolve_stage(corpus, "documents", finished=False) if corpus is not None else _documents_beside(source.path)
     elif corpus is not None:
-        source.questions = resolve_stage(corpus, "questions")
+        source.questions = resolve_stage(corpus, "questions", finished=False)
         source.documents = _documents_beside(source.questions)
     if triples is not None:
-        source.triples = resolve_stage(triples, "triples")
+        source.triples = resolve_stage(triples, "triples", finished=False)
     if source.kind == "triples" and source.triples is None:
         source.triples = source.path
     if source.kind == "documents" and source.documents is None:
@@ -89,7 +89,7 @@ def documents_of(path: Path, corpus: Path | None = None) -> Path | None:
     """The documents stage behind an artefact (an index, a stage): ``corpus``'s when given, else followed from its
     records; None when none is found."""
     if corpus is not None:
-        return resolve_stage(corpus, "documents")
+        return resolve_stage(corpus, "documents", finished=False)
     return _follow([path], FOLLOW_DEPTH + 1).get("documents")
 
 

@@ -164,7 +164,7 @@ def input_stage(path: str | Path | None, table: str) -> Path | str | None:
         return None
 
     try:
-        return resolve_stage(path, table)
+        return resolve_stage(path, table, finished=False)  # which stage it is; reading it judges whether it is finished
     except InputError:
         return path
 

@@ -333,8 +333,10 @@ def is_stage_dir(path: str | Path) -> bool:
     return os.path.lexists(Path(path) / MANIFEST)
 
 
-def resolve_stage(path: str | Path, table: str) -> Path:
-    """Accept a stage directory of ``table`` or a run directory holding ``<table>/``."""
+def resolve_stage(path: str | Path, table: str, *, finished: bool = True) -> Path:
+    """Accept a stage directory of ``table`` or a run directory holding ``<table>/``: the one input resolver of the
+    commands. An input must be ``finished`` (every part committed, no failure nobody accepted): a killed or failed
+    run's rows are never read as a whole stage; inspecting one (``show``) passes ``finished=False``."""
     p = Path(path)
     if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO or a device: named as what it is
         from grtool.userinput import missing_input
@@ -342,12 +344,28 @@ def resolve_stage(path: str | Path, table: str) -> Path:
         raise missing_input(p)
     for candidate in (p, p / table):
         if is_stage_dir(candidate):
-            got = load_manifest(candidate).table
+            manifest = load_manifest(candidate)
+            got = manifest.table
             if got == table:
+                if finished:
+                    refuse_unfinished(candidate, manifest)
                 return candidate
             if candidate == p and not (p / table).exists():
                 raise InputError(f"{p}: a stage directory of table {got!r}, expected {table!r}")
     raise InputError(f"{p}: no {table!r} stage directory here or in {p / table}")
+
+
+def refuse_unfinished(stage: Path, manifest: Manifest) -> None:
+    """Exit 2 for a stage a command may not read as its input: parts not committed (a run killed or still going),
+    or a failed run (a tripped guard, an error) nobody accepted."""
+    if not manifest.complete:
+        raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first; grtool status {stage} shows its parts)")
+    from grtool.store.stops import describe, open_stops
+
+    stops = open_stops(manifest)
+    if stops:
+        raise InputError(f"{stage}: the run that wrote it failed ({describe(stops[0])}); run it again, or accept the failure "
+                         f"with grtool validate {stage} --accept --reason TEXT")  # fmt: skip
 
 
 def now() -> str:

@@ -33,8 +33,9 @@ def status(path: str | Path, footers: bool = True) -> dict[str, Any]:
     manifest = load_manifest(path)
     records = load_shard_records(path)
     n = manifest.num_parts
-    done = sorted(records)
     pending = parts_not_on_disk(path, n, records, footers)  # a record whose part was removed is pending, not done
+    records = {name: r for name, r in records.items() if name not in pending}  # the done parts: counted once
+    done = sorted(records)
     counters = merge_counters(msgspec.to_builtins(r.counters) for r in records.values())  # summed as JSON counters
     return {
         "path": str(path),

@@ -58,7 +58,7 @@ def input_fingerprint(path: str | Path, table: str | None = None) -> dict[str, A
 
     if is_stdio(path):
         return {"path": "-", "kind": "stdin"}
-    target = resolve_stage(path, table) if table is not None else Path(path)
+    target = resolve_stage(path, table, finished=False) if table is not None else Path(path)
     return {**fingerprint(target), **({"table": table} if table else {})}
 
 

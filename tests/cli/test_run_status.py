@@ -31,3 +31,8 @@ def test_status_json_of_a_run_lists_its_indexes_exports_checkpoints_and_pipeline
     assert [p["stage"] for p in got["pipeline"]] == ["triples"] and got["pipeline"][0]["seconds"] == 1.5
     alone = json.loads(grtool("status", run / "triples", "--json").stdout)  # a stage directory: its own object
     assert alone == got["stages"][0]
+    # An index record its readers refuse is listed as damaged (before: as an fm index, whatever it said).
+    meta = json.loads((run / "index" / "index.json").read_text())
+    meta["sizes"]["documents"] = -5
+    (run / "index" / "index.json").write_text(json.dumps(meta))
+    assert json.loads(grtool("status", run, "--json").stdout)["indexes"][0]["kind"] == "damaged"

@@ -79,3 +79,29 @@ def test_a_documents_file_keyed_doc_id_is_read_by_that_id(tmp_path):
     [gold] = read_table(out / "questions").column("gold_doc_ids").to_pylist()
     titles = dict(zip(*(read_table(out / "documents").column(c).to_pylist() for c in ("doc_id", "title"))))
     assert [titles[g] for g in gold] == ["Lowmere"]
+
+
+def test_a_nan_id_from_a_table_export_is_blank_not_the_id_nan(tmp_path):
+    # before: NaN became the qid "nan", and a gold id NaN resolved to the document whose id was NaN too
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": [float("nan"), 2.0], "title": ["Ada Quill", "Lowmere"], "text": [DOCS[0]["text"], DOCS[1]["text"]]}), tmp_path / "docs.parquet")
+    q = _write(tmp_path / "q.jsonl", [{"qid": "q1", "question": "Which town has mills?", "answer": "Lowmere", "gold_doc_ids": [2]}])
+    pq.write_table(pa.table({"qid": [float("nan")], "question": ["Who drew maps?"], "answer": ["Ada"], "gold_doc_ids": [["2"]]}), tmp_path / "q2.parquet")
+    out = tmp_path / "out"
+    ingest([tmp_path / "docs.parquet", q, tmp_path / "q2.parquet"], out, allow_rejects=True)
+    assert "nan" not in read_table(out / "questions").column("qid").to_pylist()
+    assert "field 'id' is blank" in _rejects(out, "documents").values() and "field 'qid' is blank" in _rejects(out, "questions").values()
+
+
+def test_split_names_given_on_the_command_line_are_normalised_as_records_are(tmp_path, cli):
+    docs = _write(tmp_path / "docs.jsonl", DOCS)
+    q = _write(tmp_path / "q.jsonl", [{"qid": f"q{i}", "question": f"Who drew maps {i}?", "answer": "Ada", "gold_doc_ids": ["d1"]} for i in range(6)])
+    err = cli("corpus", "ingest", docs, q, "--split", " Validation ", "--out", tmp_path / "out").stderr
+    assert set(read_table(tmp_path / "out" / "questions").column("split").to_pylist()) == {"dev"}  # before: " Validation "
+    assert "--split ' Validation ' is read as 'dev'" in err, err
+    # corpus split --names: the same names, and two that normalise alike are one (before: splits "train" and "TRAIN")
+    cli("corpus", "split", tmp_path / "out", "--ratios", "0.5,0.5", "--names", " Train ,Validation", "--resplit", "--out", tmp_path / "s")
+    assert set(read_table(tmp_path / "s" / "questions").column("split").to_pylist()) <= {"train", "dev"}
+    assert "split names must be distinct" in cli("corpus", "split", tmp_path / "out", "--ratios", "0.5,0.5", "--names", "train,TRAIN", "--resplit", "--out", tmp_path / "s2", check=2).stderr

@@ -189,3 +189,15 @@ def test_a_damaged_selection_in_the_manifest_exits_2(cli, samples, tmp_path):
     (out / "_manifest.json").write_text(json.dumps(manifest))
     proc = cli("eval", "recall", out, "--corpus", corpus, "--triples", corpus / "triples", check=2)
     assert "datasets / splits / limit are not what `retrieve` writes" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+
+
+def test_the_per_question_table_shows_control_characters_escaped(capsys):
+    # before: a title's ESC went to the terminal raw (it recoloured everything after it)
+    from grtool.cli.evaluate import print_per_question
+
+    question = {"qid": "q\x1b[1m1", "dataset": "generic", "split": "dev", "recall": 1.0, "exact": 1.0, "docids": 1, "hallucinated": 0, "status": "scored",
+                "rows": [{"retrieved": [{"doc_id": "d1", "title": "Per\x1b[31mson 0", "verdict": "gold"}]}]}  # fmt: skip
+    print_per_question([question])
+    printed = capsys.readouterr()
+    text = printed.out + printed.err
+    assert "\x1b[31m" not in text and "\x1b[1m1" not in text and "Per\\x1b[31mson 0" in text, text

@@ -195,3 +195,15 @@ def test_questions_with_incomplete_gold_are_reported_not_scored(cli, examples, t
     assert report["recall"] == 1.0  # what is scored is scored right
     overlap = json.loads(cli("corpus", "overlap", tmp_path / "run", "--json").stdout)
     assert overlap["left_out"]["gold_incomplete"] == report["incomplete_gold"]
+
+
+def test_a_trec_file_is_never_written_with_an_id_that_holds_whitespace(tmp_path):
+    # before: the qid "q 1" made a line of seven fields (exit 0), which `eval recall --run` then refused
+    from grtool.errors import InputError
+    from grtool.evaluation.trec import TrecWriter
+
+    writer = TrecWriter("run\tname")
+    writer.runs, writer.gold = {"q 1": ["d1"]}, {"q 1": ("d1",)}
+    with pytest.raises(InputError, match=r"the id 'q 1' \(question 'q 1'\) holds whitespace"):
+        writer.write(tmp_path / "run.trec", tmp_path / "qrels")
+    assert not (tmp_path / "run.trec").exists() and writer.tag == "run_name"

@@ -79,3 +79,16 @@ def test_an_out_inside_a_stage_is_refused(run: Path, tmp_path: Path) -> None:
     proc = run_cli("report", run, "--out", run / "chains" / "report.html", check=2)
     assert f"lies inside {run / 'chains'}, a stage directory grtool wrote" in proc.stderr and not (run / "chains" / "report.html").exists()
     assert "not a directory" in run_cli("report", tmp_path / "nothing", check=2).stderr
+
+
+def test_commands_are_shell_quoted_and_control_characters_escaped(tmp_path: Path, examples: Path) -> None:
+    # before: `--out run[1]` unquoted (a shell globs it) and the ESC of a directory name raw in the page
+    import html
+    import shlex
+
+    run = tmp_path / "run[1]\x1b[31m"
+    run_cli("corpus", "ingest", examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", "--out", run / "corpus")
+    run_cli("report", run, "--out", tmp_path / "page.html")
+    page = (tmp_path / "page.html").read_text()
+    assert "\x1b" not in page
+    assert shlex.quote(str(run / "corpus")).replace("\x1b", "\\x1b") in html.unescape(page)

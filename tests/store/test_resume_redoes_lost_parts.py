@@ -59,3 +59,33 @@ def test_merge_redoes_a_part_that_is_gone_from_disk(cli, examples, ingested, tmp
     assert "already complete" not in again.stderr
     assert _rows(merged / "documents") == before
     cli("validate", str(merged))
+
+
+def test_a_stage_a_killed_run_left_is_no_commands_input_until_resumed(cli, examples, tmp_path):
+    """Killed after its first documents part: before, a command reading the documents (here `index build
+    --source documents`) read the parts there as the whole corpus, exit 0. An input must be finished; resuming the
+    run makes it one."""
+    import signal
+
+    from hold_helpers import held
+
+    out = tmp_path / "out"
+    args = ["corpus", "ingest", str(examples / HOTPOT), "--out", str(out), "--rows-per-part", "4"]
+    held(args, "committed", signal.SIGKILL, tmp_path / "holds")
+    build = ("index", "build", out, "--source", "documents", "--tokenizer", "default", "--kind", "numpy", "--out", tmp_path / "idx")
+    err = cli(*build, check=2).stderr
+    assert f"{out / 'documents'}: incomplete stage directory (finish or resume the run that writes it first" in " ".join(err.split()), err
+    assert not (tmp_path / "idx").exists()  # refused before it wrote anything
+    _ingest(cli, examples, out)  # the same command resumes it
+    cli(*build)
+
+
+def test_status_counts_a_removed_part_as_pending_only(ingested):
+    # before: "parts done 3/3, pending 1": the removed part counted as done and as pending, its rows still summed
+    from grtool.store.status import status
+
+    out, rows = ingested
+    (out / "documents" / "part-00001.parquet").unlink()
+    st = status(out / "documents")
+    assert st["parts_pending"] == ["part-00001"] and st["parts_done"] + 1 == st["parts_planned"]
+    assert st["rows"] < len(rows) and st["complete"] is False

@@ -62,6 +62,10 @@ def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, c
         assert f"grtool validate {out / 'triples'} --accept" in text
         reports = {r.table: r for r in validate_tree(out)}
         assert not reports["triples"].ok and reports["triples"].stops[0].numbers["empty"] == 4  # validate --json shows it
+        # A command reading the failed stage refuses it (before: read as a whole stage, exit 0) until it is accepted.
+        refused = cli("triples", "collisions", out, "--corpus", documents, check=2, env=WIDE).stderr
+        assert f"{out / 'triples'}: the run that wrote it failed (guard --max-empty-share tripped" in refused, refused
+        assert f"grtool validate {out / 'triples'} --accept --reason TEXT" in refused, refused
 
         # Accepted explicitly: who, when, why; validate passes and says so.
         accepted = _validate(cli, out, 0, "--accept", "--reason", "five documents, expected")
@@ -70,6 +74,7 @@ def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, c
         acc = _stops(out / "triples")["all"]["accepted"]
         assert acc["reason"] == "five documents, expected" and "@" in acc["by"] and acc["when"] and "--accept" in acc["command"]
         assert status(out / "triples")["complete"] is True
+        cli("triples", "collisions", out, "--corpus", documents, env=WIDE)  # accepted: read as it is
         with pytest.raises(InputError, match="has a failed run to accept"):
             accept_tree(out)  # nothing left to accept: an --accept left in a CI script fails
 
