@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import msgspec
 import polars as pl
 import pyarrow.parquet as pq
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import DamagedRecord, file_kind
+from grtool.records import DamagedRecord, file_kind, read_record_bytes
 from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
 from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, check_parts_planned
 from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops
@@ -532,11 +533,30 @@ def validate_dataset_info(path: Path, with_sidecar: set[Path]) -> Report:
 
 
 def nothing_found(root: Path) -> Report:
+    started = _stopped_run(root)
+    if started is not None:  # a run killed before its first stage directory left its lock (and its work folder)
+        return Report(str(root), None, problems=[f"{root}: a grtool run started here ({started}) and stopped before it wrote its first stage directory; run that command again"])
     return Report(
         str(root),
         None,
         problems=[f"{root}: no stage directory ({MANIFEST}, {SHARD_GLOB}), no index ({INDEX_META}) and no export (*.grtool.json, dataset_info.json) under it: nothing grtool wrote is here"],
     )
+
+
+def _stopped_run(root: Path) -> str | None:
+    """What the run lock left in ``root`` says of the run that took it (its command and start), or None."""
+    import shlex
+
+    from grtool.store.layout import RUN_LOCK
+
+    try:
+        holder = orjson.loads(read_record_bytes(root / RUN_LOCK, what="run lock"))
+    except (OSError, ValueError, GrtoolError):
+        return None
+    command = holder.get("command") if isinstance(holder, dict) else None
+    if not isinstance(command, list) or not all(isinstance(w, str) for w in command):
+        return None
+    return f"{shlex.join(command)}, started {holder.get('started', '?')}"
 
 
 def validate_file(path: Path) -> Report:

@@ -98,7 +98,7 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
     written: list[str] = []
     targets: list[tuple[str, str, str]] = []  # (stage, flag, path)
     singles: list[tuple[str, str]] = []  # the reports, plots and stdout files among them
-    stage_dirs: dict[Path, str] = {}  # the stage directories the stages before write -> that stage
+    stage_dirs: dict[Path, str] = {}  # the stage directories the stages before write -> the option that writes it
     for stage in pipeline.stages:
         writes = declared_writes(commands, stage)
         own = [path for _, path, _ in writes]
@@ -110,8 +110,10 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
             refuse_record_path(target, flag, within=[o for o in own if o != target])
             inside = next((d for d in stage_dirs if d in Path(os.path.abspath(target)).parents), None)
             if inside is not None:  # a stage directory holds only what its own command writes there
-                raise InputError(f"{pipeline.path}: {flag} {target}: lies inside {inside}, the stage directory stage {stage_dirs[inside]!r} writes; write it somewhere else")
-        stage_dirs.update({Path(os.path.abspath(d)): stage.name for d, _, _ in written_tables(commands, stage)})
+                raise InputError(f"{pipeline.path}: {flag} {target}: lies inside {inside}, a stage directory {stage_dirs[inside]} writes; write it somewhere else")
+        for d, _, _ in written_tables(commands, stage):
+            d = Path(os.path.abspath(d))
+            stage_dirs[d] = next((f for f, p, _ in writes if Path(os.path.abspath(p)) in (d, d.parent)), f"stage {stage.name!r}")
     # A command whose output is a run directory writes its stage directories inside it (OUT/triples, OUT/documents
     # and OUT/questions), where later stages write theirs too.
     run_dirs = {o for stage in pipeline.stages if commands.writes_run_directory(stage.run) for o in stage.outputs}

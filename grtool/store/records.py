@@ -356,16 +356,16 @@ def resolve_stage(path: str | Path, table: str, *, finished: bool = True) -> Pat
 
 
 def refuse_unfinished(stage: Path, manifest: Manifest) -> None:
-    """Exit 2 for a stage a command may not read as its input: parts not committed (a run killed or still going),
-    or a failed run (a tripped guard, an error) nobody accepted."""
-    if not manifest.complete:
+    """Exit 2 for a stage a command may not read as its input: planned parts not committed (a run killed or still
+    going), or a failed run (a tripped guard, an error) nobody accepted. (A manifest that plans no count of parts,
+    written by a program of its own through the store, is read as the parts it records.)"""
+    if manifest.num_parts is not None and not manifest.complete:
         raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first; grtool status {stage} shows its parts)")
-    from grtool.store.stops import describe, open_stops
-
-    stops = open_stops(manifest)
+    stops = [s for _, s in sorted((manifest.stops or {}).items()) if s.accepted is None]  # grtool.store.stops.open_stops
     if stops:
-        raise InputError(f"{stage}: the run that wrote it failed ({describe(stops[0])}); run it again, or accept the failure "
-                         f"with grtool validate {stage} --accept --reason TEXT")  # fmt: skip
+        what = f"guard {stops[0].guard} tripped" if stops[0].kind == "guard" else f"exit {stops[0].exit_code}"
+        raise InputError(f"{stage}: the run that wrote it failed ({what} at {stops[0].when}: {stops[0].message[:400]}); run it again, "
+                         f"or accept the failure with grtool validate {stage} --accept --reason TEXT")  # fmt: skip
 
 
 def now() -> str:

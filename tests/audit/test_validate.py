@@ -312,3 +312,15 @@ def test_index_of_triples_changed_since_is_stale(tmp_path):
     out = _validate_json(tmp_path / "run", 1)
     [index] = [s for s in out["stages"] if s["table"] == "index"]
     assert any(p.startswith("stale: input") and "triples" in p for p in index["problems"]), index
+
+
+def test_a_run_killed_before_its_first_stage_directory_is_named_as_such(tmp_path, examples):
+    # before: "nothing grtool wrote is here", although its lock names the command that was stopped
+    import signal
+
+    from hold_helpers import held
+
+    out = tmp_path / "corpus"
+    held(["corpus", "ingest", examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", "--out", out], "locked", signal.SIGKILL, tmp_path / "holds")
+    err = " ".join(run_cli("validate", out, check=1).stderr.split())
+    assert "a grtool run started here (grtool corpus ingest" in err and "stopped before it wrote its first stage directory" in err, err

@@ -284,7 +284,7 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
     [
         # before: each passed the dry run, and the pipeline stopped at that stage after the ones before it ran
         ({"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/evidence/triples/idx"}},
-         ["stage 'index' option out", "lies inside", "the stage directory stage 'evidence' writes"]),
+         ["stage 'index' option out", "lies inside", "a stage directory stage 'evidence' option out writes"]),
         ({"name": "filters", "run": "filters apply", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/f", "report": "{out}/f/r.md"}},
          ["stage 'filters'", "--report", "--out"]),
     ],

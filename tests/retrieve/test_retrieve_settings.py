@@ -33,7 +33,8 @@ def test_system_prompt_is_the_one_export_sft_trains_with(tmp_path):
     trained = sft_row("trl-messages", instruction("Who wrote it?", "special"), "answer", "Answer with docids.")["messages"]
     assert sent == trained[:-1]
     assert retrieve_prompt(request, None).sha256() != retrieve_prompt(RetrieveRequest(corpus="unused", index=Path("unused"), out=tmp_path / "out", few_shot=0), None).sha256()
-    proc = run_cli("retrieve", tmp_path, "--index", tmp_path / "index", "--mode", "gmr", "--system", "x", "--out", tmp_path / "out", check=2)
+    # (a corpus not there: an existing directory that holds none is refused first, as what it is)
+    proc = run_cli("retrieve", tmp_path / "corpus", "--index", tmp_path / "index", "--mode", "gmr", "--system", "x", "--out", tmp_path / "out", check=2)
     assert "--system" in proc.stderr and "export gmr" in proc.stderr and not (tmp_path / "out").exists()
 
 
