@@ -180,7 +180,7 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
     data: dict[str, Any] = {}
     arguments = [p for p in params if p.argument]
     for p in arguments:
-        if p.many:
+        if p.many and (rest or not p.required):  # a required one with nothing given stays missing, as on the command line
             data[p.name], rest = rest, []
         elif rest:
             data[p.name] = rest.pop(0)

@@ -80,6 +80,7 @@ def _refusal(run: str, args: list, options: dict) -> str:
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "max_docid": 3}, ["has no option 'max_docid'", "did you mean 'max_docids'"]),
         ("filters apply", ["c", "d"], {"corpus": "q", "triples": "t", "out": "o"}, ["2 arguments", "takes 1 (CHAINS)", "'d' left over"]),
         ("filters apply", [], {"corpus": "q", "triples": "t", "out": "o"}, ["CHAINS is missing"]),
+        ("corpus ingest", [], {"out": "o"}, ["INPUTS is missing"]),  # a required list of arguments, none given
         ("filters apply", ["c"], {"corpus": "q", "out": "o"}, ["--triples is missing"]),
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "json": False}, ["option 'json': false", "--json is an on/off flag without an off form"]),
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": ""}, ["--out is empty"]),
