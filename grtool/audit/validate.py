@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import msgspec
 import polars as pl
 import pyarrow.parquet as pq
@@ -29,10 +28,10 @@ import pyarrow.parquet as pq
 from grtool.errors import GrtoolError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
-from grtool.records import DamagedRecord, file_kind, read_record_bytes
+from grtool.records import DamagedRecord, file_kind
 from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
-from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, check_parts_planned
-from grtool.store.stops import describe as describe_stop, describe_acceptance, open_stops
+from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, check_parts_planned, open_stops
+from grtool.store.stops import describe as describe_stop, describe_acceptance
 from grtool.store.schemas import TABLES
 from grtool.store.layout import MANIFEST, SHARDS_DIR, part_name
 from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, sha256_file
@@ -548,15 +547,12 @@ def _stopped_run(root: Path) -> str | None:
     import shlex
 
     from grtool.store.layout import RUN_LOCK
+    from grtool.store.locks import read_holder
 
-    try:
-        holder = orjson.loads(read_record_bytes(root / RUN_LOCK, what="run lock"))
-    except (OSError, ValueError, GrtoolError):
+    holder = read_holder(root / RUN_LOCK) if (root / RUN_LOCK).is_file() else None
+    if holder is None or not holder.command:
         return None
-    command = holder.get("command") if isinstance(holder, dict) else None
-    if not isinstance(command, list) or not all(isinstance(w, str) for w in command):
-        return None
-    return f"{shlex.join(command)}, started {holder.get('started', '?')}"
+    return f"{shlex.join(holder.command)}, started {holder.started}"
 
 
 def validate_file(path: Path) -> Report:

@@ -155,7 +155,6 @@ class StageValues:
     """A stage's options converted: ``values`` by parameter name, as the command receives them (defaults filled,
     paths as Path, choices as their Enum, parsers applied); ``given`` the parameters the stage names."""
 
-    options: msgspec.Struct
     values: dict[str, Any]
     given: set[str]
 
@@ -217,7 +216,7 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
             values[p.name] = _received(p, value, where)
         else:  # as Typer hands it over: a repeated option not given is an empty tuple
             values[p.name] = tuple(p.default or ()) if p.many else p.default
-    return StageValues(struct, values, {p.name for p in params if p.name in data})
+    return StageValues(values, {p.name for p in params if p.name in data})
 
 
 def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], where: str) -> tuple[list[Any], list[tuple[Parameter, bool, Any]]]:

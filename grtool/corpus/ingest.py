@@ -38,7 +38,7 @@ from grtool.corpus.dedup_spill import (
 )
 from grtool.errors import DataProblem, GrtoolError, InputError
 from grtool.log import log, progress
-from grtool.store.stops import open_stops
+from grtool.store.records import open_stops
 from grtool.store.empty import allowing
 from grtool.store.io import is_stdio
 from grtool.store.partloop import Output, PartLoop

@@ -31,6 +31,7 @@ from grtool.audit.validate import Report as Verdict, nothing_found, validate_tre
 from grtool.errors import DataProblem, InputError
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.records import Manifest, load_manifest, now
+from grtool.userinput import escaped
 
 EXAMPLES_PER_REASON = 2
 EXAMPLE_CHARS = 400  # of a rejected chain's text, on the page
@@ -310,8 +311,6 @@ SECTIONS = (
 def e(value: Any) -> str:
     """Text for the page: HTML-escaped, and control characters from data and paths (an ESC, a CR) shown as escapes,
     as every other printer shows them; line breaks stay (commands and messages in <pre> blocks)."""
-    from grtool.userinput import escaped
-
     return html.escape("\n".join(escaped(line) for line in str(value).split("\n")), quote=True)
 
 

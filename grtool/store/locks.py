@@ -116,7 +116,7 @@ class LockHolder(msgspec.Struct):
     tasks: PartCount | None = None
 
 
-def _read_holder(path: Path) -> LockHolder | None:
+def read_holder(path: Path) -> LockHolder | None:
     """The holder a lock file names; None while it has not written itself yet, or when the file is damaged (the
     message then says no more than that a run holds it)."""
     try:
@@ -145,7 +145,7 @@ def _live_tasks(directory: Path) -> list[LockHolder | None]:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                live.append(_read_holder(f))
+                live.append(read_holder(f))
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -213,7 +213,7 @@ class RunLock:
         task = self.dir / TASK_LOCK.format(index=self.index, count=self.count)
         if not _try_flock(task, fcntl.LOCK_EX, holder):
             self.release()
-            raise TransientError(f"{self.dir}: array task {self.index} of {self.count} is already running here ({_describe(_read_holder(task))}); wait until it ends (or stop it), then run again")
+            raise TransientError(f"{self.dir}: array task {self.index} of {self.count} is already running here ({_describe(read_holder(task))}); wait until it ends (or stop it), then run again")
         self._held.append(task)
         hold("locked")
         return self
@@ -223,7 +223,7 @@ class RunLock:
         if tasks:
             who = "; ".join(f"array task {t.task if t else None} of {t.tasks if t else None}: {_describe(t)}" for t in tasks)
         else:
-            who = f"another run: {_describe(_read_holder(run))}"
+            who = f"another run: {_describe(read_holder(run))}"
         this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
         return TransientError(f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that run ends (or stop it), then run again")
 

@@ -355,13 +355,18 @@ def resolve_stage(path: str | Path, table: str, *, finished: bool = True) -> Pat
     raise InputError(f"{p}: no {table!r} stage directory here or in {p / table}")
 
 
+def open_stops(manifest: Manifest) -> list[StopRecord]:
+    """The stops nobody accepted (none in a manifest of an older grtool): each fails the stage (grtool.store.stops)."""
+    return [s for _, s in sorted((manifest.stops or {}).items()) if s.accepted is None]
+
+
 def refuse_unfinished(stage: Path, manifest: Manifest) -> None:
     """Exit 2 for a stage a command may not read as its input: planned parts not committed (a run killed or still
     going), or a failed run (a tripped guard, an error) nobody accepted. (A manifest that plans no count of parts,
     written by a program of its own through the store, is read as the parts it records.)"""
     if manifest.num_parts is not None and not manifest.complete:
         raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first; grtool status {stage} shows its parts)")
-    stops = [s for _, s in sorted((manifest.stops or {}).items()) if s.accepted is None]  # grtool.store.stops.open_stops
+    stops = open_stops(manifest)
     if stops:
         what = f"guard {stops[0].guard} tripped" if stops[0].kind == "guard" else f"exit {stops[0].exit_code}"
         raise InputError(f"{stage}: the run that wrote it failed ({what} at {stops[0].when}: {stops[0].message[:400]}); run it again, "

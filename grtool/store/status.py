@@ -13,7 +13,7 @@ from grtool.store.layout import MANIFEST
 import msgspec
 
 from grtool.store.records import ShardRecord, is_stage_dir, load_manifest, load_shard_records, merge_counters, parts_not_on_disk
-from grtool.store.stops import open_stops
+from grtool.store.records import open_stops
 
 
 def find_stage_dirs(root: str | Path) -> list[Path]:

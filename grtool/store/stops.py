@@ -59,11 +59,6 @@ def task_key(shards: tuple[int, int] | None) -> str:
 # ------------------------------------------------------------------------------------------ reading
 
 
-def open_stops(manifest: Manifest) -> list[StopRecord]:
-    """The stops nobody accepted (none in a manifest of an older grtool): each fails the stage."""
-    return [s for _, s in sorted((manifest.stops or {}).items()) if s.accepted is None]
-
-
 SHOWN_CHARS = 400  # of the message, in status and validate lines (the record keeps it whole)
 
 
