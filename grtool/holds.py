@@ -8,7 +8,8 @@ else). Unset, as in every real run, a point costs one environment lookup.
 Points: ``starting`` (the ``grtool`` command, before its modules are imported); ``locked`` (a run holds its output's lock, before it reads or writes anything); ``training`` (`train`
 holds its --out and has written its run record there, before the model loads); ``saving`` (`train` has written a
 checkpoint under its temporary name and not yet renamed it into place; a SIGTERM there is kept, as anywhere in
-training, and stops the run after its next step); ``committed`` (a stage's part and its
+training, and stops the run after its next step); ``recorded`` (a file written whole, an export, has its record
+written and is not yet renamed into place); ``committed`` (a stage's part and its
 shard record are committed, the next part not begun); ``spilled`` (`corpus ingest` has read every input into its
 bucket files and not yet written the plan that lets a resumed run reuse them); ``finished`` (the
 command's work is done, its outputs complete); ``exiting`` (its exit callbacks have run, the process ends next).

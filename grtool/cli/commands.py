@@ -19,9 +19,9 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from grtool.pipeline.registry import Command, PathKind, RunOutput, TableInput, TableOutput, command_name
+from grtool.pipeline.registry import Command, FilesOutput, PathKind, RunOutput, TableInput, TableOutput, command_name
 
-__all__ = ["Command", "Group", "PathKind", "RunOutput", "TableInput", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
+__all__ = ["Command", "FilesOutput", "Group", "PathKind", "RunOutput", "TableInput", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,7 @@ def check_declared_outputs(command: Command, options: dict[str, Any]) -> None:
 
     if command.writes:
         outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
+        outputs += [(f"{option_flag(command, name)} (the file beside it)", path, True) for name, path in command.files_beside(options)]
         runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
         raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
         check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)

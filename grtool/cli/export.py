@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from grtool.cli.commands import Command, Group, PathKind, TableInput, register
+from grtool.cli.commands import Command, FilesOutput, Group, PathKind, TableInput, register
 from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
 
 register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
@@ -99,7 +100,18 @@ def sft_cmd(
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
-register(Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": PathKind.REPORT}))
+def dev_file(out: str, options: Mapping[str, Any]) -> list[str]:
+    """The dev split's file `export sft --dev-share` writes beside --out."""
+    from grtool.export.sft import dev_path
+
+    try:
+        share = float(options.get("dev_share") or 0)
+    except (TypeError, ValueError):  # refused as an option value, in the option's words
+        return []
+    return [str(dev_path(Path(out)))] if share > 0 else []
+
+
+register(Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": FilesOutput(beside=dev_file)}))
 
 
 @allows_empty
@@ -175,23 +187,9 @@ def gmr_cmd(
     import orjson
 
     from grtool.log import stage_summary
-    from grtool.export.formats import open_rows
-    from grtool.export.gmr import GmrResult, iter_gmr
-    from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
-    from grtool.store.empty import check_rows
+    from grtool.export.gmr import export_gmr
 
-    result = GmrResult()
-    splits = tuple(split or ())
-    with claim_export([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")]):
-        with open_rows(out, json_array=False) as writer:
-            for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions, splits=splits):
-                writer.write(pair)
-            check_rows(
-                str(out), result.questions, writer.rows, {"no gold documents": result.no_gold, "a gold document missing": result.missing_gold_document}, unit="questions", inputs=[str(corpus)]
-            )  # before the file is committed
-        if str(out) != "-":
-            inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
-            write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None))
+    result = export_gmr(corpus, out, memorization=memorization, chunk_questions=chunk_questions, splits=tuple(split or ()))
     stage_summary.print(
         f"{result.questions} questions → {result.retrieval_pairs} retrieval pairs; {result.memorization_pairs} memorization pairs; "
         f"skipped: {result.no_gold} without gold, {result.missing_gold_document} with a gold document missing"

@@ -222,10 +222,13 @@ def check_export(path: Path, meta: ExportRecord) -> tuple[dict[str, Any], list[s
     checked: dict[str, Any] = {"kind": meta.kind, "format": meta.trainer_format, "rows": 0}
     side = sidecar_path(path).name
     if not path.is_file():
-        return checked, [f"{path.name}: missing, but {side} records it ({meta.rows} rows)"], notes
+        return checked, [f"{path.name}: missing, but {side} records it ({meta.rows} rows): an export stopped before its file was in place, or the file was removed; export it again"], notes
     size, digest = path.stat().st_size, sha256_file(path)
     if size != meta.bytes or digest != meta.sha256:
-        problems.append(f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.bytes} bytes, {meta.sha256[:12]}…)")
+        problems.append(
+            f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.bytes} bytes, {meta.sha256[:12]}…): "
+            "edited, or an export stopped before its new file was in place; export it again"
+        )
     key = (meta.kind, meta.trainer_format)
     check = ROW_SHAPES.get(key)
     if check is None:

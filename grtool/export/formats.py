@@ -11,10 +11,7 @@ and unpaired-preference rows ``{"prompt": [...], "completion": [...], "label": b
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,7 +20,10 @@ import orjson
 from grtool.errors import InputError
 from grtool.docid import MARKERS, SPECIAL
 from grtool.records import read_record_bytes
-from grtool.store.records import atomic_write_bytes, commit_file
+from grtool.store.locks import updating
+from grtool.store.outputs import EXPORT, input_stage
+from grtool.store.partloop import FileOutput, LoopPart
+from grtool.store.records import atomic_write_bytes
 
 
 def with_markers(chain: str, markers: str) -> str:
@@ -94,16 +94,17 @@ def dataset_info_stanza(fmt: str, file_name: str, system: bool, kto: bool = Fals
 def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
     """Add or replace our entries in ``directory/dataset_info.json``, keeping every other dataset there."""
     path = directory / "dataset_info.json"
-    info: dict[str, Any] = {}
-    if path.exists():
-        try:
-            info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
-        except orjson.JSONDecodeError as e:
-            raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
-        if not isinstance(info, dict):
-            raise InputError(f"{path}: expected a JSON object of dataset entries")
-    info.update(entries)
-    atomic_write_bytes(path, orjson.dumps(info, option=orjson.OPT_INDENT_2) + b"\n")
+    with updating(path):  # exports into one folder each add their entries: one at a time, none lost
+        info: dict[str, Any] = {}
+        if path.exists():
+            try:
+                info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
+            except orjson.JSONDecodeError as e:
+                raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+            if not isinstance(info, dict):
+                raise InputError(f"{path}: expected a JSON object of dataset entries")
+        info.update(entries)
+        atomic_write_bytes(path, orjson.dumps(info, option=orjson.OPT_INDENT_2) + b"\n")
     return path
 
 
@@ -138,22 +139,20 @@ class RowWriter:
         self.handle.flush()
 
 
-@contextmanager
-def open_rows(out: str | Path, json_array: bool) -> Iterator[RowWriter]:
-    """Rows to a file, made visible only when complete (tmp, fsync, rename), or JSON Lines on stdout for ``-``."""
-    if str(out) == "-":
-        writer = RowWriter(sys.stdout.buffer, json_array=False)
-        yield writer
-        writer.close()
-        return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            writer = RowWriter(handle, json_array)
-            yield writer
-            writer.close()
-        commit_file(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def export_outputs(files: list[str | Path], kind: str, *, inputs: list[tuple[str | Path | None, str | None]]) -> list[FileOutput]:
+    """The files an export writes, as outputs of its part loop: claimed (checked and locked) when the loop opens,
+    before anything is read or written (``-``: standard output, nothing to claim).
+
+    ``inputs``: ``(path, table)`` pairs as the export reads them (a run directory resolves to its ``table``
+    stage). A file is never one of the inputs nor inside one (an input shard overwritten); an existing file is
+    replaced only when its ``<file>.grtool.json`` says grtool exported it; one writer per file.
+    """
+    stages = [input_stage(path, table) if table else path for path, table in inputs]
+    given = [path for path, _ in inputs]
+    return [FileOutput(f, EXPORT, export_kind=kind, inputs=stages, holders=given) for f in files]
+
+
+def row_writers(part: LoopPart, json_array: bool) -> list[RowWriter]:
+    """A :class:`RowWriter` for each file of an export's part (:func:`grtool.vocab.provenance.export_outputs`);
+    standard output gets JSON Lines whatever ``json_array`` says."""
+    return [RowWriter(shard.handle, json_array and shard.handle is not sys.stdout.buffer) for shard in part.shards]

@@ -17,6 +17,7 @@ gold documents, so memory is bounded by the chunk, not by the corpus.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +26,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from grtool.export.formats import export_outputs, row_writers
+from grtool.store.empty import check_rows
+from grtool.store.partloop import LoopPart, PartLoop
 from grtool.store.questions import SplitSelection
 from grtool.vocab.gmr import memorization_pair, render_document, retrieval_pairs
+from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
 from grtool.store.stage import iter_batches
 from grtool.store.records import resolve_stage
 
@@ -58,6 +63,28 @@ def _documents_by_id(documents: Path, wanted: set[str]) -> dict[str, str]:
         for row in batch.filter(mask).to_pylist():
             found[row["doc_id"]] = render_document(row["title"], row["text"])
     return found
+
+
+def export_gmr(corpus: str | Path, out: str | Path, *, memorization: bool = False, chunk_questions: int = 50_000, splits: tuple[str, ...] = ()) -> GmrResult:
+    """Write the pairs of the corpus run directory ``corpus`` to ``out`` (JSON Lines; ``-``: standard output)."""
+    loop = PartLoop(export_outputs([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")]), 1, num_shards=1, shard_index=0)
+    result = GmrResult()
+
+    def part(p: LoopPart) -> None:
+        [writer] = row_writers(p, json_array=False)
+        for pair in iter_gmr(corpus, result, memorization=memorization, chunk_questions=chunk_questions, splits=splits):
+            writer.write(pair)
+        skips = {"no gold documents": result.no_gold, "a gold document missing": result.missing_gold_document}
+        check_rows(str(out), result.questions, writer.rows, skips, unit="questions", inputs=[str(corpus)])  # before the file is committed
+        writer.close()
+        inputs = [input_fingerprint(corpus, "questions"), input_fingerprint(corpus, "documents")]
+        p.shards[0].record = functools.partial(
+            write_sidecar, out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None)
+        )
+
+    loop.run(part)
+    loop.finish()
+    return result
 
 
 def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = False, chunk_questions: int = 50_000,

@@ -14,20 +14,22 @@ The prompt is rebuilt from the question with the same template, markers and syst
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem, GrtoolError
-from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, kto_row, open_rows, update_dataset_info
+from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, export_outputs, kto_row, row_writers, update_dataset_info
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import DocidIndex, QuestionIndex
-from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
 from grtool.evaluation.verdicts import Score
 from grtool.evaluation.recall import Skipped, iter_scores
 from grtool.store.coverage import check_triples_cover
 from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
+from grtool.store.partloop import LoopPart, PartLoop
 from grtool.store.questions import SplitSelection
 
 
@@ -125,46 +127,55 @@ def export_kto(
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
     check_triples_cover(triples, corpus)
-    with claim_export([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")]):
+    files = export_outputs([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")])
+    loop = PartLoop(files, 1, num_shards=1, shard_index=0)  # the file claimed before anything is read
+    result = KtoResult(desirable_rule=desirable, tau=tau)
+    json_array = fmt == "llamafactory"
+    registered = json_array and not is_stdio(out)  # LLaMA-Factory's format: registered in dataset_info.json
+
+    def part(p: LoopPart) -> None:
         selected = SplitSelection.of(splits, corpus).qids(corpus)
         questions = QuestionIndex.build(corpus)
         index = DocidIndex.build(triples)
-        result = KtoResult(desirable_rule=desirable, tau=tau)
-        with open_rows(out, json_array=fmt == "llamafactory") as writer:
-            for score in iter_scores(responses, questions, index, result.skipped):
-                if score.question.qid not in selected:
-                    result.outside_split += 1
-                    continue
-                label = kto_label(score, tau, desirable)
-                counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
-                if label is None:
-                    result.dropped += 1
-                    counts["dropped"] += 1
-                    continue
-                prompt = instruction(score.question.question, markers, cannot_answer)
-                writer.write(kto_row(fmt, prompt, score.response.text, label, system))
-                result.qids.add(score.question.qid)
-                key = "desirable" if label else "undesirable"
-                setattr(result, key, getattr(result, key) + 1)
-                counts[key] += 1
-            skips = {
-                "recall between tau and the desirable rule": result.dropped,
-                "unknown qid": result.skipped.unknown_qid,
-                "no gold documents": result.skipped.no_gold,
-                "a gold document unknown": result.skipped.incomplete_gold,
-            }
-            written = result.desirable + result.undesirable
-            check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
-            one_class(result, tau)  # also before: a failed export writes and registers nothing
-        if not is_stdio(out):
-            result.file = str(out)
-            if fmt == "llamafactory":
-                stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
-                result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
-            inputs = [input_fingerprint(responses), input_fingerprint(corpus, "questions"), input_fingerprint(triples, "triples")]
-            write_sidecar(
-                out, kind="kto", fmt=fmt, rows=result.desirable + result.undesirable, json_array=fmt == "llamafactory",
-                inputs=inputs, dataset_info_entry=Path(out).stem if result.dataset_info else None,
-                params={"cannot_answer": cannot_answer} if cannot_answer else None, questions=questions_record(result.qids, splits=sorted(splits) or None),
-            )  # fmt: skip
+        [writer] = row_writers(p, json_array)
+        for score in iter_scores(responses, questions, index, result.skipped):
+            if score.question.qid not in selected:
+                result.outside_split += 1
+                continue
+            label = kto_label(score, tau, desirable)
+            counts = result.per_dataset.setdefault(score.question.dataset, {"desirable": 0, "undesirable": 0, "dropped": 0})
+            if label is None:
+                result.dropped += 1
+                counts["dropped"] += 1
+                continue
+            prompt = instruction(score.question.question, markers, cannot_answer)
+            writer.write(kto_row(fmt, prompt, score.response.text, label, system))
+            result.qids.add(score.question.qid)
+            key = "desirable" if label else "undesirable"
+            setattr(result, key, getattr(result, key) + 1)
+            counts[key] += 1
+        skips = {
+            "recall between tau and the desirable rule": result.dropped,
+            "unknown qid": result.skipped.unknown_qid,
+            "no gold documents": result.skipped.no_gold,
+            "a gold document unknown": result.skipped.incomplete_gold,
+        }
+        written = result.desirable + result.undesirable
+        check_rows(str(out), written + sum(skips.values()), written, skips, unit="responses", inputs=[str(responses)])  # before the file is committed
+        one_class(result, tau)  # also before: a failed export writes and registers nothing
+        writer.close()
+        inputs = [input_fingerprint(responses), input_fingerprint(corpus, "questions"), input_fingerprint(triples, "triples")]
+        p.shards[0].record = functools.partial(
+            write_sidecar, out, kind="kto", fmt=fmt, rows=written, json_array=json_array,
+            inputs=inputs, dataset_info_entry=Path(out).stem if registered else None,
+            params={"cannot_answer": cannot_answer} if cannot_answer else None, questions=questions_record(result.qids, splits=sorted(splits) or None),
+        )  # fmt: skip
+
+    loop.run(part)
+    loop.finish()
+    if not is_stdio(out):
+        result.file = str(out)
+    if registered:
+        stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
+        result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
     return result

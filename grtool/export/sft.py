@@ -9,7 +9,7 @@ shuffled order, i.e. a random sample). Dev examples are not capped.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,13 +18,14 @@ import orjson
 
 from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
-from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, open_rows, sft_row, update_dataset_info, with_markers
+from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import QuestionIndex
-from grtool.vocab.provenance import claim_export, input_fingerprint, questions_record, write_sidecar
+from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
+from grtool.store.partloop import LoopPart, PartLoop
 from grtool.store.questions import SplitSelection
 
 
@@ -105,65 +106,81 @@ def dev_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}_dev{out.suffix}")
 
 
+def sft_files(out: str | Path, dev_share: float) -> dict[str, str | Path]:
+    """The file each split is written to: ``out``, and with ``--dev-share`` its ``_dev`` file beside it."""
+    return {"train": out, "dev": dev_path(Path(out))} if dev_share > 0 else {"train": out}
+
+
 def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions) -> SftResult:
     opts.check(out)
-    files = [out, dev_path(Path(out))] if opts.dev_share > 0 and not is_stdio(out) else [out]
-    with claim_export(files, "sft", inputs=[(filtered, "chains"), (corpus, "questions")]):
-        selected = SplitSelection.of(opts.splits, corpus).qids(corpus)
-        questions = QuestionIndex.build(corpus)
-        chains = InputTable.open(filtered, "chains")
-        result = SftResult()
-        spill_dir = None if is_stdio(out) else Path(out).parent
-        if spill_dir is not None:
-            spill_dir.mkdir(parents=True, exist_ok=True)
-        with KeyedSpill(spill_dir) as spill:
-            for row in chains.iter_rows(columns=["qid", "candidate", "text", "selected"]):
-                result.rows_in += 1
-                if not opts.all_candidates and not row.get("selected"):
-                    result.not_selected += 1
-                    continue
-                if row["qid"] not in selected:
-                    result.outside_split += 1
-                    continue
-                question = questions.get(row["qid"])
-                if question is None:
-                    result.unknown_qid += 1
-                    if len(result.unknown_examples) < 5:
-                        result.unknown_examples.append(str(row["qid"]))
-                    continue
-                text = (row.get("text") or "").strip()
-                if not text:
-                    result.empty_chain += 1
-                    continue
-                if opts.no_thought:
-                    text = without_thought(text)
-                    if text is None:
-                        result.broken_chain += 1
-                        continue
-                counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
-                counts.chains += 1
-                example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(text, opts.markers), opts.system)
-                split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
-                spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}:{question.qid}", orjson.dumps(example))
-            # Judged before any file is written: an empty export writes and registers nothing.
-            check_rows(str(out), result.rows_in, sum(c.chains for c in result.per_dataset.values()), result.skips(), unit="chains", inputs=[str(filtered)])
-            _write_splits(spill, out, opts, result)
-        if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
-            entries = {}
-            for split, path in result.files.items():
-                name = Path(path).stem
-                entries[name] = dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system))
-            result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
-        if not is_stdio(out):
-            inputs = [input_fingerprint(filtered, "chains"), input_fingerprint(corpus, "questions")]
-            for split, path in result.files.items():
-                write_sidecar(
-                    path, kind="sft", fmt=opts.fmt, rows=sum(getattr(c, split) for c in result.per_dataset.values()),
-                    json_array=opts.fmt.startswith("llamafactory"), inputs=inputs, split=split,
-                    dataset_info_entry=Path(path).stem if result.dataset_info else None,
-                    params=_params(opts), questions=questions_record(result.qids.get(split, ()), splits=sorted(opts.splits) or None),
-                )  # fmt: skip
+    files = sft_files(out, opts.dev_share)
+    loop = PartLoop(export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")]), 1, num_shards=1, shard_index=0)
+    result = SftResult()
+    loop.run(lambda part: _export_part(part, filtered, corpus, out, opts, files, result))
+    loop.finish()
+    if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
+        entries = {Path(path).stem: dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system)) for path in result.files.values()}
+        result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
     return result
+
+
+def _export_part(part: LoopPart, filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions, files: dict[str, str | Path], result: SftResult) -> None:
+    selected = SplitSelection.of(opts.splits, corpus).qids(corpus)
+    questions = QuestionIndex.build(corpus)
+    chains = InputTable.open(filtered, "chains")
+    spill_dir = None if is_stdio(out) else Path(out).parent
+    with KeyedSpill(spill_dir) as spill:
+        for row in chains.iter_rows(columns=["qid", "candidate", "text", "selected"]):
+            result.rows_in += 1
+            if not opts.all_candidates and not row.get("selected"):
+                result.not_selected += 1
+                continue
+            if row["qid"] not in selected:
+                result.outside_split += 1
+                continue
+            question = questions.get(row["qid"])
+            if question is None:
+                result.unknown_qid += 1
+                if len(result.unknown_examples) < 5:
+                    result.unknown_examples.append(str(row["qid"]))
+                continue
+            text = (row.get("text") or "").strip()
+            if not text:
+                result.empty_chain += 1
+                continue
+            if opts.no_thought:
+                text = without_thought(text)
+                if text is None:
+                    result.broken_chain += 1
+                    continue
+            counts = result.per_dataset.setdefault(question.dataset, DatasetCounts())
+            counts.chains += 1
+            example = sft_row(opts.fmt, instruction(question.question, opts.markers, opts.cannot_answer), with_markers(text, opts.markers), opts.system)
+            split = "dev" if unit_hash(question.qid) < opts.dev_share else "train"
+            spill.add(shuffle_key(opts.seed, question.qid, row.get("candidate")), f"{split}:{question.dataset}:{question.qid}", orjson.dumps(example))
+        # Judged before any file is written: an empty export writes and registers nothing.
+        check_rows(str(out), result.rows_in, sum(c.chains for c in result.per_dataset.values()), result.skips(), unit="chains", inputs=[str(filtered)])
+        json_array = opts.fmt.startswith("llamafactory")
+        writers = dict(zip(files, row_writers(part, json_array)))
+        for tag, example in spill:
+            split, dataset, qid = tag.split(":", 2)
+            counts = result.per_dataset[dataset]
+            if split == "train" and opts.max_per_dataset is not None and counts.train >= opts.max_per_dataset:
+                counts.capped += 1
+                continue
+            writers[split].write_encoded(example)
+            setattr(counts, split, getattr(counts, split) + 1)
+            result.qids.setdefault(split, set()).add(qid)
+    inputs = [input_fingerprint(filtered, "chains"), input_fingerprint(corpus, "questions")]
+    registered = not is_stdio(out) and json_array  # LLaMA-Factory's formats: registered in dataset_info.json
+    for (split, path), writer, shard in zip(files.items(), writers.values(), part.shards):
+        writer.close()
+        result.files[split] = str(path)
+        shard.record = functools.partial(
+            write_sidecar, path, kind="sft", fmt=opts.fmt, rows=writer.rows, json_array=json_array, inputs=inputs, split=split,
+            dataset_info_entry=Path(path).stem if registered else None,
+            params=_params(opts), questions=questions_record(result.qids.get(split, ()), splits=sorted(opts.splits) or None),
+        )  # fmt: skip
 
 
 def without_thought(chain: str) -> str | None:
@@ -180,22 +197,3 @@ def without_thought(chain: str) -> str | None:
 def _params(opts: SftOptions) -> dict[str, Any] | None:
     params = {k: v for k, v in (("cannot_answer", opts.cannot_answer), ("no_thought", opts.no_thought)) if v}
     return params or None
-
-
-def _write_splits(spill: KeyedSpill, out: str | Path, opts: SftOptions, result: SftResult) -> None:
-    json_array = opts.fmt.startswith("llamafactory")
-    targets = {"train": out}
-    if opts.dev_share > 0:
-        targets["dev"] = dev_path(Path(out))
-    with ExitStack() as stack:
-        writers = {split: stack.enter_context(open_rows(path, json_array)) for split, path in targets.items()}
-        for tag, example in spill:
-            split, dataset, qid = tag.split(":", 2)
-            counts = result.per_dataset[dataset]
-            if split == "train" and opts.max_per_dataset is not None and counts.train >= opts.max_per_dataset:
-                counts.capped += 1
-                continue
-            writers[split].write_encoded(example)
-            setattr(counts, split, getattr(counts, split) + 1)
-            result.qids.setdefault(split, set()).add(qid)
-    result.files = {split: str(path) for split, path in targets.items()}

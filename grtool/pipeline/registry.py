@@ -64,6 +64,17 @@ class RunOutput:
         object.__setattr__(self, "tables", tables)
 
 
+@dataclass(frozen=True)
+class FilesOutput:
+    """An output parameter that writes a file and, by the command's other options, files beside it:
+    ``writes={"out": FilesOutput(beside=dev_file)}`` (``export sft --dev-share`` writes ``NAME_dev.EXT`` too).
+    ``beside(path, options)`` names them, from the option values as given (the command line's or a pipeline
+    file's); they are checked as the command's outputs, before it runs and at a pipeline's dry run. Its kind is a
+    report (a file)."""
+
+    beside: Callable[[str, Mapping[str, Any]], list[str]]
+
+
 @dataclass(frozen=True, init=False)
 class TableInput:
     """A read parameter that names stage directories of ``tables``, each at the path itself or in ``PATH/<table>``
@@ -111,7 +122,7 @@ class Command:
     help: str | None = None
     extras: Extras = _no_extras
     reads: Mapping[str, PathKind | TableInput] = field(default_factory=dict)  # after init: PathKind (tables in ``input_tables``)
-    writes: Mapping[str, PathKind | TableOutput | RunOutput] = field(default_factory=dict)  # after init: PathKind (specs in ``tables``, ``run_tables``)
+    writes: Mapping[str, PathKind | TableOutput | RunOutput | FilesOutput] = field(default_factory=dict)  # after init: PathKind (specs in ``tables``, ``run_tables``, ``beside``)
     check: Callable[[dict[str, Any]], None] | None = None
     stage: bool = True
     hidden: bool = False
@@ -119,6 +130,7 @@ class Command:
     tables: Mapping[str, TableOutput] = field(init=False, default_factory=dict)
     run_tables: Mapping[str, tuple[str, ...]] = field(init=False, default_factory=dict)
     input_tables: Mapping[str, tuple[str, ...]] = field(init=False, default_factory=dict)
+    beside: Mapping[str, Callable[[str, Mapping[str, Any]], list[str]]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "words", command_name(self.words))
@@ -126,7 +138,8 @@ class Command:
         object.__setattr__(self, "reads", _frozen({name: spec.kind if isinstance(spec, TableInput) else spec for name, spec in self.reads.items()}))
         object.__setattr__(self, "tables", MappingProxyType({name: spec for name, spec in self.writes.items() if isinstance(spec, TableOutput)}))
         object.__setattr__(self, "run_tables", MappingProxyType({name: spec.tables for name, spec in self.writes.items() if isinstance(spec, RunOutput)}))
-        kinds = {**{name: PathKind.STAGE for name in self.tables}, **{name: PathKind.RUN for name in self.run_tables}}
+        object.__setattr__(self, "beside", MappingProxyType({name: spec.beside for name, spec in self.writes.items() if isinstance(spec, FilesOutput)}))
+        kinds = {**{name: PathKind.STAGE for name in self.tables}, **{name: PathKind.RUN for name in self.run_tables}, **{name: PathKind.REPORT for name in self.beside}}
         object.__setattr__(self, "writes", _frozen({name: kinds.get(name, kind) for name, kind in self.writes.items()}))
         if self.check is None:
             object.__setattr__(self, "check", getattr(self.function, "check_options", None))
@@ -144,6 +157,16 @@ class Command:
         if name in self.tables:
             return [(path, self.tables[name].name)]
         return [(os.path.join(path, table), table) for table in self.run_tables.get(name, ())]
+
+    def files_beside(self, options: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(parameter, path)`` of each file written beside a declared file output (:class:`FilesOutput`), given the
+        command's ``options``."""
+        found = []
+        for name, beside in self.beside.items():
+            value = options.get(name)
+            if isinstance(value, (str, os.PathLike)) and str(value) not in ("", "-"):
+                found += [(name, path) for path in beside(str(value), options)]
+        return found
 
     @property
     def shards(self) -> bool:

@@ -81,6 +81,8 @@ def declared_writes(commands: StageCommands, stage: Stage) -> list[tuple[str, st
         value = stage.options.get(name)
         if isinstance(value, str) and value not in ("", "-"):
             found.append((f"stage {stage.name!r} option {name}", value, kind is PathKind.REPORT))
+    for name, path in declaration.files_beside(stage.options) if declaration is not None else ():
+        found.append((f"stage {stage.name!r} option {name} (the file beside it)", path, True))
     if stage.stdout:
         found.append((f"stage {stage.name!r} stdout", stage.stdout, True))
     named = [path for _, path, _ in found]
@@ -126,14 +128,14 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
                 continue  # one stage's own outputs: its command checks them against each other
             if target in run_dirs or other in run_dirs:  # a run directory holds other stages: only the same path collides
                 if Path(target).resolve() == Path(other).resolve():
-                    refuse_overlapping_outputs([(flag, target), (other_flag, other)])
+                    refuse_overlapping_outputs([(flag, target), (other_flag, other)], by=f"pipeline {pipeline.path}")
                 continue
-            refuse_overlapping_outputs([(flag, target), (other_flag, other)])
+            refuse_overlapping_outputs([(flag, target), (other_flag, other)], by=f"pipeline {pipeline.path}")
     for flag, target in (extra or {}).items():  # the run's own files never meet what a stage writes
         if target:
             refuse_record_path(target, flag)
             for _, stage_flag, output in targets:
-                refuse_overlapping_outputs([(flag, target), (stage_flag, output)])
+                refuse_overlapping_outputs([(flag, target), (stage_flag, output)], by=f"pipeline {pipeline.path}")
     for flag, target in singles:  # a report, a plot, a stdout file: absent or grtool's, before the first stage runs
         check_file_output(target, flag)
 

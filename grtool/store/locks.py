@@ -7,10 +7,12 @@ replaced whole or renamed into place (an index, a checkpoint, an exported file) 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -246,3 +248,19 @@ def run_lock(directory: str | Path, shards: tuple[int, int] | None = None, comma
 def output_lock(out: str | Path, command: list[str] | None = None) -> RunLock:
     """``with output_lock(out):`` the lock of an output that is replaced whole, taken beside it."""
     return RunLock(out, command=command, lock_file=beside_lock(out))
+
+
+@contextlib.contextmanager
+def updating(path: str | Path) -> Iterator[None]:
+    """``with updating(path):`` one process at a time reads, changes and replaces ``path``, a file several outputs
+    add to (a folder's ``dataset_info.json``); the next waits its turn, held for the milliseconds of the update."""
+    fd = os.open(beside_lock(path), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:  # a file system without flock: updated unguarded, as locks do there
+                raise
+        yield
+    finally:
+        os.close(fd)  # closing lets go of the lock

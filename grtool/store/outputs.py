@@ -18,6 +18,7 @@ import contextlib
 import fnmatch
 import orjson
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grtool.errors import InputError
+from grtool.holds import hold
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import RunLock, output_lock
@@ -114,7 +116,9 @@ def refuse_output_among_inputs(out: str | Path, inputs: Iterable[str | Path | No
             raise InputError(f"{flag} {printable(out)}: {what} the input {printable(name)}; write the output somewhere else")
 
 
-def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]], *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> None:
+def refuse_overlapping_outputs(
+    outputs: Iterable[tuple[str, str | Path | None]], *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (), by: str = "this command"
+) -> None:
     """Exit 2, before anything is written, when two outputs of one command meet: equal (symlinks resolved), or
     one inside the other (``--report f6/_manifest.json`` with ``--out f6``); or when one meets an input (see
     :func:`refuse_output_among_inputs`).
@@ -122,6 +126,7 @@ def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]],
     ``outputs``: ``(flag, path)`` of everything the command writes (a stage, ``--report``, ``--plot``, a ``--json``
     file); ``None``, empty and ``-`` (stdout) are left out. Standard output redirected to a file counts as one more
     output (``stdout``): ``> f6/_manifest.json`` would be written over by the stage, or the other way round.
+    ``by``: who writes them, for the message (a pipeline's outputs are its stages').
     """
     inputs, holders = list(inputs), list(holders)
     named = [(flag, path) for flag, path in outputs if path is not None and str(path) not in ("", "-")]
@@ -134,10 +139,10 @@ def refuse_overlapping_outputs(outputs: Iterable[tuple[str, str | Path | None]],
     for i, (flag, path, r) in enumerate(resolved):
         for other_flag, other, o in resolved[i + 1 :]:
             if r == o:
-                raise InputError(f"{flag} {printable(path)}: is also {other_flag} {printable(other)}, which this command writes too; give each output its own path")
+                raise InputError(f"{flag} {printable(path)}: is also {other_flag} {printable(other)}, which {by} writes too; give each output its own path")
             if is_within(r, o) or is_within(o, r):
                 (inner_flag, inner), (outer_flag, outer) = ((flag, path), (other_flag, other)) if is_within(r, o) else ((other_flag, other), (flag, path))
-                raise InputError(f"{inner_flag} {printable(inner)}: lies inside {outer_flag} {printable(outer)}, which this command also writes; write it somewhere else")
+                raise InputError(f"{inner_flag} {printable(inner)}: lies inside {outer_flag} {printable(outer)}, which {by} also writes; write it somewhere else")
 
 
 def stdout_file() -> Path | None:
@@ -544,21 +549,46 @@ class FileClaim:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Path]:
-        """A temporary path beside the file (its suffix kept: a chart's format follows it) to write; when the block
-        ends the record is written and the file moved into place, so a reader never sees half a file and a file in
-        place always has its record."""
+        """A temporary path to write the file at (:func:`replacing`, its record the one of :func:`write_file_record`)."""
         from grtool.invocation import current_command
         from grtool.secrets import redact_argv
 
         check_file_output(self.path, self.flag)  # again: a file a user put there since the claim stays theirs
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}")
-        try:
+        with replacing(self.path, lambda tmp: write_file_record(self.path, redact_argv(current_command()))) as tmp:
             yield tmp
-            write_file_record(self.path, redact_argv(current_command()))
-            commit_file(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+
+
+def scratch_path(path: Path, pid: int | str) -> Path:
+    """Where process ``pid`` writes the single file ``path`` before it is complete (hidden, its suffix kept: a
+    chart's format follows it)."""
+    return path.with_name(f".{path.stem}.{pid}.tmp{path.suffix}")
+
+
+@contextlib.contextmanager
+def replacing(path: Path, record: Callable[[Path], object]) -> Iterator[Path]:
+    """A temporary path beside the single file ``path`` to write; when the block ends, ``record(tmp)`` writes its
+    record from the finished bytes, and then the file is renamed into place: a reader never sees half a file, a
+    file in place always has its record, and a stop between the two leaves a record the file does not match (which
+    `validate` names), never a file grtool would refuse to replace. An exception leaves both as they were."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = scratch_path(path, os.getpid())
+    try:
+        yield tmp
+        record(tmp)
+        hold("recorded")  # tests: the record written, the file not yet in place
+        commit_file(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_killed_scratch(path: Path) -> None:
+    """Temporary files of the single file ``path`` that killed runs left (:func:`scratch_path`): called with its
+    lock held, when no other run writes one, so each is a dead run's."""
+    pattern = re.compile(re.escape(f".{path.stem}.") + r"[0-9]+" + re.escape(f".tmp{path.suffix}"))
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(path.parent):
+            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                Path(entry.path).unlink(missing_ok=True)
 
 
 def write_file_record(path: Path, command: list[str]) -> None:

@@ -13,19 +13,26 @@ The model stages add the backend, the request cache and the empty-output guard o
 (:class:`grtool.llm.stage_runner.ModelStage`); the others (``corpus ingest|merge|split``, the evidence triples,
 ``filters apply``, ``chains gold``, ``retrieve --backend bm25``) call :meth:`PartLoop.run` with their part
 function. Outputs may have part counts of their own (``corpus split``: the questions' parts and the documents').
+
+A file written whole (an export: :class:`FileOutput`) is an output of one part: claimed when the loop opens, written
+to a temporary name, and, when its part ends, its record first and then the file renamed into place.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import sys
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from grtool.log import progress
-from grtool.store.io import open_output
+from grtool.store.diskfull import writing
+from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
+from grtool.store.outputs import EXPORT, OutputKind, claim, remove_killed_scratch, replacing
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
@@ -43,6 +50,78 @@ class Output:
     finish: dict[str, Any] = field(default_factory=dict)
     num_parts: int | None = None
     tag: str | None = None  # on stdout: ``"_table": tag`` in every row (a command that streams two tables)
+
+    def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> Any:
+        return open_output(self.path, self.spec, overwrite=overwrite, num_parts=num_parts, tag=self.tag, shards=shards)
+
+
+@dataclass
+class FileOutput:
+    """One file written whole by the stage's one part (an export; ``-``: standard output), claimed as ``kind``
+    (:func:`grtool.store.outputs.claim`: checked against ``inputs``, the stages read, and ``holders``, the paths
+    given; locked) when the loop opens, before any work. The part writes its :class:`FilePart`'s ``handle`` and sets
+    its ``record``, which writes the file's record from the finished temporary file."""
+
+    path: str | Path
+    kind: OutputKind = EXPORT
+    export_kind: str | None = None
+    inputs: Sequence[str | Path | None] = ()
+    holders: Sequence[str | Path | None] = ()
+    num_parts: int | None = 1
+    finish: dict[str, Any] = field(default_factory=dict)
+
+    def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "FileWriter":
+        return FileWriter(self)
+
+
+@dataclass
+class FilePart:
+    """What a part writes for a :class:`FileOutput`: ``handle`` (binary), and ``record``, set by the part before it
+    returns: ``record(content=tmp)`` writes the record of the file whose finished bytes are at ``tmp``."""
+
+    handle: BinaryIO
+    record: Callable[[Path], object] | None = None
+
+
+class FileWriter:
+    """A :class:`FileOutput` opened: its claim held until :meth:`finish` (or the writer is dropped)."""
+
+    def __init__(self, output: FileOutput):
+        self.output = output
+        self.stdout = is_stdio(output.path)
+        self.claim = None if self.stdout else claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind)
+        if self.claim is not None:
+            weakref.finalize(self, self.claim.release)
+            remove_killed_scratch(Path(output.path))
+
+    def done(self, index: int) -> bool:
+        return False  # written whole on every run: its inputs may have changed since
+
+    @contextlib.contextmanager
+    def shard(self, index: int) -> Iterator[FilePart]:
+        """The file written to a temporary name beside it, then its record, then the rename (:func:`replacing`)."""
+        if self.stdout:
+            with writing("-"):
+                yield FilePart(sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+            return
+        path = Path(self.output.path)
+        with writing(path), replacing(path, lambda tmp: self._record(part, tmp)) as tmp, open(tmp, "wb") as handle:
+            part = FilePart(handle)
+            yield part
+
+    def _record(self, part: FilePart, tmp: Path) -> None:
+        if part.record is None:
+            raise RuntimeError(f"{self.output.path}: a part wrote {self.output.kind.what} without setting its record")
+        part.record(content=tmp)
+
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
+        """The file is in place (its part judged itself empty or not); the claim is let go."""
+        if self.claim is not None:
+            self.claim.release()
+
+    def check_empty(self, manifest: None) -> None:
+        """A file's part applies the empty-result rule itself, before the file is committed."""
 
 
 @dataclass
@@ -86,13 +165,13 @@ class PartLoop:
 
     Opening it opens the writers (a refused resume or a held lock fails here, before any work)."""
 
-    def __init__(self, outputs: Sequence[Output], num_parts: int, *, overwrite: bool = False,
+    def __init__(self, outputs: Sequence[Output | FileOutput], num_parts: int, *, overwrite: bool = False,
                  num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
         self.outputs = list(outputs)
         self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]
         self.num_parts = max([num_parts, *self.parts_of])
         self.sharding = resolve_sharding(num_shards, shard_index)
-        self.writers = [open_output(o.path, o.spec, overwrite=overwrite, num_parts=n, tag=o.tag, shards=self.sharding) for o, n in zip(self.outputs, self.parts_of)]
+        self.writers = [o.open(overwrite=overwrite, num_parts=n, shards=self.sharding) for o, n in zip(self.outputs, self.parts_of)]
         mine = parts_for_task(self.num_parts, *self.sharding)  # round-robin: the same task owns part i of every output
         finished = {i for i in mine if all(w.done(i) for w, n in zip(self.writers, self.parts_of) if i < n)}
         self.finished = [i for i in mine if i in finished]

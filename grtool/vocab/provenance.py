@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -32,7 +31,6 @@ from grtool.invocation import current_command
 from grtool.records import Count, FileName, PositiveCount, Seconds, Sha256, check_timestamp, read_record, to_builtins
 from grtool.secrets import redact_argv
 from grtool.store.empty import allowed
-from grtool.store.outputs import EXPORT, claim, input_stage
 from grtool.store.records import now
 from grtool.store.records import atomic_write_bytes, dumps, resolve_stage, sha256_file
 from grtool.store.fingerprints import fingerprint
@@ -84,8 +82,10 @@ def write_sidecar(
     command: list[str] | None = None,
     params: dict[str, Any] | None = None,
     questions: dict[str, Any] | None = None,
+    content: Path | None = None,
 ) -> Path | None:
-    """Record what made ``path`` (an export just written) in ``<path>.grtool.json``; nothing for stdout."""
+    """Record what made ``path`` (an export just written; its bytes at ``content`` when they are not yet renamed
+    into place) in ``<path>.grtool.json``; nothing for stdout."""
     from grtool.store.io import is_stdio
 
     if is_stdio(path):
@@ -99,8 +99,8 @@ def write_sidecar(
         "json_array": json_array,
         "split": split,
         "rows": rows,
-        "bytes": p.stat().st_size,
-        "sha256": sha256_file(p),
+        "bytes": (content or p).stat().st_size,
+        "sha256": sha256_file(content or p),
         "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
         "grtool_version": __version__,
         "command": redact_argv(command if command is not None else current_command()),
@@ -179,28 +179,6 @@ class ExportRecord(msgspec.Struct):
 def decode_sidecar(path: str | Path) -> ExportRecord:
     """``<file>.grtool.json`` through its declaration; :class:`DamagedRecord` naming the field otherwise."""
     return read_record(path, ExportRecord, what="export record")
-
-
-def claim_export(files: list[str | Path], kind: str, *, inputs: list[tuple[str | Path | None, str | None]]) -> ExitStack:
-    """Check and lock the files an export writes, before anything is read or written (``-``: nothing to claim).
-
-    ``inputs``: ``(path, table)`` pairs as the export reads them (a run directory resolves to its ``table``
-    stage). A file is never one of the inputs nor inside one (an input shard overwritten); an existing file is
-    replaced only when its ``<file>.grtool.json`` says grtool exported it; one writer per file.
-    """
-    from grtool.store.io import is_stdio
-
-    stages = [input_stage(path, table) if table else path for path, table in inputs]
-    given = [path for path, _ in inputs]
-    stack = ExitStack()
-    try:
-        for f in files:
-            if not is_stdio(f):
-                stack.enter_context(claim(f, EXPORT, inputs=stages, holders=given, export_kind=kind))
-    except BaseException:
-        stack.close()
-        raise
-    return stack
 
 
 CHECKPOINT_RECORD = "grtool.json"  # what `train` writes into a checkpoint: its command, data, questions, flips

@@ -413,3 +413,51 @@ def test_export_of_changed_inputs_is_stale_and_unrecorded_files_are_checked_by_t
     [info] = [s for s in result["stages"] if s["table"] == "dataset_info"]
     assert any("row 1: missing conversations (columns.messages)" in p for p in info["problems"]), info
     assert any("no sft.json.grtool.json" in n for n in info["notes"])
+
+
+def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_again(cli, samples, tmp_path):
+    """The record is written first, then the file renamed into place: a kill in between leaves a record the file
+    does not match (validate exits 1 naming it; the next export replaces both), never a file without its record,
+    which grtool would then refuse to replace."""
+    import signal
+
+    from hold_helpers import held
+
+    def held_pid(holds):
+        return (holds / "recorded.reached").read_text()
+
+    root = samples["root"]
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    sft = ["export", "sft", tmp_path / "filtered", "--corpus", root, "--out", data / "sft.json", "--dev-share", "0.3"]
+    gmr = ["export", "gmr", root, "--out", data / "gmr.jsonl"]
+    cli(*sft)
+    before = (data / "sft.json").read_bytes()
+    assert held([*sft, "--system", "Think first."], "recorded", signal.SIGKILL, tmp_path / "holds").returncode == -signal.SIGKILL
+    assert held(gmr, "recorded", signal.SIGKILL, tmp_path / "holds2").returncode == -signal.SIGKILL
+    assert not (data / "gmr.jsonl").exists() and (data / "gmr.jsonl.grtool.json").is_file()  # its first run: the record only
+    assert (data / "sft.json").read_bytes() == before  # the old file stays whole
+
+    out = _validate_json(data, 1)
+    assert any("gmr.jsonl: missing, but gmr.jsonl.grtool.json records it" in p and "stopped" in p for p in _problems(out, "gmr.jsonl"))
+    stopped = _problems(out, "sft.json") + _problems(out, "sft_dev.json")
+    assert any("changed since it was written" in p and "export it again" in p for p in stopped), stopped
+    cli(*sft, "--system", "Think first.")  # replaced: each record says grtool wrote the file it stands beside
+    cli(*gmr)
+    assert _validate_json(data, 0)["stages"]
+    assert held(gmr, "recorded", signal.SIGKILL, tmp_path / "holds3").returncode == -signal.SIGKILL
+    assert [p.name for p in data.iterdir() if ".tmp" in p.name] == [f".gmr.{held_pid(tmp_path / 'holds3')}.tmp.jsonl"]  # what a kill leaves
+    cli(*gmr)  # ... the next export of that file removes
+    assert [p.name for p in data.iterdir() if ".tmp" in p.name] == []
+
+
+def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, samples, tmp_path):
+    """`--dev-share` writes NAME_dev.EXT beside --out: a user's file there is refused by name, before anything is
+    read or written (before: found only once the rows were spilled, in --out's words)."""
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sft_dev.json").write_text("my notes\n")
+    err = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", data / "sft.json", "--dev-share", "0.3", check=2).stderr
+    assert "--out (the file beside it)" in flat(err) and "sft_dev.json: exists and grtool did not write it" in flat(err), err
+    assert sorted(p.name for p in data.iterdir()) == ["sft_dev.json"] and (data / "sft_dev.json").read_text() == "my notes\n"

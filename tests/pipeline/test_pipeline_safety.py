@@ -280,18 +280,22 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
 
 
 @pytest.mark.parametrize(
-    "stage, words",
+    "stages, words",
     [
         # before: each passed the dry run, and the pipeline stopped at that stage after the ones before it ran
-        ({"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/evidence/triples/idx"}},
+        ([{"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/evidence/triples/idx"}}],
          ["stage 'index' option out", "lies inside", "a stage directory stage 'evidence' option out writes"]),
-        ({"name": "filters", "run": "filters apply", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/f", "report": "{out}/f/r.md"}},
+        ([{"name": "filters", "run": "filters apply", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/f", "report": "{out}/f/r.md"}}],
          ["stage 'filters'", "--report", "--out"]),
+        # before: the dev file export sft writes beside --out was not declared, and gmr's export replaced it
+        ([{"name": "sft", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/data/sft.json", "dev_share": 0.3}},
+          {"name": "gmr", "run": "export gmr", "args": ["{out}/ingest"], "options": {"out": "{out}/data/sft_dev.json"}}],
+         ["stage 'sft' option out (the file beside it)", "stage 'gmr' option out", "sft_dev.json"]),
     ],
 )  # fmt: skip
-def test_a_stages_outputs_are_checked_against_each_other_and_its_inputs_at_the_dry_run(tmp_path, examples, cli, write_pipeline, stage, words):
+def test_a_stages_outputs_are_checked_against_each_other_and_its_inputs_at_the_dry_run(tmp_path, examples, cli, write_pipeline, stages, words):
     gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
-    _refused(cli, str(write_pipeline(_wired(examples, gold, stage), out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
+    _refused(cli, str(write_pipeline(_wired(examples, gold, *stages), out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
 
 
 def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write_pipeline):

@@ -116,17 +116,27 @@ def test_a_stop_of_every_exit_code_and_task_edge(tmp_path, task, error):
 def test_an_export_of_no_row_or_the_smallest_row(tmp_path, rows, json_array):
     """rows against bytes at their edge (no row in no bytes or in ``[]``; one row of the fewest bytes), and the
     questions of no question and of repeated ones."""
-    from grtool.export.formats import open_rows
-    from grtool.store import empty
+    from grtool.export.formats import export_outputs, row_writers
+    from grtool.store.partloop import PartLoop
     from grtool.vocab.provenance import decode_sidecar, questions_record, sidecar_path, write_sidecar
 
     out = tmp_path / "gmr.json"
-    with empty.allowing(True), open_rows(out, json_array=json_array) as writer:
+    written = []
+
+    def part(p):
+        [writer] = row_writers(p, json_array)
         for _ in range(rows):
             writer.write({"kind": "memorization", "doc_id": "d", "input": "t", "target": "x"})
-    assert writer.rows == rows
+        writer.close()
+        written.append(writer.rows)
+        p.shards[0].record = lambda content: write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=json_array, inputs=[], content=content)
+
+    loop = PartLoop(export_outputs([out], "gmr", inputs=[]), 1, num_shards=1, shard_index=0)
+    loop.run(part)
+    loop.finish()
+    assert written == [rows] and decode_sidecar(sidecar_path(out)).bytes == out.stat().st_size
     for qids in ([], ["q2", "q1", "q2"]):
-        write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=json_array, inputs=[], questions=questions_record(qids))
+        write_sidecar(out, kind="gmr", fmt="gmr", rows=rows, json_array=json_array, inputs=[], questions=questions_record(qids))
         record = decode_sidecar(sidecar_path(out))
         assert (record.rows, record.bytes) == (rows, out.stat().st_size)
         assert record.questions is not None and record.questions.count == len(set(qids))
