@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
-from grtool.errors import EXIT_DATA, InputError
+from grtool.errors import EXIT_DATA, DataProblem, InputError
 from grtool.errors import printable
 from grtool.userinput import require_input
 
@@ -41,7 +41,10 @@ def status_cmd(
     contents = run_contents(directory)
     piped = _pipeline_wrote(directory)  # its records show a pipeline's jobs, before any stage wrote
     if not dirs and not any(contents.values()) and not piped:
-        raise InputError(f"{directory}: no stage directory here")
+        from grtool.audit.validate import nothing_found
+
+        [problem] = nothing_found(directory).problems  # validate's verdict on it, and its exit status
+        raise DataProblem(problem)
     results = [status(d, footers=False) for d in dirs]  # the records and the parts' sizes: no Parquet read
     if as_json:
         # A stage directory: its status object. A run directory: one object holding what the tables show.

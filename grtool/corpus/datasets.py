@@ -578,12 +578,22 @@ READS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The keys read of each paragraph object, where a converter reads paragraphs as objects and keeps none of them in
+# the question's meta: any other key is named as ``paragraphs[].KEY`` (MuSiQue's `question_decomposition` and
+# MoreHopQA's are kept in meta whole, so nothing of theirs goes unread).
+PARAGRAPH_READS: dict[str, frozenset[str]] = {
+    INLINE: frozenset(INLINE_PARAGRAPH_KEYS),
+    MUSIQUE: frozenset({"idx", "title", "paragraph_text", "is_supporting"}),
+}
+
+
 def unread_keys(converter: str, rec: dict) -> list[str]:
-    """The keys of ``rec`` its converter does not read (an inline paragraph's as ``paragraphs[].KEY``)."""
+    """The keys of ``rec`` its converter does not read (a paragraph's as ``paragraphs[].KEY``)."""
     read = READS[converter]
     unread = [k for k in rec if k not in read]
-    if converter == INLINE and isinstance(rec.get("paragraphs"), list):
-        inner = {k for p in rec["paragraphs"] if isinstance(p, dict) for k in p if k not in INLINE_PARAGRAPH_KEYS}
+    inner_read = PARAGRAPH_READS.get(converter)
+    if inner_read is not None and isinstance(rec.get("paragraphs"), list):
+        inner = {k for p in rec["paragraphs"] if isinstance(p, dict) for k in p if k not in inner_read}
         unread += [f"paragraphs[].{k}" for k in sorted(inner)]
     return unread
 

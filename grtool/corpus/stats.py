@@ -18,15 +18,16 @@ from grtool.corpus.datasets import gold_incomplete_expr
 from grtool.errors import InputError
 from grtool.log import lines
 from grtool.store.reading import collect, scan_shards
-from grtool.store.records import is_stage_dir, load_manifest
+from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
 from grtool.store.stage import shard_paths
 
 
 def _stage(directory: Path, table: str) -> Path | None:
-    for candidate in (directory / table, directory):
-        if is_stage_dir(candidate) and load_manifest(candidate).table == table:
-            return candidate
-    return None
+    """The ``table`` stage at or in ``directory`` through the one resolver (a killed or failed stage is refused, as
+    any command's input: its numbers would pass for the corpus's); None when there is none."""
+    if not is_stage_dir(directory / table) and not (is_stage_dir(directory) and load_manifest(directory).table == table):
+        return None
+    return resolve_stage(directory, table)
 
 
 def _scan(shards: list[Path]) -> pl.LazyFrame:

@@ -105,3 +105,17 @@ def test_split_names_given_on_the_command_line_are_normalised_as_records_are(tmp
     cli("corpus", "split", tmp_path / "out", "--ratios", "0.5,0.5", "--names", " Train ,Validation", "--resplit", "--out", tmp_path / "s")
     assert set(read_table(tmp_path / "s" / "questions").column("split").to_pylist()) <= {"train", "dev"}
     assert "split names must be distinct" in cli("corpus", "split", tmp_path / "out", "--ratios", "0.5,0.5", "--names", "train,TRAIN", "--resplit", "--out", tmp_path / "s2", check=2).stderr
+
+
+def test_keys_of_musique_paragraphs_no_converter_reads_are_named(tmp_path):
+    """A MuSiQue paragraph's keys other than idx, title, paragraph_text and is_supporting are not kept anywhere:
+    the summary names them as paragraphs[].KEY (before: only top-level keys were named, these went unsaid)."""
+    from conftest import REPO
+
+    [record, *_] = [json.loads(line) for line in (REPO / "tests" / "data" / "musique" / "musique_ans_v1.0_dev.samples.jsonl").read_text().splitlines()]
+    record["paragraphs"][0]["url"] = "https://example.org/a"
+    record["paragraphs"][1]["retrieved_by"] = "bm25"
+    out = tmp_path / "out"
+    report = ingest([_write(tmp_path / "musique_ans_v1.0_dev.jsonl", [record])], out)
+    [entry] = report.detected
+    assert entry["dataset"] == "musique" and entry["unread"] == ["paragraphs[].retrieved_by", "paragraphs[].url"]

@@ -93,7 +93,7 @@ def test_an_incomplete_stage_fails_report_and_show(run: Path, tmp_path: Path) ->
     assert "run grtool validate" in run_cli("show", run / "triples", check=1, env=WIDE).stderr  # show refuses its rows (as before)
 
 
-def test_a_directory_grtool_never_wrote_is_exit_1_with_no_page(tmp_path: Path) -> None:
+def test_a_directory_grtool_never_wrote_is_exit_1_with_no_page(run: Path, tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     (mine / "notes").mkdir(parents=True)
     (mine / "notes" / "a.txt").write_text("my own notes\n")
@@ -101,3 +101,10 @@ def test_a_directory_grtool_never_wrote_is_exit_1_with_no_page(tmp_path: Path) -
     proc = run_cli("report", mine, check=1, env=WIDE)
     assert "nothing grtool wrote is here" in proc.stderr and run_cli("validate", mine, check=1).returncode == 1
     assert not (mine / "reports").exists()
+    # before: exit 2 from show ("not a stage directory") and status ("no stage directory here"), as for a usage error
+    for command in ("show", "status"):
+        assert "nothing grtool wrote is here" in run_cli(command, mine, check=1, env=WIDE).stderr
+    # a folder of runs is not a stage either, but holds grtool's outputs: show says where to look (exit 2)
+    shutil.copytree(run, mine / "runs" / "one")
+    err = run_cli("show", mine, check=2, env=WIDE).stderr
+    assert "grtool's outputs lie below it" in " ".join(err.split())

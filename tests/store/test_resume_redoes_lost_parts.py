@@ -76,6 +76,9 @@ def test_a_stage_a_killed_run_left_is_no_commands_input_until_resumed(cli, examp
     err = cli(*build, check=2).stderr
     assert f"{out / 'documents'}: incomplete stage directory (finish or resume the run that writes it first" in " ".join(err.split()), err
     assert not (tmp_path / "idx").exists()  # refused before it wrote anything
+    # before: `corpus stats` counted the parts there as the corpus, exit 0, no word of the killed run
+    err = cli("corpus", "stats", out, check=2).stderr
+    assert f"{out / 'documents'}: incomplete stage directory" in " ".join(err.split()), err
     _ingest(cli, examples, out)  # the same command resumes it
     cli(*build)
 
