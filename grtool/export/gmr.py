@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from grtool.export.formats import export_outputs, row_writers
 from grtool.store.empty import check_rows
-from grtool.store.partloop import LoopPart, PartLoop
+from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
 from grtool.vocab.gmr import memorization_pair, render_document, retrieval_pairs
 from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
@@ -67,7 +67,7 @@ def _documents_by_id(documents: Path, wanted: set[str]) -> dict[str, str]:
 
 def export_gmr(corpus: str | Path, out: str | Path, *, memorization: bool = False, chunk_questions: int = 50_000, splits: tuple[str, ...] = ()) -> GmrResult:
     """Write the pairs of the corpus run directory ``corpus`` to ``out`` (JSON Lines; ``-``: standard output)."""
-    loop = PartLoop(export_outputs([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")]), 1, num_shards=1, shard_index=0)
+    outputs = export_outputs([out], "gmr", inputs=[(corpus, "questions"), (corpus, "documents")])  # claimed before anything is read
     result = GmrResult()
 
     def part(p: LoopPart) -> None:
@@ -82,8 +82,7 @@ def export_gmr(corpus: str | Path, out: str | Path, *, memorization: bool = Fals
             write_sidecar, out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=False, inputs=inputs, questions=questions_record(result.qids, splits=sorted(splits) or None)
         )
 
-    loop.run(part)
-    loop.finish()
+    one_part(outputs, part)
     return result
 
 

@@ -29,7 +29,7 @@ from grtool.evaluation.recall import Skipped, iter_scores
 from grtool.store.coverage import check_triples_cover
 from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
-from grtool.store.partloop import LoopPart, PartLoop
+from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
 
 
@@ -127,8 +127,7 @@ def export_kto(
     if not 0.0 < tau <= 1.0:
         raise GrtoolError(f"--tau must be in (0, 1], got {tau}")
     check_triples_cover(triples, corpus)
-    files = export_outputs([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")])
-    loop = PartLoop(files, 1, num_shards=1, shard_index=0)  # the file claimed before anything is read
+    outputs = export_outputs([out], "kto", inputs=[(responses, "responses"), (corpus, "questions"), (triples, "triples")])
     result = KtoResult(desirable_rule=desirable, tau=tau)
     json_array = fmt == "llamafactory"
     registered = json_array and not is_stdio(out)  # LLaMA-Factory's format: registered in dataset_info.json
@@ -171,8 +170,7 @@ def export_kto(
             params={"cannot_answer": cannot_answer} if cannot_answer else None, questions=questions_record(result.qids, splits=sorted(splits) or None),
         )  # fmt: skip
 
-    loop.run(part)
-    loop.finish()
+    one_part(outputs, part)  # the file claimed before anything is read
     if not is_stdio(out):
         result.file = str(out)
     if registered:

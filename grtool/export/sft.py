@@ -25,7 +25,7 @@ from grtool.vocab.provenance import input_fingerprint, questions_record, write_s
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
-from grtool.store.partloop import LoopPart, PartLoop
+from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
 
 
@@ -114,10 +114,9 @@ def sft_files(out: str | Path, dev_share: float) -> dict[str, str | Path]:
 def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions) -> SftResult:
     opts.check(out)
     files = sft_files(out, opts.dev_share)
-    loop = PartLoop(export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")]), 1, num_shards=1, shard_index=0)
+    outputs = export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")])
     result = SftResult()
-    loop.run(lambda part: _export_part(part, filtered, corpus, out, opts, files, result))
-    loop.finish()
+    one_part(outputs, lambda part: _export_part(part, filtered, corpus, out, opts, files, result))  # the files claimed before anything is read
     if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
         entries = {Path(path).stem: dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system)) for path in result.files.values()}
         result.dataset_info = str(update_dataset_info(Path(out).parent, entries))

@@ -6,6 +6,7 @@ never leaves a half index that looks usable.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -31,7 +32,8 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
-from grtool.store.outputs import INDEX, Claim, claim, input_stage, refuse_output_among_inputs
+from grtool.store.outputs import INDEX, input_stage, refuse_output_among_inputs
+from grtool.store.partloop import DirectoryOutput, one_part
 from grtool.records import decode_record, refuse_undeclared
 from grtool.store.records import now
 from grtool.store.records import dumps, resolve_stage, sha256_file
@@ -199,7 +201,6 @@ def write_index(
     command: list[str] | None = None,
     seq_flipped: list[bool] | None = None,
     flip_counts: dict[str, int] | None = None,
-    claimed: Claim | None = None,
     tmp: Path | None = None,
     started: float | None = None,
     documents: int | None = None,
@@ -207,103 +208,93 @@ def write_index(
 ) -> dict[str, Any]:
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
     flips): per sequence whether it is a flipped orientation; ``flip_counts`` (what reading the docids skipped,
-    flagged or could not flip) go to ``sizes``. ``claimed``: the output as :func:`claim_index` checked and locked it
-    (else it is claimed here). ``seq_docs``: a list per sequence, or the CSR arrays (offsets, documents).
-    ``tmp``: the temporary directory :func:`temp_dir` made, holding what the caller wrote already (the docid
+    flagged or could not flip) go to ``sizes``. ``seq_docs``: a list per sequence, or the CSR arrays (offsets,
+    documents). ``tmp``: the temporary directory of the build's part (:func:`index_output`; None: a build of its own
+    is claimed, run and installed here), holding what the caller wrote already (the docid
     tables, :func:`write_docid_tables`; then ``doc_ids`` and ``docids`` are None) and files named ``.scratch*``
     (removed before the listing); ``flat`` may be a memory map of such a file (the build gives its disk back as
     it reads it). ``timings``: the seconds the caller spent before (reading, tokenizing), recorded beside the
     index build's own under ``build``."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    own_claim = claimed is None
-    if claimed is None:
-        claimed = claim_index(out, overwrite=overwrite)
-    if tmp is None:
-        tmp = temp_dir(out)
+    if tmp is None:  # a build of its own, as one part: claimed, written in a temporary directory, installed
+        given = {name: value for name, value in locals().items() if name not in ("out", "overwrite", "tmp")}  # the parameters
+        return one_part([index_output(out, overwrite=overwrite)], lambda part: write_index(out, tmp=part.shard.path, **given), overwrite=overwrite)
     started = time.perf_counter() if started is None else started
-    try:
-        (tmp / TOKENIZER).write_text(tokenizer.to_json())
-        if doc_ids is not None:
-            write_docid_tables(tmp, doc_ids=doc_ids, seq_docs=seq_docs, docids=docids, seq_flipped=seq_flipped)
-        np.save(tmp / "seq_lengths.npy", lengths.astype(np.uint32))
-        flip_sizes: dict[str, Any] = {}
-        if seq_flipped is not None:
-            flags = np.asarray(seq_flipped, dtype=np.uint8)
-            np.save(tmp / "seq_flipped.npy", flags)
-            flipped_tokens = int(lengths[flags.astype(bool)].sum())
-            flip_sizes = {
-                "flipped_sequences": int(flags.sum()),
-                "flipped_tokens": flipped_tokens,
-                # the search structures grow with the tokens, so this is also the share of index bytes
-                "flips_token_share": round(flipped_tokens / max(int(flat.size), 1), 4),
-            }
-        offsets = np.load(tmp / "seq_docs_offsets.npy", mmap_mode="r")
-        collisions = int((np.diff(offsets) > 1).sum())
-        del offsets
-        core_started = time.perf_counter()
-        scratch_file = isinstance(flat, np.memmap) and flat.filename is not None and Path(flat.filename).parent == tmp and Path(flat.filename).name.startswith(".scratch")
-        kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}), consume=scratch_file)
-        core_seconds = time.perf_counter() - core_started
-        scratch_bytes = kind_params.pop(SCRATCH_BYTES, None)
-        for f in tmp.glob(".scratch*"):  # the token file the build read
-            f.unlink()
-        seconds = time.perf_counter() - started
-        # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
-        files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
-        search_bytes = sum(v["bytes"] for k, v in files.items() if k.startswith(("fm_", "trie_", "oracle_")))
-        tokens = int(flat.size)
-        meta = {
-            "format": FORMAT,
-            "kind": kind,
-            "source": source,
-            "grtool_version": __version__,
-            "command": redact_argv(command if command is not None else current_command()),
-            "created": now(),
-            "build_seconds": round(seconds, 3),
-            # where a build's time goes (the FM-index build alone: core_seconds), and its peak of scratch disk
-            "build": {
-                **{k: round(v, 3) for k, v in (timings or {}).items()},
-                "core_seconds": round(core_seconds, 3),
-                **({"scratch_bytes": int(scratch_bytes)} if scratch_bytes is not None else {}),
-            },
-            "inputs": inputs or [],
-            "tokenizer": {
-                "spec": tokenizer.spec,
-                "sha256": tokenizer.fingerprint(),
-                "vocab_size": tokenizer.vocab_size,
-                "docid_start_id": tokenizer.start_id,
-                "docid_end_id": tokenizer.end_id,
-                "added_markers": tokenizer.added_markers,
-                "source": tokenizer.source,  # what an identical re-run compares without loading the tokenizer
-            },
-            "params": {**(params or {}), **kind_params, "flips": seq_flipped is not None},
-            "sizes": {
-                "sequences": len(lengths),
-                "documents": len(doc_ids) if doc_ids is not None else documents,
-                "tokens": tokens,
-                "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
-                "collisions": collisions,
-                "index_bytes": search_bytes,
-                "bits_per_token": round(8 * search_bytes / max(tokens, 1), 3),
-                "total_bytes": sum(v["bytes"] for v in files.values()),
-                **flip_sizes,
-                **(flip_counts or {}),
-            },
-            "files": files,
+    (tmp / TOKENIZER).write_text(tokenizer.to_json())
+    if doc_ids is not None:
+        write_docid_tables(tmp, doc_ids=doc_ids, seq_docs=seq_docs, docids=docids, seq_flipped=seq_flipped)
+    np.save(tmp / "seq_lengths.npy", lengths.astype(np.uint32))
+    flip_sizes: dict[str, Any] = {}
+    if seq_flipped is not None:
+        flags = np.asarray(seq_flipped, dtype=np.uint8)
+        np.save(tmp / "seq_flipped.npy", flags)
+        flipped_tokens = int(lengths[flags.astype(bool)].sum())
+        flip_sizes = {
+            "flipped_sequences": int(flags.sum()),
+            "flipped_tokens": flipped_tokens,
+            # the search structures grow with the tokens, so this is also the share of index bytes
+            "flips_token_share": round(flipped_tokens / max(int(flat.size), 1), 4),
         }
-        data = dumps(meta)
-        # never install a record its readers refuse: a writer's bug stops here, naming the field, not at every open
-        decoded = decode_record(data, IndexRecord, source=out / META, what="index record about to be written")
-        refuse_undeclared(meta, decoded, source=out / META, what="index record about to be written")
-        (tmp / META).write_bytes(data)
-        claimed.install(tmp)  # replaces only what an index build writes; a user's files beside it stay
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if own_claim:
-            claimed.release()
+    offsets = np.load(tmp / "seq_docs_offsets.npy", mmap_mode="r")
+    collisions = int((np.diff(offsets) > 1).sum())
+    del offsets
+    core_started = time.perf_counter()
+    scratch_file = isinstance(flat, np.memmap) and flat.filename is not None and Path(flat.filename).parent == tmp and Path(flat.filename).name.startswith(".scratch")
+    kind_params = KINDS[kind].write(tmp, flat, lengths, **(params or {}), consume=scratch_file)
+    core_seconds = time.perf_counter() - core_started
+    scratch_bytes = kind_params.pop(SCRATCH_BYTES, None)
+    for f in tmp.glob(".scratch*"):  # the token file the build read
+        f.unlink()
+    seconds = time.perf_counter() - started
+    # sha256 for `validate` and older readers; blake3 is what opening the index verifies (fast, multithreaded)
+    files = {f.name: {"bytes": f.stat().st_size, "sha256": sha256_file(f), "blake3": file_hash(f)} for f in sorted(tmp.iterdir()) if f.is_file()}
+    search_bytes = sum(v["bytes"] for k, v in files.items() if k.startswith(("fm_", "trie_", "oracle_")))
+    tokens = int(flat.size)
+    meta = {
+        "format": FORMAT,
+        "kind": kind,
+        "source": source,
+        "grtool_version": __version__,
+        "command": redact_argv(command if command is not None else current_command()),
+        "created": now(),
+        "build_seconds": round(seconds, 3),
+        # where a build's time goes (the FM-index build alone: core_seconds), and its peak of scratch disk
+        "build": {
+            **{k: round(v, 3) for k, v in (timings or {}).items()},
+            "core_seconds": round(core_seconds, 3),
+            **({"scratch_bytes": int(scratch_bytes)} if scratch_bytes is not None else {}),
+        },
+        "inputs": inputs or [],
+        "tokenizer": {
+            "spec": tokenizer.spec,
+            "sha256": tokenizer.fingerprint(),
+            "vocab_size": tokenizer.vocab_size,
+            "docid_start_id": tokenizer.start_id,
+            "docid_end_id": tokenizer.end_id,
+            "added_markers": tokenizer.added_markers,
+            "source": tokenizer.source,  # what an identical re-run compares without loading the tokenizer
+        },
+        "params": {**(params or {}), **kind_params, "flips": seq_flipped is not None},
+        "sizes": {
+            "sequences": len(lengths),
+            "documents": len(doc_ids) if doc_ids is not None else documents,
+            "tokens": tokens,
+            "max_sequence_tokens": int(lengths.max()) if len(lengths) else 0,
+            "collisions": collisions,
+            "index_bytes": search_bytes,
+            "bits_per_token": round(8 * search_bytes / max(tokens, 1), 3),
+            "total_bytes": sum(v["bytes"] for v in files.values()),
+            **flip_sizes,
+            **(flip_counts or {}),
+        },
+        "files": files,
+    }
+    data = dumps(meta)
+    # never install a record its readers refuse: a writer's bug stops here, naming the field, not at every open
+    decoded = decode_record(data, IndexRecord, source=out / META, what="index record about to be written")
+    refuse_undeclared(meta, decoded, source=out / META, what="index record about to be written")
+    (tmp / META).write_bytes(data)  # the part's end installs it (the record last)
     return meta
 
 
@@ -338,15 +329,16 @@ def write_docid_tables(tmp: Path, *, doc_ids: Any, seq_docs: Any, docids: Any = 
         pq.write_table(pa.table(columns), tmp / "docids.parquet", compression="zstd", row_group_size=DOCIDS_ROW_GROUP)
 
 
-def claim_index(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> Claim:
-    """Check ``--out`` before anything is read or written (never an input; --overwrite replaces only an index)
-    and lock it for this build: a second build into the same directory is refused, naming this one."""
+def index_output(out: Path, *, inputs: list[Path | str | None] = (), holders: list[Path | str | None] = (), overwrite: bool = False) -> DirectoryOutput:
+    """``--out`` checked before anything is read or written (never an input; an existing one only with
+    --overwrite, which replaces only an index), as the build's one output: its part loop claims and locks it (a
+    second build into the same directory is refused, naming this one), builds in :func:`temp_dir` and installs."""
     if str(out) == "-":  # '-' is standard output elsewhere; never a directory named '-'
         raise InputError("--out -: an index is a directory of files and cannot be written to standard output; name a directory")
     refuse_output_among_inputs(out, inputs, holders)
     if out.exists() and not overwrite:
         raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
-    return claim(out, INDEX, inputs=inputs, holders=holders, overwrite=overwrite)
+    return DirectoryOutput(out, INDEX, temp_dir, inputs=inputs, holders=holders)
 
 
 def stale_builds(out: Path) -> list[Path]:
@@ -401,12 +393,10 @@ def build_index(
     else:  # the documents are read whole anyway: loaded now, before anything is read
         tok = [load_tokenizer(tokenizer)]
     # SIGTERM/SIGINT unwind through the claim too (its lock file beside --out goes) before the process ends
-    with (
-        signals.handled(),
-        signals.noted(STOPPED_NOTE, STOPPED_HINT),
-        claim_index(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite) as claimed,
-    ):
-        return _build(input_path, Path(out), claimed, tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, overwrite=overwrite, flips=flips, memory_limit=memory_limit)
+    output = index_output(Path(out), inputs=[input_stage(input_path, table)], holders=[input_path], overwrite=overwrite)
+    with signals.handled(), signals.noted(STOPPED_NOTE, STOPPED_HINT):
+        build = functools.partial(_build, input_path, Path(out), tok, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips, memory_limit=memory_limit)
+        return one_part([output], lambda part: build(part.shard.path), overwrite=overwrite)
 
 
 def check_build_options(*, kind: str, source: str, flips: bool, memory_limit: str | int | None) -> None:
@@ -477,17 +467,17 @@ def _same_tokenizer(recorded: dict[str, Any], spec: str) -> bool:
 def _build(
     input_path: str | Path,
     out: Path,
-    claimed: Claim,
     held: list[DocidTokenizer],
+    tmp: Path,
     *,
     tokenizer: str,
     kind: str,
     source: str,
     sample_rate: int | None,
-    overwrite: bool,
     flips: bool,
     memory_limit: str | int | None,
 ) -> dict[str, Any]:
+    """The index built in ``tmp``, the temporary directory of its part, which installs it at ``out``."""
     params: dict[str, Any] = {"sample_rate": sample_rate} if kind == "fm" and sample_rate else {}
     if kind == "fm" and memory_limit is not None:
         params["memory_limit"] = memory_limit
@@ -501,8 +491,8 @@ def _build(
         flat, lengths = tokenize(tok, texts)
         log.info("building %s index over %d tokens", kind, flat.size)
         return write_index(Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source=source,
-                           inputs=inputs, params=params, overwrite=overwrite, claimed=claimed)  # fmt: skip
-    return _build_docids(input_path, out, claimed, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs, overwrite=overwrite)
+                           inputs=inputs, params=params, tmp=tmp)  # fmt: skip
+    return _build_docids(input_path, out, tmp, tokenizer=tokenizer, kind=kind, flips=flips, params=params, inputs=inputs)
 
 
 @dataclass
@@ -532,9 +522,7 @@ class TokenizerRecord:
 TOKENS_FILE = ".scratch-tokens.u32"  # the token ids the build reads, in its temporary directory (removed before the listing)
 
 
-def _build_docids(
-    input_path: str | Path, out: Path, claimed: Claim, *, tokenizer: str, kind: str, flips: bool, params: dict[str, Any], inputs: list[dict[str, Any]], overwrite: bool
-) -> dict[str, Any]:
+def _build_docids(input_path: str | Path, out: Path, tmp: Path, *, tokenizer: str, kind: str, flips: bool, params: dict[str, Any], inputs: list[dict[str, Any]]) -> dict[str, Any]:
     """The docid index, streamed (:mod:`grtool.index.stream`): columns instead of a Python object per docid, the
     token ids in a file on disk; the docid tables are written and their columns freed before the index is built."""
     from grtool.docid.lookup import release_build_memory, use_trimmable_arrow_pool
@@ -544,40 +532,36 @@ def _build_docids(
     # held on top of the read's own peak.
     use_trimmable_arrow_pool()  # the read's decompressed batches, handed back between buckets
     release_build_memory()
-    tmp = temp_dir(out)  # the read's buckets and sorted runs go here (files named .scratch*), and docids.parquet
-    try:
-        read_started = time.perf_counter()
-        seqs = read_sequences(input_path, flips=flips, workdir=tmp)
-        timings = {"read_seconds": time.perf_counter() - read_started}
-        release_build_memory()  # what the read freed, before the tokenizer is loaded again
-        if seqs.skipped.count:
-            log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
-        if flips and seqs.unsplit:
-            log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", seqs.unsplit)
-        counts = {"docids_skipped": seqs.skipped.count}
-        if flips:
-            counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
-        log.info("tokenizing %d docids with %s", seqs.count, tokenizer)
-        tokenize_started = time.perf_counter()
-        tok = load_tokenizer(tokenizer)
-        release_build_memory()  # what parsing its JSON freed (~100 MB for a 128K vocabulary), kept by malloc else
-        record = TokenizerRecord.of(tok)
-        flat, lengths = tokenize_to_file(tok, seqs, tmp / TOKENS_FILE)
-        started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
-        timings["tokenize_seconds"] = started - tokenize_started
-        flags = seqs.flipped.astype(np.uint8) if flips else None
-        documents = len(seqs.doc_ids)
-        seqs.seq_file.unlink()
-        write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs))  # docids.parquet: written by the read
-        del seqs, tok  # the tokenizer (~50 MB for a 128K vocabulary): not held while the index is built
-        release_build_memory()  # and the pages their allocators kept
-        log.info("building %s index over %d tokens", kind, flat.size)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    # tmp: the read's buckets and sorted runs go there (files named .scratch*), and docids.parquet
+    read_started = time.perf_counter()
+    seqs = read_sequences(input_path, flips=flips, workdir=tmp)
+    timings = {"read_seconds": time.perf_counter() - read_started}
+    release_build_memory()  # what the read freed, before the tokenizer is loaded again
+    if seqs.skipped.count:
+        log.warning("%d docids skipped, a part cannot live inside a docid (%s); the first: %s", seqs.skipped.count, seqs.skipped.summary(), seqs.skipped.first)
+    if flips and seqs.unsplit:
+        log.warning("%d docids are not the rendering of their own head, relation, tail: indexed forward only", seqs.unsplit)
+    counts = {"docids_skipped": seqs.skipped.count}
+    if flips:
+        counts |= {"flips_unsplit": seqs.unsplit, "flips_symmetric": seqs.symmetric}
+    log.info("tokenizing %d docids with %s", seqs.count, tokenizer)
+    tokenize_started = time.perf_counter()
+    tok = load_tokenizer(tokenizer)
+    release_build_memory()  # what parsing its JSON freed (~100 MB for a 128K vocabulary), kept by malloc else
+    record = TokenizerRecord.of(tok)
+    flat, lengths = tokenize_to_file(tok, seqs, tmp / TOKENS_FILE)
+    started = time.perf_counter()  # build_seconds: from here, as when the tokens were handed to write_index
+    timings["tokenize_seconds"] = started - tokenize_started
+    flags = seqs.flipped.astype(np.uint8) if flips else None
+    documents = len(seqs.doc_ids)
+    seqs.seq_file.unlink()
+    write_docid_tables(tmp, doc_ids=seqs.doc_ids, seq_docs=(seqs.offsets, seqs.docs))  # docids.parquet: written by the read
+    del seqs, tok  # the tokenizer (~50 MB for a 128K vocabulary): not held while the index is built
+    release_build_memory()  # and the pages their allocators kept
+    log.info("building %s index over %d tokens", kind, flat.size)
     return write_index(
         Path(out), kind=kind, flat=flat, lengths=lengths, seq_docs=None, doc_ids=None, tokenizer=record, source="docids",
-        inputs=inputs, params=params, overwrite=overwrite, claimed=claimed, seq_flipped=flags, flip_counts=counts, tmp=tmp, started=started,
+        inputs=inputs, params=params, seq_flipped=flags, flip_counts=counts, tmp=tmp, started=started,
         documents=documents, timings=timings,
     )  # fmt: skip
 

@@ -15,18 +15,21 @@ The model stages add the backend, the request cache and the empty-output guard o
 function. Outputs may have part counts of their own (``corpus split``: the questions' parts and the documents').
 
 A file written whole (an export: :class:`FileOutput`) is an output of one part: claimed when the loop opens, written
-to a temporary name, and, when its part ends, its record first and then the file renamed into place.
+to a temporary name, and, when its part ends, its record first and then the file renamed into place. A directory
+built whole (an index: :class:`DirectoryOutput`) is built in a temporary directory beside it and installed when its
+part ends. :func:`one_part` runs such outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from grtool.log import progress
 from grtool.store.diskfull import writing
@@ -125,6 +128,77 @@ class FileWriter:
 
 
 @dataclass
+class DirectoryOutput:
+    """A directory built whole by the stage's one part (an index), claimed as ``kind`` when the loop opens, before
+    any work (:func:`grtool.store.outputs.claim`, with the loop's ``overwrite``). The part builds in the empty
+    temporary directory ``scratch(path)`` makes beside it (its :class:`DirectoryPart`); when the part ends it is
+    installed in place of ``path`` (:meth:`grtool.store.outputs.Claim.install`: grtool's entries replaced, the
+    record last, a user's files beside them kept), and removed when the part fails."""
+
+    path: str | Path
+    kind: OutputKind
+    scratch: Callable[[Path], Path]
+    inputs: Sequence[str | Path | None] = ()
+    holders: Sequence[str | Path | None] = ()
+    num_parts: int | None = 1
+    finish: dict[str, Any] = field(default_factory=dict)
+
+    def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "DirectoryWriter":
+        return DirectoryWriter(self, overwrite)
+
+
+@dataclass(frozen=True)
+class DirectoryPart:
+    """What a part builds for a :class:`DirectoryOutput`: the temporary directory ``path``, installed when it ends."""
+
+    path: Path
+
+
+class DirectoryWriter:
+    """A :class:`DirectoryOutput` opened: its claim held until :meth:`finish` (or the writer is dropped)."""
+
+    def __init__(self, output: DirectoryOutput, overwrite: bool):
+        self.output = output
+        self.claim = claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite)
+        weakref.finalize(self, self.claim.release)
+
+    def done(self, index: int) -> bool:
+        return False  # an up-to-date output is its command's to keep, before the loop claims it
+
+    @contextlib.contextmanager
+    def shard(self, index: int) -> Iterator[DirectoryPart]:
+        tmp = self.output.scratch(Path(self.output.path))
+        try:
+            yield DirectoryPart(tmp)
+            self.claim.install(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
+        self.claim.release()
+
+    def check_empty(self, manifest: None) -> None:
+        """A directory's part judges its own result before it is installed."""
+
+
+T = TypeVar("T")
+
+
+def one_part(outputs: Sequence[FileOutput | DirectoryOutput], part_fn: Callable[[LoopPart], T], *, overwrite: bool = False) -> T:
+    """Run ``part_fn`` as the one part of outputs written whole (files, directories; never a stage directory, whose
+    parts :class:`PartLoop` runs): every output claimed before the part starts, each put in place when it returns,
+    the claims let go however it ends. Returns what ``part_fn`` returned."""
+    loop = PartLoop(outputs, 1, overwrite=overwrite, num_shards=1, shard_index=0)
+    returned: list[T] = []
+    try:
+        loop.run(lambda part: returned.append(part_fn(part)))
+    finally:
+        loop.finish()
+    return returned[0]
+
+
+@dataclass
 class Bar:
     """The loop's progress bar: its name, extra columns over its task's ``fields``, and its total.
 
@@ -165,7 +239,7 @@ class PartLoop:
 
     Opening it opens the writers (a refused resume or a held lock fails here, before any work)."""
 
-    def __init__(self, outputs: Sequence[Output | FileOutput], num_parts: int, *, overwrite: bool = False,
+    def __init__(self, outputs: Sequence[Output | FileOutput | DirectoryOutput], num_parts: int, *, overwrite: bool = False,
                  num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
         self.outputs = list(outputs)
         self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]

@@ -53,7 +53,7 @@ ALLOWED = {
     "grtool/export/formats.py": "adds an export's entries to its folder's dataset_info.json (LLaMA-Factory's register), under the lock of updating()",
     "grtool/export/shuffle.py": "export's shuffle spill files in a temporary folder of its own",
     "grtool/holds.py": "test holds: the marker a held process leaves in the folder a test names (GRTOOL_HOLD)",
-    "grtool/index/build.py": "the index, built in a temporary folder and installed by its claim (Claim.install)",
+    "grtool/index/build.py": "the index, built in the temporary folder its part loop's DirectoryOutput made, which installs it (Claim.install)",
     "grtool/index/docid_bytes.py": "the bracket decoding files inside the index directory (INDEX's own entries)",
     "grtool/index/kinds.py": "the index kinds' files inside the index being built (its claim's temporary folder)",
     "grtool/index/stream.py": "the index builder's sorted runs: scratch files in a temporary folder of its own",

@@ -117,7 +117,7 @@ def test_an_export_of_no_row_or_the_smallest_row(tmp_path, rows, json_array):
     """rows against bytes at their edge (no row in no bytes or in ``[]``; one row of the fewest bytes), and the
     questions of no question and of repeated ones."""
     from grtool.export.formats import export_outputs, row_writers
-    from grtool.store.partloop import PartLoop
+    from grtool.store.partloop import one_part
     from grtool.vocab.provenance import decode_sidecar, questions_record, sidecar_path, write_sidecar
 
     out = tmp_path / "gmr.json"
@@ -131,9 +131,7 @@ def test_an_export_of_no_row_or_the_smallest_row(tmp_path, rows, json_array):
         written.append(writer.rows)
         p.shards[0].record = lambda content: write_sidecar(out, kind="gmr", fmt="gmr", rows=writer.rows, json_array=json_array, inputs=[], content=content)
 
-    loop = PartLoop(export_outputs([out], "gmr", inputs=[]), 1, num_shards=1, shard_index=0)
-    loop.run(part)
-    loop.finish()
+    one_part(export_outputs([out], "gmr", inputs=[]), part)
     assert written == [rows] and decode_sidecar(sidecar_path(out)).bytes == out.stat().st_size
     for qids in ([], ["q2", "q1", "q2"]):
         write_sidecar(out, kind="gmr", fmt="gmr", rows=rows, json_array=json_array, inputs=[], questions=questions_record(qids))
