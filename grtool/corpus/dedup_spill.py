@@ -20,8 +20,8 @@ that are missing.
 
 from __future__ import annotations
 
+import fnmatch
 import math
-import shutil
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -130,13 +130,53 @@ class _BucketedTable:
             s.close()
 
 
+# What a run writes in its work folder (``OUT/_ingest_work``, ``OUT/_merge_work``): the plan, the rejects, the
+# generic questions waiting for their documents (grtool.corpus.generic), and each table's buckets in a folder of its
+# own. Anything else there is not grtool's and stays, named, when the folder is cleared.
+WORK_FILES = (PLAN, f"{PLAN}.*.tmp", "rejects-documents.jsonl", "rejects-questions.jsonl", "generic-questions.jsonl")
+WORK_FOLDERS = {"documents": "bucket-[0-9][0-9][0-9][0-9].arrow", "questions": "bucket-[0-9][0-9][0-9][0-9].arrow"}
+
+
+def remove_work(root: Path) -> None:
+    """Clear a run's work folder of what grtool writes there (:data:`WORK_FILES`, :data:`WORK_FOLDERS`), and remove
+    it when nothing else is left; a user's entry there stays, named in a warning (never deleted, at any depth). A
+    link goes, never what it points to."""
+    from grtool.log import log
+
+    if root.is_symlink() or not root.is_dir():
+        if root.is_symlink():
+            root.unlink()
+        return
+    left: list[Path] = []
+    for entry in root.iterdir():
+        inner = WORK_FOLDERS.get(entry.name)
+        if inner is not None and entry.is_dir() and not entry.is_symlink():
+            kept = [f for f in entry.iterdir() if not (fnmatch.fnmatchcase(f.name, inner) and (f.is_symlink() or f.is_file()))]
+            for f in set(entry.iterdir()) - set(kept):
+                f.unlink(missing_ok=True)
+            left += kept
+            if not kept:
+                entry.rmdir()
+        elif any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES) and (entry.is_symlink() or entry.is_file()):
+            entry.unlink(missing_ok=True)
+        else:
+            left.append(entry)
+    if left and root not in _WARNED:  # once a run: a run clears its folder before, during and after
+        _WARNED.add(root)
+        log.warning("%s: kept %d entr%s grtool did not write there: %s", root, len(left), "y" if len(left) == 1 else "ies", ", ".join(str(e.relative_to(root)) for e in sorted(left)[:5]))
+    elif not left:
+        root.rmdir()
+
+
+_WARNED: set[Path] = set()
+
+
 class Spill:
     """Phase 1 sink: documents, questions and rejects of a whole run, bucketed by key."""
 
     def __init__(self, root: Path, doc_buckets: int, question_buckets: int, identity: dict[str, Any]):
-        if root.exists():
-            shutil.rmtree(root)
-        root.mkdir(parents=True)
+        remove_work(root)  # an earlier run's spill, not reusable
+        root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.identity = identity
         self.seq = 0
@@ -180,7 +220,7 @@ class Spill:
     def abort(self) -> None:
         for f in self.reject_files.values():
             f.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_work(self.root)
 
 
 def load_plan(root: Path, identity: dict[str, Any]) -> SpillPlan | None:

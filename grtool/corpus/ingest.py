@@ -28,6 +28,7 @@ from grtool.corpus.generic import AMBIGUOUS_TITLE, GenericGold
 from grtool.corpus.readers import Stream, input_files, iter_records, open_streams, parse_line
 from grtool.corpus.dedup_spill import (
     Spill,
+    remove_work,
     SpillPlan,
     buckets_for_bytes,
     load_plan,
@@ -200,7 +201,7 @@ def run_two_phase(
         try:
             write_outputs(work, fill(work), None, doc_spec, q_spec, strict)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)  # a temporary folder of its own
         return False
     out = Path(out)
     work = out / work_name
@@ -232,10 +233,10 @@ def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, i
     # One run at a time in OUT: a second one would share the work directory (and lose rows) or mix parameters.
     with run_lock(out):
         if overwrite:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_work(work)
         elif _already_complete(out, [doc_spec, q_spec]):
             log.info("%s: already complete, nothing to do (--overwrite redoes it)", out)
-            shutil.rmtree(work, ignore_errors=True)  # left behind when a run was killed after its last shard
+            remove_work(work)  # left behind when a run was killed after its last shard
             from grtool.store.stage import remove_leftovers
 
             for spec in (doc_spec, q_spec):  # this run holds OUT alone: every temporary file there is a killed run's
@@ -248,7 +249,7 @@ def _run_locked(out: Path, work: Path, doc_spec: StageSpec, q_spec: StageSpec, i
         else:
             log.info("%s: resuming: the inputs were read completely before, writing the missing shards", out)
         write_outputs(work, plan, out, doc_spec, q_spec, strict, overwrite=overwrite)
-        shutil.rmtree(work, ignore_errors=True)
+        remove_work(work)
     return resumed
 
 

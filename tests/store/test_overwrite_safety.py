@@ -152,6 +152,26 @@ def test_overwrite_keeps_the_users_files_inside_the_stages_own_folders(run, tmp_
     run_cli("validate", out)
 
 
+def test_ingest_clears_only_its_own_files_from_its_work_folder(tmp_path):
+    """`corpus ingest` spills into OUT/_ingest_work and removed the folder whole when done (and on --overwrite):
+    a user's file put there went with it. Only the plan, the rejects and the buckets go; the user's file stays,
+    named, with the folder."""
+    from paths_helpers import EXAMPLES
+
+    out = tmp_path / "corpus"
+    args = ("corpus", "ingest", EXAMPLES / "2wikimultihopqa", "--out", out)
+    run_cli(*args)
+    (out / "_ingest_work" / "documents").mkdir(parents=True)
+    (out / "_ingest_work" / "notes.txt").write_text("keep me\n")
+    (out / "_ingest_work" / "documents" / "bucket-notes.arrow").write_text("mine too\n")  # like grtool's, not its name
+    proc = run_cli(*args, "--overwrite")
+    assert (out / "_ingest_work" / "notes.txt").read_text() == "keep me\n"
+    assert (out / "_ingest_work" / "documents" / "bucket-notes.arrow").read_text() == "mine too\n"
+    assert sorted(p.name for p in (out / "_ingest_work").rglob("*")) == ["bucket-notes.arrow", "documents", "notes.txt"]  # no spill left
+    assert "kept 2 entries grtool did not write there" in one_line(proc.stderr)
+    run_cli("validate", out)
+
+
 def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_path):
     out = tmp_path / "idx"
     run_cli(*index_build(run, out))
