@@ -17,7 +17,8 @@ function. Outputs may have part counts of their own (``corpus split``: the quest
 A file written whole (an export: :class:`FileOutput`) is an output of one part: claimed when the loop opens, written
 to a temporary name, and, when its part ends, its record first and then the file renamed into place. A directory
 built whole (an index: :class:`DirectoryOutput`) is built in a temporary directory beside it and installed when its
-part ends. :func:`one_part` runs such outputs.
+part ends; one written in place as it goes (a checkpoint: :class:`InPlaceOutput`) is only claimed and recorded.
+:func:`one_part` runs such outputs.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from grtool.log import progress
 from grtool.store.diskfull import writing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
-from grtool.store.outputs import EXPORT, OutputKind, claim, remove_killed_scratch, replacing
+from grtool.store.outputs import EXPORT, Claim, OutputKind, claim, remove_killed_scratch, replacing
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
@@ -182,10 +183,46 @@ class DirectoryWriter:
         """A directory's part judges its own result before it is installed."""
 
 
+@dataclass
+class InPlaceOutput:
+    """A directory its one part writes in place, as it goes (a checkpoint a trainer saves into, resumed from what
+    is there): claimed as ``kind`` when the loop opens, before any work (with the loop's ``overwrite``, grtool's
+    entries there are cleared first, a user's kept); ``started(claim)`` then records the run in it. Nothing is moved
+    when the part ends: what the part wrote is the output."""
+
+    path: str | Path
+    kind: OutputKind
+    inputs: Sequence[str | Path | None] = ()
+    holders: Sequence[str | Path | None] = ()
+    started: Callable[[Claim], object] | None = None
+    num_parts: int | None = 1
+    finish: dict[str, Any] = field(default_factory=dict)
+
+    def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "InPlaceWriter":
+        return InPlaceWriter(self, overwrite)
+
+
+class InPlaceWriter(DirectoryWriter):
+    """An :class:`InPlaceOutput` opened: claimed, cleared with ``overwrite``, its run recorded."""
+
+    def __init__(self, output: InPlaceOutput, overwrite: bool):
+        self.output = output  # type: ignore[assignment]
+        self.claim = claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite)
+        weakref.finalize(self, self.claim.release)
+        if overwrite:
+            self.claim.clear()
+        if output.started is not None:
+            output.started(self.claim)
+
+    @contextlib.contextmanager
+    def shard(self, index: int) -> Iterator[DirectoryPart]:
+        yield DirectoryPart(Path(self.output.path))
+
+
 T = TypeVar("T")
 
 
-def one_part(outputs: Sequence[FileOutput | DirectoryOutput], part_fn: Callable[[LoopPart], T], *, overwrite: bool = False) -> T:
+def one_part(outputs: Sequence[FileOutput | DirectoryOutput | InPlaceOutput], part_fn: Callable[[LoopPart], T], *, overwrite: bool = False) -> T:
     """Run ``part_fn`` as the one part of outputs written whole (files, directories; never a stage directory, whose
     parts :class:`PartLoop` runs): every output claimed before the part starts, each put in place when it returns,
     the claims let go however it ends. Returns what ``part_fn`` returned."""
@@ -239,7 +276,7 @@ class PartLoop:
 
     Opening it opens the writers (a refused resume or a held lock fails here, before any work)."""
 
-    def __init__(self, outputs: Sequence[Output | FileOutput | DirectoryOutput], num_parts: int, *, overwrite: bool = False,
+    def __init__(self, outputs: Sequence[Output | FileOutput | DirectoryOutput | InPlaceOutput], num_parts: int, *, overwrite: bool = False,
                  num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
         self.outputs = list(outputs)
         self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]

@@ -387,9 +387,12 @@ def build_trainer(p: Plan, callbacks: list | None = None):
 def train(p: Plan) -> dict[str, Any]:
     """Train and save; returns the provenance record written to ``out/grtool.json``."""
     from grtool import signals
+    from grtool.store.partloop import one_part
 
-    with signals.noted(hint=_resume_hint(p)), claim_checkpoint(p):
-        return _train(p)
+    with signals.noted(hint=_resume_hint(p)):
+        if not _is_main():  # the other ranks write into what the main process claimed and prepared
+            return _train(p)
+        return one_part([checkpoint_output(p)], lambda part: _train(p), overwrite=p.overwrite and not p.resume)
 
 
 def _resume_hint(p: Plan) -> str:
@@ -397,19 +400,20 @@ def _resume_hint(p: Plan) -> str:
     return "run the same command again to resume" if p.resume else "run the same command with --resume to continue"
 
 
-def claim_checkpoint(p: Plan) -> Any:
-    """Lock ``out`` for this run (a second run into it is refused, naming this one) and, with --overwrite, delete
-    only what a training run writes there (the main process; the others write into what it prepared)."""
-    if not _is_main():
-        return contextlib.nullcontext()
-    from grtool.store.outputs import CHECKPOINT, claim
+def checkpoint_output(p: Plan) -> Any:
+    """``out`` as the run's one output (:class:`grtool.store.partloop.InPlaceOutput`): locked for this run (a second
+    run into it is refused, naming this one), with --overwrite cleared of only what a training run writes there,
+    and the run recorded in it before the model loads."""
+    from grtool.store.outputs import CHECKPOINT
+    from grtool.store.partloop import InPlaceOutput
 
     inputs, holders = _inputs(p.model, p.data.source, p.cfg)
-    claimed = claim(p.out, CHECKPOINT, inputs=inputs, holders=holders, overwrite=p.overwrite and not p.resume)
-    if p.overwrite and not p.resume:
-        claimed.clear()
-    # what the run is (a killed run can still be started over with --overwrite, and --resume compares with it);
-    # a resumed run keeps the record of the command that started it
+    return InPlaceOutput(p.out, CHECKPOINT, inputs=inputs, holders=holders, started=lambda claimed: _record_start(p, claimed))
+
+
+def _record_start(p: Plan, claimed: Any) -> None:
+    """What the run is (a killed run can still be started over with --overwrite, and --resume compares with it); a
+    resumed run keeps the record of the command that started it."""
     if not (p.resume and (previous := read_run_record(p.out)) is not None and previous.train is not None):
         from grtool.invocation import current_command
         from grtool.secrets import redact_argv
@@ -419,7 +423,6 @@ def claim_checkpoint(p: Plan) -> Any:
         started = RunRecord(kind="checkpoint", started=now(), command=redact_argv(claimed.lock.command or current_command()), train=run_identity(p))
         p.out.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(p.out / RUN_RECORD, msgspec.json.format(msgspec.json.encode(started)) + b"\n")
-    return claimed
 
 
 def _train(p: Plan) -> dict[str, Any]:
