@@ -25,7 +25,7 @@ import msgspec
 import polars as pl
 import pyarrow.parquet as pq
 
-from grtool.errors import GrtoolError
+from grtool.errors import DataProblem, GrtoolError, InputError
 from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import DamagedRecord, file_kind
@@ -529,6 +529,18 @@ def validate_dataset_info(path: Path, with_sidecar: set[Path]) -> Report:
     report = Report(str(path), "dataset_info")
     report.checked, report.problems, report.notes = check_dataset_info(path, with_sidecar)
     return report
+
+
+def not_shown(root: Path) -> GrtoolError:
+    """Why `show` or `status` shows nothing of the directory ``root``: nothing grtool wrote is there (validate's
+    verdict, exit 1), or what is there is another command's to show (an index, a folder of exports or runs)."""
+    from grtool.audit.discover import discover, is_index_dir
+
+    if is_index_dir(root):
+        return InputError(f"{root}: an index directory, not a stage: grtool index stats {root} shows it")
+    if discover(root).nothing():
+        return DataProblem(nothing_found(root).problems[0])
+    return InputError(f"{root}: not a stage directory, nor a run directory holding stages; grtool validate {root} lists and checks what grtool wrote below it")
 
 
 def nothing_found(root: Path) -> Report:

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from grtool.cli.commands import Command, PathKind, register
 from grtool.cli.options import Json
-from grtool.errors import EXIT_DATA, DataProblem, InputError
+from grtool.errors import EXIT_DATA, InputError
 from grtool.errors import printable
 from grtool.userinput import require_input
 
@@ -41,10 +41,9 @@ def status_cmd(
     contents = run_contents(directory)
     piped = _pipeline_wrote(directory)  # its records show a pipeline's jobs, before any stage wrote
     if not dirs and not any(contents.values()) and not piped:
-        from grtool.audit.validate import nothing_found
+        from grtool.audit.validate import not_shown
 
-        [problem] = nothing_found(directory).problems  # validate's verdict on it, and its exit status
-        raise DataProblem(problem)
+        raise not_shown(directory)  # validate's verdict on it when nothing grtool wrote is there
     results = [status(d, footers=False) for d in dirs]  # the records and the parts' sizes: no Parquet read
     if as_json:
         # A stage directory: its status object. A run directory: one object holding what the tables show.
@@ -232,7 +231,10 @@ def validate_cmd(
     from grtool.audit.validate import accept_tree, validate_tree
     from grtool.store.stops import describe as describe_stop
 
-    require_input(directory)
+    from grtool.vocab.provenance import sidecar_path
+
+    if not sidecar_path(directory).is_file():  # an export whose record is there is judged by it, there or not
+        require_input(directory)
     if reason is not None and not accept:
         raise InputError("--reason goes with --accept")
     if accept:

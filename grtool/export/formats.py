@@ -11,6 +11,7 @@ and unpaired-preference rows ``{"prompt": [...], "completion": [...], "label": b
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,6 +25,7 @@ from grtool.store.locks import updating
 from grtool.store.outputs import EXPORT, input_stage
 from grtool.store.partloop import FileOutput, LoopPart
 from grtool.store.records import atomic_write_bytes
+from grtool.vocab.provenance import DATASET_INFO
 
 
 def with_markers(chain: str, markers: str) -> str:
@@ -93,7 +95,9 @@ def dataset_info_stanza(fmt: str, file_name: str, system: bool, kto: bool = Fals
 
 def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
     """Add or replace our entries in ``directory/dataset_info.json``, keeping every other dataset there."""
-    path = directory / "dataset_info.json"
+    path = directory / DATASET_INFO
+    if path.is_symlink():  # a registry kept elsewhere, linked in: updated where it is (and locked there)
+        path = Path(os.path.realpath(path))
     with updating(path):  # exports into one folder each add their entries: one at a time, none lost
         info: dict[str, Any] = {}
         if path.exists():
@@ -147,6 +151,9 @@ def export_outputs(files: list[str | Path], kind: str, *, inputs: list[tuple[str
     stage). A file is never one of the inputs nor inside one (an input shard overwritten); an existing file is
     replaced only when its ``<file>.grtool.json`` says grtool exported it; one writer per file.
     """
+    for f in files:
+        if Path(f).name == DATASET_INFO:  # LLaMA-Factory's registry, which the exports of a folder add to
+            raise InputError(f"--out {f}: {DATASET_INFO} is the name of the registry exports add their entries to; name the export otherwise")
     stages = [input_stage(path, table) if table else path for path, table in inputs]
     given = [path for path, _ in inputs]
     return [FileOutput(f, EXPORT, export_kind=kind, inputs=stages, holders=given) for f in files]

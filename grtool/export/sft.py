@@ -18,10 +18,11 @@ import orjson
 
 from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
+from grtool.log import log
 from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import QuestionIndex
-from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
+from grtool.vocab.provenance import DATASET_INFO, input_fingerprint, questions_record, sidecar_path, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
@@ -117,6 +118,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
     outputs = export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")])
     result = SftResult()
     one_part(outputs, lambda part: _export_part(part, filtered, corpus, out, opts, files, result))  # the files claimed before anything is read
+    _warn_of_an_earlier_dev_split(out, files)
     if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
         entries = {Path(path).stem: dataset_info_stanza(opts.fmt, Path(path).name, system=bool(opts.system)) for path in result.files.values()}
         result.dataset_info = str(update_dataset_info(Path(out).parent, entries))
@@ -179,6 +181,20 @@ def _export_part(part: LoopPart, filtered: str | Path, corpus: str | Path, out: 
             write_sidecar, path, kind="sft", fmt=opts.fmt, rows=writer.rows, json_array=json_array, inputs=inputs, split=split,
             dataset_info_entry=Path(path).stem if registered else None,
             params=_params(opts), questions=questions_record(result.qids.get(split, ()), splits=sorted(opts.splits) or None),
+        )  # fmt: skip
+
+
+def _warn_of_an_earlier_dev_split(out: str | Path, files: dict[str, str | Path]) -> None:
+    """An export without --dev-share beside an earlier export's dev split of the same name: its questions are in
+    the training file now, so a trainer evaluating on it would score seen questions. Said, never deleted."""
+    if is_stdio(out) or "dev" in files:
+        return
+    dev = dev_path(Path(out))
+    record = sidecar_path(dev)
+    if dev.is_file() and record.is_file():
+        log.warning(
+            "%s: an earlier export's dev split is still there, and its questions are in %s now; remove it (and its %s entry) or export with --dev-share",
+            dev, out, DATASET_INFO,
         )  # fmt: skip
 
 

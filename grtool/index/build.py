@@ -24,7 +24,8 @@ from grtool import __version__, signals
 from grtool.docid import DOCID_END, DOCID_START, SPECIAL, docid_text_problem, normalize, triple_problem
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import FORMAT, META, TOKENIZER
-from grtool.index.kinds import KINDS, SCRATCH_BYTES, pid_alive
+from grtool.index.kinds import KINDS, SCRATCH_BYTES
+from grtool.store.locks import pid_alive
 from grtool.index.record import IndexRecord
 from grtool.index.stream import DOCIDS_ROW_GROUP, SyntaxReport, flip_from_parts, inner_text
 from grtool.index.tokenizer import DocidTokenizer, check_tokenizer, load_tokenizer
@@ -386,6 +387,7 @@ def build_index(
     if not overwrite:
         kept = existing_build(Path(out), input_path, table, tokenizer=tokenizer, kind=kind, source=source, sample_rate=sample_rate, flips=flips)
         if kept is not None:
+            remove_stale_builds(Path(out))  # a killed build's temporary directory, as a build would remove it
             return {**kept, "up_to_date": True}
     if source == "docids":  # loaded once, when the docids are read (a 128K vocabulary is ~150 MB while it loads)
         check_tokenizer(tokenizer)

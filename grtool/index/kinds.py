@@ -19,6 +19,7 @@ import numpy as np
 from grtool.errors import GrtoolError, InputError
 from grtool.index.base import KINDS, META, REBUILD, Index, damaged, load_array  # noqa: F401  (KINDS: filled by the classes below)
 from grtool.errors import printable
+from grtool.store.locks import pid_alive
 
 DEFAULT_SAMPLE_RATE = 32
 
@@ -121,16 +122,6 @@ def fm_sort_items(tokens: int, sequences: int, sigma: int, memory_limit: str | i
 
 SCRATCH_BYTES = "scratch_bytes"  # what a kind's write() reports besides its parameters: its peak of scratch disk
 SCRATCH_PREFIX = ".fm-build-"  # + the building process's pid + "-": a later build removes those of dead processes
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def remove_stale_scratch(where: Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grtool.errors import DataProblem, InputError
+from grtool.errors import InputError
 from grtool.records import DamagedRecord
 from grtool.store.schemas import schema_of
 from grtool.store.records import InputRecord, Manifest, is_stage_dir, load_manifest, resolve_stage
@@ -98,12 +98,9 @@ def _stage_source(path: Path) -> Source:
         for table in (*DOCID_TABLES, "questions", "documents"):  # a run directory holding one, e.g. out/demo/triples, a corpus
             if is_stage_dir(path / table):
                 return _stage_source(path / table)
-        from grtool.audit.discover import discover
-        from grtool.audit.validate import nothing_found
+        from grtool.audit.validate import not_shown
 
-        if discover(path).nothing():  # validate's verdict on it, and its exit status
-            raise DataProblem(nothing_found(path).problems[0])
-        raise InputError(f"{path}: not a stage directory (no _manifest.json) nor an exported file; grtool's outputs lie below it (grtool validate {path} lists them)")
+        raise not_shown(path)
     manifest = load_manifest(path)
     table = manifest.table
     kind = "filtered" if table == "chains" and "filters" in (manifest.command or [])[:4] else table

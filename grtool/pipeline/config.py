@@ -302,11 +302,22 @@ def _expand_slurm(key: str, value: Any, variables: dict[str, str], where: str) -
     return _expand(value, variables, where, shell=key in SHELL_KEYS)
 
 
+def option_key(key: str) -> str:
+    """An option's key as a stage holds it, however the file or ``--set`` spells it (``dev-share``: ``dev_share``):
+    what reads a stage's options (its outputs, its checks) finds it under one name."""
+    return key.replace("-", "_")
+
+
 def _expand_stage(entry: dict[str, Any], variables: dict[str, str], where: str) -> dict[str, Any]:
     expanded = {}
     for key, value in entry.items():
         if key == "options":
-            expanded[key] = {k: _expand(v, variables, f"{where}, option {k!r}") for k, v in value.items()}
+            expanded[key] = {}
+            for k, v in value.items():
+                name = option_key(k)
+                if name in expanded[key]:
+                    raise InputError(f"{where}: option {k!r} is given twice (as {next(o for o in value if option_key(o) == name)!r} too); give it once")
+                expanded[key][name] = _expand(v, variables, f"{where}, option {k!r}")
         elif key == "slurm":
             expanded[key] = {k: _expand_slurm(k, v, variables, f"{where}, slurm {k!r}") for k, v in value.items()}
         else:
@@ -394,7 +405,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
             entry["slurm"] = {**entry["slurm"], key[6:]: _slurm_value(key[6:], value, variables, where)}
         else:
             _check_option_name(commands, entry, key, where)
-            entry["options"] = {**entry["options"], key: _expand(_coerce(value), variables, where)}
+            entry["options"] = {**entry["options"], option_key(key): _expand(_coerce(value), variables, where)}
 
     stages = []
     for entry in by_name.values():

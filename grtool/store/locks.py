@@ -31,6 +31,17 @@ from grtool.store.records import PartCount, Text, now
 BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (a scratch file named by a dead one is a killed run's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def beside_lock(out: str | Path) -> Path:
     """The lock file of an output that is replaced whole (an index, a checkpoint, an exported file)."""
     p = Path(os.path.realpath(out))  # links resolved in order (``link/../idx``): one lock for every spelling of a path

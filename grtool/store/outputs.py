@@ -29,7 +29,7 @@ from grtool.errors import InputError
 from grtool.holds import hold
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
-from grtool.store.locks import RunLock, output_lock
+from grtool.store.locks import RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, real
 from grtool.errors import printable
 from grtool.store.records import atomic_write_bytes, commit_file, dumps, now, resolve_stage
@@ -523,6 +523,13 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         )
 
 
+def refuse_export(out: str | Path | None, flag: str) -> None:
+    """A report, plot or JSON file never replaces an export grtool wrote (its ``.grtool.json`` says so): only
+    another export of its kind does."""
+    if out is not None and str(out) != "-" and export_record(Path(out)).is_file():
+        raise InputError(f"{flag} {printable(out)}: is an export grtool wrote ({printable(export_record(Path(out)).name)} beside it); {flag} writes another kind of file: choose another {flag}")
+
+
 @dataclass(frozen=True)
 class FileClaim:
     """The right to write one single file (a report, a plot, a JSON summary), checked by :func:`claim_file`."""
@@ -554,14 +561,18 @@ class FileClaim:
         from grtool.secrets import redact_argv
 
         check_file_output(self.path, self.flag)  # again: a file a user put there since the claim stays theirs
+        refuse_export(self.path, self.flag)
         with replacing(self.path, lambda tmp: write_file_record(self.path, redact_argv(current_command()))) as tmp:
             yield tmp
 
 
+SCRATCH_MARK = "grtool-tmp"  # in the name of a single file being written: .NAME.PID.grtool-tmp.EXT
+
+
 def scratch_path(path: Path, pid: int | str) -> Path:
-    """Where process ``pid`` writes the single file ``path`` before it is complete (hidden, its suffix kept: a
-    chart's format follows it)."""
-    return path.with_name(f".{path.stem}.{pid}.tmp{path.suffix}")
+    """Where process ``pid`` writes the single file ``path`` before it is complete (hidden, marked as grtool's, its
+    suffix kept: a chart's format follows it)."""
+    return path.with_name(f".{path.stem}.{pid}.{SCRATCH_MARK}{path.suffix}")
 
 
 @contextlib.contextmanager
@@ -569,7 +580,8 @@ def replacing(path: Path, record: Callable[[Path], object]) -> Iterator[Path]:
     """A temporary path beside the single file ``path`` to write; when the block ends, ``record(tmp)`` writes its
     record from the finished bytes, and then the file is renamed into place: a reader never sees half a file, a
     file in place always has its record, and a stop between the two leaves a record the file does not match (which
-    `validate` names), never a file grtool would refuse to replace. An exception leaves both as they were."""
+    `validate` names), never a file grtool would refuse to replace. An exception before the record leaves both as
+    they were; one after it (a failed rename) leaves the new record beside the old file, as a stop there does."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = scratch_path(path, os.getpid())
     try:
@@ -581,13 +593,15 @@ def replacing(path: Path, record: Callable[[Path], object]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def remove_killed_scratch(path: Path) -> None:
-    """Temporary files of the single file ``path`` that killed runs left (:func:`scratch_path`): called with its
-    lock held, when no other run writes one, so each is a dead run's."""
-    pattern = re.compile(re.escape(f".{path.stem}.") + r"[0-9]+" + re.escape(f".tmp{path.suffix}"))
+def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ()) -> None:
+    """Temporary files of the single file ``path`` that killed runs left (:func:`scratch_path`): named by a process
+    no longer running, and not one of the command's inputs (``holders``)."""
+    pattern = re.compile(re.escape(f".{path.stem}.") + r"([0-9]+)" + re.escape(f".{SCRATCH_MARK}{path.suffix}"))
+    read = {real(h) for h in holders if h is not None and str(h) not in ("", "-")}
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(path.parent):
-            if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            m = pattern.fullmatch(entry.name)
+            if m and int(m[1]) != os.getpid() and not pid_alive(int(m[1])) and entry.is_file(follow_symlinks=False) and real(entry.path) not in read:
                 Path(entry.path).unlink(missing_ok=True)
 
 
@@ -601,6 +615,7 @@ def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[
     """Check a single-file output before any work (:func:`check_file_output`); None for no file, or for ``-`` where
     the caller writes standard output instead (``stdout``); elsewhere ``-`` is refused, never silently nothing."""
     check_file_output(out, flag, inputs=inputs, holders=holders)
+    refuse_export(out, flag)
     if out is not None and str(out) == "-" and not stdout:
         raise InputError(f"{flag} -: {flag} writes a file, not standard output; name the file")
     if out is None or str(out) == "-":

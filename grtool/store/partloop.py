@@ -24,6 +24,7 @@ part ends; one written in place as it goes (a checkpoint: :class:`InPlaceOutput`
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import weakref
@@ -36,7 +37,8 @@ from grtool.log import progress
 from grtool.store.diskfull import writing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
-from grtool.store.outputs import EXPORT, Claim, OutputKind, claim, remove_killed_scratch, replacing
+from grtool.errors import GrtoolError, InputError, printable
+from grtool.store.outputs import EXPORT, Claim, OutputKind, claim, remove_killed_scratch, replacing, written_by_grtool
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
@@ -96,7 +98,7 @@ class FileWriter:
         self.claim = None if self.stdout else claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind)
         if self.claim is not None:
             weakref.finalize(self, self.claim.release)
-            remove_killed_scratch(Path(output.path))
+            remove_killed_scratch(Path(output.path), [*output.inputs, *output.holders])
 
     def done(self, index: int) -> bool:
         return False  # written whole on every run: its inputs may have changed since
@@ -115,6 +117,9 @@ class FileWriter:
             yield part
 
     def _record(self, part: FilePart, tmp: Path) -> None:
+        path = Path(self.output.path)
+        if os.path.lexists(path) and not written_by_grtool(path):  # put there since the claim: it stays the user's
+            raise InputError(f"{printable(path)}: a file grtool did not write appeared there while this run wrote it; it is left as it is: move it away and run again")
         if part.record is None:
             raise RuntimeError(f"{self.output.path}: a part wrote {self.output.kind.what} without setting its record")
         part.record(content=tmp)
@@ -160,8 +165,17 @@ class DirectoryWriter:
 
     def __init__(self, output: DirectoryOutput, overwrite: bool):
         self.output = output
+        self.overwrite = overwrite
         self.claim = claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite)
         weakref.finalize(self, self.claim.release)
+        self._refuse_appeared("before this run held its lock")
+
+    def _refuse_appeared(self, when: str) -> None:
+        """Without ``overwrite`` the directory is new: one that appeared since the command checked is not replaced."""
+        path = Path(self.output.path)
+        if not self.overwrite and os.path.lexists(path):
+            self.claim.release()
+            raise GrtoolError(f"{printable(path)}: appeared {when}; it is left as it is: use --overwrite to replace it, or choose another --out")
 
     def done(self, index: int) -> bool:
         return False  # an up-to-date output is its command's to keep, before the loop claims it
@@ -171,6 +185,7 @@ class DirectoryWriter:
         tmp = self.output.scratch(Path(self.output.path))
         try:
             yield DirectoryPart(tmp)
+            self._refuse_appeared("while this run built it")
             self.claim.install(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -440,15 +440,20 @@ def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_
 
     out = _validate_json(data, 1)
     assert any("gmr.jsonl: missing, but gmr.jsonl.grtool.json records it" in p and "stopped" in p for p in _problems(out, "gmr.jsonl"))
+    assert _problems(_validate_json(data / "gmr.jsonl", 1), "gmr.jsonl")  # named by its path too (before: exit 2, no such file)
     stopped = _problems(out, "sft.json") + _problems(out, "sft_dev.json")
     assert any("changed since it was written" in p and "export it again" in p for p in stopped), stopped
     cli(*sft, "--system", "Think first.")  # replaced: each record says grtool wrote the file it stands beside
     cli(*gmr)
     assert _validate_json(data, 0)["stages"]
     assert held(gmr, "recorded", signal.SIGKILL, tmp_path / "holds3").returncode == -signal.SIGKILL
-    assert [p.name for p in data.iterdir() if ".tmp" in p.name] == [f".gmr.{held_pid(tmp_path / 'holds3')}.tmp.jsonl"]  # what a kill leaves
-    cli(*gmr)  # ... the next export of that file removes
-    assert [p.name for p in data.iterdir() if ".tmp" in p.name] == []
+    killed = f".gmr.{held_pid(tmp_path / 'holds3')}.grtool-tmp.jsonl"
+    assert [p.name for p in data.iterdir() if "tmp" in p.name] == [killed]  # what a kill leaves
+    (data / ".gmr.4242.tmp.jsonl").write_text("a user's file, named like a scratch file without grtool's mark\n")
+    live = data / ".gmr.1.grtool-tmp.jsonl"  # a running process's (pid 1 always runs): never a killed run's
+    live.write_text("being written\n")
+    cli(*gmr)  # ... the next export of that file removes, and nothing else
+    assert sorted(p.name for p in data.iterdir() if "tmp" in p.name) == sorted([".gmr.4242.tmp.jsonl", live.name])
 
 
 def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, samples, tmp_path):
@@ -461,3 +466,23 @@ def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, sa
     err = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", data / "sft.json", "--dev-share", "0.3", check=2).stderr
     assert "--out (the file beside it)" in flat(err) and "sft_dev.json: exists and grtool did not write it" in flat(err), err
     assert sorted(p.name for p in data.iterdir()) == ["sft_dev.json"] and (data / "sft_dev.json").read_text() == "my notes\n"
+
+
+def test_the_registry_is_never_an_export_is_updated_where_it_links_and_an_old_dev_split_is_named(cli, samples, tmp_path):
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    sft = ["export", "sft", tmp_path / "filtered", "--corpus", samples["root"]]
+    # before: the export was committed as dataset_info.json, then the command failed on it (not a JSON object)
+    err = cli(*sft, "--out", data / "dataset_info.json", check=2).stderr
+    assert "is the name of the registry exports add their entries to" in flat(err) and not data.exists()
+    # a registry kept elsewhere and linked in: before, the link was replaced by a file and the registry never grew
+    shared = tmp_path / "shared" / "registry.json"
+    shared.parent.mkdir()
+    shared.write_text(json.dumps({"mine": {"file_name": "mine.json"}}))
+    data.mkdir()
+    (data / "dataset_info.json").symlink_to(shared)
+    cli(*sft, "--out", data / "sft.json", "--dev-share", "0.3")
+    assert (data / "dataset_info.json").is_symlink() and set(json.loads(shared.read_text())) == {"mine", "sft", "sft_dev"}
+    # exported again without a dev split: the earlier one is named (its questions are in training now), not deleted
+    err = cli(*sft, "--out", data / "sft.json").stderr
+    assert "an earlier export's dev split is still there" in flat(err) and (data / "sft_dev.json").is_file()

@@ -167,5 +167,9 @@ def test_a_killed_index_builds_temporary_directory_is_named_by_validate_and_remo
     assert f"left by a killed `index build` beside it: {left.name}" in proc.stderr.decode() + proc.stdout.decode()
     assert strict_grtool(*build, "--overwrite").returncode == 0
     assert not left.exists()
+    again = tmp_path / f".idx.{_dead_pid()}.tmp"
+    again.mkdir()
+    assert strict_grtool(*build).returncode == 0  # up to date: kept as it is, and what a killed build left goes too
+    assert not again.exists()  # before: left, though validate said the next build removes it
     proc = strict_grtool("validate", tmp_path / "idx")
     assert proc.returncode == 0 and left.name not in proc.stderr.decode() + proc.stdout.decode()

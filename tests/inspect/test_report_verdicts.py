@@ -106,5 +106,5 @@ def test_a_directory_grtool_never_wrote_is_exit_1_with_no_page(run: Path, tmp_pa
         assert "nothing grtool wrote is here" in run_cli(command, mine, check=1, env=WIDE).stderr
     # a folder of runs is not a stage either, but holds grtool's outputs: show says where to look (exit 2)
     shutil.copytree(run, mine / "runs" / "one")
-    err = run_cli("show", mine, check=2, env=WIDE).stderr
-    assert "grtool's outputs lie below it" in " ".join(err.split())
+    err = run_cli("show", mine / "runs", check=2, env=WIDE).stderr  # (status shows each stage below it)
+    assert "grtool validate" in err and "lists and checks what grtool wrote below it" in " ".join(err.split()), err

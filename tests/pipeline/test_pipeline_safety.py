@@ -291,6 +291,10 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
         ([{"name": "sft", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/data/sft.json", "dev_share": 0.3}},
           {"name": "gmr", "run": "export gmr", "args": ["{out}/ingest"], "options": {"out": "{out}/data/sft_dev.json"}}],
          ["stage 'sft' option out (the file beside it)", "stage 'gmr' option out", "sft_dev.json"]),
+        # before: an option spelled with a hyphen in the file was run as given, and never read as the dev share
+        ([{"name": "sft", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/data/sft.json", "dev-share": 0.3}},
+          {"name": "all", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/data/sft_dev.json", "all-candidates": True}}],
+         ["stage 'sft' option out (the file beside it)", "stage 'all' option out", "sft_dev.json"]),
     ],
 )  # fmt: skip
 def test_a_stages_outputs_are_checked_against_each_other_and_its_inputs_at_the_dry_run(tmp_path, examples, cli, write_pipeline, stages, words):
@@ -305,3 +309,11 @@ def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write
     assert f"--out {tmp_path / 'b' / 'run' / 'ingest'}" in plan, plan
     err = cli("pipeline", "run", str(write_pipeline([ingest], out="{bse}/run", vars={"base": "b"})), "--dry-run", check=2).stderr
     assert "out: unknown placeholder {bse}" in err, err
+
+
+def test_an_option_spelled_both_ways_is_refused(tmp_path, examples, cli, write_pipeline):
+    """`dev-share` and `dev_share` are one option: a stage holds it under one key, so a file giving both is refused
+    (before: both reached the command line, the last one winning)."""
+    gmr = {"name": "gmr", "run": "export gmr", "args": ["{out}/ingest"], "options": {"out": "{out}/g.jsonl", "chunk-questions": 5, "chunk_questions": 7}}
+    ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/ingest"}}
+    _refused(cli, str(write_pipeline([ingest, gmr], out=str(tmp_path / "run"))), "option 'chunk_questions' is given twice", "'chunk-questions'", tmp_path=tmp_path)

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import run_cli
 from grtool.store.locks import beside_lock, output_lock
+from grtool.store.outputs import export_record
 from grtool.store.schemas import TRIPLES
 from grtool.store.stage import StageSpec, StageWriter
 from sample_helpers import write_chains
@@ -221,6 +222,8 @@ def test_export_replaces_only_its_own_exports(run, tmp_path):
     run_cli(*export_gmr(run, out))
     run_cli(*export_gmr(run, out))  # its own export: replaced
     assert "is a gmr export, not sft" in refused(export_sft(run, out), out)
+    # before: the report's page replaced the export (its record says grtool wrote the file), exit 0
+    assert "is an export grtool wrote (pairs.jsonl.grtool.json beside it)" in refused(("report", run["root"], "--out", out), out)
 
 
 # ------------------------------------------------------------------------------ 4: one writer per output
@@ -255,6 +258,47 @@ def test_two_index_builds_into_one_out_the_second_is_refused_naming_the_first(tm
     err = one_line(second.stderr)
     assert f"pid {first.pid} on host" in err and "index build" in err and "wait until that run ends" in err
     assert not out.exists()
+
+
+def _held_at_locked(args: list, holds: Path, meanwhile) -> subprocess.CompletedProcess:
+    """Run ``grtool args`` until it holds its output's lock, do ``meanwhile()``, let it go on; its result."""
+    holds.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GRTOOL_HOLD": f"locked:{holds}", "COLUMNS": "10000"})  # fmt: skip
+    try:
+        while not (holds / "locked.reached").is_file():  # a state, not a time: it gets there or ends (then fails)
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        meanwhile()
+        (holds / "locked.release").write_text("")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_an_output_that_appears_after_the_check_is_left_to_its_owner(run, tmp_path):
+    """The command checked --out (absent), then took its lock: a directory or file a user put there in between, or
+    while the run wrote, is theirs. Before: index build without --overwrite cleared the user's index-named files
+    ("--overwrite left 1 entry", although no --overwrite was given), and an export replaced the user's file."""
+    idx = tmp_path / "idx"
+
+    def user_index_folder():
+        idx.mkdir()
+        (idx / "tokenizer.json").write_text("mine\n")
+        (idx / "notes.txt").write_text("mine too\n")
+
+    built = _held_at_locked(index_build(run, idx), tmp_path / "holds", user_index_folder)
+    assert built.returncode == 2 and "appeared" in one_line(built.stderr) and "use --overwrite to replace it" in one_line(built.stderr), built.stderr
+    assert sorted(p.name for p in idx.iterdir()) == ["notes.txt", "tokenizer.json"] and (idx / "tokenizer.json").read_text() == "mine\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".idx.")]  # its temporary build is gone
+
+    pairs = tmp_path / "pairs.jsonl"
+    exported = _held_at_locked(export_gmr(run, pairs), tmp_path / "holds2", lambda: pairs.write_text("user data\n"))
+    assert exported.returncode == 2 and "a file grtool did not write appeared there" in one_line(exported.stderr), exported.stderr
+    assert pairs.read_text() == "user data\n" and not export_record(pairs).exists()
 
 
 LOCKED = {
