@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from grtool.cli.commands import Command, FilesOutput, Group, PathKind, TableInput, register
-from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer, refuse_json_with_stdout
 
 register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
 
@@ -70,6 +70,7 @@ def sft_cmd(
 
     Example: grtool export sft out/filtered --corpus out/corpus --split train --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
     """
+    refuse_json_with_stdout(as_json, out)
     import orjson
     from rich.table import Table
 
@@ -96,7 +97,7 @@ def sft_cmd(
             stage_summary.print(f"{split}: {path}", highlight=False)
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
-    if as_json and str(out) != "-":
+    if as_json:
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 
@@ -135,6 +136,7 @@ def kto_cmd(
 
     Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --split train --tau 0.5 --out data/thinkgr_kto.json
     """
+    refuse_json_with_stdout(as_json, out)
     import orjson
     from rich.table import Table
 
@@ -162,7 +164,7 @@ def kto_cmd(
     )
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
-    if as_json and str(out) != "-":
+    if as_json:
         typer.echo(orjson.dumps(summary).decode())
 
 
@@ -184,6 +186,7 @@ def gmr_cmd(
 
     Example: grtool export gmr out/corpus --out data/gmr_pairs.jsonl --memorization
     """
+    refuse_json_with_stdout(as_json, out)
     import orjson
 
     from grtool.log import stage_summary
@@ -198,7 +201,7 @@ def gmr_cmd(
         + (f", {result.outside_split} outside --split" if split else ""),
         highlight=False,
     )
-    if as_json and str(out) != "-":
+    if as_json:
         typer.echo(orjson.dumps(result.as_dict()).decode())
 
 

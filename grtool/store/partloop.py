@@ -86,7 +86,7 @@ class FilePart:
     returns: ``record(content=tmp)`` writes the record of the file whose finished bytes are at ``tmp``."""
 
     handle: BinaryIO
-    record: Callable[[Path], object] | None = None
+    record: Callable[..., object] | None = None
 
 
 class FileWriter:

@@ -486,3 +486,10 @@ def test_the_registry_is_never_an_export_is_updated_where_it_links_and_an_old_de
     # exported again without a dev split: the earlier one is named (its questions are in training now), not deleted
     err = cli(*sft, "--out", data / "sft.json").stderr
     assert "an earlier export's dev split is still there" in flat(err) and (data / "sft_dev.json").is_file()
+
+
+def test_json_with_rows_on_standard_output_is_refused(cli, samples, tmp_path):
+    """--json prints the summary where --out - writes the rows: before, an export took both and silently left the
+    summary out; refused before anything runs, as the other commands refuse it."""
+    err = cli("export", "gmr", samples["root"], "--out", "-", "--json", check=2).stderr
+    assert "--json prints the summary on stdout, where --out - writes the rows" in flat(err)
