@@ -30,10 +30,11 @@ class Found:
     dataset_infos: list[Path] = field(default_factory=list)
     lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
     pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
+    checkpoints: list[Path] = field(default_factory=list)  # `train` outputs (grtool.json, or a run's grtool-run.json)
 
     def nothing(self) -> bool:
         """Nothing grtool wrote was found (validate and report fail on it: exit 1)."""
-        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.dataset_infos, self.lookups, self.pipeline_runs))
+        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.dataset_infos, self.lookups, self.pipeline_runs, self.checkpoints))
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -41,6 +42,13 @@ def is_orphan_dir(path: Path) -> bool:
     if is_stage_dir(path) or not path.is_dir():
         return False
     return any(path.glob(SHARD_GLOB)) or any((path / SHARDS_DIR).glob("part-*.json"))
+
+
+def is_checkpoint_dir(path: Path) -> bool:
+    """A `train` output: a finished checkpoint's ``grtool.json``, or the record a run writes when it starts."""
+    from grtool.vocab.provenance import CHECKPOINT_RECORD, RUN_RECORD
+
+    return (path / CHECKPOINT_RECORD).is_file() or (path / RUN_RECORD).is_file()
 
 
 def is_index_dir(path: Path) -> bool:
@@ -51,7 +59,7 @@ def discover(root: str | Path) -> Found:
     """Stage directories, orphaned shards, indexes and exports under ``root`` (``_*`` and ``.*`` folders below it,
     a stage's own bookkeeping, caches and temporary builds, are not searched). A stage or index directory given
     itself is the only thing found."""
-    from grtool.vocab.provenance import DATASET_INFO, is_sidecar
+    from grtool.vocab.provenance import CHECKPOINT_RECORD, DATASET_INFO, RUN_RECORD, is_sidecar
 
     root = Path(root)
     found = Found()
@@ -63,6 +71,9 @@ def discover(root: str | Path) -> Found:
         return found
     if (root / LOOKUP_RECORD).is_file():
         found.lookups.append(root)
+        return found
+    if is_checkpoint_dir(root):
+        found.checkpoints.append(root)
         return found
     for dirpath, dirnames, filenames in os.walk(root):
         d = Path(dirpath)
@@ -79,6 +90,10 @@ def discover(root: str | Path) -> Found:
             continue
         elif LOOKUP_RECORD in filenames:
             found.lookups.append(d)
+            continue
+        elif CHECKPOINT_RECORD in filenames or RUN_RECORD in filenames:
+            found.checkpoints.append(d)
+            dirnames[:] = []
             continue
         for name in sorted(filenames + dirnames):  # a sidecar's name on a directory: a damaged sidecar, not none
             if is_sidecar(name):

@@ -322,6 +322,8 @@ def describe(report: Report) -> str:
         return f"dataset_info, {c.get('entries', 0)} entries"
     if report.table == "lookup":
         return "triples lookup"
+    if report.table == "checkpoint":
+        return f"checkpoint, {c.get('kind') or 'not finished'}, {c.get('steps', 0)} steps"
     table = report.table or "table unknown"  # a damaged or missing manifest names none: no "None" in the line
     return f"{table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
 
@@ -531,13 +533,36 @@ def validate_dataset_info(path: Path, with_sidecar: set[Path]) -> Report:
     return report
 
 
+def validate_checkpoint(path: Path) -> Report:
+    """A `train` output by its records: a finished checkpoint's ``grtool.json`` read through its declaration, or a
+    run that started (its ``grtool-run.json``) and did not finish."""
+    from grtool.vocab.provenance import CHECKPOINT_RECORD, read_checkpoint, read_run_record
+
+    report = Report(str(path), "checkpoint")
+    try:
+        record = read_checkpoint(path)
+        if record is None:
+            run = read_run_record(path)
+            started = f" ({run.started})" if run is not None else ""
+            report.problems.append(f"{path}: a training run started here{started} and did not finish: run its command again with --resume, or with --overwrite to start over")
+        else:
+            report.checked = {"kind": record.kind, "steps": record.global_step}
+    except DamagedRecord as e:
+        report.problems.append(f"{path / CHECKPOINT_RECORD}: {e}")
+    return report
+
+
 def not_shown(root: Path) -> GrtoolError:
     """Why `show` or `status` shows nothing of the directory ``root``: nothing grtool wrote is there (validate's
     verdict, exit 1), or what is there is another command's to show (an index, a folder of exports or runs)."""
-    from grtool.audit.discover import discover, is_index_dir
+    from grtool.audit.discover import discover, is_checkpoint_dir, is_index_dir
 
+    if not root.is_dir():
+        return InputError(f"{root}: a file, not a stage or run directory (grtool validate {root} checks an exported file, grtool show {root} shows its rows)")
     if is_index_dir(root):
         return InputError(f"{root}: an index directory, not a stage: grtool index stats {root} shows it")
+    if is_checkpoint_dir(root):
+        return InputError(f"{root}: a training checkpoint, not a stage: grtool status {root} and grtool validate {root} show it")
     if discover(root).nothing():
         return DataProblem(nothing_found(root).problems[0])
     return InputError(f"{root}: not a stage directory, nor a run directory holding stages; grtool validate {root} lists and checks what grtool wrote below it")
@@ -603,6 +628,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports += [validate_index(p) for p in found.indexes]
     reports += [validate_lookup(p) for p in found.lookups]
     reports += [validate_pipeline_records(p) for p in found.pipeline_runs]
+    reports += [validate_checkpoint(p) for p in found.checkpoints]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
     with_sidecar = {Path(r.path).resolve() for r in exports}

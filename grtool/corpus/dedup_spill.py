@@ -35,7 +35,9 @@ import polars as pl
 import pyarrow as pa
 
 from grtool.corpus.datasets import gold_incomplete_expr
+from grtool.errors import InputError
 from grtool.holds import hold
+from grtool.store.outputs import file_kind_name
 from grtool.records import Count, read_record, to_builtins
 from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.stage import MAX_ROWS_PER_SHARD
@@ -143,21 +145,26 @@ def remove_work(root: Path) -> None:
     link goes, never what it points to."""
     from grtool.log import log
 
-    if root.is_symlink() or not root.is_dir():
-        if root.is_symlink():
-            root.unlink()
+    if root.is_symlink():
+        root.unlink()
+        return
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root}: {file_kind_name(root)} where grtool keeps a run's work folder; move it away and run again")
+    if not root.exists():
         return
     left: list[Path] = []
     for entry in root.iterdir():
         inner = WORK_FOLDERS.get(entry.name)
-        if inner is not None and entry.is_dir() and not entry.is_symlink():
+        if entry.is_symlink() and (inner is not None or any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES)):
+            entry.unlink()  # named like grtool's own: the link goes, never what it points to (a spill never writes through it)
+        elif inner is not None and entry.is_dir():
             kept = [f for f in entry.iterdir() if not (fnmatch.fnmatchcase(f.name, inner) and (f.is_symlink() or f.is_file()))]
             for f in set(entry.iterdir()) - set(kept):
                 f.unlink(missing_ok=True)
             left += kept
             if not kept:
                 entry.rmdir()
-        elif any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES) and (entry.is_symlink() or entry.is_file()):
+        elif any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES) and entry.is_file():
             entry.unlink(missing_ok=True)
         else:
             left.append(entry)

@@ -54,6 +54,10 @@ def exports(sidecars: list[Path]) -> list[dict[str, str]]:
         if meta is None:
             rows.append({"path": str(path), "kind": "damaged", "format": "-", "rows": "-", "created": "-"})
             continue
+        if not path.is_file():  # an export stopped before its file was in place, or the file removed: no rows to count
+            rows.append({"path": str(path), "kind": f"{meta.get('kind', '-')}: file missing (grtool validate)", "format": str(meta.get("trainer_format") or "-"),
+                         "rows": "-", "created": str(meta.get("created", "-"))})  # fmt: skip
+            continue
         rows.append({"path": str(path), "kind": str(meta.get("kind", "-")), "format": str(meta.get("trainer_format") or "-"),
                      "rows": _number(meta.get("rows")), "created": str(meta.get("created", "-"))})  # fmt: skip
     return rows

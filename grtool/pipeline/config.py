@@ -411,7 +411,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     for entry in by_name.values():
         for key, value in entry["options"].items():
             _check_option_value(commands, entry, key, value, f"{path}: stage {entry['name']!r}, option {key!r}")
-        outputs = entry["outputs"] or ([entry["options"]["out"]] if "out" in entry["options"] else [])
+        declared = commands.declared(entry["run"])
+        beside = [path for _, path in declared.files_beside(entry["options"])] if declared is not None else []  # export sft's dev file
+        outputs = entry["outputs"] or ([entry["options"]["out"], *beside] if "out" in entry["options"] else [])
         if entry["stdout"]:
             outputs = [*outputs, entry["stdout"]]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))

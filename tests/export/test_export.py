@@ -441,6 +441,8 @@ def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_
     out = _validate_json(data, 1)
     assert any("gmr.jsonl: missing, but gmr.jsonl.grtool.json records it" in p and "stopped" in p for p in _problems(out, "gmr.jsonl"))
     assert _problems(_validate_json(data / "gmr.jsonl", 1), "gmr.jsonl")  # named by its path too (before: exit 2, no such file)
+    listed = {Path(e["path"]).name: e for e in json.loads(cli("status", data, "--json").stdout)["exports"]}
+    assert listed["gmr.jsonl"]["rows"] == "-" and "file missing" in listed["gmr.jsonl"]["kind"]  # before: its recorded rows, as if there
     stopped = _problems(out, "sft.json") + _problems(out, "sft_dev.json")
     assert any("changed since it was written" in p and "export it again" in p for p in stopped), stopped
     cli(*sft, "--system", "Think first.")  # replaced: each record says grtool wrote the file it stands beside

@@ -104,6 +104,8 @@ def test_a_directory_grtool_never_wrote_is_exit_1_with_no_page(run: Path, tmp_pa
     # before: exit 2 from show ("not a stage directory") and status ("no stage directory here"), as for a usage error
     for command in ("show", "status"):
         assert "nothing grtool wrote is here" in run_cli(command, mine, check=1, env=WIDE).stderr
+    # a file is no directory of anything (before: status said "nothing grtool wrote is here", exit 1)
+    assert "a file, not a stage or run directory" in " ".join(run_cli("status", mine / "notes" / "a.txt", check=2, env=WIDE).stderr.split())
     # a folder of runs is not a stage either, but holds grtool's outputs: show says where to look (exit 2)
     shutil.copytree(run, mine / "runs" / "one")
     err = run_cli("show", mine / "runs", check=2, env=WIDE).stderr  # (status shows each stage below it)

@@ -317,3 +317,18 @@ def test_an_option_spelled_both_ways_is_refused(tmp_path, examples, cli, write_p
     gmr = {"name": "gmr", "run": "export gmr", "args": ["{out}/ingest"], "options": {"out": "{out}/g.jsonl", "chunk-questions": 5, "chunk_questions": 7}}
     ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/ingest"}}
     _refused(cli, str(write_pipeline([ingest, gmr], out=str(tmp_path / "run"))), "option 'chunk_questions' is given twice", "'chunk-questions'", tmp_path=tmp_path)
+
+
+def test_an_export_stage_whose_dev_file_is_gone_is_run_again(tmp_path, examples, cli, write_pipeline):
+    """The dev file `export sft --dev-share` writes is one of the stage's outputs: before, with it deleted the stage
+    was "done" (exit 0, nothing re-exported) and a later stage reading it was refused as reading what no stage writes."""
+    gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
+    sft = {"name": "sft", "run": "export sft", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "out": "{out}/data/sft.json", "dev-share": 0.5}}
+    reads_dev = {"name": "check", "run": "validate", "args": ["{out}/data/sft_dev.json"]}
+    config = str(write_pipeline(_wired(examples, gold, sft, reads_dev), out=str(tmp_path / "run")))
+    cli("pipeline", "run", config)
+    (tmp_path / "run" / "data" / "sft_dev.json").unlink()
+    plan = " ".join(cli("pipeline", "run", config, "--dry-run").stdout.split())
+    assert "sft_dev.json" in plan and "missing" in plan, plan
+    cli("pipeline", "run", config)
+    assert (tmp_path / "run" / "data" / "sft_dev.json").is_file()

@@ -171,6 +171,17 @@ def test_ingest_clears_only_its_own_files_from_its_work_folder(tmp_path):
     assert sorted(p.name for p in (out / "_ingest_work").rglob("*")) == ["bucket-notes.arrow", "documents", "notes.txt"]  # no spill left
     assert "kept 2 entries grtool did not write there" in one_line(proc.stderr)
     run_cli("validate", out)
+    # a link named like grtool's bucket folder goes, never written through (before: the spill wrote into its target)
+    shutil.rmtree(out / "_ingest_work")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "bucket-0000.arrow").write_text("my data\n")
+    (out / "_ingest_work").mkdir()
+    (out / "_ingest_work" / "documents").symlink_to(tmp_path / "mine")
+    run_cli(*args, "--overwrite")
+    assert (tmp_path / "mine" / "bucket-0000.arrow").read_text() == "my data\n" and not (out / "_ingest_work").exists()
+    # a file where the work folder goes: named, exit 2 (before: a FileExistsError traceback)
+    (out / "_ingest_work").write_text("notes\n")
+    assert "_ingest_work: a file where grtool keeps a run's work folder" in refused((*args, "--overwrite"), out / "_ingest_work")
 
 
 def test_overwrite_of_an_index_replaces_its_files_and_keeps_the_users(run, tmp_path):

@@ -14,6 +14,7 @@ import yaml
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.vocab.prompt import instruction
 from checkpoint_records import checkpoint_record_bytes
+from conftest import run_cli
 from hold_helpers import held
 from train_helpers import PEOPLE, SHARED_SFT_ROWS, chain, finished_copy, question, write_kto, write_sft
 
@@ -82,6 +83,13 @@ def test_sft_lowers_the_loss_and_ships_the_markers(sft_checkpoint):
     assert [start[0], end[0]] == [meta["markers"]["docid_start"], meta["markers"]["docid_end"]]
     assert tokenizer.encode(f"{DOCID_START}a, b, c{DOCID_END}", add_special_tokens=False)[0] == start[0]
     generate(sft_checkpoint)
+
+
+def test_validate_and_show_know_a_finished_checkpoint(sft_checkpoint, cli):
+    """Before: validate and show said "nothing grtool wrote is here" (exit 1) of a checkpoint `train` wrote."""
+    said = " ".join(cli("validate", sft_checkpoint).stdout.split() + cli("validate", sft_checkpoint).stderr.split())
+    assert "checkpoint, train sft, 4 steps" in said, said
+    assert "a training checkpoint, not a stage" in " ".join(cli("show", sft_checkpoint, check=2).stderr.split())
 
 
 def test_labels_cover_the_assistant_turn_only(tmp_path):
@@ -356,3 +364,6 @@ def test_sigterm_finishes_the_step_saves_a_checkpoint_and_exits_transient(tmp_pa
     said = " ".join(proc.stderr.split())
     assert "training stopped at step 4; checkpoint-4 is the last complete checkpoint" in said, said[-2000:]
     assert "run the same command with --resume to continue (exit 75)" in said, said[-2000:]
+    # before: validate said "nothing grtool wrote is here" of a checkpoint folder, finished or not
+    stopped = run_cli("validate", out, check=1)
+    assert "a training run started here" in " ".join(stopped.stderr.split()) + " ".join(stopped.stdout.split())
