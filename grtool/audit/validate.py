@@ -10,7 +10,9 @@
   looked up return their documents, the input triples unchanged since the build;
 - exported files (``<file>.grtool.json`` sidecars, :mod:`grtool.vocab.provenance`) and LLaMA-Factory
   ``dataset_info.json`` files: present, unchanged, parseable, every row in its format's shape, entries
-  pointing at existing files (:mod:`grtool.export.check`).
+  pointing at existing files (:mod:`grtool.export.check`);
+- training checkpoints (``grtool.json`` read through its declaration), and a training run that started
+  (``grtool-run.json``) and did not finish, a problem.
 
 A directory holding none of these is a problem too: "nothing to validate" must not pass a CI gate.
 """
