@@ -160,6 +160,6 @@ def export_outputs(files: list[str | Path], kind: str, *, inputs: list[tuple[str
 
 
 def row_writers(part: LoopPart, json_array: bool) -> list[RowWriter]:
-    """A :class:`RowWriter` for each file of an export's part (:func:`grtool.vocab.provenance.export_outputs`);
+    """A :class:`RowWriter` for each file of an export's part (:func:`export_outputs`);
     standard output gets JSON Lines whatever ``json_array`` says."""
     return [RowWriter(shard.handle, json_array and shard.handle is not sys.stdout.buffer) for shard in part.shards]

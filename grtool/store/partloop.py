@@ -37,6 +37,7 @@ from grtool.log import progress
 from grtool.store.diskfull import writing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
+from grtool import signals
 from grtool.errors import GrtoolError, InputError, printable
 from grtool.store.outputs import EXPORT, Claim, OutputKind, claim, remove_killed_scratch, replacing, written_by_grtool
 from grtool.store.sharding import parts_for_task, resolve_sharding
@@ -96,9 +97,19 @@ class FileWriter:
         self.output = output
         self.stdout = is_stdio(output.path)
         self.claim = None if self.stdout else claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind)
+        self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
         if self.claim is not None:
             weakref.finalize(self, self.claim.release)
             remove_killed_scratch(Path(output.path), [*output.inputs, *output.holders])
+            signals.track(self)
+
+    def on_stop(self) -> str:
+        """What a stop left of the file, for the line the run prints when a signal stops it."""
+        if self.state == "recorded":
+            return f"{printable(self.output.path)}: its new record is written and the file is not (grtool validate names it; the same command writes both)"
+        if self.state == "written":
+            return f"{printable(self.output.path)}: written"
+        return f"{printable(self.output.path)}: not written (what was there stays as it was)"
 
     def done(self, index: int) -> bool:
         return False  # written whole on every run: its inputs may have changed since
@@ -115,6 +126,7 @@ class FileWriter:
         with writing(path), replacing(path, lambda tmp: self._record(part, tmp)) as tmp, open(tmp, "wb") as handle:
             part = FilePart(handle)
             yield part
+        self.state = "written"
 
     def _record(self, part: FilePart, tmp: Path) -> None:
         path = Path(self.output.path)
@@ -123,6 +135,7 @@ class FileWriter:
         if part.record is None:
             raise RuntimeError(f"{self.output.path}: a part wrote {self.output.kind.what} without setting its record")
         part.record(content=tmp)
+        self.state = "recorded"
 
     def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
         """The file is in place (its part judged itself empty or not); the claim is let go."""

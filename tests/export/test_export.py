@@ -445,6 +445,8 @@ def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_
     assert listed["gmr.jsonl"]["rows"] == "-" and "file missing" in listed["gmr.jsonl"]["kind"]  # before: its recorded rows, as if there
     stopped = _problems(out, "sft.json") + _problems(out, "sft_dev.json")
     assert any("changed since it was written" in p and "export it again" in p for p in stopped), stopped
+    stopped = held(gmr, "recorded", signal.SIGTERM, tmp_path / "holds4")  # Slurm's time limit, at the same point
+    assert stopped.returncode == 75 and "gmr.jsonl: its new record is written and the file is not" in flat(stopped.stderr), stopped.stderr
     cli(*sft, "--system", "Think first.")  # replaced: each record says grtool wrote the file it stands beside
     cli(*gmr)
     assert _validate_json(data, 0)["stages"]
