@@ -102,14 +102,14 @@ def sft_cmd(
 
 
 def dev_file(out: str, options: Mapping[str, Any]) -> list[str]:
-    """The dev split's file `export sft --dev-share` writes beside --out."""
-    from grtool.export.sft import dev_path
+    """The dev split's file `export sft --dev-share` writes beside --out (as the export names its files)."""
+    from grtool.export.sft import sft_files
 
     try:
         share = float(options.get("dev_share") or 0)
     except (TypeError, ValueError):  # refused as an option value, in the option's words
         return []
-    return [str(dev_path(Path(out)))] if share > 0 else []
+    return [str(path) for split, path in sft_files(out, share).items() if split == "dev"]
 
 
 register(Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": FilesOutput(beside=dev_file)}))

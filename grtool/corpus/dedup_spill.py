@@ -139,6 +139,13 @@ WORK_FILES = (PLAN, f"{PLAN}.*.tmp", "rejects-documents.jsonl", "rejects-questio
 WORK_FOLDERS = {"documents": "bucket-[0-9][0-9][0-9][0-9].arrow", "questions": "bucket-[0-9][0-9][0-9][0-9].arrow"}
 
 
+_WARNED: set[Path] = set()  # the work folders whose user entries were named (once a run: it clears its folder more than once)
+
+
+def _named_like(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
 def remove_work(root: Path) -> None:
     """Clear a run's work folder of what grtool writes there (:data:`WORK_FILES`, :data:`WORK_FOLDERS`), and remove
     it when nothing else is left; a user's entry there stays, named in a warning (never deleted, at any depth). A
@@ -154,28 +161,28 @@ def remove_work(root: Path) -> None:
         return
     left: list[Path] = []
     for entry in root.iterdir():
-        inner = WORK_FOLDERS.get(entry.name)
-        if entry.is_symlink() and (inner is not None or any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES)):
+        buckets = WORK_FOLDERS.get(entry.name)
+        if entry.is_symlink() and (buckets is not None or _named_like(entry.name, WORK_FILES)):
             entry.unlink()  # named like grtool's own: the link goes, never what it points to (a spill never writes through it)
-        elif inner is not None and entry.is_dir():
-            kept = [f for f in entry.iterdir() if not (fnmatch.fnmatchcase(f.name, inner) and (f.is_symlink() or f.is_file()))]
-            for f in set(entry.iterdir()) - set(kept):
-                f.unlink(missing_ok=True)
+        elif buckets is not None and entry.is_dir():
+            kept = []
+            for f in list(entry.iterdir()):
+                if fnmatch.fnmatchcase(f.name, buckets) and (f.is_symlink() or f.is_file()):
+                    f.unlink(missing_ok=True)
+                else:
+                    kept.append(f)
             left += kept
             if not kept:
                 entry.rmdir()
-        elif any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in WORK_FILES) and entry.is_file():
+        elif _named_like(entry.name, WORK_FILES) and entry.is_file():
             entry.unlink(missing_ok=True)
         else:
             left.append(entry)
-    if left and root not in _WARNED:  # once a run: a run clears its folder before, during and after
+    if not left:
+        root.rmdir()
+    elif root not in _WARNED:
         _WARNED.add(root)
         log.warning("%s: kept %d entr%s grtool did not write there: %s", root, len(left), "y" if len(left) == 1 else "ies", ", ".join(str(e.relative_to(root)) for e in sorted(left)[:5]))
-    elif not left:
-        root.rmdir()
-
-
-_WARNED: set[Path] = set()
 
 
 class Spill:

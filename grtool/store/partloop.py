@@ -28,10 +28,11 @@ import os
 import shutil
 import sys
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from types import MappingProxyType
+from typing import Any, BinaryIO, ClassVar, TypeVar
 
 from grtool.log import progress
 from grtool.store.diskfull import writing
@@ -62,8 +63,16 @@ class Output:
         return open_output(self.path, self.spec, overwrite=overwrite, num_parts=num_parts, tag=self.tag, shards=shards)
 
 
+class WholeOutput:
+    """What :class:`PartLoop` reads of an output written whole by one part (:class:`FileOutput`,
+    :class:`DirectoryOutput`, :class:`InPlaceOutput`): one part, nothing added to a manifest."""
+
+    num_parts: ClassVar[int] = 1
+    finish: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+
 @dataclass
-class FileOutput:
+class FileOutput(WholeOutput):
     """One file written whole by the stage's one part (an export; ``-``: standard output), claimed as ``kind``
     (:func:`grtool.store.outputs.claim`: checked against ``inputs``, the stages read, and ``holders``, the paths
     given; locked) when the loop opens, before any work. The part writes its :class:`FilePart`'s ``handle`` and sets
@@ -74,8 +83,6 @@ class FileOutput:
     export_kind: str | None = None
     inputs: Sequence[str | Path | None] = ()
     holders: Sequence[str | Path | None] = ()
-    num_parts: int | None = 1
-    finish: dict[str, Any] = field(default_factory=dict)
 
     def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "FileWriter":
         return FileWriter(self)
@@ -90,16 +97,38 @@ class FilePart:
     record: Callable[..., object] | None = None
 
 
-class FileWriter:
-    """A :class:`FileOutput` opened: its claim held until :meth:`finish` (or the writer is dropped)."""
+class WholeWriter:
+    """A :class:`WholeOutput` opened: its claim (None: standard output) held until :meth:`finish`, or until the
+    writer is dropped; its one part is written on every run (its command keeps an up-to-date output before the
+    loop claims it), and judges its own result before it is put in place."""
+
+    claim: Claim | None = None
+
+    def hold(self, claimed: Claim) -> Claim:
+        self.claim = claimed
+        weakref.finalize(self, claimed.release)
+        return claimed
+
+    def done(self, index: int) -> bool:
+        return False
+
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
+        if self.claim is not None:
+            self.claim.release()
+
+    def check_empty(self, manifest: None) -> None:
+        """Applied by the part itself, before its output is put in place."""
+
+
+class FileWriter(WholeWriter):
+    """A :class:`FileOutput` opened."""
 
     def __init__(self, output: FileOutput):
         self.output = output
         self.stdout = is_stdio(output.path)
-        self.claim = None if self.stdout else claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind)
         self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
-        if self.claim is not None:
-            weakref.finalize(self, self.claim.release)
+        if not self.stdout:
+            self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind))
             remove_killed_scratch(Path(output.path), [*output.inputs, *output.holders])
             signals.track(self)
 
@@ -110,9 +139,6 @@ class FileWriter:
         if self.state == "written":
             return f"{printable(self.output.path)}: written"
         return f"{printable(self.output.path)}: not written (what was there stays as it was)"
-
-    def done(self, index: int) -> bool:
-        return False  # written whole on every run: its inputs may have changed since
 
     @contextlib.contextmanager
     def shard(self, index: int) -> Iterator[FilePart]:
@@ -137,17 +163,9 @@ class FileWriter:
         part.record(content=tmp)
         self.state = "recorded"
 
-    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
-        """The file is in place (its part judged itself empty or not); the claim is let go."""
-        if self.claim is not None:
-            self.claim.release()
-
-    def check_empty(self, manifest: None) -> None:
-        """A file's part applies the empty-result rule itself, before the file is committed."""
-
 
 @dataclass
-class DirectoryOutput:
+class DirectoryOutput(WholeOutput):
     """A directory built whole by the stage's one part (an index), claimed as ``kind`` when the loop opens, before
     any work (:func:`grtool.store.outputs.claim`, with the loop's ``overwrite``). The part builds in the empty
     temporary directory ``scratch(path)`` makes beside it (its :class:`DirectoryPart`); when the part ends it is
@@ -159,8 +177,6 @@ class DirectoryOutput:
     scratch: Callable[[Path], Path]
     inputs: Sequence[str | Path | None] = ()
     holders: Sequence[str | Path | None] = ()
-    num_parts: int | None = 1
-    finish: dict[str, Any] = field(default_factory=dict)
 
     def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "DirectoryWriter":
         return DirectoryWriter(self, overwrite)
@@ -173,25 +189,21 @@ class DirectoryPart:
     path: Path
 
 
-class DirectoryWriter:
-    """A :class:`DirectoryOutput` opened: its claim held until :meth:`finish` (or the writer is dropped)."""
+class DirectoryWriter(WholeWriter):
+    """A :class:`DirectoryOutput` opened."""
 
     def __init__(self, output: DirectoryOutput, overwrite: bool):
         self.output = output
         self.overwrite = overwrite
-        self.claim = claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite)
-        weakref.finalize(self, self.claim.release)
+        self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite))
         self._refuse_appeared("before this run held its lock")
 
     def _refuse_appeared(self, when: str) -> None:
         """Without ``overwrite`` the directory is new: one that appeared since the command checked is not replaced."""
         path = Path(self.output.path)
         if not self.overwrite and os.path.lexists(path):
-            self.claim.release()
+            self.finish()
             raise GrtoolError(f"{printable(path)}: appeared {when}; it is left as it is: use --overwrite to replace it, or choose another --out")
-
-    def done(self, index: int) -> bool:
-        return False  # an up-to-date output is its command's to keep, before the loop claims it
 
     @contextlib.contextmanager
     def shard(self, index: int) -> Iterator[DirectoryPart]:
@@ -199,20 +211,14 @@ class DirectoryWriter:
         try:
             yield DirectoryPart(tmp)
             self._refuse_appeared("while this run built it")
-            self.claim.install(tmp)
+            self.claim.install(tmp)  # held since __init__
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
-    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
-        self.claim.release()
-
-    def check_empty(self, manifest: None) -> None:
-        """A directory's part judges its own result before it is installed."""
-
 
 @dataclass
-class InPlaceOutput:
+class InPlaceOutput(WholeOutput):
     """A directory its one part writes in place, as it goes (a checkpoint a trainer saves into, resumed from what
     is there): claimed as ``kind`` when the loop opens, before any work (with the loop's ``overwrite``, grtool's
     entries there are cleared first, a user's kept); ``started(claim)`` then records the run in it. Nothing is moved
@@ -223,24 +229,21 @@ class InPlaceOutput:
     inputs: Sequence[str | Path | None] = ()
     holders: Sequence[str | Path | None] = ()
     started: Callable[[Claim], object] | None = None
-    num_parts: int | None = 1
-    finish: dict[str, Any] = field(default_factory=dict)
 
     def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "InPlaceWriter":
         return InPlaceWriter(self, overwrite)
 
 
-class InPlaceWriter(DirectoryWriter):
+class InPlaceWriter(WholeWriter):
     """An :class:`InPlaceOutput` opened: claimed, cleared with ``overwrite``, its run recorded."""
 
     def __init__(self, output: InPlaceOutput, overwrite: bool):
-        self.output = output  # type: ignore[assignment]
-        self.claim = claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite)
-        weakref.finalize(self, self.claim.release)
+        self.output = output
+        claimed = self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, overwrite=overwrite))
         if overwrite:
-            self.claim.clear()
+            claimed.clear()
         if output.started is not None:
-            output.started(self.claim)
+            output.started(claimed)
 
     @contextlib.contextmanager
     def shard(self, index: int) -> Iterator[DirectoryPart]:
@@ -250,7 +253,7 @@ class InPlaceWriter(DirectoryWriter):
 T = TypeVar("T")
 
 
-def one_part(outputs: Sequence[FileOutput | DirectoryOutput | InPlaceOutput], part_fn: Callable[[LoopPart], T], *, overwrite: bool = False) -> T:
+def one_part(outputs: Sequence[WholeOutput], part_fn: Callable[[LoopPart], T], *, overwrite: bool = False) -> T:
     """Run ``part_fn`` as the one part of outputs written whole (files, directories; never a stage directory, whose
     parts :class:`PartLoop` runs): every output claimed before the part starts, each put in place when it returns,
     the claims let go however it ends. Returns what ``part_fn`` returned."""
@@ -304,7 +307,7 @@ class PartLoop:
 
     Opening it opens the writers (a refused resume or a held lock fails here, before any work)."""
 
-    def __init__(self, outputs: Sequence[Output | FileOutput | DirectoryOutput | InPlaceOutput], num_parts: int, *, overwrite: bool = False,
+    def __init__(self, outputs: Sequence[Output | WholeOutput], num_parts: int, *, overwrite: bool = False,
                  num_shards: int | None = None, shard_index: int | None = None):  # fmt: skip
         self.outputs = list(outputs)
         self.parts_of = [num_parts if o.num_parts is None else o.num_parts for o in self.outputs]
