@@ -205,20 +205,21 @@ def stats_cmd(
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
     from grtool.errors import InputError
     from grtool.evaluation.gold_coverage import coverage_table, coverage_warning, gold_coverage
-    from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
 
     if triples is not None and index is not None:
         raise InputError("--triples and --index both give the docids the coverage counts: give one")
     read = [input_stage(directory, "questions"), input_stage(directory, "documents"), input_stage(triples, "triples"), index]
     refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[directory, triples])
-    plot_file = claim_file(plot, "--plot", inputs=read)
-    stats = corpus_stats(directory)
-    if triples is not None or index is not None:
-        from grtool.index.base import Index
+    with claim_file(plot, "--plot", inputs=read) as plot_file:
+        stats = corpus_stats(directory)
+        if triples is not None or index is not None:
+            from grtool.index.base import Index
 
-        stats["coverage"] = gold_coverage(directory, triples if triples is not None else Index.open(index))
-    if plot_file is not None:
-        log.info("wrote %s", plot_file.write_with(lambda tmp: plot_stats(stats, tmp)))
+            stats["coverage"] = gold_coverage(directory, triples if triples is not None else Index.open(index))
+        if plot_file is not None:
+            log.info("wrote %s", plot_file.write_with(lambda tmp: plot_stats(stats, tmp)))
     if as_json:
         typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -30,15 +30,15 @@ def overlap_cmd(
 
     from grtool.log import console, log
     from grtool.corpus.overlap import corpus_overlap, iter_table_rows, parse_ns, plot_overlap
-    from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
 
     read = [input_stage(corpus, "questions"), input_stage(corpus, "documents")]
     refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[corpus])
-    plot_file = claim_file(plot, "--plot", inputs=read)
-
-    report = corpus_overlap(corpus, parse_ns(n))
-    if plot_file is not None:
-        log.info("wrote %s", plot_file.write_with(lambda tmp: plot_overlap(report, tmp)))
+    with claim_file(plot, "--plot", inputs=read) as plot_file:
+        report = corpus_overlap(corpus, parse_ns(n))
+        if plot_file is not None:
+            log.info("wrote %s", plot_file.write_with(lambda tmp: plot_overlap(report, tmp)))
     if as_json:
         typer.echo(orjson.dumps(report.to_json()).decode())
         return

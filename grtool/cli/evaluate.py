@@ -90,31 +90,32 @@ def recall_cmd(
         raise typer.BadParameter("--top-k cuts a --run file's ranking; responses are scored as they are", param_hint="--top-k")
     if triples is None and responses is not None and needs_triples(responses):
         raise typer.BadParameter(f"{responses}: its responses name docids; scoring them needs --triples", param_hint="--triples")
-    from grtool.store.outputs import claim_file, refuse_overlapping_outputs
+    from grtool.store.outputs import refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
 
-    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=[responses, run, corpus, triples])
-    for flag, path in (("--trec-run", trec_run), ("--trec-qrels", trec_qrels)):
-        claim_file(path, flag, inputs=[responses, run, corpus, triples])  # checked before the scoring (written after it)
-    check_triples_cover(triples, corpus)
-    questions = QuestionIndex.build(corpus)
-    source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]
-    where = responses if responses is not None else run
-    trec = TrecWriter(Path(str(where)).name) if trec_run is not None or trec_qrels is not None else None
-    report = evaluate_recall(
-        source, questions, DocidIndex.build(triples) if triples is not None else None,
-        selected=selected_questions(responses, corpus) if responses is not None else None,
-        per_question=PerQuestion(corpus) if per_question else None, on_score=trec.add if trec is not None else None,
-        # docids reach only documents with triples; documents named outright (bm25, gmr, a TREC run) reach any
-        coverage=(lambda qids: gold_coverage(corpus, triples, qids)) if triples is not None else None,
-    )  # fmt: skip
-    if "coverage" in report and (warning := coverage_warning(report["coverage"])):
-        log.warning("%s", warning)
-    report["seconds_per_query"] = query_seconds(responses) if responses is not None else None
-    overlap = train_overlap(responses) if responses is not None else Overlap(None, None)  # the checkpoint's training questions among those answered
-    report["train_overlap"] = overlap.as_dict()
-    console.print(overlap.line(), highlight=False)
-    if trec is not None:
-        trec.write(trec_run, trec_qrels)
+    given = [responses, run, corpus, triples]
+    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=given)
+    with claim_file(trec_run, "--trec-run", inputs=given) as run_file, claim_file(trec_qrels, "--trec-qrels", inputs=given) as qrels_file:  # before the scoring
+        check_triples_cover(triples, corpus)
+        questions = QuestionIndex.build(corpus)
+        source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]
+        where = responses if responses is not None else run
+        trec = TrecWriter(Path(str(where)).name) if trec_run is not None or trec_qrels is not None else None
+        report = evaluate_recall(
+            source, questions, DocidIndex.build(triples) if triples is not None else None,
+            selected=selected_questions(responses, corpus) if responses is not None else None,
+            per_question=PerQuestion(corpus) if per_question else None, on_score=trec.add if trec is not None else None,
+            # docids reach only documents with triples; documents named outright (bm25, gmr, a TREC run) reach any
+            coverage=(lambda qids: gold_coverage(corpus, triples, qids)) if triples is not None else None,
+        )  # fmt: skip
+        if "coverage" in report and (warning := coverage_warning(report["coverage"])):
+            log.warning("%s", warning)
+        report["seconds_per_query"] = query_seconds(responses) if responses is not None else None
+        overlap = train_overlap(responses) if responses is not None else Overlap(None, None)  # the checkpoint's training questions among those answered
+        report["train_overlap"] = overlap.as_dict()
+        console.print(overlap.line(), highlight=False)
+        if trec is not None:
+            trec.write(run_file, qrels_file)
     if as_json:
         typer.echo(orjson.dumps(report).decode())
     else:
@@ -233,28 +234,29 @@ def compare_cmd(
 
     from grtool.log import log
     from grtool.evaluation.compare import Inputs, check_same_questions, check_train_overlap, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
-    from grtool.store.outputs import claim_file, refuse_overlapping_outputs
+    from grtool.store.outputs import refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
 
     given = [split_spec(r)[1] for r in reports]
     refuse_overlapping_outputs([("--out", out), ("--plot", plot)], inputs=given)
-    out_file, plot_file = claim_file(out, "--out", inputs=given, stdout=True), claim_file(plot, "--plot", inputs=given)
-    runs = load_runs(reports, Inputs(corpus, triples), baseline)
-    for warning in check_same_questions(runs, allow_different_questions):
-        log.warning("%s", warning)
-    overlaps = check_train_overlap(runs, allow_train_overlap)
-    for line in overlaps:
-        log.warning("%s", line)
-    text = paper_markdown(runs, baseline=baseline) if layout == Layout.paper else markdown(runs, baseline=baseline, listed=per_question)
-    text += "".join(f"\n> {line}\n" for line in overlaps)  # the number stands beside what it includes
-    if as_json:
-        result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question), "train_overlap": overlaps}
-        typer.echo(orjson.dumps(result).decode())
-    if out_file is not None:
-        out_file.write(text.encode())
-    elif not as_json:
-        typer.echo(text)
-    if plot_file is not None:
-        plot_file.write_with(lambda tmp: plot_runs(runs, tmp))
+    with claim_file(out, "--out", inputs=given, stdout=True) as out_file, claim_file(plot, "--plot", inputs=given) as plot_file:
+        runs = load_runs(reports, Inputs(corpus, triples), baseline)
+        for warning in check_same_questions(runs, allow_different_questions):
+            log.warning("%s", warning)
+        overlaps = check_train_overlap(runs, allow_train_overlap)
+        for line in overlaps:
+            log.warning("%s", line)
+        text = paper_markdown(runs, baseline=baseline) if layout == Layout.paper else markdown(runs, baseline=baseline, listed=per_question)
+        text += "".join(f"\n> {line}\n" for line in overlaps)  # the number stands beside what it includes
+        if as_json:
+            result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question), "train_overlap": overlaps}
+            typer.echo(orjson.dumps(result).decode())
+        if out_file is not None:
+            out_file.write(text.encode())
+        elif not as_json:
+            typer.echo(text)
+        if plot_file is not None:
+            plot_file.write_with(lambda tmp: plot_runs(runs, tmp))
 
 
 register(

@@ -80,14 +80,15 @@ def apply_cmd(
         docid_end=docid_end,
         splits=tuple(split or ()),
     )
-    from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
 
     stages = [input_stage(chains, "chains"), input_stage(corpus, "questions"), input_stage(triples, "triples")]
     refuse_overlapping_outputs([("--out", out), ("--report", report)], inputs=stages, holders=[chains, corpus, triples])
-    report_file = claim_file(report, "--report", inputs=stages)
-    result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
-    if report_file is not None:
-        log.info("wrote %s", report_file.write(render_markdown(result).encode()))
+    with claim_file(report, "--report", inputs=stages) as report_file:  # held from before the stage runs
+        result = apply_filters(chains, corpus, triples, out, config, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
+        if report_file is not None:
+            log.info("wrote %s", report_file.write(render_markdown(result).encode()))
     if as_json:
         typer.echo(orjson.dumps(result).decode())
         return

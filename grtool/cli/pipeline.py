@@ -73,7 +73,7 @@ def run(
     from grtool.pipeline.config import load_pipeline
     from grtool.pipeline.executors import LocalExecutor
     from grtool.pipeline.runner import check_overwrite_names, check_stage_arguments, refuse_writes_over_inputs
-    from grtool.store.outputs import claim_file
+    from grtool.store.partloop import claim_file
 
     if old_summary_json is not None:
         if summary_json is not None:
@@ -87,24 +87,24 @@ def run(
     COMMANDS = CliCommands(ctx.find_root().command)  # the stages run through the same `grtool` command
     pipeline = load_pipeline(config, overrides, COMMANDS)
     refuse_writes_over_inputs(COMMANDS, pipeline, {"--json": str(summary_json) if summary_json else None})
-    summary_file = claim_file(summary_json, "--json", inputs=[config], stdout=True)
-    forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
-    stages = pipeline.select(start, until)
-    check_stage_arguments(COMMANDS, pipeline, stages, forced)
-    if executor is Executor.slurm:
-        from grtool.pipeline.slurm import SlurmExecutor
+    with claim_file(summary_json, "--json", inputs=[config], stdout=True) as summary_file:
+        forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
+        stages = pipeline.select(start, until)
+        check_stage_arguments(COMMANDS, pipeline, stages, forced)
+        if executor is Executor.slurm:
+            from grtool.pipeline.slurm import SlurmExecutor
 
-        runner = SlurmExecutor(pipeline, COMMANDS, stages, forced, wait=wait, check_env=check_env)
-    else:
-        runner = LocalExecutor(pipeline, COMMANDS, stages, forced)
-    if dry_run:
-        runner.dry_run()
-        return
-    rows = runner.run()
-    if rows is None:  # submitted, not waited for: nothing to summarise yet
-        return
-    if summary_file is not None:
-        summary_file.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+            runner = SlurmExecutor(pipeline, COMMANDS, stages, forced, wait=wait, check_env=check_env)
+        else:
+            runner = LocalExecutor(pipeline, COMMANDS, stages, forced)
+        if dry_run:
+            runner.dry_run()
+            return
+        rows = runner.run()
+        if rows is None:  # submitted, not waited for: nothing to summarise yet
+            return
+        if summary_file is not None:
+            summary_file.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
     if pipeline.note:
         stage_summary.print(lines(pipeline.note.strip().splitlines()), highlight=False, soft_wrap=True)  # its lines as written
 

@@ -97,16 +97,16 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         )
         return
     if yaml_out:
-        from grtool.store.outputs import claim_file
+        from grtool.store.partloop import claim_file
         from grtool.train.llamafactory import render
 
-        yaml_file = claim_file(out, inputs=[data], stdout=True)  # None: "-", standard output
-        text = render(p, str(out.with_suffix("")) if yaml_file is not None else f"saves/{kind}")
-        if yaml_file is None:
-            typer.echo(text, nl=False)
-        else:
-            yaml_file.write(text.encode())
-            stage_summary.print(f"LLaMA-Factory config: {out} (llamafactory-cli train {out})", highlight=False)
+        with claim_file(out, inputs=[data], stdout=True) as yaml_file:  # None: "-", standard output
+            text = render(p, str(out.with_suffix("")) if yaml_file is not None else f"saves/{kind}")
+            if yaml_file is None:
+                typer.echo(text, nl=False)
+            else:
+                yaml_file.write(text.encode())
+                stage_summary.print(f"LLaMA-Factory config: {out} (llamafactory-cli train {out})", highlight=False)
         return
     record = train(p)
     stage_summary.print(

@@ -202,15 +202,16 @@ def collisions_command(
     from rich.table import Table
 
     from grtool.log import console
-    from grtool.store.outputs import claim_file, input_stage, refuse_overlapping_outputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
+    from grtool.store.partloop import claim_file
     from grtool.triples.collisions import collision_stats, plot_docs_per_triple
 
     read = [input_stage(triples, "triples"), input_stage(corpus, "documents")]
     refuse_overlapping_outputs([("--plot", plot)], inputs=read, holders=[triples, corpus])
-    plot_file = claim_file(plot, "--plot", inputs=read)
-    report = collision_stats(triples, corpus, top, view.value)
-    if plot_file is not None:
-        plot_file.write_with(lambda tmp: plot_docs_per_triple(report, tmp))
+    with claim_file(plot, "--plot", inputs=read) as plot_file:
+        report = collision_stats(triples, corpus, top, view.value)
+        if plot_file is not None:
+            plot_file.write_with(lambda tmp: plot_docs_per_triple(report, tmp))
     if as_json:
         typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
         return

@@ -388,7 +388,7 @@ def plot_overlap(report: OverlapReport, path: str | Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)  # the path its caller's claim gives (grtool.store.outputs.FileClaim)
+    fig.savefig(path)  # the path its caller's claim gives (grtool.store.partloop.claim_file)
     plt.close(fig)
     return Path(path)
 

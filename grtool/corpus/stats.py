@@ -154,5 +154,5 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> None:
     right.set_ylabel("gold documents per question (mean, min–max)")
     right.set_title("gold documents")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.outputs.FileClaim)
+    fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.partloop.claim_file)
     plt.close(fig)

@@ -376,6 +376,6 @@ def plot(runs: list[Run], path: str | Path) -> Path:
     ax.legend(fontsize="small")
     ax.set_title("Retrieval recall per dataset")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.outputs.FileClaim)
+    fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.partloop.claim_file)
     plt.close(fig)
     return Path(path)

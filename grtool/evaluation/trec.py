@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from grtool.errors import InputError
 from grtool.evaluation.verdicts import Score
 from grtool.vocab.readers import QuestionIndex, Response
 from grtool.userinput import missing_input
+
+if TYPE_CHECKING:
+    from grtool.store.partloop import FileWriter
 
 RUN_FIELDS = "qid Q0 doc rank score tag"
 
@@ -113,7 +116,9 @@ class TrecWriter:
             self.runs[qid] = ranked_documents(score)
             self.gold[qid] = score.question.gold
 
-    def write(self, run: str | Path | None, qrels: str | Path | None) -> None:
+    def write(self, run: FileWriter | None, qrels: FileWriter | None) -> None:
+        """The run and the qrels written to the files their claims hold (:func:`grtool.store.partloop.claim_file`),
+        each whole when it appears, or neither when an id cannot be written."""
         for qid, docs in ((q, [*self.runs[q], *self.gold[q]]) for q in self.runs):  # a TREC line is split at whitespace
             spaced = next((i for i in (qid, *docs) if not str(i) or any(c.isspace() for c in str(i))), None)
             if spaced is not None:
@@ -122,10 +127,10 @@ class TrecWriter:
 
                 raise InputError(f"--trec-run/--trec-qrels: the id {shown(spaced)} (question {shown(qid)}) holds whitespace or is empty, "
                                  f"which a TREC file cannot hold (its fields are split at whitespace); nothing was written")  # fmt: skip
-        if run is not None:
-            _write(run, self._run_lines, "--trec-run")
-        if qrels is not None:
-            _write(qrels, self._qrels_lines, "--trec-qrels")
+        for claimed, lines in ((run, self._run_lines), (qrels, self._qrels_lines)):
+            if claimed is not None:
+                with claimed.open() as out:
+                    lines(out)
 
     def _run_lines(self, out: IO[str]) -> None:
         for qid, docs in self.runs.items():
@@ -136,13 +141,3 @@ class TrecWriter:
         for qid, gold in self.gold.items():
             for doc in dict.fromkeys(gold):
                 out.write(f"{qid} 0 {doc} 1\n")
-
-
-def _write(path: str | Path, lines: Any, flag: str) -> None:
-    """Written through the file's claim: whole when it appears, never over a file grtool did not write."""
-    from grtool.store.outputs import claim_file
-
-    claimed = claim_file(path, flag)
-    if claimed is not None:
-        with claimed.open() as out:
-            lines(out)

@@ -556,13 +556,14 @@ def render(run: Run) -> str:
 
 def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
     """Read the run, write the page atomically; returns where, and validate's failing verdicts (marked on the page)."""
-    from grtool.store.outputs import claim_file, refuse_output_among_inputs
+    from grtool.store.outputs import refuse_output_among_inputs
+    from grtool.store.partloop import claim_file
 
     target = out if out is not None else run_dir / "reports" / "report.html"
-    claimed = claim_file(target, holders=[run_dir], stdout=True)
-    if claimed is None:
+    if str(target) == "-":
         raise InputError("--out -: the report is an HTML file; name the file to write")
-    run = read_run(run_dir)
-    inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
-    refuse_output_among_inputs(target, inputs=inputs)
-    return claimed.write(render(run).encode()), run.failed()
+    with claim_file(target, holders=[run_dir]) as claimed:
+        run = read_run(run_dir)
+        inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
+        refuse_output_among_inputs(target, inputs=inputs)
+        return claimed.write(render(run).encode()), run.failed()

@@ -370,12 +370,12 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
     from grtool.invocation import command
     from grtool.log import flags
     from grtool.store.frames import recording
-    from grtool.store.outputs import claim_file
+    from grtool.store.partloop import claim_file
 
     argv = stage.argv(overwrite)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        claimed = claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True) if stage.stdout else None
+        claimed = stack.enter_context(claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True))
         if claimed is not None:  # a failed stage keeps the earlier file: the claim moves it in only when the block succeeds
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(claimed.open())))
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.

@@ -5,7 +5,9 @@ Every command that writes an output calls :func:`claim` before it writes anythin
 - the output never equals, lies inside or contains one of the command's inputs (symlinks resolved);
 - with ``--overwrite``, an existing output must carry the record that grtool wrote *that kind of output*
   there (a stage's ``_manifest.json`` of the same table, an index's ``index.json``, a checkpoint's
-  ``grtool.json``, an export's ``<file>.grtool.json``); a non-empty directory without one is refused;
+  ``grtool.json``, an export's ``<file>.grtool.json``); a non-empty directory without one is refused; a
+  report, plot or JSON file (:data:`FILE`) is replaced only where its hidden ``.NAME.grtool-file.json`` says
+  grtool wrote it (:func:`check_file_output`), with or without ``--overwrite``;
 - one writer per output: the claim holds the output's lock (:mod:`grtool.store.locks`) until released;
 - :meth:`Claim.clear` deletes only the entries grtool writes there; unknown files beside them stay.
 
@@ -23,7 +25,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from grtool.errors import InputError
 from grtool.holds import hold
@@ -74,6 +76,8 @@ CHECKPOINT = OutputKind(
     folders=("checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
+FILE_RECORD = ".grtool-file.json"  # `.NAME.grtool-file.json` beside a report, plot or JSON file grtool wrote
+FILE = OutputKind("file", "a report, plot or JSON file", FILE_RECORD, own=(), directory=False)
 
 
 # What grtool writes inside a stage's folders (shard records, rejects, their temporary files): --overwrite empties
@@ -434,7 +438,10 @@ def claim(
         raise InputError(f"{flag} {printable(p)}: is a symbolic link (to {printable(os.readlink(p))}); name the directory itself")
     refuse_record_path(p, flag)
     refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
-    if overwrite or not kind.directory:
+    if kind is FILE:
+        check_file_output(p, flag, inputs=inputs, holders=holders)
+        refuse_export(p, flag)
+    elif overwrite or not kind.directory:
         check_replaceable(p, kind, table=table, export_kind=export_kind, flag=flag)
     lock = RunLock(p, shards, command) if kind is STAGE else output_lock(p, command)
     lock.acquire()
@@ -443,7 +450,6 @@ def claim(
 
 # ------------------------------------------------------------------ single files, and what no output may name
 
-FILE_RECORD = ".grtool-file.json"  # `.NAME.grtool-file.json` beside a report, plot or JSON file grtool wrote
 PIPELINE_RECORDS = "_pipeline"  # a pipeline's stage records inside its out directory
 # The records by which grtool knows its outputs: an output written under one of these names replaces the record of
 # another output (`report --out index/index.json`), so none is ever a command's output.
@@ -530,42 +536,6 @@ def refuse_export(out: str | Path | None, flag: str) -> None:
         raise InputError(f"{flag} {printable(out)}: is an export grtool wrote ({printable(export_record(Path(out)).name)} beside it); {flag} writes another kind of file: choose another {flag}")
 
 
-@dataclass(frozen=True)
-class FileClaim:
-    """The right to write one single file (a report, a plot, a JSON summary), checked by :func:`claim_file`."""
-
-    path: Path
-    flag: str
-
-    def write(self, data: bytes) -> Path:
-        with self.writing() as tmp:
-            tmp.write_bytes(data)
-        return self.path
-
-    def write_with(self, make: Callable[[Path], object]) -> Path:
-        """``make(tmp)`` writes the file (a chart drawn by a library that takes a path)."""
-        with self.writing() as tmp:
-            make(tmp)
-        return self.path
-
-    @contextlib.contextmanager
-    def open(self, mode: str = "w") -> Iterator[IO[Any]]:
-        """``with claimed.open() as f:`` the file written through a handle (text in UTF-8 unless ``mode`` has b)."""
-        with self.writing() as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as handle:
-            yield handle
-
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[Path]:
-        """A temporary path to write the file at (:func:`replacing`, its record the one of :func:`write_file_record`)."""
-        from grtool.invocation import current_command
-        from grtool.secrets import redact_argv
-
-        check_file_output(self.path, self.flag)  # again: a file a user put there since the claim stays theirs
-        refuse_export(self.path, self.flag)
-        with replacing(self.path, lambda tmp: write_file_record(self.path, redact_argv(current_command()))) as tmp:
-            yield tmp
-
-
 SCRATCH_MARK = "grtool-tmp"  # in the name of a single file being written: .NAME.PID.grtool-tmp.EXT
 
 
@@ -608,19 +578,6 @@ def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ())
 def write_file_record(path: Path, command: list[str]) -> None:
     """The record that says grtool wrote the single file ``path`` (by ``command``), so a later run may replace it."""
     atomic_write_bytes(file_record(path), dumps({"format": "grtool-file", "command": command, "written": now()}))
-
-
-def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = (),
-               stdout: bool = False) -> FileClaim | None:  # fmt: skip
-    """Check a single-file output before any work (:func:`check_file_output`); None for no file, or for ``-`` where
-    the caller writes standard output instead (``stdout``); elsewhere ``-`` is refused, never silently nothing."""
-    check_file_output(out, flag, inputs=inputs, holders=holders)
-    refuse_export(out, flag)
-    if out is not None and str(out) == "-" and not stdout:
-        raise InputError(f"{flag} -: {flag} writes a file, not standard output; name the file")
-    if out is None or str(out) == "-":
-        return None
-    return FileClaim(Path(out), flag)
 
 
 def check_outputs(

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO, ClassVar, TypeVar
+from typing import IO, Any, BinaryIO, ClassVar, TypeVar
 
 from grtool.log import progress
 from grtool.store.diskfull import writing
@@ -40,7 +40,7 @@ from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
 from grtool import signals
 from grtool.errors import GrtoolError, InputError, printable
-from grtool.store.outputs import EXPORT, Claim, OutputKind, claim, remove_killed_scratch, replacing, written_by_grtool
+from grtool.store.outputs import EXPORT, FILE, Claim, OutputKind, claim, remove_killed_scratch, replacing, write_file_record, written_by_grtool
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
@@ -73,16 +73,19 @@ class WholeOutput:
 
 @dataclass
 class FileOutput(WholeOutput):
-    """One file written whole by the stage's one part (an export; ``-``: standard output), claimed as ``kind``
+    """One file written whole (``-``: standard output), claimed as ``kind`` when it is opened, before any work
     (:func:`grtool.store.outputs.claim`: checked against ``inputs``, the stages read, and ``holders``, the paths
-    given; locked) when the loop opens, before any work. The part writes its :class:`FilePart`'s ``handle`` and sets
-    its ``record``, which writes the file's record from the finished temporary file."""
+    given; locked). An export is its command's one part (:func:`one_part`): the part writes its :class:`FilePart`'s
+    ``handle`` and sets its ``record``, which writes the file's record from the finished temporary file. A report,
+    plot or JSON file (:data:`~grtool.store.outputs.FILE`) is claimed for the whole command by :func:`claim_file`
+    and written once its result is known (:meth:`FileWriter.write`)."""
 
     path: str | Path
     kind: OutputKind = EXPORT
     export_kind: str | None = None
     inputs: Sequence[str | Path | None] = ()
     holders: Sequence[str | Path | None] = ()
+    flag: str = "--out"
 
     def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "FileWriter":
         return FileWriter(self)
@@ -125,11 +128,12 @@ class FileWriter(WholeWriter):
 
     def __init__(self, output: FileOutput):
         self.output = output
+        self.path = Path(output.path)
         self.stdout = is_stdio(output.path)
         self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
         if not self.stdout:
-            self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind))
-            remove_killed_scratch(Path(output.path), [*output.inputs, *output.holders])
+            self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind, flag=output.flag))
+            remove_killed_scratch(self.path, [*output.inputs, *output.holders])
             signals.track(self)
 
     def on_stop(self) -> str:
@@ -141,27 +145,82 @@ class FileWriter(WholeWriter):
         return f"{printable(self.output.path)}: not written (what was there stays as it was)"
 
     @contextlib.contextmanager
+    def placing(self, record: Callable[[Path], object]) -> Iterator[Path]:
+        """A temporary path beside the file to write it at; when the block ends, ``record(tmp)`` writes its record
+        and then the file is renamed into place (:func:`replacing`)."""
+
+        def recorded(tmp: Path) -> None:
+            if os.path.lexists(self.path) and not written_by_grtool(self.path):  # put there since the claim: the user's
+                raise InputError(f"{printable(self.path)}: a file grtool did not write appeared there while this run wrote it; it is left as it is: move it away and run again")
+            record(tmp)
+            self.state = "recorded"
+
+        with writing(self.path), replacing(self.path, recorded) as tmp:
+            yield tmp
+        self.state = "written"
+
+    @contextlib.contextmanager
     def shard(self, index: int) -> Iterator[FilePart]:
-        """The file written to a temporary name beside it, then its record, then the rename (:func:`replacing`)."""
+        """The part's file: written to a temporary name beside it, then its record, then the rename."""
         if self.stdout:
             with writing("-"):
                 yield FilePart(sys.stdout.buffer)
                 sys.stdout.buffer.flush()
             return
-        path = Path(self.output.path)
-        with writing(path), replacing(path, lambda tmp: self._record(part, tmp)) as tmp, open(tmp, "wb") as handle:
+        with self.placing(lambda tmp: self._part_record(part, tmp)) as tmp, open(tmp, "wb") as handle:
             part = FilePart(handle)
             yield part
-        self.state = "written"
 
-    def _record(self, part: FilePart, tmp: Path) -> None:
-        path = Path(self.output.path)
-        if os.path.lexists(path) and not written_by_grtool(path):  # put there since the claim: it stays the user's
-            raise InputError(f"{printable(path)}: a file grtool did not write appeared there while this run wrote it; it is left as it is: move it away and run again")
+    def _part_record(self, part: FilePart, tmp: Path) -> None:
         if part.record is None:
             raise RuntimeError(f"{self.output.path}: a part wrote {self.output.kind.what} without setting its record")
         part.record(content=tmp)
-        self.state = "recorded"
+
+    # a report, plot or JSON file (FILE): written whole by the command, its record saying which command wrote it
+
+    def write(self, data: bytes) -> Path:
+        with self.placing(self._file_record) as tmp:
+            tmp.write_bytes(data)
+        return self.path
+
+    def write_with(self, make: Callable[[Path], object]) -> Path:
+        """``make(tmp)`` writes the file (a chart drawn by a library that takes a path)."""
+        with self.placing(self._file_record) as tmp:
+            make(tmp)
+        return self.path
+
+    @contextlib.contextmanager
+    def open(self, mode: str = "w") -> Iterator[IO[Any]]:
+        """``with report.open() as f:`` the file written through a handle (text in UTF-8 unless ``mode`` has b)."""
+        with self.placing(self._file_record) as tmp, open(tmp, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+
+    def _file_record(self, tmp: Path) -> None:
+        from grtool.invocation import current_command
+        from grtool.secrets import redact_argv
+
+        assert self.output.kind is FILE and self.claim is not None, "an export's part writes its own record"
+        write_file_record(self.path, redact_argv(self.claim.lock.command or current_command()))
+
+
+@contextlib.contextmanager
+def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Sequence[str | Path | None] = (), holders: Sequence[str | Path | None] = (),
+               stdout: bool = False) -> Iterator[FileWriter | None]:  # fmt: skip
+    """``with claim_file(path, "--report") as report:`` a report, plot or JSON file claimed before any work (checked
+    as :func:`grtool.store.outputs.check_file_output` says, and locked: a second run writing it is refused at once),
+    written by ``report.write(...)`` once the result is known, let go when the block ends. None for no file, or
+    for ``-`` where the caller writes standard output instead (``stdout``); elsewhere ``-`` is refused, never
+    silently nothing."""
+    if out is not None and str(out) == "-" and not stdout:
+        raise InputError(f"{flag} -: {flag} writes a file, not standard output; name the file")
+    if out is None or str(out) == "-":
+        yield None
+        return
+    writer = FileWriter(FileOutput(out, FILE, inputs=inputs, holders=holders, flag=flag))
+    try:
+        yield writer
+    finally:
+        writer.finish()
 
 
 @dataclass

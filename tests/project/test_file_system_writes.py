@@ -1,7 +1,7 @@
 """Every place outside grtool/store/ that creates, replaces or deletes a file or directory, read from the code.
 
 An output is claimed in ``grtool.store.outputs`` (``claim`` for stage, index, checkpoint and export outputs,
-``claim_file`` for reports, plots and JSON files); what is left elsewhere writes *inside* what a claim handed out
+``grtool.store.partloop.claim_file`` for reports, plots and JSON files); what is left elsewhere writes *inside* what a claim handed out
 (a stage's parts, an index being built, a trainer saving into its checkpoint) or into grtool's own scratch and
 caches. Each module that does is listed here with why; a new one fails this test until it writes through a claim
 or is added with its reason.
@@ -46,10 +46,10 @@ ALLOWED = {
     "grtool/corpus/ingest.py": "ingest's work folder inside the claimed run directory, removed when the stages are in place",
     "grtool/corpus/synthetic.py": "makes the synthetic example datasets (a generator for tests and benchmarks, no command output)",
     "grtool/docid/lookup_files.py": "the docid lookup files, built in a temporary folder inside the claimed index and renamed in",
-    "grtool/evaluation/compare.py": "draws the chart to the temporary path its caller's FileClaim gives",
-    "grtool/corpus/overlap.py": "draws the chart to the temporary path its caller's FileClaim gives",
-    "grtool/corpus/stats.py": "draws the chart to the temporary path its caller's FileClaim gives",
-    "grtool/triples/collisions.py": "draws the chart to the temporary path its caller's FileClaim gives",
+    "grtool/evaluation/compare.py": "draws the chart to the temporary path its caller's claim_file gives",
+    "grtool/corpus/overlap.py": "draws the chart to the temporary path its caller's claim_file gives",
+    "grtool/corpus/stats.py": "draws the chart to the temporary path its caller's claim_file gives",
+    "grtool/triples/collisions.py": "draws the chart to the temporary path its caller's claim_file gives",
     "grtool/export/formats.py": "adds an export's entries to its folder's dataset_info.json (LLaMA-Factory's register), under the lock of updating()",
     "grtool/export/shuffle.py": "export's shuffle spill files in a temporary folder of its own",
     "grtool/holds.py": "test holds: the marker a held process leaves in the folder a test names (GRTOOL_HOLD)",

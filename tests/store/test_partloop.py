@@ -180,3 +180,32 @@ def test_outputs_with_their_own_part_counts_get_a_shard_only_for_their_parts(tmp
     assert [(m.num_parts, m.rows, m.complete) for m in manifests] == [(1, 1, True), (3, 3, True)]
     again = PartLoop(outputs, 1, num_shards=1, shard_index=0)
     assert (again.finished, again.todo) == ([0, 1, 2], [])
+
+
+def test_a_report_is_claimed_before_the_stage_runs_and_a_second_run_writing_it_is_refused_at_once(cli, run: Path, tmp_path: Path) -> None:
+    """A report, plot or JSON file is claimed like every output (`claim_file`): before, it took no lock, so two runs
+    writing one --report both did all their work, and the last to finish replaced the other's file."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    report, holds = tmp_path / "filters.md", tmp_path / "holds"
+    holds.mkdir()
+    args = ["filters", "apply", run / "chains", "--corpus", run / "corpus", "--triples", run / "triples", "--report", report]
+    first = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, args), "--out", str(tmp_path / "first")], stderr=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, env={**os.environ, "GRTOOL_HOLD": f"locked:{holds}"})  # fmt: skip
+    try:
+        while not (holds / "locked.reached").exists():  # a state, not a time: it holds the report, nothing else yet
+            assert first.poll() is None, first.stderr.read().decode()[-3000:]
+            time.sleep(0.01)
+        assert not (tmp_path / "first").exists()
+        second = cli(*args, "--out", tmp_path / "second", check=75)
+        assert f"{report}: is being written by another run: pid {first.pid}" in second.stderr
+        assert not (tmp_path / "second").exists() and not report.exists()  # refused before any work
+    finally:
+        (holds / "locked.release").write_text("")
+        _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err.decode()[-3000:]
+    assert report.read_text().startswith("#") and json.loads((tmp_path / ".filters.md.grtool-file.json").read_text())["format"] == "grtool-file"
+    assert not list(tmp_path.glob(".*.grtool.lock"))  # the claim let go of its lock
