@@ -187,11 +187,12 @@ def make_click_command(command: Command) -> Any:
     import typer
     import typer.main
 
-    from grtool.cli.typed import bound_numbers
+    from grtool.cli.typed import bound_numbers, one_file_outputs
 
     single = typer.Typer(add_completion=False)
     add_command(single, command, command.words.split()[-1])
-    return _with_help_style(bound_numbers(typer.main.get_command(single)))  # one command: Typer gives it itself
+    made = bound_numbers(typer.main.get_command(single))  # one command: Typer gives it itself
+    return _with_help_style(one_file_outputs(made, {name for name, kind in command.writes.items() if kind is PathKind.REPORT}))
 
 
 def make_group(name: str) -> Any:

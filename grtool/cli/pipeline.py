@@ -73,6 +73,7 @@ def run(
     from grtool.pipeline.config import load_pipeline
     from grtool.pipeline.executors import LocalExecutor
     from grtool.pipeline.runner import check_overwrite_names, check_stage_arguments, refuse_writes_over_inputs
+    from grtool.store.outputs import check_file_output, refuse_export
     from grtool.store.partloop import claim_file
 
     if old_summary_json is not None:
@@ -87,7 +88,10 @@ def run(
     COMMANDS = CliCommands(ctx.find_root().command)  # the stages run through the same `grtool` command
     pipeline = load_pipeline(config, overrides, COMMANDS)
     refuse_writes_over_inputs(COMMANDS, pipeline, {"--json": str(summary_json) if summary_json else None})
-    with claim_file(summary_json, "--json", inputs=[config], stdout=True) as summary_file:
+    if dry_run:  # writes nothing: the file is checked, not claimed
+        check_file_output(summary_json, "--json", inputs=[config])
+        refuse_export(summary_json, "--json")
+    with claim_file(None if dry_run else summary_json, "--json", inputs=[config], stdout=True) as summary_file:
         forced = check_overwrite_names(COMMANDS, pipeline, overwrite or [])
         stages = pipeline.select(start, until)
         check_stage_arguments(COMMANDS, pipeline, stages, forced)

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer.core as typer_core
 
-from grtool.errors import InputError
+from grtool.errors import InputError, printable
 from grtool.userinput import parse_number, shown
 
 try:  # Typer's runtime conversion (0.2x releases that use pydantic); older releases convert with Click's types
@@ -47,7 +47,7 @@ def _number_kind(param: Any) -> tuple[bool, float | None, float | None] | None:
 
 def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> None:
     original = param.process_value
-    label = max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+    label = _label(param)
 
     def parse(value: Any) -> Any:
         if value is None or isinstance(value, bool):
@@ -72,6 +72,45 @@ def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> N
 MAY_NAME_FILES = frozenset({"baseline", "corpus", "few_shot_from", "model", "overrides", "reports", "rules", "tokenizer", "triples"})
 
 
+def _label(param: Any) -> str:
+    return max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+
+
+def _is_path(param: Any) -> bool:
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation is Path or annotation == list[Path]
+
+
+def _bind_path(param: Any, *, one_file: bool = False) -> None:
+    """A path given empty is refused: ``Path("")`` is ``.``, so a command would read or write the current directory
+    no one named. ``one_file``: the parameter writes one file (a report, a plot), and a path ending in ``/`` names a
+    directory, which ``Path`` would drop the slash of and write a file by that directory's name."""
+    original = param.process_value
+    label = _label(param)
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            if value == "":
+                raise InputError(f"{label} is empty: name a path ('.' is the current directory)")
+            if one_file and value.endswith("/"):
+                raise InputError(f"{label} {printable(value)}: ends in '/', so it names a directory, and {label} writes one file: name the file")
+        return value
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        value = type(value)(check(v) for v in value) if isinstance(value, (list, tuple)) else check(value)
+        return original(ctx, value)
+
+    param.process_value = process_value
+
+
+def one_file_outputs(command: Any, names: set[str]) -> Any:
+    """The parameters ``names`` of the Click ``command`` write one file each: a path ending in ``/`` is refused."""
+    for param in command.params:
+        if param.name in names and _is_path(param):
+            _bind_path(param, one_file=True)
+    return command
+
+
 def _is_text(param: Any) -> bool:
     descriptor = getattr(param, "type_descriptor", None)
     annotation = getattr(descriptor, "annotation", None)
@@ -82,7 +121,7 @@ def _bind_text(param: Any) -> None:
     """Command-line bytes that are not UTF-8 reach Python as surrogate escapes, which no encoder (tokenizers,
     JSON, Parquet) takes: refused here, by the option's name."""
     original = param.process_value
-    label = max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+    label = _label(param)
 
     def check(value: Any) -> Any:
         if isinstance(value, str):
@@ -148,7 +187,7 @@ def use_plain_values() -> None:
 
 def bound_numbers(command: Any) -> Any:
     """Route the numeric parameters of ``command`` and of every command under it through the one parser, check
-    that its text parameters are text."""
+    that its text parameters are text and its paths not empty."""
     if getattr(command, _DONE, False):
         return command
     setattr(command, _DONE, True)
@@ -158,6 +197,8 @@ def bound_numbers(command: Any) -> Any:
             _bind(param, *kind)
         elif _is_text(param):
             _bind_text(param)
+        elif _is_path(param):
+            _bind_path(param)
     for sub in getattr(command, "commands", {}).values():
         bound_numbers(sub)
     return command

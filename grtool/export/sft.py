@@ -26,6 +26,7 @@ from grtool.vocab.provenance import DATASET_INFO, input_fingerprint, questions_r
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
+from grtool.store.outputs import remove_killed_scratch
 from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
 
@@ -186,10 +187,12 @@ def _export_part(part: LoopPart, filtered: str | Path, corpus: str | Path, out: 
 
 def _warn_of_an_earlier_dev_split(out: str | Path, files: dict[str, str | Path]) -> None:
     """An export without --dev-share beside an earlier export's dev split of the same name: its questions are in
-    the training file now, so a trainer evaluating on it would score seen questions. Said, never deleted."""
+    the training file now, so a trainer evaluating on it would score seen questions. Said, never deleted; only
+    the temporary dev file a killed export left goes (as the export of that file would remove it)."""
     if is_stdio(out) or "dev" in files:
         return
     dev = dev_path(Path(out))
+    remove_killed_scratch(dev)
     record = sidecar_path(dev)
     if dev.is_file() and record.is_file():
         log.warning(

@@ -375,11 +375,12 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
     argv = stage.argv(overwrite)
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
+        # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`:
+        # in its outputs, its stdout file's record and the locks it holds.
+        stack.enter_context(command(["grtool", *argv]))
         claimed = stack.enter_context(claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True))
         if claimed is not None:  # a failed stage keeps the earlier file: the claim moves it in only when the block succeeds
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(claimed.open())))
-        # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`.
-        stack.enter_context(command(["grtool", *argv]))
         try:
             with recording() as outcome:  # the stage's own outcome in its manifests (the error is re-worded below)
                 code = commands.invoke(flags() + argv)  # --quiet/--verbose carry over

@@ -12,6 +12,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from grtool.errors import TransientError
+from grtool.errors import InputError, TransientError, printable
 from grtool.holds import hold
 from grtool.invocation import current_command
 from grtool.secrets import redact_argv
@@ -48,6 +49,31 @@ def beside_lock(out: str | Path) -> Path:
     return p.parent / BESIDE_LOCK.format(name=p.name)
 
 
+def _what_is(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def open_lock_file(path: Path) -> int:
+    """The lock file ``path`` opened to read and write, made when absent: never through a link (a link put there
+    would have its target written over with the holder's line) and never anything but a regular file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise InputError(f"{printable(path.parent)}: cannot write there ({e.strerror}), where the output's lock {printable(path.name)} goes: write the output to a folder you can write") from None
+        if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    what = _what_is(path)
+    if fd is not None:
+        os.close(fd)
+    raise InputError(f"{printable(path)}: is {what} where grtool keeps the lock of the output beside it; nothing was written: remove it, then run again")
+
+
 class _Hold:
     def __init__(self, fd: int, mode: int):
         self.fd, self.mode, self.count = fd, mode, 1
@@ -69,7 +95,7 @@ def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> b
         hold.count += 1
         return True
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except OSError as e:
@@ -218,7 +244,7 @@ class RunLock:
             if not _try_flock(run, fcntl.LOCK_EX, holder):
                 raise self._busy(run)
             self._held.append(run)
-            hold("locked")
+            self._hold_point()
             return self
         if not _try_flock(run, fcntl.LOCK_SH):
             raise self._busy(run)
@@ -228,8 +254,15 @@ class RunLock:
             self.release()
             raise TransientError(f"{self.dir}: array task {self.index} of {self.count} is already running here ({_describe(read_holder(task))}); wait until it ends (or stop it), then run again")
         self._held.append(task)
-        hold("locked")
+        self._hold_point()
         return self
+
+    def _hold_point(self) -> None:
+        try:
+            hold("locked")
+        except BaseException:  # stopped there: the lock is let go (its file removed) as the caller never got it
+            self.release()
+            raise
 
     def _busy(self, run: Path) -> TransientError:
         tasks = _live_tasks(self.dir) if self.lock_file is None else []
@@ -265,13 +298,24 @@ def output_lock(out: str | Path, command: list[str] | None = None) -> RunLock:
 def updating(path: str | Path) -> Iterator[None]:
     """``with updating(path):`` one process at a time reads, changes and replaces ``path``, a file several outputs
     add to (a folder's ``dataset_info.json``); the next waits its turn, held for the milliseconds of the update."""
-    fd = os.open(beside_lock(path), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
+    lock = beside_lock(path)
+    while True:
+        fd = open_lock_file(lock)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as e:
             if e.errno not in _NO_LOCKS:  # a file system without flock: updated unguarded, as locks do there
+                os.close(fd)
                 raise
+        try:  # the holder before removed the file it locked: this lock guards nothing, take the new file's
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # still held: no lock file is left behind, and a process waiting on it takes a new one
         os.close(fd)  # closing lets go of the lock

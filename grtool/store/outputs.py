@@ -31,13 +31,14 @@ from grtool.errors import InputError
 from grtool.holds import hold
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
-from grtool.store.locks import RunLock, output_lock, pid_alive
+from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, real
 from grtool.errors import printable
 from grtool.store.records import atomic_write_bytes, commit_file, dumps, now, resolve_stage
 
 
 CLEARING = ".grtool-clearing"  # written before --overwrite deletes anything, removed last: a stopped clear is resumed
+SCRATCH_MARK = "grtool-tmp"  # in the name of a single file being written: .NAME.PID.grtool-tmp.EXT
 PART = "part-[0-9][0-9][0-9][0-9][0-9]"  # grtool's part names (five digits: grtool.store.layout.part_name)
 
 
@@ -455,6 +456,9 @@ PIPELINE_RECORDS = "_pipeline"  # a pipeline's stage records inside its out dire
 # another output (`report --out index/index.json`), so none is ever a command's output.
 RECORD_NAMES = (MANIFEST, INDEX.record, CHECKPOINT.record, CHECKPOINT.started)
 RECORD_PATTERNS = ("*" + EXPORT.record, ".*" + FILE_RECORD)
+# The files grtool keeps beside an output while it writes it: its lock, its temporary file, the marker of a clear.
+# Each is removed (or replaced) by a later run, so none is ever a command's output either.
+WORK_PATTERNS = (BESIDE_LOCK.format(name="*"), f".*.{SCRATCH_MARK}*", CLEARING)
 
 
 def file_record(path: Path) -> Path:
@@ -482,6 +486,8 @@ def refuse_record_path(out: str | Path, flag: str = "--out", *, within: Iterable
     p = Path(out)
     if p.name in RECORD_NAMES or _matches(p.name, RECORD_PATTERNS):
         raise InputError(f"{flag} {printable(out)}: {printable(p.name)} is the name of the record grtool keeps of an output; name the file otherwise")
+    if _matches(p.name, WORK_PATTERNS):
+        raise InputError(f"{flag} {printable(out)}: {printable(p.name)} is named like a file grtool keeps while it writes (a lock, a temporary file), which a later run removes; name it otherwise")
     resolved = real(p)
     for directory in [resolved, *resolved.parents]:
         if directory.name == PIPELINE_RECORDS:
@@ -515,6 +521,8 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         return
     if str(out) == "":
         raise InputError(f"{flag} is empty: name a file ('-' writes to standard output where the option takes it)")
+    if str(out).endswith("/"):  # a pipeline file's text keeps the slash that Path would drop
+        raise InputError(f"{flag} {printable(out)}: ends in '/', so it names a directory, and {flag} writes one file: name the file")
     p = Path(out)
     check_name(p)
     if p.is_dir():
@@ -534,9 +542,6 @@ def refuse_export(out: str | Path | None, flag: str) -> None:
     another export of its kind does."""
     if out is not None and str(out) != "-" and export_record(Path(out)).is_file():
         raise InputError(f"{flag} {printable(out)}: is an export grtool wrote ({printable(export_record(Path(out)).name)} beside it); {flag} writes another kind of file: choose another {flag}")
-
-
-SCRATCH_MARK = "grtool-tmp"  # in the name of a single file being written: .NAME.PID.grtool-tmp.EXT
 
 
 def scratch_path(path: Path, pid: int | str) -> Path:

@@ -131,15 +131,27 @@ class FileWriter(WholeWriter):
         self.path = Path(output.path)
         self.stdout = is_stdio(output.path)
         self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
+        self.made = [] if self.stdout else [d for d in self.path.parents if not os.path.lexists(d)]  # by the claim's lock
         if not self.stdout:
             self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind, flag=output.flag))
             remove_killed_scratch(self.path, [*output.inputs, *output.holders])
             signals.track(self)
 
+    def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
+        """The claim let go; a run that wrote nothing leaves no folder it made for the file's lock."""
+        super().finish()
+        if self.state == "not written":
+            for folder in self.made:  # deepest first; one holding anything stops it
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
     def on_stop(self) -> str:
         """What a stop left of the file, for the line the run prints when a signal stops it."""
         if self.state == "recorded":
-            return f"{printable(self.output.path)}: its new record is written and the file is not (grtool validate names it; the same command writes both)"
+            check = "grtool validate names it; " if self.output.kind is EXPORT else ""
+            return f"{printable(self.output.path)}: its new record is written and the file is not ({check}the same command writes both)"
         if self.state == "written":
             return f"{printable(self.output.path)}: written"
         return f"{printable(self.output.path)}: not written (what was there stays as it was)"

@@ -487,9 +487,13 @@ def test_the_registry_is_never_an_export_is_updated_where_it_links_and_an_old_de
     (data / "dataset_info.json").symlink_to(shared)
     cli(*sft, "--out", data / "sft.json", "--dev-share", "0.3")
     assert (data / "dataset_info.json").is_symlink() and set(json.loads(shared.read_text())) == {"mine", "sft", "sft_dev"}
-    # exported again without a dev split: the earlier one is named (its questions are in training now), not deleted
+    # exported again without a dev split: the earlier one is named (its questions are in training now), not deleted;
+    # the temporary dev file a killed run left goes (no process has that pid), as does every lock (before: the
+    # registry's stayed)
+    (data / ".sft_dev.99999999.grtool-tmp.json").write_text("a killed run's half file\n")
     err = cli(*sft, "--out", data / "sft.json").stderr
     assert "an earlier export's dev split is still there" in flat(err) and (data / "sft_dev.json").is_file()
+    assert sorted(p.name for p in data.iterdir()) == ["dataset_info.json", "sft.json", "sft.json.grtool.json", "sft_dev.json", "sft_dev.json.grtool.json"]
 
 
 def test_json_with_rows_on_standard_output_is_refused(cli, samples, tmp_path):

@@ -124,6 +124,8 @@ def test_a_failing_stage_keeps_its_earlier_report(tmp_path, examples, cli):
     report = tmp_path / "run" / "reports" / "stats.json"
     before = report.read_bytes()
     assert json.loads(before)
+    recorded = json.loads((report.parent / ".stats.json.grtool-file.json").read_text())["command"]
+    assert recorded[:3] == ["grtool", "corpus", "stats"]  # the stage's own command line, not `grtool pipeline run`
     shutil.rmtree(tmp_path / "run" / "ingest")  # the stats stage's input is gone: it runs again and fails
     proc = cli("pipeline", "run", config, "--from", "stats", check=False)
     assert proc.returncode != 0 and "stats" in proc.stderr

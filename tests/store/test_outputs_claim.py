@@ -120,6 +120,40 @@ def test_an_existing_file_grtool_did_not_write_is_refused(words, output, tmp_pat
     assert target.read_bytes() == USER_TEXT
 
 
+WORK_FILES = [".notes.md.grtool.lock", ".notes.4242.grtool-tmp.md", ".grtool-clearing"]
+
+
+@pytest.mark.parametrize("name", WORK_FILES)
+@pytest.mark.parametrize(("words", "output"), OUTPUTS)
+def test_an_output_named_like_a_file_grtool_keeps_while_it_writes_is_refused(words, output, name, tmp_path):
+    """A lock, a temporary file or a clear's marker is removed by a later run (the lock of notes.md, the clean-up of
+    a killed run's temporary file): an output named so would be lost, so none is ever one."""
+    target = tmp_path / "elsewhere" / name
+    message = _refused(words, _arguments(words, output, target, tmp_path)[0])
+    assert f"{target}: {name} is named like a file grtool keeps while it writes" in message
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize(("words", "output"), OUTPUTS)
+def test_an_empty_output_path_is_refused_not_read_as_the_current_directory(words, output, tmp_path):
+    arguments = _arguments(words, output, tmp_path / "placeholder", tmp_path)[0]
+    arguments[arguments.index(str(tmp_path / "placeholder"))] = ""
+    message = _refused(words, arguments)
+    assert f"{option_flag(declared()[words], output)} is empty" in message
+
+
+REPORTS = [(words, output) for words, output in OUTPUTS if declared()[words].writes[output] is PathKind.REPORT]
+
+
+@pytest.mark.parametrize(("words", "output"), REPORTS)
+def test_a_single_file_output_ending_in_a_slash_is_refused_not_written_as_a_file_by_the_folder_s_name(words, output, tmp_path):
+    arguments = _arguments(words, output, tmp_path / "placeholder", tmp_path)[0]
+    arguments[arguments.index(str(tmp_path / "placeholder"))] = f"{tmp_path / 'reports'}/"
+    message = _refused(words, arguments)
+    assert f"{tmp_path / 'reports'}/: ends in '/', so it names a directory" in message
+    assert not (tmp_path / "reports").exists()
+
+
 STAGE_OUTPUTS = [(words, output) for words, output in OUTPUTS if declared()[words].stage]
 
 

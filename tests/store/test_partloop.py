@@ -209,3 +209,49 @@ def test_a_report_is_claimed_before_the_stage_runs_and_a_second_run_writing_it_i
     assert first.returncode == 0, err.decode()[-3000:]
     assert report.read_text().startswith("#") and json.loads((tmp_path / ".filters.md.grtool-file.json").read_text())["format"] == "grtool-file"
     assert not list(tmp_path.glob(".*.grtool.lock"))  # the claim let go of its lock
+
+
+def _report_args(run: Path, out: Path, report: Path) -> list:
+    return ["filters", "apply", run / "chains", "--corpus", run / "corpus", "--triples", run / "triples", "--out", out, "--report", report]
+
+
+@pytest.mark.parametrize("planted", ["a link to a file", "a link to nothing", "a directory"])
+def test_what_is_planted_at_a_report_s_lock_is_refused_and_never_written_through(cli, run: Path, tmp_path: Path, planted: str) -> None:
+    """The lock file was opened following links: a link planted at `.r.md.grtool.lock` had its target replaced with
+    the holder's line (another user's file, in a shared folder); a directory there gave a traceback."""
+    precious, lock = tmp_path / "precious.txt", tmp_path / ".r.md.grtool.lock"
+    precious.write_text("precious\n")
+    if planted == "a directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(precious if planted == "a link to a file" else tmp_path / "made-by-the-lock")
+    err = cli(*_report_args(run, tmp_path / "f", tmp_path / "r.md"), check=2).stderr
+    what = "a directory" if planted == "a directory" else "a symbolic link"
+    assert f"{lock}: is {what} where grtool keeps the lock of the output beside it; nothing was written" in err
+    assert precious.read_text() == "precious\n" and not (tmp_path / "made-by-the-lock").exists()
+    assert not (tmp_path / "f").exists() and not (tmp_path / "r.md").exists()
+
+
+def test_a_run_refused_after_its_report_was_claimed_leaves_no_folder_it_made_for_it(cli, tmp_path: Path) -> None:
+    """The claim's lock needs the report's folder; a run that then writes no report removes the folders it made."""
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    cli("eval", "compare", f"a={bad}", f"b={bad}", "--out", tmp_path / "new" / "deeper" / "r.md", check=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json"]
+
+
+def test_a_dry_run_claims_no_summary_file(cli, tmp_path: Path, write_pipeline, examples) -> None:
+    config = write_pipeline([{"name": "ingest", "run": "corpus ingest", "args": [examples / "generic" / "questions_dev.jsonl", examples / "generic" / "documents.jsonl"],
+                              "options": {"dataset": "generic", "out": "{out}/corpus"}}])  # fmt: skip
+    cli("pipeline", "run", config, "--dry-run", "--json", tmp_path / "a" / "b" / "summary.json")
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_run_stopped_while_it_holds_its_report_s_lock_leaves_no_lock_file(run: Path, tmp_path: Path) -> None:
+    import signal
+
+    from hold_helpers import held
+
+    proc = held(_report_args(run, tmp_path / "f", tmp_path / "r.md"), "locked", signal.SIGTERM, tmp_path / "holds")
+    assert proc.returncode == 75, proc.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["holds"]
