@@ -562,6 +562,8 @@ def write_report(run_dir: Path, out: Path | None) -> tuple[Path, list[Verdict]]:
     target = out if out is not None else run_dir / "reports" / "report.html"
     if str(target) == "-":
         raise InputError("--out -: the report is an HTML file; name the file to write")
+    if not run_dir.is_dir():  # before the claim, which makes the folder of the page's lock (inside it, by default)
+        raise InputError(f"{run_dir}: not a directory")
     with claim_file(target, holders=[run_dir]) as claimed:
         run = read_run(run_dir)
         inputs = [d for s in run.stages for d, _ in s.manifests] + [f for s in run.stages for f, _ in s.exports]
