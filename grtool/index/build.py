@@ -185,6 +185,12 @@ def tokenize(tok: DocidTokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndar
     return flat, lengths
 
 
+def write_whole_index(out: Path, *, overwrite: bool = False, **given: Any) -> dict[str, Any]:
+    """:func:`write_index` as a build of its own, one part: ``out`` claimed, the index written in a temporary
+    directory beside it and installed; ``given``: the rest of its parameters."""
+    return one_part([index_output(out, overwrite=overwrite)], lambda part: write_index(out, tmp=part.shard.path, **given), overwrite=overwrite)
+
+
 def write_index(
     out: Path,
     *,
@@ -198,11 +204,10 @@ def write_index(
     docids: list[str] | None = None,
     inputs: list[dict[str, Any]] | None = None,
     params: dict[str, Any] | None = None,
-    overwrite: bool = False,
     command: list[str] | None = None,
     seq_flipped: list[bool] | None = None,
     flip_counts: dict[str, int] | None = None,
-    tmp: Path | None = None,
+    tmp: Path,
     started: float | None = None,
     documents: int | None = None,
     timings: dict[str, float] | None = None,
@@ -210,17 +215,14 @@ def write_index(
     """Write a complete index directory atomically; returns its metadata. ``seq_flipped`` (index built with
     flips): per sequence whether it is a flipped orientation; ``flip_counts`` (what reading the docids skipped,
     flagged or could not flip) go to ``sizes``. ``seq_docs``: a list per sequence, or the CSR arrays (offsets,
-    documents). ``tmp``: the temporary directory of the build's part (:func:`index_output`; None: a build of its own
-    is claimed, run and installed here), holding what the caller wrote already (the docid
+    documents). ``tmp``: the temporary directory of the build's part (:func:`index_output`; :func:`write_whole_index`
+    claims, runs and installs a build of its own), holding what the caller wrote already (the docid
     tables, :func:`write_docid_tables`; then ``doc_ids`` and ``docids`` are None) and files named ``.scratch*``
     (removed before the listing); ``flat`` may be a memory map of such a file (the build gives its disk back as
     it reads it). ``timings``: the seconds the caller spent before (reading, tokenizing), recorded beside the
     index build's own under ``build``."""
     if kind not in KINDS:
         raise GrtoolError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    if tmp is None:  # a build of its own, as one part: claimed, written in a temporary directory, installed
-        given = {name: value for name, value in locals().items() if name not in ("out", "overwrite", "tmp")}  # the parameters
-        return one_part([index_output(out, overwrite=overwrite)], lambda part: write_index(out, tmp=part.shard.path, **given), overwrite=overwrite)
     started = time.perf_counter() if started is None else started
     (tmp / TOKENIZER).write_text(tokenizer.to_json())
     if doc_ids is not None:

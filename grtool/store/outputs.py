@@ -25,16 +25,18 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from grtool.errors import InputError
 from grtool.holds import hold
-from grtool.records import DamagedRecord, read_record_bytes
+from grtool.records import DamagedRecord, read_record, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, real
 from grtool.errors import printable
-from grtool.store.records import atomic_write_bytes, commit_file, dumps, now, resolve_stage
+from grtool.store.records import Text, atomic_write_bytes, commit_file, dumps, now, resolve_stage
 
 
 CLEARING = ".grtool-clearing"  # written before --overwrite deletes anything, removed last: a stopped clear is resumed
@@ -506,11 +508,53 @@ def refuse_dangling_link(p: Path, flag: str) -> None:
         raise InputError(f"{flag} {printable(p)}: is a symbolic link to {printable(os.readlink(p))}, which does not exist; name an existing directory or a new path")
 
 
+class FileBytes(msgspec.Struct, forbid_unknown_fields=True):
+    """Which bytes a single file held: its size, and their BLAKE3 digest."""
+
+    size: Annotated[int, msgspec.Meta(ge=0)]
+    blake3: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class FileRecord(msgspec.Struct):
+    """The record beside a report, plot or JSON file grtool wrote (:func:`write_file_record`). ``file``: the bytes
+    it wrote; ``replaces``: those of the file it replaced. Both are absent in an older grtool's records."""
+
+    format: Literal["grtool-file"]
+    command: list[Text]
+    written: Text
+    file: FileBytes | None = None
+    replaces: FileBytes | None = None
+
+
+def _bytes_of(path: Path) -> FileBytes:
+    from grtool.store.fingerprints import file_hash
+
+    return FileBytes(size=path.stat().st_size, blake3=file_hash(path))
+
+
+def _file_record(path: Path) -> FileRecord | None:
+    try:
+        return read_record(file_record(path), FileRecord, what="file record")
+    except (OSError, DamagedRecord):
+        return None
+
+
+def _holds(path: Path, known: FileBytes) -> bool:
+    return path.stat().st_size == known.size and _bytes_of(path).blake3 == known.blake3
+
+
 def written_by_grtool(path: Path) -> bool:
-    """Whether the existing single file ``path`` is one grtool wrote: its record (or an export's) is beside it."""
+    """Whether the existing single file ``path`` is one grtool wrote: an export's record is beside it, or the record
+    of a report, plot or JSON file that names these bytes (as written, or as those the write replaced when it was
+    stopped before the rename). A file changed since (edited by hand, put there by a user after a stopped first
+    write) is the user's now."""
     if export_record(path).is_file():
         return True
-    return (_read_record(file_record(path)) or {}).get("format") == "grtool-file"
+    record = _file_record(path)
+    if record is None:
+        return False
+    known = [b for b in (record.file, record.replaces) if b is not None]
+    return not known or not path.is_file() or any(_holds(path, b) for b in known)
 
 
 def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> None:
@@ -529,6 +573,11 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         raise InputError(f"{flag} {printable(out)}: is a directory; name a file")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)
     refuse_record_path(p, flag)
+    if os.path.lexists(p) and not written_by_grtool(p) and _file_record(p) is not None:
+        raise InputError(
+            f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(file_record(p).name)} records other bytes), so it is "
+            f"yours now and grtool does not replace it: remove it yourself or choose another {flag}"
+        )
     if os.path.lexists(p) and not written_by_grtool(p):
         raise InputError(
             f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
@@ -580,9 +629,13 @@ def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ())
                 Path(entry.path).unlink(missing_ok=True)
 
 
-def write_file_record(path: Path, command: list[str]) -> None:
-    """The record that says grtool wrote the single file ``path`` (by ``command``), so a later run may replace it."""
-    atomic_write_bytes(file_record(path), dumps({"format": "grtool-file", "command": command, "written": now()}))
+def write_file_record(path: Path, command: list[str], content: Path | None = None) -> None:
+    """The record that says grtool wrote the single file ``path`` (by ``command``), so a later run may replace it:
+    with the bytes at ``content`` (its finished temporary file; None: the file in place), and those of the file they
+    replace."""
+    replaces = _bytes_of(path) if content is not None and path.is_file() else None
+    record = FileRecord("grtool-file", command, now(), _bytes_of(content if content is not None else path), replaces)
+    atomic_write_bytes(file_record(path), dumps(msgspec.to_builtins(record)))
 
 
 def check_outputs(

@@ -212,7 +212,7 @@ class FileWriter(WholeWriter):
         from grtool.secrets import redact_argv
 
         assert self.output.kind is FILE and self.claim is not None, "an export's part writes its own record"
-        write_file_record(self.path, redact_argv(self.claim.lock.command or current_command()))
+        write_file_record(self.path, redact_argv(self.claim.lock.command or current_command()), content=tmp)
 
 
 @contextlib.contextmanager

@@ -199,7 +199,7 @@ def _holds(got, written) -> bool:
 
 @pytest.mark.parametrize("kind", ["fm", "trie", "numpy"])
 def test_save_load_round_trip(tmp_path, kind):
-    from grtool.index.build import write_index
+    from grtool.index.build import write_whole_index
     from grtool.index.tokenizer import load_tokenizer
 
     tok_json = tmp_path / "tok.json"
@@ -211,7 +211,7 @@ def test_save_load_round_trip(tmp_path, kind):
     flat, lengths = flatten(seqs)
     seq_docs = [[i % 7] if i % 5 else [i % 7, (i + 1) % 7] for i in range(len(seqs))]
     doc_ids = [f"doc{i}" for i in range(7)]
-    meta = write_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids,
+    meta = write_whole_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids,
                        tokenizer=tok, source="docids", command=["grtool", "index", "build"])  # fmt: skip
     index = Index.open(tmp_path / "idx")
     # index.meta: the decoded record's JSON form, every value index.json holds (and the declared defaults besides)
@@ -231,7 +231,7 @@ def test_save_load_round_trip(tmp_path, kind):
         assert isinstance(np.load(tmp_path / "idx" / "fm_levels.npy", mmap_mode="r"), np.memmap)
         assert meta["sizes"]["bits_per_token"] > 0
     with pytest.raises(Exception, match="exists"):
-        write_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source="docids")
+        write_whole_index(tmp_path / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=seq_docs, doc_ids=doc_ids, tokenizer=tok, source="docids")
 
 
 def _tiny_tokenizer() -> Tokenizer:

@@ -166,7 +166,7 @@ REPEATED = [*ONE, ("Oak", "Bridge", "crosses", "Kiel", "d-b", False), *ONE, ("Oa
 def test_an_index_of_any_docids_reopens_and_answers_as_brute_force(loaded, tmp_path_factory, tokenizer, kind, drawn):
     """``drawn``: (first word, second word, relation, tail, document, spelled with a space before the comma):
     one docid, the same docid in several documents and repeated, spellings of one triple, several docids."""
-    from grtool.index.build import read_docids, tokenize, write_index
+    from grtool.index.build import read_docids, tokenize, write_whole_index
 
     rows = triple_rows([(f"{a} {b}" + (" " if spaced else ""), r, t, doc) for a, b, r, t, doc, spaced in drawn])
     tok = loaded[tokenizer]
@@ -176,7 +176,7 @@ def test_an_index_of_any_docids_reopens_and_answers_as_brute_force(loaded, tmp_p
         # files, tests/index/test_index_stream.py; the CLI builds below take that path)
         read = read_docids(write_triples(root / "triples", rows))
         flat, lengths = tokenize(tok, read.docids)
-        write_index(root / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=read.seq_docs, doc_ids=read.doc_ids, tokenizer=tok,
+        write_whole_index(root / "idx", kind=kind, flat=flat, lengths=lengths, seq_docs=read.seq_docs, doc_ids=read.doc_ids, tokenizer=tok,
                     source="docids", docids=read.docids)  # fmt: skip
         index = open_checked(root / "idx", tok)
         if kind == "fm" and index.record.sizes.sequences == 1:  # each tokenizer's end marker is its highest id

@@ -255,3 +255,28 @@ def test_a_run_stopped_while_it_holds_its_report_s_lock_leaves_no_lock_file(run:
     proc = held(_report_args(run, tmp_path / "f", tmp_path / "r.md"), "locked", signal.SIGTERM, tmp_path / "holds")
     assert proc.returncode == 75, proc.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["holds"]
+
+
+def test_a_report_changed_since_grtool_wrote_it_is_the_user_s_and_never_replaced(cli, run: Path, tmp_path: Path) -> None:
+    """The record of a report names its bytes: before, any file beside a record passed for grtool's, so a report
+    edited by hand, or a user's file put where a stopped first write had left only its record, was replaced."""
+    import signal
+
+    from hold_helpers import held
+
+    report = tmp_path / "r.md"
+    args = _report_args(run, tmp_path / "f", report)
+    assert held(args, "recorded", signal.SIGKILL, tmp_path / "holds").returncode == -signal.SIGKILL
+    assert not report.exists() and (tmp_path / ".r.md.grtool-file.json").is_file()  # a first write stopped: its record only
+    report.write_text("my own notes\n")
+    err = cli(*args, "--overwrite", check=2).stderr
+    assert f"--report {report}: was changed since grtool wrote it" in err and report.read_text() == "my own notes\n"
+    report.unlink()
+    cli(*args, "--overwrite")  # written whole, its record naming its bytes
+    written = report.read_bytes()
+    assert held([*args, "--overwrite"], "recorded", signal.SIGKILL, tmp_path / "holds2").returncode == -signal.SIGKILL
+    assert report.read_bytes() == written  # the new record is in, the old report stays: it is still grtool's
+    cli(*args, "--overwrite")
+    report.write_text(report.read_text() + "\nmy comment\n")  # edited by hand
+    assert "was changed since grtool wrote it" in cli(*args, "--overwrite", check=2).stderr
+    assert report.read_text().endswith("my comment\n")
