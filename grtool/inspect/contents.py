@@ -63,31 +63,27 @@ def exports(sidecars: list[Path]) -> list[dict[str, str]]:
     return rows
 
 
-def checkpoints(root: Path) -> list[dict[str, str]]:
-    """Training outputs under ``root``: finished ones by their record, a run that has not finished (or was killed)
-    by the record it wrote when it started and by its ``checkpoint-N`` folders."""
+def checkpoints(found: list[Path]) -> list[dict[str, str]]:
+    """Training outputs the discovery found (:func:`grtool.audit.discover.discover`): a finished one by its record,
+    a run that has not finished (or was killed) by the record it wrote when it started; each with its
+    ``checkpoint-N`` folders."""
     from grtool.store.outputs import CHECKPOINT
 
     rows = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        saved = sorted((n for n in dirnames if n.startswith("checkpoint-")), key=lambda n: (len(n), n))
-        dirnames[:] = sorted(n for n in dirnames if not n.startswith(("_", ".", "checkpoint-")))
-        record = _record(d / CHECKPOINT.record) if CHECKPOINT.record in filenames else None
+    for d in found:
+        saved = sorted((e.name for e in os.scandir(d) if e.name.startswith("checkpoint-") and e.is_dir()), key=lambda n: (len(n), n))
+        record = _record(d / CHECKPOINT.record) if (d / CHECKPOINT.record).is_file() else None
         finished = record is not None and str(record.get("kind", "")).startswith("train ")
-        started = _record(d / CHECKPOINT.started) if CHECKPOINT.started in filenames else None
-        if not (finished or saved or (started is not None and started.get("kind") == CHECKPOINT.name)):
-            continue
+        started = _record(d / CHECKPOINT.started) if (d / CHECKPOINT.started).is_file() else None
         if finished:
             state = f"finished {record.get('finished', '-')}"
-        elif CHECKPOINT.record in filenames:
+        elif (d / CHECKPOINT.record).is_file():
             state = "damaged record"
         else:
             state = f"not finished (started {started.get('started', '-')})" if started else "not finished"
         rows.append({"path": str(d), "kind": str(record.get("kind", "-")) if finished else "train",
                      "steps": _number(record.get("global_step")) if finished else "-", "state": state,
                      "saved": ", ".join(saved) or "-"})  # fmt: skip
-        dirnames[:] = []  # a checkpoint's own folders are not runs of their own
     return rows
 
 
@@ -98,4 +94,4 @@ def run_contents(root: str | Path) -> dict[str, list[dict[str, str]]]:
     from grtool.audit.discover import discover
 
     found = discover(root)
-    return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(root) if root.is_dir() else []}
+    return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(found.checkpoints)}
