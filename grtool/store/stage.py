@@ -349,11 +349,9 @@ class StageWriter:
         write_record(mpath, manifest, Manifest, "manifest")
 
     def _nothing_committed(self, manifest: Manifest) -> bool:
-        """No part, no shard record and no rejects were committed under ``manifest`` (its run failed early)."""
-        if manifest.shards or load_shard_records(self.path) or any(self.path.glob("*.parquet")):
-            return False
-        rejects = self.path / REJECTS_DIR
-        return not (rejects.is_dir() and any(rejects.glob("part-*.jsonl")))  # committed rejects files, not a user's
+        """No part, no shard record and no rejects were committed under ``manifest`` (its run failed early): none
+        in its record, none on disk by grtool's names (a user's ``notes.parquet`` is none)."""
+        return not manifest.shards and not _unrecorded(self.path)
 
     def done(self, index: int) -> bool:
         name = part_name(index)
