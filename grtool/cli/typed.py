@@ -93,7 +93,7 @@ def _bind_path(param: Any, *, one_file: bool = False) -> None:
             if value == "":
                 raise InputError(f"{label} is empty: name a path ('.' is the current directory)")
             if one_file and value.endswith("/"):
-                raise InputError(f"{label} {printable(value)}: ends in '/', so it names a directory, and {label} writes one file: name the file")
+                raise InputError(f"{label} {printable(value)}: ends in '/', so it names a directory, and the option writes one file: name the file")
         return value
 
     def process_value(ctx: Any, value: Any) -> Any:

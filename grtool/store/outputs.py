@@ -566,7 +566,7 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
     if str(out) == "":
         raise InputError(f"{flag} is empty: name a file ('-' writes to standard output where the option takes it)")
     if str(out).endswith("/"):  # a pipeline file's text keeps the slash that Path would drop
-        raise InputError(f"{flag} {printable(out)}: ends in '/', so it names a directory, and {flag} writes one file: name the file")
+        raise InputError(f"{flag} {printable(out)}: ends in '/', so it names a directory, and the option writes one file: name the file")
     p = Path(out)
     check_name(p)
     if p.is_dir():

@@ -150,7 +150,7 @@ def test_a_single_file_output_ending_in_a_slash_is_refused_not_written_as_a_file
     arguments = _arguments(words, output, tmp_path / "placeholder", tmp_path)[0]
     arguments[arguments.index(str(tmp_path / "placeholder"))] = f"{tmp_path / 'reports'}/"
     message = _refused(words, arguments)
-    assert f"{tmp_path / 'reports'}/: ends in '/', so it names a directory" in message
+    assert f"{tmp_path / 'reports'}/: ends in '/', so it names a directory, and the option writes one file" in message
     assert not (tmp_path / "reports").exists()
 
 
