@@ -160,11 +160,12 @@ register(Command("pipeline status", status, stage=False))
 def finalize(
     job: Annotated[Path, typer.Argument(help="A stage's job record (OUT/_pipeline/slurm/STAGE.json).")],
     merge: Annotated[bool, typer.Option("--merge", help="Merge the shard records of the stage's directories first (after an array).")] = False,
+    stdout_from: Annotated[Optional[Path], typer.Option("--stdout-from", help="The job's stdout, to put in place of the stage's stdout file.")] = None,
 ) -> None:
     """The last step of a stage's Slurm job: check its outputs are complete and write its completion record."""
     from grtool.pipeline.slurm import finalize_stage
 
-    finalize_stage(job, merge=merge)
+    finalize_stage(job, merge=merge, stdout_from=stdout_from)
 
 
 register(Command("pipeline finalize", finalize, hidden=True, stage=False))

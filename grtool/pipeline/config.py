@@ -409,6 +409,9 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
 
     stages = []
     for entry in by_name.values():
+        where = f"{path}: stage {entry['name']!r}"
+        if entry["stdout"] is not None and not entry["stdout"].strip():
+            raise InputError(f"{where}: stdout is empty; name the file to keep the command's output in, or leave stdout out")
         for key, value in entry["options"].items():
             _check_option_value(commands, entry, key, value, f"{path}: stage {entry['name']!r}, option {key!r}")
         declared = commands.declared(entry["run"])

@@ -94,12 +94,11 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
     ``--json`` is, or lies inside, what a stage reads that no earlier stage writes (the user's data: a raw file, a
     stage made outside the pipeline) or the pipeline file; when it is a record or lies in ``_pipeline/``; or when two
     stages write the same path. Reading an earlier stage's report (``eval compare``) stays fine."""
-    from grtool.store.outputs import check_file_output, refuse_output_among_inputs, refuse_overlapping_outputs, refuse_record_path
+    from grtool.store.outputs import refuse_output_among_inputs, refuse_overlapping_outputs, refuse_record_path
 
     external: list[str] = [str(pipeline.path)]
     written: list[str] = []
     targets: list[tuple[str, str, str]] = []  # (stage, flag, path)
-    singles: list[tuple[str, str]] = []  # the reports, plots and stdout files among them
     stage_dirs: dict[Path, str] = {}  # the stage directories the stages before write -> the option that writes it
     for stage in pipeline.stages:
         writes = declared_writes(commands, stage)
@@ -107,7 +106,11 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
         external += [p for p in input_paths(stage) if p not in own and not any(_overlaps(p, o) for o in written)]
         written += own
         targets += [(stage.name, flag, path) for flag, path, _ in writes]
-        singles += [(flag, target) for flag, target, single in writes if single]
+        if stage.stdout:  # its command checks its own outputs against each other, but never sees its stdout file
+            stdout_flag = f"stage {stage.name!r} stdout"
+            for flag, target, _ in writes:
+                if flag != stdout_flag:
+                    refuse_overlapping_outputs([(stdout_flag, stage.stdout), (flag, target)], by=f"pipeline {pipeline.path}")
         for flag, target, _ in writes:
             refuse_record_path(target, flag, within=[o for o in own if o != target])
             inside = next((d for d in stage_dirs if d in Path(os.path.abspath(target)).parents), None)
@@ -136,8 +139,6 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
             refuse_record_path(target, flag)
             for _, stage_flag, output in targets:
                 refuse_overlapping_outputs([(flag, target), (stage_flag, output)], by=f"pipeline {pipeline.path}")
-    for flag, target in singles:  # a report, a plot, a stdout file: absent or grtool's, before the first stage runs
-        check_file_output(target, flag)
 
 
 def input_fingerprints(stage: Stage) -> dict[str, Any]:
@@ -264,6 +265,11 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
                                  f"(relative paths are resolved from {cwd}, where the stages run)")  # fmt: skip
         made += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
     check_input_tables(commands, pipeline, states)
+    from grtool.store.outputs import check_file_output
+
+    for state in states:  # a stdout file is absent or grtool's, for a stage that will run (a done one's is not written)
+        if state.state != "done" and state.stage.stdout:
+            check_file_output(state.stage.stdout, f"{pipeline.path}: stage {state.stage.name!r} stdout")
 
 
 def written_tables(commands: StageCommands, stage: Stage) -> list[tuple[str, str, bool]]:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError, TransientError
+from grtool.errors import EXIT_DATA, DataProblem, GrtoolError, InputError, TransientError, printable
 from grtool.log import log
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.executors import PipelineExecutor, print_summary
@@ -258,11 +258,10 @@ class SlurmExecutor(PipelineExecutor):
         ]
         if stage.stdout:
             body.append(f'if [ "$rc" -ne 0 ]; then rm -f {tmp}; exit "$rc"; fi')
-            body.append(f"mv -f {tmp} {shlex.quote(stage.stdout)}")
         else:
             body.append('if [ "$rc" -ne 0 ]; then exit "$rc"; fi')
-        if not array:
-            body.append(f"grtool pipeline finalize {record}")
+        if not array:  # finalize puts the stdout file in place as a local run does: checked, its record, then renamed
+            body.append(f"grtool pipeline finalize {record}" + (f" --stdout-from {tmp}" if stage.stdout else ""))
         return _script(self._directives(stage, conf, array=count if array else None), body)
 
     def finalize_script(self, stage: Stage, conf: dict[str, Any]) -> str:
@@ -696,9 +695,23 @@ def _log_path(out: Path, stage: str, key: str, jobs: dict[str, str]) -> Path:
 # ---- the last step of a stage's job
 
 
-def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
+def _install_stdout(stage: Stage, finished: Path) -> None:
+    """The job's stdout put in place as a local run puts it (its claim checked and held, the stage's command in its
+    record); refused, it stays where the job wrote it, and the message says where."""
+    from grtool.invocation import command
+    from grtool.store.partloop import claim_file
+
+    try:
+        with command(["grtool", *stage.argv()]), claim_file(stage.stdout, f"stage {stage.name!r} stdout") as claimed:
+            claimed.install(finished)
+    except InputError as e:
+        raise InputError(f"{e}; the job's output is kept in {printable(finished)}") from None
+
+
+def finalize_stage(record_path: str | Path, *, merge: bool = False, stdout_from: str | Path | None = None) -> None:
     """Check a stage's outputs are complete after its job and write its completion record; ``merge``: merge the
-    shard records into each manifest first (once, after an array's last task)."""
+    shard records into each manifest first (once, after an array's last task); ``stdout_from``: the job's stdout,
+    put in place of the stage's ``stdout`` file."""
     from grtool.store.stage import merge_shard_records
     from grtool.store.status import status
 
@@ -716,10 +729,12 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False) -> None:
         s = status(d)
         if not s["complete"]:
             raise DataProblem(f"stage {stage.name!r}: {d} is not complete after its job ({s['parts_done']}/{s['parts_planned']} parts done; see grtool status {d})")
+    if stage.stdout and stdout_from is not None:
+        _install_stdout(stage, Path(stdout_from))
     missing = [o for o in stage.outputs if not Path(o).exists()]
     if missing:
         raise DataProblem(f"stage {stage.name!r}: its job left no {', '.join(missing)}")
-    if stage.stdout and Path(stage.stdout).is_file():  # the job script moved it into place: say grtool wrote it, as a local run does
+    if stage.stdout and stdout_from is None and Path(stage.stdout).is_file():  # a job script of an earlier grtool moved it in
         from grtool.secrets import redact_argv
         from grtool.store.outputs import write_file_record
 

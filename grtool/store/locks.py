@@ -71,7 +71,7 @@ def open_lock_file(path: Path) -> int:
     what = _what_is(path)
     if fd is not None:
         os.close(fd)
-    raise InputError(f"{printable(path)}: is {what} where grtool keeps the lock of the output beside it; nothing was written: remove it, then run again")
+    raise InputError(f"{printable(path)}: is {what} where grtool keeps the lock of the output beside it: remove it, then run again")
 
 
 class _Hold:

@@ -573,17 +573,25 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         raise InputError(f"{flag} {printable(out)}: is a directory; name a file")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)
     refuse_record_path(p, flag)
-    if os.path.lexists(p) and not written_by_grtool(p) and _file_record(p) is not None:
+    record = file_record(p)
+    if os.path.lexists(record) and not record.is_file():
+        raise InputError(f"{flag} {printable(out)}: {printable(record)} is {file_kind_name(record)} where grtool keeps the file's record: move it away, then run again")
+    if not os.path.lexists(p) or written_by_grtool(p):
+        return
+    if _file_record(p) is not None:
         raise InputError(
-            f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(file_record(p).name)} records other bytes), so it is "
+            f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(record.name)} records other bytes), so it is "
             f"yours now and grtool does not replace it: remove it yourself or choose another {flag}"
         )
-    if os.path.lexists(p) and not written_by_grtool(p):
+    if os.path.lexists(record):
         raise InputError(
-            f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
-            f"{printable(export_record(p).name)}); "
-            f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
+            f"{flag} {printable(out)}: its record {printable(record.name)} is damaged or not grtool's, so grtool cannot tell that it wrote the file: remove both yourself or choose another {flag}"
         )
+    raise InputError(
+        f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
+        f"{printable(export_record(p).name)}); "
+        f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
+    )
 
 
 def refuse_export(out: str | Path | None, flag: str) -> None:

@@ -123,6 +123,9 @@ class WholeWriter:
         """Applied by the part itself, before its output is put in place."""
 
 
+_CLAIMED: set[str] = set()  # the files this process holds a claim of (resolved): one claim each at a time
+
+
 class FileWriter(WholeWriter):
     """A :class:`FileOutput` opened."""
 
@@ -131,21 +134,35 @@ class FileWriter(WholeWriter):
         self.path = Path(output.path)
         self.stdout = is_stdio(output.path)
         self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
-        self.made = [] if self.stdout else [d for d in self.path.parents if not os.path.lexists(d)]  # by the claim's lock
+        # the folders the claim's lock makes (where the path's links lead), removed when nothing is written
+        self.made = [] if self.stdout else [d for d in Path(os.path.realpath(self.path)).parents if not os.path.lexists(d)]
         if not self.stdout:
-            self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind, flag=output.flag))
+            real_path = os.path.realpath(self.path)
+            if real_path in _CLAIMED:  # the lock lets this process in again (a pipeline's stages in turn): not twice at once
+                raise InputError(f"{output.flag} {printable(self.path)}: this run writes it already, as another of its outputs; give each output its own path")
+            try:
+                self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind, flag=output.flag))
+            except BaseException:
+                self._remove_made()
+                raise
+            _CLAIMED.add(real_path)
+            weakref.finalize(self, _CLAIMED.discard, real_path)
             remove_killed_scratch(self.path, [*output.inputs, *output.holders])
             signals.track(self)
 
     def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
         """The claim let go; a run that wrote nothing leaves no folder it made for the file's lock."""
         super().finish()
+        _CLAIMED.discard(os.path.realpath(self.path))
         if self.state == "not written":
-            for folder in self.made:  # deepest first; one holding anything stops it
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            self._remove_made()
+
+    def _remove_made(self) -> None:
+        for folder in self.made:  # deepest first; one holding anything stops it
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def on_stop(self) -> str:
         """What a stop left of the file, for the line the run prints when a signal stops it."""
@@ -163,7 +180,7 @@ class FileWriter(WholeWriter):
 
         def recorded(tmp: Path) -> None:
             if os.path.lexists(self.path) and not written_by_grtool(self.path):  # put there since the claim: the user's
-                raise InputError(f"{printable(self.path)}: a file grtool did not write appeared there while this run wrote it; it is left as it is: move it away and run again")
+                raise InputError(f"{printable(self.path)}: was put there or changed while this run wrote it, so it is not the file grtool wrote; it is left as it is: move it away and run again")
             record(tmp)
             self.state = "recorded"
 
@@ -199,6 +216,12 @@ class FileWriter(WholeWriter):
         """``make(tmp)`` writes the file (a chart drawn by a library that takes a path)."""
         with self.placing(self._file_record) as tmp:
             make(tmp)
+        return self.path
+
+    def install(self, finished: Path) -> Path:
+        """A file finished elsewhere beside it (a Slurm job's stdout) put in place as this claim's file."""
+        with self.placing(self._file_record) as tmp:
+            os.replace(finished, tmp)
         return self.path
 
     @contextlib.contextmanager

@@ -20,6 +20,7 @@ writes them, and retrieve, evaluation and the audit read them.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,7 +42,7 @@ DATASET_INFO = "dataset_info.json"
 
 
 def sidecar_path(path: str | Path) -> Path:
-    p = Path(path)
+    p = Path(path) if Path(path).name else Path(os.path.abspath(path))  # "." and ".." have no name of their own
     return p.with_name(p.name + SIDECAR_SUFFIX)
 
 

@@ -324,3 +324,11 @@ def test_a_run_killed_before_its_first_stage_directory_is_named_as_such(tmp_path
     held(["corpus", "ingest", examples / "musique" / "musique_ans_v1.0_dev.example.jsonl", "--out", out], "locked", signal.SIGKILL, tmp_path / "holds")
     err = " ".join(run_cli("validate", out, check=1).stderr.split())
     assert "a grtool run started here (grtool corpus ingest" in err and "stopped before it wrote its first stage directory" in err, err
+
+
+def test_the_current_directory_is_validated_by_its_name_dot(run, monkeypatch):
+    """`grtool validate .` stopped with a traceback (the sidecar of a path without a name of its own)."""
+    monkeypatch.chdir(run / "questions")
+    assert "ok . (questions" in run_cli("validate", ".").stderr
+    monkeypatch.chdir(run)
+    assert run_cli("validate", ".").returncode == 0

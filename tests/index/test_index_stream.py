@@ -12,7 +12,7 @@ from index_helpers import BUNDLED, two_wiki_rows, write_triples_stage
 from grtool.docid import DOCID_END, DOCID_START
 from grtool.errors import InputError
 from grtool.index.base import META, Index
-from grtool.index.build import build_index, read_docids, tokenize, write_index
+from grtool.index.build import build_index, read_docids, tokenize, write_whole_index
 from grtool.index.stream import pieces_agree, read_sequences
 from grtool.index.tokenizer import load_tokenizer
 from grtool.store.fingerprints import fingerprint
@@ -46,12 +46,12 @@ def _odd_rows() -> list[dict]:
 
 
 def _reference(stage: Path, out: Path, tokenizer: str, flips: bool) -> None:
-    """The in-memory path grtool used before streaming: read_docids + tokenize + write_index."""
+    """The in-memory path grtool used before streaming: read_docids + tokenize + write_whole_index."""
     tok = load_tokenizer(tokenizer)
     read = read_docids(stage, flips=flips)
     flat, lengths = tokenize(tok, read.docids)
     counts = {"docids_skipped": read.skipped.count} | ({"flips_unsplit": read.unsplit, "flips_symmetric": read.symmetric} if flips else {})
-    write_index(out, kind="fm", flat=flat, lengths=lengths, seq_docs=read.seq_docs, doc_ids=read.doc_ids, tokenizer=tok, source="docids",
+    write_whole_index(out, kind="fm", flat=flat, lengths=lengths, seq_docs=read.seq_docs, doc_ids=read.doc_ids, tokenizer=tok, source="docids",
                 docids=read.docids, inputs=[fingerprint(resolve_stage(stage, "triples"))], params={}, seq_flipped=read.flipped if flips else None,
                 flip_counts=counts)  # fmt: skip
 

@@ -334,3 +334,34 @@ def test_an_export_stage_whose_dev_file_is_gone_is_run_again(tmp_path, examples,
     assert "sft_dev.json" in plan and "missing" in plan, plan
     cli("pipeline", "run", config)
     assert (tmp_path / "run" / "data" / "sft_dev.json").is_file()
+
+
+def test_a_stage_s_stdout_meeting_its_own_output_is_refused_at_the_dry_run(tmp_path, examples, cli):
+    """Its command checks its own options against each other but never sees its stdout: the two claims of one path
+    in one process wrote the JSON over the plot's bytes, and every later run called the file the user's."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { json = true, plot = "{out}/reports/same.png" }\nstdout = "{out}/reports/same.png"\n')
+    for dry in (["--dry-run"], []):
+        err = cli("pipeline", "run", config, *dry, check=2).stderr
+        assert "stage 'stats' stdout" in err and "is also stage 'stats' option plot" in " ".join(err.split()), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_empty_stdout_is_refused_when_the_file_is_read(tmp_path, examples, cli):
+    """Before: the dry run showed no redirection and the stage then failed on '.', a path nobody wrote."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { json = true }\nstdout = " "\n')
+    assert "stage 'stats': stdout is empty" in cli("pipeline", "run", config, "--dry-run", check=2).stderr
+
+
+def test_an_edited_report_blocks_only_a_run_of_its_own_stage(tmp_path, examples, cli):
+    """A report grtool wrote and a user changed is theirs: a run that would write it again (its stage sees its output
+    changed) is refused before any stage runs; a run that leaves that stage out is not (before: every stage's files
+    were checked, selected or not)."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { json = true }\nstdout = "{out}/reports/stats.json"\n')
+    cli("pipeline", "run", config)
+    report = tmp_path / "run" / "reports" / "stats.json"
+    report.write_text(report.read_text() + " ")
+    err = cli("pipeline", "run", config, "--dry-run", check=2).stderr
+    assert "stage 'stats' stdout" in err and "was changed since grtool wrote it" in err
+    assert "# 0 of 1 stages to run" in cli("pipeline", "run", config, "--until", "ingest", "--dry-run").stdout
+    cli("pipeline", "run", config, "--until", "ingest")
+    assert report.read_text().endswith(" ")

@@ -379,3 +379,41 @@ def test_slurm_array_variables_are_parsed_and_bounded():
         with pytest.raises(InputError) as e:
             slurm_array_task(env)
         assert name in str(e.value) and e.value.exit_code == 2, (env, str(e.value))
+
+
+def test_a_job_s_stdout_is_put_in_place_by_finalize_through_the_claim(tmp_path, cli, examples):
+    """The job script moved its stdout over the report with `mv -f`, and only then did finalize write the record:
+    a report edited while the job waited was lost, and a finalize that failed left a record of other bytes. Now
+    finalize puts it in place as a local run does; a refused file keeps the job's output where it was."""
+    out = tmp_path / "run"
+    config = tmp_path / "p.toml"
+    generic = examples / "generic"
+    config.write_text(f"""out = "{out}"
+[[stages]]
+name = "ingest"
+run = "corpus ingest"
+args = ["{generic / "questions_dev.jsonl"}", "{generic / "documents.jsonl"}"]
+options = {{ dataset = "generic", out = "{{out}}/corpus" }}
+[[stages]]
+name = "stats"
+run = "corpus stats"
+args = ["{{out}}/corpus"]
+options = {{ json = true }}
+stdout = "{{out}}/reports/stats.json"
+""")
+    cli("pipeline", "run", config, "--until", "ingest")
+    env = slurm_fakes.install(tmp_path / "slurm")
+    cli("pipeline", "run", config, "--executor", "slurm", env=env)
+    [finalize] = [r["argv"] for r in slurm_fakes.records(tmp_path / "slurm", "grtool")]
+    record, flag, finished = finalize[-3:]
+    report = out / "reports" / "stats.json"
+    assert flag == "--stdout-from" and not report.exists()  # the stand-in srun wrote nothing; finalize puts it in
+    Path(finished).write_text('{"questions": 3}\n')
+    cli("pipeline", "finalize", record, "--stdout-from", finished)
+    assert report.read_text() == '{"questions": 3}\n' and not Path(finished).exists()
+    assert json.loads((report.parent / ".stats.json.grtool-file.json").read_text())["command"][:3] == ["grtool", "corpus", "stats"]
+    report.write_text('{"questions": 3, "my note": 1}\n')  # edited while the next job waited
+    Path(finished).write_text('{"questions": 4}\n')
+    err = cli("pipeline", "finalize", record, "--stdout-from", finished, check=2).stderr
+    assert "was changed since grtool wrote it" in err and f"the job's output is kept in {finished}" in " ".join(err.split())
+    assert report.read_text() == '{"questions": 3, "my note": 1}\n' and Path(finished).read_text() == '{"questions": 4}\n'

@@ -227,7 +227,7 @@ def test_what_is_planted_at_a_report_s_lock_is_refused_and_never_written_through
         lock.symlink_to(precious if planted == "a link to a file" else tmp_path / "made-by-the-lock")
     err = cli(*_report_args(run, tmp_path / "f", tmp_path / "r.md"), check=2).stderr
     what = "a directory" if planted == "a directory" else "a symbolic link"
-    assert f"{lock}: is {what} where grtool keeps the lock of the output beside it; nothing was written" in err
+    assert f"{lock}: is {what} where grtool keeps the lock of the output beside it: remove it" in err
     assert precious.read_text() == "precious\n" and not (tmp_path / "made-by-the-lock").exists()
     assert not (tmp_path / "f").exists() and not (tmp_path / "r.md").exists()
 
@@ -280,3 +280,33 @@ def test_a_report_changed_since_grtool_wrote_it_is_the_user_s_and_never_replaced
     report.write_text(report.read_text() + "\nmy comment\n")  # edited by hand
     assert "was changed since grtool wrote it" in cli(*args, "--overwrite", check=2).stderr
     assert report.read_text().endswith("my comment\n")
+
+
+def test_what_stands_where_a_report_s_record_goes_is_named_before_any_work(cli, run: Path, tmp_path: Path) -> None:
+    """A directory there failed the run after its work, with a traceback; a damaged record beside a report was
+    called missing ("no .r.md.grtool-file.json beside it")."""
+    report, record = tmp_path / "r.md", tmp_path / ".r.md.grtool-file.json"
+    record.mkdir()
+    err = cli(*_report_args(run, tmp_path / "f", report), check=2).stderr
+    assert f"{record} is a directory where grtool keeps the file's record" in err and not (tmp_path / "f").exists()
+    record.rmdir()
+    report.write_text("mine\n")
+    record.write_text("{not json")
+    err = cli(*_report_args(run, tmp_path / "f", report), check=2).stderr
+    assert "its record .r.md.grtool-file.json is damaged or not grtool's" in err and report.read_text() == "mine\n"
+
+
+def test_one_process_never_holds_two_claims_of_one_file(tmp_path: Path) -> None:
+    """The lock lets its holder in again (a pipeline's stages in turn), and both claims would write the same
+    temporary file: a second claim of the same file while the first is held is refused."""
+    from grtool.errors import InputError
+    from grtool.store.partloop import claim_file
+
+    with claim_file(tmp_path / "r.md", "--report") as first:
+        with pytest.raises(InputError, match="this run writes it already"):
+            with claim_file(tmp_path / "link" / ".." / "r.md", "--plot"):
+                pass
+        first.write(b"# report\n")
+    with claim_file(tmp_path / "r.md", "--report") as again:  # let go with its block
+        again.write(b"# again\n")
+    assert (tmp_path / "r.md").read_bytes() == b"# again\n"
