@@ -19,6 +19,7 @@ A directory holding none of these is a problem too: "nothing to validate" must n
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -595,16 +596,22 @@ def _stopped_run(root: Path) -> str | None:
 
 
 def validate_file(path: Path) -> Report:
-    """A single file: an export (by its sidecar, or the sidecar itself) or a dataset_info.json."""
+    """A single file: an export (by its sidecar, or the sidecar itself), a report, plot or JSON file (by its record)
+    or a dataset_info.json."""
+    from grtool.store.outputs import file_problem, file_record
     from grtool.vocab.provenance import DATASET_INFO, is_sidecar, sidecar_path
 
     if is_sidecar(path):
         return validate_export(path)
     if sidecar_path(path).is_file():
         return validate_export(sidecar_path(path))
+    if os.path.lexists(file_record(path)):
+        problem = file_problem(path)
+        return Report(str(path), "file", problems=[f"{printable(path)}: {problem}"] if problem else [])
     if path.name == DATASET_INFO:
         return validate_dataset_info(path, set())
-    return Report(str(path), None, problems=[f"{path}: a file grtool cannot validate (no {sidecar_path(path).name} beside it, not a {DATASET_INFO})"])
+    return Report(str(path), None, problems=[f"{path}: a file grtool cannot validate (no {sidecar_path(path).name} beside it, nor "
+                                             f"{file_record(path).name}; not a {DATASET_INFO})"])  # fmt: skip
 
 
 def validate_tree(root: str | Path, accept_empty_paths: list[Path] | None = None) -> list[Report]:
@@ -613,8 +620,11 @@ def validate_tree(root: str | Path, accept_empty_paths: list[Path] | None = None
     References are checked whenever the referenced sibling exists, also when a single stage directory is
     validated; the sibling is then not validated itself, only required to be complete and readable.
     """
+    from grtool.store.outputs import file_record
+
     root = Path(root)
-    reports = [validate_file(root)] if root.is_file() else _validate_dir(root)
+    missing_file = not os.path.lexists(root) and bool(root.name) and file_record(root).is_file()  # judged by its record
+    reports = [validate_file(root)] if root.is_file() or missing_file else _validate_dir(root)
     if accept_empty_paths:
         accept_empty(reports, root if root.is_dir() else root.parent, accept_empty_paths)
     return reports

@@ -21,6 +21,7 @@ import fnmatch
 import orjson
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -541,6 +542,27 @@ def _file_record(path: Path) -> FileRecord | None:
 
 def _holds(path: Path, known: FileBytes) -> bool:
     return path.stat().st_size == known.size and _bytes_of(path).blake3 == known.blake3
+
+
+def file_problem(path: Path) -> str | None:
+    """What is wrong with the single file ``path`` beside its record (``validate``), None when it holds the bytes
+    its record names (or a record of an older grtool names none)."""
+    record_path = file_record(path)
+    try:
+        record = read_record(record_path, FileRecord, what="file record")
+    except DamagedRecord as e:
+        return str(e)
+    except OSError as e:
+        return f"{printable(record_path)}: cannot be read ({e.strerror or e})"
+    if record.file is None:
+        return None
+    if not path.is_file():
+        return f"missing, but {printable(record_path.name)} records it (a run stopped before its file was in place: run {shlex.join(record.command)} again)"
+    if _holds(path, record.file):
+        return None
+    if record.replaces is not None and _holds(path, record.replaces):
+        return f"a run stopped before its new file was in place, {printable(record_path.name)} records the new one: run {shlex.join(record.command)} again"
+    return f"changed since grtool wrote it ({printable(record_path.name)} records other bytes): it is yours now, and no run of grtool replaces it"
 
 
 def written_by_grtool(path: Path) -> bool:

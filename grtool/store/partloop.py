@@ -167,8 +167,7 @@ class FileWriter(WholeWriter):
     def on_stop(self) -> str:
         """What a stop left of the file, for the line the run prints when a signal stops it."""
         if self.state == "recorded":
-            check = "grtool validate names it; " if self.output.kind is EXPORT else ""
-            return f"{printable(self.output.path)}: its new record is written and the file is not ({check}the same command writes both)"
+            return f"{printable(self.output.path)}: its new record is written and the file is not (grtool validate names it; the same command writes both)"
         if self.state == "written":
             return f"{printable(self.output.path)}: written"
         return f"{printable(self.output.path)}: not written (what was there stays as it was)"

@@ -308,7 +308,7 @@ def test_an_output_that_appears_after_the_check_is_left_to_its_owner(run, tmp_pa
 
     pairs = tmp_path / "pairs.jsonl"
     exported = _held_at_locked(export_gmr(run, pairs), tmp_path / "holds2", lambda: pairs.write_text("user data\n"))
-    assert exported.returncode == 2 and "a file grtool did not write appeared there" in one_line(exported.stderr), exported.stderr
+    assert exported.returncode == 2 and "was put there or changed while this run wrote it" in one_line(exported.stderr), exported.stderr
     assert pairs.read_text() == "user data\n" and not export_record(pairs).exists()
 
 

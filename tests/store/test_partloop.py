@@ -310,3 +310,15 @@ def test_one_process_never_holds_two_claims_of_one_file(tmp_path: Path) -> None:
     with claim_file(tmp_path / "r.md", "--report") as again:  # let go with its block
         again.write(b"# again\n")
     assert (tmp_path / "r.md").read_bytes() == b"# again\n"
+
+
+def test_validate_judges_a_report_by_the_bytes_its_record_names(cli, run: Path, tmp_path: Path) -> None:
+    """Before: `validate r.md` failed every report grtool wrote ("a file grtool cannot validate")."""
+    report = tmp_path / "r.md"
+    cli(*_report_args(run, tmp_path / "f", report))
+    assert "ok" in cli("validate", report).stderr
+    report.write_text(report.read_text() + "my note\n")
+    err = cli("validate", report, check=1).stderr
+    assert "changed since grtool wrote it" in err
+    report.unlink()
+    assert "missing, but .r.md.grtool-file.json records it" in cli("validate", report, check=1).stderr
