@@ -544,6 +544,19 @@ def _holds(path: Path, known: FileBytes) -> bool:
     return path.stat().st_size == known.size and _bytes_of(path).blake3 == known.blake3
 
 
+def _bytes_state(path: Path, record: FileRecord) -> str:
+    """How the single file ``path`` stands to its record: ``written`` (the bytes it names, or a record of an older
+    grtool, which names none), ``replaced`` (the bytes it replaced: a run stopped before the rename), ``missing``,
+    or ``changed`` (neither: edited by hand, or a user's file put where a stopped first write left its record)."""
+    if record.file is None:
+        return "written"
+    if not path.is_file():
+        return "missing"
+    if _holds(path, record.file):
+        return "written"
+    return "replaced" if record.replaces is not None and _holds(path, record.replaces) else "changed"
+
+
 def file_problem(path: Path) -> str | None:
     """What is wrong with the single file ``path`` beside its record (``validate``), None when it holds the bytes
     its record names (or a record of an older grtool names none)."""
@@ -554,15 +567,13 @@ def file_problem(path: Path) -> str | None:
         return str(e)
     except OSError as e:
         return f"{printable(record_path)}: cannot be read ({e.strerror or e})"
-    if record.file is None:
-        return None
-    if not path.is_file():
-        return f"missing, but {printable(record_path.name)} records it (a run stopped before its file was in place: run {shlex.join(record.command)} again)"
-    if _holds(path, record.file):
-        return None
-    if record.replaces is not None and _holds(path, record.replaces):
-        return f"a run stopped before its new file was in place, {printable(record_path.name)} records the new one: run {shlex.join(record.command)} again"
-    return f"changed since grtool wrote it ({printable(record_path.name)} records other bytes): it is yours now, and no run of grtool replaces it"
+    again = f"run {shlex.join(record.command)} again"
+    return {
+        "written": None,
+        "missing": f"missing, but {printable(record_path.name)} records it (a run stopped before its file was in place: {again})",
+        "replaced": f"a run stopped before its new file was in place, {printable(record_path.name)} records the new one: {again}",
+        "changed": f"changed since grtool wrote it ({printable(record_path.name)} records other bytes): it is yours now, and no run of grtool replaces it",
+    }[_bytes_state(path, record)]
 
 
 def written_by_grtool(path: Path) -> bool:
@@ -573,10 +584,7 @@ def written_by_grtool(path: Path) -> bool:
     if export_record(path).is_file():
         return True
     record = _file_record(path)
-    if record is None:
-        return False
-    known = [b for b in (record.file, record.replaces) if b is not None]
-    return not known or not path.is_file() or any(_holds(path, b) for b in known)
+    return record is not None and _bytes_state(path, record) != "changed"
 
 
 def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: Iterable[str | Path | None] = (), holders: Iterable[str | Path | None] = ()) -> None:

@@ -134,26 +134,26 @@ class FileWriter(WholeWriter):
         self.path = Path(output.path)
         self.stdout = is_stdio(output.path)
         self.state = "not written"  # then "recorded" (its new record in, the file not yet), then "written"
-        # the folders the claim's lock makes (where the path's links lead), removed when nothing is written
-        self.made = [] if self.stdout else [d for d in Path(os.path.realpath(self.path)).parents if not os.path.lexists(d)]
+        self.real = os.path.realpath(self.path)  # where the path's links lead: one claim of it at a time
+        self.made = [] if self.stdout else [d for d in Path(self.real).parents if not os.path.lexists(d)]  # by the lock
+        self.unclaim: Callable[[], Any] = lambda: None
         if not self.stdout:
-            real_path = os.path.realpath(self.path)
-            if real_path in _CLAIMED:  # the lock lets this process in again (a pipeline's stages in turn): not twice at once
+            if self.real in _CLAIMED:  # the lock lets this process in again (a pipeline's stages in turn): not twice at once
                 raise InputError(f"{output.flag} {printable(self.path)}: this run writes it already, as another of its outputs; give each output its own path")
             try:
                 self.hold(claim(output.path, output.kind, inputs=output.inputs, holders=output.holders, export_kind=output.export_kind, flag=output.flag))
             except BaseException:
                 self._remove_made()
                 raise
-            _CLAIMED.add(real_path)
-            weakref.finalize(self, _CLAIMED.discard, real_path)
+            _CLAIMED.add(self.real)
+            self.unclaim = weakref.finalize(self, _CLAIMED.discard, self.real)  # once: at finish, or when dropped
             remove_killed_scratch(self.path, [*output.inputs, *output.holders])
             signals.track(self)
 
     def finish(self, *, check_empty: bool = True, **extra: Any) -> None:
         """The claim let go; a run that wrote nothing leaves no folder it made for the file's lock."""
         super().finish()
-        _CLAIMED.discard(os.path.realpath(self.path))
+        self.unclaim()
         if self.state == "not written":
             self._remove_made()
 
