@@ -122,7 +122,7 @@ def read_record_bytes(path: Path, *, what: str) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise DamagedRecord(f"{path}: {what} is {_file_kind(st.st_mode)}, not a regular file (edited or damaged)")
+            raise DamagedRecord(f"{path}: {what} is {mode_name(st.st_mode)}, not a regular file (edited or damaged)")
         if st.st_size > MAX_RECORD_BYTES:
             raise DamagedRecord(f"{path}: {what} is {st.st_size:,} bytes, larger than any record grtool writes ({MAX_RECORD_BYTES:,}) (edited or damaged)")
         with os.fdopen(fd, "rb", closefd=False) as f:
@@ -170,11 +170,13 @@ def refuse_undeclared(written: dict[str, Any], decoded: Any, *, source: str | Pa
         raise DamagedRecord(f"{source}: {what}: field {dropped[0]} is not declared by {type(decoded).__name__}, so its readers would drop it")
 
 
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a file"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+
+
+def mode_name(mode: int) -> str:
+    """What a path of ``mode`` (``os.stat``, or ``os.lstat`` for a link itself) is, for messages: 'a FIFO', ..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def file_kind(path: str | Path) -> str | None:
@@ -186,4 +188,4 @@ def file_kind(path: str | Path) -> str | None:
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
-    return _file_kind(mode)
+    return mode_name(mode)

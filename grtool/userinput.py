@@ -261,6 +261,14 @@ def nesting_events(events: Any, on_too_deep: Callable[[], Exception], limit: int
 # ---- paths users name as inputs
 
 
+def refuse_folder_spelling(value: Any, label: str) -> Any:
+    """``value`` as given, unless it is text ending in ``/`` where ``label`` writes one file: that names a folder,
+    and ``Path`` would drop the slash and a file by the folder's name be written."""
+    if isinstance(value, str) and value.endswith("/"):
+        raise InputError(f"{label} {printable(value)}: ends in '/', so it names a directory, and the option writes one file: name the file")
+    return value
+
+
 def missing_input(path: str | Path) -> InputError:
     """Why ``path`` is neither a readable file nor a directory, as one line: a FIFO, a device or a socket named as
     what it is (grtool reads its inputs more than once, so it needs a file), a closed ``/dev/fd/N``, a dangling

@@ -234,7 +234,7 @@ def validate_cmd(
     from grtool.store.outputs import file_record
     from grtool.vocab.provenance import sidecar_path
 
-    if not sidecar_path(directory).is_file() and not (directory.name and file_record(directory).is_file()):
+    if not sidecar_path(directory).is_file() and not file_record(directory).is_file():
         require_input(directory)  # a file whose record is there (an export, a report) is judged by it, there or not
     if reason is not None and not accept:
         raise InputError("--reason goes with --accept")

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer.core as typer_core
 
-from grtool.errors import InputError, printable
+from grtool.errors import InputError
 from grtool.userinput import parse_number, shown
 
 try:  # Typer's runtime conversion (0.2x releases that use pydantic); older releases convert with Click's types
@@ -45,8 +45,23 @@ def _number_kind(param: Any) -> tuple[bool, float | None, float | None] | None:
     return None
 
 
-def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> None:
+def _each_value(param: Any, check: Any) -> None:
+    """``check(value)`` (which returns the value, parsed or as given) applied to each value the parameter gets,
+    before Click's own processing."""
     original = param.process_value
+
+    def process_value(ctx: Any, value: Any) -> Any:
+        value = type(value)(check(v) for v in value) if isinstance(value, (list, tuple)) else check(value)
+        return original(ctx, value)
+
+    param.process_value = process_value
+
+
+def _label(param: Any) -> str:
+    return max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+
+
+def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> None:
     label = _label(param)
 
     def parse(value: Any) -> Any:
@@ -57,14 +72,7 @@ def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> N
         except ValueError as e:
             raise InputError(f"{label} {shown(value)}: {e}") from None
 
-    def process_value(ctx: Any, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            value = type(value)(parse(v) for v in value)
-        else:
-            value = parse(value)
-        return original(ctx, value)
-
-    param.process_value = process_value
+    _each_value(param, parse)
 
 
 # Text parameters that may name a file or a directory: any name the file system holds is one (grtool reads
@@ -72,42 +80,33 @@ def _bind(param: Any, integer: bool, low: float | None, high: float | None) -> N
 MAY_NAME_FILES = frozenset({"baseline", "corpus", "few_shot_from", "model", "overrides", "reports", "rules", "tokenizer", "triples"})
 
 
-def _label(param: Any) -> str:
-    return max(param.opts, key=len) if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
-
-
 def _is_path(param: Any) -> bool:
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
     return annotation is Path or annotation == list[Path]
 
 
-def _bind_path(param: Any, *, one_file: bool = False) -> None:
+def _bind_path(param: Any) -> None:
     """A path given empty is refused: ``Path("")`` is ``.``, so a command would read or write the current directory
-    no one named. ``one_file``: the parameter writes one file (a report, a plot), and a path ending in ``/`` names a
-    directory, which ``Path`` would drop the slash of and write a file by that directory's name."""
-    original = param.process_value
+    no one named."""
     label = _label(param)
 
     def check(value: Any) -> Any:
-        if isinstance(value, str):
-            if value == "":
-                raise InputError(f"{label} is empty: name a path ('.' is the current directory)")
-            if one_file and value.endswith("/"):
-                raise InputError(f"{label} {printable(value)}: ends in '/', so it names a directory, and the option writes one file: name the file")
+        if value == "":
+            raise InputError(f"{label} is empty: name a path ('.' is the current directory)")
         return value
 
-    def process_value(ctx: Any, value: Any) -> Any:
-        value = type(value)(check(v) for v in value) if isinstance(value, (list, tuple)) else check(value)
-        return original(ctx, value)
-
-    param.process_value = process_value
+    _each_value(param, check)
 
 
 def one_file_outputs(command: Any, names: set[str]) -> Any:
-    """The parameters ``names`` of the Click ``command`` write one file each: a path ending in ``/`` is refused."""
+    """The parameters ``names`` of the Click ``command`` write one file each (a report, a plot): a path ending in
+    ``/`` names a directory, of which ``Path`` would drop the slash and write a file by the directory's name."""
+    from grtool.userinput import refuse_folder_spelling
+
     for param in command.params:
         if param.name in names and _is_path(param):
-            _bind_path(param, one_file=True)
+            label = _label(param)
+            _each_value(param, lambda value, label=label: refuse_folder_spelling(value, label))
     return command
 
 
@@ -120,7 +119,6 @@ def _is_text(param: Any) -> bool:
 def _bind_text(param: Any) -> None:
     """Command-line bytes that are not UTF-8 reach Python as surrogate escapes, which no encoder (tokenizers,
     JSON, Parquet) takes: refused here, by the option's name."""
-    original = param.process_value
     label = _label(param)
 
     def check(value: Any) -> Any:
@@ -131,11 +129,7 @@ def _bind_text(param: Any) -> None:
                 raise InputError(f"{label} {shown(value)}: not valid UTF-8 text (the bytes given are not UTF-8)") from None
         return value
 
-    def process_value(ctx: Any, value: Any) -> Any:
-        value = type(value)(check(v) for v in value) if isinstance(value, (list, tuple)) else check(value)
-        return original(ctx, value)
-
-    param.process_value = process_value
+    _each_value(param, check)
 
 
 if RuntimeParam is not None:

@@ -413,7 +413,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         if entry["stdout"] is not None and not entry["stdout"].strip():
             raise InputError(f"{where}: stdout is empty; name the file to keep the command's output in, or leave stdout out")
         for key, value in entry["options"].items():
-            _check_option_value(commands, entry, key, value, f"{path}: stage {entry['name']!r}, option {key!r}")
+            _check_option_value(commands, entry, key, value, f"{where}, option {key!r}")
         declared = commands.declared(entry["run"])
         beside = [path for _, path in declared.files_beside(entry["options"])] if declared is not None else []  # export sft's dev file
         outputs = entry["outputs"] or ([entry["options"]["out"], *beside] if "out" in entry["options"] else [])

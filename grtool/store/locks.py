@@ -26,7 +26,7 @@ from grtool.invocation import current_command
 from grtool.secrets import redact_argv
 from grtool.store.layout import RUN_LOCK, TASK_LOCK
 from grtool.store.paths import prepare_out_dir
-from grtool.records import DamagedRecord, read_record
+from grtool.records import DamagedRecord, mode_name, read_record
 from grtool.store.records import PartCount, Text, now
 
 BESIDE_LOCK = ".{name}.grtool.lock"  # the lock of an output replaced whole, in the output's parent directory
@@ -49,12 +49,6 @@ def beside_lock(out: str | Path) -> Path:
     return p.parent / BESIDE_LOCK.format(name=p.name)
 
 
-def _what_is(path: Path) -> str:
-    mode = os.lstat(path).st_mode
-    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
 def open_lock_file(path: Path) -> int:
     """The lock file ``path`` opened to read and write, made when absent: never through a link (a link put there
     would have its target written over with the holder's line) and never anything but a regular file."""
@@ -68,7 +62,7 @@ def open_lock_file(path: Path) -> int:
         fd = None
     if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
         return fd
-    what = _what_is(path)
+    what = mode_name(os.lstat(path).st_mode)
     if fd is not None:
         os.close(fd)
     raise InputError(f"{printable(path)}: is {what} where grtool keeps the lock of the output beside it: remove it, then run again")
@@ -84,20 +78,15 @@ _NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 _warned_no_locks = False
 
 
-def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> bool:
-    """Take an flock on ``path`` without waiting (False: another process holds it); ``holder`` is written in."""
+def _flock_current(path: Path, mode: int) -> int | None:
+    """An flock of ``mode`` on the lock file at ``path`` as it is now: a file its holder removed (and another made
+    again) while this process waited guards nothing, so the new one is taken. Its descriptor; None when ``mode``
+    has ``LOCK_NB`` and another process holds it."""
     global _warned_no_locks
-    key = os.path.abspath(path)
-    hold = _HOLDS.get(key)
-    if hold is not None:
-        if hold.mode != fcntl.LOCK_EX and mode == fcntl.LOCK_EX:
-            return False  # this process already writes here as an array task; no upgrade (not atomic)
-        hold.count += 1
-        return True
     while True:
         fd = open_lock_file(path)
         try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode)
         except OSError as e:
             if e.errno in _NO_LOCKS:  # e.g. Lustre mounted without flock: run unguarded, but say so
                 if not _warned_no_locks:
@@ -105,21 +94,34 @@ def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> b
 
                     log.warning("%s: the file system does not support file locks; concurrent runs are not detected", path.parent)
                     _warned_no_locks = True
-                break
+                return fd
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                return False
+                return None
             raise
         except BaseException:
             os.close(fd)
             raise
-        try:  # deleted and re-created meanwhile? then this lock guards nothing: take the new file's
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
         except FileNotFoundError:
-            same = False
-        if same:
-            break
+            pass
         os.close(fd)
+
+
+def _try_flock(path: Path, mode: int, holder: dict[str, Any] | None = None) -> bool:
+    """Take an flock on ``path`` without waiting (False: another process holds it); ``holder`` is written in."""
+    key = os.path.abspath(path)
+    hold = _HOLDS.get(key)
+    if hold is not None:
+        if hold.mode != fcntl.LOCK_EX and mode == fcntl.LOCK_EX:
+            return False  # this process already writes here as an array task; no upgrade (not atomic)
+        hold.count += 1
+        return True
+    fd = _flock_current(path, mode | fcntl.LOCK_NB)
+    if fd is None:
+        return False
     _HOLDS[key] = _Hold(fd, mode)
     if holder is not None and mode == fcntl.LOCK_EX:
         data = orjson.dumps(holder, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
@@ -299,20 +301,8 @@ def updating(path: str | Path) -> Iterator[None]:
     """``with updating(path):`` one process at a time reads, changes and replaces ``path``, a file several outputs
     add to (a folder's ``dataset_info.json``); the next waits its turn, held for the milliseconds of the update."""
     lock = beside_lock(path)
-    while True:
-        fd = open_lock_file(lock)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in _NO_LOCKS:  # a file system without flock: updated unguarded, as locks do there
-                os.close(fd)
-                raise
-        try:  # the holder before removed the file it locked: this lock guards nothing, take the new file's
-            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
+    fd = _flock_current(lock, fcntl.LOCK_EX)  # waits its turn: never None
+    assert fd is not None
     try:
         yield
     finally:

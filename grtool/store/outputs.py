@@ -32,12 +32,13 @@ import msgspec
 
 from grtool.errors import InputError
 from grtool.holds import hold
-from grtool.records import DamagedRecord, read_record, read_record_bytes
+from grtool.records import DamagedRecord, mode_name, read_record, read_record_bytes
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
-from grtool.store.paths import check_name, is_within, real
+from grtool.store.paths import check_name, is_within, named, real
 from grtool.errors import printable
 from grtool.store.records import Text, atomic_write_bytes, commit_file, dumps, now, resolve_stage
+from grtool.userinput import refuse_folder_spelling
 
 
 CLEARING = ".grtool-clearing"  # written before --overwrite deletes anything, removed last: a stopped clear is resumed
@@ -309,20 +310,8 @@ def _foreign_type(entry: Path, kind: OutputKind) -> str | None:
 
 
 def file_kind_name(path: Path) -> str:
-    import stat
-
-    mode = path.lstat().st_mode
-    for test, name in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISREG, "a file"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+    """What ``path`` itself is (a link named as one), for messages."""
+    return mode_name(path.lstat().st_mode)
 
 
 def refuse_foreign_types(out: Path, own: list[Path], kind: OutputKind, flag: str = "--out") -> None:
@@ -466,7 +455,8 @@ WORK_PATTERNS = (BESIDE_LOCK.format(name="*"), f".*.{SCRATCH_MARK}*", CLEARING)
 
 def file_record(path: Path) -> Path:
     """Where grtool records that it wrote the single file ``path`` (hidden beside it)."""
-    return path.with_name("." + path.name + FILE_RECORD)
+    p = named(path)
+    return p.with_name("." + p.name + FILE_RECORD)
 
 
 def _output_at(directory: Path) -> str | None:
@@ -595,8 +585,7 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         return
     if str(out) == "":
         raise InputError(f"{flag} is empty: name a file ('-' writes to standard output where the option takes it)")
-    if str(out).endswith("/"):  # a pipeline file's text keeps the slash that Path would drop
-        raise InputError(f"{flag} {printable(out)}: ends in '/', so it names a directory, and the option writes one file: name the file")
+    refuse_folder_spelling(out, flag)  # a pipeline file's text keeps the slash that Path drops on the command line
     p = Path(out)
     check_name(p)
     if p.is_dir():

@@ -33,6 +33,12 @@ def prepare_out_dir(path: str | Path) -> Path:
     return p
 
 
+def named(path: str | Path) -> Path:
+    """``path`` with a name of its own, so that a record can be named beside it: ``.`` and ``..`` made absolute."""
+    p = Path(path)
+    return p if p.name else Path(os.path.abspath(p))
+
+
 def real(path: str | Path) -> Path:
     """The absolute path with every symlink resolved (also of a path that does not exist yet)."""
     return Path(os.path.realpath(path))

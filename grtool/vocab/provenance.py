@@ -20,7 +20,6 @@ writes them, and retrieve, evaluation and the audit read them.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +34,7 @@ from grtool.store.empty import allowed
 from grtool.store.records import now
 from grtool.store.records import atomic_write_bytes, dumps, resolve_stage, sha256_file
 from grtool.store.fingerprints import fingerprint
+from grtool.store.paths import named
 
 SIDECAR_SUFFIX = ".grtool.json"
 SIDECAR_FORMAT = "grtool-export/1"
@@ -42,7 +42,7 @@ DATASET_INFO = "dataset_info.json"
 
 
 def sidecar_path(path: str | Path) -> Path:
-    p = Path(path) if Path(path).name else Path(os.path.abspath(path))  # "." and ".." have no name of their own
+    p = named(path)
     return p.with_name(p.name + SIDECAR_SUFFIX)
 
 
