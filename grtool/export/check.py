@@ -18,6 +18,7 @@ import orjson
 from grtool.jsonrecords import RecordsError, first_byte, iter_json_records
 from grtool.records import DamagedRecord, field_message, read_record_bytes
 from grtool.vocab.provenance import ExportRecord, decode_sidecar, sidecar_path
+from grtool.store.outputs import export_state
 from grtool.store.records import sha256_file
 from grtool.store.fingerprints import check_inputs
 
@@ -223,11 +224,15 @@ def check_export(path: Path, meta: ExportRecord) -> tuple[dict[str, Any], list[s
     side = sidecar_path(path).name
     if not path.is_file():
         return checked, [f"{path.name}: missing, but {side} records it ({meta.rows} rows): an export stopped before its file was in place, or the file was removed; export it again"], notes
-    size, digest = path.stat().st_size, sha256_file(path)
-    if size != meta.bytes or digest != meta.sha256:
+    size = path.stat().st_size
+    state = export_state(path, msgspec.to_builtins(meta))
+    if state == "replaced":
+        problems.append(f"{path.name}: an export stopped before its new file was in place ({side} records the new one): export it again")
+    elif state == "changed":
+        digest = sha256_file(path)
         problems.append(
             f"{path.name}: changed since it was written ({size} bytes, sha256 {digest[:12]}…; {side} says {meta.bytes} bytes, {meta.sha256[:12]}…): "
-            "edited, or an export stopped before its new file was in place; export it again"
+            "it is yours now, and no export replaces it; move it away to export again"
         )
     key = (meta.kind, meta.trainer_format)
     check = ROW_SHAPES.get(key)

@@ -5,9 +5,10 @@ Every command that writes an output calls :func:`claim` before it writes anythin
 - the output never equals, lies inside or contains one of the command's inputs (symlinks resolved);
 - with ``--overwrite``, an existing output must carry the record that grtool wrote *that kind of output*
   there (a stage's ``_manifest.json`` of the same table, an index's ``index.json``, a checkpoint's
-  ``grtool.json``, an export's ``<file>.grtool.json``); a non-empty directory without one is refused; a
-  report, plot or JSON file (:data:`FILE`) is replaced only where its hidden ``.NAME.grtool-file.json`` says
-  grtool wrote it (:func:`check_file_output`), with or without ``--overwrite``;
+  ``grtool.json``, an export's ``<file>.grtool.json``); a non-empty directory without one is refused; an
+  export and a report, plot or JSON file (:data:`FILE`) are replaced, with or without ``--overwrite``, only
+  while they hold the bytes their record names (``<file>.grtool.json``, the hidden ``.NAME.grtool-file.json``):
+  a file edited by hand is the user's (:func:`export_state`, :func:`check_file_output`);
 - one writer per output: the claim holds the output's lock (:mod:`grtool.store.locks`) until released;
 - :meth:`Claim.clear` deletes only the entries grtool writes there; unknown files beside them stay.
 
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import orjson
 import os
 import re
 import shlex
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,7 +39,7 @@ from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_D
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, named, real
 from grtool.errors import printable
-from grtool.store.records import Text, atomic_write_bytes, commit_file, dumps, now, resolve_stage
+from grtool.store.records import Text, atomic_write_bytes, commit_file, dumps, now, resolve_stage, sha256_file
 from grtool.userinput import refuse_folder_spelling
 
 
@@ -228,6 +230,8 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             )
         if export_kind is not None and meta.get("kind") not in (None, export_kind):
             raise InputError(f"{flag} {printable(p)}: is a {meta.get('kind')} export, not {export_kind}; choose another --out")
+        if export_state(p, meta) == "changed":
+            _refuse_changed(p, record, flag)
         return
     if not p.is_dir():
         raise InputError(f"{flag} {printable(p)}: names an existing file, not {kind.what}")
@@ -417,8 +421,8 @@ def claim(
 ) -> Claim:
     """Check ``out`` against the inputs and (with ``overwrite``) against its record, then lock it.
 
-    Nothing is created before every check passed. Exports are always replaced, so their record is checked with
-    or without ``overwrite``. The caller deletes with :meth:`Claim.clear` or :meth:`Claim.install` once it is
+    Nothing is created before every check passed. An export is replaced without ``--overwrite``, so its record
+    (its kind, and the bytes it names) is checked with or without it. The caller deletes with :meth:`Claim.clear` or :meth:`Claim.install` once it is
     ready to write, and releases the claim (``with claim(...):``) when done. A stage directory takes its run
     lock inside (``shards`` for array tasks); other outputs lock a file beside them.
     """
@@ -566,13 +570,31 @@ def file_problem(path: Path) -> str | None:
     }[_bytes_state(path, record)]
 
 
+def export_state(path: Path, meta: Mapping[str, Any]) -> str:
+    """How the exported file ``path`` stands to its record ``meta`` (``<file>.grtool.json``), in the words of
+    :func:`_bytes_state`: ``written``, ``replaced`` (a run stopped between its record and its rename), ``missing`` or
+    ``changed`` (edited by hand: the user's now). The size is compared first, so a changed file is rarely hashed."""
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    digest = functools.cache(lambda: sha256_file(path))
+
+    def holds(known: Any) -> bool:
+        return isinstance(known, Mapping) and known.get("bytes") == size and known.get("sha256") == digest()
+
+    if holds({"bytes": meta.get("bytes"), "sha256": meta.get("sha256")}):
+        return "written"
+    return "replaced" if holds(meta.get("replaces")) else "changed"
+
+
 def written_by_grtool(path: Path) -> bool:
-    """Whether the existing single file ``path`` is one grtool wrote: an export's record is beside it, or the record
-    of a report, plot or JSON file that names these bytes (as written, or as those the write replaced when it was
+    """Whether the existing single file ``path`` is one grtool wrote: the record of an export, or of a report, plot
+    or JSON file, names these bytes (as written, or as those the write replaced when it was
     stopped before the rename). A file changed since (edited by hand, put there by a user after a stopped first
     write) is the user's now."""
     if export_record(path).is_file():
-        return True
+        meta = _read_record(export_record(path))
+        return meta is not None and export_state(path, meta) != "changed"
     record = _file_record(path)
     return record is not None and _bytes_state(path, record) != "changed"
 
@@ -597,19 +619,24 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         raise InputError(f"{flag} {printable(out)}: {printable(record)} is {file_kind_name(record)} where grtool keeps the file's record: move it away, then run again")
     if not os.path.lexists(p) or written_by_grtool(p):
         return
-    if _file_record(p) is not None:
+    found = [r for r in (record, export_record(p)) if os.path.lexists(r)]
+    if found and (_file_record(p) is not None or _read_record(export_record(p)) is not None):
+        _refuse_changed(p, found[0], flag)
+    if found:
         raise InputError(
-            f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(record.name)} records other bytes), so it is "
-            f"yours now and grtool does not replace it: remove it yourself or choose another {flag}"
-        )
-    if os.path.lexists(record):
-        raise InputError(
-            f"{flag} {printable(out)}: its record {printable(record.name)} is damaged or not grtool's, so grtool cannot tell that it wrote the file: remove both yourself or choose another {flag}"
+            f"{flag} {printable(out)}: its record {printable(found[0].name)} is damaged or not grtool's, so grtool cannot tell that it wrote the file: remove both yourself or choose another {flag}"
         )
     raise InputError(
         f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
         f"{printable(export_record(p).name)}); "
         f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
+    )
+
+
+def _refuse_changed(out: Path, record: Path, flag: str) -> None:
+    raise InputError(
+        f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(record.name)} records other bytes), so it is "
+        f"yours now and grtool does not replace it: remove it yourself or choose another {flag}"
     )
 
 

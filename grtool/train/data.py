@@ -209,7 +209,7 @@ def exported_questions(data: Path) -> dict[str, Any] | None:
         return None
     if written.sha256 != sha256_file(data):
         raise InputError(f"{data}: changed since `export` wrote it ({sidecar.name} records another sha256), so its record no longer says which "
-                         f"questions the rows come from; export it again, or delete {sidecar.name} to train on it as a hand-made file "
+                         f"questions the rows come from; move it away and export it again, or delete {sidecar.name} to train on it as a hand-made file "
                          "(its questions then unknown to the overlap check)")  # fmt: skip
     # the JSON form: the checkpoint's record copies it (trained_questions)
     return msgspec.to_builtins(written.questions) if written.questions is not None else None

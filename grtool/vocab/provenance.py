@@ -4,7 +4,8 @@ Exports are single files for trainers, not stage directories, so what made them 
 
     data/thinkgr_sft.json              the rows (a JSON array or JSON Lines)
     data/thinkgr_sft.json.grtool.json  command line (credentials redacted), grtool version, time, the inputs'
-                                       fingerprints, trainer format, row count, bytes and sha256 of the file,
+                                       fingerprints, trainer format, row count, bytes and sha256 of the file
+                                       (and of the file it replaced),
                                        the dataset_info.json entry that registers it (LLaMA-Factory), and
                                        the questions its rows come from (--split, qids)
 
@@ -92,6 +93,7 @@ def write_sidecar(
     if is_stdio(path):
         return None
     p = Path(path)
+    replaces = {"bytes": p.stat().st_size, "sha256": sha256_file(p)} if content is not None and p.is_file() else None
     meta = {
         "format": SIDECAR_FORMAT,
         "kind": kind,  # sft | kto | gmr
@@ -102,6 +104,7 @@ def write_sidecar(
         "rows": rows,
         "bytes": (content or p).stat().st_size,
         "sha256": sha256_file(content or p),
+        **({"replaces": replaces} if replaces else {}),  # a stop before the rename leaves these in place: still grtool's
         "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
         "grtool_version": __version__,
         "command": redact_argv(command if command is not None else current_command()),
@@ -148,6 +151,13 @@ class QuestionsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             raise ValueError("questions.sha256: not the digest of the qids listed")
 
 
+class ExportBytes(msgspec.Struct, forbid_unknown_fields=True):
+    """The bytes an export replaced: its size and sha256."""
+
+    bytes: Count
+    sha256: Sha256
+
+
 class ExportRecord(msgspec.Struct):
     """``<file>.grtool.json``, declared once: what :func:`write_sidecar` writes and every reader decodes."""
 
@@ -158,6 +168,7 @@ class ExportRecord(msgspec.Struct):
     rows: Count
     bytes: Count
     sha256: Sha256
+    replaces: ExportBytes | None = None  # the file it replaced (absent for a first export, and in older records)
     json_array: bool = False
     split: str | None = None
     dataset_info: DatasetInfoRef | None = None

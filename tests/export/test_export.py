@@ -444,7 +444,7 @@ def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_
     listed = {Path(e["path"]).name: e for e in json.loads(cli("status", data, "--json").stdout)["exports"]}
     assert listed["gmr.jsonl"]["rows"] == "-" and "file missing" in listed["gmr.jsonl"]["kind"]  # before: its recorded rows, as if there
     stopped = _problems(out, "sft.json") + _problems(out, "sft_dev.json")
-    assert any("changed since it was written" in p and "export it again" in p for p in stopped), stopped
+    assert any("an export stopped before its new file was in place" in p and "export it again" in p for p in stopped), stopped
     stopped = held(gmr, "recorded", signal.SIGTERM, tmp_path / "holds4")  # Slurm's time limit, at the same point
     assert stopped.returncode == 75 and "gmr.jsonl: its new record is written and the file is not" in flat(stopped.stderr), stopped.stderr
     cli(*sft, "--system", "Think first.")  # replaced: each record says grtool wrote the file it stands beside
@@ -458,6 +458,37 @@ def test_an_export_killed_between_its_record_and_its_file_is_named_and_exported_
     live.write_text("being written\n")
     cli(*gmr)  # ... the next export of that file removes, and nothing else
     assert sorted(p.name for p in data.iterdir() if "tmp" in p.name) == sorted([".gmr.4242.tmp.jsonl", live.name])
+
+
+def test_an_export_edited_by_hand_is_the_users_and_no_export_replaces_it(cli, samples, tmp_path):
+    """An export's record names its bytes (and those it replaced): an export edited since is the user's, refused by
+    the next export before any work, its edit kept; validate says so (before: replaced with exit 0, the edit lost)."""
+    import signal
+
+    from hold_helpers import held
+
+    root = samples["root"]
+    data = tmp_path / "data"
+    gmr = ["export", "gmr", root, "--out", data / "gmr.jsonl"]
+    cli(*gmr)
+    record = json.loads((data / "gmr.jsonl.grtool.json").read_text())
+    assert "replaces" not in record  # a first export replaced nothing
+    cli(*gmr)  # grtool's own bytes: replaced
+    assert json.loads((data / "gmr.jsonl.grtool.json").read_text())["replaces"] == {"bytes": record["bytes"], "sha256": record["sha256"]}
+
+    edited = (data / "gmr.jsonl").read_text().splitlines(keepends=True)[:3]
+    (data / "gmr.jsonl").write_text("".join(edited))  # the user keeps three pairs, by hand
+    err = flat(cli(*gmr, check=2).stderr)
+    assert "gmr.jsonl: was changed since grtool wrote it" in err and "remove it yourself or choose another --out" in err, err
+    assert (data / "gmr.jsonl").read_text() == "".join(edited)
+    problems = _problems(_validate_json(data, 1), "gmr.jsonl")
+    assert any("changed since it was written" in p and "it is yours now" in p for p in problems), problems
+
+    (data / "gmr.jsonl").unlink()  # moved away: exported again, and a run stopped before its rename is still grtool's
+    cli(*gmr)
+    assert held(gmr, "recorded", signal.SIGKILL, tmp_path / "holds").returncode == -signal.SIGKILL
+    cli(*gmr)
+    assert _validate_json(data, 0)["stages"]
 
 
 def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, samples, tmp_path):
