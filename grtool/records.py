@@ -85,13 +85,36 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
         except UnicodeDecodeError as e:
             raise DamagedRecord(f"{source}: {what} is not UTF-8 text (byte {e.start}) (edited or damaged)") from None
     try:
-        return msgspec.json.decode(data, type=kind)
+        record = msgspec.json.decode(data, type=kind)
     except msgspec.ValidationError as e:
         raise DamagedRecord(f"{source}: {what}: {field_message(e)} (edited or damaged)") from None
     except msgspec.DecodeError as e:
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}){_near_field(data, str(e))} (edited or damaged)") from None
     except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
         raise DamagedRecord(f"{source}: {what} is nested deeper than any record grtool writes (edited or damaged)") from None
+    twice = _repeated_key(data)
+    if twice is not None:  # JSON readers keep the last of two values silently: which one was meant is unknown
+        raise DamagedRecord(f"{source}: {what}: field {twice} is given twice in one object (edited or damaged)")
+    return record
+
+
+def _repeated_key(data: bytes | str) -> str | None:
+    """The first key that an object of the JSON text ``data`` (valid JSON) gives twice, or None. grtool never
+    writes one; msgspec, like every JSON reader, would keep the last value without a word."""
+    import json
+
+    repeated: list[str] = []
+
+    def check(pairs: list[tuple[str, Any]]) -> None:
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) < len(keys) and not repeated:
+            repeated.append(next(key for n, key in enumerate(keys) if key in keys[:n]))
+
+    try:
+        json.loads(data, object_pairs_hook=check)
+    except (ValueError, RecursionError):  # what msgspec read and Python's reader will not (a 5,000-digit number)
+        return None
+    return repeated[0] if repeated else None
 
 
 def _near_field(data: bytes | str, message: str) -> str:

@@ -433,3 +433,15 @@ def test_special_files_given_to_any_reader_are_named_never_waited_on(tmp_path, c
         path = Path(special)
     args = [a.replace("{}", str(path)).replace("OUT", str(tmp_path / "o")) for a in command]
     one_line(grtool(*args), 2, "FIFO" if special == "fifo" else "character device")
+
+
+def test_an_index_record_with_a_key_given_twice_is_one_line(index, tmp_path):
+    """index.json edited to give ``build_seconds`` twice: which value was meant is unknown, so the record is
+    damaged (before: the last value was read, exit 0)."""
+    import shutil
+
+    copy = tmp_path / "idx"
+    shutil.copytree(index, copy)
+    record = copy / "index.json"
+    record.write_text(record.read_text().replace("{", '{"build_seconds": 99.5, ', 1))
+    one_line(grtool("index", "query", copy, "Paris"), 1, "index.json", "field build_seconds is given twice")

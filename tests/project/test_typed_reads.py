@@ -130,3 +130,20 @@ def test_the_writer_check_reads_the_declaration_not_the_encoding():
     decoded = msgspec.convert(written, Outer)
     assert msgspec.to_builtins(decoded)["inner"] == {}  # what the old to_builtins comparison would have flagged
     assert undeclared_keys(written, decoded) == ["by_part.p.extra"]
+
+
+def test_a_key_given_twice_is_damage_at_any_depth():
+    """JSON readers keep the last of two values for one key without a word; a record grtool wrote never repeats
+    one, so a repeated key is an edit whose meaning is unknown (before: read last-wins, exit 0)."""
+    import pytest
+
+    from grtool.records import DamagedRecord, decode_record
+
+    assert decode_record(b'{"name": "a", "inner": {"size": 1}}', Outer, source="r.json", what="record").inner.size == 1
+    for text, key in ((b'{"name": "a", "name": "b", "inner": {}}', "name"), (b'{"name": "a", "inner": {"size": 1, "size": 2}}', "size"),
+                      (b'{"name": "a", "inner": {}, "by_part": {"x": {}, "x": {"size": 3}}}', "x")):  # fmt: skip
+        with pytest.raises(DamagedRecord, match=f"r.json: record: field {key} is given twice in one object"):
+            decode_record(text, Outer, source="r.json", what="record")
+    # Keys repeated in separate objects, and a number Python's own reader refuses, are no repeat.
+    assert decode_record(b'{"name": "a", "inner": {"size": 1}, "by_part": {"x": {"size": 2}}}', Outer, source="r", what="r").by_part["x"].size == 2
+    assert decode_record(b'{"name": "a", "inner": {}, "skipped": ' + b"9" * 5000 + b"}", Outer, source="r", what="r").name == "a"
