@@ -200,6 +200,10 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
         if p.kind is bool and value is False and not p.off and not negative:  # the command line would say --no-KEY, which it lacks
             raise InputError(f"{where}, option {key!r}: false, but {p.label} is an on/off flag without an off form; leave the key out")
         named.append((p, negative, value))
+    for p in {p.name: p for p, _, _ in named if p.kind is bool}.values():  # an on/off flag said both ways: which is meant?
+        ways = {(value is not False) != negative for q, negative, value in named if q is p}  # True: on
+        if len(ways) == 2:
+            raise InputError(f"{where}: {p.label} is given both on and off (as {', '.join(_said(q, negative, value) for q, negative, value in named if q is p)}); give it once")
     for p, negative, value in named:  # in command-line order: args first; a repeated option gathers, another's last wins
         if p.kind is bool and isinstance(value, bool):
             value = value != negative
@@ -217,6 +221,12 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
         else:  # as Typer hands it over: a repeated option not given is an empty tuple
             values[p.name] = tuple(p.default or ()) if p.many else p.default
     return StageValues(values, {p.name for p in params if p.name in data})
+
+
+def _said(p: Parameter, negative: bool, value: Any) -> str:
+    """How a stage gave an on/off flag, as a key of its file (a flag in its args is ``KEY = true``)."""
+    key = (p.off if negative else p.flags)[0][2:].replace("-", "_")
+    return f"{key} = {str(value).lower() if isinstance(value, bool) else shown(value)}"
 
 
 def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], where: str) -> tuple[list[Any], list[tuple[Parameter, bool, Any]]]:

@@ -179,9 +179,37 @@ def use_plain_values() -> None:
     core._grtool_plain = True
 
 
+def one_form_per_flag(command: Any) -> None:
+    """An on/off flag given both ways (``--packing --no-packing``) is refused instead of the last one winning in
+    silence: which one was meant is unknown. Values of options that take one are skipped (``--system --no-x``)."""
+    flags = [(p, set(p.opts), set(p.secondary_opts)) for p in getattr(command, "params", ()) if getattr(p, "is_flag", False) and p.secondary_opts]
+    if not flags or not hasattr(command, "parse_args"):
+        return
+    taking_value = {o for p in command.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for o in (*p.opts, *p.secondary_opts)}
+    parse_args = command.parse_args
+
+    def checked(ctx: Any, args: list[str]) -> Any:
+        given: dict[str, dict[bool, str]] = {}
+        tokens = iter(() if ctx.resilient_parsing else args)  # shell completion parses half-typed lines
+        for token in tokens:
+            if token == "--":
+                break
+            name, eq, _ = token.partition("=")
+            if name in taking_value and not eq:
+                next(tokens, None)
+            for p, on, off in flags:
+                if name in on or name in off:
+                    given.setdefault(p.name, {})[name in on] = name
+                    if len(given[p.name]) == 2:
+                        raise InputError(f"{given[p.name][True]} and {given[p.name][False]} are both given; give one")
+        return parse_args(ctx, args)
+
+    command.parse_args = checked
+
+
 def bound_numbers(command: Any) -> Any:
     """Route the numeric parameters of ``command`` and of every command under it through the one parser, check
-    that its text parameters are text and its paths not empty."""
+    that its text parameters are text, its paths not empty and its on/off flags given one way."""
     if getattr(command, _DONE, False):
         return command
     setattr(command, _DONE, True)
@@ -193,6 +221,7 @@ def bound_numbers(command: Any) -> Any:
             _bind_text(param)
         elif _is_path(param):
             _bind_path(param)
+    one_form_per_flag(command)
     for sub in getattr(command, "commands", {}).values():
         bound_numbers(sub)
     return command

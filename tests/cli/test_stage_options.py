@@ -85,6 +85,9 @@ def _refusal(run: str, args: list, options: dict) -> str:
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "json": False}, ["option 'json': false", "--json is an on/off flag without an off form"]),
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": ""}, ["--out is empty"]),
         ("retrieve", ["c"], {"out": "o", "backend": "nope"}, ["--backend: 'nope' is not one of"]),
+        # an on/off flag said both ways: in two keys, or a key and a flag among the args (before: the last one won)
+        ("export gmr", ["c"], {"out": "o", "memorization": True, "no_memorization": True}, ["--memorization is given both on and off", "memorization = true, no_memorization = true"]),
+        ("export gmr", ["c", "--no-memorization"], {"out": "o", "memorization": True}, ["--memorization is given both on and off"]),
     ],
 )  # fmt: skip
 def test_a_value_the_command_refuses_is_one_line_naming_stage_and_option(run, args, options, words):
@@ -116,3 +119,15 @@ def test_options_written_among_the_args_are_taken_as_the_command_line_takes_them
     words = len(run.split())
     parsed = click_command(run).make_context(f"grtool {run}", stage.argv()[words:]).params
     assert stage_values(declared()[run], args, options, "s").values == parsed
+
+
+@pytest.mark.parametrize("flags", [["--memorization", "--no-memorization"], ["--no-memorization", "--out", "o", "--memorization"]])
+def test_an_on_off_flag_given_both_ways_on_the_command_line_is_refused(flags):
+    """Click keeps the last of ``--x --no-x`` without a word; grtool refuses it (exit 2), naming both."""
+    from conftest import run_cli
+
+    err = run_cli("export", "gmr", "c", *flags, *([] if "--out" in flags else ["--out", "o"]), check=2).stderr
+    assert "--memorization and --no-memorization are both given; give one" in err, err
+    # a flag repeated the same way, and a text value that looks like the other form, are no conflict
+    assert "both given" not in run_cli("export", "gmr", "c", "--out", "o", "--no-memorization", "--no-memorization", check=2).stderr
+    assert "both given" not in run_cli("export", "sft", "c", "--out", "o", "--system", "--no-all-candidates", "--all-candidates", check=2).stderr
