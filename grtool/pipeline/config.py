@@ -10,7 +10,7 @@ A pipeline file is TOML::
     run = "corpus ingest"                  # the grtool command
     args = ["examples/data/hotpotqa/x.json"]
     options = { out = "{out}/corpus", dataset = "auto" }
-    # outputs = [...]                      # what the stage makes; defaults to options.out
+    # outputs = [...]                      # what the stage makes; defaults to options.out (+ reports, stdout)
     # stdout = "{out}/stats.json"          # where to keep the command's stdout (reports with --json)
     # slurm = { tasks = 4, gres = "gpu:1" } # with --executor slurm: this stage's job (over [slurm] defaults)
 
@@ -417,8 +417,10 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         declared = commands.declared(entry["run"])
         beside = [path for _, path in declared.files_beside(entry["options"])] if declared is not None else []  # export sft's dev file
         outputs = entry["outputs"] or ([entry["options"]["out"], *beside] if "out" in entry["options"] else [])
-        if entry["stdout"]:
-            outputs = [*outputs, entry["stdout"]]
+        # Its reports, plots and TREC files, and its stdout, are its outputs too: one edited or removed since is
+        # found (the stage is not done), as its --out is.
+        files = [*(declared.single_files(entry["options"]) if declared is not None else []), *([entry["stdout"]] if entry["stdout"] else [])]
+        outputs = [*outputs, *(f for f in files if f not in outputs)]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))
     return Pipeline(path, variables["out"], stages, spec.note, defaults)
 

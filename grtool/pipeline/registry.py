@@ -158,6 +158,11 @@ class Command:
             return [(path, self.tables[name].name)]
         return [(os.path.join(path, table), table) for table in self.run_tables.get(name, ())]
 
+    def single_files(self, options: Mapping[str, Any]) -> list[str]:
+        """The report, plot and TREC files the command writes given ``options`` (its ``--out`` aside)."""
+        return [value for name, kind in self.writes.items() if kind is PathKind.REPORT and name != "out"
+                for value in [options.get(name)] if isinstance(value, str) and value not in ("", "-")]  # fmt: skip
+
     def files_beside(self, options: Mapping[str, Any]) -> list[tuple[str, str]]:
         """``(parameter, path)`` of each file written beside a declared file output (:class:`FilesOutput`), given the
         command's ``options``."""

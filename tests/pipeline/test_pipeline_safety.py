@@ -365,3 +365,22 @@ def test_an_edited_report_blocks_only_a_run_of_its_own_stage(tmp_path, examples,
     assert "# 0 of 1 stages to run" in cli("pipeline", "run", config, "--until", "ingest", "--dry-run").stdout
     cli("pipeline", "run", config, "--until", "ingest")
     assert report.read_text().endswith(" ")
+
+
+def test_a_stage_s_plot_is_one_of_its_outputs(tmp_path, examples, cli):
+    """A report option (--plot, --report, --trec-run) is one of the stage's recorded outputs, as its stdout is: a
+    plot edited by hand makes the stage's outputs changed, and the run that would write it again is refused before
+    any stage runs, naming the file (before: the stage was shown done, yet the option check refused the file);
+    a plot removed is written again."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { plot = "{out}/reports/stats.png" }\n')
+    cli("pipeline", "run", config)
+    plot = tmp_path / "run" / "reports" / "stats.png"
+    plot.write_bytes(plot.read_bytes() + b"edited")
+    plan = " ".join(cli("pipeline", "run", config, "--dry-run", check=2).stderr.split())
+    assert "stage 'stats': --plot" in plan and "was changed since grtool wrote it" in plan, plan
+    plot.unlink()
+    plan = " ".join(cli("pipeline", "run", config, "--dry-run").stdout.split())
+    assert "stats.png" in plan and "missing" in plan, plan
+    cli("pipeline", "run", config)
+    assert plot.is_file()
+    assert "# 0 of 2 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
