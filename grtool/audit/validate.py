@@ -49,9 +49,11 @@ from grtool.audit.discover import INDEX_META, SHARD_GLOB, discover, is_orphan_di
 
 def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path, StopRecord]]:
     """Accept every stop nobody accepted yet in the stage directories under ``root`` (``validate --accept``):
-    ``(stage, stop)`` for each. Nothing to accept is an error: an ``--accept`` left in a CI script must not
+    ``(stage, stop)`` for each, each stage claimed (its run lock) while its manifest is updated. Nothing to accept is an error: an ``--accept`` left in a CI script must not
     wave through stops that appear later unnoticed, and fails once there is nothing left to accept."""
     from grtool.errors import InputError
+    from grtool.invocation import current_command
+    from grtool.store.outputs import STAGE, claim
     from grtool.store.stops import accept_stops
 
     root = Path(root)
@@ -60,8 +62,9 @@ def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path,
     accepted = []
     for stage in find_stage_dirs(root):
         if open_stops(load_manifest(stage)):
-            try:
-                accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
+            try:  # the stage is claimed as a run of it would be: never while a run of it is live (exit 75)
+                with claim(stage, STAGE, command=current_command(), flag="--accept"):
+                    accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
             except OSError as e:  # a read-only checkout: say so, no traceback
                 raise InputError(f"--accept: cannot record the acceptance in {stage / MANIFEST} ({e.strerror or e})") from None
     if not accepted:

@@ -92,6 +92,40 @@ def test_tripped_guard_fails_validate_until_rerun_passes_or_accepted(tmp_path, c
         server.shutdown()
 
 
+def test_accept_claims_the_stage_and_is_refused_while_a_run_of_it_is_live(tmp_path, cli):
+    """`validate --accept` writes the stage's manifest: it claims the stage as a run does, so a rerun of the stage
+    in progress (held with its run lock) makes it exit 75 naming that run, the stop unaccepted (before: the
+    acceptance was written under the live run)."""
+    import os
+
+    docs = hotpot_paragraphs(len(GUARD_ANSWERS))
+    documents = write_documents(tmp_path / "corpus" / "documents", docs)
+    server = FlakyServer({d["title"]: (a[0], a[1]) for d, a in zip(docs, GUARD_ANSWERS)}, flaky=False)
+    serve(server)
+    out, holds = tmp_path / "out", tmp_path / "holds"
+    holds.mkdir()
+    args = ["triples", "extract", documents, "--out", out, "--backend", "openai", "--base-url", server.url]
+    try:
+        cli(*args, check=1, env=WIDE)
+        rerun = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env={**os.environ, "GRTOOL_HOLD": f"locked:{holds}"})  # fmt: skip
+        try:
+            while not (holds / "locked.reached").exists():  # a state, not a time: the rerun holds its first output
+                assert rerun.poll() is None, rerun.stderr.read().decode()[-3000:]
+                time.sleep(0.01)
+            refused = _validate(cli, out, 75, "--accept")
+            assert f"pid {rerun.pid}" in refused, refused
+            assert _stops(out / "triples")["all"]["accepted"] is None
+        finally:
+            (holds / "locked.release").write_text("")
+            rerun.communicate(timeout=600)
+        assert rerun.returncode == 1  # the same guard trips again
+        _validate(cli, out, 0, "--accept")  # no run live: accepted
+        assert _stops(out / "triples")["all"]["accepted"] is not None
+    finally:
+        server.shutdown()
+
+
 def test_array_task_stop_stays_until_that_task_or_a_whole_run_passes(tmp_path, cli):
     docs = hotpot_paragraphs(4)
     documents = write_documents(tmp_path / "corpus" / "documents", docs, num_parts=2)
