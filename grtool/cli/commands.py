@@ -19,6 +19,7 @@ from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from grtool.errors import InputError
 from grtool.pipeline.registry import Command, FilesOutput, PathKind, RunOutput, TableInput, TableOutput, command_name
 
 __all__ = ["Command", "FilesOutput", "Group", "PathKind", "RunOutput", "TableInput", "TableOutput", "click_command", "click_errors", "declared", "group", "register"]
@@ -109,13 +110,14 @@ def claiming_outputs(command: Command) -> Any:
     """The command's function, preceded by the one check of everything it declares it writes against everything it
     declares it reads (grtool.store.outputs.check_outputs): the same refusals for every output option of every
     command, before the command does any work. The command then writes through its claims."""
-    if not command.writes and not command.input_tables:
+    if not command.writes and not command.reads:
         return command.function
 
     @functools.wraps(command.function)
     def checked(*args: Any, **options: Any) -> Any:
         check_declared_outputs(command, options)
         check_input_tables(command, options)
+        check_redirected_stdout(command, options)
         return command.function(*args, **options)
 
     return checked
@@ -125,14 +127,40 @@ def check_declared_outputs(command: Command, options: dict[str, Any]) -> None:
     """Everything the command declares it writes, given its parsed ``options``, against everything it declares it
     reads and against each other (:func:`grtool.store.outputs.check_outputs`): before the command runs, and for a
     pipeline stage before the first stage runs."""
-    from grtool.store.outputs import check_outputs
-
     if command.writes:
+        from grtool.store.outputs import check_outputs
+
         outputs = [(option_flag(command, name), options.get(name), kind is PathKind.REPORT) for name, kind in command.writes.items()]
         outputs += [(f"{option_flag(command, name)} (the file beside it)", path, True) for name, path in command.files_beside(options)]
         runs = [options.get(name) for name, kind in command.writes.items() if kind is PathKind.RUN]
         raw = [path for name, kind in command.reads.items() if kind is PathKind.FILE for path in input_files(kind, options.get(name))]
         check_outputs(outputs, holders=[path for _, path in declared_inputs(command, options)], runs=runs, raw=raw)
+
+
+def check_redirected_stdout(command: Command, options: dict[str, Any]) -> None:
+    """Standard output redirected to a file (``> FILE``) is written like an output: never into an input, nor inside
+    a stage, index or model the command reads (``export gmr run --out - > run/questions/x.jsonl`` would leave a
+    stray file in the stage it reads); inside a run directory holding them is fine."""
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.fstat(1).st_mode):  # a terminal or a pipe: nothing more to load (`status` stays light)
+            return
+    except OSError:
+        return
+    from grtool.store.outputs import input_stage, refuse_output_among_inputs, stdout_file
+
+    redirected = stdout_file()
+    if redirected is None:
+        return
+    stages = [input_stage(path, table) for name, tables in command.input_tables.items()
+              for path in input_files(command.reads[name], options.get(name)) for table in tables]  # fmt: skip
+    holders = [path for _, path in declared_inputs(command, options)]
+    try:
+        refuse_output_among_inputs(redirected, inputs=stages, holders=holders, flag="standard output, redirected to")
+    except InputError as e:
+        raise InputError(f"{e} (the shell made or emptied it before grtool started; grtool wrote nothing there)") from None
 
 
 def check_input_tables(command: Command, options: dict[str, Any]) -> None:

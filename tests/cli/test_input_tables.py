@@ -71,3 +71,25 @@ def test_a_json_lines_file_where_a_stage_may_be_read_is_the_commands_to_judge(tm
     responses.write_text("")
     proc = cli("eval", "recall", responses, "--corpus", samples["root"], "--triples", samples["root"], check=False)
     assert "stage directory here" not in proc.stderr, proc.stderr
+
+
+def test_standard_output_redirected_into_a_stage_it_reads_is_refused(tmp_path, samples):
+    """`export gmr RUN --out - > RUN/questions/x.jsonl` wrote its rows as a stray file inside the stage it reads
+    (exit 0); now refused before any work. Beside the stages, inside the run directory, is fine."""
+    import shutil
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(samples["root"], run)
+    stray = run / "questions" / "x.jsonl"
+
+    def export(into: Path) -> subprocess.CompletedProcess:
+        with open(into, "wb") as stdout:
+            return subprocess.run([sys.executable, "-m", "grtool", "export", "gmr", str(run), "--out", "-"], stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+    refused = export(stray)
+    assert refused.returncode == 2 and "standard output, redirected to" in refused.stderr and "lies inside the input" in refused.stderr, refused.stderr
+    assert stray.stat().st_size == 0  # what the shell made, and nothing more
+    beside = run / "gmr.jsonl"
+    assert export(beside).returncode == 0 and beside.stat().st_size > 0
