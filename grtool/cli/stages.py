@@ -9,6 +9,7 @@ command's options Struct (grtool/cli/stage_options.py), are read from its functi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import Any
 
 from grtool.cli.commands import check_declared_outputs, declared, find, input_files
@@ -75,6 +76,13 @@ class CliCommands(StageCommands):
             return []
         return declaration.extras(stage_values(declaration, args, options, run).values)
 
+    def values(self, run: str, args: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+        declaration = _stage(run)
+        if declaration is None:
+            return options
+        converted = stage_values(declaration, args, options, run)
+        return {name: _text(value) for name, value in converted.values.items() if name in converted.given}
+
     def input_paths(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str]]:
         """The path parameters the command declares it reads, as the stage names them."""
         return [(label, path) for label, _, path in _inputs(run, args, options)]
@@ -89,6 +97,13 @@ class CliCommands(StageCommands):
         if self.root is None:
             raise InputError(f"cannot run grtool {' '.join(argv)}: no grtool command to run it through")
         return self.root.main(argv, standalone_mode=False, prog_name="grtool")  # the same command as `grtool`
+
+
+def _text(value: Any) -> Any:
+    """A converted value with its paths as text (as a pipeline file holds them)."""
+    if isinstance(value, (list, tuple)):
+        return [_text(v) for v in value]
+    return str(value) if isinstance(value, PurePath) else value
 
 
 def _inputs(run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -415,11 +415,13 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         for key, value in entry["options"].items():
             _check_option_value(commands, entry, key, value, f"{where}, option {key!r}")
         declared = commands.declared(entry["run"])
-        beside = [path for _, path in declared.files_beside(entry["options"])] if declared is not None else []  # export sft's dev file
-        outputs = entry["outputs"] or ([entry["options"]["out"], *beside] if "out" in entry["options"] else [])
+        values = commands.values(entry["run"], entry["args"], entry["options"])  # `--out X` among the args too
+        beside = [path for _, path in declared.files_beside(values)] if declared is not None else []  # export sft's dev file
+        out = values.get("out")
+        outputs = entry["outputs"] or ([out, *beside] if isinstance(out, str) else [])
         # Its reports, plots and TREC files, and its stdout, are its outputs too: one edited or removed since is
         # found (the stage is not done), as its --out is.
-        files = [*(declared.single_files(entry["options"]) if declared is not None else []), *([entry["stdout"]] if entry["stdout"] else [])]
+        files = [*(declared.single_files(values) if declared is not None else []), *([entry["stdout"]] if entry["stdout"] else [])]
         outputs = [*outputs, *(f for f in files if f not in outputs)]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))
     return Pipeline(path, variables["out"], stages, spec.note, defaults)

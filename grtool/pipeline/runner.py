@@ -76,12 +76,13 @@ def declared_writes(commands: StageCommands, stage: Stage) -> list[tuple[str, st
     """``(flag, path, a single file)`` of what a stage writes: every option its command declares it writes
     (``out``, ``report``, ``plot``, ``trec_run``, ...), its ``stdout`` file and the other ``outputs`` it names."""
     declaration = commands.declared(stage.run)
+    values = commands.values(stage.run, stage.args, stage.options)  # an option written among the args too
     found = []
     for name, kind in declaration.writes.items() if declaration is not None else ():
-        value = stage.options.get(name)
+        value = values.get(name)
         if isinstance(value, str) and value not in ("", "-"):
             found.append((f"stage {stage.name!r} option {name}", value, kind is PathKind.REPORT))
-    for name, path in declaration.files_beside(stage.options) if declaration is not None else ():
+    for name, path in declaration.files_beside(values) if declaration is not None else ():
         found.append((f"stage {stage.name!r} option {name} (the file beside it)", path, True))
     if stage.stdout:
         found.append((f"stage {stage.name!r} stdout", stage.stdout, True))
@@ -278,8 +279,9 @@ def written_tables(commands: StageCommands, stage: Stage) -> list[tuple[str, str
     declaration = commands.declared(stage.run)
     if declaration is None:
         return []
+    values = commands.values(stage.run, stage.args, stage.options)
     return [(directory, table, name in declaration.run_tables)
-            for name in declaration.writes for value in [stage.options.get(name)] if isinstance(value, str) and value not in ("", "-")
+            for name in declaration.writes for value in [values.get(name)] if isinstance(value, str) and value not in ("", "-")
             for directory, table in declaration.written_tables(name, value)]  # fmt: skip
 
 
@@ -326,13 +328,12 @@ class _Written:
             if in_run:
                 self.runs[absolute(directory).parent] = stage.name
         declaration = commands.declared(stage.run)
+        values = commands.values(stage.run, stage.args, stage.options)  # options given among the args too
         for name, kind in declaration.writes.items() if declaration is not None else ():
-            if kind is PathKind.DIRECTORY and isinstance(stage.options.get(name), str):
-                self.others[absolute(stage.options[name])] = stage.name
+            if kind is PathKind.DIRECTORY and isinstance(values.get(name), str):
+                self.others[absolute(values[name])] = stage.name
         known = {*self.made, *self.runs, *self.others}
         self.unknown += [o for o in map(absolute, stage.outputs) if o not in known]
-        if any(str(a).startswith("-") for a in stage.args):  # options given among the args (--out DIR): any may be written
-            self.unknown += [absolute(a) for a in stage.args if not str(a).startswith("-")]
 
     def check(self, path: Path, table: str) -> None:
         from grtool.store.records import resolve_stage

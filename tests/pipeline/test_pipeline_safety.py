@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -384,3 +385,15 @@ def test_a_stage_s_plot_is_one_of_its_outputs(tmp_path, examples, cli):
     cli("pipeline", "run", config)
     assert plot.is_file()
     assert "# 0 of 2 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
+
+
+def test_an_output_written_among_a_stage_s_args_is_one_of_its_outputs(tmp_path, examples, cli):
+    """`args = [..., "--plot", P]` writes P as `options.plot = P` does: before, P was no output of the stage (fingerprinted
+    as its input), and a second stage writing P replaced it with exit 0."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest", "--plot", "{out}/reports/same.png"]\n')
+    plan = " ".join(cli("pipeline", "run", config, "--dry-run").stdout.split())
+    assert "outputs: " + str(tmp_path / "run" / "reports" / "same.png") in plan, plan
+    path = Path(config)
+    path.write_text(path.read_text() + '\n[[stages]]\nname = "overlap"\nrun = "corpus overlap"\nargs = ["{out}/ingest"]\noptions = { plot = "{out}/reports/same.png" }\n')
+    err = " ".join(cli("pipeline", "run", config, "--dry-run", check=2).stderr.split())
+    assert "stage 'stats' option plot" in err and "stage 'overlap' option plot" in err, err
