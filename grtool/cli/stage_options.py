@@ -200,11 +200,15 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
         if p.kind is bool and value is False and not p.off and not negative:  # the command line would say --no-KEY, which it lacks
             raise InputError(f"{where}, option {key!r}: false, but {p.label} is an on/off flag without an off form; leave the key out")
         named.append((p, negative, value))
-    for p in {p.name: p for p, _, _ in named if p.kind is bool}.values():  # an on/off flag said both ways: which is meant?
-        ways = {(value is not False) != negative for q, negative, value in named if q is p}  # True: on
-        if len(ways) == 2:
-            raise InputError(f"{where}: {p.label} is given both on and off (as {', '.join(_said(q, negative, value) for q, negative, value in named if q is p)}); give it once")
-    for p, negative, value in named:  # in command-line order: args first; a repeated option gathers, another's last wins
+    for p in {p.name: p for p, _, _ in named if not p.many}.values():  # said twice, or both ways: which is meant?
+        said = [(negative, value) for q, negative, value in named if q is p]
+        if p.kind is bool and len({(value is not False) != negative for negative, value in said}) == 2:  # on and off
+            raise InputError(f"{where}: {p.label} is given both on and off (as {', '.join(_said(p, n, v) for n, v in said)}); give it once")
+        if p.kind is not bool and len(said) > 1:
+            raise InputError(f"{where}: {p.label} takes one value, and is given {len(said)} ({', '.join(shown(v) for _, v in said)}; args and options together); give one")
+        if p.kind is not bool and isinstance(said[0][1], list):
+            raise InputError(f"{where}: {p.label} takes one value, not a list ({len(said[0][1])} given)")
+    for p, negative, value in named:  # in command-line order: args first; a repeated option gathers its values
         if p.kind is bool and isinstance(value, bool):
             value = value != negative
         items = [_text(p, v) for v in (value if isinstance(value, list) else [value])]

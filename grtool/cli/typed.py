@@ -179,29 +179,35 @@ def use_plain_values() -> None:
     core._grtool_plain = True
 
 
-def one_form_per_flag(command: Any) -> None:
-    """An on/off flag given both ways (``--packing --no-packing``) is refused instead of the last one winning in
-    silence: which one was meant is unknown. Values of options that take one are skipped (``--system --no-x``)."""
-    flags = [(p, set(p.opts), set(p.secondary_opts)) for p in getattr(command, "params", ()) if getattr(p, "is_flag", False) and p.secondary_opts]
-    if not flags or not hasattr(command, "parse_args"):
+def one_value_per_option(command: Any) -> None:
+    """An option that takes one value, given twice (``--out a --out b``), and an on/off flag given both ways
+    (``--packing --no-packing``) are refused instead of the last one winning in silence: which one was meant is
+    unknown. Values of options are skipped (``--system --no-x`` gives --system the text)."""
+    params = [p for p in getattr(command, "params", ()) if getattr(p, "param_type_name", "") == "option"]
+    single = {o: p for p in params if not p.multiple and not p.count for o in (*p.opts, *p.secondary_opts)}
+    if not single or not hasattr(command, "parse_args"):
         return
-    taking_value = {o for p in command.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag for o in (*p.opts, *p.secondary_opts)}
     parse_args = command.parse_args
 
     def checked(ctx: Any, args: list[str]) -> Any:
-        given: dict[str, dict[bool, str]] = {}
+        given: dict[str, list[str]] = {}
         tokens = iter(() if ctx.resilient_parsing else args)  # shell completion parses half-typed lines
         for token in tokens:
             if token == "--":
                 break
-            name, eq, _ = token.partition("=")
-            if name in taking_value and not eq:
-                next(tokens, None)
-            for p, on, off in flags:
-                if name in on or name in off:
-                    given.setdefault(p.name, {})[name in on] = name
-                    if len(given[p.name]) == 2:
-                        raise InputError(f"{given[p.name][True]} and {given[p.name][False]} are both given; give one")
+            name, eq, value = token.partition("=")
+            p = single.get(name) if token.startswith("-") else None
+            if p is None:
+                continue
+            if not p.is_flag and not eq:
+                value = next(tokens, "")
+            said = given.setdefault(p.name, [])
+            said.append(name if p.is_flag else f"{name} {shown(value)}")
+            if p.is_flag and len({s in p.opts for s in said}) == 2:
+                on, off = (next(s for s in said if (s in p.opts) == way) for way in (True, False))
+                raise InputError(f"{on} and {off} are both given; give one")
+            if not p.is_flag and len(said) == 2:
+                raise InputError(f"{max(p.opts, key=len)} is given twice ({said[0]}, {said[1]}); it takes one value: give it once")
         return parse_args(ctx, args)
 
     command.parse_args = checked
@@ -209,7 +215,7 @@ def one_form_per_flag(command: Any) -> None:
 
 def bound_numbers(command: Any) -> Any:
     """Route the numeric parameters of ``command`` and of every command under it through the one parser, check
-    that its text parameters are text, its paths not empty and its on/off flags given one way."""
+    that its text parameters are text, its paths not empty and its single-valued options and on/off flags given once."""
     if getattr(command, _DONE, False):
         return command
     setattr(command, _DONE, True)
@@ -221,7 +227,7 @@ def bound_numbers(command: Any) -> Any:
             _bind_text(param)
         elif _is_path(param):
             _bind_path(param)
-    one_form_per_flag(command)
+    one_value_per_option(command)
     for sub in getattr(command, "commands", {}).values():
         bound_numbers(sub)
     return command

@@ -88,6 +88,10 @@ def _refusal(run: str, args: list, options: dict) -> str:
         # an on/off flag said both ways: in two keys, or a key and a flag among the args (before: the last one won)
         ("export gmr", ["c"], {"out": "o", "memorization": True, "no_memorization": True}, ["--memorization is given both on and off", "memorization = true, no_memorization = true"]),
         ("export gmr", ["c", "--no-memorization"], {"out": "o", "memorization": True}, ["--memorization is given both on and off"]),
+        # an option of one value given twice, or a list of values (before: the last won; [] was a traceback)
+        ("export gmr", ["c", "--out=x1"], {"out": "x2"}, ["--out takes one value, and is given 2 ('x1', 'x2'"]),
+        ("corpus stats", ["c"], {"plot": []}, ["--plot takes one value, not a list (0 given)"]),
+        ("corpus stats", ["c"], {"plot": ["a.png", "b.png"]}, ["--plot takes one value"]),
     ],
 )  # fmt: skip
 def test_a_value_the_command_refuses_is_one_line_naming_stage_and_option(run, args, options, words):
@@ -123,11 +127,14 @@ def test_options_written_among_the_args_are_taken_as_the_command_line_takes_them
 
 @pytest.mark.parametrize("flags", [["--memorization", "--no-memorization"], ["--no-memorization", "--out", "o", "--memorization"]])
 def test_an_on_off_flag_given_both_ways_on_the_command_line_is_refused(flags):
-    """Click keeps the last of ``--x --no-x`` without a word; grtool refuses it (exit 2), naming both."""
+    """Click keeps the last of ``--x --no-x`` (and of ``--out a --out b``) without a word; grtool refuses it (exit 2),
+    naming both."""
     from conftest import run_cli
 
     err = run_cli("export", "gmr", "c", *flags, *([] if "--out" in flags else ["--out", "o"]), check=2).stderr
     assert "--memorization and --no-memorization are both given; give one" in err, err
+    err = run_cli("export", "gmr", "c", "-o", "a.jsonl", "--out=b.jsonl", check=2).stderr  # before: only b.jsonl, exit 0
+    assert "--out is given twice (-o 'a.jsonl', --out 'b.jsonl'); it takes one value" in err, err
     # a flag repeated the same way, and a text value that looks like the other form, are no conflict
     assert "both given" not in run_cli("export", "gmr", "c", "--out", "o", "--no-memorization", "--no-memorization", check=2).stderr
     assert "both given" not in run_cli("export", "sft", "c", "--out", "o", "--system", "--no-all-candidates", "--all-candidates", check=2).stderr
