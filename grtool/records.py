@@ -156,6 +156,23 @@ def read_record_bytes(path: Path, *, what: str) -> bytes:
         os.close(fd)
 
 
+def read_json_record(path: str | Path, *, what: str) -> Any:
+    """The JSON value of a record file, for a reader that takes any record whole without its declaration (`status`,
+    the check of what ``--overwrite`` may replace): bounded and regular (:func:`read_record_bytes`), valid JSON, no
+    key given twice in an object; :class:`DamagedRecord` otherwise."""
+    import orjson
+
+    data = read_record_bytes(Path(path), what=what)
+    try:
+        value = orjson.loads(data)  # bounded nesting, unlike json's recursion
+    except orjson.JSONDecodeError as e:
+        raise DamagedRecord(f"{path}: {what} is not valid JSON ({e}) (edited or damaged)") from None
+    twice = _repeated_key(data)
+    if twice is not None:
+        raise DamagedRecord(f"{path}: {what}: field {twice} is given twice in one object (edited or damaged)")
+    return value
+
+
 def read_record(path: str | Path, kind: type[T], *, what: str) -> T:
     """Read and decode the record at ``path`` through its declaration ``kind``."""
     p = Path(path)

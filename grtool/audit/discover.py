@@ -8,9 +8,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 
-from grtool.records import DamagedRecord, read_record_bytes
+from grtool.records import DamagedRecord, read_json_record
 from grtool.store.layout import SHARDS_DIR
 from grtool.store.records import is_stage_dir
 
@@ -106,7 +105,7 @@ def discover(root: str | Path) -> Found:
 def _is_grtool_index(meta_path: Path) -> bool:
     """An index.json grtool wrote (or one too damaged to tell: better reported than skipped)."""
     try:  # bounded size and nesting, and no read of a FIFO or /dev/zero: discovery must not hang on a damaged record
-        meta = orjson.loads(read_record_bytes(meta_path, what="index record"))
-    except (OSError, ValueError, DamagedRecord):
+        meta = read_json_record(meta_path, what="index record")
+    except (OSError, DamagedRecord):
         return True
     return isinstance(meta, dict) and str(meta.get("format", "")).startswith("grtool-index")

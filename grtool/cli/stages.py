@@ -76,11 +76,14 @@ class CliCommands(StageCommands):
             return []
         return declaration.extras(stage_values(declaration, args, options, run).values)
 
-    def values(self, run: str, args: list[Any], options: dict[str, Any], where: str = "") -> dict[str, Any]:
+    def values(self, run: str, args: list[Any], options: dict[str, Any]) -> dict[str, Any]:
         declaration = _stage(run)
         if declaration is None:
             return options
-        converted = stage_values(declaration, args, options, where or run)
+        try:
+            converted = stage_values(declaration, args, options, run)
+        except GrtoolError:  # refused, naming the stage, by the check of its options (check_arguments)
+            return options
         return {name: _text(value) for name, value in converted.values.items() if name in converted.given}
 
     def input_paths(self, run: str, args: list[Any], options: dict[str, Any]) -> list[tuple[str, str]]:

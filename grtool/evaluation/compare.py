@@ -18,7 +18,7 @@ import msgspec
 from grtool.errors import DataProblem, InputError
 from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
-from grtool.records import Count, Fraction, Seconds, Sha256
+from grtool.records import Count, DamagedRecord, Fraction, Seconds, Sha256, decode_record
 from grtool.userinput import read_input_bytes
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
@@ -127,10 +127,10 @@ def read_report(p: Path) -> RecallReport:
     """A report of `eval recall --json`, decoded through :class:`RecallReport` (a damaged one is one line naming the
     field, never a traceback)."""
     data = read_input_bytes(p)
-    try:
-        return msgspec.json.decode(data, type=RecallReport)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
-        raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({e})") from None
+    try:  # the one decoding of a record: a key given twice too is damage, never read last-wins
+        return decode_record(data, RecallReport, source=p, what="report")
+    except DamagedRecord as e:
+        raise InputError(f"{p}: not a JSON report of `grtool eval recall --json` ({str(e).removeprefix(f'{p}: ')})") from None
 
 
 def score_directory(p: Path, inputs: Inputs) -> RecallReport:

@@ -9,16 +9,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-import orjson
 
-from grtool.records import DamagedRecord, read_record_bytes
+from grtool.records import DamagedRecord, read_json_record
 from grtool.store.records import is_stage_dir
 
 
 def _record(path: Path) -> dict[str, Any] | None:
     try:
-        value = orjson.loads(read_record_bytes(path, what="record"))  # bounded: /dev/zero or a FIFO is "damaged"
-    except (OSError, orjson.JSONDecodeError, DamagedRecord):
+        value = read_json_record(path, what="record")  # bounded: /dev/zero, a FIFO or a key given twice is "damaged"
+    except (OSError, DamagedRecord):
         return None
     return value if isinstance(value, dict) else None
 

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import orjson
 
 from grtool import __version__
 from grtool.audit.discover import discover
 from grtool.audit.validate import Report as Verdict, nothing_found, validate_tree
 from grtool.errors import DataProblem, InputError
-from grtool.records import DamagedRecord, read_record_bytes
+from grtool.records import DamagedRecord, read_json_record
 from grtool.store.records import Manifest, load_manifest, now
 from grtool.userinput import escaped
 
@@ -125,8 +124,8 @@ def _within(p: Path, parent: Path) -> bool:
 
 def _json(path: Path) -> Any:
     try:
-        return orjson.loads(read_record_bytes(path, what="record"))  # bounded: a damaged record is left out, never read whole
-    except (OSError, orjson.JSONDecodeError, DamagedRecord):
+        return read_json_record(path, what="record")  # bounded: a damaged record is left out, never read whole
+    except (OSError, DamagedRecord):
         return None
 
 

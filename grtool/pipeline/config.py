@@ -415,7 +415,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         for key, value in entry["options"].items():
             _check_option_value(commands, entry, key, value, f"{where}, option {key!r}")
         declared = commands.declared(entry["run"])
-        values = commands.values(entry["run"], entry["args"], entry["options"], where)  # `--out X` among the args too
+        values = commands.values(entry["run"], entry["args"], entry["options"])  # `--out X` among the args too
         beside = [path for _, path in declared.files_beside(values)] if declared is not None else []  # export sft's dev file
         out = values.get("out")
         outputs = entry["outputs"] or ([out, *beside] if isinstance(out, str) else [])

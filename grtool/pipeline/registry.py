@@ -235,10 +235,11 @@ class StageCommands(ABC):
         """(extra, feature) pairs the stage needs installed, from its options as the command converts them."""
         return []
 
-    def values(self, run: str, args: list[Any], options: dict[str, Any], where: str = "") -> Mapping[str, Any]:
+    def values(self, run: str, args: list[Any], options: dict[str, Any]) -> Mapping[str, Any]:
         """The stage's options as its command receives them, ``args`` and ``options`` together (``--plot X`` written
-        among the args is the ``plot`` option), paths as text: what says which files the stage writes; a value the
-        command refuses is an error naming ``where``. By default the options as given."""
+        among the args is the ``plot`` option), paths as text: what says which files the stage writes. Options the
+        command refuses are given back as they are (:meth:`check_arguments` refuses them, naming the stage), as
+        they are by default."""
         return options
 
     def shards(self, run: str) -> bool:

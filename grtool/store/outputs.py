@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import orjson
 import os
 import re
 import shlex
@@ -34,7 +33,7 @@ import msgspec
 
 from grtool.errors import InputError
 from grtool.holds import hold
-from grtool.records import DamagedRecord, mode_name, read_record, read_record_bytes
+from grtool.records import DamagedRecord, mode_name, read_json_record, read_record
 from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, named, real
@@ -207,8 +206,8 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     """The record as a JSON object, or None; a damaged one does not stop --overwrite from replacing what grtool
     wrote (its kind was checked), and a FIFO or a huge file in its place is never read (read_record_bytes)."""
     try:
-        data = orjson.loads(read_record_bytes(path, what="record"))  # bounded nesting, unlike json's recursion
-    except (OSError, ValueError, DamagedRecord):
+        data = read_json_record(path, what="record")
+    except (OSError, DamagedRecord):
         return None
     return data if isinstance(data, dict) else None
 
@@ -216,6 +215,8 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = None, export_kind: str | None = None, flag: str = "--out") -> None:
     """Exit 2 unless ``out`` is absent, empty, or what grtool wrote as ``kind`` (of ``table``) — the record says so."""
     p = Path(out)
+    if not kind.directory:
+        refuse_foreign_records(p, flag)
     if not p.exists() and not p.is_symlink():
         return
     if not kind.directory:
@@ -614,9 +615,8 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         raise InputError(f"{flag} {printable(out)}: is a directory; name a file")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)
     refuse_record_path(p, flag)
+    refuse_foreign_records(p, flag)
     record = file_record(p)
-    if os.path.lexists(record) and not record.is_file():
-        raise InputError(f"{flag} {printable(out)}: {printable(record)} is {file_kind_name(record)} where grtool keeps the file's record: move it away, then run again")
     if not os.path.lexists(p) or written_by_grtool(p):
         return
     found = [r for r in (record, export_record(p)) if os.path.lexists(r)]
@@ -631,6 +631,20 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         f"{printable(export_record(p).name)}); "
         f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
     )
+
+
+def refuse_foreign_records(p: Path, flag: str) -> None:
+    """Where grtool keeps the record of the single file ``p`` (its hidden ``.NAME.grtool-file.json``, an export's
+    ``NAME.grtool.json``) there is either nothing or such a record, which the next write replaces: a link, a
+    folder, a FIFO, or a file that is not a record of grtool's there is refused before any work, by name."""
+    for record, kind in ((file_record(p), "grtool-file"), (export_record(p), "grtool-export/")):
+        if not os.path.lexists(record):
+            continue
+        if os.path.islink(record) or not record.is_file():
+            raise InputError(f"{flag} {printable(p)}: {printable(record)} is {file_kind_name(record)} where grtool keeps the file's record: move it away, then run again")
+        meta = _read_record(record)
+        if meta is None or not str(meta.get("format", "")).startswith(kind):
+            raise InputError(f"{flag} {printable(p)}: {printable(record)}, where grtool keeps the file's record, is damaged or not a record grtool wrote: move it away, then run again")
 
 
 def _refuse_changed(out: Path, record: Path, flag: str) -> None:

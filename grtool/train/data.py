@@ -200,6 +200,7 @@ def exported_questions(data: Path) -> dict[str, Any] | None:
     since would train on questions the record does not list, so such a file is refused."""
     import msgspec
 
+    from grtool.store.outputs import export_state
     from grtool.vocab.provenance import decode_sidecar, sidecar_path
 
     sidecar = sidecar_path(data)
@@ -207,7 +208,10 @@ def exported_questions(data: Path) -> dict[str, Any] | None:
         written = decode_sidecar(sidecar)
     except (OSError, ValueError):
         return None
-    if written.sha256 != sha256_file(data):
+    state = export_state(data, msgspec.to_builtins(written))
+    if state == "replaced":
+        raise InputError(f"{data}: an export stopped before its new file was in place ({sidecar.name} records the new one): export it again")
+    if state != "written":
         raise InputError(f"{data}: changed since `export` wrote it ({sidecar.name} records another sha256), so its record no longer says which "
                          f"questions the rows come from; move it away and export it again, or delete {sidecar.name} to train on it as a hand-made file "
                          "(its questions then unknown to the overlap check)")  # fmt: skip

@@ -38,6 +38,15 @@ def test_a_damaged_report_is_one_line(tmp_path, cli, damage):
     assert "Traceback" not in proc.stderr and f"{bad}: not a JSON report of `grtool eval recall --json`" in proc.stderr, proc.stderr
 
 
+def test_a_report_giving_a_key_twice_is_damaged_not_read_last_wins(tmp_path, cli):
+    """Before: ``{"recall": 0.99, "recall": 0.5, ...}`` was compared as 0.5, exit 0."""
+    good = _report(tmp_path / "a.json", ["q1", "q2"])
+    bad = tmp_path / "b.json"
+    bad.write_text(good.read_text().replace("{", '{"recall": 0.99, ', 1))
+    err = " ".join(cli("eval", "compare", f"a={good}", f"b={bad}", check=2).stderr.split())
+    assert f"{bad}: not a JSON report of `grtool eval recall --json` (report: field recall is given twice" in err, err
+
+
 def test_as_many_but_other_questions_are_refused_unless_allowed(tmp_path, cli):
     a = _report(tmp_path / "a.json", ["q1", "q2", "q3"])
     b = _report(tmp_path / "b.json", ["q4", "q5", "q6"])

@@ -491,6 +491,37 @@ def test_an_export_edited_by_hand_is_the_users_and_no_export_replaces_it(cli, sa
     assert _validate_json(data, 0)["stages"]
 
 
+@pytest.mark.parametrize("planted", ["a directory", "a link", "a FIFO", "a user's file", "a record giving a key twice"])
+def test_what_stands_where_an_export_s_record_goes_is_refused_before_any_work(cli, samples, tmp_path, planted):
+    """The export's record is written last, over whatever stood at NAME.grtool.json: a directory there was a
+    traceback after the work, a link, a FIFO or a user's file was replaced with exit 0; a record giving a key twice
+    was read last-wins by the check (exit 0) while validate called it damaged."""
+    import os
+
+    data = tmp_path / "data"
+    data.mkdir()
+    out, record = data / "gmr.jsonl", data / "gmr.jsonl.grtool.json"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    if planted == "a directory":
+        record.mkdir()
+    elif planted == "a link":
+        record.symlink_to(notes)
+    elif planted == "a FIFO":
+        os.mkfifo(record)
+    elif planted == "a user's file":
+        record.write_text("mine\n")
+    else:
+        cli("export", "gmr", samples["root"], "--out", out)
+        text = record.read_text()
+        record.write_text(text.replace("{", '{"bytes": 1, ', 1))
+        assert any("field bytes is given twice" in p for p in _problems(_validate_json(data, 1), "gmr.jsonl"))
+    err = flat(cli("export", "gmr", samples["root"], "--out", out, check=2).stderr)
+    assert str(record) in err and ("where grtool keeps the file's record" in err), err
+    assert sorted(p.name for p in data.iterdir()) == sorted(["gmr.jsonl.grtool.json", *(["gmr.jsonl"] if planted.startswith("a record") else [])])
+    assert notes.read_text() == "mine\n"
+
+
 def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, samples, tmp_path):
     """`--dev-share` writes NAME_dev.EXT beside --out: a user's file there is refused by name, before anything is
     read or written (before: found only once the rows were spilled, in --out's words)."""

@@ -293,7 +293,11 @@ def test_what_stands_where_a_report_s_record_goes_is_named_before_any_work(cli, 
     report.write_text("mine\n")
     record.write_text("{not json")
     err = cli(*_report_args(run, tmp_path / "f", report), check=2).stderr
-    assert "its record .r.md.grtool-file.json is damaged or not grtool's" in err and report.read_text() == "mine\n"
+    assert f"{record}, where grtool keeps the file's record, is damaged or not a record grtool wrote" in err and report.read_text() == "mine\n"
+    report.unlink()  # no report, and a user's notes where its record goes: refused, the notes kept (before: replaced)
+    record.write_text("my notes\n")
+    assert "is damaged or not a record grtool wrote" in cli(*_report_args(run, tmp_path / "f", report), check=2).stderr
+    assert record.read_text() == "my notes\n" and not report.exists()
 
 
 def test_one_process_never_holds_two_claims_of_one_file(tmp_path: Path) -> None:

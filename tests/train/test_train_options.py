@@ -105,3 +105,19 @@ def test_an_export_changed_since_its_record_is_refused(tmp_path, cli):
     rows.append({**rows[0], "conversations": [{"from": "human", "value": "A dev question?"}, {"from": "gpt", "value": "Its answer."}]})
     data.write_text(json.dumps(rows))
     _refused(cli("train", "sft", data, "--out", tmp_path / "ckpt", "--dry-run", *TINY, check=False), "changed since `export` wrote it", "sft.json.grtool.json")
+
+
+def test_an_export_stopped_before_its_rename_is_named_as_such(tmp_path, cli):
+    """Killed between its record and its rename, an export holds the bytes it replaced: train says to export it
+    again, as validate does (before: "changed since `export` wrote it … move it away")."""
+    import signal
+
+    from hold_helpers import held
+    from run_helpers import write_small_run
+
+    write_small_run(tmp_path / "run", tmp_path / "responses.jsonl")
+    data = tmp_path / "sft.json"
+    export = ["export", "sft", tmp_path / "run" / "chains", "--corpus", tmp_path / "run", "--out", data]
+    cli(*export)
+    assert held([*export, "--system", "Think first."], "recorded", signal.SIGKILL, tmp_path / "holds").returncode == -signal.SIGKILL
+    _refused(cli("train", "sft", data, "--out", tmp_path / "ckpt", "--dry-run", *TINY, check=False), "an export stopped before its new file was in place", "export it again")
