@@ -93,20 +93,37 @@ def dataset_info_stanza(fmt: str, file_name: str, system: bool, kto: bool = Fals
     return {"file_name": file_name, "formatting": "sharegpt", "columns": columns, "tags": dict(_SHAREGPT_TAGS)}
 
 
-def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
-    """Add or replace our entries in ``directory/dataset_info.json``, keeping every other dataset there."""
+def _registry(directory: Path) -> Path:
     path = directory / DATASET_INFO
     if path.is_symlink():  # a registry kept elsewhere, linked in: updated where it is (and locked there)
         path = Path(os.path.realpath(path))
+    return path
+
+
+def _read_registry(path: Path) -> dict[str, Any]:
+    """The entries of a ``dataset_info.json`` (none where there is no such file)."""
+    if not path.exists():
+        return {}
+    try:
+        info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+    if not isinstance(info, dict):
+        raise InputError(f"{path}: expected a JSON object of dataset entries; fix or remove it")
+    return info
+
+
+def check_dataset_info(out: str | Path) -> None:
+    """The ``dataset_info.json`` an export to ``out`` will add its entries to can take them: checked before any
+    work, so a registry that cannot be read never leaves an export written and not registered."""
+    _read_registry(_registry(Path(out).parent))
+
+
+def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
+    """Add or replace our entries in ``directory/dataset_info.json``, keeping every other dataset there."""
+    path = _registry(directory)
     with updating(path):  # exports into one folder each add their entries: one at a time, none lost
-        info: dict[str, Any] = {}
-        if path.exists():
-            try:
-                info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
-            except orjson.JSONDecodeError as e:
-                raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
-            if not isinstance(info, dict):
-                raise InputError(f"{path}: expected a JSON object of dataset entries")
+        info = _read_registry(path)
         info.update(entries)
         atomic_write_bytes(path, orjson.dumps(info, option=orjson.OPT_INDENT_2) + b"\n")
     return path

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import DataProblem, GrtoolError
-from grtool.export.formats import KTO_FORMATS, dataset_info_stanza, export_outputs, kto_row, row_writers, update_dataset_info
+from grtool.export.formats import KTO_FORMATS, check_dataset_info, dataset_info_stanza, export_outputs, kto_row, row_writers, update_dataset_info
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import DocidIndex, QuestionIndex
 from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
@@ -131,6 +131,8 @@ def export_kto(
     result = KtoResult(desirable_rule=desirable, tau=tau)
     json_array = fmt == "llamafactory"
     registered = json_array and not is_stdio(out)  # LLaMA-Factory's format: registered in dataset_info.json
+    if registered:
+        check_dataset_info(out)
 
     def part(p: LoopPart) -> None:
         selected = SplitSelection.of(splits, corpus).qids(corpus)

@@ -19,7 +19,7 @@ import orjson
 from grtool.docid import SPECIAL, cut
 from grtool.errors import GrtoolError
 from grtool.log import log
-from grtool.export.formats import SFT_FORMATS, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
+from grtool.export.formats import SFT_FORMATS, check_dataset_info, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import QuestionIndex
 from grtool.vocab.provenance import DATASET_INFO, input_fingerprint, questions_record, sidecar_path, write_sidecar
@@ -116,6 +116,8 @@ def sft_files(out: str | Path, dev_share: float) -> dict[str, str | Path]:
 def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: SftOptions) -> SftResult:
     opts.check(out)
     files = sft_files(out, opts.dev_share)
+    if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
+        check_dataset_info(out)
     outputs = export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")])
     result = SftResult()
     one_part(outputs, lambda part: _export_part(part, filtered, corpus, out, opts, files, result))  # the files claimed before anything is read

@@ -558,6 +558,18 @@ def test_the_registry_is_never_an_export_is_updated_where_it_links_and_an_old_de
     assert sorted(p.name for p in data.iterdir()) == ["dataset_info.json", "sft.json", "sft.json.grtool.json", "sft_dev.json", "sft_dev.json.grtool.json"]
 
 
+@pytest.mark.parametrize("registry", ["not json", "[1, 2]"])
+def test_a_registry_that_cannot_take_the_entries_is_refused_before_any_work(cli, samples, tmp_path, registry):
+    """Before: the export was written, then refused as it registered it (exit 2, a file in place and unregistered)."""
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dataset_info.json").write_text(registry)
+    err = flat(cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", data / "sft.json", check=2).stderr)
+    assert "dataset_info.json" in err and "fix or remove it" in err, err
+    assert sorted(p.name for p in data.iterdir()) == ["dataset_info.json"]
+
+
 def test_json_with_rows_on_standard_output_is_refused(cli, samples, tmp_path):
     """--json prints the summary where --out - writes the rows: before, an export took both and silently left the
     summary out; refused before anything runs, as the other commands refuse it."""
