@@ -302,6 +302,17 @@ def _expand_slurm(key: str, value: Any, variables: dict[str, str], where: str) -
     return _expand(value, variables, where, shell=key in SHELL_KEYS)
 
 
+def _var_text(value: Any, where: str) -> str:
+    """A [vars] value as the text that replaces its placeholder: a string or a number, never empty (``{base}/run``
+    would become ``/run``, at the root of the file system) and never true or false (which would be the text
+    ``True``)."""
+    if isinstance(value, bool):
+        raise InputError(f"{where}: {str(value).lower()}, but a var is text that replaces its placeholder: a string or a number")
+    if not str(value).strip():
+        raise InputError(f"{where}: empty, so every path it is in would move ('{{base}}/run' would be '/run'); give it a value")
+    return str(value)
+
+
 def option_key(key: str) -> str:
     """An option's key as a stage holds it, however the file or ``--set`` spells it (``dev-share``: ``dev_share``):
     what reads a stage's options (its outputs, its checks) finds it under one name."""
@@ -352,7 +363,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     if "out" in spec.vars:  # {out} would be the var everywhere, while the plan and the run summary name the top-level out
         raise InputError(f"{path}: [vars] 'out' ({printable(spec.vars['out'])!r}) would replace the top-level out ({printable(spec.out)!r}); "
                          f"set the run directory once, as out = \"...\" at the top of the file")  # fmt: skip
-    variables = {"out": spec.out, **{k: str(v) for k, v in spec.vars.items()}}
+    variables = {"out": spec.out, **{k: _var_text(v, f"{path}: [vars] {k!r}") for k, v in spec.vars.items()}}
     overrides = list(overrides or [])
     var_sets = [o for o in overrides if o.startswith("vars.") and all(stage.name != "vars" for stage in spec.stages)]
     for item in var_sets:  # before any placeholder is expanded: they move every use
@@ -362,7 +373,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         if name not in spec.vars:
             known = ", ".join(spec.vars) or "none"
             raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
-        variables[name] = str(_coerce(value))
+        variables[name] = _var_text(_coerce(value), f"--set {_shown(item)}")
     # The [vars] may place the run directory too (out = "{base}/run"); a placeholder it does not know is an error.
     variables["out"] = _expand(spec.out, {k: v for k, v in variables.items() if k != "out"}, f"{path}: out")
     if not variables["out"].strip():

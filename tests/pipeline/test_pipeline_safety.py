@@ -314,6 +314,17 @@ def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write
     assert "out: unknown placeholder {bse}" in err, err
 
 
+@pytest.mark.parametrize("value, said", [("", "empty, so every path it is in would move"), (" ", "empty"), (True, "true, but a var is text")])
+def test_a_var_that_is_empty_or_true_is_refused(tmp_path, examples, cli, write_pipeline, value, said):
+    """Before: `base = ""` made `{base}/run` the root's /run (exit 0), and `tag = true` the text 'True'."""
+    ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/ingest"}}
+    err = " ".join(cli("pipeline", "run", str(write_pipeline([ingest], out="{base}/run", vars={"base": value})), "--dry-run", check=2).stderr.split())
+    assert "[vars] 'base': " + said in err, err
+    config = str(write_pipeline([ingest], out="{base}/run", vars={"base": str(tmp_path / "b")}))
+    err = " ".join(cli("pipeline", "run", config, "--dry-run", "--set", f"vars.base={'true' if value is True else value}", check=2).stderr.split())
+    assert said.split(",")[0] in err, err
+
+
 def test_an_option_spelled_both_ways_is_refused(tmp_path, examples, cli, write_pipeline):
     """`dev-share` and `dev_share` are one option: a stage holds it under one key, so a file giving both is refused
     (before: both reached the command line, the last one winning)."""
