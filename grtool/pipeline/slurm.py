@@ -84,6 +84,14 @@ def depends_on(stage: Stage, earlier: list[Stage]) -> list[str]:
     return found
 
 
+def _say(text: str, end: str = "\n") -> None:
+    """A line (or a script) of the dry run on stdout, a control character from a name or a path escaped in each
+    line (it could colour or rewrite the terminal), as in every line grtool prints."""
+    from grtool.userinput import escaped
+
+    sys.stdout.write("\n".join(escaped(line) for line in text.split("\n")) + end)
+
+
 class SlurmExecutor(PipelineExecutor):
     def __init__(self, pipeline: Pipeline, commands, stages: list[Stage], overwrite: set[str] | None = None, *, wait: bool = False,
                  check_env: bool = True):  # fmt: skip
@@ -282,13 +290,13 @@ class SlurmExecutor(PipelineExecutor):
 
     def dry_run(self) -> None:
         todo = self._todo()
-        print(f"# jobs to submit (relative paths are resolved from {self.cwd}, the jobs' --chdir):")
+        _say(f"# jobs to submit (relative paths are resolved from {self.cwd}, the jobs' --chdir):")
         arrays = {state.stage.name: len(self.arrays(conf)) for state, conf, _ in todo if conf.get("tasks", 1) > 1}
         for line in job_table([(state.stage.name, conf) for state, conf, _ in todo], arrays):
-            print(f"#   {line}")
+            _say(f"#   {line}")
         if any(conf.get("tasks", 1) > 1 for _, conf, _ in todo):
             size, source = self.max_array_size()
-            print(f"# MaxArraySize {size} ({source}): a stage of more tasks is submitted as several arrays")
+            _say(f"# MaxArraySize {size} ({source}): a stage of more tasks is submitted as several arrays")
         for state, conf, after in todo:
             stage = state.stage
             tasks = conf.get("tasks", 1)
@@ -296,21 +304,22 @@ class SlurmExecutor(PipelineExecutor):
             for n, (first, count) in enumerate(chunks):
                 what = f" (array {n + 1} of {len(chunks)}: shards {_shard_range(first, count)})" if len(chunks) > 1 else ""
                 what = what or (f" (array of {tasks} tasks)" if tasks > 1 else "")
-                print(f"# ---- {self._script_path(stage, n)}{what}")
-                print(self.stage_script(state, conf, (first, count)), end="")
+                _say(f"# ---- {self._script_path(stage, n)}{what}")
+                _say(self.stage_script(state, conf, (first, count)), end="")
             if tasks > 1:
-                print(f"# ---- {self.jobs_dir / (stage.name + '.finalize.sbatch')} (after every task of {stage.name})")
-                print(self.finalize_script(stage, conf), end="")
-        print("# dependency graph (sbatch --dependency=afterok:…):")
+                _say(f"# ---- {self.jobs_dir / (stage.name + '.finalize.sbatch')} (after every task of {stage.name})")
+                _say(self.finalize_script(stage, conf), end="")
+        _say("# dependency graph (sbatch --dependency=afterok:…):")
         for state in self.plan():
             stage = state.stage
             entry = next((t for t in todo if t[0].stage is stage), None)
             if entry is None:
-                print(f"#   {stage.name}: {state.state}, not submitted")
+                _say(f"#   {stage.name}: {state.state}, not submitted")
                 continue
             _, conf, after = entry
-            print(f"#   {stage.name} ({self._job_kind(stage, conf)})" + (f" after {', '.join(after)}" if after else ""))
-        print(f"# {len(todo)} of {len(self.stages)} stages to submit" + (f": {', '.join(t[0].stage.name for t in todo)}" if todo else ""), flush=True)
+            _say(f"#   {stage.name} ({self._job_kind(stage, conf)})" + (f" after {', '.join(after)}" if after else ""))
+        _say(f"# {len(todo)} of {len(self.stages)} stages to submit" + (f": {', '.join(t[0].stage.name for t in todo)}" if todo else ""))
+        sys.stdout.flush()
 
     def _job_kind(self, stage: Stage, conf: dict[str, Any]) -> str:
         if conf.get("tasks", 1) == 1:

@@ -408,3 +408,10 @@ def test_an_output_written_among_a_stage_s_args_is_one_of_its_outputs(tmp_path, 
     path.write_text(path.read_text() + '\n[[stages]]\nname = "overlap"\nrun = "corpus overlap"\nargs = ["{out}/ingest"]\noptions = { plot = "{out}/reports/same.png" }\n')
     err = " ".join(cli("pipeline", "run", config, "--dry-run", check=2).stderr.split())
     assert "stage 'stats' option plot" in err and "stage 'overlap' option plot" in err, err
+
+
+def test_the_dry_run_plan_escapes_control_characters(tmp_path, examples, cli, write_pipeline):
+    """A stage name or path holding ESC or BEL reached the terminal raw in the plan (the logs escape them)."""
+    ingest = {"name": "g\x1b[31mX\x07", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/in\x1bgest"}}
+    plan = cli("pipeline", "run", str(write_pipeline([ingest], out=str(tmp_path / "run"))), "--dry-run").stdout
+    assert "\x1b" not in plan and "\x07" not in plan and "# g\\x1b[31mX\\x07: to run" in plan, plan
