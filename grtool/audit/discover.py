@@ -1,5 +1,6 @@
 """What grtool wrote under a directory, found by its records alone (`grtool validate`, `grtool report` and `grtool status
-RUN` start from it): stage directories, orphaned shards, indexes, lookups, exports and pipeline records. No
+RUN` start from it): stage directories, orphaned shards, indexes, lookups, exports, reports (plots, JSON files) and
+pipeline records. No
 Parquet library is loaded here: `status` reads only JSON records."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 
 from grtool.records import DamagedRecord, read_json_record
-from grtool.store.layout import SHARDS_DIR
+from grtool.store.layout import FILE_RECORD, SHARDS_DIR
 from grtool.store.records import is_stage_dir
 
 LOOKUP_RECORD = "lookup.json"  # grtool.docid.lookup_files.RECORD
@@ -26,6 +27,7 @@ class Found:
     orphans: list[Path] = field(default_factory=list)  # shards without a manifest
     indexes: list[Path] = field(default_factory=list)
     sidecars: list[Path] = field(default_factory=list)  # <export>.grtool.json
+    files: list[Path] = field(default_factory=list)  # reports, plots, JSON files, by their .NAME.grtool-file.json
     dataset_infos: list[Path] = field(default_factory=list)
     lookups: list[Path] = field(default_factory=list)  # triples lookup caches (lookup.json, grtool.docid.lookup_files)
     pipeline_runs: list[Path] = field(default_factory=list)  # directories with _pipeline/<stage>.json records
@@ -33,7 +35,7 @@ class Found:
 
     def nothing(self) -> bool:
         """Nothing grtool wrote was found (validate and report fail on it: exit 1)."""
-        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.dataset_infos, self.lookups, self.pipeline_runs, self.checkpoints))
+        return not any((self.stages, self.orphans, self.indexes, self.sidecars, self.files, self.dataset_infos, self.lookups, self.pipeline_runs, self.checkpoints))
 
 
 def is_orphan_dir(path: Path) -> bool:
@@ -97,6 +99,8 @@ def discover(root: str | Path) -> Found:
         for name in sorted(filenames + dirnames):  # a sidecar's name on a directory: a damaged sidecar, not none
             if is_sidecar(name):
                 found.sidecars.append(d / name)
+            elif name.startswith(".") and name.endswith(FILE_RECORD) and len(name) > len(FILE_RECORD) + 1:
+                found.files.append(d / name[1 : -len(FILE_RECORD)])
             elif name == DATASET_INFO:
                 found.dataset_infos.append(d / name)
     return found

@@ -646,6 +646,7 @@ def _validate_dir(root: Path) -> list[Report]:
     reports += [validate_checkpoint(p) for p in found.checkpoints]
     exports = [validate_export(p) for p in found.sidecars]
     reports += exports
+    reports += [validate_file(p) for p in found.files]  # reports, plots, JSON files: by the bytes their records name
     with_sidecar = {Path(r.path).resolve() for r in exports}
     reports += [validate_dataset_info(p, with_sidecar) for p in found.dataset_infos]
     return reports or [nothing_found(root)]  # reports is empty exactly when found.nothing()

@@ -57,9 +57,20 @@ def exports(sidecars: list[Path]) -> list[dict[str, str]]:
             rows.append({"path": str(path), "kind": f"{meta.get('kind', '-')}: file missing (grtool validate)", "format": str(meta.get("trainer_format") or "-"),
                          "rows": "-", "created": str(meta.get("created", "-"))})  # fmt: skip
             continue
-        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")), "format": str(meta.get("trainer_format") or "-"),
+        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")) + _size_mark(path, meta), "format": str(meta.get("trainer_format") or "-"),
                      "rows": _number(meta.get("rows")), "created": str(meta.get("created", "-"))})  # fmt: skip
     return rows
+
+
+def _size_mark(path: Path, meta: dict[str, Any]) -> str:
+    """What the export's size says against its record (`status` reads no file whole; `validate` compares the bytes):
+    nothing when it is the size recorded."""
+    size = path.stat().st_size
+    if size == meta.get("bytes"):
+        return ""
+    if isinstance(meta.get("replaces"), dict) and size == meta["replaces"].get("bytes"):
+        return ": stopped before its new file was in place (grtool validate)"
+    return ": changed since it was written (grtool validate)"
 
 
 def checkpoints(found: list[Path]) -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ TMP_PATTERNS = {
 # A request cache kept inside a stage directory (chains) survives --overwrite: a parser or filter fix then
 # re-parses the stored answers instead of generating them again.
 LLM_CACHE = "_llm_cache"
+FILE_RECORD = ".grtool-file.json"  # `.NAME.grtool-file.json` beside a report, plot or JSON file grtool wrote
 # The tables a stage directory holds (their Arrow schemas: grtool.store.schemas); named here, without pyarrow, for
 # the readers of manifests and shard records (`grtool status` reads nothing else). A command of another package
 # declares its own table once (grtool.store.schemas.register_table), which names it here too.

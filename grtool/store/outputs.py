@@ -34,7 +34,7 @@ import msgspec
 from grtool.errors import InputError
 from grtool.holds import hold
 from grtool.records import DamagedRecord, mode_name, read_json_record, read_record
-from grtool.store.layout import LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
+from grtool.store.layout import FILE_RECORD, LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
 from grtool.store.paths import check_name, is_within, named, real
 from grtool.errors import printable
@@ -82,7 +82,6 @@ CHECKPOINT = OutputKind(
     folders=("checkpoint-[0-9]*", "incomplete-checkpoint", "adapter", "runs"), flat=False,
 )  # fmt: skip
 EXPORT = OutputKind("export", "an exported file", ".grtool.json", own=(), directory=False)
-FILE_RECORD = ".grtool-file.json"  # `.NAME.grtool-file.json` beside a report, plot or JSON file grtool wrote
 FILE = OutputKind("file", "a report, plot or JSON file", FILE_RECORD, own=(), directory=False)
 
 

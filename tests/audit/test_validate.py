@@ -332,3 +332,28 @@ def test_the_current_directory_is_validated_by_its_name_dot(run, monkeypatch):
     assert "ok . (questions" in run_cli("validate", ".").stderr
     monkeypatch.chdir(run)
     assert run_cli("validate", ".").returncode == 0
+
+
+def test_reports_under_a_run_are_judged_with_it_and_status_marks_a_changed_export(run, tmp_path):
+    """`validate RUN` and `report RUN` judge the reports, plots and JSON files grtool wrote under the run by their
+    records, as `validate FILE` does (before: a report edited and another removed were "ok" in the run, exit 0);
+    `status RUN` marks an export whose size is not the recorded one."""
+    stats, overlap = run / "stats.png", run / "overlap.png"
+    run_cli("corpus", "stats", run, "--plot", stats)
+    run_cli("corpus", "overlap", run, "--plot", overlap)
+    assert _validate(run, 0)
+    stats.write_bytes(stats.read_bytes() + b" ")
+    overlap.unlink()
+    out = _validate_json(run, 1)
+    files = {r["path"]: r["problems"] for r in out["stages"] if r["table"] == "file"}
+    assert any("changed since grtool wrote it" in p for p in files[str(stats)]), files
+    assert any("missing, but" in p for p in files[str(overlap)]), files
+    page = tmp_path / "r.html"
+    run_cli("report", run, "--out", page, check=1)  # written, and failing as validate fails
+    assert "stats.png" in page.read_text() and "FAIL" in page.read_text()
+
+    gmr = run / "data" / "gmr.jsonl"
+    run_cli("export", "gmr", run, "--out", gmr)
+    gmr.write_text(gmr.read_text()[:40])
+    [row] = json.loads(run_cli("status", run, "--json").stdout)["exports"]
+    assert row["kind"] == "gmr: changed since it was written (grtool validate)", row
