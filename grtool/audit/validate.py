@@ -553,8 +553,8 @@ def validate_checkpoint(path: Path) -> Report:
             report.problems.append(f"{path}: a training run started here{started} and did not finish: run its command again with --resume, or with --overwrite to start over")
         else:
             report.checked = {"kind": record.kind, "steps": record.global_step}
-    except DamagedRecord as e:
-        report.problems.append(f"{path / CHECKPOINT_RECORD}: {e}")
+    except DamagedRecord as e:  # its message names the record
+        report.problems.append(str(e) if str(e).startswith(str(path)) else f"{path / CHECKPOINT_RECORD}: {e}")
     return report
 
 

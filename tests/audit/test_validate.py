@@ -357,3 +357,11 @@ def test_reports_under_a_run_are_judged_with_it_and_status_marks_a_changed_expor
     gmr.write_text(gmr.read_text()[:40])
     [row] = json.loads(run_cli("status", run, "--json").stdout)["exports"]
     assert row["kind"] == "gmr: changed since it was written (grtool validate)", row
+
+
+def test_a_damaged_checkpoint_record_is_named_once(tmp_path):
+    checkpoint = tmp_path / "ck" / "sft"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "grtool.json").write_text('{"kind": "train sft", "kind": "x"}')
+    [problem] = _validate_json(checkpoint, 1)["stages"][0]["problems"]
+    assert problem.startswith(f"{checkpoint / 'grtool.json'}: the checkpoint record: ") and problem.count("grtool.json") == 1, problem
