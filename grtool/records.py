@@ -40,6 +40,13 @@ MAX_RECORD_BYTES = 64 * 2**20
 T = TypeVar("T")
 
 
+class Report(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A command's ``--json`` report, declared beside the code that builds it and named by the command's
+    declaration (``Command(report="module:Name")``): `grtool` prints a report only as converted through it
+    (:func:`grtool.cli.options.print_report`), so a field the declaration lacks, or a value of another type, fails
+    every run (and every test) that prints it. The field order is the order of the printed JSON."""
+
+
 class DamagedRecord(DataProblem):
     """A record grtool wrote does not decode through its declaration: edited or damaged (exit 1)."""
 

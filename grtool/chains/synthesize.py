@@ -42,6 +42,8 @@ from grtool.llm.guard import DEFAULT_MAX_EMPTY_SHARE, EmptyOutputs, example
 from grtool.llm.stage_runner import Meter, Part
 from grtool.store.questions import SplitSelection
 from grtool.store.records import Manifest
+import msgspec
+from grtool.records import Report
 
 SELECT_METHODS = ("entropy", "first")
 UNANSWERABLE = ("keep", "skip")
@@ -500,3 +502,19 @@ def _with_recorded_examples(writer: Any, result: EmptyOutputs) -> EmptyOutputs:
     for row in blank.slice(0, 3).to_pylist():
         result.examples.append(example(f"{row['qid']} candidate {row['candidate']}", "empty output", row["finish_reason"], row["text"] or ""))
     return result
+
+
+class ChainsReport(Report, kw_only=True):
+    """``chains synthesize --json`` and ``chains gold --json`` (which has no cache figures)."""
+
+    out: str
+    complete: bool
+    questions: int
+    questions_chained: int
+    rows: int
+    rejected: dict[str, int]
+    docids: int
+    docids_flipped: int
+    docids_not_offered: int | msgspec.UnsetType = msgspec.UNSET
+    cache_hits: int | msgspec.UnsetType = msgspec.UNSET
+    cache_generated: int | msgspec.UnsetType = msgspec.UNSET

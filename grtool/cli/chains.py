@@ -12,7 +12,7 @@ import typer
 from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.cli.shape import counts_text, moved_to_options
-from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, refuse_json_with_stdout, print_report
 from grtool.docid import DOCID_END, DOCID_START
 
 register(Group("chains", "Synthesize thought-retrieval chains from questions and gold triples."))
@@ -126,9 +126,7 @@ def synthesize(
         return
     summary = run_summary(str(out), manifest, stats)
     if as_json:
-        import orjson
-
-        typer.echo(orjson.dumps(summary).decode())
+        print_report(summary)
         return
     log.info(
         "chains: %s questions chained, %s rows, rejected: %s; %s docids (%s flipped, %s not offered); cache %d hits, %d generated",
@@ -153,6 +151,7 @@ register(
         reads={"corpus": TableInput("questions"), "triples": TableInput("triples"), "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
         writes={"out": TableOutput("chains"), "cache_dir": PathKind.DIRECTORY},
         extras=_synthesize_extras,
+        report="grtool.chains.synthesize:ChainsReport",
     )
 )  # `chains synthesize CORPUS TRIPLES` until the next release
 
@@ -209,14 +208,19 @@ def gold_cmd(
                "questions_chained": extra.get("questions_chained", 0), "rows": counters.out,
                "rejected": dict(counters.rejected), "docids": extra.get("docids", 0), "docids_flipped": extra.get("docids_flipped", 0)}  # fmt: skip
     if as_json:
-        import orjson
-
-        typer.echo(orjson.dumps(summary).decode())
+        print_report(summary)
         return
     log.info("chains gold: %s questions chained, rejected: %s; %s docids (%s flipped)", summary["questions_chained"],
              counts_text(summary["rejected"]), summary["docids"], summary["docids_flipped"])  # fmt: skip
 
 
 register(
-    Command("chains gold", gold_cmd, cls=moved_to_options("--triples"), reads={"corpus": TableInput("questions"), "triples": TableInput("triples")}, writes={"out": TableOutput("chains")})
+    Command(
+        "chains gold",
+        gold_cmd,
+        cls=moved_to_options("--triples"),
+        reads={"corpus": TableInput("questions"), "triples": TableInput("triples")},
+        writes={"out": TableOutput("chains")},
+        report="grtool.chains.synthesize:ChainsReport",
+    )
 )  # `chains gold CORPUS TRIPLES` until the next release

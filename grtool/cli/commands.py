@@ -110,7 +110,7 @@ def claiming_outputs(command: Command) -> Any:
     """The command's function, preceded by the one check of everything it declares it writes against everything it
     declares it reads (grtool.store.outputs.check_outputs): the same refusals for every output option of every
     command, before the command does any work. The command then writes through its claims."""
-    if not command.writes and not command.reads:
+    if not command.writes and not command.reads and command.report is None:
         return command.function
 
     @functools.wraps(command.function)
@@ -118,9 +118,21 @@ def claiming_outputs(command: Command) -> Any:
         check_declared_outputs(command, options)
         check_input_tables(command, options)
         check_redirected_stdout(command, options)
-        return command.function(*args, **options)
+        _RUNNING.append(command)
+        try:
+            return command.function(*args, **options)
+        finally:
+            _RUNNING.pop()
 
     return checked
+
+
+_RUNNING: list[Command] = []  # the declared commands running in this process, innermost last (a stage of `pipeline run`)
+
+
+def running() -> Command | None:
+    """The declared command whose function is running (what its ``--json`` report is declared by)."""
+    return _RUNNING[-1] if _RUNNING else None
 
 
 def check_declared_outputs(command: Command, options: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, RunOutput, TableInput, register
-from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, Json, Overwrite, RunOut, Plot, RowsPerPart, Strict, plot_extras, refuse_json_with_stdout, print_report
 
 register(Group("corpus", "Ingest, merge and describe the question/document corpora."))
 
@@ -27,10 +27,8 @@ class DatasetChoice(str, Enum):
 
 def _report_summary(title: str, report: dict, as_json: bool) -> None:
     """The summary as a table on stderr, or as one JSON object on stdout (--json)."""
-    import orjson
-
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
     else:
         _print_summary(title, report)
 
@@ -152,7 +150,7 @@ def ingest_cmd(
         log.warning("%d records rejected (see _rejects/ of the stage directories)", sum(report.rejected.values()))
 
 
-register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": RunOutput("documents", "questions")}))
+register(Command("corpus ingest", ingest_cmd, reads={"inputs": PathKind.FILE}, writes={"out": RunOutput("documents", "questions")}, report="grtool.corpus.ingest:IngestSummary"))
 
 
 @allows_empty
@@ -176,7 +174,9 @@ def merge_cmd(
         _report_summary(f"merged into {out}", report, as_json)
 
 
-register(Command("corpus merge", merge_cmd, reads={"inputs": TableInput("documents", kind=PathKind.RUN)}, writes={"out": RunOutput("documents", "questions")}))
+register(
+    Command("corpus merge", merge_cmd, reads={"inputs": TableInput("documents", kind=PathKind.RUN)}, writes={"out": RunOutput("documents", "questions")}, report="grtool.corpus.merge:MergeSummary")
+)
 
 
 def stats_cmd(
@@ -199,7 +199,6 @@ def stats_cmd(
 
     Example: grtool corpus stats out/corpus --triples out/triples
     """
-    import orjson
 
     from grtool.log import console, log
     from grtool.corpus.stats import corpus_stats, plot_stats, stats_table
@@ -221,7 +220,7 @@ def stats_cmd(
         if plot_file is not None:
             log.info("wrote %s", plot_file.write_with(lambda tmp: plot_stats(stats, tmp)))
     if as_json:
-        typer.echo(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode())
+        print_report(stats, indent=True)
     else:
         console.print(stats_table(stats))
         if "coverage" in stats:
@@ -230,7 +229,16 @@ def stats_cmd(
         log.warning("%s", warning)
 
 
-register(Command("corpus stats", stats_cmd, reads={"directory": PathKind.RUN, "triples": TableInput("triples"), "index": PathKind.DIRECTORY}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(
+    Command(
+        "corpus stats",
+        stats_cmd,
+        reads={"directory": PathKind.RUN, "triples": TableInput("triples"), "index": PathKind.DIRECTORY},
+        writes={"plot": PathKind.REPORT},
+        extras=plot_extras,
+        report="grtool.corpus.stats:StatsReport",
+    )
+)
 
 
 def split_cmd(
@@ -251,7 +259,6 @@ def split_cmd(
 
     Example: grtool corpus split out/mine/corpus --ratios 0.8,0.1,0.1 --out out/mine/split
     """
-    import orjson
     from rich.table import Table
 
     from grtool.log import stage_summary
@@ -265,7 +272,7 @@ def split_cmd(
     shares, split_names = parse_ratios(ratios, names)
     report = split_corpus(corpus, out, ratios=shares, names=split_names, seed=seed, resplit=resplit, overwrite=overwrite)
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
         return
     t = Table(title=f"questions per split in {out}", show_header=False)
     t.add_column("split")
@@ -276,4 +283,12 @@ def split_cmd(
     stage_summary.print(t)
 
 
-register(Command("corpus split", split_cmd, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"out": RunOutput("documents", "questions")}))
+register(
+    Command(
+        "corpus split",
+        split_cmd,
+        reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)},
+        writes={"out": RunOutput("documents", "questions")},
+        report="grtool.corpus.split:SplitSummary",
+    )
+)

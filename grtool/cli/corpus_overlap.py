@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from grtool.cli.commands import Command, PathKind, TableInput, register
-from grtool.cli.options import Json, Plot, plot_extras
+from grtool.cli.options import Json, Plot, plot_extras, print_report
 
 
 def overlap_cmd(
@@ -25,7 +25,6 @@ def overlap_cmd(
 
     Example: grtool corpus overlap out/hotpot --n 4-12 --plot out/overlap.png
     """
-    import orjson
     from rich.table import Table
 
     from grtool.log import console, log
@@ -40,7 +39,7 @@ def overlap_cmd(
         if plot_file is not None:
             log.info("wrote %s", plot_file.write_with(lambda tmp: plot_overlap(report, tmp)))
     if as_json:
-        typer.echo(orjson.dumps(report.to_json()).decode())
+        print_report(report.to_json())
         return
     table = Table(title="mean question n-gram overlap with gold documents (%)")
     table.add_column("dataset")
@@ -61,4 +60,13 @@ def overlap_cmd(
         console.print(f"left out: {count} questions ({reason.replace('_', ' ')})")
 
 
-register(Command("corpus overlap", overlap_cmd, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(
+    Command(
+        "corpus overlap",
+        overlap_cmd,
+        reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)},
+        writes={"plot": PathKind.REPORT},
+        extras=plot_extras,
+        report="grtool.corpus.overlap:OverlapSummary",
+    )
+)

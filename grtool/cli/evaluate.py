@@ -11,7 +11,7 @@ import typer
 from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
 from grtool.models import DEFAULT_MODEL_NAME
-from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras
+from grtool.cli.options import Json, NumShards, Overwrite, Plot, ShardIndex, MaxEmptyShare, plot_extras, print_report
 from grtool.errors import DataProblem
 
 register(Group("eval", "Score model responses (retrieval recall, answer accuracy)."))
@@ -72,7 +72,6 @@ def recall_cmd(
 
     Example: grtool eval recall --run bm25.trec --corpus out/corpus --json
     """
-    import orjson
 
     from grtool.log import console, log
     from grtool.vocab.readers import DocidIndex, QuestionIndex
@@ -117,7 +116,7 @@ def recall_cmd(
         if trec is not None:
             trec.write(run_file, qrels_file)
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
     else:
         print_recall(report)
         if per_question:
@@ -134,6 +133,7 @@ register(
         recall_cmd,
         reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "triples": TableInput("triples"), "run": PathKind.FILE},
         writes={"trec_run": PathKind.REPORT, "trec_qrels": PathKind.REPORT},
+        report="grtool.evaluation.recall:RecallSummary",
     )
 )
 
@@ -230,7 +230,6 @@ def compare_cmd(
 
     Example: grtool eval compare base=out/retrieve/base sft=reports/recall-sft.json --out reports/recall.md --plot reports/recall.png
     """
-    import orjson
 
     from grtool.log import log
     from grtool.evaluation.compare import Inputs, check_same_questions, check_train_overlap, comparison, load_runs, markdown, metrics, paper_markdown, plot as plot_runs, split_spec, table
@@ -250,7 +249,7 @@ def compare_cmd(
         text += "".join(f"\n> {line}\n" for line in overlaps)  # the number stands beside what it includes
         if as_json:
             result = {"recall": table(runs), "metrics": metrics(runs), "per_question": comparison(runs, baseline, per_question), "train_overlap": overlaps}
-            typer.echo(orjson.dumps(result).decode())
+            print_report(result)
         if out_file is not None:
             out_file.write(text.encode())
         elif not as_json:
@@ -266,6 +265,7 @@ register(
         reads={"reports": PathKind.LABELLED_FILE, "corpus": PathKind.STAGE, "triples": PathKind.STAGE},
         writes={"out": PathKind.REPORT, "plot": PathKind.REPORT},
         extras=plot_extras,
+        report="grtool.evaluation.compare:CompareReport",
     )
 )
 
@@ -300,7 +300,6 @@ def answer_cmd(
 
     Example: grtool eval answer --answers flashrag.jsonl --corpus out/corpus
     """
-    import orjson
     from rich.table import Table
 
     from grtool.log import console
@@ -318,7 +317,7 @@ def answer_cmd(
         predictions = read_predictions(answers)  # type: ignore[arg-type]
     report = score_predictions(predictions, gold_answers(corpus), per_question=per_question)
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
     else:
         table = Table(title="answer accuracy (SQuAD v1.1 normalisation)")
         judged = bool(report["judged"])
@@ -369,5 +368,6 @@ register(
         reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "answers": PathKind.FILE},
         writes={"out": TableOutput("answers"), "cache_dir": PathKind.DIRECTORY},
         extras=_answer_extras,
+        report="grtool.evaluation.answers:AnswerReport",
     )
 )

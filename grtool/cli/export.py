@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from grtool.cli.commands import Command, FilesOutput, Group, PathKind, TableInput, register
-from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer, refuse_json_with_stdout
+from grtool.cli.options import allows_empty, CannotAnswer, Json, Split, check_cannot_answer, refuse_json_with_stdout, print_report
 
 register(Group("export", "Export training data for SFT, KTO and GMR-style trainers."))
 
@@ -71,7 +71,6 @@ def sft_cmd(
     Example: grtool export sft out/filtered --corpus out/corpus --split train --out data/thinkgr_sft.json --dev-share 0.02 --max-per-dataset 100000
     """
     refuse_json_with_stdout(as_json, out)
-    import orjson
     from rich.table import Table
 
     from grtool.log import stage_summary
@@ -98,7 +97,7 @@ def sft_cmd(
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
     if as_json:
-        typer.echo(orjson.dumps(result.as_dict()).decode())
+        print_report(result.as_dict())
 
 
 def dev_file(out: str, options: Mapping[str, Any]) -> list[str]:
@@ -112,7 +111,9 @@ def dev_file(out: str, options: Mapping[str, Any]) -> list[str]:
     return [str(path) for split, path in sft_files(out, share).items() if split == "dev"]
 
 
-register(Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": FilesOutput(beside=dev_file)}))
+register(
+    Command("export sft", sft_cmd, reads={"filtered": TableInput("chains"), "corpus": TableInput("questions")}, writes={"out": FilesOutput(beside=dev_file)}, report="grtool.export.sft:SftReport")
+)
 
 
 @allows_empty
@@ -137,7 +138,6 @@ def kto_cmd(
     Example: grtool export kto samples.jsonl --corpus out/corpus --triples out/triples --split train --tau 0.5 --out data/thinkgr_kto.json
     """
     refuse_json_with_stdout(as_json, out)
-    import orjson
     from rich.table import Table
 
     from grtool.log import stage_summary
@@ -165,10 +165,18 @@ def kto_cmd(
     if result.dataset_info:
         stage_summary.print(f"dataset_info: {result.dataset_info}", highlight=False)
     if as_json:
-        typer.echo(orjson.dumps(summary).decode())
+        print_report(summary)
 
 
-register(Command("export kto", kto_cmd, reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "triples": TableInput("triples")}, writes={"out": PathKind.REPORT}))
+register(
+    Command(
+        "export kto",
+        kto_cmd,
+        reads={"responses": TableInput("responses"), "corpus": TableInput("questions"), "triples": TableInput("triples")},
+        writes={"out": PathKind.REPORT},
+        report="grtool.export.kto:KtoReport",
+    )
+)
 
 
 @allows_empty
@@ -187,7 +195,6 @@ def gmr_cmd(
     Example: grtool export gmr out/corpus --out data/gmr_pairs.jsonl --memorization
     """
     refuse_json_with_stdout(as_json, out)
-    import orjson
 
     from grtool.log import stage_summary
     from grtool.export.gmr import export_gmr
@@ -202,7 +209,7 @@ def gmr_cmd(
         highlight=False,
     )
     if as_json:
-        typer.echo(orjson.dumps(result.as_dict()).decode())
+        print_report(result.as_dict())
 
 
-register(Command("export gmr", gmr_cmd, reads={"corpus": TableInput("questions", "documents")}, writes={"out": PathKind.REPORT}))
+register(Command("export gmr", gmr_cmd, reads={"corpus": TableInput("questions", "documents")}, writes={"out": PathKind.REPORT}, report="grtool.export.gmr:GmrReport"))

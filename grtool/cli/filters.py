@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, TableInput, TableOutput, register
-from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, print_report
 from grtool.errors import InputError
 
 register(Group("filters", "Filter chains (format, existing triples, gold coverage, answers, redundancy)."))
@@ -62,7 +62,6 @@ def apply_cmd(
 
     Example: grtool filters apply out/chains --corpus out/corpus --triples out/triples --split train --out out/filtered --report out/filters.md
     """
-    import orjson
     from rich.table import Table
 
     from grtool.log import log, stage_summary
@@ -90,7 +89,7 @@ def apply_cmd(
         if report_file is not None:
             log.info("wrote %s", report_file.write(render_markdown(result).encode()))
     if as_json:
-        typer.echo(orjson.dumps(result).decode())
+        print_report(result)
         return
 
     def pct(x: float | None) -> str:
@@ -116,5 +115,6 @@ register(
         apply_cmd,
         reads={"chains": TableInput("chains"), "corpus": TableInput("questions"), "triples": TableInput("triples")},
         writes={"out": TableOutput("chains"), "report": PathKind.REPORT},
+        report="grtool.filters.report:FiltersReport",
     )
 )

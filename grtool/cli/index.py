@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, TableInput, register
-from grtool.cli.options import Json, Overwrite, out_path
+from grtool.cli.options import Json, Overwrite, out_path, print_report
 
 register(Group("index", "Build and query the docid index for constrained decoding."))
 
@@ -63,7 +63,7 @@ def build_cmd(
 
     Example: grtool index build out/run/triples --tokenizer llama3 --out out/run/index
     """
-    from grtool.index.build import build_index, dump_json, stats
+    from grtool.index.build import build_index, stats
     from grtool.index.base import Index
     from grtool.log import stage_summary
 
@@ -72,7 +72,7 @@ def build_cmd(
     up_to_date = bool(meta.get("up_to_date"))
     report = {**stats(Index.open(out)), "up_to_date": up_to_date}
     if as_json:
-        typer.echo(dump_json(report))
+        print_report(report)
     else:
         flipped = f", {report['flipped_sequences']:,} of them flipped ({report['flips_token_share']:.1%} of the tokens)" if flips else ""
         state = "up to date (same input, tokenizer and options), kept" if up_to_date else "built"
@@ -91,7 +91,7 @@ def _build_extras(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [("llm", f"--tokenizer {tokenizer}")] if needs_llm else []
 
 
-register(Command("index build", build_cmd, reads={"triples": PathKind.STAGE}, writes={"out": PathKind.DIRECTORY}, extras=_build_extras))
+register(Command("index build", build_cmd, reads={"triples": PathKind.STAGE}, writes={"out": PathKind.DIRECTORY}, extras=_build_extras, report="grtool.index.build:IndexReport"))
 
 
 def query_cmd(
@@ -185,7 +185,7 @@ def stats_cmd(
     """
     from grtool.evaluation.gold_coverage import coverage_table, coverage_warning, gold_coverage
     from grtool.index.base import Index
-    from grtool.index.build import dump_json, stats
+    from grtool.index.build import stats
     from grtool.log import log
 
     opened = Index.open(index)
@@ -194,7 +194,7 @@ def stats_cmd(
     if coverage is not None and (warning := coverage_warning(coverage)):
         log.warning("%s", warning)
     if as_json:
-        typer.echo(dump_json(report if coverage is None else {**report, "coverage": coverage}))
+        print_report(report if coverage is None else {**report, "coverage": coverage})
         return
     from rich.table import Table
 
@@ -214,4 +214,4 @@ def stats_cmd(
         console.print(coverage_table(coverage))
 
 
-register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY, "corpus": TableInput("questions")}))
+register(Command("index stats", stats_cmd, reads={"index": PathKind.DIRECTORY, "corpus": TableInput("questions")}, report="grtool.index.build:IndexReport"))

@@ -52,6 +52,27 @@ Split = Annotated[
 ]
 
 
+def print_report(report: Any, *, indent: bool = False, kind: type | None = None) -> None:
+    """Print the running command's ``--json`` report: converted through the report type its declaration names
+    (``Command(report=...)``; ``kind`` for a command with a second report), so what is printed is what is
+    declared, field by field and in its order. A field the declaration lacks, or a value of another type, is a
+    bug of grtool's, said as one."""
+    import msgspec
+    import orjson
+
+    from grtool.cli.commands import running
+
+    command = running()
+    kind = kind or (command.report_type() if command is not None else None)
+    if kind is None:
+        raise RuntimeError(f"{command.words if command else 'a command'}: prints a --json report but declares no report type (a bug of grtool)")
+    try:
+        typed = msgspec.convert(report, kind)
+    except msgspec.ValidationError as e:
+        raise RuntimeError(f"the --json report does not match its declaration {kind.__module__}.{kind.__name__}: {e} (a bug of grtool)") from None
+    typer.echo(orjson.dumps(msgspec.to_builtins(typed), option=orjson.OPT_INDENT_2 if indent else 0).decode())
+
+
 def refuse_json_with_stdout(as_json: bool, out: str | Path) -> None:
     """--json prints the summary on stdout, which ``--out -`` fills with rows: refused before anything runs."""
     if as_json and str(out) == "-":

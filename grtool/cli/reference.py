@@ -112,7 +112,22 @@ def render_markdown() -> str:
                 rows.append(f"| {names} | {kind} | {_default(p)} | {_cell(p.help)} |")
         if rows:
             out += ["| argument / option | kind | default | what it does |", "|---|---|---|---|", *rows, ""]
+        out += _report_fields(words)
     return "\n".join(out)
+
+
+def _report_fields(words: list[str]) -> list[str]:
+    """The fields of the command's ``--json`` report, as its declaration names them (``Command(report=...)``)."""
+    import msgspec
+
+    from grtool.cli.commands import declared
+
+    command = declared().get(" ".join(words))
+    kind = command.report_type() if command is not None else None
+    if kind is None:
+        return []
+    fields = ", ".join(f"`{f.encode_name}`" + ("" if f.required else " (optional)") for f in msgspec.structs.fields(kind))
+    return [f"`--json` prints one object ({kind.__module__}.{kind.__name__}): {fields}.", ""]
 
 
 def render_page() -> str:

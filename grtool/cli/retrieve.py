@@ -11,7 +11,7 @@ import typer
 
 from grtool.cli.commands import Command, PathKind, TableInput, TableOutput, register
 from grtool.cli.llm_options import LLMSettings, llm_options
-from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer
+from grtool.cli.options import allows_empty, MaxEmptyShare, CannotAnswer, Json, NumShards, Out, Overwrite, ShardIndex, Split, check_cannot_answer, print_report
 
 
 class MarkerMode(str, Enum):
@@ -97,7 +97,6 @@ def retrieve_cmd(
 
     Example: grtool retrieve out/run --method bm25 --split dev --out out/run/retrieve/bm25
     """
-    import orjson
 
     if method == Method.bm25:
         model_only = {"--index": index, "--model": llm.model, "--adapter": adapter, "--few-shot": few_shot, "--few-shot-from": few_shot_from, "--system": system,
@@ -123,7 +122,7 @@ def retrieve_cmd(
         llm,
     )  # fmt: skip
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
         return
     from grtool.cli.evaluate import print_recall
     from grtool.log import console
@@ -150,7 +149,6 @@ def retrieve_cmd(
 def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], splits: tuple[str, ...],
           limit: int | None, overwrite: bool, num_shards: int | None, shard_index: int | None, as_json: bool) -> None:  # fmt: skip
     """`retrieve --method bm25`: the stage, then recall as `eval recall` prints it (no triples needed)."""
-    import orjson
 
     from grtool.cli.evaluate import print_recall
     from grtool.evaluation.recall import evaluate_recall
@@ -169,7 +167,7 @@ def _bm25(corpus: str, out: Path, top_k: int | None, datasets: tuple[str, ...], 
         recall = evaluate_recall(out, QuestionIndex.build(corpus), None)
         report["recall"] = recall if recall["responses"] else None
     if as_json:
-        typer.echo(orjson.dumps(report).decode())
+        print_report(report)
         return
     if report["recall"] is not None:
         print_recall(report["recall"])
@@ -192,5 +190,6 @@ register(
         reads={"corpus": TableInput("questions"), "index": PathKind.DIRECTORY, "triples": TableInput("triples"), "adapter": PathKind.DIRECTORY},
         writes={"out": TableOutput("responses"), "cache_dir": PathKind.DIRECTORY},
         extras=_retrieve_extras,
+        report="grtool.retrieve.run:RetrieveReport",
     )
 )

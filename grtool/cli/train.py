@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from grtool.cli.commands import Command, Group, PathKind, TableInput, register
-from grtool.cli.options import CannotAnswer, Json, Overwrite
+from grtool.cli.options import CannotAnswer, Json, Overwrite, print_report
 
 register(Group("train", "Train a retriever: SFT on the exported chains, then KTO on labelled samples (TRL)."))
 
@@ -67,7 +67,6 @@ Format = Annotated[OutFormat, typer.Option("--format", help="checkpoint: train; 
 
 
 def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[str, Any], *, preset, config, resume, overwrite, dry_run, fmt, as_json) -> None:
-    import orjson
 
     from grtool.log import console, stage_summary
     from grtool.train.config import resolve
@@ -84,7 +83,7 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
     report = p.report()
     if dry_run:
         if as_json:
-            typer.echo(orjson.dumps(report).decode())
+            print_report(report)
             return
         console.print(f"[bold]train {kind}[/] {report['data']} ({report['rows']} rows, {report['data_format']}) on {report['model']} → {report['out']}", highlight=False)
         for key, value in report["config"].items():  # as a --config YAML file spells them (null, true), not as Python
@@ -114,7 +113,9 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         highlight=False,
     )
     if as_json:
-        typer.echo(orjson.dumps(record).decode())
+        from grtool.vocab.provenance import CheckpointRecord
+
+        print_report(record, kind=CheckpointRecord)
 
 
 def sft_cmd(
@@ -179,6 +180,7 @@ register(
         reads={"data": PathKind.STAGE, "corpus": TableInput("questions"), "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
         writes={"out": PathKind.DIRECTORY},
         extras=_train_extras("train sft"),
+        report="grtool.train.run:TrainPlanReport",
     )
 )
 
@@ -247,5 +249,6 @@ register(
         reads={"data": PathKind.STAGE, "corpus": TableInput("questions"), "triples": TableInput("triples"), "chat_template": PathKind.FILE, "deepspeed": PathKind.FILE, "config": PathKind.FILE},
         writes={"out": PathKind.DIRECTORY},
         extras=_train_extras("train kto"),
+        report="grtool.train.run:TrainPlanReport",
     )
 )

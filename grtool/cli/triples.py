@@ -10,7 +10,7 @@ import typer
 
 from grtool.cli.commands import Command, Group, PathKind, RunOutput, TableInput, register
 from grtool.cli.llm_options import LLMSettings, backend_extras, llm_options
-from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras
+from grtool.cli.options import allows_empty, Json, NumShards, Out, Overwrite, Plot, ShardIndex, Split, out_path, plot_extras, print_report
 from grtool.docid import DOCID_END, DOCID_START
 
 
@@ -81,7 +81,6 @@ def extract_command(
     Example: grtool triples extract out/hotpot --out out/hotpot --backend vllm --model meta-llama/Llama-3.1-8B-Instruct
     """
     import msgspec
-    import orjson
 
     from grtool.log import stage_summary
     from grtool.docid import Markers, check_markers
@@ -128,10 +127,10 @@ def extract_command(
     extra = c.get("extra", {})
     shares = drop_shares(counters or Counters())
     if as_json:
-        typer.echo(orjson.dumps({
+        print_report({
             "triples": c.get("out", 0), "documents": extra.get("documents", 0), "grounding": grounding, "dropped": shares,
             "parts_done": report.parts_done, "parts_skipped": report.parts_skipped, "counters": c, "this_run": report.counters,
-        }, option=orjson.OPT_INDENT_2).decode())  # fmt: skip
+        }, indent=True)  # fmt: skip
     if c:
         dropped = ", ".join(f"{r} {v['dropped']} ({v['share']:.1%})" for r, v in shares.items())
         stage_summary.print(
@@ -174,6 +173,7 @@ register(
         reads={"corpus": TableInput("documents"), "prompt": PathKind.FILE, "few_shot": PathKind.FILE},
         writes={"out": RunOutput("triples", "llm_calls"), "cache_dir": PathKind.DIRECTORY},
         extras=backend_extras,
+        report="grtool.triples.extract:ExtractSummary",
     )
 )
 
@@ -198,7 +198,6 @@ def collisions_command(
 
     Example: grtool triples collisions out/hotpot --json --plot collisions.png
     """
-    import orjson
     from rich.table import Table
 
     from grtool.log import console
@@ -213,7 +212,7 @@ def collisions_command(
         if plot_file is not None:
             plot_file.write_with(lambda tmp: plot_docs_per_triple(report, tmp))
     if as_json:
-        typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        print_report(report, indent=True)
         return
     table = Table(title=f"triple collisions in {report['triples']} (per dataset: {report['view']} documents)")
     for col in ("scope", "documents of", "distinct triples", "in ≥2 docs", "in ≥3 docs"):
@@ -236,7 +235,16 @@ def collisions_command(
         console.print(worst)
 
 
-register(Command("triples collisions", collisions_command, reads={"triples": TableInput("triples"), "corpus": TableInput("documents")}, writes={"plot": PathKind.REPORT}, extras=plot_extras))
+register(
+    Command(
+        "triples collisions",
+        collisions_command,
+        reads={"triples": TableInput("triples"), "corpus": TableInput("documents")},
+        writes={"plot": PathKind.REPORT},
+        extras=plot_extras,
+        report="grtool.triples.collisions:CollisionsReport",
+    )
+)
 
 
 @allows_empty
@@ -259,7 +267,6 @@ def evidence_command(
     Example: grtool triples evidence out/2wiki --out out/2wiki-run
     """
     import msgspec
-    import orjson
 
     from grtool.log import stage_summary
     from grtool.docid import Markers, check_markers
@@ -275,7 +282,7 @@ def evidence_command(
     write_evidence_stage(corpus, out / "triples", markers=markers, overwrite=overwrite)
     c = load_manifest(out / "triples").counters
     if as_json:
-        typer.echo(orjson.dumps({"triples": c.out, "counters": msgspec.to_builtins(c)}).decode())  # the counters as JSON
+        print_report({"triples": c.out, "counters": msgspec.to_builtins(c)})  # the counters as JSON
         return
     rejected = ", ".join(f"{reason} {n}" for reason, n in sorted(c.rejected.items())) or "none"
     stage_summary.print(
@@ -285,4 +292,12 @@ def evidence_command(
     )
 
 
-register(Command("triples evidence", evidence_command, reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)}, writes={"out": RunOutput("triples")}))
+register(
+    Command(
+        "triples evidence",
+        evidence_command,
+        reads={"corpus": TableInput("questions", "documents", kind=PathKind.RUN)},
+        writes={"out": RunOutput("triples")},
+        report="grtool.triples.evidence:EvidenceReport",
+    )
+)

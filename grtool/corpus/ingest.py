@@ -51,6 +51,7 @@ from grtool.store.records import load_manifest
 from grtool.store.paths import prepare_out_dir
 from grtool.store.locks import run_lock
 from grtool.errors import printable
+from grtool.records import Report
 
 WORK_DIR = "_ingest_work"
 COMPRESSED_RATIO = 4  # decompressed/compressed size guess, only used to size the hash buckets
@@ -648,3 +649,17 @@ def _read_back(out: Path, report: IngestReport) -> IngestReport:
         else:
             report.questions = m.rows or 0
     return report
+
+
+class IngestSummary(Report, kw_only=True):
+    """``corpus ingest --json``: :meth:`IngestReport.as_dict`."""
+
+    out: str
+    questions: int
+    documents: int
+    paragraphs: int
+    rejected: dict[str, int]
+    questions_by_dataset: dict[str, int]
+    empty_inputs: list[str]
+    detected: list[dict[str, Any]]
+    resumed: bool

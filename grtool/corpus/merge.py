@@ -21,6 +21,8 @@ from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.layout import MANIFEST
 from grtool.store.stage import StageSpec, iter_batches, shard_paths
 from grtool.store.records import load_manifest, resolve_stage
+import msgspec
+from grtool.records import Report
 
 WORK_DIR = "_merge_work"
 ROWS_PER_BUCKET = 50_000
@@ -108,3 +110,14 @@ def merge(inputs: list[str | Path], out: str | Path, *, overwrite: bool = False,
             if table == "documents":
                 result["documents_merged"] = m.counters.merged
     return result
+
+
+class MergeSummary(Report, kw_only=True):
+    """``corpus merge --json``: a table's figures only where its stage was written."""
+
+    out: str
+    resumed: bool
+    rejected: dict[str, int]
+    documents: int | msgspec.UnsetType = msgspec.UNSET
+    documents_merged: int | msgspec.UnsetType = msgspec.UNSET
+    questions: int | msgspec.UnsetType = msgspec.UNSET

@@ -40,6 +40,8 @@ from grtool.log import log
 from grtool.store.reading import collect, scan_shards
 from grtool.store.stage import read_table, shard_paths
 from grtool.store.records import resolve_stage
+from typing import Any
+from grtool.records import Report
 
 WORD_PATTERN = r"\w+"  # what NLTK's RegexpTokenizer is given; see word_regex() for the engine actually used
 DEFAULT_NS = tuple(range(4, 13))
@@ -397,3 +399,12 @@ def iter_table_rows(report: OverlapReport) -> Iterator[tuple[str, list[str]]]:
     """Rows for a terminal table: dataset, then mean overlap per n as percentages."""
     for ds in sorted(report.mean):
         yield ds, ["–" if report.mean[ds][n] is None else f"{100 * report.mean[ds][n]:.1f}" for n in report.ns]
+
+
+class OverlapSummary(Report, kw_only=True):
+    """``corpus overlap --json``: :meth:`Overlap.to_json`."""
+
+    ns: list[int]
+    per_dataset: dict[str, dict[str, Any]]
+    left_out: dict[str, Any]
+    tokenizer: str

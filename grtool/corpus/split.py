@@ -23,6 +23,7 @@ from grtool.store.schemas import DOCUMENTS, QUESTIONS
 from grtool.store.reading import iter_shard_batches
 from grtool.store.partloop import LoopPart, Output, PartLoop
 from grtool.store.stage import StageSpec, iter_batches, shard_paths
+from grtool.records import Report
 
 DEFAULT_NAMES = ("train", "dev", "test")
 UNKNOWN = "unknown"  # ingest's split of a question whose file and record name none
@@ -93,3 +94,12 @@ def split_corpus(corpus: str | Path, out: str | Path, *, ratios: tuple[float, ..
     for batch in iter_batches(out / "questions", columns=["split"]):
         counts.update(batch.column(0).to_pylist())
     return {"out": str(out), "questions": sum(counts.values()), "by_split": dict(sorted(counts.items())), "replaced": dict(sorted(held.items())) if resplit else {}}
+
+
+class SplitSummary(Report, kw_only=True):
+    """``corpus split --json``."""
+
+    out: str
+    questions: int
+    by_split: dict[str, int]
+    replaced: dict[str, int]

@@ -20,6 +20,8 @@ from grtool.log import lines
 from grtool.store.reading import collect, scan_shards
 from grtool.store.records import is_stage_dir, load_manifest, resolve_stage
 from grtool.store.stage import shard_paths
+import msgspec
+from grtool.records import Report
 
 
 def _stage(directory: Path, table: str) -> Path | None:
@@ -156,3 +158,14 @@ def plot_stats(stats: dict[str, Any], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.partloop.claim_file)
     plt.close(fig)
+
+
+class StatsReport(Report, kw_only=True):
+    """``corpus stats --json``: per dataset and split (``groups``), the documents, and the gold coverage where the
+    run holds triples."""
+
+    path: str
+    groups: list[dict[str, Any]]
+    documents: dict[str, Any]
+    questions_total: int
+    coverage: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET

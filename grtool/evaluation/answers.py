@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from grtool.errors import InputError
+import msgspec
+from grtool.records import Report
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -157,3 +159,17 @@ def score_predictions(predictions: Iterable[Prediction], gold: dict[str, GoldAns
     if per_question:
         report["questions"] = questions
     return report
+
+
+class AnswerReport(Report, kw_only=True):
+    """``eval answer --json``: :func:`score_predictions`."""
+
+    scored: int
+    exact_match: float | None
+    f1: float | None
+    judged: int
+    judged_accuracy: float | None
+    per_dataset: dict[str, dict[str, Any]]
+    normalisation: str
+    not_scored: dict[str, Any]
+    questions: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET

@@ -20,6 +20,7 @@ from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
 from grtool.records import Count, DamagedRecord, Fraction, Seconds, Sha256, decode_record
 from grtool.userinput import read_input_bytes
+from grtool.records import Report
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
 SAME_RECALL = 1e-9  # means over samples are sums of fractions: equal up to rounding is the same
@@ -379,3 +380,13 @@ def plot(runs: list[Run], path: str | Path) -> Path:
     fig.savefig(path, dpi=120)  # the path its caller's claim gives (grtool.store.partloop.claim_file)
     plt.close(fig)
     return Path(path)
+
+
+class CompareReport(Report, kw_only=True):
+    """``eval compare --json``: recall per dataset and run, every run's metrics, the per-question comparison and
+    the training overlaps each number includes."""
+
+    recall: dict[str, dict[str, Any]]
+    metrics: dict[str, dict[str, Any]]
+    per_question: dict[str, Any]
+    train_overlap: list[str]

@@ -19,6 +19,8 @@ from grtool.errors import InputError
 from grtool.evaluation.per_question import PerQuestion
 from grtool.evaluation.verdicts import Score
 from grtool.vocab.readers import DocidIndex, Question, QuestionIndex, Response, iter_responses
+import msgspec
+from grtool.records import Report
 
 
 SCORE_BATCH = 2048  # responses scored per lookup call
@@ -214,3 +216,32 @@ def query_seconds(responses: str | Path) -> dict[str, float] | None:
     if len(column) == 0:
         return None
     return {"mean": pc.mean(column).as_py() / 1000, "p50": pc.quantile(column, q=0.5)[0].as_py() / 1000}
+
+
+class RecallSummary(Report, kw_only=True):
+    """``eval recall --json``: :func:`evaluate_recall`, with the run's timing and training overlap."""
+
+    responses: int
+    questions_scored: int
+    recall: float | None
+    exact_match_share: float | None
+    docs_per_response: float | None
+    docids: int
+    hallucinated: int
+    hallucinated_share: float
+    flipped: int
+    malformed: int
+    responses_with_malformed: int
+    per_dataset: dict[str, dict[str, Any]]
+    unknown_qid: int
+    unknown_qid_examples: list[str]
+    no_gold: int
+    incomplete_gold: int
+    selected: int | None
+    without_response: int | None
+    without_response_examples: list[str]
+    question_set: dict[str, Any]
+    coverage: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    questions: list[dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
+    seconds_per_query: dict[str, Any] | None | msgspec.UnsetType = msgspec.UNSET
+    train_overlap: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET

@@ -34,6 +34,7 @@ from grtool.vocab.gmr import memorization_pair, render_document, retrieval_pairs
 from grtool.vocab.provenance import input_fingerprint, questions_record, write_sidecar
 from grtool.store.stage import iter_batches
 from grtool.store.records import resolve_stage
+from grtool.records import Report
 
 
 @dataclass
@@ -132,3 +133,16 @@ def iter_gmr(corpus: str | Path, result: GmrResult, *, memorization: bool = Fals
                     continue
                 result.memorization_pairs += 1
                 yield pair
+
+
+class GmrReport(Report, kw_only=True):
+    """``export gmr --json``: :meth:`GmrResult.as_dict`."""
+
+    questions: int
+    retrieval_pairs: int
+    no_gold: int
+    missing_gold_document: int
+    missing_examples: list[str]
+    memorization_pairs: int
+    too_short: int
+    outside_split: int

@@ -31,6 +31,7 @@ from grtool.store.empty import check_rows
 from grtool.store.io import is_stdio
 from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
+from grtool.records import Report
 
 
 DESIRABLE_RULES = {
@@ -179,3 +180,23 @@ def export_kto(
         stanza = dataset_info_stanza("llamafactory-sharegpt", Path(out).name, system=bool(system), kto=True)
         result.dataset_info = str(update_dataset_info(Path(out).parent, {Path(out).stem: stanza}))
     return result
+
+
+class KtoReport(Report, kw_only=True):
+    """``export kto --json``: :meth:`KtoResult.as_dict`."""
+
+    desirable_rule: str
+    rule: str
+    tau: float
+    desirable: int
+    undesirable: int
+    dropped: int
+    outside_split: int
+    unknown_qid: int
+    no_gold: int
+    incomplete_gold: int
+    desirable_weight: float
+    undesirable_weight: float
+    per_dataset: dict[str, dict[str, int]]
+    file: str | None
+    dataset_info: str | None

@@ -29,6 +29,7 @@ from grtool.store.io import InputTable, is_stdio
 from grtool.store.outputs import remove_killed_scratch
 from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
+from grtool.records import Report
 
 
 @dataclass
@@ -217,3 +218,20 @@ def without_thought(chain: str) -> str | None:
 def _params(opts: SftOptions) -> dict[str, Any] | None:
     params = {k: v for k, v in (("cannot_answer", opts.cannot_answer), ("no_thought", opts.no_thought)) if v}
     return params or None
+
+
+class SftReport(Report, kw_only=True):
+    """``export sft --json``: :meth:`SftResult.as_dict`."""
+
+    rows_in: int
+    not_selected: int
+    outside_split: int
+    unknown_qid: int
+    empty_chain: int
+    broken_chain: int
+    train: int
+    dev: int
+    capped: int
+    per_dataset: dict[str, dict[str, Any]]
+    files: dict[str, str]
+    dataset_info: str | None

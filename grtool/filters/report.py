@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+import msgspec
+from grtool.records import Report
 
 
 def build_report(counts: Counter[str], examples: dict[str, list[dict]], *, rules: tuple[str, ...], all_candidates: bool, settings: dict[str, Any]) -> dict[str, Any]:
@@ -124,3 +126,25 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines += [f"- qid `{e['qid']}` candidate {e['candidate']}: {e['detail']}", f"  > {text[:400]}{'…' if len(text) > 400 else ''}"]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+class FiltersReport(Report, kw_only=True):
+    """``filters apply --json``: :func:`build_report`."""
+
+    chains: int
+    passed: int
+    rejected: int
+    pass_rate: float | None
+    kept: int
+    questions: int
+    questions_kept: int
+    questions_lost: int
+    yield_: float | None = msgspec.field(name="yield")
+    lost: dict[str, int]
+    trimmed: int
+    not_selected: int
+    rules: dict[str, int]
+    reasons: dict[str, int]
+    datasets: dict[str, dict[str, Any]]
+    examples: dict[str, list[dict[str, Any]]]
+    settings: dict[str, Any]

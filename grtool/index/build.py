@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import msgspec
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,7 +36,7 @@ from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, input_stage, refuse_output_among_inputs
 from grtool.store.partloop import DirectoryOutput, one_part
-from grtool.records import decode_record, refuse_undeclared
+from grtool.records import Report, decode_record, refuse_undeclared
 from grtool.store.records import now
 from grtool.store.records import dumps, resolve_stage, sha256_file
 from grtool.store.fingerprints import file_hash, fingerprint
@@ -608,3 +609,39 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (Path, tuple, set, frozenset)):
         return str(value) if isinstance(value, Path) else list(value)
     raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+_Unset = msgspec.UnsetType
+
+
+class IndexReport(Report, kw_only=True):
+    """``index build --json`` and ``index stats --json``: :func:`stats` (its sizes as the index record holds them:
+    one an older index lacks is left out), ``up_to_date`` (build) and ``coverage`` (stats ``--corpus``)."""
+
+    path: str
+    kind: str
+    source: str
+    grtool_version: str
+    created: str
+    build_seconds: float
+    build: dict[str, Any]
+    command: list[str] | str
+    tokenizer: dict[str, Any]
+    params: dict[str, Any]
+    sequences: int
+    tokens: int
+    documents: int | None | _Unset = msgspec.UNSET
+    max_sequence_tokens: int | _Unset = msgspec.UNSET
+    collisions: int | _Unset = msgspec.UNSET
+    index_bytes: int | _Unset = msgspec.UNSET
+    bits_per_token: float | None | _Unset = msgspec.UNSET
+    total_bytes: int | None | _Unset = msgspec.UNSET
+    flipped_sequences: int
+    flipped_tokens: int | _Unset = msgspec.UNSET
+    flips_token_share: float | None
+    docids_skipped: int | _Unset = msgspec.UNSET
+    flips_unsplit: int | _Unset = msgspec.UNSET
+    flips_symmetric: int | _Unset = msgspec.UNSET
+    arrays: dict[str, dict[str, Any]]
+    up_to_date: bool | _Unset = msgspec.UNSET
+    coverage: dict[str, Any] | _Unset = msgspec.UNSET

@@ -114,7 +114,8 @@ class Command:
     ``tables``, its kind a stage directory; a run directory of stages: a :class:`RunOutput`); the stage tables a read
     parameter names: a :class:`TableInput` (kept in ``input_tables``, its kind as it says). A pipeline checks what a
     stage reads exists, and holds the tables it reads, before the first stage runs. ``check``: what it checks of its parsed options before it writes (default: the function's
-    ``check_options``, which ``llm_options`` adds). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
+    ``check_options``, which ``llm_options`` adds). ``report``: where the Struct its ``--json`` prints is declared
+    (``"grtool.filters.report:FiltersReport"``; :func:`grtool.cli.options.print_report`). ``stage``: a pipeline stage may run it. ``hidden``, ``cls``: as Typer's ``command()`` takes them.
     """
 
     words: str
@@ -124,6 +125,7 @@ class Command:
     reads: Mapping[str, PathKind | TableInput] = field(default_factory=dict)  # after init: PathKind (tables in ``input_tables``)
     writes: Mapping[str, PathKind | TableOutput | RunOutput | FilesOutput] = field(default_factory=dict)  # after init: PathKind (specs in ``tables``, ``run_tables``, ``beside``)
     check: Callable[[dict[str, Any]], None] | None = None
+    report: str | None = None  # "module:Name" of the Struct its --json prints (grtool.records.Report), imported when printed
     stage: bool = True
     hidden: bool = False
     cls: type | None = None
@@ -147,6 +149,15 @@ class Command:
         unknown = [name for name in (*self.reads, *self.writes) if name not in parameters]
         if unknown:
             raise TypeError(f"command {self.words!r}: {', '.join(unknown)} is not a parameter of {self.function.__name__}")
+
+    def report_type(self) -> type | None:
+        """The declared type of the command's ``--json`` report (``report``), None where it declares none."""
+        if self.report is None:
+            return None
+        import importlib
+
+        module, _, name = self.report.partition(":")
+        return getattr(importlib.import_module(module), name)
 
     def accepts(self, parameter: str) -> bool:
         return parameter in parameter_names(self.function)

@@ -18,6 +18,8 @@ from grtool.models import resolve_model
 from grtool.store.coverage import check_triples_cover
 from grtool.store.io import is_stdio
 from grtool.store.records import Counters, Manifest
+import msgspec
+from grtool.records import Report
 
 
 @dataclass(frozen=True)
@@ -375,3 +377,20 @@ def summarize(request: RetrieveRequest, manifest: Manifest | None, lookup) -> di
     else:
         report["recall"] = recall
     return report
+
+
+class RetrieveReport(Report, kw_only=True):
+    """``retrieve --json``: :func:`summarize` (``--method bm25`` gives no docid counts, note or coverage)."""
+
+    out: str
+    responses: int
+    docids: int | msgspec.UnsetType = msgspec.UNSET
+    docids_per_response: float | msgspec.UnsetType = msgspec.UNSET
+    hallucinated: int | msgspec.UnsetType = msgspec.UNSET
+    flipped: int | msgspec.UnsetType = msgspec.UNSET
+    malformed: int | msgspec.UnsetType = msgspec.UNSET
+    too_long: int | msgspec.UnsetType = msgspec.UNSET
+    latency_ms: dict[str, float | None]
+    recall: dict[str, Any] | None
+    recall_note: str | None | msgspec.UnsetType = msgspec.UNSET
+    coverage: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET

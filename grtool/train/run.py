@@ -33,6 +33,7 @@ from grtool.models import ModelRef, read_config, safetensors_header
 from grtool.log import activity, log, quiet_libraries
 from grtool.train.config import TrainConfig, check_report_to_installed, effective_batch, planned_steps, report_to_names, world_size
 from grtool.train.data import TrainData, load_kto, load_sft
+from grtool.records import Report
 
 
 @dataclass
@@ -722,3 +723,22 @@ def learned_flips(p: Plan) -> bool | None:
 
 def _finite(x: float | None) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+class TrainPlanReport(Report, kw_only=True):
+    """``train sft|kto --dry-run --json``: :meth:`Plan.report` (what a run would do). A run's ``--json`` prints
+    the checkpoint's record instead (:class:`grtool.vocab.provenance.CheckpointRecord`)."""
+
+    kind: str
+    data: str
+    data_format: str
+    rows: int
+    model: str
+    model_path: str
+    out: str
+    processes: int
+    effective_batch_size: int
+    steps: int
+    config: dict[str, Any]
+    desirable: int | msgspec.UnsetType = msgspec.UNSET
+    undesirable: int | msgspec.UnsetType = msgspec.UNSET

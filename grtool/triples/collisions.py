@@ -27,6 +27,7 @@ from grtool.store.reading import collect, scan_shards
 from grtool.store.stage import iter_batches, shard_paths
 from grtool.store.records import load_manifest, resolve_stage
 from grtool.triples.grounding import drop_shares
+from grtool.records import Report
 
 VIEWS = ("own", "transitive")  # the first is the default
 
@@ -153,3 +154,22 @@ def plot_docs_per_triple(report: dict[str, Any], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(str(path), dpi=120)
     plt.close(fig)
+
+
+class CollisionsReport(Report, kw_only=True):
+    """``triples collisions --json``."""
+
+    triples: str
+    distinct_triples: int
+    in_2plus_docs: int
+    in_3plus_docs: int
+    share_in_2plus_docs: float | None
+    share_in_3plus_docs: float | None
+    documents: int
+    dropped: dict[str, Any]
+    docs_per_triple: dict[str, int]
+    top_colliding: list[dict[str, Any]]
+    corpus: str | None
+    view: str
+    per_dataset: dict[str, Any]
+    reaches: dict[str, Any]

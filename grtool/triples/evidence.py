@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from grtool.docid import SPECIAL, Markers, triple_problem
+from grtool.records import Report
 
 Parts = tuple[str, str, str]
 _DISAMBIGUATION = re.compile(r"\s*\([^()]*\)$")
@@ -137,3 +138,10 @@ def write_evidence_stage(corpus: str | Path, out: str | Path, extra: Iterable[di
     loop.run(write)
     (manifest,) = loop.finish()
     return manifest.rows
+
+
+class EvidenceReport(Report, kw_only=True):
+    """``triples evidence --json``: the triples written and the stage's counters."""
+
+    triples: int
+    counters: dict[str, Any]

@@ -44,6 +44,7 @@ from grtool.store.stage import StageSpec, StageWriter
 from grtool.triples.grounding import DocumentTokens, TripleChecks
 from grtool.triples.parse import parse_output, render_docid
 from grtool.triples.prompt import PromptSpec
+from grtool.records import Report
 
 
 @dataclass
@@ -275,3 +276,16 @@ def _rows_for(doc, gen: Generation, shard, config: ExtractConfig, result: PartRe
         }
         for idx, (h, r, t) in enumerate(kept)
     ]
+
+
+class ExtractSummary(Report, kw_only=True):
+    """``triples extract --json``."""
+
+    triples: int
+    documents: int
+    grounding: str
+    dropped: dict[str, Any]
+    parts_done: list[str]
+    parts_skipped: list[str]
+    counters: dict[str, Any]
+    this_run: dict[str, Any]
