@@ -51,6 +51,8 @@ def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path,
     """Accept every stop nobody accepted yet in the stage directories under ``root`` (``validate --accept``):
     ``(stage, stop)`` for each, each stage claimed (its run lock) while its manifest is updated. Nothing to accept is an error: an ``--accept`` left in a CI script must not
     wave through stops that appear later unnoticed, and fails once there is nothing left to accept."""
+    import contextlib
+
     from grtool.errors import InputError
     from grtool.invocation import current_command
     from grtool.store.outputs import STAGE, claim
@@ -60,11 +62,14 @@ def accept_tree(root: str | Path, reason: str | None = None) -> list[tuple[Path,
     if root.is_file():
         raise InputError(f"--accept: {root} is a file; name a stage directory or a run directory")
     accepted = []
-    for stage in find_stage_dirs(root):
-        if open_stops(load_manifest(stage)):
-            try:  # the stage is claimed as a run of it would be: never while a run of it is live (exit 75)
-                with claim(stage, STAGE, command=current_command(), flag="--accept"):
-                    accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
+    stages = [stage for stage in find_stage_dirs(root) if open_stops(load_manifest(stage))]
+    with contextlib.ExitStack() as claims:
+        # Every stage is claimed first, as a run of it would be: while a run of any is live, exit 75 accepting nothing.
+        for stage in stages:
+            claims.enter_context(claim(stage, STAGE, command=current_command(), flag="--accept"))
+        for stage in stages:
+            try:
+                accepted += [(stage, stop) for stop in accept_stops(stage, reason)]
             except OSError as e:  # a read-only checkout: say so, no traceback
                 raise InputError(f"--accept: cannot record the acceptance in {stage / MANIFEST} ({e.strerror or e})") from None
     if not accepted:

@@ -226,7 +226,9 @@ def check_export(path: Path, meta: ExportRecord) -> tuple[dict[str, Any], list[s
         return checked, [f"{path.name}: missing, but {side} records it ({meta.rows} rows): an export stopped before its file was in place, or the file was removed; export it again"], notes
     size = path.stat().st_size
     state = export_state(path, msgspec.to_builtins(meta))
-    if state == "replaced":
+    if state == "replaced" and meta.replaces is msgspec.UNSET:  # an older grtool's record: it cannot tell which
+        problems.append(f"{path.name}: changed since it was written ({side}, of an older grtool, records other bytes): edited, or an export stopped before its new file was in place; export it again")
+    elif state == "replaced":
         problems.append(f"{path.name}: an export stopped before its new file was in place ({side} records the new one): export it again")
     elif state == "changed":
         digest = sha256_file(path)

@@ -177,9 +177,12 @@ def stage_state(pipeline: Pipeline, stage: Stage) -> StageState:
             current_files, recorded_files = output_file_fingerprints(stage), to_builtins(saved.files)
             edited = [p for p in sorted(recorded_files) if current_files.get(p) != recorded_files[p]]
             if edited:
-                return StageState(stage, "outputs changed", f"{', '.join(edited)} changed since the stage wrote it; runs again with --overwrite")
+                return StageState(stage, "outputs changed", f"{', '.join(edited)} changed since the stage wrote it: it runs again, "
+                                  "and refuses a file edited by hand, which is yours (move it away first)")  # fmt: skip
         if saved.inputs is not None:
             current, recorded = input_fingerprints(stage), to_builtins(saved.inputs)
+            # an older grtool fingerprinted a stage's report or plot as its input: it is its output now
+            recorded = {p: f for p, f in recorded.items() if p not in stage.outputs}
             changed = [p for p in sorted(set(current) | set(recorded)) if current.get(p) != recorded.get(p)]
             if changed:
                 return StageState(stage, "inputs changed", f"{', '.join(changed)} changed since it ran; runs again with --overwrite")

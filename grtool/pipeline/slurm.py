@@ -167,7 +167,7 @@ class SlurmExecutor(PipelineExecutor):
         if tasks > 1:
             if not self.commands.shards(stage.run):
                 raise InputError(f"{where} 'tasks': {stage.run} does not split its work into shards (no --num-shards); run it as one job (tasks = 1)")
-            if {"num_shards", "shard_index"} & set(stage.options):
+            if {"num_shards", "shard_index"} & set(self.commands.values(stage.run, stage.args, stage.options)):  # args too
                 raise InputError(f"{where} 'tasks': the stage sets --num-shards/--shard-index itself; an array task takes them from Slurm")
             if stage.stdout:
                 raise InputError(f"{where} 'tasks': a stage with stdout = FILE runs as one job (its tasks would each write the report)")

@@ -104,7 +104,7 @@ def write_sidecar(
         "rows": rows,
         "bytes": (content or p).stat().st_size,
         "sha256": sha256_file(content or p),
-        **({"replaces": replaces} if replaces else {}),  # a stop before the rename leaves these in place: still grtool's
+        "replaces": replaces,  # a stop before the rename leaves these in place: still grtool's (null: a first export)
         "dataset_info": {"file": DATASET_INFO, "entry": dataset_info_entry} if dataset_info_entry else None,
         "grtool_version": __version__,
         "command": redact_argv(command if command is not None else current_command()),
@@ -168,7 +168,9 @@ class ExportRecord(msgspec.Struct):
     rows: Count
     bytes: Count
     sha256: Sha256
-    replaces: ExportBytes | None = None  # the file it replaced (absent for a first export, and in older records)
+    # the file it replaced (None: a first export); unset in an older grtool's record, which cannot tell an edit by
+    # hand from a stop before the rename, so the file it stands beside is replaced as that grtool replaced it
+    replaces: ExportBytes | None | msgspec.UnsetType = msgspec.UNSET
     json_array: bool = False
     split: str | None = None
     dataset_info: DatasetInfoRef | None = None

@@ -472,7 +472,7 @@ def test_an_export_edited_by_hand_is_the_users_and_no_export_replaces_it(cli, sa
     gmr = ["export", "gmr", root, "--out", data / "gmr.jsonl"]
     cli(*gmr)
     record = json.loads((data / "gmr.jsonl.grtool.json").read_text())
-    assert "replaces" not in record  # a first export replaced nothing
+    assert record["replaces"] is None  # a first export replaced nothing
     cli(*gmr)  # grtool's own bytes: replaced
     assert json.loads((data / "gmr.jsonl.grtool.json").read_text())["replaces"] == {"bytes": record["bytes"], "sha256": record["sha256"]}
 
@@ -489,6 +489,14 @@ def test_an_export_edited_by_hand_is_the_users_and_no_export_replaces_it(cli, sa
     assert held(gmr, "recorded", signal.SIGKILL, tmp_path / "holds").returncode == -signal.SIGKILL
     cli(*gmr)
     assert _validate_json(data, 0)["stages"]
+    # An older grtool's record names no replaced bytes: a file it does not match is replaced, as that grtool did
+    # (a stop before its rename looks the same), never refused as the user's after an upgrade.
+    older = json.loads((data / "gmr.jsonl.grtool.json").read_text())
+    del older["replaces"]
+    (data / "gmr.jsonl.grtool.json").write_text(json.dumps(older))
+    (data / "gmr.jsonl").write_text("".join(edited))
+    cli(*gmr)
+    assert (data / "gmr.jsonl").read_text() != "".join(edited)
 
 
 @pytest.mark.parametrize("planted", ["a directory", "a link", "a FIFO", "a user's file", "a record giving a key twice"])

@@ -57,6 +57,11 @@ def test_slurm_settings_are_checked_before_anything_is_submitted(tmp_path, cli):
         message = " ".join(proc.stderr.split())
         assert all(w in message for w in words), (words, proc.stderr)
         assert not (tmp_path / "run").exists()
+    # --num-shards among a stage's args: each task's line would give it twice (before: planned, then every task refused)
+    config = Path(plan_config(tmp_path))
+    config.write_text(config.read_text().replace('args = ["{out}/corpus"]', 'args = ["{out}/corpus", "--num-shards", "3"]'))
+    message = " ".join(cli("pipeline", "run", config, "--executor", "slurm", "--dry-run", check=2).stderr.split())
+    assert "stage 'triples', slurm 'tasks': the stage sets --num-shards/--shard-index itself" in message, message
     proc = cli("pipeline", "run", plan_config(tmp_path), "--wait", check=2)
     assert "--wait: only with --executor slurm" in proc.stderr
     # No sbatch here: refused before the first stage's job is written or submitted.

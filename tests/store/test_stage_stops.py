@@ -116,6 +116,7 @@ def test_accept_claims_the_stage_and_is_refused_while_a_run_of_it_is_live(tmp_pa
             refused = _validate(cli, out, 75, "--accept")
             assert f"pid {rerun.pid}" in refused, refused
             assert _stops(out / "triples")["all"]["accepted"] is None
+            assert _stops(out / "llm_calls")["all"]["accepted"] is None  # all or nothing: no stage accepted before the refusal
         finally:
             (holds / "locked.release").write_text("")
             rerun.communicate(timeout=600)
