@@ -415,3 +415,16 @@ def test_the_dry_run_plan_escapes_control_characters(tmp_path, examples, cli, wr
     ingest = {"name": "g\x1b[31mX\x07", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/in\x1bgest"}}
     plan = cli("pipeline", "run", str(write_pipeline([ingest], out=str(tmp_path / "run"))), "--dry-run").stdout
     assert "\x1b" not in plan and "\x07" not in plan and "# g\\x1b[31mX\\x07: to run" in plan, plan
+
+
+def test_a_stage_record_of_an_older_grtool_holding_its_plot_as_an_input_is_done(tmp_path, examples, cli):
+    """An older grtool fingerprinted a stage's --plot as one of its inputs; after an upgrade the plot is an output,
+    and the stage stays done (before: 'inputs changed', so it ran again and a later stage was stale)."""
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { plot = "{out}/reports/stats.png" }\n')
+    cli("pipeline", "run", config)
+    record_path = tmp_path / "run" / "_pipeline" / "stats.json"
+    record = json.loads(record_path.read_text())
+    plot = str(tmp_path / "run" / "reports" / "stats.png")
+    record["inputs"][plot] = record["files"].pop(plot)  # as the older grtool recorded it
+    record_path.write_text(json.dumps(record))
+    assert "# 0 of 2 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
