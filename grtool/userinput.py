@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,23 @@ def escaped(text: str) -> str:
         return text
     out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", out)
+
+
+def controls_escaped(text: str) -> str:
+    """``text`` with its control characters (a newline, ESC, BEL) as escapes and everything else as it is: for lines
+    meant to be read and copied (a plan's comments), where :func:`escaped` would also escape a no-break space."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for a shell, as :func:`shlex.quote` does; one holding a control character other than a
+    newline is written with bash's ``$'...'``, which keeps it exact and off the terminal (ESC, BEL)."""
+    import shlex
+
+    if not any(unicodedata.category(c) == "Cc" and c != "\n" for c in word):
+        return shlex.quote(word)
+    inner = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c for c in word)
+    return f"$'{inner}'"
 
 
 def shown(value: object) -> str:

@@ -38,7 +38,7 @@ from grtool.errors import InputError
 from grtool.pipeline.registry import NoCommands, StageCommands, command_name
 from grtool.pipeline.slurm_values import SHELL_KEYS, check_slurm_settings, check_slurm_value
 from grtool.errors import printable
-from grtool.userinput import read_input_bytes
+from grtool.userinput import read_input_bytes, shell_word
 
 
 @dataclass
@@ -68,8 +68,8 @@ class Stage:
         return argv
 
     def command_line(self, overwrite: bool = False) -> str:
-        line = shlex.join(["grtool", *self.argv(overwrite)])
-        return f"{line} > {shlex.quote(self.stdout)}" if self.stdout else line
+        line = " ".join(map(shell_word, ["grtool", *self.argv(overwrite)]))  # a control character as $'\x1b', never raw
+        return f"{line} > {shell_word(self.stdout)}" if self.stdout else line
 
     def identity(self) -> str:
         """The command line that says what the stage makes, as its completion record keeps it: without

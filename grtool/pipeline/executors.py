@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grtool.log import console, lines, log, stage_summary
-from grtool.userinput import escaped
+from grtool.userinput import controls_escaped
 from grtool.pipeline.config import Pipeline, Stage
 from grtool.pipeline.registry import StageCommands
 from grtool.pipeline.runner import StageState, check_input_paths, mark_done, plan, require_extras, run_stage, runs_with_overwrite, stage_state, summarize
@@ -51,18 +51,18 @@ class LocalExecutor(PipelineExecutor):
     """Every stage in this process, in file order; a stage found done (its record, its inputs) is skipped."""
 
     def dry_run(self) -> None:
-        # Plain lines on stdout, so the commands can be copied or piped into a shell script; a control character
-        # from a name or a path is escaped (it could colour or rewrite the terminal), as in every line grtool prints.
+        # Plain lines on stdout, so the commands can be copied or piped into a shell script: a command line as
+        # bash runs it (a control character as $'\x1b', never raw), a comment with its control characters escaped.
         states = self.plan()
         check_input_paths(self.commands, self.pipeline, states)
-        say = [f"# relative paths are resolved from {Path.cwd()}, where the stages run"]
+        say = [f"# relative paths are resolved from {controls_escaped(str(Path.cwd()))}, where the stages run"]
         for s in states:
             detail = f" ({s.detail})" if s.detail else ""
-            say.append(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}")
+            say.append(controls_escaped(f"# {s.stage.name}: {s.state}{detail}; outputs: {', '.join(s.stage.outputs) or '-'}"))
             say.append(s.stage.command_line(self.with_overwrite(s)))
         remaining = [s.stage.name for s in states if s.state != "done"]
-        say.append(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else ""))
-        print("\n".join(escaped(line) for line in say), flush=True)
+        say.append(controls_escaped(f"# {len(remaining)} of {len(states)} stages to run" + (f": {', '.join(remaining)}" if remaining else "")))
+        print("\n".join(say), flush=True)
 
     def run(self) -> list[dict[str, Any]]:
         require_extras(self.commands, self.stages)

@@ -85,11 +85,11 @@ def depends_on(stage: Stage, earlier: list[Stage]) -> list[str]:
 
 
 def _say(text: str, end: str = "\n") -> None:
-    """A line (or a script) of the dry run on stdout, a control character from a name or a path escaped in each
-    line (it could colour or rewrite the terminal), as in every line grtool prints."""
-    from grtool.userinput import escaped
+    """A line (or a script) of the dry run on stdout, a control character from a path escaped in each line (it could
+    colour or rewrite the terminal; a stage's own strings hold none, _check_script_text)."""
+    from grtool.userinput import controls_escaped
 
-    sys.stdout.write("\n".join(escaped(line) for line in text.split("\n")) + end)
+    sys.stdout.write("\n".join(controls_escaped(line) for line in text.split("\n")) + end)
 
 
 class SlurmExecutor(PipelineExecutor):

@@ -411,10 +411,20 @@ def test_an_output_written_among_a_stage_s_args_is_one_of_its_outputs(tmp_path, 
 
 
 def test_the_dry_run_plan_escapes_control_characters(tmp_path, examples, cli, write_pipeline):
-    """A stage name or path holding ESC or BEL reached the terminal raw in the plan (the logs escape them)."""
-    ingest = {"name": "g\x1b[31mX\x07", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/in\x1bgest"}}
-    plan = cli("pipeline", "run", str(write_pipeline([ingest], out=str(tmp_path / "run"))), "--dry-run").stdout
+    """A stage name or path holding ESC or BEL reached the terminal raw in the plan (the logs escape them). The
+    plan's command lines still run in bash as they are: a control character as $'\x1b', a newline inside its
+    quotes, a no-break space as it is."""
+    import subprocess
+
+    out = str(tmp_path / "run" / "in\x1bgest\xa0x")
+    ingest = {"name": "g\x1b[31mX\x07", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": out}}
+    gmr = {"name": "gmr", "run": "export gmr", "args": [out], "options": {"out": "{out}/g.jsonl", "split": "two\nlines"}}
+    plan = cli("pipeline", "run", str(write_pipeline([ingest, gmr], out=str(tmp_path / "run"))), "--dry-run").stdout
     assert "\x1b" not in plan and "\x07" not in plan and "# g\\x1b[31mX\\x07: to run" in plan, plan
+    commands = plan.split("\n# ")[1:3]
+    for line, last in zip(commands, [out, "two\nlines"]):
+        words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split("\n", 1)[1].removeprefix("grtool ")], capture_output=True, text=True).stdout
+        assert words.split("\0")[-2] == last, (line, words)
 
 
 def test_a_stage_record_of_an_older_grtool_holding_its_plot_as_an_input_is_done(tmp_path, examples, cli):
