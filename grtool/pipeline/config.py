@@ -283,7 +283,10 @@ def expand(text: str, variables: dict[str, str], where: str, *, shell: bool = Fa
             known = ", ".join("{" + v + "}" for v in variables)
             raise InputError(f"{where}: unknown placeholder {token} in {text!r}{_did_you_mean(m[1], list(variables))}; "
                              f"placeholders: {known} (write {{{{ and }}}} for literal braces)")  # fmt: skip
-        return shlex.quote(variables[m[1]]) if shell else variables[m[1]]
+        value = variables[m[1]]
+        if not value.strip() and m.start() == 0 and text[m.end() : m.end() + 1] == "/":  # '{base}/run' would be '/run'
+            raise InputError(f"{where}: {token} is empty, so {text!r} would become a path at the root of the file system; give it a value")
+        return shlex.quote(value) if shell else value
 
     return _FIELD.sub(replace, text)
 
@@ -303,13 +306,10 @@ def _expand_slurm(key: str, value: Any, variables: dict[str, str], where: str) -
 
 
 def _var_text(value: Any, where: str) -> str:
-    """A [vars] value as the text that replaces its placeholder: a string or a number, never empty (``{base}/run``
-    would become ``/run``, at the root of the file system) and never true or false (which would be the text
-    ``True``)."""
+    """A [vars] value as the text that replaces its placeholder: a string or a number, never true or false (which
+    would be the text ``True``). An empty one may end a name (``run{suffix}``), never begin a path (:func:`expand`)."""
     if isinstance(value, bool):
         raise InputError(f"{where}: {str(value).lower()}, but a var is text that replaces its placeholder: a string or a number")
-    if not str(value).strip():
-        raise InputError(f"{where}: empty, so every path it is in would move ('{{base}}/run' would be '/run'); give it a value")
     return str(value)
 
 

@@ -314,15 +314,19 @@ def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write
     assert "out: unknown placeholder {bse}" in err, err
 
 
-@pytest.mark.parametrize("value, said", [("", "empty, so every path it is in would move"), (" ", "empty"), (True, "true, but a var is text")])
-def test_a_var_that_is_empty_or_true_is_refused(tmp_path, examples, cli, write_pipeline, value, said):
-    """Before: `base = ""` made `{base}/run` the root's /run (exit 0), and `tag = true` the text 'True'."""
+@pytest.mark.parametrize("value, said", [("", "{base} is empty, so '{base}/run' would become a path at the root"), (" ", "{base} is empty"),
+                                         (True, "[vars] 'base': true, but a var is text")])  # fmt: skip
+def test_a_var_that_would_root_a_path_or_is_true_is_refused(tmp_path, examples, cli, write_pipeline, value, said):
+    """Before: `base = ""` made `{base}/run` the root's /run (exit 0), and `tag = true` the text 'True'. An empty var
+    that ends a name (`run{suffix}`) is fine."""
     ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE)], "options": {"out": "{out}/ingest"}}
     err = " ".join(cli("pipeline", "run", str(write_pipeline([ingest], out="{base}/run", vars={"base": value})), "--dry-run", check=2).stderr.split())
-    assert "[vars] 'base': " + said in err, err
+    assert said in err, err
     config = str(write_pipeline([ingest], out="{base}/run", vars={"base": str(tmp_path / "b")}))
     err = " ".join(cli("pipeline", "run", config, "--dry-run", "--set", f"vars.base={'true' if value is True else value}", check=2).stderr.split())
-    assert said.split(",")[0] in err, err
+    assert said.removeprefix("[vars] 'base': ").split(",")[0] in err, err
+    suffixed = str(write_pipeline([ingest], out=str(tmp_path / "run{suffix}"), vars={"suffix": ""}))
+    assert f"--out {tmp_path / 'run' / 'ingest'}" in cli("pipeline", "run", suffixed, "--dry-run").stdout
 
 
 def test_an_option_spelled_both_ways_is_refused(tmp_path, examples, cli, write_pipeline):
