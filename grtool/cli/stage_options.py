@@ -233,6 +233,24 @@ def _said(p: Parameter, negative: bool, value: Any) -> str:
     return f"{key} = {str(value).lower() if isinstance(value, bool) else shown(value)}"
 
 
+def args_without(command: Command, args: list[Any], key: str) -> list[Any]:
+    """``args`` without the option ``key`` of ``command`` (its flag or its off flag, with its value) where they
+    give it; every other option keeps its value, however it looks (``--system --out`` gives --system the text)."""
+    params = parameters(command)
+    by_flag = {flag: p for p in params for flag in (*p.flags, *p.off)}
+    dropped = next((p for p in params if not p.argument and key.replace("-", "_") in p.keys), None)
+    kept: list[Any] = []
+    items = iter(args)
+    for item in items:
+        text = str(item)
+        flag, eq, _ = text.partition("=") if text.startswith("--") else (text, "", "")
+        p = by_flag.get(flag)
+        value = [] if p is None or p.kind is bool or eq else [v for v in [next(items, None)] if v is not None]
+        if p is None or p is not dropped:
+            kept += [item, *value]
+    return kept
+
+
 def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], where: str) -> tuple[list[Any], list[tuple[Parameter, bool, Any]]]:
     """A stage's ``args`` split as its command line would split them: the arguments, and the options written among
     them (``--out DIR``, ``--out=DIR``, ``--json``) with their values."""

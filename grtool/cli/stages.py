@@ -13,7 +13,7 @@ from pathlib import PurePath
 from typing import Any
 
 from grtool.cli.commands import check_declared_outputs, declared, find, input_files
-from grtool.cli.stage_options import option_keys, parameters, stage_values
+from grtool.cli.stage_options import args_without, option_keys, parameters, stage_values
 from grtool.errors import GrtoolError
 from grtool.pipeline.registry import Command, StageCommands
 
@@ -75,6 +75,10 @@ class CliCommands(StageCommands):
         if declaration is None:
             return []
         return declaration.extras(stage_values(declaration, args, options, run).values)
+
+    def args_without(self, run: str, args: list[Any], key: str) -> list[Any]:
+        declaration = _stage(run)
+        return args_without(declaration, args, key) if declaration is not None else args
 
     def values(self, run: str, args: list[Any], options: dict[str, Any]) -> dict[str, Any]:
         declaration = _stage(run)

@@ -417,6 +417,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         else:
             _check_option_name(commands, entry, key, where)
             entry["options"] = {**entry["options"], option_key(key): _expand(_coerce(value), variables, where)}
+            entry["args"] = commands.args_without(entry["run"], entry["args"], key)  # it overrides one written among them
 
     stages = []
     for entry in by_name.values():

@@ -246,6 +246,11 @@ class StageCommands(ABC):
         """(extra, feature) pairs the stage needs installed, from its options as the command converts them."""
         return []
 
+    def args_without(self, run: str, args: list[Any], key: str) -> list[Any]:
+        """A stage's ``args`` without the option ``key`` (``out`` for ``--out DIR``, ``--out=DIR``, ``-o DIR``) where
+        they give it: what ``--set stage.key=value`` overrides. By default the args as they are."""
+        return args
+
     def values(self, run: str, args: list[Any], options: dict[str, Any]) -> Mapping[str, Any]:
         """The stage's options as its command receives them, ``args`` and ``options`` together (``--plot X`` written
         among the args is the ``plot`` option), paths as text: what says which files the stage writes. Options the

@@ -442,3 +442,12 @@ def test_a_stage_record_of_an_older_grtool_holding_its_plot_as_an_input_is_done(
     record["inputs"][plot] = record["files"].pop(plot)  # as the older grtool recorded it
     record_path.write_text(json.dumps(record))
     assert "# 0 of 2 stages to run" in cli("pipeline", "run", config, "--dry-run").stdout
+
+
+def test_set_overrides_an_option_written_among_the_args(tmp_path, examples, cli, write_pipeline):
+    """`--set stage.out=B` replaces `--out A` written in the stage's args (before this change set, both reached the
+    command line and the last won; then the stage was refused as giving --out twice)."""
+    ingest = {"name": "ingest", "run": "corpus ingest", "args": [str(examples / MUSIQUE), "--out", "{out}/a", "--rows-per-part=5"]}
+    config = str(write_pipeline([ingest], out=str(tmp_path / "run")))
+    plan = cli("pipeline", "run", config, "--dry-run", "--set", "ingest.out={out}/b").stdout
+    assert f"--rows-per-part=5 --out {tmp_path / 'run' / 'b'}" in plan and "/a" not in plan.split("\n")[2], plan
