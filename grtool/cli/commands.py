@@ -166,9 +166,13 @@ def check_redirected_stdout(command: Command, options: dict[str, Any]) -> None:
     redirected = stdout_file()
     if redirected is None:
         return
+    from grtool.store.records import is_stage_dir
+
     stages = [input_stage(path, table) for name, tables in command.input_tables.items()
               for path in input_files(command.reads[name], options.get(name)) for table in tables]  # fmt: skip
     holders = [path for _, path in declared_inputs(command, options)]
+    # a run directory read whole (corpus stats RUN): its stage directories are what the command reads
+    stages += [entry.path for h in holders if os.path.isdir(h) and not is_stage_dir(h) for entry in os.scandir(h) if entry.is_dir() and is_stage_dir(entry.path)]
     try:
         refuse_output_among_inputs(redirected, inputs=stages, holders=holders, flag="standard output, redirected to")
     except InputError as e:

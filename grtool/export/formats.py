@@ -20,7 +20,7 @@ import orjson
 
 from grtool.errors import InputError
 from grtool.docid import MARKERS, SPECIAL
-from grtool.records import read_record_bytes
+from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.locks import updating
 from grtool.store.outputs import EXPORT, input_stage
 from grtool.store.partloop import FileOutput, LoopPart
@@ -103,11 +103,15 @@ def _registry(directory: Path) -> Path:
 def _read_registry(path: Path) -> dict[str, Any]:
     """The entries of a ``dataset_info.json`` (none where there is no such file)."""
     if not path.exists():
+        if not path.parent.is_dir():  # a link to a registry in a folder that is not there
+            raise InputError(f"{path.parent}: the folder of {DATASET_INFO} (linked from the export's folder) does not exist; fix the link or remove it")
         return {}
     try:
         info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
     except orjson.JSONDecodeError as e:
         raise InputError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+    except DamagedRecord as e:  # a directory, a FIFO: the user's file to fix, as a wrong JSON is
+        raise InputError(f"{e}; fix or remove it") from None
     if not isinstance(info, dict):
         raise InputError(f"{path}: expected a JSON object of dataset entries; fix or remove it")
     return info

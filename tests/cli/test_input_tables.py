@@ -93,3 +93,6 @@ def test_standard_output_redirected_into_a_stage_it_reads_is_refused(tmp_path, s
     assert stray.stat().st_size == 0  # what the shell made, and nothing more
     beside = run / "gmr.jsonl"
     assert export(beside).returncode == 0 and beside.stat().st_size > 0
+    with open(stray, "wb") as stdout:  # a run directory read whole: its stages are what the command reads
+        stats = subprocess.run([sys.executable, "-m", "grtool", "corpus", "stats", str(run), "--json"], stdout=stdout, stderr=subprocess.PIPE, text=True)
+    assert stats.returncode == 2 and "lies inside the input" in stats.stderr and stray.stat().st_size == 0, stats.stderr

@@ -566,15 +566,21 @@ def test_the_registry_is_never_an_export_is_updated_where_it_links_and_an_old_de
     assert sorted(p.name for p in data.iterdir()) == ["dataset_info.json", "sft.json", "sft.json.grtool.json", "sft_dev.json", "sft_dev.json.grtool.json"]
 
 
-@pytest.mark.parametrize("registry", ["not json", "[1, 2]"])
+@pytest.mark.parametrize("registry", ["not json", "[1, 2]", "a directory", "a link into a missing folder"])
 def test_a_registry_that_cannot_take_the_entries_is_refused_before_any_work(cli, samples, tmp_path, registry):
-    """Before: the export was written, then refused as it registered it (exit 2, a file in place and unregistered)."""
+    """Before: the export was written, then refused as it registered it (exit 2, a file in place and unregistered;
+    exit 1 for a directory)."""
     write_chains(samples, tmp_path / "filtered")
     data = tmp_path / "data"
     data.mkdir()
-    (data / "dataset_info.json").write_text(registry)
+    if registry == "a directory":
+        (data / "dataset_info.json").mkdir()
+    elif registry.startswith("a link"):
+        (data / "dataset_info.json").symlink_to(tmp_path / "gone" / "registry.json")
+    else:
+        (data / "dataset_info.json").write_text(registry)
     err = flat(cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", data / "sft.json", check=2).stderr)
-    assert "dataset_info.json" in err and "fix or remove it" in err, err
+    assert "dataset_info.json" in err and ("fix or remove it" in err or "fix the link or remove it" in err), err
     assert sorted(p.name for p in data.iterdir()) == ["dataset_info.json"]
 
 
