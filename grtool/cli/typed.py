@@ -191,11 +191,14 @@ def one_value_per_option(command: Any) -> None:
 
     def checked(ctx: Any, args: list[str]) -> Any:
         given: dict[str, list[str]] = {}
-        tokens = iter(() if ctx.resilient_parsing else args)  # shell completion parses half-typed lines
+        asked_help = any(t in ctx.help_option_names for t in args[: args.index("--") if "--" in args else len(args)])
+        tokens = iter(() if ctx.resilient_parsing or asked_help else args)  # shell completion parses half-typed lines
         for token in tokens:
             if token == "--":
                 break
             name, eq, value = token.partition("=")
+            if token[:1] == "-" and token[1:2] != "-" and len(token) > 2 and token[:2] in single and not single[token[:2]].is_flag:
+                name, eq, value = token[:2], "=", token[2:]  # a short option with its value attached (-oDIR)
             p = single.get(name) if token.startswith("-") else None
             if p is None:
                 continue

@@ -135,6 +135,9 @@ def test_an_on_off_flag_given_both_ways_on_the_command_line_is_refused(flags):
     assert "--memorization and --no-memorization are both given; give one" in err, err
     err = run_cli("export", "gmr", "c", "-o", "a.jsonl", "--out=b.jsonl", check=2).stderr  # before: only b.jsonl, exit 0
     assert "--out is given twice (-o 'a.jsonl', --out 'b.jsonl'); it takes one value" in err, err
+    err = run_cli("export", "gmr", "c", "-oa.jsonl", "--out", "b.jsonl", check=2).stderr  # a short option's value attached
+    assert "--out is given twice (-o 'a.jsonl', --out 'b.jsonl')" in err, err
+    assert "Usage:" in run_cli("export", "gmr", "c", "--out", "a", "--out", "b", "--help").stdout  # help is help
     # a flag repeated the same way, and a text value that looks like the other form, are no conflict
     assert "both given" not in run_cli("export", "gmr", "c", "--out", "o", "--no-memorization", "--no-memorization", check=2).stderr
     assert "both given" not in run_cli("export", "sft", "c", "--out", "o", "--system", "--no-all-candidates", "--all-candidates", check=2).stderr
