@@ -631,8 +631,8 @@ def validate_tree(root: str | Path, accept_empty_paths: list[Path] | None = None
     from grtool.store.outputs import file_record
 
     root = Path(root)
-    missing_file = not os.path.lexists(root) and file_record(root).is_file()  # judged by its record
-    reports = [validate_file(root)] if root.is_file() or missing_file else _validate_dir(root)
+    by_record = not root.is_dir() and os.path.lexists(file_record(root))  # missing, or a FIFO in its place: judged by its record
+    reports = [validate_file(root)] if root.is_file() or by_record else _validate_dir(root)
     if accept_empty_paths:
         accept_empty(reports, root if root.is_dir() else root.parent, accept_empty_paths)
     return reports

@@ -555,12 +555,16 @@ def file_problem(path: Path) -> str | None:
     """What is wrong with the single file ``path`` beside its record (``validate``), None when it holds the bytes
     its record names (or a record of an older grtool names none)."""
     record_path = file_record(path)
+    if os.path.islink(record_path):  # as the writer refuses it (refuse_foreign_records)
+        return f"{printable(record_path)}: a symbolic link where grtool keeps the file's record (grtool never writes one)"
     try:
         record = read_record(record_path, FileRecord, what="file record")
     except DamagedRecord as e:
         return str(e)
     except OSError as e:
         return f"{printable(record_path)}: cannot be read ({e.strerror or e})"
+    if os.path.lexists(path) and not path.is_file():
+        return f"{file_kind_name(path)} stands where {printable(record_path.name)} records the file grtool wrote"
     again = f"run {shlex.join(record.command)} again"
     return {
         "written": None,

@@ -365,3 +365,23 @@ def test_a_damaged_checkpoint_record_is_named_once(tmp_path):
     (checkpoint / "grtool.json").write_text('{"kind": "train sft", "kind": "x"}')
     [problem] = _validate_json(checkpoint, 1)["stages"][0]["problems"]
     assert problem.startswith(f"{checkpoint / 'grtool.json'}: the checkpoint record: ") and problem.count("grtool.json") == 1, problem
+
+
+def test_a_report_s_place_taken_by_a_fifo_or_its_record_by_a_link_fails(run):
+    """Before: a FIFO where a plot was is "missing" (or, named itself, "nothing grtool wrote is here"), and a record
+    linked in was ok while the next run refused it."""
+    import os
+
+    plot, record = run / "s.png", run / ".s.png.grtool-file.json"
+    run_cli("corpus", "stats", run, "--plot", plot)
+    plot.unlink()
+    os.mkfifo(plot)
+    for path in (plot, run):
+        problems = [p for r in _validate_json(path, 1)["stages"] for p in r["problems"]]
+        assert any("a FIFO stands where .s.png.grtool-file.json records the file grtool wrote" in p for p in problems), problems
+    plot.unlink()
+    run_cli("corpus", "stats", run, "--plot", plot)
+    record.rename(run / "kept.json")
+    record.symlink_to("kept.json")
+    problems = [p for r in _validate_json(run, 1)["stages"] for p in r["problems"]]
+    assert any("a symbolic link where grtool keeps the file's record" in p for p in problems), problems
