@@ -103,8 +103,6 @@ def _registry(directory: Path) -> Path:
 def _read_registry(path: Path) -> dict[str, Any]:
     """The entries of a ``dataset_info.json`` (none where there is no such file)."""
     if not path.exists():
-        if not path.parent.is_dir():  # a link to a registry in a folder that is not there
-            raise InputError(f"{path.parent}: the folder of {DATASET_INFO} (linked from the export's folder) does not exist; fix the link or remove it")
         return {}
     try:
         info = orjson.loads(read_record_bytes(path, what="dataset_info"))  # bounded; a FIFO or device is refused
@@ -120,7 +118,10 @@ def _read_registry(path: Path) -> dict[str, Any]:
 def check_dataset_info(out: str | Path) -> None:
     """The ``dataset_info.json`` an export to ``out`` will add its entries to can take them: checked before any
     work, so a registry that cannot be read never leaves an export written and not registered."""
-    _read_registry(_registry(Path(out).parent))
+    link, path = Path(out).parent / DATASET_INFO, _registry(Path(out).parent)
+    if link.is_symlink() and not path.parent.is_dir():  # the registry would be written where no folder is
+        raise InputError(f"{link}: links to {path}, in a folder that does not exist; fix the link or remove it")
+    _read_registry(path)
 
 
 def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:

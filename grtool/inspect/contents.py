@@ -11,6 +11,7 @@ from typing import Any
 
 
 from grtool.records import DamagedRecord, read_json_record
+from grtool.store.layout import FILE_RECORD
 from grtool.store.records import is_stage_dir
 
 
@@ -73,6 +74,33 @@ def _size_mark(path: Path, meta: dict[str, Any]) -> str:
     return ": changed since it was written (grtool validate)"
 
 
+def files(found: list[Path]) -> list[dict[str, str]]:
+    """Reports, plots and JSON files grtool wrote, each by its record: whether it is there at the size recorded
+    (`status` reads no file whole; `validate` compares the bytes)."""
+    rows = []
+    for path in found:
+        record = _record(path.with_name("." + path.name + FILE_RECORD))
+        if record is None:
+            state = "damaged record"
+        elif not os.path.lexists(path):
+            state = "missing (grtool validate)"
+        elif not path.is_file():
+            state = "not a file (grtool validate)"
+        elif not isinstance(record.get("file"), dict):  # an older grtool's record names no bytes: it vouches for the file
+            state = "ok"
+        else:
+            state = _size_mark(path, {"bytes": record["file"].get("size"), "replaces": _renamed(record.get("replaces"))}).removeprefix(": ") or "ok"
+        command = record.get("command") if record is not None else None
+        rows.append({"path": str(path), "state": state, "written by": " ".join(command[:3]) if isinstance(command, list) else "-",
+                     "written": str(record.get("written", "-")) if record is not None else "-"})  # fmt: skip
+    return rows
+
+
+def _renamed(replaced: Any) -> dict[str, Any] | None:
+    """A file record's ``replaces`` (size) in the words of an export's (bytes)."""
+    return {"bytes": replaced.get("size")} if isinstance(replaced, dict) else None
+
+
 def checkpoints(found: list[Path]) -> list[dict[str, str]]:
     """Training outputs the discovery found (:func:`grtool.audit.discover.discover`): a finished one by its record,
     a run that has not finished (or was killed) by the record it wrote when it started; each with its
@@ -100,8 +128,8 @@ def checkpoints(found: list[Path]) -> list[dict[str, str]]:
 def run_contents(root: str | Path) -> dict[str, list[dict[str, str]]]:
     root = Path(root)
     if is_stage_dir(root):  # holds none of them: `grtool status STAGE` is answered without the discovery's walk
-        return {"indexes": [], "exports": [], "checkpoints": []}
+        return {"indexes": [], "exports": [], "files": [], "checkpoints": []}
     from grtool.audit.discover import discover
 
     found = discover(root)
-    return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "checkpoints": checkpoints(found.checkpoints)}
+    return {"indexes": indexes(found.indexes), "exports": exports(found.sidecars), "files": files(found.files), "checkpoints": checkpoints(found.checkpoints)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -348,6 +349,8 @@ def test_reports_under_a_run_are_judged_with_it_and_status_marks_a_changed_expor
     files = {r["path"]: r["problems"] for r in out["stages"] if r["table"] == "file"}
     assert any("changed since grtool wrote it" in p for p in files[str(stats)]), files
     assert any("missing, but" in p for p in files[str(overlap)]), files
+    states = {Path(r["path"]).name: r["state"] for r in json.loads(run_cli("status", run, "--json").stdout)["files"]}
+    assert states == {"stats.png": "changed since it was written (grtool validate)", "overlap.png": "missing (grtool validate)"}, states
     page = tmp_path / "r.html"
     run_cli("report", run, "--out", page, check=1)  # written, and failing as validate fails
     assert "stats.png" in page.read_text() and "FAIL" in page.read_text()

@@ -24,7 +24,7 @@ def test_status_json_of_a_run_lists_its_indexes_exports_checkpoints_and_pipeline
     proc = grtool("status", run, "--json")
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     got = json.loads(proc.stdout)
-    assert sorted(got) == ["checkpoints", "exports", "indexes", "pipeline", "slurm_jobs", "stages"]
+    assert sorted(got) == ["checkpoints", "exports", "files", "indexes", "pipeline", "slurm_jobs", "stages"]
     assert [Path(s["path"]).name for s in got["stages"]] == ["triples"] and got["stages"][0]["table"] == "triples"
     assert [Path(i["path"]).name for i in got["indexes"]] == ["index"] and got["indexes"][0]["kind"] == "fm"
     assert got["exports"] == got["checkpoints"] == got["slurm_jobs"] == []
