@@ -335,6 +335,8 @@ def describe(report: Report) -> str:
         return "triples lookup"
     if report.table == "checkpoint":
         return f"checkpoint, {c.get('kind') or 'not finished'}, {c.get('steps', 0)} steps"
+    if report.table == "file":
+        return "a report, plot or JSON file, by its record"
     table = report.table or "table unknown"  # a damaged or missing manifest names none: no "None" in the line
     return f"{table}, {c.get('shards', 0)} shards, {c.get('rows', 0)} rows"
 
