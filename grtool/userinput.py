@@ -51,7 +51,8 @@ def shell_word(word: str) -> str:
 
     if not any(unicodedata.category(c) == "Cc" and c != "\n" for c in word):
         return shlex.quote(word)
-    inner = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else f"\\x{ord(c):02x}" if unicodedata.category(c) == "Cc" else c for c in word)
+    inner = "".join("\\\\" if c == "\\" else "\\'" if c == "'" else (f"\\x{ord(c):02x}" if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+                    if unicodedata.category(c) == "Cc" else c for c in word)  # fmt: skip
     return f"$'{inner}'"
 
 

@@ -113,9 +113,9 @@ def _run(kind: str, data: Path, model: Optional[str], out: Path, options: dict[s
         highlight=False,
     )
     if as_json:
-        from grtool.vocab.provenance import CheckpointRecord
+        import orjson
 
-        print_report(record, kind=CheckpointRecord)
+        typer.echo(orjson.dumps(record).decode())  # the checkpoint's record as written (CheckpointRecord checked it then)
 
 
 def sft_cmd(

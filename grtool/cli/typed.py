@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import typer.core as typer_core
@@ -189,21 +190,27 @@ def one_value_per_option(command: Any) -> None:
         return
     parse_args = command.parse_args
 
-    def checked(ctx: Any, args: list[str]) -> Any:
-        given: dict[str, list[str]] = {}
-        asked_help = any(t in ctx.help_option_names for t in args[: args.index("--") if "--" in args else len(args)])
-        tokens = iter(() if ctx.resilient_parsing or asked_help else args)  # shell completion parses half-typed lines
+    def options_given(args: list[str], help_names: list[str]) -> Iterator[tuple[Any, str, str]]:
+        """``(parameter, as written, value)`` of each one-value option or flag the args give (values skipped)."""
+        tokens = iter(args)
         for token in tokens:
             if token == "--":
-                break
+                return
             name, eq, value = token.partition("=")
             if token[:1] == "-" and token[1:2] != "-" and len(token) > 2 and token[:2] in single and not single[token[:2]].is_flag:
                 name, eq, value = token[:2], "=", token[2:]  # a short option with its value attached (-oDIR)
             p = single.get(name) if token.startswith("-") else None
-            if p is None:
-                continue
-            if not p.is_flag and not eq:
-                value = next(tokens, "")
+            if p is not None:
+                yield p, name, value if p.is_flag or eq else next(tokens, "")
+            elif token in help_names:
+                yield None, token, ""
+
+    def checked(ctx: Any, args: list[str]) -> Any:
+        given: dict[str, list[str]] = {}
+        said_all = [] if ctx.resilient_parsing else list(options_given(args, ctx.help_option_names))  # completion: half-typed lines
+        if any(p is None for p, _, _ in said_all):  # --help (not an option's value): the help, whatever else is given
+            return parse_args(ctx, args)
+        for p, name, value in said_all:
             said = given.setdefault(p.name, [])
             said.append(name if p.is_flag else f"{name} {shown(value)}")
             if p.is_flag and len({s in p.opts for s in said}) == 2:

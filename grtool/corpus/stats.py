@@ -167,5 +167,5 @@ class StatsReport(Report, kw_only=True):
     path: str
     groups: list[dict[str, Any]]
     documents: dict[str, Any]
-    questions_total: int
+    questions_total: int | msgspec.UnsetType = msgspec.UNSET  # a run without a questions stage has none
     coverage: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET

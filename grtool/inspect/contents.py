@@ -79,9 +79,10 @@ def files(found: list[Path]) -> list[dict[str, str]]:
     (`status` reads no file whole; `validate` compares the bytes)."""
     rows = []
     for path in found:
-        record = _record(path.with_name("." + path.name + FILE_RECORD))
+        record_path = path.with_name("." + path.name + FILE_RECORD)
+        record = None if os.path.islink(record_path) else _record(record_path)  # grtool never writes a link there
         if record is None:
-            state = "damaged record"
+            state = "damaged record (grtool validate)"
         elif not os.path.lexists(path):
             state = "missing (grtool validate)"
         elif not path.is_file():

@@ -30,7 +30,7 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import msgspec
 
@@ -67,15 +67,17 @@ class Stage:
             argv.append("--overwrite")
         return argv
 
-    def command_line(self, overwrite: bool = False) -> str:
-        line = " ".join(map(shell_word, ["grtool", *self.argv(overwrite)]))  # a control character as $'\x1b', never raw
-        return f"{line} > {shell_word(self.stdout)}" if self.stdout else line
+    def command_line(self, overwrite: bool = False, quote: Callable[[str], str] = shell_word) -> str:
+        """The stage's command as a shell runs it: a control character as ``$'\x1b'``, never raw (the plan)."""
+        line = " ".join(map(quote, ["grtool", *self.argv(overwrite)]))
+        return f"{line} > {quote(self.stdout)}" if self.stdout else line
 
     def identity(self) -> str:
         """The command line that says what the stage makes, as its completion record keeps it: without
         ``--overwrite``, which says only how a run starts (after a run with it, a plain run finds the stage done)."""
         options = {k: v for k, v in self.options.items() if k != "overwrite"}
-        return Stage(self.name, self.run, self.args, options, self.outputs, self.stdout).command_line()
+        # quoted as every earlier grtool quoted it, so the completion records it wrote still match
+        return Stage(self.name, self.run, self.args, options, self.outputs, self.stdout).command_line(quote=shlex.quote)
 
     def to_dict(self) -> dict[str, Any]:
         """The stage as JSON (a Slurm job's record); options as [key, value] pairs, which keep their order (the
@@ -283,12 +285,19 @@ def expand(text: str, variables: dict[str, str], where: str, *, shell: bool = Fa
             known = ", ".join("{" + v + "}" for v in variables)
             raise InputError(f"{where}: unknown placeholder {token} in {text!r}{_did_you_mean(m[1], list(variables))}; "
                              f"placeholders: {known} (write {{{{ and }}}} for literal braces)")  # fmt: skip
-        value = variables[m[1]]
-        if not value.strip() and m.start() == 0 and text[m.end() : m.end() + 1] == "/":  # '{base}/run' would be '/run'
-            raise InputError(f"{where}: {token} is empty, so {text!r} would become a path at the root of the file system; give it a value")
-        return shlex.quote(value) if shell else value
+        return shlex.quote(variables[m[1]]) if shell else variables[m[1]]
 
-    return _FIELD.sub(replace, text)
+    expanded = _FIELD.sub(replace, text)
+    empty = [name for name, value in variables.items() if not value.strip() and "{" + name + "}" in text]
+    if empty and not shell and _rooted(expanded) and not _rooted(expand(text, {**variables, **dict.fromkeys(empty, "x")}, where)):
+        names = ", ".join("{" + name + "}" for name in empty)
+        raise InputError(f"{where}: {names} {'is' if len(empty) == 1 else 'are'} empty, so {text!r} would become a path at the root of the file system; give it a value")
+    return expanded
+
+
+def _rooted(text: str) -> bool:
+    """An absolute path, or an option spelled with one (``--out=/run``); blanks before it count as nothing."""
+    return text.lstrip().startswith("/") or "=/" in text.replace(" ", "")
 
 
 def _expand(value: Any, variables: dict[str, str], where: str, *, shell: bool = False) -> Any:

@@ -388,3 +388,13 @@ def test_a_report_s_place_taken_by_a_fifo_or_its_record_by_a_link_fails(run):
     record.symlink_to("kept.json")
     problems = [p for r in _validate_json(run, 1)["stages"] for p in r["problems"]]
     assert any("a symbolic link where grtool keeps the file's record" in p for p in problems), problems
+    [row] = json.loads(run_cli("status", run, "--json").stdout)["files"]
+    assert row["state"] == "damaged record (grtool validate)", row  # as validate says (before: ok)
+
+
+def test_corpus_stats_json_of_a_run_without_questions(tmp_path):
+    """A run with documents and no questions stage has no questions_total: its report still prints (before the
+    report was optional in its declaration: a RuntimeError, exit 1)."""
+    run_cli("corpus", "ingest", EXAMPLES / "hotpotqa-wiki", "--out", tmp_path / "wiki")
+    shown = json.loads(run_cli("corpus", "stats", tmp_path / "wiki", "--json").stdout)
+    assert "questions_total" not in shown and shown["documents"]["total"] > 0, shown

@@ -138,6 +138,8 @@ def test_an_on_off_flag_given_both_ways_on_the_command_line_is_refused(flags):
     err = run_cli("export", "gmr", "c", "-oa.jsonl", "--out", "b.jsonl", check=2).stderr  # a short option's value attached
     assert "--out is given twice (-o 'a.jsonl', --out 'b.jsonl')" in err, err
     assert "Usage:" in run_cli("export", "gmr", "c", "--out", "a", "--out", "b", "--help").stdout  # help is help
+    err = run_cli("export", "sft", "c", "--corpus", "s", "--out", "a", "--out", "b", "--system", "-h", check=2).stderr  # -h as a value
+    assert "--out is given twice" in err, err
     # a flag repeated the same way, and a text value that looks like the other form, are no conflict
     assert "both given" not in run_cli("export", "gmr", "c", "--out", "o", "--no-memorization", "--no-memorization", check=2).stderr
     assert "both given" not in run_cli("export", "sft", "c", "--out", "o", "--system", "--no-all-candidates", "--all-candidates", check=2).stderr

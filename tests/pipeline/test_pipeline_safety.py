@@ -327,6 +327,12 @@ def test_a_var_that_would_root_a_path_or_is_true_is_refused(tmp_path, examples, 
     assert said.removeprefix("[vars] 'base': ").split(",")[0] in err, err
     suffixed = str(write_pipeline([ingest], out=str(tmp_path / "run{suffix}"), vars={"suffix": ""}))
     assert f"--out {tmp_path / 'run' / 'ingest'}" in cli("pipeline", "run", suffixed, "--dry-run").stdout
+    # two empty vars before the slash, and an option spelled with = in the args, are caught the same way
+    err = " ".join(cli("pipeline", "run", str(write_pipeline([ingest], out="{a}{b}/run", vars={"a": "", "b": ""})), "--dry-run", check=2).stderr.split())
+    assert "{a}, {b} are empty, so '{a}{b}/run' would become a path at the root" in err, err
+    spelled = {**ingest, "args": [*ingest["args"], "--out={a}/x"], "options": {}}
+    err = " ".join(cli("pipeline", "run", str(write_pipeline([spelled], out=str(tmp_path / "run"), vars={"a": ""})), "--dry-run", check=2).stderr.split())
+    assert "{a} is empty, so '--out={a}/x' would become a path at the root" in err, err
 
 
 def test_an_option_spelled_both_ways_is_refused(tmp_path, examples, cli, write_pipeline):
@@ -451,3 +457,15 @@ def test_set_overrides_an_option_written_among_the_args(tmp_path, examples, cli,
     config = str(write_pipeline([ingest], out=str(tmp_path / "run")))
     plan = cli("pipeline", "run", config, "--dry-run", "--set", "ingest.out={out}/b").stdout
     assert f"--rows-per-part=5 --out {tmp_path / 'run' / 'b'}" in plan and "/a" not in plan.split("\n")[2], plan
+
+
+def test_a_stage_s_identity_is_quoted_as_earlier_records_quote_it():
+    """The plan shows a control character as $'\\t'; the identity a completion record keeps stays shlex's, so a stage an
+    earlier grtool finished with such an option is still done (before: 'the command differs', and it ran again)."""
+    import shlex
+
+    from grtool.pipeline.config import Stage
+
+    stage = Stage("s", "export sft", ["c"], {"system": "You are\ta retriever.", "out": "o"})
+    assert stage.identity() == shlex.join(["grtool", "export", "sft", "c", "--system", "You are\ta retriever.", "--out", "o"])
+    assert "$'You are\\x09a retriever.'" in stage.command_line()
