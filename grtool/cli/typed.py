@@ -180,10 +180,18 @@ def use_plain_values() -> None:
     core._grtool_plain = True
 
 
+def _overridden(message: str) -> None:
+    from grtool.log import log
+
+    log.warning(message)
+
+
 def one_value_per_option(command: Any) -> None:
     """An option that takes one value, given twice (``--out a --out b``), and an on/off flag given both ways
-    (``--packing --no-packing``) are refused instead of the last one winning in silence: which one was meant is
-    unknown. Values of options are skipped (``--system --no-x`` gives --system the text)."""
+    (``--packing --no-packing``): the last one is used, as Click, argparse and git use it (a base command line with
+    an override after it is a common way to call a tool), and a warning line names both, so it is never silent.
+    Values of options are skipped (``--system --no-x`` gives --system the text). A pipeline stage, whose file has
+    no such idiom, refuses both (:func:`grtool.cli.stage_options.stage_values`)."""
     params = [p for p in getattr(command, "params", ()) if getattr(p, "param_type_name", "") == "option"]
     single = {o: p for p in params if not p.multiple and not p.count for o in (*p.opts, *p.secondary_opts)}
     if not single or not hasattr(command, "parse_args"):
@@ -211,13 +219,13 @@ def one_value_per_option(command: Any) -> None:
         if any(p is None for p, _, _ in said_all):  # --help (not an option's value): the help, whatever else is given
             return parse_args(ctx, args)
         for p, name, value in said_all:
-            said = given.setdefault(p.name, [])
-            said.append(name if p.is_flag else f"{name} {shown(value)}")
+            given.setdefault(p.name, []).append(name if p.is_flag else f"{name} {shown(value)}")
+        for p in {p.name: p for p, _, _ in said_all}.values():
+            said = given[p.name]
             if p.is_flag and len({s in p.opts for s in said}) == 2:
-                on, off = (next(s for s in said if (s in p.opts) == way) for way in (True, False))
-                raise InputError(f"{on} and {off} are both given; give one")
-            if not p.is_flag and len(said) == 2:
-                raise InputError(f"{max(p.opts, key=len)} is given twice ({said[0]}, {said[1]}); it takes one value: give it once")
+                _overridden(f"{' and '.join(dict.fromkeys(said))} are both given: the last one, {said[-1]}, is used")
+            elif not p.is_flag and len(said) > 1:
+                _overridden(f"{max(p.opts, key=len)} is given {len(said)} times ({', '.join(said)}): the last one is used")
         return parse_args(ctx, args)
 
     command.parse_args = checked
@@ -225,7 +233,8 @@ def one_value_per_option(command: Any) -> None:
 
 def bound_numbers(command: Any) -> Any:
     """Route the numeric parameters of ``command`` and of every command under it through the one parser, check
-    that its text parameters are text, its paths not empty and its single-valued options and on/off flags given once."""
+    that its text parameters are text, its paths not empty, and that a one-value option or on/off flag given twice is
+    said."""
     if getattr(command, _DONE, False):
         return command
     setattr(command, _DONE, True)
