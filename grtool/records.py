@@ -99,10 +99,15 @@ def decode_record(data: bytes | str, kind: type[T], *, source: object, what: str
         raise DamagedRecord(f"{source}: {what} is not valid JSON ({e}){_near_field(data, str(e))} (edited or damaged)") from None
     except RecursionError:  # JSON nested thousands deep (even inside a field the declaration skips)
         raise DamagedRecord(f"{source}: {what} is nested deeper than any record grtool writes (edited or damaged)") from None
-    twice = _repeated_key(data)
-    if twice is not None:  # JSON readers keep the last of two values silently: which one was meant is unknown
-        raise DamagedRecord(f"{source}: {what}: field {twice} is given twice in one object (edited or damaged)")
+    _refuse_repeated_key(data, source, what)
     return record
+
+
+def _refuse_repeated_key(data: bytes | str, source: object, what: str) -> None:
+    """JSON readers keep the last of two values for one key without a word: which one was meant is unknown."""
+    twice = _repeated_key(data)
+    if twice is not None:
+        raise DamagedRecord(f"{source}: {what}: field {twice} is given twice in one object (edited or damaged)")
 
 
 def _repeated_key(data: bytes | str) -> str | None:
@@ -174,9 +179,7 @@ def read_json_record(path: str | Path, *, what: str) -> Any:
         value = orjson.loads(data)  # bounded nesting, unlike json's recursion
     except orjson.JSONDecodeError as e:
         raise DamagedRecord(f"{path}: {what} is not valid JSON ({e}) (edited or damaged)") from None
-    twice = _repeated_key(data)
-    if twice is not None:
-        raise DamagedRecord(f"{path}: {what}: field {twice} is given twice in one object (edited or damaged)")
+    _refuse_repeated_key(data, path, what)
     return value
 
 

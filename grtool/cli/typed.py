@@ -180,12 +180,6 @@ def use_plain_values() -> None:
     core._grtool_plain = True
 
 
-def _overridden(message: str) -> None:
-    from grtool.log import log
-
-    log.warning(message)
-
-
 def one_value_per_option(command: Any) -> None:
     """An option that takes one value, given twice (``--out a --out b``), and an on/off flag given both ways
     (``--packing --no-packing``): the last one is used, as Click, argparse and git use it (a base command line with
@@ -214,18 +208,19 @@ def one_value_per_option(command: Any) -> None:
                 yield None, token, ""
 
     def checked(ctx: Any, args: list[str]) -> Any:
-        given: dict[str, list[str]] = {}
         said_all = [] if ctx.resilient_parsing else list(options_given(args, ctx.help_option_names))  # completion: half-typed lines
         if any(p is None for p, _, _ in said_all):  # --help (not an option's value): the help, whatever else is given
             return parse_args(ctx, args)
+        given: dict[Any, list[str]] = {}
         for p, name, value in said_all:
-            given.setdefault(p.name, []).append(name if p.is_flag else f"{name} {shown(value)}")
-        for p in {p.name: p for p, _, _ in said_all}.values():
-            said = given[p.name]
+            given.setdefault(p, []).append(name if p.is_flag else f"{name} {shown(value)}")
+        from grtool.log import log  # configured by the root command before a command's arguments are parsed
+
+        for p, said in given.items():
             if p.is_flag and len({s in p.opts for s in said}) == 2:
-                _overridden(f"{' and '.join(dict.fromkeys(said))} are both given: the last one, {said[-1]}, is used")
+                log.warning("%s are both given: the last one, %s, is used", " and ".join(dict.fromkeys(said)), said[-1])
             elif not p.is_flag and len(said) > 1:
-                _overridden(f"{max(p.opts, key=len)} is given {len(said)} times ({', '.join(said)}): the last one is used")
+                log.warning("%s is given %d times (%s): the last one is used", max(p.opts, key=len), len(said), ", ".join(said))
         return parse_args(ctx, args)
 
     command.parse_args = checked

@@ -58,20 +58,21 @@ def exports(sidecars: list[Path]) -> list[dict[str, str]]:
             rows.append({"path": str(path), "kind": f"{meta.get('kind', '-')}: file missing (grtool validate)", "format": str(meta.get("trainer_format") or "-"),
                          "rows": "-", "created": str(meta.get("created", "-"))})  # fmt: skip
             continue
-        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")) + _size_mark(path, meta), "format": str(meta.get("trainer_format") or "-"),
+        mark = _size_state(path, meta.get("bytes"), (meta.get("replaces") or {}).get("bytes"))
+        rows.append({"path": str(path), "kind": str(meta.get("kind", "-")) + (f": {mark}" if mark else ""), "format": str(meta.get("trainer_format") or "-"),
                      "rows": _number(meta.get("rows")), "created": str(meta.get("created", "-"))})  # fmt: skip
     return rows
 
 
-def _size_mark(path: Path, meta: dict[str, Any]) -> str:
-    """What the export's size says against its record (`status` reads no file whole; `validate` compares the bytes):
-    nothing when it is the size recorded."""
+def _size_state(path: Path, written: Any, replaced: Any) -> str:
+    """What a single file's size says against the sizes its record names (`status` reads no file whole; `validate`
+    compares the bytes): nothing when it is the size written."""
     size = path.stat().st_size
-    if size == meta.get("bytes"):
+    if size == written:
         return ""
-    if isinstance(meta.get("replaces"), dict) and size == meta["replaces"].get("bytes"):
-        return ": stopped before its new file was in place (grtool validate)"
-    return ": changed since it was written (grtool validate)"
+    if replaced is not None and size == replaced:
+        return "stopped before its new file was in place (grtool validate)"
+    return "changed since it was written (grtool validate)"
 
 
 def files(found: list[Path]) -> list[dict[str, str]]:
@@ -90,16 +91,11 @@ def files(found: list[Path]) -> list[dict[str, str]]:
         elif not isinstance(record.get("file"), dict):  # an older grtool's record names no bytes: it vouches for the file
             state = "ok"
         else:
-            state = _size_mark(path, {"bytes": record["file"].get("size"), "replaces": _renamed(record.get("replaces"))}).removeprefix(": ") or "ok"
+            state = _size_state(path, record["file"].get("size"), (record.get("replaces") or {}).get("size")) or "ok"
         command = record.get("command") if record is not None else None
         rows.append({"path": str(path), "state": state, "written by": " ".join(command[:3]) if isinstance(command, list) else "-",
                      "written": str(record.get("written", "-")) if record is not None else "-"})  # fmt: skip
     return rows
-
-
-def _renamed(replaced: Any) -> dict[str, Any] | None:
-    """A file record's ``replaces`` (size) in the words of an export's (bytes)."""
-    return {"bytes": replaced.get("size")} if isinstance(replaced, dict) else None
 
 
 def checkpoints(found: list[Path]) -> list[dict[str, str]]:

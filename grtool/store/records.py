@@ -59,11 +59,21 @@ def commit_file(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
+_SHA256: dict[tuple[Any, ...], str] = {}
+
+
 def sha256_file(path: Path) -> str:
+    """The sha256 of a file, computed once per process for an unchanged file: an export's claim checks the old file
+    twice (its output check, then the claim) and its record names the bytes it replaces, as file_hash caches BLAKE3."""
     import hashlib  # here: `status` reads records without OpenSSL loaded
 
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    digest = _SHA256.get(key)
+    if digest is None:
+        with open(path, "rb") as f:
+            digest = _SHA256[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digest
 
 
 def dumps(obj: Any) -> bytes:
