@@ -57,8 +57,13 @@ def shell_word(word: str) -> str:
 
 
 def shown(value: object) -> str:
-    """A value as messages quote it: quoted, :func:`escaped`, and cut to a readable length."""
-    text = "'" + escaped(value if isinstance(value, str) else str(value)).replace("'", "\\'") + "'"
+    """A value as messages quote it: quoted, :func:`escaped`, and cut to a readable length; a list as a list of
+    them (``['a', 'b']``, not the quoted text of a list), a table as one."""
+    if isinstance(value, (list, tuple, dict)):
+        items = (f"{shown(k)}: {shown(v)}" for k, v in value.items()) if isinstance(value, dict) else map(shown, value)
+        text = ("{%s}" if isinstance(value, dict) else "[%s]") % ", ".join(items)
+    else:
+        text = "'" + escaped(value if isinstance(value, str) else str(value)).replace("'", "\\'") + "'"
     return text if len(text) <= 80 else text[:60] + "…" + text[-12:]
 
 

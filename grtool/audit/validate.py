@@ -633,7 +633,8 @@ def validate_tree(root: str | Path, accept_empty_paths: list[Path] | None = None
     from grtool.store.outputs import file_record
 
     root = Path(root)
-    by_record = not root.is_dir() and os.path.lexists(file_record(root))  # missing, or a FIFO in its place: judged by its record
+    # missing, a FIFO in its place, or a directory holding nothing grtool wrote: judged by the file's record
+    by_record = os.path.lexists(file_record(root)) and (not root.is_dir() or discover(root).nothing())
     reports = [validate_file(root)] if root.is_file() or by_record else _validate_dir(root)
     if accept_empty_paths:
         accept_empty(reports, root if root.is_dir() else root.parent, accept_empty_paths)

@@ -17,7 +17,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -174,8 +174,7 @@ def stage_values(command: Command, args: list[Any], options: dict[str, Any], whe
 
     params = parameters(command)
     by_key = {key: (p, key in [f[2:].replace("-", "_") for f in p.off]) for p in params if not p.argument for key in p.keys}
-    by_flag = {flag: (p, flag in p.off) for p in params for flag in (*p.flags, *p.off)}
-    rest, named = _options_among(args, by_flag, where)
+    rest, named = _options_among(args, _by_flag(params), where)
     data: dict[str, Any] = {}
     arguments = [p for p in params if p.argument]
     for p in arguments:
@@ -233,47 +232,67 @@ def _said(p: Parameter, negative: bool, value: Any) -> str:
     return f"{key} = {str(value).lower() if isinstance(value, bool) else shown(value)}"
 
 
+_NO_VALUE = object()  # an option that takes a value, last in the args with none after it
+
+
+def _by_flag(params: tuple[Parameter, ...]) -> dict[str, tuple[Parameter, bool]]:
+    """Each flag a command takes (``--out``, ``-o``, ``--no-json``): its parameter, and whether it is the off form."""
+    return {flag: (p, flag in p.off) for p in params for flag in (*p.flags, *p.off)}
+
+
+def _split_args(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]]) -> Iterator[tuple[list[Any], str | None, Any, Any]]:
+    """A stage's ``args`` split as its command line splits them: ``(words, flag, found, value)`` for each argument
+    (flag None, value the argument), each option (``--out DIR``, ``--out=DIR``, ``-oDIR``, ``--json``: found its
+    ``by_flag`` entry or None for a flag the command lacks, value True for an on/off flag) and a ``--`` (flag
+    ``--``), after which every word is an argument; ``words`` are the args it took, as written."""
+    items = iter(args)
+    for item in items:
+        text = str(item)
+        if text == "--":
+            yield [item], "--", None, None
+            yield from (([rest], None, None, rest) for rest in items)
+            return
+        if not text.startswith("-") or text == "-":
+            yield [item], None, None, item
+            continue
+        flag, eq, value = text.partition("=") if text.startswith("--") else (text, "", "")
+        short = by_flag.get(text[:2]) if not text.startswith("--") and flag not in by_flag else None
+        if short is not None and short[0].kind is not bool:  # -oDIR
+            flag, eq, value = text[:2], "=", text[2:]
+        found = by_flag.get(flag)
+        if found is None or found[0].kind is bool:
+            yield [item], flag, found, True
+        elif eq:
+            yield [item], flag, found, value
+        else:
+            value = next(items, _NO_VALUE)
+            yield [item] if value is _NO_VALUE else [item, value], flag, found, value
+
+
 def args_without(command: Command, args: list[Any], key: str) -> list[Any]:
     """``args`` without the option ``key`` of ``command`` (its flag or its off flag, with its value) where they
     give it; every other option keeps its value, however it looks (``--system --out`` gives --system the text)."""
     params = parameters(command)
-    by_flag = {flag: p for p in params for flag in (*p.flags, *p.off)}
     dropped = next((p for p in params if not p.argument and key.replace("-", "_") in p.keys), None)
-    kept: list[Any] = []
-    items = iter(args)
-    for item in items:
-        text = str(item)
-        flag, eq, _ = text.partition("=") if text.startswith("--") else (text, "", "")
-        p = by_flag.get(flag)
-        value = [] if p is None or p.kind is bool or eq else [v for v in [next(items, None)] if v is not None]
-        if p is None or p is not dropped:
-            kept += [item, *value]
-    return kept
+    return [word for words, _, found, _ in _split_args(args, _by_flag(params)) if found is None or found[0] is not dropped for word in words]
 
 
 def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], where: str) -> tuple[list[Any], list[tuple[Parameter, bool, Any]]]:
     """A stage's ``args`` split as its command line would split them: the arguments, and the options written among
-    them (``--out DIR``, ``--out=DIR``, ``--json``) with their values."""
+    them with their values."""
     rest: list[Any] = []
     named: list[tuple[Parameter, bool, Any]] = []
-    items = iter(args)
-    for item in items:
-        text = str(item)
-        if not text.startswith("-") or text == "-":
-            rest.append(item)
+    for words, flag, found, value in _split_args(args, by_flag):
+        if flag is None:
+            rest.append(value)
+        elif flag == "--":
             continue
-        flag, eq, value = text.partition("=") if text.startswith("--") else (text, "", "")
-        if flag not in by_flag:
-            raise InputError(f"{where}: args: {shown(text)} is not an option of the command")
-        p, negative = by_flag[flag]
-        if p.kind is bool:
-            named.append((p, negative, True))
-            continue
-        if not eq:
-            value = next(items, None)
-            if value is None:
-                raise InputError(f"{where}: args: {flag} needs a value after it")
-        named.append((p, negative, value))
+        elif found is None:
+            raise InputError(f"{where}: args: {shown(words[0])} is not an option of the command")
+        elif value is _NO_VALUE:
+            raise InputError(f"{where}: args: {flag} needs a value after it")
+        else:
+            named.append((*found, value))
     return rest, named
 
 

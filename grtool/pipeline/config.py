@@ -52,8 +52,11 @@ class Stage:
     slurm: dict[str, Any] = field(default_factory=dict)  # this stage's [slurm] settings over the file's defaults
 
     def argv(self, overwrite: bool = False) -> list[str]:
-        """The command line after `grtool` (``overwrite``: with ``--overwrite``, as a rerun after changed inputs)."""
-        argv = self.run.split() + [str(a) for a in self.args]
+        """The command line after `grtool` (``overwrite``: with ``--overwrite``, as a rerun after changed inputs).
+        Arguments after a ``--`` among the args (a file named ``-x``) stay last, after the options."""
+        args = [str(a) for a in self.args]
+        end = args.index("--") if "--" in args else len(args)
+        argv = self.run.split() + args[:end]
         for key, value in self.options.items():
             flag = "--" + key.replace("_", "-")
             if isinstance(value, bool):
@@ -65,7 +68,7 @@ class Stage:
                 argv += [flag, str(value)]
         if overwrite and "--overwrite" not in argv:
             argv.append("--overwrite")
-        return argv
+        return argv + args[end:]
 
     def command_line(self, overwrite: bool = False, quote: Callable[[str], str] = shell_word) -> str:
         """The stage's command as a shell runs it: a control character as ``$'\x1b'``, never raw (the plan)."""
@@ -111,12 +114,15 @@ class Pipeline:
         return self.stages[lo:hi]
 
 
-def _coerce(text: str) -> Any:
-    """A --set value: TOML scalar syntax when it parses (numbers, true/false, quoted strings), else the text."""
+def _coerce(text: str, numbers: bool = True) -> Any:
+    """A --set value: TOML scalar syntax when it parses (numbers, true/false, quoted strings), else the text.
+    ``numbers=False``: a number stays as written (``1e3``, not ``1000.0``): an option or a var takes it as text, as
+    the command line gives it, and a command parses its numeric options from that text itself."""
     try:
-        return _toml(f"v = {text}", "--set value")["v"]
+        value = _toml(f"v = {text}", "--set value")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    return text.strip() if not numbers and isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def _toml(text: str, where: str) -> dict[str, Any]:
@@ -382,7 +388,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         if name not in spec.vars:
             known = ", ".join(spec.vars) or "none"
             raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
-        variables[name] = _var_text(_coerce(value), f"--set {_shown(item)}")
+        variables[name] = _var_text(_coerce(value, numbers=False), f"--set {_shown(item)}")
     # The [vars] may place the run directory too (out = "{base}/run"); a placeholder it does not know is an error.
     variables["out"] = _expand(spec.out, {k: v for k, v in variables.items() if k != "out"}, f"{path}: out")
     if not variables["out"].strip():
@@ -425,7 +431,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
             entry["slurm"] = {**entry["slurm"], key[6:]: _slurm_value(key[6:], value, variables, where)}
         else:
             _check_option_name(commands, entry, key, where)
-            entry["options"] = {**entry["options"], option_key(key): _expand(_coerce(value), variables, where)}
+            entry["options"] = {**entry["options"], option_key(key): _expand(_coerce(value, numbers=False), variables, where)}
             entry["args"] = commands.args_without(entry["run"], entry["args"], key)  # it overrides one written among them
 
     stages = []

@@ -388,7 +388,7 @@ def run_stage(commands: StageCommands, stage: Stage, *, overwrite: bool = False)
         # The stage records its own equivalent command line (the one the plan prints), not `grtool pipeline run`:
         # in its outputs, its stdout file's record and the locks it holds.
         stack.enter_context(command(["grtool", *argv]))
-        claimed = stack.enter_context(claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True))
+        claimed = stack.enter_context(claim_file(stage.stdout, f"stage {stage.name!r} stdout", stdout=True, redirect=True))
         if claimed is not None:  # a failed stage keeps the earlier file: the claim moves it in only when the block succeeds
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(claimed.open())))
         try:

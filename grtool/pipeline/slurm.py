@@ -711,7 +711,7 @@ def _install_stdout(stage: Stage, finished: Path) -> None:
     from grtool.store.partloop import claim_file
 
     try:
-        with command(["grtool", *stage.argv()]), claim_file(stage.stdout, f"stage {stage.name!r} stdout") as claimed:
+        with command(["grtool", *stage.argv()]), claim_file(stage.stdout, f"stage {stage.name!r} stdout", redirect=True) as claimed:
             claimed.install(finished)
     except InputError as e:
         raise InputError(f"{e}; the job's output is kept in {printable(finished)}") from None
@@ -747,7 +747,7 @@ def finalize_stage(record_path: str | Path, *, merge: bool = False, stdout_from:
         from grtool.secrets import redact_argv
         from grtool.store.outputs import write_file_record
 
-        write_file_record(Path(stage.stdout), redact_argv(["grtool", *stage.argv()]))
+        write_file_record(Path(stage.stdout), redact_argv(["grtool", *stage.argv()]), stdout=True)
     submitted = _dt.datetime.fromisoformat(record.submitted)
     if submitted.tzinfo is None:
         submitted = submitted.replace(tzinfo=_dt.timezone.utc)

@@ -272,7 +272,7 @@ class RunLock:
             who = "; ".join(f"array task {t.task if t else None} of {t.tasks if t else None}: {_describe(t)}" for t in tasks)
         else:
             who = f"another run: {_describe(read_holder(run))}"
-        this = "a whole run" if self.count == 1 else f"array task {self.index} of {self.count}"
+        this = "this command" if self.count == 1 else f"array task {self.index} of {self.count}"
         return TransientError(f"{self.dir}: is being written by {who}; {this} cannot write it at the same time: wait until that run ends (or stop it), then run again")
 
     def release(self) -> None:

@@ -211,6 +211,11 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _option(flag: str) -> str:
+    """The option a refusal asks to change: ``--out`` for the label ``--out (the file beside it)``."""
+    return flag.split(" (", 1)[0]
+
+
 def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = None, export_kind: str | None = None, flag: str = "--out") -> None:
     """Exit 2 unless ``out`` is absent, empty, or what grtool wrote as ``kind`` (of ``table``) — the record says so."""
     p = Path(out)
@@ -253,7 +258,13 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             )
     refuse_foreign_types(p, own_entries(p, kind)[0], kind, flag)
     if kind is STAGE and table is not None and record.is_file():  # (without it: a clear grtool began, CLEARING)
-        got = (_read_record(record) or {}).get("table")
+        try:
+            got = read_json_record(record, what="manifest")
+        except (OSError, DamagedRecord) as e:
+            raise InputError(
+                f"{flag} {printable(p)}: --overwrite refused: its {kind.record} is damaged ({e}), so grtool cannot tell which table it holds; remove the directory yourself or choose another --out"
+            ) from None
+        got = got.get("table") if isinstance(got, dict) else None
         if got != table:
             raise InputError(f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command writes {table!r}; choose another --out")
 
@@ -512,13 +523,16 @@ class FileBytes(msgspec.Struct, forbid_unknown_fields=True):
 
 class FileRecord(msgspec.Struct):
     """The record beside a report, plot or JSON file grtool wrote (:func:`write_file_record`). ``file``: the bytes
-    it wrote; ``replaces``: those of the file it replaced. Both are absent in an older grtool's records."""
+    it wrote; ``replaces``: those of the file it replaced. Both are absent in an older grtool's records. ``stdout``:
+    the file holds ``command``'s standard output (a pipeline stage's ``stdout``), so running it again is
+    ``command > file``."""
 
     format: Literal["grtool-file"]
     command: list[Text]
     written: Text
     file: FileBytes | None = None
     replaces: FileBytes | None = None
+    stdout: bool = False
 
 
 def _bytes_of(path: Path) -> FileBytes:
@@ -565,10 +579,10 @@ def file_problem(path: Path) -> str | None:
         return f"{printable(record_path)}: cannot be read ({e.strerror or e})"
     if os.path.lexists(path) and not path.is_file():
         return f"{file_kind_name(path)} stands where {printable(record_path.name)} records the file grtool wrote"
-    again = f"run {shlex.join(record.command)} again"
+    again = f"run {shlex.join(record.command)}{f' > {shlex.quote(str(path))}' if record.stdout else ''} again"
     return {
         "written": None,
-        "missing": f"missing, but {printable(record_path.name)} records it (a run stopped before its file was in place: {again})",
+        "missing": f"missing, but {printable(record_path.name)} records it (removed, or a run stopped before its file was in place: {again})",
         "replaced": f"a run stopped before its new file was in place, {printable(record_path.name)} records the new one: {again}",
         "changed": f"changed since grtool wrote it ({printable(record_path.name)} records other bytes): it is yours now, and no run of grtool replaces it",
     }[_bytes_state(path, record)]
@@ -629,12 +643,13 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
         _refuse_changed(p, found[0], flag)
     if found:
         raise InputError(
-            f"{flag} {printable(out)}: its record {printable(found[0].name)} is damaged or not grtool's, so grtool cannot tell that it wrote the file: remove both yourself or choose another {flag}"
+            f"{flag} {printable(out)}: its record {printable(found[0].name)} is damaged or not grtool's, so grtool cannot tell that it "
+            f"wrote the file: remove both yourself or choose another {_option(flag)}"
         )
     raise InputError(
         f"{flag} {printable(out)}: exists and grtool did not write it (no {printable(file_record(p).name)} beside it, nor an export's "
         f"{printable(export_record(p).name)}); "
-        f"grtool replaces only files it wrote: remove it yourself or choose another {flag}"
+        f"grtool replaces only files it wrote: remove it yourself or choose another {_option(flag)}"
     )
 
 
@@ -655,7 +670,7 @@ def refuse_foreign_records(p: Path, flag: str) -> None:
 def _refuse_changed(out: Path, record: Path, flag: str) -> None:
     raise InputError(
         f"{flag} {printable(out)}: was changed since grtool wrote it (its {printable(record.name)} records other bytes), so it is "
-        f"yours now and grtool does not replace it: remove it yourself or choose another {flag}"
+        f"yours now and grtool does not replace it: remove it yourself or choose another {_option(flag)}"
     )
 
 
@@ -663,7 +678,9 @@ def refuse_export(out: str | Path | None, flag: str) -> None:
     """A report, plot or JSON file never replaces an export grtool wrote (its ``.grtool.json`` says so): only
     another export of its kind does."""
     if out is not None and str(out) != "-" and export_record(Path(out)).is_file():
-        raise InputError(f"{flag} {printable(out)}: is an export grtool wrote ({printable(export_record(Path(out)).name)} beside it); {flag} writes another kind of file: choose another {flag}")
+        raise InputError(
+            f"{flag} {printable(out)}: is an export grtool wrote ({printable(export_record(Path(out)).name)} beside it); {flag} writes another kind of file: choose another {_option(flag)}"
+        )
 
 
 def scratch_path(path: Path, pid: int | str) -> Path:
@@ -702,12 +719,12 @@ def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ())
                 Path(entry.path).unlink(missing_ok=True)
 
 
-def write_file_record(path: Path, command: list[str], content: Path | None = None) -> None:
-    """The record that says grtool wrote the single file ``path`` (by ``command``), so a later run may replace it:
-    with the bytes at ``content`` (its finished temporary file; None: the file in place), and those of the file they
-    replace."""
+def write_file_record(path: Path, command: list[str], content: Path | None = None, stdout: bool = False) -> None:
+    """The record that says grtool wrote the single file ``path`` (by ``command``; ``stdout``: its standard output),
+    so a later run may replace it: with the bytes at ``content`` (its finished temporary file; None: the file in
+    place), and those of the file they replace."""
     replaces = _bytes_of(path) if content is not None and path.is_file() else None
-    record = FileRecord("grtool-file", command, now(), _bytes_of(content if content is not None else path), replaces)
+    record = FileRecord("grtool-file", command, now(), _bytes_of(content if content is not None else path), replaces, stdout)
     atomic_write_bytes(file_record(path), dumps(msgspec.to_builtins(record)))
 
 
@@ -738,4 +755,4 @@ def check_outputs(
         refuse_dangling_link(Path(path), flag)
         refuse_record_path(path, flag, within=[o for o in directories if o is not path])
         if os.path.lexists(path) and not Path(path).is_dir() and not written_by_grtool(Path(path)):  # train --format llamafactory-yaml writes a file there
-            raise InputError(f"{flag} {printable(path)}: names an existing file grtool did not write; choose another {flag}")
+            raise InputError(f"{flag} {printable(path)}: names an existing file grtool did not write; choose another {_option(flag)}")

@@ -86,6 +86,7 @@ class FileOutput(WholeOutput):
     inputs: Sequence[str | Path | None] = ()
     holders: Sequence[str | Path | None] = ()
     flag: str = "--out"
+    redirect: bool = False  # the file holds the command's standard output (a pipeline stage's stdout)
 
     def open(self, *, overwrite: bool, num_parts: int, shards: tuple[int, int]) -> "FileWriter":
         return FileWriter(self)
@@ -234,23 +235,23 @@ class FileWriter(WholeWriter):
         from grtool.secrets import redact_argv
 
         assert self.output.kind is FILE and self.claim is not None, "an export's part writes its own record"
-        write_file_record(self.path, redact_argv(self.claim.lock.command or current_command()), content=tmp)
+        write_file_record(self.path, redact_argv(self.claim.lock.command or current_command()), content=tmp, stdout=self.output.redirect)
 
 
 @contextlib.contextmanager
 def claim_file(out: str | Path | None, flag: str = "--out", *, inputs: Sequence[str | Path | None] = (), holders: Sequence[str | Path | None] = (),
-               stdout: bool = False) -> Iterator[FileWriter | None]:  # fmt: skip
+               stdout: bool = False, redirect: bool = False) -> Iterator[FileWriter | None]:  # fmt: skip
     """``with claim_file(path, "--report") as report:`` a report, plot or JSON file claimed before any work (checked
     as :func:`grtool.store.outputs.check_file_output` says, and locked: a second run writing it is refused at once),
     written by ``report.write(...)`` once the result is known, let go when the block ends. None for no file, or
     for ``-`` where the caller writes standard output instead (``stdout``); elsewhere ``-`` is refused, never
-    silently nothing."""
+    silently nothing. ``redirect``: the file keeps the command's standard output (its record says so)."""
     if out is not None and str(out) == "-" and not stdout:
         raise InputError(f"{flag} -: {flag} writes a file, not standard output; name the file")
     if out is None or str(out) == "-":
         yield None
         return
-    writer = FileWriter(FileOutput(out, FILE, inputs=inputs, holders=holders, flag=flag))
+    writer = FileWriter(FileOutput(out, FILE, inputs=inputs, holders=holders, flag=flag, redirect=redirect))
     try:
         yield writer
     finally:

@@ -383,6 +383,10 @@ def test_a_report_s_place_taken_by_a_fifo_or_its_record_by_a_link_fails(run):
         problems = [p for r in _validate_json(path, 1)["stages"] for p in r["problems"]]
         assert any("a FIFO stands where .s.png.grtool-file.json records the file grtool wrote" in p for p in problems), problems
     plot.unlink()
+    plot.mkdir()  # a directory holding nothing grtool wrote, named itself: judged by the record (before: "nothing grtool wrote")
+    problems = [p for r in _validate_json(plot, 1)["stages"] for p in r["problems"]]
+    assert any("a directory stands where .s.png.grtool-file.json records the file grtool wrote" in p for p in problems), problems
+    plot.rmdir()
     run_cli("corpus", "stats", run, "--plot", plot)
     record.rename(run / "kept.json")
     record.symlink_to("kept.json")

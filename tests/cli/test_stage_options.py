@@ -94,6 +94,9 @@ def _refusal(run: str, args: list, options: dict) -> str:
         ("export gmr", ["c", "--out=x1"], {"out": "x2"}, ["--out takes one value, and is given 2 ('x1', 'x2'"]),
         ("corpus stats", ["c"], {"plot": []}, ["--plot takes one value, not a list (0 given)"]),
         ("corpus stats", ["c"], {"plot": ["a.png", "b.png"]}, ["--plot takes one value"]),
+        # a list or a table where text goes: shown as one, not as the quoted text of one
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "split": [["a"]]}, ["--split ['a']: expected text (a list of them)"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "rules": {"a": 1}}, ["--rules {'a': '1'}: expected text"]),
     ],
 )  # fmt: skip
 def test_a_value_the_command_refuses_is_one_line_naming_stage_and_option(run, args, options, words):
@@ -116,6 +119,10 @@ def test_values_are_taken_as_the_command_line_takes_them():
         ("filters apply", ["c", "--out", "o", "--json", "--split=train"], {"corpus": "q", "triples": "t", "split": ["dev"]}),
         ("chains gold", ["q", "t"], {"out": "o"}),  # the old spelling: TRIPLES as an argument
         ("corpus merge", ["a", "b", "-o", "m"], {}),
+        ("corpus merge", ["a", "-om", "b"], {}),  # a short option's value attached
+        # after `--` every word is an argument, a file named like an option too (before: refused)
+        ("corpus merge", ["a", "--", "-o", "--json"], {"out": "m"}),
+        ("filters apply", ["--", "--out"], {"corpus": "q", "triples": "t", "out": "o"}),
     ],
 )
 def test_options_written_among_the_args_are_taken_as_the_command_line_takes_them(run, args, options):
@@ -125,6 +132,15 @@ def test_options_written_among_the_args_are_taken_as_the_command_line_takes_them
     words = len(run.split())
     parsed = click_command(run).make_context(f"grtool {run}", stage.argv()[words:]).params
     assert stage_values(declared()[run], args, options, "s").values == parsed
+
+
+def test_set_drops_only_the_option_it_replaces_from_the_args():
+    from grtool.cli.stage_options import args_without
+
+    merge = declared()["corpus merge"]
+    assert args_without(merge, ["a", "-om", "b", "--json"], "out") == ["a", "b", "--json"]
+    assert args_without(merge, ["a", "--out", "m", "--", "--out", "x"], "out") == ["a", "--", "--out", "x"]  # after `--`: arguments
+    assert args_without(merge, ["a", "--no-such", "--out=m"], "out") == ["a", "--no-such"]  # an unknown flag is the check's to refuse
 
 
 @pytest.mark.parametrize("flags", [["--memorization", "--no-memorization"], ["--no-memorization", "--out", "o", "--memorization"]])

@@ -539,6 +539,7 @@ def test_the_dev_file_beside_out_is_checked_as_an_output_before_any_work(cli, sa
     (data / "sft_dev.json").write_text("my notes\n")
     err = cli("export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out", data / "sft.json", "--dev-share", "0.3", check=2).stderr
     assert "--out (the file beside it)" in flat(err) and "sft_dev.json: exists and grtool did not write it" in flat(err), err
+    assert flat(err).rstrip().endswith("choose another --out"), err  # the option to change, without the label's words
     assert sorted(p.name for p in data.iterdir()) == ["sft_dev.json"] and (data / "sft_dev.json").read_text() == "my notes\n"
 
 

@@ -132,6 +132,9 @@ def test_a_failing_stage_keeps_its_earlier_report(tmp_path, examples, cli):
     assert proc.returncode != 0 and "stats" in proc.stderr
     assert report.read_bytes() == before  # before: emptied when the stage started
     assert sorted(p.name for p in report.parent.iterdir()) == [".stats.json.grtool-file.json", "stats.json"]  # its record; no temporary file left behind
+    report.unlink()  # removed: validate's advice runs the stage's command into the file again
+    err = " ".join(cli("validate", report, check=1).stderr.split())
+    assert f"removed, or a run stopped before its file was in place: run grtool corpus stats {tmp_path / 'run' / 'ingest'} --json > {report} again" in err, err
 
 
 def _dry_run_refused(cli, config, *args) -> str:

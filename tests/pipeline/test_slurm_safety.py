@@ -411,7 +411,8 @@ stdout = "{{out}}/reports/stats.json"
     Path(finished).write_text('{"questions": 3}\n')
     cli("pipeline", "finalize", record, "--stdout-from", finished)
     assert report.read_text() == '{"questions": 3}\n' and not Path(finished).exists()
-    assert json.loads((report.parent / ".stats.json.grtool-file.json").read_text())["command"][:3] == ["grtool", "corpus", "stats"]
+    recorded = json.loads((report.parent / ".stats.json.grtool-file.json").read_text())
+    assert recorded["command"][:3] == ["grtool", "corpus", "stats"] and recorded["stdout"] is True  # the job's standard output
     report.write_text('{"questions": 3, "my note": 1}\n')  # edited while the next job waited
     Path(finished).write_text('{"questions": 4}\n')
     err = cli("pipeline", "finalize", record, "--stdout-from", finished, check=2).stderr

@@ -430,3 +430,14 @@ def test_an_index_overwrite_stopped_before_the_new_index_was_in_place_is_finishe
     run_cli(*index_build(run, index, "--overwrite"))
     assert (index / "notes.txt").read_text() == "keep me\n" and not (index / CLEARING).exists()
     run_cli("index", "stats", index)
+
+
+def test_overwrite_of_a_stage_whose_manifest_repeats_a_key_names_the_damage(run, tmp_path):
+    """A damaged manifest cannot say which table the stage holds: refused, naming the damage (not "table None")."""
+    other = tmp_path / "chains-copy"
+    shutil.copytree(run["root"] / "triples", other)
+    manifest = other / "_manifest.json"
+    manifest.write_text(manifest.read_text().replace("{", '{"table": "chains", ', 1))
+    make, _ = UNKNOWN["filters apply"]
+    err = refused(make(run, other, "--overwrite"), other)
+    assert "its _manifest.json is damaged" in err and "field table is given twice" in err and "None" not in err

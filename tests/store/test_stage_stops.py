@@ -114,7 +114,7 @@ def test_accept_claims_the_stage_and_is_refused_while_a_run_of_it_is_live(tmp_pa
                 assert rerun.poll() is None, rerun.stderr.read().decode()[-3000:]
                 time.sleep(0.01)
             refused = _validate(cli, out, 75, "--accept")
-            assert f"pid {rerun.pid}" in refused, refused
+            assert f"pid {rerun.pid}" in refused and "this command cannot write it at the same time" in refused, refused
             assert _stops(out / "triples")["all"]["accepted"] is None
             assert _stops(out / "llm_calls")["all"]["accepted"] is None  # all or nothing: no stage accepted before the refusal
         finally:
