@@ -695,16 +695,37 @@ def replacing(path: Path, record: Callable[[Path], object]) -> Iterator[Path]:
     record from the finished bytes, and then the file is renamed into place: a reader never sees half a file, a
     file in place always has its record, and a stop between the two leaves a record the file does not match (which
     `validate` names), never a file grtool would refuse to replace. An exception before the record leaves both as
-    they were; one after it (a failed rename) leaves the new record beside the old file, as a stop there does."""
+    they were; one after it (a failed rename) leaves the new record beside the old file, as a stop there does.
+    A file put in place or changed by someone else while the record is written is kept (and the record, which
+    names other bytes, then says it is theirs): only the moment between the last look and the rename is open."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = scratch_path(path, os.getpid())
     try:
         yield tmp
+        seen = _file_identity(path)
         record(tmp)
         hold("recorded")  # tests: the record written, the file not yet in place
+        if _file_identity(path) != seen:
+            raise changed_meanwhile(path)
         commit_file(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _file_identity(path: Path) -> tuple[int, ...] | None:
+    """What tells one state of a file from another without reading it (an edit changes its mtime and ctime)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def changed_meanwhile(path: Path) -> InputError:
+    return InputError(
+        f"{printable(path)}: was put there or changed while this run wrote it, so it is not the file grtool wrote; it is left as it is: "
+        "move it away and run again"
+    )
 
 
 def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ()) -> None:

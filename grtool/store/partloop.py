@@ -40,7 +40,7 @@ from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
 from grtool import signals
 from grtool.errors import GrtoolError, InputError, printable
-from grtool.store.outputs import EXPORT, FILE, Claim, OutputKind, claim, remove_killed_scratch, replacing, write_file_record, written_by_grtool
+from grtool.store.outputs import EXPORT, FILE, Claim, OutputKind, changed_meanwhile, claim, remove_killed_scratch, replacing, write_file_record, written_by_grtool
 from grtool.store.sharding import parts_for_task, resolve_sharding
 from grtool.store.records import Manifest
 from grtool.store.stage import StageSpec
@@ -180,7 +180,7 @@ class FileWriter(WholeWriter):
 
         def recorded(tmp: Path) -> None:
             if os.path.lexists(self.path) and not written_by_grtool(self.path):  # put there since the claim: the user's
-                raise InputError(f"{printable(self.path)}: was put there or changed while this run wrote it, so it is not the file grtool wrote; it is left as it is: move it away and run again")
+                raise changed_meanwhile(self.path)
             record(tmp)
             self.state = "recorded"
 

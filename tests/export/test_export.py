@@ -590,3 +590,32 @@ def test_json_with_rows_on_standard_output_is_refused(cli, samples, tmp_path):
     summary out; refused before anything runs, as the other commands refuse it."""
     err = cli("export", "gmr", samples["root"], "--out", "-", "--json", check=2).stderr
     assert "--json prints the summary on stdout, where --out - writes the rows" in flat(err)
+
+
+def test_an_export_edited_while_its_record_is_written_is_kept(cli, samples, tmp_path):
+    """The file is looked at before its record is written and again just before the rename: an edit in between is
+    the user's, kept, with exit 2 (before: replaced with exit 0, the edit lost)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    root = samples["root"]
+    data, holds = tmp_path / "data", tmp_path / "holds"
+    holds.mkdir()
+    gmr = ["export", "gmr", root, "--out", data / "gmr.jsonl"]
+    cli(*gmr)
+    env = {**os.environ, "GRTOOL_HOLD": f"recorded:{holds}"}
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, gmr)], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        while not (holds / "recorded.reached").exists():  # a state, not a time: the new record is written
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.01)
+        (data / "gmr.jsonl").write_text("my own pairs\n")
+    finally:
+        (holds / "recorded.release").write_text("")
+        err = flat(proc.communicate(timeout=600)[1])
+    assert proc.returncode == 2 and "gmr.jsonl: was put there or changed while this run wrote it" in err, err
+    assert (data / "gmr.jsonl").read_text() == "my own pairs\n" and not [p for p in data.iterdir() if "tmp" in p.name]
+    problems = _problems(_validate_json(data, 1), "gmr.jsonl")
+    assert any("it is yours now" in p for p in problems), problems
