@@ -722,10 +722,7 @@ def _file_identity(path: Path) -> tuple[int, ...] | None:
 
 
 def changed_meanwhile(path: Path) -> InputError:
-    return InputError(
-        f"{printable(path)}: was put there or changed while this run wrote it, so it is not the file grtool wrote; it is left as it is: "
-        "move it away and run again"
-    )
+    return InputError(f"{printable(path)}: was put there or changed while this run wrote it, so it is not the file grtool wrote; it is left as it is: move it away and run again")
 
 
 def remove_killed_scratch(path: Path, holders: Iterable[str | Path | None] = ()) -> None:
