@@ -129,6 +129,22 @@ def _repeated_key(data: bytes | str) -> str | None:
     return repeated[0] if repeated else None
 
 
+def repeated_key_in(line: bytes, value: Any) -> str | None:
+    """The first key an object of the JSON ``line`` gives twice, given its decoded ``value``: None without one.
+    For rows users hand in (JSON Lines), read by the million: the ``":`` the text holds are counted against the keys
+    the decoded value holds (a repeated key is lost in decoding), and only a line where they differ (a repeated
+    key, a space before a colon, a quote and colon inside a text) is read again, slowly, to name the key."""
+    return _repeated_key(line) if line.count(b'":') != _keys_held(value) else None
+
+
+def _keys_held(value: Any) -> int:
+    if isinstance(value, dict):
+        return len(value) + sum(_keys_held(v) for v in value.values() if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return sum(_keys_held(v) for v in value if isinstance(v, (dict, list)))
+    return 0
+
+
 def _near_field(data: bytes | str, message: str) -> str:
     """ ", in field num_parts" for a value JSON has no word for (a bare NaN, Infinity): the last key before the
     byte msgspec names, so the line says which field to look at."""

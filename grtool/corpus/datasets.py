@@ -106,7 +106,7 @@ def _field(rec: dict, key: str, kind: type | tuple[type, ...], *, optional: bool
     return value
 
 
-def _record_id(rec: dict, *keys: str) -> str:
+def record_id(rec: dict, *keys: str) -> str:
     """The record's id under the first of ``keys`` present. Scalar ids become strings: vendored copies of the
     datasets carry integer ``_id``s (an integral float reads as an integer)."""
     for key in keys:
@@ -236,7 +236,7 @@ def _parallel_layout(rec: dict, sentences_key: str) -> tuple[str, list, list | N
 
 
 def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _record_id(rec, "_id", "id")
+    qid = record_id(rec, "_id", "id")
     layout, context, sf = _parallel_layout(rec, "sentences")
     docs = _titled_paragraphs(context, JOIN[HOTPOTQA])
     has_labels = sf is not None
@@ -259,7 +259,7 @@ def convert_hotpotqa(rec: dict, split: str, setting: str | None = None) -> Conve
 
 
 def convert_2wiki(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _record_id(rec, "_id")
+    qid = record_id(rec, "_id")
     layout, context, sf = _parallel_layout(rec, "content")
     if not isinstance(context, list):
         raise BadRecord("field 'context' has the wrong type", "expected a list of [title, sentences]")
@@ -293,7 +293,7 @@ UNANSWERABLE_SUFFIX = "__unanswerable"
 
 
 def convert_musique(rec: dict, split: str, setting: str | None = None) -> Converted:
-    qid = _record_id(rec, "id")
+    qid = record_id(rec, "id")
     paragraphs = _field(rec, "paragraphs", list)
     decomposition = _field(rec, "question_decomposition", list, optional=True, default=[])
     answerable = _field(rec, "answerable", bool, optional=True, default=True)
@@ -365,7 +365,7 @@ def convert_morehopqa(rec: dict, split: str, setting: str | None = None) -> Conv
             titles = _rows(decomposition, ("paragraph_support_title",), "question_decomposition")
             decomposition = [{"paragraph_support_title": t} for (t,) in titles]
     derived_qid = layout == "hf" and rec.get("_id") is None
-    qid = _question_hash(_field(rec, "question", str)) if derived_qid else _record_id(rec, "_id")
+    qid = _question_hash(_field(rec, "question", str)) if derived_qid else record_id(rec, "_id")
     source = morehopqa_source(qid)
     if context is None:
         raise BadRecord("missing field 'context'")
@@ -430,12 +430,12 @@ def _generic_gold(rec: dict) -> tuple[str, list[str]] | None:
         raise BadRecord(f"field '{key}' has the wrong type", "expected a list")
     if key == "gold_titles":
         return "title", _unique(_str_list(values, key))
-    return "id", _unique([_record_id({key: v}, key) for v in values])
+    return "id", _unique([record_id({key: v}, key) for v in values])
 
 
 def convert_generic(rec: dict, split: str, setting: str | None = None) -> Converted:
     """A question of the generic layout; its gold documents are resolved later (``Converted.gold_refs``)."""
-    qid = _record_id(rec, "qid", "id")
+    qid = record_id(rec, "qid", "id")
     answer, from_list = _generic_answer(rec)
     aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
     own_split = normalize_split(_field(rec, "split", str, optional=True))
@@ -459,7 +459,7 @@ def convert_generic_document(rec: dict, split: str, setting: str | None = None) 
     key = "doc_id" if rec.get("doc_id") is not None else "id"
     if rec.get(key) is None and rec.get("title") is None:
         raise BadRecord("missing field 'id' or 'title'", "a document needs one of them to be named by the questions")
-    own_id = _record_id(rec, key) if rec.get(key) is not None else None
+    own_id = record_id(rec, key) if rec.get(key) is not None else None
     title = _field(rec, "title", str, optional=True, default="")
     text = _field(rec, "text", str)
     if not text.strip():
@@ -486,7 +486,7 @@ def convert_inline(rec: dict, split: str, setting: str | None = None) -> Convert
     """A question with its paragraphs inline: every paragraph is a document, those with ``is_supporting`` are the
     gold documents in the order given (the hop order). No ``qid``/``id``: the qid is a hash of the question."""
     derived_qid = rec.get("qid") is None and rec.get("id") is None
-    qid = _question_hash(_field(rec, "question", str)) if derived_qid else _record_id(rec, "qid", "id")
+    qid = _question_hash(_field(rec, "question", str)) if derived_qid else record_id(rec, "qid", "id")
     answer, from_list = _generic_answer(rec)
     aliases = _str_list(_field(rec, "aliases", list, optional=True, default=[]), "aliases")
     own_split = normalize_split(_field(rec, "split", str, optional=True))

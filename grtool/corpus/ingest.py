@@ -38,6 +38,7 @@ from grtool.corpus.dedup_spill import (
     write_document_part,
 )
 from grtool.errors import DataProblem, GrtoolError, InputError
+from grtool.records import repeated_key_in
 from grtool.log import log, progress
 from grtool.store.records import open_stops
 from grtool.store.empty import allowing
@@ -501,10 +502,11 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
         n += 1
         if n % PROGRESS_EVERY == 0:
             tick()
-        converted = None
+        converted = repeated = None
         if isinstance(item, bytes):  # a JSON line: the dump's fast path decodes only what it needs
             converted = line_converter(item) if line_converter else None
             record = None if converted else parse_line(stream.name, position, item)
+            repeated = None if converted else repeated_key_in(item, record)
         else:
             record = item
         twice: list[str] = []
@@ -531,6 +533,8 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
                     unread.setdefault(key)
                 if twice:
                     raise ds.BadRecord("key given twice", f"{', '.join(twice)}: the record's own key and the one --columns maps to it")
+                if repeated is not None:
+                    raise ds.BadRecord("key given twice", f"{repeated!r}: which of its values is meant is unknown")
                 converted = convert(record, fallback_split, setting)
                 if reading.converter == ds.GENERIC_DOCUMENTS:
                     generic.add_document(converted)

@@ -401,13 +401,17 @@ def _whole(digits: str) -> int | str:
     return value if -(2**63) <= value < 2**64 else digits
 
 
+def long_integers_kept(line: bytes, record: Any) -> Any:
+    """The ``record`` orjson decoded from ``line``, read again where it holds an integer past 64 bits, each such
+    integer as its digits: orjson reads one as a float, rounded, and ids would lose digits and collide. Such a
+    line is rare (19 digits or more in a row); an id is text."""
+    return json.loads(line, parse_int=_whole) if _LONG_NUMBER.search(line) else record
+
+
 def parse_line(name: str, position: str, line: bytes) -> Any:
     """Decode one JSON Lines record; a line that is not JSON is a broken file, not a bad record."""
     try:
-        record = orjson.loads(line)
-        # orjson reads an integer past 64 bits as a float, rounded: ids would lose digits and collide. Such a line
-        # (rare: 19 digits or more in a row) is read again, each such integer as its digits (text): an id is text.
-        return json.loads(line, parse_int=_whole) if _LONG_NUMBER.search(line) else record
+        return long_integers_kept(line, orjson.loads(line))
     except orjson.JSONDecodeError as e:
         cut = "" if line.endswith(b"\n") else " (last line cut short: truncated file?)"
         raise InputError(f"{name}, {position}: not valid JSON{cut} ({e}); expected JSON Lines (one record per line) or a JSON array") from None

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from grtool.errors import InputError
+from grtool.errors import InputError, printable
 from grtool.docid import MARKERS, SPECIAL
 from grtool.records import DamagedRecord, read_record_bytes
 from grtool.store.locks import updating
@@ -115,13 +115,28 @@ def _read_registry(path: Path) -> dict[str, Any]:
     return info
 
 
-def check_dataset_info(out: str | Path) -> None:
-    """The ``dataset_info.json`` an export to ``out`` will add its entries to can take them: checked before any
-    work, so a registry that cannot be read never leaves an export written and not registered."""
-    link, path = Path(out).parent / DATASET_INFO, _registry(Path(out).parent)
+def check_dataset_info(files: list[str | Path]) -> None:
+    """The ``dataset_info.json`` an export of ``files`` (one folder) will add their entries to can take them:
+    checked before any work, so a registry that cannot be read, or whose entry of a file's name registers another
+    file, never leaves an export written and not registered."""
+    directory = Path(files[0]).parent
+    link, path = directory / DATASET_INFO, _registry(directory)
     if link.is_symlink() and not path.parent.is_dir():  # the registry would be written where no folder is
         raise InputError(f"{link}: links to {path}, in a folder that does not exist; fix the link or remove it")
-    _read_registry(path)
+    _refuse_taken_names(path, directory, _read_registry(path), {Path(f).stem: Path(f).name for f in files})
+
+
+def _refuse_taken_names(path: Path, directory: Path, info: dict[str, Any], names: dict[str, str]) -> None:
+    """An entry is named by its file's stem (``A.json`` and ``A.jsonl`` are both ``A``): an entry of that name that
+    registers another file, still there, is not taken over (LLaMA-Factory would train on another file, silently)."""
+    for name, file_name in names.items():
+        entry = info.get(name)
+        other = entry.get("file_name") if isinstance(entry, dict) else None
+        if isinstance(other, str) and other != file_name and (directory / other).exists():
+            raise InputError(
+                f"{path}: its entry {name!r} registers {printable(other)}, and an export to {printable(file_name)} would take that "
+                f"name over (an entry is named by its file's stem); name the export otherwise, or remove the entry or its file"
+            )
 
 
 def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> Path:
@@ -129,6 +144,7 @@ def update_dataset_info(directory: Path, entries: dict[str, dict[str, Any]]) -> 
     path = _registry(directory)
     with updating(path):  # exports into one folder each add their entries: one at a time, none lost
         info = _read_registry(path)
+        _refuse_taken_names(path, directory, info, {name: entry["file_name"] for name, entry in entries.items()})  # registered since the check
         info.update(entries)
         atomic_write_bytes(path, orjson.dumps(info, option=orjson.OPT_INDENT_2) + b"\n")
     return path

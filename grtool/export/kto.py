@@ -133,7 +133,7 @@ def export_kto(
     json_array = fmt == "llamafactory"
     registered = json_array and not is_stdio(out)  # LLaMA-Factory's format: registered in dataset_info.json
     if registered:
-        check_dataset_info(out)
+        check_dataset_info([out])
 
     def part(p: LoopPart) -> None:
         selected = SplitSelection.of(splits, corpus).qids(corpus)

@@ -118,7 +118,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
     opts.check(out)
     files = sft_files(out, opts.dev_share)
     if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
-        check_dataset_info(out)
+        check_dataset_info(list(files.values()))
     outputs = export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")])
     result = SftResult()
     one_part(outputs, lambda part: _export_part(part, filtered, corpus, out, opts, files, result))  # the files claimed before anything is read

@@ -17,7 +17,9 @@ from pathlib import Path
 import marisa_trie
 import orjson
 
-from grtool.corpus.datasets import gold_incomplete
+from grtool.corpus.datasets import BadRecord, gold_incomplete, record_id
+from grtool.corpus.readers import long_integers_kept
+from grtool.records import repeated_key_in
 from grtool.docid.lookup import TripleLookup, hash_keys, release_build_memory
 from grtool.docid.lookup_files import open_lookup
 from grtool.errors import InputError
@@ -134,19 +136,25 @@ def iter_responses(path: str | Path) -> Iterator[Response]:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
                 continue
+            line = line.rstrip(b"\r\n")
             try:
-                row = orjson.loads(line.rstrip(b"\r\n"))
+                row = long_integers_kept(line, orjson.loads(line))  # an id past 64 bits kept digit for digit
             except orjson.JSONDecodeError as e:
                 raise InputError(f"{name}, line {lineno}, character {e.pos + 1}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{name}, line {lineno}: expected a JSON object with 'qid' and 'response'")
+            repeated = repeated_key_in(line, row)
+            if repeated is not None:
+                raise InputError(f"{name}, line {lineno}: key {repeated!r} is given twice; which of its values is meant is unknown")
             # `grtool retrieve --out -` writes its rows, whose response is "text"
-            qid, text = row.get("qid"), row.get("response", row.get("text"))
-            if qid is None or isinstance(qid, (dict, list, bool)):
-                raise InputError(f"{name}, line {lineno}: missing or invalid 'qid'")
+            text = row.get("response", row.get("text"))
+            try:
+                qid = record_id(row, "qid")  # as ingest reads an id: 7.0 is "7", a long integer its digits
+            except BadRecord as e:
+                raise InputError(f"{name}, line {lineno}: {e.reason}{f' ({e.detail})' if e.detail else ''}") from None
             if not isinstance(text, str):
                 raise InputError(f"{name}, line {lineno}: 'response' must be a string, got {type(text).__name__}")
-            yield Response(lineno, str(qid), text, _named_documents(row), _markers(row))
+            yield Response(lineno, qid, text, _named_documents(row), _markers(row))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()

@@ -119,3 +119,18 @@ def test_keys_of_musique_paragraphs_no_converter_reads_are_named(tmp_path):
     report = ingest([_write(tmp_path / "musique_ans_v1.0_dev.jsonl", [record])], out)
     [entry] = report.detected
     assert entry["dataset"] == "musique" and entry["unread"] == ["paragraphs[].retrieved_by", "paragraphs[].url"]
+
+
+def test_a_key_given_twice_in_a_line_is_rejected_with_its_reason(tmp_path):
+    """A JSON reader keeps the last of two values for one key without a word (before: "B?" was the question)."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps(DOCS[0]) + "\n" + '{"id": "d2", "title": "Lowmere", "text": "a", "text": "Lowmere is a river town."}\n')
+    q = tmp_path / "q.jsonl"
+    q.write_text('{"qid": "q1", "question": "A?", "question": "B?", "answer": "Ada", "gold_doc_ids": ["d1"]}\n'
+                 '{"qid": "q2", "question": "Who drew maps?", "answer": "Ada", "gold_doc_ids": ["d1"], "meta": {"k": 1, "k": 2}}\n'
+                 '{"qid": "q3", "question": "Who said \\"a\\": b?" , "answer" : "Ada", "gold_doc_ids": ["d1"]}\n')  # fmt: skip
+    out = tmp_path / "out"
+    ingest([docs, q], out, allow_rejects=True)
+    assert sorted(_rejects(out, "questions").values()) == ["key given twice", "key given twice"]
+    assert list(_rejects(out, "documents").values()) == ["key given twice"]
+    assert read_table(out / "questions").column("qid").to_pylist() == ["q3"]  # a quote and colon in a text, spaces: no repeat

@@ -207,3 +207,18 @@ def test_a_trec_file_is_never_written_with_an_id_that_holds_whitespace(tmp_path)
     with pytest.raises(InputError, match=r"the id 'q 1' \(question 'q 1'\) holds whitespace"):
         writer.write(tmp_path / "run.trec", tmp_path / "qrels")
     assert not (tmp_path / "run.trec").exists() and writer.tag == "run_name"
+
+
+def test_a_response_s_qid_is_read_as_ingest_reads_it_and_a_repeated_key_is_refused(cli, samples, tmp_path):
+    """A qid past 64 bits kept digit for digit and 7.0 read as "7", as ingest reads them (before: "1.2345678901234568e+22",
+    an unknown question with exit 0); a blank qid and a key given twice are refused, naming the line."""
+    from grtool.vocab.readers import iter_responses
+
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"qid": 12345678901234567890123, "response": ""}\n{"qid": 7.0, "response": ""}\n')
+    assert [r.qid for r in iter_responses(path)] == ["12345678901234567890123", "7"]
+    for line, words in [('{"qid": " ", "response": ""}', "line 2: field 'qid' is blank"),
+                        ('{"qid": "q", "response": "nothing", "response": "x"}', "line 2: key 'response' is given twice")]:  # fmt: skip
+        path.write_text(json.dumps({"qid": Q_MOTHER, "response": MOTHER_EXACT}) + "\n" + line + "\n")
+        err = flat(cli("eval", "recall", path, "--corpus", samples["root"], "--triples", samples["root"], check=2).stderr)
+        assert f"r.jsonl, {words}" in err, err

@@ -619,3 +619,20 @@ def test_an_export_edited_while_its_record_is_written_is_kept(cli, samples, tmp_
     assert (data / "gmr.jsonl").read_text() == "my own pairs\n" and not [p for p in data.iterdir() if "tmp" in p.name]
     problems = _problems(_validate_json(data, 1), "gmr.jsonl")
     assert any("it is yours now" in p for p in problems), problems
+
+
+def test_an_export_never_takes_over_the_entry_of_another_file(cli, samples, tmp_path):
+    """An entry of dataset_info.json is named by its file's stem: an export to A.jsonl beside A.json would register
+    "A" as A.jsonl and LLaMA-Factory would train on another file, exit 0. Refused before any work, naming both."""
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    sft = ["export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out"]
+    cli(*sft, data / "A.json")
+    registry = (data / "dataset_info.json").read_text()
+    for other in ("A.jsonl", "A.JSON"):
+        err = flat(cli(*sft, data / other, check=2).stderr)
+        assert f"its entry 'A' registers A.json, and an export to {other} would take that name over" in err, err
+        assert not (data / other).exists() and (data / "dataset_info.json").read_text() == registry
+    (data / "A.json").unlink()  # its file gone: the entry is free
+    cli(*sft, data / "A.jsonl")
+    assert json.loads((data / "dataset_info.json").read_text())["A"]["file_name"] == "A.jsonl"
