@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -47,6 +49,8 @@ def read_run(path: str | Path, questions: QuestionIndex, corpus: str | Path, top
                 entry = (float(score), int(rank), doc)
             except ValueError:
                 raise InputError(f"{p}, line {lineno}: rank {rank!r} must be an integer and score {score!r} a number") from None
+            if not math.isfinite(entry[0]):  # nan sorts nowhere: the ranking would follow the lines' order
+                raise InputError(f"{p}, line {lineno}: score {score!r} is not a finite number")
             first_line.setdefault(qid, lineno)
             ranked[qid].append(entry)
     if not ranked:

@@ -124,6 +124,10 @@ def test_eval_recall_scores_another_retrievers_trec_run(bm25_run, tmp_path):
     (tmp_path / "bad.trec").write_text(lines[0] + "\nq1 Q0 nowhere 1\n")
     proc = run_cli("eval", "recall", "--run", tmp_path / "bad.trec", "--corpus", bm25_run / "corpus", check=2)
     assert "bad.trec, line 2: expected 6 fields" in proc.stderr
+    for score in ("nan", "inf", "1e400"):  # a NaN sorts nowhere: the ranking would follow the lines' order (before: exit 0)
+        (tmp_path / "bad.trec").write_text(lines[0] + f"\nq1 Q0 nowhere 1 {score} t\n")
+        proc = run_cli("eval", "recall", "--run", tmp_path / "bad.trec", "--corpus", bm25_run / "corpus", check=2)
+        assert f"bad.trec, line 2: score '{score}' is not a finite number" in proc.stderr, proc.stderr
     (tmp_path / "unknown.trec").write_text(f"{records[0]['_id']} Q0 Not_In_The_Corpus 1 9.0 x\n")
     unknown = recall_report("--run", tmp_path / "unknown.trec", "--corpus", bm25_run / "corpus")
     assert unknown["hallucinated"] == 1 and unknown["recall"] == 0
