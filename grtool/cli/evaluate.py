@@ -111,7 +111,7 @@ def recall_cmd(
             log.warning("%s", warning)
         report["seconds_per_query"] = query_seconds(responses) if responses is not None else None
         overlap = train_overlap(responses) if responses is not None else Overlap(None, None)  # the checkpoint's training questions among those answered
-        report["train_overlap"] = overlap.as_dict()
+        report["train_overlap"] = overlap.as_dict(allowed=allow_train_overlap)
         console.print(overlap.line(), highlight=False)
         if trec is not None:
             trec.write(run_file, qrels_file)

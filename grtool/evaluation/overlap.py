@@ -52,6 +52,18 @@ def trained_questions(data_source: str, data_questions: dict[str, Any] | None, b
     return questions_record(qids, complete=complete, sources=sources)
 
 
+def questions_problem(record: Any) -> str | None:
+    """What makes a questions record other than :func:`~grtool.vocab.provenance.questions_record` writes it (its qids
+    sorted and distinct, their count and digest), or None: a copy edited by hand never decides the verdict."""
+    qids = record.get("qids") if isinstance(record, dict) else None
+    if not isinstance(qids, list) or not all(isinstance(q, str) for q in qids):
+        return "no list of qids"
+    written = questions_record(qids)
+    if record.get("count") != written["count"] or record.get("sha256") != written["sha256"]:
+        return f"{len(qids)} qids, and a count of {record.get('count')!r} and a digest that are not theirs"
+    return None
+
+
 def recorded_checkpoint(params: dict[str, Any]) -> str | None:
     """The local checkpoint a `retrieve` manifest's parameters name (its adapter's checkpoint for ``--adapter``);
     None for a named model (the embedded one, a hub id). A local folder is recorded as PATH@weights-digest."""
@@ -75,10 +87,12 @@ class Overlap:
     complete: bool = True
     unresolved: str | None = None  # why the record of a named local checkpoint cannot be read (fails closed)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, allowed: bool | None = None) -> dict[str, Any]:
+        """The verdict as a report records it; ``allowed``: whether the scoring command was given
+        --allow-train-overlap (a report written by a refused run says so, and no later route calls it allowed)."""
         return {"model": self.model, "trained_questions": self.trained, "answered_questions": self.answered,
                 "answered_in_training": len(self.overlapping), "examples": self.overlapping[:EXAMPLES],
-                "record_complete": self.complete, "unresolved": self.unresolved}  # fmt: skip
+                "record_complete": self.complete, "unresolved": self.unresolved, "allowed": allowed}  # fmt: skip
 
     def line(self) -> str:
         if self.unresolved is not None:
@@ -105,15 +119,17 @@ def train_overlap(responses: str | Path) -> Overlap:
     model = recorded_checkpoint(params)
     if "trained_questions" in params:  # pinned by `retrieve`
         record = params["trained_questions"]
-        if record is not None and not (isinstance(record, dict) and isinstance(record.get("qids"), list)):
-            return Overlap(model, None, unresolved=f"{responses}: its manifest's trained_questions is not what `retrieve` writes (edited or damaged)")
+        where = f"{responses}: its manifest's trained_questions"
     elif model is not None and not Path(model).is_dir():
         return Overlap(model, None, unresolved=f"the responses were written by {model}, which is not there any more (moved, or recorded by a "
                                                "relative path), and their manifest holds no copy of its training questions")  # fmt: skip
     else:
         record = checkpoint_questions(model) if model is not None else None
+        where = f"{model}: its record's questions"
     if record is None:
         return Overlap(model, None)
+    if (problem := questions_problem(record)) is not None:
+        return Overlap(model, None, unresolved=f"{where} is not what grtool writes ({problem}; edited or damaged)")
     trained = set(record["qids"])
     answered = {str(r.qid) for r in iter_responses(responses)}
     overlapping = sorted(answered & trained)
@@ -130,6 +146,16 @@ class RecordedOverlap(msgspec.Struct):
     examples: list[str] = []
     record_complete: bool = True
     unresolved: str | None = None
+    allowed: bool | None = None  # --allow-train-overlap given (None: an older grtool's report, or a verdict asked anew)
+
+    def __post_init__(self) -> None:
+        n = self.answered_in_training
+        if n > self.answered_questions or (self.trained_questions is not None and n > self.trained_questions):
+            raise ValueError(f"answered_in_training {n} is more than answered_questions {self.answered_questions} or trained_questions {self.trained_questions}")
+        if len(self.examples) != min(n, EXAMPLES):
+            raise ValueError(f"examples lists {len(self.examples)} qids for {n} answered in training")
+        if n and self.model is None:
+            raise ValueError(f"answered_in_training {n} without the model that trained on them")
 
 
 def overlap_problem(recorded: RecordedOverlap | dict[str, Any] | None) -> str | None:
@@ -151,7 +177,7 @@ def refuse_overlap(overlap: Overlap, responses: str | Path) -> None:
     """Exit 1 when scored questions were training questions, or when that cannot be known (without
     --allow-train-overlap)."""
     if overlap.unresolved is not None:
-        raise DataProblem(f"{responses}: training overlap {overlap.unresolved}; run `retrieve` again with the checkpoint, or pass --allow-train-overlap to score without the check")
+        raise DataProblem(f"{responses}: training overlap cannot be checked: {overlap.unresolved}; run `retrieve` again with the checkpoint, or pass --allow-train-overlap to score without the check")
     if overlap.overlapping:
         raise DataProblem(
             f"{responses}: {len(overlap.overlapping)} of {overlap.answered} answered questions were in the training data of "

@@ -218,15 +218,20 @@ def funnel(run: Run) -> list[tuple[str, str, float | None]]:
 
 
 def _overlap(report: dict[str, Any]) -> str | None:
-    """The training overlap a recall report was allowed to score (`eval recall --allow-train-overlap`), said beside
-    its number; a verdict that is not what `eval recall` writes is said as such."""
-    from grtool.evaluation.overlap import overlap_problem
+    """The training overlap of a recall report, said beside its number: allowed (`eval recall
+    --allow-train-overlap`), or refused (the run exited 1, its report written all the same); a verdict that is not
+    what `eval recall` writes is said as such."""
+    from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 
+    recorded = report.get("train_overlap")
     try:
-        problem = overlap_problem(report.get("train_overlap"))
+        verdict = msgspec.convert(recorded, RecordedOverlap) if recorded else None
     except msgspec.ValidationError as e:
         return f"its train_overlap is not what `eval recall` writes ({e})"
-    return f"training overlap allowed: {problem}" if problem else None
+    problem = overlap_problem(verdict)
+    if problem is None:
+        return None
+    return {True: "training overlap allowed", False: "training overlap refused (eval recall exited 1)", None: "training overlap"}[verdict.allowed] + f": {problem}"
 
 
 def _rows_of(run: Run, table: str, which) -> int | None:

@@ -261,7 +261,26 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
     cli("report", out.parent, "--out", tmp_path / "page.html", check=False)
     page = " ".join(re.sub(r"<[^>]+>", " ", (tmp_path / "page.html").read_text()).split())
     assert page.count(f"training overlap allowed: {want}") == 2, page[-3000:]
+    # a report printed by a refused run (exit 1) is never shown as allowed (before: "allowed", exit 0)
+    refused = json.loads(cli("eval", "recall", out, *scoring, "--json", check=1).stdout)
+    assert refused["train_overlap"]["allowed"] is False
+    (out.parent / "reports" / "recall-ckpt.json").write_text(json.dumps(refused))
+    cli("report", out.parent, "--out", tmp_path / "page.html", check=False)
+    page = " ".join(re.sub(r"<[^>]+>", " ", (tmp_path / "page.html").read_text()).split())
+    assert page.count(f"training overlap refused (eval recall exited 1): {want}") == 2 and "overlap allowed" not in page, page[-3000:]
+    # a verdict no run could have reached is a damaged report, not a number to show (before: "99 of 3")
+    for edit in ({"answered_in_training": 99}, {"answered_in_training": 0}, {"model": None}):
+        (tmp_path / "edited.json").write_text(json.dumps({**refused, "train_overlap": {**refused["train_overlap"], **edit}}))
+        err = " ".join(cli("eval", "compare", f"e={tmp_path / 'edited.json'}", *scoring, "--allow-train-overlap", check=2).stderr.split())
+        assert "train_overlap" in err and ("is more than" in err or "examples lists" in err or "without the model" in err), err
+    # the pinned copy edited by hand (its qids emptied, its count kept) decides nothing: it fails closed
     manifest = json.loads((out / "_manifest.json").read_text())
+    pinned = manifest["params"]["trained_questions"]
+    manifest["params"]["trained_questions"] = {**pinned, "qids": []}
+    (out / "_manifest.json").write_text(json.dumps(manifest, indent=2))
+    err = " ".join(cli("eval", "recall", out, *scoring, check=1).stderr.split())
+    assert "training overlap cannot be checked:" in err and "trained_questions is not what grtool writes (0 qids" in err, err
+    manifest["params"]["trained_questions"] = pinned
     del manifest["params"]["trained_questions"]  # as `retrieve` wrote it before the pin
     (out / "_manifest.json").write_text(json.dumps(manifest, indent=2))
     err = " ".join(cli("eval", "recall", out.parent, *scoring, check=1).stderr.split())
