@@ -89,12 +89,17 @@ def recall_cmd(
         raise typer.BadParameter("--top-k cuts a --run file's ranking; responses are scored as they are", param_hint="--top-k")
     if triples is None and responses is not None and needs_triples(responses):
         raise typer.BadParameter(f"{responses}: its responses name docids; scoring them needs --triples", param_hint="--triples")
-    from grtool.store.outputs import refuse_overlapping_outputs
+    from grtool.store.outputs import input_stage, refuse_overlapping_outputs
     from grtool.store.partloop import claim_file
 
+    # the stages it reads are inputs whole; a run directory holding them may hold its TREC files, as for every command
     given = [responses, run, corpus, triples]
-    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=given)
-    with claim_file(trec_run, "--trec-run", inputs=given) as run_file, claim_file(trec_qrels, "--trec-qrels", inputs=given) as qrels_file:  # before the scoring
+    stages = [input_stage(responses, "responses"), input_stage(corpus, "questions"), input_stage(corpus, "documents"), input_stage(triples, "triples")]
+    refuse_overlapping_outputs([("--trec-run", trec_run), ("--trec-qrels", trec_qrels)], inputs=stages, holders=given)
+    with (
+        claim_file(trec_run, "--trec-run", inputs=stages, holders=given) as run_file,
+        claim_file(trec_qrels, "--trec-qrels", inputs=stages, holders=given) as qrels_file,
+    ):  # before the scoring; fmt: skip
         check_triples_cover(triples, corpus)
         questions = QuestionIndex.build(corpus)
         source = responses if responses is not None else read_run(run, questions, corpus, top_k)  # type: ignore[arg-type]

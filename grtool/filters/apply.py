@@ -37,7 +37,7 @@ from grtool.store.coverage import check_triples_cover
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.questions import SplitSelection
-from grtool.store.records import Manifest
+from grtool.store.records import Manifest, resolve_stage
 from grtool.store.reading import iter_shard_batches, open_shard
 from grtool.store.schemas import CHAINS
 from grtool.store.layout import REJECTS_DIR
@@ -321,7 +321,8 @@ def apply_filters(
     judge = ChainFilter(config, questions, index)
 
     inputs = [source.source] if not is_stdio(chains) else []
-    spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(corpus), str(triples)])
+    # the stages it reads, a run directory resolved: what else a run directory holds (a plot, a report) is not its input
+    spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(resolve_stage(corpus, "questions")), str(resolve_stage(triples, "triples"))])
     loop = PartLoop([Output(out, spec)], source.num_parts, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)
     counts: Counter[str] = Counter()
     examples: dict[str, list[dict]] = {}

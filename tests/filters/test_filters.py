@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -568,3 +569,27 @@ def test_marker_parsing():
     assert "never closed" in parse_markers(f"{S}x", m, pattern).problem
     assert "without a start" in parse_markers(f"x{E}", m, pattern).problem
     assert re.escape(S) in pattern.pattern
+
+
+def test_a_finished_stage_resumes_after_grtool_writes_beside_its_inputs(cli, samples, tmp_path):
+    """--corpus and --triples given as a run directory are recorded as the stages read there, not as the run
+    directory's loose files: a plot or a report written into it keeps the stage done (before: "exists with different
+    inputs", every rerun), and a manifest of an older grtool that recorded the run directory still resumes."""
+    import shutil
+
+    from sample_helpers import write_chains
+
+    root = tmp_path / "run"
+    shutil.copytree(samples["root"], root)
+    write_chains(samples, tmp_path / "chains")
+    out = tmp_path / "filtered"
+    apply = ["filters", "apply", tmp_path / "chains", "--corpus", root, "--triples", root, "--out", out, "--allow-empty"]
+    cli(*apply)
+    cli("corpus", "stats", root, "--plot", root / "stats.png")
+    cli(*apply, "--report", root / "filters.md")  # both beside the inputs, in the run directory
+    cli(*apply, "--report", root / "filters.md")
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert [Path(i["path"]).name for i in manifest["inputs"]][1:] == ["questions", "triples"]
+    manifest["inputs"][1] = {"path": str(root), "kind": "tree", "files": 0, "blake3": "0" * 64}  # as an older grtool recorded it
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    cli(*apply)
