@@ -103,6 +103,17 @@ def test_trec_files_read_back_by_pytrec_eval_give_grtools_recall(bm25_run):
     assert sum(m["recall_1000"] for m in measures.values()) / len(measures) == pytest.approx(report["recall"])
 
 
+
+def test_trec_files_go_beside_the_stages_they_score_never_inside(bm25_run):
+    """A TREC file inside a run directory the command reads is fine, as every command's report is there (before:
+    refused as inside the input); inside a stage it reads, refused."""
+    corpus = bm25_run / "corpus"
+    recall_report(bm25_run / "bm25", "--corpus", corpus, "--trec-run", corpus / "bm25.trec")
+    assert (corpus / "bm25.trec").is_file()
+    err = run_cli("eval", "recall", bm25_run / "bm25", "--corpus", corpus, "--trec-run", corpus / "questions" / "x.trec", check=2).stderr
+    assert "questions/x.trec: lies inside" in " ".join(err.split()), err
+
+
 def test_eval_recall_scores_another_retrievers_trec_run(bm25_run, tmp_path):
     """A run naming documents by title (as Wikipedia ids do, spaces as underscores), ranked deeper than the
     protocol: cut at |gold| + 1 by score, the same recall as bm25s's own top |gold| + 1."""
