@@ -114,9 +114,11 @@ def refuse_writes_over_inputs(commands: StageCommands, pipeline: Pipeline, extra
                     refuse_overlapping_outputs([(stdout_flag, stage.stdout), (flag, target)], by=f"pipeline {pipeline.path}")
         for flag, target, _ in writes:
             refuse_record_path(target, flag, within=[o for o in own if o != target])
-            inside = next((d for d in stage_dirs if d in Path(os.path.abspath(target)).parents), None)
+            at = Path(os.path.abspath(target))
+            inside = next((d for d in stage_dirs if d == at or d in at.parents), None)
             if inside is not None:  # a stage directory holds only what its own command writes there
-                raise InputError(f"{pipeline.path}: {flag} {target}: lies inside {inside}, a stage directory {stage_dirs[inside]} writes; write it somewhere else")
+                where = "is" if inside == at else "lies inside"
+                raise InputError(f"{pipeline.path}: {flag} {target}: {where} {inside}, a stage directory {stage_dirs[inside]} writes; write it somewhere else")
         for d, _, _ in written_tables(commands, stage):
             d = Path(os.path.abspath(d))
             stage_dirs[d] = next((f for f, p, _ in writes if Path(os.path.abspath(p)) in (d, d.parent)), f"stage {stage.name!r}")
@@ -269,11 +271,17 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
                                  f"(relative paths are resolved from {cwd}, where the stages run)")  # fmt: skip
         made += [Path(os.path.abspath(cwd / o)) for o in stage.outputs]
     check_input_tables(commands, pipeline, states)
-    from grtool.store.outputs import check_file_output
+    from grtool.store.outputs import check_file_output, refuse_foreign_directory
 
-    for state in states:  # a stdout file is absent or grtool's, for a stage that will run (a done one's is not written)
-        if state.state != "done" and state.stage.stdout:
+    for state in states:  # for a stage that will run (a done one's outputs are not written again):
+        if state.state == "done":
+            continue
+        if state.stage.stdout:  # a stdout file is absent or grtool's
             check_file_output(state.stage.stdout, f"{pipeline.path}: stage {state.stage.name!r} stdout")
+        if not commands.writes_run_directory(state.stage.run):  # a directory it writes whole holds nothing of the user's
+            for flag, path, single in declared_writes(commands, state.stage):
+                if not single and " option " in flag:
+                    refuse_foreign_directory(path, f"{pipeline.path}: {flag}")
 
 
 def written_tables(commands: StageCommands, stage: Stage) -> list[tuple[str, str, bool]]:

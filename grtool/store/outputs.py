@@ -486,6 +486,22 @@ def _output_at(directory: Path) -> str | None:
     return None
 
 
+def refuse_foreign_directory(out: str | Path, flag: str) -> None:
+    """Exit 2 when the directory ``out`` holds anything and nothing grtool wrote there as one whole output (a stage,
+    an index, a checkpoint): the command writing it would refuse it, with or without --overwrite. A pipeline's dry
+    run asks it of the directories its stages will write, before any stage runs."""
+    p = Path(out)
+    if not p.is_dir() or _output_at(p) is not None or (p / CLEARING).is_file():
+        return
+    kept = (*STAGE.keep, *INDEX.keep, *CHECKPOINT.keep, BESIDE_LOCK.format(name="*"))
+    entries = [c for c in p.iterdir() if not _matches(c.name, kept)]
+    if entries:
+        raise InputError(
+            f"{flag} {printable(p)}: holds {_listing(entries)} and nothing grtool wrote there (no {MANIFEST}, {INDEX.record} or "
+            f"{CHECKPOINT.record}), so its stage would refuse it, with or without --overwrite; remove what you do not need yourself or choose another out"
+        )
+
+
 def refuse_record_path(out: str | Path, flag: str = "--out", *, within: Iterable[str | Path] = ()) -> None:
     """Exit 2 when ``out`` names a record of an output (``_manifest.json``, ``index.json``, ``grtool.json``,
     ``*.grtool.json``), lies in a pipeline's ``_pipeline/`` records, or lies inside a stage, index or checkpoint

@@ -291,6 +291,8 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
         # before: each passed the dry run, and the pipeline stopped at that stage after the ones before it ran
         ([{"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/evidence/triples/idx"}}],
          ["stage 'index' option out", "lies inside", "a stage directory stage 'evidence' option out writes"]),
+        ([{"name": "index", "run": "index build", "args": ["{out}/evidence/triples"], "options": {"tokenizer": "default", "out": "{out}/ingest/questions"}}],
+         ["stage 'index' option out", "questions: is", "a stage directory stage 'ingest' option out writes"]),
         ([{"name": "filters", "run": "filters apply", "args": ["{out}/gold"], "options": {"corpus": "{out}/ingest", "triples": "{out}/evidence", "out": "{out}/f", "report": "{out}/f/r.md"}}],
          ["stage 'filters'", "--report", "--out"]),
         # before: the dev file export sft writes beside --out was not declared, and gmr's export replaced it
@@ -306,6 +308,20 @@ def test_a_damaged_record_read_at_the_plan_names_stage_and_option(tmp_path, exam
 def test_a_stages_outputs_are_checked_against_each_other_and_its_inputs_at_the_dry_run(tmp_path, examples, cli, write_pipeline, stages, words):
     gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
     _refused(cli, str(write_pipeline(_wired(examples, gold, *stages), out=str(tmp_path / "run"))), *words, tmp_path=tmp_path)
+
+
+def test_a_directory_of_the_users_where_a_stage_writes_is_refused_at_the_dry_run(tmp_path, examples, cli, write_pipeline):
+    """Before: the dry run passed, the stages before it ran, and the index stage then refused the directory (and
+    its suggested --overwrite refused it too)."""
+    index = {"name": "index", "run": "index build", "args": ["{out}/evidence"], "options": {"tokenizer": "default", "out": "{out}/index"}}
+    config = str(write_pipeline(_wired(examples, index), out=str(tmp_path / "run")))
+    (tmp_path / "run" / "index").mkdir(parents=True)
+    (tmp_path / "run" / "index" / "notes.txt").write_text("mine\n")
+    line = _dry_run_refused(cli, config)
+    assert "stage 'index' option out" in line and "holds notes.txt and nothing grtool wrote there" in line, line
+    assert not (tmp_path / "run" / "ingest").exists()
+    (tmp_path / "run" / "index" / "notes.txt").unlink()  # empty: the stage writes it
+    cli("pipeline", "run", config, "--dry-run")
 
 
 def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write_pipeline):
