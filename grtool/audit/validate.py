@@ -33,12 +33,12 @@ from grtool.store.empty import GUARD as EMPTY_GUARD, top_reasons
 from grtool.store.fingerprints import check_inputs
 from grtool.records import DamagedRecord, file_kind
 from grtool.store.reading import arrow_source, scan_shards, schema_diff, short
-from grtool.store.records import Counters, Manifest, ShardRecord, StopRecord, check_parts_planned, open_stops
+from grtool.store.records import Manifest, ShardRecord, StopRecord, check_parts_planned, open_stops, totals_problems
 from grtool.store.stops import describe as describe_stop, describe_acceptance
 from grtool.store.schemas import TABLES
 from grtool.store.layout import MANIFEST, SHARDS_DIR, part_name
 from grtool.store.records import is_stage_dir, load_manifest, load_shard_records, sha256_file
-from grtool.store.stage import merge_counters, shard_paths
+from grtool.store.stage import shard_paths
 from grtool.store.status import find_stage_dirs, status
 from grtool.errors import printable
 
@@ -214,15 +214,7 @@ def _check_manifest(manifest: Manifest, records: dict[str, ShardRecord], report:
         )
 
     # Totals: against the records the manifest has merged, so a lagging manifest stays consistent.
-    merged = [rec for name, rec in records.items() if name in listed]
-    rows = sum(rec.rows for rec in merged)
-    if (manifest.rows or 0) != rows:
-        report.problems.append(f"{MANIFEST}: rows is {manifest.rows!r}, its shard records sum to {rows}")
-    want = msgspec.convert(merge_counters(msgspec.to_builtins(rec.counters) for rec in merged), Counters)  # summed as JSON
-    for f in msgspec.structs.fields(Counters):
-        got, summed = getattr(manifest.counters, f.name), getattr(want, f.name)
-        if got != summed:
-            report.problems.append(f"{MANIFEST}: counters.{f.encode_name} is {got!r}, its shard records sum to {summed!r}")
+    report.problems += totals_problems(manifest, records)
 
 
 def _check_shards(path: Path, manifest: Manifest, records: dict[str, ShardRecord], report: Report) -> None:

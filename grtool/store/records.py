@@ -376,11 +376,31 @@ def refuse_unfinished(stage: Path, manifest: Manifest) -> None:
     written by a program of its own through the store, is read as the parts it records.)"""
     if manifest.num_parts is not None and not manifest.complete:
         raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first; grtool status {stage} shows its parts)")
+    records = load_shard_records(stage)
+    problems = totals_problems(manifest, records) if set(manifest.shards) <= set(records) else []  # (a lost record: the read names its part)
+    if problems:  # its counts are what reports and guards use: an edited one is never read as the stage's
+        raise DamagedRecord(f"{stage}: {problems[0]} (edited or damaged; grtool validate {stage} lists every problem)")
     stops = open_stops(manifest)
     if stops:
         what = f"guard {stops[0].guard} tripped" if stops[0].kind == "guard" else f"exit {stops[0].exit_code}"
         raise InputError(f"{stage}: the run that wrote it failed ({what} at {stops[0].when}: {stops[0].message[:400]}); run it again, "
                          f"or accept the failure with grtool validate {stage} --accept --reason TEXT")  # fmt: skip
+
+
+def totals_problems(manifest: Manifest, records: dict[str, ShardRecord]) -> list[str]:
+    """The manifest's totals (rows, counters) against the shard records it has merged (a lagging manifest of an
+    array run is consistent): each one that is not their sum, edited by hand."""
+    merged = [rec for name, rec in records.items() if name in manifest.shards]
+    problems = []
+    rows = sum(rec.rows for rec in merged)
+    if (manifest.rows or 0) != rows:
+        problems.append(f"{MANIFEST}: rows is {manifest.rows!r}, its shard records sum to {rows}")
+    want = msgspec.convert(merge_counters(msgspec.to_builtins(rec.counters) for rec in merged), Counters)  # summed as JSON
+    for f in msgspec.structs.fields(Counters):
+        got, summed = getattr(manifest.counters, f.name), getattr(want, f.name)
+        if got != summed:
+            problems.append(f"{MANIFEST}: counters.{f.encode_name} is {got!r}, its shard records sum to {summed!r}")
+    return problems
 
 
 def now() -> str:

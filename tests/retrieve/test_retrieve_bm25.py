@@ -103,7 +103,6 @@ def test_trec_files_read_back_by_pytrec_eval_give_grtools_recall(bm25_run):
     assert sum(m["recall_1000"] for m in measures.values()) / len(measures) == pytest.approx(report["recall"])
 
 
-
 def test_trec_files_go_beside_the_stages_they_score_never_inside(bm25_run):
     """A TREC file inside a run directory the command reads is fine, as every command's report is there (before:
     refused as inside the input); inside a stage it reads, refused."""

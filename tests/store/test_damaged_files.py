@@ -261,3 +261,18 @@ def test_validate_json_with_a_non_utf8_file_name(run, cli):
     assert "Traceback" not in proc.stderr
     plain = cli("validate", run, check=1)  # the table view prints it too
     assert "documents_\\xff\\xfe" in plain.stdout + plain.stderr and "Traceback" not in plain.stderr
+
+
+@pytest.mark.parametrize("field, value", [("counters.in", 1), ("counters.out", 14), ("counters.rejected", {"made up": 3})])
+def test_a_manifest_whose_totals_are_not_its_shards_is_not_read(run, cli, tmp_path, field, value):
+    """The totals a report or a guard uses, edited by hand: every reader refuses the stage as validate does (before:
+    validate failed it, export read it with exit 0)."""
+    manifest_path = run / "chains" / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    where, _, key = field.rpartition(".")
+    (manifest[where] if where else manifest)[key] = value
+    manifest_path.write_text(json.dumps(manifest))
+    proc = cli("export", "sft", run / "chains", "--corpus", run, "--out", tmp_path / "sft.json", check=1)
+    assert f"{run / 'chains'}: _manifest.json: {field} is" in flat(proc.stderr) and "its shard records sum to" in proc.stderr, proc.stderr
+    assert not (tmp_path / "sft.json").exists()
+    assert f"_manifest.json: {field} is" in flat(cli("validate", run / "chains", check=1).stdout + cli("validate", run / "chains", check=1).stderr)
