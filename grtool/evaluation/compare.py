@@ -19,7 +19,7 @@ from grtool.errors import DataProblem, InputError
 from grtool.evaluation.overlap import RecordedOverlap, overlap_problem
 from grtool.evaluation.significance import RESAMPLES, SEED, TEST, paired_test
 from grtool.records import Count, DamagedRecord, Fraction, Seconds, Sha256, decode_record
-from grtool.userinput import read_input_bytes
+from grtool.userinput import escaped, read_input_bytes
 from grtool.records import Report
 
 NO_LIST = "Wins and losses need per-question recall of both runs"
@@ -292,14 +292,20 @@ def _cell(key: str, m: dict[str, Any]) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _md(text: object) -> str:
+    """A label, a dataset or a qid as one Markdown table cell: control characters escaped, ``|`` too (it would
+    split the cell)."""
+    return escaped(str(text)).replace("|", "\\|")
+
+
 def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | None = None, listed: bool = False) -> str:
     rows = table(runs)
     labels = [run.label for run in runs]
-    header = ["| " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    header = ["| " + " | ".join(map(_md, labels)) + " |", "|---|" + "---:|" * len(labels)]
     lines = [f"# {title}", "", "| dataset " + header[0], header[1]]
     for name, values in rows.items():
         cells = ["-" if values[label] is None else f"{values[label]:.4f}" for label in labels]
-        lines.append(f"| {'**all**' if name == 'all' else name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {'**all**' if name == 'all' else _md(name)} | " + " | ".join(cells) + " |")
     lines += ["", "## Metrics", "", "| metric " + header[0], header[1]]
     figures = metrics(runs)
     for name, key in METRICS:
@@ -307,12 +313,12 @@ def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | N
     if len(runs) > 1:
         base = _baseline(runs, baseline)
         results = comparison(runs, baseline, listed)
-        lines += ["", f"## Per question against {base.label}", ""]
+        lines += ["", f"## Per question against {_md(base.label)}", ""]
         if any(r is not None for r in results.values()):
             lines += ["| run | better | worse | same | questions in both | Δ recall | 95% interval | p |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
             for label, result in results.items():
                 cells = ["-"] * 7 if result is None else [str(result[k]) for k in ("better", "worse", "same", "questions")] + _significance_cells(result["significance"])
-                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+                lines.append(f"| {_md(label)} | " + " | ".join(cells) + " |")
             lines += ["", f"p: {TEST} ({RESAMPLES:,} draws, seed {SEED}), over the questions both runs answered."]
         if any(r is None for r in results.values()):
             if lines[-1]:  # after the table
@@ -320,8 +326,8 @@ def markdown(runs: list[Run], title: str = "Retrieval recall", baseline: str | N
             lines.append(f"{NO_LIST}: score a responses directory here, or use `eval recall --per-question --json`.")
         for label, result in results.items():
             if listed and result is not None and result["changed"]:
-                lines += ["", f"### {label} against {base.label}", "", f"| qid | dataset | {base.label} | {label} |", "|---|---|---:|---:|"]
-                lines += [f"| {c['qid']} | {c['dataset']} | {c['baseline']:.4f} | {c['recall']:.4f} |" for c in result["changed"]]
+                lines += ["", f"### {_md(label)} against {_md(base.label)}", "", f"| qid | dataset | {_md(base.label)} | {_md(label)} |", "|---|---|---:|---:|"]
+                lines += [f"| {_md(c['qid'])} | {_md(c['dataset'])} | {c['baseline']:.4f} | {c['recall']:.4f} |" for c in result["changed"]]
     return "\n".join(lines) + "\n"
 
 
@@ -343,7 +349,7 @@ def paper_markdown(runs: list[Run], title: str = "Retrieval recall", baseline: s
     base = _baseline(runs, baseline)
     tests = comparison(runs, baseline)
     figures = metrics(runs)
-    lines = [f"# {title}", "", "| run | " + " | ".join(datasets) + f" | Average | s/query | p vs {base.label} |", "|---|" + "---:|" * (len(datasets) + 3)]
+    lines = [f"# {title}", "", "| run | " + " | ".join(map(_md, datasets)) + f" | Average | s/query | p vs {_md(base.label)} |", "|---|" + "---:|" * (len(datasets) + 3)]
     for run in runs:
         recalls = [tally.recall if (tally := run.report.per_dataset.get(d)) is not None else None for d in datasets]
         known = [r for r in recalls if r is not None]
@@ -352,7 +358,7 @@ def paper_markdown(runs: list[Run], title: str = "Retrieval recall", baseline: s
         result = tests.get(run.label)
         p = "-" if result is None or result["significance"]["p_value"] is None else _p(result["significance"]["p_value"])
         cells = ["-" if r is None else f"{100 * r:.1f}" for r in [*recalls, average]] + ["-" if seconds is None else f"{seconds:.3g}", p]
-        lines.append(f"| {run.label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_md(run.label)} | " + " | ".join(cells) + " |")
     lines += ["", f"Recall in percent; Average: the mean over the datasets. p: {TEST} ({RESAMPLES:,} draws, seed {SEED})."]
     return "\n".join(lines) + "\n"
 

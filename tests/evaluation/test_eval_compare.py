@@ -28,6 +28,17 @@ def test_compare_table_and_plot(tmp_path):
     assert table["recall"]["musique"] == {"base": 0.0}
 
 
+def test_labels_and_datasets_from_data_are_one_cell_each(tmp_path):
+    """A label (or a dataset) holding a newline, a tab, BEL, ESC or ``|`` is escaped in the Markdown table, as in
+    every other table (before: written raw, the table broken)."""
+    (tmp_path / "r.json").write_text(json.dumps(_report(0.5, {"hot|pot\x1b[31m": 0.5})))
+    out = tmp_path / "recall.md"
+    run_cli("eval", "compare", f"a\nb\tc\x07|d={tmp_path / 'r.json'}", "--out", out)
+    text = out.read_text()
+    assert "| dataset | a\\nb\\tc\\x07\\|d |" in text and "| hot\\|pot\\x1b[31m | 0.5000 |" in text, text
+    assert all(c not in text for c in "\x07\x1b\t"), text
+
+
 def test_compare_bad_report_exits_2(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     proc = run_cli("eval", "compare", tmp_path / "x.json", check=2)
