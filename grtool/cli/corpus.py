@@ -34,6 +34,7 @@ def _report_summary(title: str, report: dict, as_json: bool) -> None:
 
 
 def _print_summary(title: str, report: dict) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from grtool.log import stage_summary
@@ -46,6 +47,8 @@ def _print_summary(title: str, report: dict) -> None:
             t.add_row(key.replace("_", " "), f"{report[key]:,}")
     for name, n in sorted(report.get("questions_by_dataset", {}).items()):
         t.add_row(f"  questions read: {name}", f"{n:,}")
+    for said, n in sorted(report.get("splits_read_as", {}).items()):
+        t.add_row(f"  split {escape(said)}", f"{n:,}")
     if report.get("empty_inputs"):
         t.add_row("empty inputs (no records)", f"{len(report['empty_inputs']):,}")
     for reason, n in sorted(report.get("rejected", {}).items()):

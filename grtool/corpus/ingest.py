@@ -69,6 +69,7 @@ class IngestReport:
     paragraphs: int = 0  # document occurrences read (before deduplication)
     rejected: Counter = field(default_factory=Counter)  # "table: reason" -> n
     questions_by_dataset: Counter = field(default_factory=Counter)
+    splits_read_as: Counter = field(default_factory=Counter)  # "'Validation' as dev" -> records whose own split was normalised
     empty_inputs: list[str] = field(default_factory=list)  # inputs (files, archive members) without a record
     detected: list[dict[str, Any]] = field(default_factory=list)  # what each input was read as (group_readings)
     resumed: bool = False
@@ -81,6 +82,7 @@ class IngestReport:
             "paragraphs": self.paragraphs,
             "rejected": dict(self.rejected),
             "questions_by_dataset": dict(self.questions_by_dataset),
+            "splits_read_as": dict(self.splits_read_as),
             "empty_inputs": list(self.empty_inputs),
             "detected": list(self.detected),
             "resumed": self.resumed,
@@ -549,6 +551,9 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
             continue
         report.questions_by_dataset[reading.dataset] += 1
         if own_splits:
+            given = record.get("split") if isinstance(record, dict) else None
+            if isinstance(given, str) and given != converted.question["split"]:  # said in the summary: no surprise
+                report.splits_read_as[f"{given!r} as {converted.question['split']}"] += 1
             if split is not None:  # --split names every question's split
                 converted.question["split"] = split
             elif file_split is None and record.get("split") is None and not warned:
@@ -664,6 +669,7 @@ class IngestSummary(Report, kw_only=True):
     paragraphs: int
     rejected: dict[str, int]
     questions_by_dataset: dict[str, int]
+    splits_read_as: dict[str, int] = {}
     empty_inputs: list[str]
     detected: list[dict[str, Any]]
     resumed: bool

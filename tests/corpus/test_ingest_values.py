@@ -64,11 +64,14 @@ def test_blank_values_are_rejected_with_their_reason(tmp_path):
 def test_split_names_are_normalised_once(tmp_path):
     docs = _write(tmp_path / "docs.jsonl", DOCS)
     q = _write(tmp_path / "q.jsonl", [{"qid": f"q{i}", "question": f"Who drew maps {i}?", "answer": "Ada", "gold_doc_ids": ["d1"], "split": split}
-                                      for i, split in enumerate(["Validation ", "val", "TRAIN", " test", "dev"])])  # fmt: skip
+                                      for i, split in enumerate(["Validation ", "val", "TRAIN", " test", "dev", "training", "weird\x1b[31m"])])  # fmt: skip
     out = tmp_path / "out"
-    ingest([docs, q], out)
+    report = ingest([docs, q], out, allow_rejects=True)
     splits = dict(zip(*(read_table(out / "questions").column(c).to_pylist() for c in ("qid", "split"))))
-    assert splits == {"q0": "dev", "q1": "dev", "q2": "train", "q3": "test", "q4": "dev"}
+    assert splits == {"q0": "dev", "q1": "dev", "q2": "train", "q3": "test", "q4": "dev", "q5": "train"}
+    assert list(_rejects(out, "questions").values()) == ["field 'split' holds a control character"]
+    # what was mapped is said once in the summary (before: silently)
+    assert report.splits_read_as == {"'Validation ' as dev": 1, "'val' as dev": 1, "'TRAIN' as train": 1, "' test' as test": 1, "'training' as train": 1}
 
 
 def test_a_documents_file_keyed_doc_id_is_read_by_that_id(tmp_path):
