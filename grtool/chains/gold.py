@@ -147,7 +147,7 @@ def write_gold_chains(corpus: str, triples: str, out: str, *, flip: str = "auto"
     store = TripleStore(triples)
     check_triples_cover(store.path, corpus)
     params = selection.record({"backend": MODEL, "model": MODEL, "flip": flip, "markers": [markers.start, markers.end], "writer_version": WRITER_VERSION})
-    inputs = [str(store.path)] if questions.source == "-" else [questions.source, str(store.path)]
+    inputs = [questions.source, str(store.path)]  # standard input too ("-"): a run from it is never resumed with other rows
     loop = PartLoop([Output(out, StageSpec("chains", CHAINS, params, inputs=inputs))], questions.num_parts, overwrite=overwrite,
                     num_shards=num_shards, shard_index=shard_index)  # fmt: skip
 

@@ -434,7 +434,7 @@ def synthesize(
     params = selection.record({**settings.params(), "backend": backend_name, "model": model_name, "prompt_sha256": prompt.sha256()})
     if prompt.cannot_answer:  # read back by `filters apply` as its --cannot-answer default
         params["cannot_answer"] = prompt.cannot_answer
-    inputs = [store.path] if questions.source == "-" else [questions.source, store.path]
+    inputs = [questions.source, store.path]  # standard input too ("-"): a run from it is never resumed with other rows
     synth = ChainSynthesizer(store, settings, prompt, scorer=scorer, selection=selection)
 
     def part_fn(part: Part) -> None:

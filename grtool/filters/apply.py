@@ -34,7 +34,7 @@ from grtool.docid import check_markers
 from grtool.vocab.text import Markers, parse_markers
 from grtool.log import log
 from grtool.store.coverage import check_triples_cover
-from grtool.store.io import InputTable, is_stdio
+from grtool.store.io import InputTable
 from grtool.store.partloop import Bar, LoopPart, Output, PartLoop
 from grtool.store.questions import SplitSelection
 from grtool.store.records import Manifest, resolve_stage
@@ -320,7 +320,7 @@ def apply_filters(
     log.info("lookups: %d questions, %d triples; docid markers %s %s", len(questions), index.count, markers.start, markers.end)
     judge = ChainFilter(config, questions, index)
 
-    inputs = [source.source] if not is_stdio(chains) else []
+    inputs = [source.source]  # standard input too ("-"): a run from it is never resumed with other rows
     # the stages it reads, a run directory resolved: what else a run directory holds (a plot, a report) is not its input
     spec = StageSpec("chains", CHAINS, params=config.params(), inputs=[*inputs, str(resolve_stage(corpus, "questions")), str(resolve_stage(triples, "triples"))])
     loop = PartLoop([Output(out, spec)], source.num_parts, overwrite=overwrite, num_shards=num_shards, shard_index=shard_index)

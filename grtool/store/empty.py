@@ -72,7 +72,8 @@ def check_rows(what: str, rows_in: int, rows_out: int, rejected: Mapping[str, in
         reasons = top_reasons(rejected)
         why = f"all {rows_in} input {unit} were rejected: {reasons}" if reasons else f"none of the {rows_in} input {unit} gave a row"
     else:
-        why = f"its input {inputs[0]} has no {unit}" if inputs else f"its input has no {unit}"
+        source = "standard input" if inputs and inputs[0] == "-" else inputs[0] if inputs else None
+        why = f"its input {source} has no {unit}" if source else f"its input has no {unit}"
     hint_text = f"; {hint}" if hint else ""
     raise EmptyResult(
         f"{what}: no rows written: {why}{hint_text} (pass {GUARD} to accept an empty result)",

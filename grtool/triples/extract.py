@@ -89,7 +89,7 @@ def extract(
     ``backend`` is a backend or a factory called only when a part needs generating. Sharding defaults to the
     Slurm array variables (:func:`~grtool.store.sharding.resolve_sharding`).
     """
-    inputs = [] if is_stdio(corpus.source) else [corpus.source]
+    inputs = [corpus.source]  # standard input too ("-"): a run from it is never resumed with other rows
     outputs = [Output(out if is_stdio(out) else Path(out) / "triples", StageSpec("triples", TRIPLES, params, inputs), {"prompt_sha256": prompt.sha256()})]
     if not is_stdio(out):
         outputs.append(Output(Path(out) / "llm_calls", StageSpec("llm_calls", LLM_CALLS, params, inputs)))

@@ -232,6 +232,21 @@ def test_questions_from_stdin_and_chains_to_stdout(cli, tmp_path, records, serve
     assert {r["qid"] for r in rows} == {r["_id"] for r in records}
 
 
+def test_a_stage_made_from_stdin_is_never_resumed_with_other_rows(cli, tmp_path):
+    """Standard input is one of the stage's recorded inputs: a second run with other rows on stdin is refused
+    (before: it resumed, kept the first run's rows and exited 0), and an empty stdin is named as such (before: "its
+    input .../triples has no rows")."""
+    _, run = ingest_inputs(cli, tmp_path)
+    stream = cli("corpus", "ingest", TWO_WIKI, "--out", "-").stdout
+    lines = stream.splitlines(keepends=True)
+    out = tmp_path / "gold"
+    cli("chains", "gold", "-", "--triples", run, "--out", out, input=stream)
+    err = cli("chains", "gold", "-", "--triples", run, "--out", out, input="".join(lines[:-1]), check=False).stderr  # one question fewer
+    assert "exists from a run that read standard input, which cannot be resumed" in " ".join(err.split()), err
+    err = cli("chains", "gold", "-", "--triples", run, "--out", tmp_path / "empty", input="", check=1).stderr
+    assert "no rows written: its input standard input has no rows" in " ".join(err.split()), err
+
+
 def _rewrite_questions(corpus: Path, changes: dict[str, dict]) -> None:
     """Edit questions in place in their shards (keeps shard records consistent by rewriting the stage)."""
     qdir = corpus / "questions"
