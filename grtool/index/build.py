@@ -34,7 +34,7 @@ from grtool.invocation import current_command
 from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
-from grtool.store.outputs import INDEX, input_stage, refuse_output_among_inputs
+from grtool.store.outputs import INDEX, input_stage, refuse_linked_directory, refuse_output_among_inputs
 from grtool.store.partloop import DirectoryOutput, one_part
 from grtool.records import Report, decode_record, refuse_undeclared
 from grtool.store.records import now
@@ -426,12 +426,11 @@ def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: 
     from grtool.index.base import Index
 
     refuse_output_among_inputs(out, [input_stage(input_path, table)], [input_path])
-    if not out.exists():  # (a dangling symlink too: the claim refuses it)
+    if not out.exists():
         return None
-    if str(input_path) == "-":
-        raise GrtoolError(f"{out}: exists; use --overwrite to replace it (an index read from standard input cannot be compared with its input)")
-    if not (out / META).is_file():
-        raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
+    if str(input_path) == "-" or not (out / META).is_file():
+        refuse_linked_directory(out)  # said before "use --overwrite", which would not mend it
+        raise GrtoolError(f"{out}: exists; use --overwrite to replace it" + (" (an index read from standard input cannot be compared with its input)" if str(input_path) == "-" else ""))
     try:
         index = Index.open(out)
     except InputError as e:
@@ -455,6 +454,7 @@ def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: 
     if not diffs and not _same_tokenizer(meta.get("tokenizer") or {}, tokenizer):
         diffs.append(f"--tokenizer ({(meta.get('tokenizer') or {}).get('spec')!r} before, {tokenizer!r} now: another vocabulary)")
     if diffs:
+        refuse_linked_directory(out)  # (an identical index behind a link is kept: a re-run through it does nothing)
         raise GrtoolError(f"{out}: exists, built with a different {', '.join(diffs)}; use --overwrite to replace it")
     return meta
 

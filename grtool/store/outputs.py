@@ -417,6 +417,12 @@ class Claim:
         self.release()
 
 
+def refuse_linked_directory(out: str | Path, flag: str = "--out") -> None:
+    """An index or a checkpoint is installed by renames into place, which would replace a link at ``out``."""
+    if os.path.islink(out):
+        raise InputError(f"{flag} {printable(out)}: is a symbolic link (to {printable(os.readlink(out))}); name the directory itself")
+
+
 def claim(
     out: str | Path,
     kind: OutputKind,
@@ -442,8 +448,8 @@ def claim(
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
     refuse_dangling_link(p, flag)
-    if kind in (INDEX, CHECKPOINT) and p.is_symlink():  # installed by renames into place, which would replace the link
-        raise InputError(f"{flag} {printable(p)}: is a symbolic link (to {printable(os.readlink(p))}); name the directory itself")
+    if kind in (INDEX, CHECKPOINT):
+        refuse_linked_directory(p, flag)
     refuse_record_path(p, flag)
     refuse_overlapping_outputs([(flag, p)], inputs=inputs, holders=holders)
     if kind is FILE:

@@ -396,8 +396,10 @@ def test_an_index_out_that_is_a_symbolic_link_is_refused_before_any_work(run, tm
     index, link = tmp_path / "idx", tmp_path / "link"
     run_cli(*index_build(run, index))
     link.symlink_to(index)
-    err = refused(index_build(run, link, "--overwrite"), index)
-    assert "is a symbolic link" in err and "name the directory itself" in err, err
+    for extra in (("--overwrite",), ("--kind", "trie")):  # another build without --overwrite too: said before "use --overwrite"
+        err = refused(index_build(run, link, *extra), index)
+        assert "is a symbolic link" in err and "name the directory itself" in err and "use --overwrite" not in err, err
+    run_cli(*index_build(run, link))  # the same build behind the link: kept, nothing to do
 
 
 def test_the_lock_beside_an_output_is_one_for_every_spelling_of_its_path(tmp_path):
