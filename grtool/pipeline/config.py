@@ -389,6 +389,11 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
             known = ", ".join(spec.vars) or "none"
             raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
         variables[name] = _var_text(_coerce(value, numbers=False), f"--set {_shown(item)}")
+    for name, value in variables.items():  # a var's value goes in as written: {out} in it would stay "{out}" in every path
+        inner = next((m[0] for m in _FIELD.finditer(value) if m[1] in variables), None) if name != "out" else None
+        if inner is not None:
+            raise InputError(f"{path}: [vars] {name!r} ({printable(value)!r}) holds the placeholder {inner}, which a var's value does not expand; "
+                             f"write it where the var is used (\"{inner}/...\" in the stage), or give the var a whole value")  # fmt: skip
     # The [vars] may place the run directory too (out = "{base}/run"); a placeholder it does not know is an error.
     variables["out"] = _expand(spec.out, {k: v for k, v in variables.items() if k != "out"}, f"{path}: out")
     if not variables["out"].strip():
@@ -405,6 +410,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     check_slurm_settings(defaults, f"{path}: [slurm]")
     for name, entry in by_name.items():
         check_slurm_settings(entry["slurm"], f"{path}: stage {name!r}, slurm")
+    set_by: dict[tuple[str, str], str] = {}
     for item in overrides:
         if item in var_sets:
             continue  # applied above
@@ -432,6 +438,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         else:
             _check_option_name(commands, entry, key, where)
             entry["options"] = {**entry["options"], option_key(key): _expand(_coerce(value, numbers=False), variables, where)}
+            set_by[(stage_name, option_key(key))] = where  # a value it refuses is blamed on the --set, not the file
             entry["args"] = commands.args_without(entry["run"], entry["args"], key)  # it overrides one written among them
 
     stages = []
@@ -440,7 +447,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         if entry["stdout"] is not None and not entry["stdout"].strip():
             raise InputError(f"{where}: stdout is empty; name the file to keep the command's output in, or leave stdout out")
         for key, value in entry["options"].items():
-            _check_option_value(commands, entry, key, value, f"{where}, option {key!r}")
+            _check_option_value(commands, entry, key, value, set_by.get((entry["name"], key), f"{where}, option {key!r}"))
         declared = commands.declared(entry["run"])
         values = commands.values(entry["run"], entry["args"], entry["options"])  # `--out X` among the args too
         beside = [path for _, path in declared.files_beside(values)] if declared is not None else []  # export sft's dev file

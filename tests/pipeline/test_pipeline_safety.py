@@ -156,6 +156,16 @@ def test_a_var_named_out_is_refused_naming_both(tmp_path, examples, cli):
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_a_var_holding_a_placeholder_is_refused(tmp_path, examples, cli):
+    # before: {out} stayed "{out}" in the path, and the stage said "{out}/ingest does not exist"
+    config = _pipeline(tmp_path, examples, 'args = ["{data}"]\n')
+    text = open(config).read()
+    with open(config, "w") as f:
+        f.write(text.replace("\n[[stages]]", '\n[vars]\ndata = "{out}/ingest"\n\n[[stages]]', 1))
+    line = _dry_run_refused(cli, config)
+    assert "[vars] 'data' ('{out}/ingest') holds the placeholder {out}" in line, line
+
+
 @pytest.mark.parametrize(
     "options, words",
     [
@@ -179,8 +189,9 @@ def test_boolean_or_empty_values_of_text_options_are_refused(tmp_path, examples,
 
 def test_an_empty_or_boolean_set_value_is_refused(tmp_path, examples, cli):
     config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
-    assert "option 'plot': '' is empty" in _dry_run_refused(cli, config, "--set", "stats.plot=")
-    assert "option 'plot': true is not a value of --plot" in _dry_run_refused(cli, config, "--set", "stats.plot=true")
+    # blamed on the --set that gave it, not on the file (before: "pipe.toml: stage 'stats', option 'plot'")
+    assert "error: --set 'stats.plot=': '' is empty" in _dry_run_refused(cli, config, "--set", "stats.plot=")
+    assert "error: --set 'stats.plot=true': true is not a value of --plot" in _dry_run_refused(cli, config, "--set", "stats.plot=true")
     # a flag still takes true or false, and a value option its value
     assert "--split dev" in cli("pipeline", "run", config, "--dry-run", "--set", "ingest.split=dev", "--set", "stats.json=true").stdout
 
