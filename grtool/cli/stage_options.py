@@ -14,6 +14,7 @@ reads the same annotations.
 from __future__ import annotations
 
 import functools
+import math
 import inspect
 import types
 import typing
@@ -299,8 +300,8 @@ def _options_among(args: list[Any], by_flag: dict[str, tuple[Parameter, bool]], 
 def _text(p: Parameter, value: Any) -> Any:
     """A number in the file where the option takes text (a path, a choice, a name) is that text, as on the command
     line; anything else goes to the Struct as the file gives it."""
-    if p.kind not in (bool, int, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
+    if p.kind not in (bool, int, float) and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)  # (nan and inf are TOML's words for no number: refused as text)
     return value
 
 

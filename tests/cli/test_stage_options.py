@@ -97,6 +97,7 @@ def _refusal(run: str, args: list, options: dict) -> str:
         # a list or a table where text goes: shown as one, not as the quoted text of one
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "split": [["a"]]}, ["--split ['a']: expected text (a list of them)"]),
         ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "rules": {"a": 1}}, ["--rules {'a': '1'}: expected text"]),
+        ("filters apply", ["c"], {"corpus": "q", "triples": "t", "out": "o", "rules": float("nan")}, ["--rules 'nan': expected text"]),  # before: --rules nan
     ],
 )  # fmt: skip
 def test_a_value_the_command_refuses_is_one_line_naming_stage_and_option(run, args, options, words):
