@@ -36,7 +36,7 @@ from grtool.holds import hold
 from grtool.records import DamagedRecord, mode_name, read_json_record, read_record
 from grtool.store.layout import FILE_RECORD, LLM_CACHE, LOCK, MANIFEST, REJECTS_DIR, SHARDS_DIR
 from grtool.store.locks import BESIDE_LOCK, RunLock, output_lock, pid_alive
-from grtool.store.paths import check_name, is_within, named, real
+from grtool.store.paths import check_name, is_within, named, real, refuse_missing_before_dotdot
 from grtool.errors import printable
 from grtool.store.records import Text, atomic_write_bytes, commit_file, dumps, now, resolve_stage, sha256_file
 from grtool.userinput import refuse_folder_spelling
@@ -447,6 +447,7 @@ def claim(
     if str(p) == "":
         raise InputError(f"{flag} is empty: name an output")
     check_name(p)
+    refuse_missing_before_dotdot(p, flag)
     refuse_dangling_link(p, flag)
     if kind in (INDEX, CHECKPOINT):
         refuse_linked_directory(p, flag)
@@ -784,6 +785,8 @@ def check_outputs(
     refuse_overlapping_outputs([(flag, path) for flag, path, _ in outputs], holders=holders)
     directories = [path for _, path, single in outputs if not single]
     for flag, path, single in outputs:
+        if path is not None and str(path) not in ("", "-"):
+            refuse_missing_before_dotdot(path, flag)
         if single:
             check_file_output(path, flag, holders=holders)
             continue

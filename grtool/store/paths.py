@@ -16,6 +16,15 @@ def check_name(path: str | Path) -> None:
         raise InputError(f"{printable(path)}: the file name is not valid UTF-8; rename it") from None
 
 
+def refuse_missing_before_dotdot(path: str | Path, flag: str = "--out") -> None:
+    """``a/b/../c`` where ``a/b`` does not exist: the system resolves ``..`` through folders that are there, so
+    writing it would first make ``a/b``, a stray folder, for a file the user meant at ``a/c``."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts):
+        if part == ".." and i and not Path(*parts[:i]).exists():
+            raise InputError(f"{flag} {printable(path)}: {printable(Path(*parts[:i]))} does not exist, so the '..' after it names no folder; write the path without it")
+
+
 def prepare_out_dir(path: str | Path) -> Path:
     """Create an output directory (and its parents), or say in one line why it cannot be one."""
     if str(path) == "":

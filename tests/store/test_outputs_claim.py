@@ -142,6 +142,16 @@ def test_an_empty_output_path_is_refused_not_read_as_the_current_directory(words
     assert f"{option_flag(declared()[words], output)} is empty" in message
 
 
+@pytest.mark.parametrize(("words", "output"), OUTPUTS)
+def test_an_output_whose_dotdot_follows_a_missing_folder_is_refused(words, output, tmp_path):
+    """``out/sub/../x`` with no ``out/sub``: writing it would first make the stray folder ``sub`` (before: made)."""
+    target = f"{tmp_path / 'out' / 'sub'}/../x.json"
+    (tmp_path / "out").mkdir()
+    message = _refused(words, _arguments(words, output, Path(target), tmp_path)[0])
+    assert f"{tmp_path / 'out' / 'sub'} does not exist, so the '..' after it names no folder" in message
+    assert list((tmp_path / "out").iterdir()) == []
+
+
 REPORTS = [(words, output) for words, output in OUTPUTS if declared()[words].writes[output] is PathKind.REPORT]
 
 
