@@ -527,6 +527,8 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
                     _warn_no_split(stream.name)
                     file_split = "unknown"
             fallback_split = file_split or "unknown"
+        if not reading.documents_only:  # every question record read, kept or rejected: the summary's rows in
+            report.questions_by_dataset[reading.dataset] += 1
         if converted is None:
             try:
                 if not isinstance(record, dict):
@@ -549,7 +551,6 @@ def _read_stream(stream: Stream, options: ReadOptions, spill: Spill, report: Ing
         report.paragraphs += len(converted.documents)
         if converted.question is None:
             continue
-        report.questions_by_dataset[reading.dataset] += 1
         if own_splits:
             given = record.get("split") if isinstance(record, dict) else None
             if isinstance(given, str) and given != converted.question["split"]:  # said in the summary: no surprise

@@ -58,6 +58,7 @@ def test_blank_values_are_rejected_with_their_reason(tmp_path):
     assert sorted(_rejects(out, "questions").values()) == ["empty answer", "empty question", "field 'qid' is blank"]
     assert list(_rejects(out, "documents").values()) == ["empty document text"]
     assert read_table(out / "questions").column("qid").to_pylist() == ["q4"]
+    assert report.questions_by_dataset == {"generic": 4}  # every question record read: 1 kept + 3 rejected (before: 1)
     assert report is not None
 
 
