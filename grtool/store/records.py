@@ -377,7 +377,9 @@ def refuse_unfinished(stage: Path, manifest: Manifest) -> None:
     if manifest.num_parts is not None and not manifest.complete:
         raise InputError(f"{stage}: incomplete stage directory (finish or resume the run that writes it first; grtool status {stage} shows its parts)")
     records = load_shard_records(stage)
-    problems = totals_problems(manifest, records) if set(manifest.shards) <= set(records) else []  # (a lost record: the read names its part)
+    # (a lost shard record, or one the manifest does not match, is named by the read, part by part)
+    matched = all(name in records and records[name].sha256 == entry.sha256 for name, entry in manifest.shards.items())
+    problems = totals_problems(manifest, records) if matched else []
     if problems:  # its counts are what reports and guards use: an edited one is never read as the stage's
         raise DamagedRecord(f"{stage}: {problems[0]} (edited or damaged; grtool validate {stage} lists every problem)")
     stops = open_stops(manifest)
