@@ -10,6 +10,7 @@ The bottom floor: it imports only :mod:`grtool.errors`, so every package can dec
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -134,7 +135,13 @@ def repeated_key_in(line: bytes, value: Any) -> str | None:
     For rows users hand in (JSON Lines), read by the million: the ``":`` the text holds are counted against the keys
     the decoded value holds (a repeated key is lost in decoding), and only a line where they differ (a repeated
     key, a space before a colon, a quote and colon inside a text) is read again, slowly, to name the key."""
-    return _repeated_key(line) if line.count(b'":') != _keys_held(value) else None
+    named = line.count(b'":')
+    if b'" ' in line or b'"\t' in line or b'"\r' in line or b'"\n' in line:  # a blank between a key and its colon
+        named = len(_KEY_END.findall(line))
+    return _repeated_key(line) if named != _keys_held(value) else None
+
+
+_KEY_END = re.compile(rb'"[ \t\r\n]*:')
 
 
 def _keys_held(value: Any) -> int:

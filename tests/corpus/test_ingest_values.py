@@ -128,7 +128,7 @@ def test_keys_of_musique_paragraphs_no_converter_reads_are_named(tmp_path):
 def test_a_key_given_twice_in_a_line_is_rejected_with_its_reason(tmp_path):
     """A JSON reader keeps the last of two values for one key without a word (before: "B?" was the question)."""
     docs = tmp_path / "docs.jsonl"
-    docs.write_text(json.dumps(DOCS[0]) + "\n" + '{"id": "d2", "title": "Lowmere", "text": "a", "text": "Lowmere is a river town."}\n')
+    docs.write_text(json.dumps(DOCS[0]) + "\n" + '{"id": "d2", "title": "Lowmere", "text": "a", "text" : "Lowmere is a river town."}\n')  # a blank before the colon too
     q = tmp_path / "q.jsonl"
     q.write_text('{"qid": "q1", "question": "A?", "question": "B?", "answer": "Ada", "gold_doc_ids": ["d1"]}\n'
                  '{"qid": "q2", "question": "Who drew maps?", "answer": "Ada", "gold_doc_ids": ["d1"], "meta": {"k": 1, "k": 2}}\n'
