@@ -152,8 +152,6 @@ def changed_inputs(old: list[InputRecord], spec: StageInputs) -> list[str]:
     for o, n, name in zip(old, new, spec.inputs):
         if o == n:
             continue
-        if o.get("kind") == "tree" and n.get("kind") == "stage" and Path(n["path"]).parent == Path(str(o.get("path"))).resolve():
-            continue  # an older grtool recorded the run directory holding the stage (and fingerprinted only its loose files)
         if o.get("kind") != n.get("kind") or (n["path"] != "-" and str(Path(str(o.get("path"))).resolve()) != n["path"]):
             changed.append(str(name))
             continue
