@@ -35,6 +35,7 @@ from grtool.log import log
 from grtool.store.io import InputTable
 from grtool.secrets import redact_argv
 from grtool.store.outputs import INDEX, input_stage, refuse_linked_directory, refuse_output_among_inputs
+from grtool.store.paths import empty_directory
 from grtool.store.partloop import DirectoryOutput, one_part
 from grtool.records import Report, decode_record, refuse_undeclared
 from grtool.store.records import now
@@ -340,7 +341,7 @@ def index_output(out: Path, *, inputs: list[Path | str | None] = (), holders: li
     if str(out) == "-":  # '-' is standard output elsewhere; never a directory named '-'
         raise InputError("--out -: an index is a directory of files and cannot be written to standard output; name a directory")
     refuse_output_among_inputs(out, inputs, holders)
-    if out.exists() and not overwrite:
+    if out.exists() and not overwrite and not empty_directory(out):
         raise GrtoolError(f"{out}: exists; use --overwrite to replace it")
     return DirectoryOutput(out, INDEX, temp_dir, inputs=inputs, holders=holders)
 
@@ -426,7 +427,7 @@ def existing_build(out: Path, input_path: str | Path, table: str, *, tokenizer: 
     from grtool.index.base import Index
 
     refuse_output_among_inputs(out, [input_stage(input_path, table)], [input_path])
-    if not out.exists():
+    if not out.exists() or empty_directory(out):  # an empty folder made for it holds nothing to replace
         return None
     if str(input_path) == "-" or not (out / META).is_file():
         refuse_linked_directory(out)  # said before "use --overwrite", which would not mend it

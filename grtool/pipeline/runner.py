@@ -278,10 +278,14 @@ def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[
             continue
         if state.stage.stdout:  # a stdout file is absent or grtool's
             check_file_output(state.stage.stdout, f"{pipeline.path}: stage {state.stage.name!r} stdout")
-        if not commands.writes_run_directory(state.stage.run):  # a directory it writes whole holds nothing of the user's
-            for flag, path, single in declared_writes(commands, state.stage):
-                if not single and " option " in flag:
-                    refuse_foreign_directory(path, f"{pipeline.path}: {flag}")
+        # An index or a checkpoint holds nothing of the user's (its command refuses one that does, with or without
+        # --overwrite); a stage directory may (a README beside its parts), as may a run directory.
+        declaration = commands.declared(state.stage.run)
+        if declaration is not None:
+            values = commands.values(state.stage.run, state.stage.args, state.stage.options)
+            for name, kind in declaration.writes.items():
+                if kind is PathKind.DIRECTORY and isinstance(values.get(name), (str, os.PathLike)):
+                    refuse_foreign_directory(values[name], f"{pipeline.path}: stage {state.stage.name!r} option {name}")
 
 
 def written_tables(commands: StageCommands, stage: Stage) -> list[tuple[str, str, bool]]:

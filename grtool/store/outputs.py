@@ -494,9 +494,9 @@ def _output_at(directory: Path) -> str | None:
 
 
 def refuse_foreign_directory(out: str | Path, flag: str) -> None:
-    """Exit 2 when the directory ``out`` holds anything and nothing grtool wrote there as one whole output (a stage,
-    an index, a checkpoint): the command writing it would refuse it, with or without --overwrite. A pipeline's dry
-    run asks it of the directories its stages will write, before any stage runs."""
+    """Exit 2 when the directory ``out`` holds anything and nothing grtool wrote there as one whole output (an index,
+    a checkpoint): the command writing one there would refuse it, with or without --overwrite. A pipeline's dry run
+    asks it of the index and checkpoint directories its stages will write, before any stage runs."""
     p = Path(out)
     if not p.is_dir() or _output_at(p) is not None or (p / CLEARING).is_file():
         return

@@ -38,6 +38,7 @@ from grtool.log import progress
 from grtool.store.diskfull import writing
 from grtool.store.io import is_stdio, open_output
 from grtool.store.layout import part_name
+from grtool.store.paths import empty_directory
 from grtool import signals
 from grtool.errors import GrtoolError, InputError, printable
 from grtool.store.outputs import EXPORT, FILE, Claim, OutputKind, changed_meanwhile, claim, remove_killed_scratch, replacing, write_file_record, written_by_grtool
@@ -293,9 +294,10 @@ class DirectoryWriter(WholeWriter):
         self._refuse_appeared("before this run held its lock")
 
     def _refuse_appeared(self, when: str) -> None:
-        """Without ``overwrite`` the directory is new: one that appeared since the command checked is not replaced."""
+        """Without ``overwrite`` the directory is new (or empty): one that appeared since the command checked is not
+        replaced."""
         path = Path(self.output.path)
-        if not self.overwrite and os.path.lexists(path):
+        if not self.overwrite and os.path.lexists(path) and not empty_directory(path):
             self.finish()
             raise GrtoolError(f"{printable(path)}: appeared {when}; it is left as it is: use --overwrite to replace it, or choose another --out")
 

@@ -25,6 +25,12 @@ def refuse_missing_before_dotdot(path: str | Path, flag: str = "--out") -> None:
             raise InputError(f"{flag} {printable(path)}: {printable(Path(*parts[:i]))} does not exist, so the '..' after it names no folder; write the path without it")
 
 
+def empty_directory(path: str | Path) -> bool:
+    """A directory itself (not a link to one) holding nothing: an output made there replaces nothing."""
+    p = Path(path)
+    return p.is_dir() and not p.is_symlink() and not any(p.iterdir())
+
+
 def prepare_out_dir(path: str | Path) -> Path:
     """Create an output directory (and its parents), or say in one line why it cannot be one."""
     if str(path) == "":

@@ -325,7 +325,11 @@ def test_a_directory_of_the_users_where_a_stage_writes_is_refused_at_the_dry_run
     """Before: the dry run passed, the stages before it ran, and the index stage then refused the directory (and
     its suggested --overwrite refused it too)."""
     index = {"name": "index", "run": "index build", "args": ["{out}/evidence"], "options": {"tokenizer": "default", "out": "{out}/index"}}
-    config = str(write_pipeline(_wired(examples, index), out=str(tmp_path / "run")))
+    gold = {"name": "gold", "run": "chains gold", "args": ["{out}/ingest"], "options": {"triples": "{out}/evidence", "out": "{out}/gold"}}
+    config = str(write_pipeline(_wired(examples, index, gold), out=str(tmp_path / "run")))
+    (tmp_path / "run" / "gold").mkdir(parents=True)
+    (tmp_path / "run" / "gold" / ".gitkeep").write_text("")  # a stage directory may hold the user's files: its command writes beside them
+    cli("pipeline", "run", config, "--dry-run")
     (tmp_path / "run" / "index").mkdir(parents=True)
     (tmp_path / "run" / "index" / "notes.txt").write_text("mine\n")
     line = _dry_run_refused(cli, config)
@@ -333,6 +337,8 @@ def test_a_directory_of_the_users_where_a_stage_writes_is_refused_at_the_dry_run
     assert not (tmp_path / "run" / "ingest").exists()
     (tmp_path / "run" / "index" / "notes.txt").unlink()  # empty: the stage writes it
     cli("pipeline", "run", config, "--dry-run")
+    cli("pipeline", "run", config)  # and the stage directory with the user's file beside its parts is written
+    assert (tmp_path / "run" / "gold" / ".gitkeep").exists() and (tmp_path / "run" / "gold" / "_manifest.json").is_file()
 
 
 def test_the_run_directory_may_be_placed_by_a_var(tmp_path, examples, cli, write_pipeline):
