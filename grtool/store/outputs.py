@@ -653,6 +653,7 @@ def check_file_output(out: str | Path | None, flag: str = "--out", *, inputs: It
     refuse_folder_spelling(out, flag)  # a pipeline file's text keeps the slash that Path drops on the command line
     p = Path(out)
     check_name(p)
+    refuse_missing_before_dotdot(p, flag)  # (a pipeline stage's stdout too)
     if p.is_dir():
         raise InputError(f"{flag} {printable(out)}: is a directory; name a file")
     refuse_output_among_inputs(p, inputs, holders, flag=flag)

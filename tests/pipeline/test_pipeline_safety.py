@@ -156,6 +156,13 @@ def test_a_var_named_out_is_refused_naming_both(tmp_path, examples, cli):
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_a_stdout_file_through_a_missing_folder_is_refused_at_the_dry_run(tmp_path, examples, cli):
+    # before: the dry run passed, ingest ran, then the stats stage refused its stdout
+    config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\noptions = { json = true }\nstdout = "{out}/nodir/../stats.json"\n')
+    line = _dry_run_refused(cli, config)
+    assert "stdout" in line and "nodir does not exist, so the '..' after it names no folder" in line, line
+
+
 def test_a_var_holding_a_placeholder_is_refused(tmp_path, examples, cli):
     # before: {out} stayed "{out}" in the path, and the stage said "{out}/ingest does not exist"
     config = _pipeline(tmp_path, examples, 'args = ["{data}"]\n')
