@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from grtool.docid import SPECIAL, cut
-from grtool.errors import GrtoolError
+from grtool.errors import GrtoolError, InputError, printable
 from grtool.log import log
 from grtool.export.formats import SFT_FORMATS, check_dataset_info, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
 from grtool.vocab.prompt import instruction
@@ -119,6 +119,7 @@ def export_sft(filtered: str | Path, corpus: str | Path, out: str | Path, opts: 
     files = sft_files(out, opts.dev_share)
     if not is_stdio(out) and opts.fmt.startswith("llamafactory"):
         check_dataset_info(list(files.values()))
+    _refuse_other_roles(files)
     outputs = export_outputs(list(files.values()), "sft", inputs=[(filtered, "chains"), (corpus, "questions")])
     result = SftResult()
     one_part(outputs, lambda part: _export_part(part, filtered, corpus, out, opts, files, result))  # the files claimed before anything is read
@@ -186,6 +187,24 @@ def _export_part(part: LoopPart, filtered: str | Path, corpus: str | Path, out: 
             dataset_info_entry=Path(path).stem if registered else None,
             params=_params(opts), questions=questions_record(result.qids.get(split, ()), splits=sorted(opts.splits) or None),
         )  # fmt: skip
+
+
+def _refuse_other_roles(files: dict[str, str | Path]) -> None:
+    """An export's file is replaced only in the role it was written in: ``A_dev.json``, the dev split of the export
+    ``A.json``, is never the training file of another export, nor the other way round (a trainer would evaluate on
+    its training questions, or train on another set, exit 0)."""
+    for split, path in files.items():
+        if is_stdio(path):
+            continue
+        try:
+            written = orjson.loads(sidecar_path(Path(path)).read_bytes()).get("split")
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            continue  # no record, or one the claim names as damaged
+        if written is not None and written != split:
+            role = {"dev": "the dev split of the export beside it", "train": "an export's training file"}.get(written, f"the {written} split of an export")
+            flag = "--out" if split == "train" else "--out (the file beside it)"
+            raise InputError(f"{flag} {printable(path)}: is {role} (its {sidecar_path(Path(path)).name} says split {written!r}), and this export "
+                             f"would write its {split} split there; choose another --out")  # fmt: skip
 
 
 def _warn_of_an_earlier_dev_split(out: str | Path, files: dict[str, str | Path]) -> None:

@@ -636,3 +636,20 @@ def test_an_export_never_takes_over_the_entry_of_another_file(cli, samples, tmp_
     (data / "A.json").unlink()  # its file gone: the entry is free
     cli(*sft, data / "A.jsonl")
     assert json.loads((data / "dataset_info.json").read_text())["A"]["file_name"] == "A.jsonl"
+
+
+def test_an_export_s_dev_split_is_never_another_export_s_training_file(cli, samples, tmp_path):
+    """A_dev.json, the dev split of the export A.json, replaced by an export to A_dev.json would hold training
+    questions where A's trainer evaluates (before: replaced, exit 0, validate ok); and the other way round."""
+    write_chains(samples, tmp_path / "filtered")
+    data = tmp_path / "data"
+    sft = ["export", "sft", tmp_path / "filtered", "--corpus", samples["root"], "--out"]
+    cli(*sft, data / "A.json", "--dev-share", "0.3")
+    dev = (data / "A_dev.json").read_bytes()
+    err = flat(cli(*sft, data / "A_dev.json", check=2).stderr)
+    assert "A_dev.json: is the dev split of the export beside it" in err and "would write its train split there" in err, err
+    assert (data / "A_dev.json").read_bytes() == dev
+    cli(*sft, data / "B_dev.json")  # an export's training file, named like B.json's dev split
+    err = flat(cli(*sft, data / "B.json", "--dev-share", "0.3", check=2).stderr)
+    assert "B_dev.json: is an export's training file" in err and "would write its dev split there" in err, err
+    cli(*sft, data / "A.json", "--dev-share", "0.3")  # its own roles: replaced
