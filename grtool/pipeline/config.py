@@ -100,6 +100,7 @@ class Pipeline:
     stages: list[Stage]
     note: str = ""  # printed after the summary (e.g. what the demo's tiny model cannot do)
     slurm: dict[str, Any] = field(default_factory=dict)  # the [slurm] table: defaults of every stage's job
+    set_by: dict[tuple[str, str], str] = field(default_factory=dict)  # (stage, option key) -> the --set that gave it
 
     def names(self) -> list[str]:
         return [s.name for s in self.stages]
@@ -116,13 +117,13 @@ class Pipeline:
 
 def _coerce(text: str, numbers: bool = True) -> Any:
     """A --set value: TOML scalar syntax when it parses (numbers, true/false, quoted strings), else the text.
-    ``numbers=False``: a number stays as written (``1e3``, not ``1000.0``): an option or a var takes it as text, as
+    ``numbers=False``: a fraction stays as written (``1e3``, not ``1000.0``): an option or a var takes it as text, as
     the command line gives it, and a command parses its numeric options from that text itself."""
     try:
         value = _toml(f"v = {text}", "--set value")["v"]
     except tomllib.TOMLDecodeError:
         return text
-    return text.strip() if not numbers and isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    return text.strip() if not numbers and isinstance(value, float) else value  # (an integer as TOML reads it: 0x10 is 16)
 
 
 def _toml(text: str, where: str) -> dict[str, Any]:
@@ -381,6 +382,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
     variables = {"out": spec.out, **{k: _var_text(v, f"{path}: [vars] {k!r}") for k, v in spec.vars.items()}}
     overrides = list(overrides or [])
     var_sets = [o for o in overrides if o.startswith("vars.") and all(stage.name != "vars" for stage in spec.stages)]
+    var_set_by: dict[str, str] = {}
     for item in var_sets:  # before any placeholder is expanded: they move every use
         name, sep, value = item[5:].partition("=")
         if not sep or not name:
@@ -389,10 +391,11 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
             known = ", ".join(spec.vars) or "none"
             raise InputError(f"--set {_shown(item)}: {path} has no var {name!r}{_did_you_mean(name, list(spec.vars))} ([vars]: {known})")
         variables[name] = _var_text(_coerce(value, numbers=False), f"--set {_shown(item)}")
+        var_set_by[name] = f"--set {_shown(item)}"
     for name, value in variables.items():  # a var's value goes in as written: {out} in it would stay "{out}" in every path
         inner = next((m[0] for m in _FIELD.finditer(value) if m[1] in variables), None) if name != "out" else None
         if inner is not None:
-            raise InputError(f"{path}: [vars] {name!r} ({printable(value)!r}) holds the placeholder {inner}, which a var's value does not expand; "
+            raise InputError(f"{var_set_by.get(name, f'{path}: [vars] {name!r}')} ({printable(value)!r}) holds the placeholder {inner}, which a var's value does not expand; "
                              f"write it where the var is used (\"{inner}/...\" in the stage), or give the var a whole value")  # fmt: skip
     # The [vars] may place the run directory too (out = "{base}/run"); a placeholder it does not know is an error.
     variables["out"] = _expand(spec.out, {k: v for k, v in variables.items() if k != "out"}, f"{path}: out")
@@ -458,7 +461,7 @@ def load_pipeline(path: str | Path, overrides: list[str] | None = None, commands
         files = [*(declared.single_files(values) if declared is not None else []), *([entry["stdout"]] if entry["stdout"] else [])]
         outputs = [*outputs, *(f for f in files if f not in outputs)]
         stages.append(Stage(entry["name"], entry["run"], entry["args"], entry["options"], outputs, entry["stdout"], entry["slurm"]))
-    return Pipeline(path, variables["out"], stages, spec.note, defaults)
+    return Pipeline(path, variables["out"], stages, spec.note, defaults, set_by)
 
 
 def _check_option_name(commands: StageCommands, entry: dict[str, Any], key: str, where: str) -> None:

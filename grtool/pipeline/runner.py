@@ -245,7 +245,14 @@ def check_stage_arguments(commands: StageCommands, pipeline: Pipeline, stages: l
     before the first one writes anything."""
     for stage in stages:
         options = {**stage.options, "overwrite": True} if stage.name in overwrite and accepts_overwrite(commands, stage) else stage.options
-        commands.check_arguments(stage.run, stage.args, options, f"{pipeline.path}: stage {stage.name!r}")
+        where = f"{pipeline.path}: stage {stage.name!r}"
+        try:
+            commands.check_arguments(stage.run, stage.args, options, where)
+        except InputError as e:  # a value a --set gave is blamed on that --set, not on the file
+            said = next((by for (name, key), by in pipeline.set_by.items() if name == stage.name and f"--{key.replace('_', '-')}" in str(e)), None)
+            if said is None or not str(e).startswith(where):
+                raise
+            raise InputError(f"{said} ({where}){str(e)[len(where) :]}") from None
 
 
 def check_input_paths(commands: StageCommands, pipeline: Pipeline, states: list[StageState]) -> None:

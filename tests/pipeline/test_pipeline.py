@@ -88,9 +88,10 @@ def test_bad_configs(tmp_path):
         load_pipeline(good, ["b.x=1"])
     p = load_pipeline(good, ["a.top=3", 'a.name="q"', "a.flag=false"])
     assert p.stages[0].argv() == ["corpus", "stats", "x", "--json", "--top", "3", "--name", "q", "--no-flag"]
-    # a number is passed on as written: `--plot 1e3`, not the `--plot 1000.0` of the TOML float it also reads as
-    p = load_pipeline(good, ["a.plot=1e3", "a.top=+1_000"])
-    assert p.stages[0].argv() == ["corpus", "stats", "x", "--json", "--plot", "1e3", "--top", "+1_000"]
+    # a fraction is passed on as written: `--plot 1e3`, not the `--plot 1000.0` of the TOML float it also reads as;
+    # an integer as TOML reads it (0x10 is 16)
+    p = load_pipeline(good, ["a.plot=1e3", "a.top=0x10"])
+    assert p.stages[0].argv() == ["corpus", "stats", "x", "--json", "--plot", "1e3", "--top", "16"]
 
 
 def test_demo_plan_lists_every_stage(cli):

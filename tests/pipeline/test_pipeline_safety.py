@@ -196,7 +196,11 @@ def test_boolean_or_empty_values_of_text_options_are_refused(tmp_path, examples,
 
 def test_an_empty_or_boolean_set_value_is_refused(tmp_path, examples, cli):
     config = _pipeline(tmp_path, examples, 'args = ["{out}/ingest"]\n')
-    # blamed on the --set that gave it, not on the file (before: "pipe.toml: stage 'stats', option 'plot'")
+    # blamed on the --set that gave it, not on the file (before: "pipe.toml: stage 'stats', option 'plot'"), a choice or
+    # a bound the command refuses too, and a var
+    assert _dry_run_refused(cli, config, "--set", "ingest.dataset=bogus").startswith("error: --set 'ingest.dataset=bogus' (")
+    assert _dry_run_refused(cli, config, "--set", "ingest.rows_per_part=0").startswith("error: --set 'ingest.rows_per_part=0' (")
+    assert "--rows-per-part 16" in cli("pipeline", "run", config, "--dry-run", "--set", "ingest.rows_per_part=0x10").stdout  # an integer as TOML reads it
     assert "error: --set 'stats.plot=': '' is empty" in _dry_run_refused(cli, config, "--set", "stats.plot=")
     assert "error: --set 'stats.plot=true': true is not a value of --plot" in _dry_run_refused(cli, config, "--set", "stats.plot=true")
     # a flag still takes true or false, and a value option its value
