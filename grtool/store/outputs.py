@@ -211,6 +211,19 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _record_field(record: Path, name: str, flag: str, out: Path, what: str) -> Any:
+    """A field of the record of an output --overwrite would replace; a damaged record is named, never read as
+    the field missing ("table None")."""
+    try:
+        data = read_json_record(record, what=record.name)
+    except (OSError, DamagedRecord) as e:
+        raise InputError(
+            f"{flag} {printable(out)}: --overwrite refused: its {record.name} is damaged ({e}), so grtool cannot tell {what}; "
+            "remove the directory yourself or choose another --out"
+        ) from None
+    return data.get(name) if isinstance(data, dict) else None
+
+
 def _option(flag: str) -> str:
     """The option a refusal asks to change: ``--out`` for the label ``--out (the file beside it)``."""
     return flag.split(" (", 1)[0]
@@ -250,7 +263,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             f"write {kind.what} there; remove what you do not need yourself or choose another --out"
         )
     if kind is INDEX and record.is_file():  # index.json is a common name: only grtool's own counts as its record
-        fmt = (_read_record(record) or {}).get("format")
+        fmt = _record_field(record, "format", flag, p, "what wrote it")
         if not (isinstance(fmt, str) and fmt.startswith("grtool-index")):
             raise InputError(
                 f"{flag} {printable(p)}: --overwrite refused: its index.json is not one grtool wrote (format {fmt!r}) and it "
@@ -258,13 +271,7 @@ def check_replaceable(out: str | Path, kind: OutputKind, *, table: str | None = 
             )
     refuse_foreign_types(p, own_entries(p, kind)[0], kind, flag)
     if kind is STAGE and table is not None and record.is_file():  # (without it: a clear grtool began, CLEARING)
-        try:
-            got = read_json_record(record, what="manifest")
-        except (OSError, DamagedRecord) as e:
-            raise InputError(
-                f"{flag} {printable(p)}: --overwrite refused: its {kind.record} is damaged ({e}), so grtool cannot tell which table it holds; remove the directory yourself or choose another --out"
-            ) from None
-        got = got.get("table") if isinstance(got, dict) else None
+        got = _record_field(record, "table", flag, p, "which table it holds")
         if got != table:
             raise InputError(f"{flag} {printable(p)}: --overwrite refused: it is a stage directory of table {got!r}, and this command writes {table!r}; choose another --out")
 

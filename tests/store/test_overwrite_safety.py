@@ -434,6 +434,15 @@ def test_an_index_overwrite_stopped_before_the_new_index_was_in_place_is_finishe
     run_cli("index", "stats", index)
 
 
+def test_overwrite_of_an_index_whose_record_repeats_a_key_names_the_damage(run, tmp_path):
+    index = tmp_path / "idx"
+    run_cli(*index_build(run, index))
+    record = index / "index.json"
+    record.write_text(record.read_text().replace("{", '{"format": "grtool-index/1", ', 1))
+    err = refused(index_build(run, index, "--overwrite"), index)
+    assert "its index.json is damaged" in err and "field format is given twice" in err and "None" not in err, err
+
+
 def test_overwrite_of_a_stage_whose_manifest_repeats_a_key_names_the_damage(run, tmp_path):
     """A damaged manifest cannot say which table the stage holds: refused, naming the damage (not "table None")."""
     other = tmp_path / "chains-copy"
