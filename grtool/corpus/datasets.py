@@ -697,8 +697,9 @@ def given_split(value: str, flag: str) -> str:
 
     try:
         name = normalize_split(value)
-    except BadRecord:
-        raise InputError(f"{flag} {value!r}: a split name is not blank") from None
+    except BadRecord as e:  # blank, or a control character in it
+        said = e.reason.replace("field 'split'", "a split name")
+        raise InputError(f"{flag} {value!r}: {said}; give one such as train, dev or test") from None
     if name != value:
         log.info("%s %r is read as %r (%s)", flag, value, name, SPLIT_RULE)
     return name

@@ -105,6 +105,8 @@ def test_split_names_given_on_the_command_line_are_normalised_as_records_are(tmp
     err = cli("corpus", "ingest", docs, q, "--split", " Validation ", "--out", tmp_path / "out").stderr
     assert set(read_table(tmp_path / "out" / "questions").column("split").to_pylist()) == {"dev"}  # before: " Validation "
     assert "--split ' Validation ' is read as 'dev'" in err, err
+    err = cli("corpus", "ingest", docs, q, "--split", "dev\x07", "--out", tmp_path / "o2", check=2).stderr
+    assert "--split 'dev\\x07': a split name holds a control character" in err, err  # before: "is not blank"
     # corpus split --names: the same names, and two that normalise alike are one (before: splits "train" and "TRAIN")
     cli("corpus", "split", tmp_path / "out", "--ratios", "0.5,0.5", "--names", " Train ,Validation", "--resplit", "--out", tmp_path / "s")
     assert set(read_table(tmp_path / "s" / "questions").column("split").to_pylist()) <= {"train", "dev"}
