@@ -736,7 +736,8 @@ def replacing(path: Path, record: Callable[[Path], object]) -> Iterator[Path]:
         seen = _file_identity(path)
         record(tmp)
         hold("recorded")  # tests: the record written, the file not yet in place
-        if _file_identity(path) != seen:
+        now = _file_identity(path)
+        if now is not None and now != seen:  # (one removed meanwhile left nothing to keep)
             raise changed_meanwhile(path)
         commit_file(tmp, path)
     finally:

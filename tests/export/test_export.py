@@ -619,6 +619,20 @@ def test_an_export_edited_while_its_record_is_written_is_kept(cli, samples, tmp_
     assert (data / "gmr.jsonl").read_text() == "my own pairs\n" and not [p for p in data.iterdir() if "tmp" in p.name]
     problems = _problems(_validate_json(data, 1), "gmr.jsonl")
     assert any("it is yours now" in p for p in problems), problems
+    (data / "gmr.jsonl").unlink()
+    cli(*gmr)  # grtool's file again; then removed while the record is written: nothing to keep, the new file goes in
+    (holds / "recorded.reached").unlink()
+    (holds / "recorded.release").unlink()
+    proc = subprocess.Popen([sys.executable, "-m", "grtool", *map(str, gmr)], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        while not (holds / "recorded.reached").exists():
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.01)
+        (data / "gmr.jsonl").unlink()
+    finally:
+        (holds / "recorded.release").write_text("")
+        err = proc.communicate(timeout=600)[1]
+    assert proc.returncode == 0 and (data / "gmr.jsonl").is_file(), err
 
 
 def test_an_export_never_takes_over_the_entry_of_another_file(cli, samples, tmp_path):
