@@ -36,6 +36,7 @@ import msgspec
 import orjson
 
 from grtool.corpus.doc_hash import doc_id
+from grtool.store.questions import SPLIT_RULE, canonical_split
 
 # meta key of the gold titles a question's context lacks (HotpotQA fullwiki); present only when non-empty
 GOLD_TITLES_MISSING = "gold_titles_missing"
@@ -669,24 +670,18 @@ def _inline_first_paragraph(paragraphs: Any) -> bool:
 _SPLIT = re.compile(r"(?<![a-z])(train|dev|test|validation|val)(?![a-z])")
 
 
-SPLIT_NAMES = {"validation": "dev", "val": "dev", "valid": "dev", "development": "dev", "training": "train", "testing": "test"}
-
-
-SPLIT_RULE = "split names are lower case; validation, val, valid and development are dev; training is train, testing test"
-
-
 def normalize_split(value: str | None) -> str | None:
     """A split name as a record gives it, in grtool's words: case and surrounding blanks do not count, and
     ``validation`` (``val``, ``valid``, ``development``) is ``dev``, as in file names (:func:`split_from_name`);
     ``training`` and ``testing`` are ``train`` and ``test``. A control character in it is a damaged record."""
     if value is None:
         return None
-    name = value.strip().lower()
+    name = canonical_split(value)
     if not name:
         raise BadRecord("field 'split' is blank", "give a split name (train, dev, test) or leave the field out")
     if not name.isprintable():
         raise BadRecord("field 'split' holds a control character", "a split name is printable text (train, dev, test)")
-    return SPLIT_NAMES.get(name, name)
+    return name
 
 
 def given_split(value: str, flag: str) -> str:

@@ -154,8 +154,8 @@ class RecordedOverlap(msgspec.Struct):
             raise ValueError(f"answered_in_training {n} is more than answered_questions {self.answered_questions} or trained_questions {self.trained_questions}")
         if len(self.examples) != min(n, EXAMPLES):
             raise ValueError(f"examples lists {len(self.examples)} qids for {n} answered in training")
-        if n and self.model is None:
-            raise ValueError(f"answered_in_training {n} without the model that trained on them")
+        if n and (self.model is None or self.trained_questions is None or self.unresolved is not None):
+            raise ValueError(f"answered_in_training {n} without the model and the training questions of a verdict reached")
 
 
 def overlap_problem(recorded: RecordedOverlap | dict[str, Any] | None) -> str | None:

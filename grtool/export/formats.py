@@ -132,7 +132,7 @@ def _refuse_taken_names(path: Path, directory: Path, info: dict[str, Any], names
     for name, file_name in names.items():
         entry = info.get(name)
         other = entry.get("file_name") if isinstance(entry, dict) else None
-        if isinstance(other, str) and other != file_name and (directory / other).exists():
+        if isinstance(other, str) and os.path.normpath(other) != file_name and (directory / other).exists():
             raise InputError(
                 f"{path}: its entry {name!r} registers {printable(other)}, and an export to {printable(file_name)} would take that "
                 f"name over (an entry is named by its file's stem); name the export otherwise, or remove the entry or its file"

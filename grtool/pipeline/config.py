@@ -25,6 +25,7 @@ placeholders; ``{{`` and ``}}`` write literal braces. A problem is one line nami
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import shlex
 import tomllib
@@ -326,6 +327,8 @@ def _var_text(value: Any, where: str) -> str:
     would be the text ``True``). An empty one may end a name (``run{suffix}``), never begin a path (:func:`expand`)."""
     if isinstance(value, bool):
         raise InputError(f"{where}: {str(value).lower()}, but a var is text that replaces its placeholder: a string or a number")
+    if isinstance(value, float) and not math.isfinite(value):  # TOML's words for no number
+        raise InputError(f"{where}: {value}, but a var is text that replaces its placeholder: a string or a finite number")
     return str(value)
 
 

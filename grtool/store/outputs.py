@@ -218,8 +218,7 @@ def _record_field(record: Path, name: str, flag: str, out: Path, what: str) -> A
         data = read_json_record(record, what=record.name)
     except (OSError, DamagedRecord) as e:
         raise InputError(
-            f"{flag} {printable(out)}: --overwrite refused: its {record.name} is damaged ({e}), so grtool cannot tell {what}; "
-            "remove the directory yourself or choose another --out"
+            f"{flag} {printable(out)}: --overwrite refused: its {record.name} is damaged ({e}), so grtool cannot tell {what}; remove the directory yourself or choose another --out"
         ) from None
     return data.get(name) if isinstance(data, dict) else None
 

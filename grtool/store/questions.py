@@ -33,6 +33,29 @@ def split_counts(corpus: str | Path) -> Counter[str]:
     return counts
 
 
+SPLIT_RULE = "split names are lower case; validation, val, valid and development are dev; training is train, testing test"
+# One split's other names, in grtool's words (ingest normalises records, file names and --split with them)
+SPLIT_NAMES = {"validation": "dev", "val": "dev", "valid": "dev", "development": "dev", "training": "train", "testing": "test"}
+
+
+def canonical_split(name: str) -> str:
+    """A split name as grtool writes it: without surrounding blanks, lower case, ``validation`` as ``dev``."""
+    name = name.strip().lower()
+    return SPLIT_NAMES.get(name, name)
+
+
+def _as_held(name: str, present: Counter[str]) -> str:
+    """``--split Training`` selects the questions ingest wrote as ``train``, said once; a name the corpus holds as
+    written (a corpus of an older grtool, which kept records' names) is taken as it is."""
+    canonical = canonical_split(name)
+    if name in present or canonical not in present:
+        return name
+    from grtool.log import log
+
+    log.info("--split %r is read as %r (%s)", name, canonical, SPLIT_RULE)
+    return canonical
+
+
 @dataclass(frozen=True)
 class SplitSelection:
     """The splits a stage reads (empty: every question)."""
@@ -45,6 +68,9 @@ class SplitSelection:
         names = tuple(sorted(dict.fromkeys(s.strip() for s in splits or ())))
         if "" in names:
             raise InputError("--split: an empty split name")
+        if names and corpus is not None and not is_stdio(corpus):
+            present = split_counts(corpus)
+            names = tuple(sorted(dict.fromkeys(_as_held(s, present) for s in names)))
         selection = cls(names)
         if selection and corpus is not None and not is_stdio(corpus):
             selection.check(corpus)

@@ -647,6 +647,10 @@ def test_an_export_never_takes_over_the_entry_of_another_file(cli, samples, tmp_
         err = flat(cli(*sft, data / other, check=2).stderr)
         assert f"its entry 'A' registers A.json, and an export to {other} would take that name over" in err, err
         assert not (data / other).exists() and (data / "dataset_info.json").read_text() == registry
+    info = json.loads((data / "dataset_info.json").read_text())
+    info["A"]["file_name"] = "./A.json"  # the same file, spelled otherwise: its own entry
+    (data / "dataset_info.json").write_text(json.dumps(info))
+    cli(*sft, data / "A.json")
     (data / "A.json").unlink()  # its file gone: the entry is free
     cli(*sft, data / "A.jsonl")
     assert json.loads((data / "dataset_info.json").read_text())["A"]["file_name"] == "A.jsonl"

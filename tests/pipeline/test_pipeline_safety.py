@@ -171,6 +171,9 @@ def test_a_var_holding_a_placeholder_is_refused(tmp_path, examples, cli):
         f.write(text.replace("\n[[stages]]", '\n[vars]\ndata = "{out}/ingest"\n\n[[stages]]', 1))
     line = _dry_run_refused(cli, config)
     assert "[vars] 'data' ('{out}/ingest') holds the placeholder {out}" in line, line
+    with open(config, "w") as f:  # nan is TOML's word for no number (before: `--split nan`)
+        f.write(text.replace("\n[[stages]]", "\n[vars]\ndata = nan\n\n[[stages]]", 1))
+    assert "[vars] 'data': nan, but a var is text" in _dry_run_refused(cli, config)
 
 
 @pytest.mark.parametrize(

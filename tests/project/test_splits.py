@@ -91,9 +91,12 @@ def test_an_unknown_split_is_a_usage_error_naming_the_splits_there(cli, run, tmp
         ("export", "gmr", run / "corpus", "--out", tmp_path / "gmr.jsonl"),
     ]
     for command in commands:
-        err = cli(*command, "--split", "validation", check=2).stderr
-        assert "--split validation" in err and "dev (11 questions)" in err and "train (4 questions)" in err, err
+        err = cli(*command, "--split", "holdout", check=2).stderr
+        assert "--split holdout" in err and "dev (11 questions)" in err and "train (4 questions)" in err, err
         assert not (tmp_path / "c").exists() and not (tmp_path / "f").exists() and not (tmp_path / "sft.json").exists()
+    # another name of a split ingest normalised selects it, said once (before: refused, "it holds dev")
+    err = cli("export", "gmr", run / "corpus", "--out", tmp_path / "gmr.jsonl", "--split", "Validation", "--json").stderr
+    assert "--split 'Validation' is read as 'dev'" in err, err
 
 
 def test_filters_and_exports_read_only_their_split_and_record_the_questions(cli, run, tmp_path):
@@ -269,7 +272,7 @@ def test_the_overlap_verdict_is_pinned_and_the_same_on_every_route(run, checkpoi
     page = " ".join(re.sub(r"<[^>]+>", " ", (tmp_path / "page.html").read_text()).split())
     assert page.count(f"training overlap refused (eval recall exited 1): {want}") == 2 and "overlap allowed" not in page, page[-3000:]
     # a verdict no run could have reached is a damaged report, not a number to show (before: "99 of 3")
-    for edit in ({"answered_in_training": 99}, {"answered_in_training": 0}, {"model": None}):
+    for edit in ({"answered_in_training": 99}, {"answered_in_training": 0}, {"model": None}, {"trained_questions": None}, {"unresolved": "x"}):
         (tmp_path / "edited.json").write_text(json.dumps({**refused, "train_overlap": {**refused["train_overlap"], **edit}}))
         err = " ".join(cli("eval", "compare", f"e={tmp_path / 'edited.json'}", *scoring, "--allow-train-overlap", check=2).stderr.split())
         assert "train_overlap" in err and ("is more than" in err or "examples lists" in err or "without the model" in err), err
