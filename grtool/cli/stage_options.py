@@ -14,8 +14,8 @@ reads the same annotations.
 from __future__ import annotations
 
 import functools
-import math
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-
 from collections import defaultdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING

@@ -22,14 +22,14 @@ from grtool.log import log
 from grtool.export.formats import SFT_FORMATS, check_dataset_info, dataset_info_stanza, export_outputs, row_writers, sft_row, update_dataset_info, with_markers
 from grtool.vocab.prompt import instruction
 from grtool.vocab.readers import QuestionIndex
-from grtool.vocab.provenance import DATASET_INFO, input_fingerprint, questions_record, sidecar_path, write_sidecar
+from grtool.vocab.provenance import DATASET_INFO, decode_sidecar, input_fingerprint, questions_record, sidecar_path, write_sidecar
 from grtool.export.shuffle import KeyedSpill, shuffle_key, unit_hash
 from grtool.store.empty import check_rows
 from grtool.store.io import InputTable, is_stdio
 from grtool.store.outputs import remove_killed_scratch
 from grtool.store.partloop import LoopPart, one_part
 from grtool.store.questions import SplitSelection
-from grtool.records import Report
+from grtool.records import DamagedRecord, Report
 
 
 @dataclass
@@ -197,8 +197,8 @@ def _refuse_other_roles(files: dict[str, str | Path]) -> None:
         if is_stdio(path):
             continue
         try:
-            written = orjson.loads(sidecar_path(Path(path)).read_bytes()).get("split")
-        except (OSError, orjson.JSONDecodeError, AttributeError):
+            written = decode_sidecar(sidecar_path(Path(path))).split
+        except (OSError, DamagedRecord):
             continue  # no record, or one the claim names as damaged
         if written is not None and written != split:
             role = {"dev": "the dev split of the export beside it", "train": "an export's training file"}.get(written, f"the {written} split of an export")

@@ -793,8 +793,6 @@ def check_outputs(
     refuse_overlapping_outputs([(flag, path) for flag, path, _ in outputs], holders=holders)
     directories = [path for _, path, single in outputs if not single]
     for flag, path, single in outputs:
-        if path is not None and str(path) not in ("", "-"):
-            refuse_missing_before_dotdot(path, flag)
         if single:
             check_file_output(path, flag, holders=holders)
             continue
@@ -803,6 +801,7 @@ def check_outputs(
         if str(path) == "":
             raise InputError(f"{flag} is empty: name an output directory")
         check_name(path)
+        refuse_missing_before_dotdot(path, flag)
         refuse_dangling_link(Path(path), flag)
         refuse_record_path(path, flag, within=[o for o in directories if o is not path])
         if os.path.lexists(path) and not Path(path).is_dir() and not written_by_grtool(Path(path)):  # train --format llamafactory-yaml writes a file there

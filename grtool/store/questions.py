@@ -68,19 +68,18 @@ class SplitSelection:
         names = tuple(sorted(dict.fromkeys(s.strip() for s in splits or ())))
         if "" in names:
             raise InputError("--split: an empty split name")
-        if names and corpus is not None and not is_stdio(corpus):
-            present = split_counts(corpus)
-            names = tuple(sorted(dict.fromkeys(_as_held(s, present) for s in names)))
-        selection = cls(names)
-        if selection and corpus is not None and not is_stdio(corpus):
-            selection.check(corpus)
+        if not names or corpus is None or is_stdio(corpus):
+            return cls(names)
+        present = split_counts(corpus)  # read once: the names mapped and checked against it
+        selection = cls(tuple(sorted(dict.fromkeys(_as_held(s, present) for s in names))))
+        selection.check(corpus, present)
         return selection
 
     def __bool__(self) -> bool:
         return bool(self.splits)
 
-    def check(self, corpus: str | Path) -> None:
-        present = split_counts(corpus)
+    def check(self, corpus: str | Path, present: Counter[str]) -> None:
+        """Every selected split is one ``present`` (:func:`split_counts` of ``corpus``) holds."""
         missing = [s for s in self.splits if s not in present]
         if missing:
             held = ", ".join(f"{s} ({n:,} questions)" for s, n in sorted(present.items())) or "no questions at all"
